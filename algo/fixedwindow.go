@@ -1,0 +1,37 @@
+package algo
+
+// fixedWindow decides a request against one counter per window. Windows are
+// aligned to the Unix epoch (a 1-minute window starts on the minute), so
+// every node that agrees on the time agrees on the window. An instant before
+// the stored window is counted in the stored window: time moving backwards
+// never reopens a closed window.
+func (p *params) fixedWindow(s *state, now, cost int64) verdict {
+	start, used := s.a, s.b
+	// Only a request past the stored window needs the (dividing) window
+	// computation.
+	if now >= start+p.period || (start == 0 && used == 0) {
+		if ws := p.windowStart(now); ws > start || (start == 0 && used == 0) {
+			start, used = ws, 0
+		}
+	}
+	end := start + p.period
+	var v verdict
+	if cost > p.limit {
+		v.retryAfter = Never
+	} else if used+cost > p.limit {
+		v.retryAfter = dur(end - now)
+	} else {
+		v.allowed = true
+		if cost > 0 {
+			used += cost
+			s.a, s.b = start, used
+		} else if used == p.limit {
+			v.retryAfter = dur(end - now)
+		}
+	}
+	v.remaining = p.limit - used
+	if used > 0 {
+		v.resetAfter = dur(end - now)
+	}
+	return v
+}

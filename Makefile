@@ -7,8 +7,13 @@ PKGS        := ./...
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BENCHTIME   ?= 1s
 FUZZTIME    ?= 30s
+# Code generation, pinned. protoc comes from Debian's protobuf-compiler
+# (3.21 on this machine); the plugins from the Go module proxy.
+PROTOC_GEN_GO      := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+BIN                := $(CURDIR)/bin
 
-.PHONY: all build test bench lint fuzz demo clean
+.PHONY: all build test bench lint fuzz demo proto clean
 
 all: build test
 
@@ -32,8 +37,30 @@ lint:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzLimiter$$' -fuzztime $(FUZZTIME) ./algo
 
+# Regenerate proto/*.pb.go. The generated files are committed, so only
+# changing a .proto file needs this.
+proto:
+	@command -v protoc >/dev/null || { apt-get update -qq && apt-get install -y -qq protobuf-compiler; }
+	GOBIN=$(BIN) $(GO) install $(PROTOC_GEN_GO)
+	GOBIN=$(BIN) $(GO) install $(PROTOC_GEN_GO_GRPC)
+	cd proto && PATH=$(BIN):$$PATH protoc -I . \
+		--go_out=. --go_opt=paths=source_relative \
+		--go-grpc_out=. --go-grpc_opt=paths=source_relative \
+		*.proto
+
 demo:
-	@echo "allot demo: not yet; it arrives with the allot binary (issue 7)."
+	@echo "allot # Regenerate proto/*.pb.go. The generated files are committed, so only
+# changing a .proto file needs this.
+proto:
+	@command -v protoc >/dev/null || { apt-get update -qq && apt-get install -y -qq protobuf-compiler; }
+	GOBIN=$(BIN) $(GO) install $(PROTOC_GEN_GO)
+	GOBIN=$(BIN) $(GO) install $(PROTOC_GEN_GO_GRPC)
+	cd proto && PATH=$(BIN):$$PATH protoc -I . \
+		--go_out=. --go_opt=paths=source_relative \
+		--go-grpc_out=. --go-grpc_opt=paths=source_relative \
+		*.proto
+
+demo: not yet; it arrives with the allot binary (issue 7)."
 
 clean:
 	$(GO) clean -testcache

@@ -1,0 +1,252 @@
+package rules
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/lease"
+)
+
+// Scope is the level of the hierarchy a rule belongs to. Rules are
+// evaluated cheapest first: global (one key), then ip, tenant, user, route.
+type Scope uint8
+
+const (
+	Global Scope = iota + 1 // the whole service: one key
+	IP                      // per client address: coarse, drops floods early
+	Tenant                  // per tenant: plan quotas
+	User                    // per user of a tenant
+	Route                   // per route of a tenant
+)
+
+var scopeNames = [...]string{Global: "global", IP: "ip", Tenant: "tenant", User: "user", Route: "route"}
+
+func (s Scope) valid() bool { return s >= Global && s <= Route }
+
+func (s Scope) String() string {
+	if s.valid() {
+		return scopeNames[s]
+	}
+	return fmt.Sprintf("scope(%d)", uint8(s))
+}
+
+// ParseScope returns the scope a rule file names.
+func ParseScope(s string) (Scope, error) {
+	for i := Global; i <= Route; i++ {
+		if scopeNames[i] == s {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown scope %q (want global, ip, tenant, user or route)", s)
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (s Scope) MarshalText() ([]byte, error) {
+	if !s.valid() {
+		return nil, fmt.Errorf("unknown scope %d", uint8(s))
+	}
+	return []byte(scopeNames[s]), nil
+}
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (s *Scope) UnmarshalText(b []byte) error {
+	v, err := ParseScope(string(b))
+	if err != nil {
+		return err
+	}
+	*s = v
+	return nil
+}
+
+// Attr is a request attribute that can be part of a key.
+type Attr string
+
+// The attributes a request carries.
+const (
+	AttrTenant Attr = "tenant"
+	AttrUser   Attr = "user"
+	AttrRoute  Attr = "route"
+	AttrIP     Attr = "ip"
+)
+
+func (a Attr) valid() bool {
+	switch a {
+	case AttrTenant, AttrUser, AttrRoute, AttrIP:
+		return true
+	}
+	return false
+}
+
+// DefaultKey is the key a scope uses when a rule names none.
+func (s Scope) DefaultKey() []Attr {
+	switch s {
+	case IP:
+		return []Attr{AttrIP}
+	case Tenant:
+		return []Attr{AttrTenant}
+	case User:
+		return []Attr{AttrTenant, AttrUser}
+	case Route:
+		return []Attr{AttrTenant, AttrRoute}
+	}
+	return nil
+}
+
+// Rule is one limit.
+type Rule struct {
+	Name        string `yaml:"name" json:"name"`
+	Description string `yaml:"description,omitempty" json:"description,omitempty"`
+	// Scope places the rule in the hierarchy and sets its default key.
+	Scope Scope `yaml:"scope" json:"scope"`
+	// Key lists the attributes that form the key; empty means the scope's.
+	Key       []Attr         `yaml:"key,omitempty" json:"key,omitempty"`
+	Algorithm algo.Algorithm `yaml:"algorithm" json:"algorithm"`
+	Limit     int64          `yaml:"limit" json:"limit"`
+	Period    time.Duration  `yaml:"period" json:"period"`
+	Burst     int64          `yaml:"burst,omitempty" json:"burst,omitempty"`
+	Intent    lease.Intent   `yaml:"intent" json:"intent"`
+	// Tolerance overrides the intent's tolerance when set.
+	Tolerance *float64 `yaml:"tolerance,omitempty" json:"tolerance,omitempty"`
+	// FailMode overrides the intent's; zero means the intent's default.
+	FailMode lease.FailMode `yaml:"fail_mode,omitempty" json:"fail_mode,omitempty"`
+	Match    Match          `yaml:"match,omitempty" json:"match,omitempty"`
+	// Plans give tenant plans their own limits, and for global rules their
+	// weights and shedding ranks.
+	Plans map[string]Plan `yaml:"plans,omitempty" json:"plans,omitempty"`
+	// Tenants override individual tenants.
+	Tenants map[string]TenantOverride `yaml:"tenants,omitempty" json:"tenants,omitempty"`
+	// Local rules are enforced by each node alone, never coordinated.
+	Local bool `yaml:"local,omitempty" json:"local,omitempty"`
+	// Regions divide a global allowance among regions: region → fraction.
+	Regions map[string]float64 `yaml:"regions,omitempty" json:"regions,omitempty"`
+}
+
+// Match restricts a rule to some requests. Empty lists match everything.
+type Match struct {
+	// Routes are path patterns; a trailing * matches any suffix.
+	Routes  []string `yaml:"routes,omitempty" json:"routes,omitempty"`
+	Tenants []string `yaml:"tenants,omitempty" json:"tenants,omitempty"`
+	Plans   []string `yaml:"plans,omitempty" json:"plans,omitempty"`
+}
+
+// Plan is a tenant plan's limit, weight and shedding rank.
+type Plan struct {
+	// Limit replaces the rule's limit for tenants on the plan when above 0.
+	Limit int64 `yaml:"limit,omitempty" json:"limit,omitempty"`
+	// Weight is the plan's weight in max-min fair sharing; 0 means 1.
+	Weight float64 `yaml:"weight,omitempty" json:"weight,omitempty"`
+	// Rank orders plans for shedding under a global rule: lower ranks are
+	// shed first (free 0, paid 1, ...). At most MaxRank.
+	Rank uint8 `yaml:"rank,omitempty" json:"rank,omitempty"`
+}
+
+// TenantOverride changes a rule for one tenant.
+type TenantOverride struct {
+	Limit  int64   `yaml:"limit,omitempty" json:"limit,omitempty"`
+	Weight float64 `yaml:"weight,omitempty" json:"weight,omitempty"`
+}
+
+// MaxRank is the highest plan rank.
+const MaxRank = 15
+
+// KeyAttrs returns the attributes that form the rule's key.
+func (r *Rule) KeyAttrs() []Attr {
+	if len(r.Key) > 0 {
+		return r.Key
+	}
+	return r.Scope.DefaultKey()
+}
+
+// Tol returns the rule's tolerance: its own, or its intent's.
+func (r *Rule) Tol() float64 {
+	if r.Tolerance != nil {
+		return *r.Tolerance
+	}
+	return r.Intent.DefaultTolerance()
+}
+
+// Mode returns the rule's fail mode: its own, or its intent's.
+func (r *Rule) Mode() lease.FailMode {
+	if r.FailMode != 0 {
+		return r.FailMode
+	}
+	return r.Intent.DefaultFailMode()
+}
+
+// Fair reports whether the rule is a global rule shared by tenants, whose
+// allowance is divided first among tenants by weight and priority.
+func (r *Rule) Fair() bool { return r.Scope == Global }
+
+// LimitFor returns the limit that applies to a tenant on a plan: a tenant
+// override, else the plan's, else the rule's.
+func (r *Rule) LimitFor(tenant, plan string) int64 {
+	if o, ok := r.Tenants[tenant]; ok && o.Limit > 0 {
+		return o.Limit
+	}
+	if p, ok := r.Plans[plan]; ok && p.Limit > 0 {
+		return p.Limit
+	}
+	return r.Limit
+}
+
+// WeightFor returns a tenant's weight under a global rule.
+func (r *Rule) WeightFor(tenant, plan string) float64 {
+	if o, ok := r.Tenants[tenant]; ok && o.Weight > 0 {
+		return o.Weight
+	}
+	if p, ok := r.Plans[plan]; ok && p.Weight > 0 {
+		return p.Weight
+	}
+	return 1
+}
+
+// RankFor returns a plan's shedding rank.
+func (r *Rule) RankFor(plan string) uint8 { return r.Plans[plan].Rank }
+
+// RegionLimit returns the part of limit that belongs to region: the rule's
+// fraction for it, or all of it when the rule does not divide by region.
+func (r *Rule) RegionLimit(limit int64, region string) float64 {
+	if len(r.Regions) == 0 {
+		return float64(limit)
+	}
+	return float64(limit) * r.Regions[region]
+}
+
+// AlgoConfig returns the algorithm configuration for a limit.
+func (r *Rule) AlgoConfig(limit int64) algo.Config {
+	return algo.Config{Algorithm: r.Algorithm, Limit: limit, Period: r.Period, Burst: r.Burst}
+}
+
+// Matches reports whether the rule covers a request with these attributes.
+func (r *Rule) Matches(tenant, plan, route string) bool {
+	if len(r.Match.Tenants) > 0 && !contains(r.Match.Tenants, tenant) {
+		return false
+	}
+	if len(r.Match.Plans) > 0 && !contains(r.Match.Plans, plan) {
+		return false
+	}
+	if len(r.Match.Routes) == 0 {
+		return true
+	}
+	for _, p := range r.Match.Routes {
+		if prefix, ok := strings.CutSuffix(p, "*"); ok {
+			if strings.HasPrefix(route, prefix) {
+				return true
+			}
+		} else if route == p {
+			return true
+		}
+	}
+	return false
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

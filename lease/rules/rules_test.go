@@ -1,0 +1,175 @@
+package rules
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/lease"
+)
+
+func TestExampleFileIsValid(t *testing.T) {
+	rs, err := Load("../../docs/examples/rules.yaml")
+	if err != nil {
+		t.Fatalf("docs/examples/rules.yaml: %v", err)
+	}
+	set, err := NewSet(1, rs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for _, r := range set.Rules() {
+		order = append(order, r.Scope.String())
+	}
+	if got := strings.Join(order, ","); got != "global,ip,tenant,user,route" {
+		t.Errorf("evaluation order %s, want cheapest first: global,ip,tenant,user,route", got)
+	}
+	quota, _ := set.Get("plan-quota")
+	if quota.Intent != lease.Quota || quota.Algorithm != algo.SlidingWindow || quota.Period != time.Minute {
+		t.Errorf("plan-quota decoded as %+v", quota)
+	}
+	if got := quota.LimitFor("acme", "pro"); got != 900000 {
+		t.Errorf("tenant override: LimitFor(acme) = %d", got)
+	}
+	if got := quota.LimitFor("other", "pro"); got != 60000 {
+		t.Errorf("plan limit: LimitFor(other, pro) = %d", got)
+	}
+	if got := quota.LimitFor("other", "unknown-plan"); got != 1200 {
+		t.Errorf("rule limit: %d", got)
+	}
+	capRule, _ := set.Get("api-capacity")
+	if capRule.WeightFor("x", "enterprise") != 10 || capRule.RankFor("pro") != 1 || capRule.Tol() != 0.03 || capRule.Mode() != lease.FailFallback {
+		t.Errorf("api-capacity: weight %v rank %v tol %v mode %v", capRule.WeightFor("x", "enterprise"), capRule.RankFor("pro"), capRule.Tol(), capRule.Mode())
+	}
+}
+
+// TestParseErrors checks that each kind of mistake is reported with the
+// file, the line and the field.
+func TestParseErrors(t *testing.T) {
+	const head = "rules:\n  - name: r1\n    scope: tenant\n    algorithm: gcra\n    intent: quota\n"
+	tests := []struct {
+		name  string
+		src   string
+		line  int
+		field string
+		msg   string
+	}{
+		{"unknown field", head + "    limit: 10\n    period: 1s\n    burstt: 5\n", 8, "burstt", "unknown field"},
+		{"missing limit", head + "    period: 1s\n", 2, "limit", "is required"},
+		{"negative period", head + "    limit: 10\n    period: -1s\n", 7, "period", "must be positive"},
+		{"period without unit", head + "    limit: 10\n    period: 60\n", 7, "", "cannot unmarshal"},
+		{"unknown algorithm", "rules:\n  - name: r1\n    algorithm: leaky\n", 3, "algorithm", "unknown algorithm \"leaky\""},
+		{"unknown intent", head + "    limit: 10\n    period: 1s\n    fail_mode: sometimes\n", 8, "fail_mode", "unknown fail mode"},
+		{"burst on a window", "rules:\n  - name: w\n    scope: tenant\n    algorithm: fixed_window\n    limit: 5\n    period: 1s\n    burst: 3\n    intent: quota\n", 7, "burst", "applies only to token_bucket and gcra"},
+		{"bad plan limit", head + "    limit: 10\n    period: 1s\n    plans:\n      pro: {limit: -4}\n", 9, "plans.pro.limit", "must not be negative"},
+		{"duplicate name", head + "    limit: 10\n    period: 1s\n" + strings.Replace(head[len("rules:\n"):], "r1", "r1", 1) + "    limit: 5\n    period: 1s\n", 8, "name", "duplicate rule name"},
+		{"tolerance out of range", head + "    limit: 10\n    period: 1s\n    tolerance: 3\n", 8, "tolerance", "between 0 and 1"},
+		{"global rule with a key", "rules:\n  - name: g\n    scope: global\n    key: [tenant]\n    algorithm: gcra\n    limit: 1\n    period: 1s\n    intent: capacity\n", 4, "key", "global rule"},
+		{"regions over one", head + "    limit: 10\n    period: 1s\n    regions: {eu: 0.7, us: 0.6}\n", 8, "regions", "add up"},
+		{"two documents", head + "    limit: 10\n    period: 1s\n---\nrules: []\n", 0, "", "more than one YAML document"},
+		{"not yaml", "rules: [\n", 0, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("rules.yaml", []byte(tt.src))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("%v does not wrap ErrInvalid", err)
+			}
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("%v is not an *Error", err)
+			}
+			if e.File != "rules.yaml" || (tt.line != 0 && e.Line != tt.line) || e.Field != tt.field || !strings.Contains(e.Msg, tt.msg) {
+				t.Errorf("got file %q line %d field %q msg %q; want line %d field %q msg containing %q\n(%v)", e.File, e.Line, e.Field, e.Msg, tt.line, tt.field, tt.msg, err)
+			}
+			if !strings.HasPrefix(err.Error(), "rules: rules.yaml") {
+				t.Errorf("message %q does not start with the file", err)
+			}
+		})
+	}
+}
+
+func TestEmptyFileHasNoRules(t *testing.T) {
+	for _, src := range []string{"", "rules: []\n", "# nothing yet\n"} {
+		rs, err := Parse("empty.yaml", []byte(src))
+		if err != nil || len(rs) != 0 {
+			t.Errorf("%q: %v, %d rules", src, err, len(rs))
+		}
+	}
+}
+
+func TestMatches(t *testing.T) {
+	r := Rule{Match: Match{Routes: []string{"/v1/search*", "/health"}, Plans: []string{"free", "pro"}}}
+	for _, tt := range []struct {
+		tenant, plan, route string
+		want                bool
+	}{
+		{"a", "free", "/v1/search", true},
+		{"a", "pro", "/v1/search/deep", true},
+		{"a", "pro", "/health", true},
+		{"a", "pro", "/healthz", false},
+		{"a", "enterprise", "/v1/search", false},
+		{"a", "free", "/v1/other", false},
+	} {
+		if got := r.Matches(tt.tenant, tt.plan, tt.route); got != tt.want {
+			t.Errorf("Matches(%q, %q, %q) = %v", tt.tenant, tt.plan, tt.route, got)
+		}
+	}
+}
+
+func TestProtoRoundTrip(t *testing.T) {
+	rs, err := Load("../../docs/examples/rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, _ := NewSet(7, rs)
+	back, err := SetFromProto(SetToProto(set))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Version() != 7 || back.Len() != set.Len() {
+		t.Fatalf("version %d, %d rules", back.Version(), back.Len())
+	}
+	for i, r := range set.Rules() {
+		got := back.Rules()[i]
+		if ToProto(&got).String() != ToProto(&r).String() {
+			t.Errorf("rule %s changed in the round trip:\n%v\n%v", r.Name, ToProto(&r), ToProto(&got))
+		}
+	}
+	bad := ToProto(&set.Rules()[0])
+	bad.Algorithm, bad.Intent = "nope", "billing"
+	_, err = FromProto(bad)
+	var es Errors
+	if !errors.As(err, &es) || len(es) != 2 || es[0].Field != "algorithm" || es[1].Field != "intent" {
+		t.Errorf("invalid wire rule: %v", err)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("rules:\n  - name: a\n    scope: tenant\n    algorithm: gcra\n    limit: 5\n    period: 1s\n    intent: quota\n"))
+	f.Add([]byte("rules: [{name: x, scope: global, algorithm: fixed_window, limit: 1, period: 1h, intent: abuse, plans: {p: {rank: 99}}}]"))
+	f.Add([]byte("&a [*a, *a]"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		rs, err := Parse("fuzz.yaml", data)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) {
+				t.Fatalf("error does not wrap ErrInvalid: %v", err)
+			}
+			return
+		}
+		if _, err := NewSet(1, rs); err != nil {
+			t.Fatalf("Parse accepted rules NewSet rejects: %v", err)
+		}
+		// Whatever parses must survive the wire.
+		for i := range rs {
+			if _, err := FromProto(ToProto(&rs[i])); err != nil {
+				t.Fatalf("round trip of a parsed rule failed: %v", err)
+			}
+		}
+	})
+}

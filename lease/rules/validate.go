@@ -1,0 +1,235 @@
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/allot-io/allot/algo"
+)
+
+// ErrInvalid is wrapped by every validation error, so callers can branch on
+// errors.Is(err, rules.ErrInvalid).
+var ErrInvalid = errors.New("rules: invalid")
+
+// Error is a problem with one field of one rule. File and Line are set when
+// the rule came from a file.
+type Error struct {
+	File  string
+	Line  int
+	Rule  string // the rule's name, or its position when it has none
+	Field string // the field, as rule files spell it, e.g. "period" or "plans.pro.limit"
+	Msg   string
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("rules: ")
+	if e.File != "" {
+		b.WriteString(e.File)
+		if e.Line > 0 {
+			fmt.Fprintf(&b, ":%d", e.Line)
+		}
+		b.WriteString(": ")
+	}
+	if e.Rule != "" {
+		fmt.Fprintf(&b, "rule %s: ", e.Rule)
+	}
+	if e.Field != "" {
+		fmt.Fprintf(&b, "%s: ", e.Field)
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Unwrap makes errors.Is(err, ErrInvalid) true.
+func (e *Error) Unwrap() error { return ErrInvalid }
+
+// Errors is every problem found in a rule set.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	msgs := make([]string, len(es))
+	for i, e := range es {
+		msgs[i] = e.Error()
+	}
+	return strings.Join(msgs, "\n")
+}
+
+// Unwrap returns the individual errors, for errors.Is and errors.As.
+func (es Errors) Unwrap() []error {
+	out := make([]error, len(es))
+	for i, e := range es {
+		out[i] = e
+	}
+	return out
+}
+
+var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
+
+// Limits on what a rule may contain, so that a hostile or mistaken rule
+// cannot make agents allocate without bound.
+const (
+	maxListLen   = 1000
+	maxMapLen    = 10000
+	maxStringLen = 256
+)
+
+// Validate reports every problem with r.
+func (r *Rule) Validate() Errors {
+	var errs Errors
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &Error{Rule: r.Name, Field: field, Msg: fmt.Sprintf(format, args...)})
+	}
+	switch {
+	case r.Name == "":
+		bad("name", "is required")
+	case !namePattern.MatchString(r.Name):
+		bad("name", "%q must be 1–128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit", r.Name)
+	}
+	if !r.Scope.valid() {
+		bad("scope", "is required (global, ip, tenant, user or route)")
+	}
+	if len(r.Key) > 4 {
+		bad("key", "names %d attributes; at most 4 (tenant, user, route, ip)", len(r.Key))
+	}
+	for i, a := range r.Key {
+		if !a.valid() {
+			bad(fmt.Sprintf("key[%d]", i), "unknown attribute %q (want tenant, user, route or ip)", a)
+		} else if slices.Index(r.Key, a) != i {
+			bad(fmt.Sprintf("key[%d]", i), "attribute %q listed twice", a)
+		}
+	}
+	if r.Scope == Global && len(r.Key) > 0 {
+		bad("key", "a global rule has one key for the whole service; use scope tenant, user, route or ip to key by attributes")
+	}
+	switch {
+	case r.Limit == 0:
+		bad("limit", "is required and must be positive")
+	case r.Limit < 0:
+		bad("limit", "must be positive, got %d", r.Limit)
+	}
+	if r.Period <= 0 {
+		if r.Period == 0 {
+			bad("period", "is required (e.g. 1s, 1m, 1h)")
+		} else {
+			bad("period", "must be positive, got %v", r.Period)
+		}
+	}
+	if r.Algorithm == 0 {
+		bad("algorithm", "is required (fixed_window, sliding_log, sliding_window, token_bucket or gcra)")
+	} else if r.Limit > 0 && r.Period > 0 {
+		if err := r.AlgoConfig(r.Limit).Validate(); err != nil {
+			var ce *algo.ConfigError
+			if errors.As(err, &ce) {
+				bad(strings.ToLower(ce.Field), "%s", ce.Reason)
+			} else {
+				bad("algorithm", "%v", err)
+			}
+		}
+	}
+	if r.Intent == 0 {
+		bad("intent", "is required (capacity, quota or abuse)")
+	}
+	if r.Tolerance != nil && !(*r.Tolerance >= 0 && *r.Tolerance <= 1) {
+		bad("tolerance", "must be between 0 and 1 (a fraction of the limit), got %v", *r.Tolerance)
+	}
+	if len(r.Description) > 4*maxStringLen {
+		bad("description", "is longer than %d bytes", 4*maxStringLen)
+	}
+	r.validateMatch(bad)
+	r.validatePlans(bad)
+	r.validateRegions(bad)
+	return errs
+}
+
+func (r *Rule) validateMatch(bad func(string, string, ...any)) {
+	for name, list := range map[string][]string{"match.routes": r.Match.Routes, "match.tenants": r.Match.Tenants, "match.plans": r.Match.Plans} {
+		if len(list) > maxListLen {
+			bad(name, "has %d entries; at most %d", len(list), maxListLen)
+		}
+		for i, s := range list {
+			if s == "" || len(s) > maxStringLen {
+				bad(fmt.Sprintf("%s[%d]", name, i), "must be 1–%d bytes", maxStringLen)
+			}
+			if name == "match.routes" && strings.Contains(strings.TrimSuffix(s, "*"), "*") {
+				bad(fmt.Sprintf("%s[%d]", name, i), "%q: '*' is allowed only at the end", s)
+			}
+		}
+	}
+}
+
+func (r *Rule) validatePlans(bad func(string, string, ...any)) {
+	if len(r.Plans) > maxMapLen {
+		bad("plans", "has %d entries; at most %d", len(r.Plans), maxMapLen)
+	}
+	for _, name := range sortedKeys(r.Plans) {
+		p := r.Plans[name]
+		field := "plans." + name
+		if name == "" || len(name) > maxStringLen {
+			bad(field, "plan names must be 1–%d bytes", maxStringLen)
+		}
+		if p.Limit < 0 {
+			bad(field+".limit", "must not be negative, got %d", p.Limit)
+		} else if p.Limit > 0 && r.Algorithm != 0 && r.Period > 0 {
+			if err := r.AlgoConfig(p.Limit).Validate(); err != nil {
+				bad(field+".limit", "%v", err)
+			}
+		}
+		if !(p.Weight >= 0) || math.IsInf(p.Weight, 0) {
+			bad(field+".weight", "must be a non-negative number, got %v", p.Weight)
+		}
+		if p.Rank > MaxRank {
+			bad(field+".rank", "must be at most %d, got %d", MaxRank, p.Rank)
+		}
+	}
+	if len(r.Tenants) > maxMapLen {
+		bad("tenants", "has %d entries; at most %d", len(r.Tenants), maxMapLen)
+	}
+	for _, name := range sortedKeys(r.Tenants) {
+		o := r.Tenants[name]
+		field := "tenants." + name
+		if name == "" || len(name) > maxStringLen {
+			bad(field, "tenant names must be 1–%d bytes", maxStringLen)
+		}
+		if o.Limit < 0 {
+			bad(field+".limit", "must not be negative, got %d", o.Limit)
+		} else if o.Limit > 0 && r.Algorithm != 0 && r.Period > 0 {
+			if err := r.AlgoConfig(o.Limit).Validate(); err != nil {
+				bad(field+".limit", "%v", err)
+			}
+		}
+		if !(o.Weight >= 0) || math.IsInf(o.Weight, 0) {
+			bad(field+".weight", "must be a non-negative number, got %v", o.Weight)
+		}
+	}
+}
+
+func (r *Rule) validateRegions(bad func(string, string, ...any)) {
+	sum := 0.0
+	for _, name := range sortedKeys(r.Regions) {
+		f := r.Regions[name]
+		if name == "" || len(name) > maxStringLen {
+			bad("regions", "region names must be 1–%d bytes", maxStringLen)
+		}
+		if !(f > 0 && f <= 1) {
+			bad("regions."+name, "must be a fraction in (0, 1], got %v", f)
+		}
+		sum += f
+	}
+	if sum > 1+1e-9 {
+		bad("regions", "fractions add up to %v; they divide one allowance, so at most 1", sum)
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

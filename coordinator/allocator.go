@@ -1,0 +1,442 @@
+package coordinator
+
+import (
+	"hash/maphash"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/lease"
+	"github.com/allot-io/allot/lease/rules"
+	allotpb "github.com/allot-io/allot/proto"
+)
+
+// allocator is the leader's soft state: every node's smoothed demand and
+// held lease for every key it reported, and the grants of the latest
+// allocation. None of it is replicated; a new leader rebuilds it from the
+// next round of reports, in learning mode for one lease period (see
+// package lease).
+//
+// Keys are spread over independently locked shards, so that reports for
+// different keys, and allocation rounds, proceed in parallel.
+type allocator struct {
+	est      lease.Estimator
+	region   string
+	interval int64 // ns
+	ttl      int64 // ns
+	seed     maphash.Seed
+
+	mu       sync.Mutex // guards the fields below and the node registry
+	rules    map[string]*rules.Rule
+	epoch    uint64
+	learnEnd int64 // ns; learning mode until then
+	seq      uint64
+	nodes    map[string]*nodeInfo
+	byIndex  []string
+
+	shards [allocShards]allocShard
+}
+
+const allocShards = 16
+
+type allocShard struct {
+	mu      sync.Mutex
+	pools   map[poolKey]*pool
+	alloc   lease.Allocator
+	claims  []lease.Claim
+	classes []lease.Class
+}
+
+type poolKey struct{ rule, key string }
+
+type nodeInfo struct {
+	index    int32
+	lastSeen int64
+}
+
+// pool is one key of one rule: the allowance being divided.
+type pool struct {
+	rule    *rules.Rule
+	limit   float64 // in the rule's units per period, for this region
+	window  int64   // window algorithms: the current window's start, ns
+	classes []*class
+	byClass map[classKey]int // fair rules only
+	dirty   bool
+}
+
+type classKey struct {
+	tenant   string
+	priority uint32
+}
+
+// class is one tenant at one priority of a fair rule, or the only class of
+// any other rule.
+type class struct {
+	key    classKey
+	weight float64
+	claims []claim // sorted by node index
+}
+
+// claim is one node's part in a class.
+type claim struct {
+	node      int32
+	est       float64 // smoothed demand
+	held      float64
+	committed float64
+	lastSeen  int64
+	grant     float64
+	seq       uint64 // allocation that produced grant; 0 = none yet
+}
+
+func newAllocator(region string, interval, ttl time.Duration) *allocator {
+	a := &allocator{
+		est:      lease.DefaultEstimator(),
+		region:   region,
+		interval: int64(interval),
+		ttl:      int64(ttl),
+		seed:     maphash.MakeSeed(),
+		rules:    map[string]*rules.Rule{},
+		nodes:    map[string]*nodeInfo{},
+	}
+	for i := range a.shards {
+		a.shards[i].pools = map[poolKey]*pool{}
+	}
+	return a
+}
+
+// lead resets the allocator for a new term of leadership: it forgets all
+// soft state and learns for one lease period.
+func (a *allocator) lead(epoch uint64, now int64) {
+	a.mu.Lock()
+	a.epoch, a.learnEnd, a.seq = epoch, now+a.ttl, 0
+	a.nodes, a.byIndex = map[string]*nodeInfo{}, nil
+	a.mu.Unlock()
+	for i := range a.shards {
+		sh := &a.shards[i]
+		sh.mu.Lock()
+		sh.pools = map[poolKey]*pool{}
+		sh.mu.Unlock()
+	}
+}
+
+// currentEpoch is the epoch leases are issued under.
+func (a *allocator) currentEpoch() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.epoch
+}
+
+// setRules installs a new rule set. Pools of rules that changed are
+// dropped and rebuilt from the next reports; the others keep their state.
+func (a *allocator) setRules(set *rules.Set) {
+	byName := make(map[string]*rules.Rule, set.Len())
+	for i := range set.Rules() {
+		r := set.Rules()[i]
+		byName[r.Name] = &r
+	}
+	a.mu.Lock()
+	old := a.rules
+	a.rules = byName
+	a.mu.Unlock()
+	for i := range a.shards {
+		sh := &a.shards[i]
+		sh.mu.Lock()
+		for k, p := range sh.pools {
+			if nr := byName[k.rule]; nr == nil || old[k.rule] == nil || !sameRule(nr, old[k.rule]) {
+				delete(sh.pools, k)
+			} else {
+				p.rule = nr
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+func sameRule(a, b *rules.Rule) bool {
+	return rules.ToProto(a).String() == rules.ToProto(b).String()
+}
+
+func (a *allocator) shard(k poolKey) *allocShard {
+	var h maphash.Hash
+	h.SetSeed(a.seed)
+	h.WriteString(k.rule)
+	h.WriteByte(0)
+	h.WriteString(k.key)
+	return &a.shards[h.Sum64()%allocShards]
+}
+
+// nodeCount is the number of nodes heard from within two lease periods.
+func (a *allocator) nodeCount(now int64) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, info := range a.nodes {
+		if now-info.lastSeen < 2*a.ttl {
+			n++
+		}
+	}
+	return n
+}
+
+// report takes one node's demands and returns the leases it now holds for
+// the keys it reported. A node leaving releases everything it held.
+func (a *allocator) report(node string, now int64, interval time.Duration, demands []*allotpb.KeyDemand, urgent, leaving bool) []*allotpb.Lease {
+	a.mu.Lock()
+	info := a.nodes[node]
+	if info == nil {
+		info = &nodeInfo{index: int32(len(a.byIndex))}
+		a.nodes[node] = info
+		a.byIndex = append(a.byIndex, node)
+	}
+	info.lastSeen = now
+	epoch, learning := a.epoch, now < a.learnEnd
+	ruleMap := a.rules
+	a.mu.Unlock()
+
+	if interval <= 0 {
+		interval = time.Duration(a.interval)
+	}
+	var leases []*allotpb.Lease
+	for _, d := range demands {
+		r := ruleMap[d.GetRule()]
+		if r == nil || r.Local {
+			continue
+		}
+		k := poolKey{d.GetRule(), d.GetKey()}
+		sh := a.shard(k)
+		sh.mu.Lock()
+		p := sh.pools[k]
+		if p == nil {
+			p = &pool{rule: r, limit: r.RegionLimit(r.LimitFor(d.GetTenant(), d.GetPlan()), a.region)}
+			if r.Fair() {
+				p.limit = r.RegionLimit(r.Limit, a.region)
+				p.byClass = map[classKey]int{}
+			}
+			sh.pools[k] = p
+		}
+		if !r.Fair() {
+			p.limit = r.RegionLimit(r.LimitFor(d.GetTenant(), d.GetPlan()), a.region)
+		}
+		c := p.class(classKey{d.GetTenant(), d.GetPriority()}, r, d.GetPlan())
+		cl := c.claim(info.index)
+		a.observe(p, cl, d, now, interval, leaving)
+		p.dirty = true
+		if leaving || urgent || cl.seq == 0 {
+			a.allocatePool(sh, p, now, learning) // a leaving node's share is freed at once
+		}
+		// A lease the node already holds is renewed by the answer's
+		// renew_unix_nano; only changed leases are sent again.
+		if !leaving && cl.seq > 0 && (d.GetHeldEpoch() != epoch || d.GetHeldSeq() != cl.seq) {
+			leases = append(leases, a.leaseFor(p, c, cl, d, epoch, now))
+		}
+		sh.mu.Unlock()
+	}
+	return leases
+}
+
+// observe folds one demand report into a claim.
+func (a *allocator) observe(p *pool, cl *claim, d *allotpb.KeyDemand, now int64, interval time.Duration, leaving bool) {
+	cl.lastSeen = now
+	if leaving {
+		cl.est, cl.held, cl.lastSeen = 0, 0, 0
+		return
+	}
+	cl.est = a.est.Next(cl.est, lease.Observation{Admitted: d.GetAdmitted(), Denied: d.GetDenied(), Interval: interval}, p.rule.Period)
+	cl.held = d.GetHeld()
+	if windowed(p.rule.Algorithm) {
+		switch w := d.GetWindowUnixNano(); {
+		case w > p.window:
+			// A new window: what was held and spent in the old one no
+			// longer counts, for any node.
+			p.window = w
+			for _, c := range p.classes {
+				for i := range c.claims {
+					c.claims[i].held, c.claims[i].committed = 0, 0
+				}
+			}
+			cl.held, cl.committed = d.GetHeld(), d.GetCommitted()
+		case w == p.window:
+			cl.committed = d.GetCommitted()
+		default:
+			cl.held = 0 // a report about an old window says nothing of this one
+		}
+	}
+}
+
+func windowed(alg algo.Algorithm) bool {
+	return alg == algo.FixedWindow || alg == algo.SlidingWindow || alg == algo.SlidingLog
+}
+
+func (p *pool) class(k classKey, r *rules.Rule, plan string) *class {
+	if !r.Fair() {
+		if len(p.classes) == 0 {
+			p.classes = []*class{{key: classKey{tenant: k.tenant}, weight: 1}}
+		}
+		return p.classes[0]
+	}
+	if i, ok := p.byClass[k]; ok {
+		return p.classes[i]
+	}
+	c := &class{key: k, weight: r.WeightFor(k.tenant, plan)}
+	p.byClass[k] = len(p.classes)
+	p.classes = append(p.classes, c)
+	return c
+}
+
+func (c *class) claim(node int32) *claim {
+	i, found := slices.BinarySearchFunc(c.claims, node, func(cl claim, n int32) int { return int(cl.node - n) })
+	if !found {
+		c.claims = slices.Insert(c.claims, i, claim{node: node})
+	}
+	return &c.claims[i]
+}
+
+// allocatePool divides one pool's allowance among its present claims.
+// Claims silent for longer than a lease period are dropped: their leases
+// have expired.
+func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bool) {
+	a.mu.Lock()
+	a.seq++
+	seq := a.seq
+	a.mu.Unlock()
+
+	pl := lease.Pool{Limit: p.limit, Tolerance: p.rule.Tol(), Learning: learning}
+	present := func(cl *claim) bool { return cl.lastSeen > 0 && now-cl.lastSeen < 2*a.interval }
+	// Drop expired claims first.
+	for _, c := range p.classes {
+		c.claims = slices.DeleteFunc(c.claims, func(cl claim) bool { return cl.lastSeen == 0 || now-cl.lastSeen >= a.ttl })
+	}
+	if p.rule.Fair() {
+		sh.claims = sh.claims[:0]
+		for _, c := range p.classes {
+			for i := range c.claims {
+				cl := &c.claims[i]
+				sh.claims = append(sh.claims, lease.Claim{Node: cl.node, Present: present(cl), Demand: cl.est, Held: cl.held, Committed: cl.committed})
+			}
+		}
+		sh.classes = sh.classes[:0]
+		off := 0
+		for _, c := range p.classes {
+			n := len(c.claims)
+			sh.classes = append(sh.classes, lease.Class{Weight: c.weight, Priority: lease.Priority(c.key.priority), Claims: sh.claims[off : off+n : off+n]})
+			off += n
+		}
+		sh.alloc.AllocateFair(pl, sh.classes)
+		off = 0
+		for _, c := range p.classes {
+			for i := range c.claims {
+				c.claims[i].grant, c.claims[i].seq = sh.claims[off+i].Grant, seq
+			}
+			off += len(c.claims)
+		}
+	} else if len(p.classes) > 0 {
+		c := p.classes[0]
+		sh.claims = sh.claims[:0]
+		for i := range c.claims {
+			cl := &c.claims[i]
+			sh.claims = append(sh.claims, lease.Claim{Node: cl.node, Present: present(cl), Demand: cl.est, Held: cl.held, Committed: cl.committed})
+		}
+		lease.Allocate(pl, sh.claims)
+		for i := range c.claims {
+			c.claims[i].grant, c.claims[i].seq = sh.claims[i].Grant, seq
+		}
+	}
+	p.dirty = false
+}
+
+// leaseFor builds the lease a claim's grant gives its node.
+func (a *allocator) leaseFor(p *pool, c *class, cl *claim, d *allotpb.KeyDemand, epoch uint64, now int64) *allotpb.Lease {
+	l := &allotpb.Lease{
+		Rule:            d.GetRule(),
+		Key:             d.GetKey(),
+		Tenant:          c.key.tenant,
+		Priority:        c.key.priority,
+		Limit:           cl.grant,
+		Burst:           burstShare(p, cl.grant),
+		ExpiresUnixNano: now + a.ttl,
+		Epoch:           epoch,
+		Seq:             cl.seq,
+	}
+	if windowed(p.rule.Algorithm) {
+		l.WindowUnixNano = p.window
+	}
+	return l
+}
+
+// round re-divides every pool that changed since the last round, and every
+// pool at all once per lease period so that silent nodes' leases are
+// reclaimed. It returns how many pools it allocated and how many are held.
+func (a *allocator) round(now int64, full bool) (allocated, active int) {
+	a.mu.Lock()
+	learning := now < a.learnEnd
+	a.mu.Unlock()
+	for i := range a.shards {
+		sh := &a.shards[i]
+		sh.mu.Lock()
+		for k, p := range sh.pools {
+			if p.dirty || full {
+				a.allocatePool(sh, p, now, learning)
+				allocated++
+			}
+			if p.empty() {
+				delete(sh.pools, k)
+				continue
+			}
+			active++
+		}
+		sh.mu.Unlock()
+	}
+	if full {
+		a.mu.Lock()
+		for id, info := range a.nodes {
+			if now-info.lastSeen > 10*a.ttl {
+				delete(a.nodes, id) // its index is not reused; claims are gone by now
+			}
+		}
+		a.mu.Unlock()
+	}
+	return allocated, active
+}
+
+// burstShare is a grant's part of the pool's burst: the rule's burst,
+// scaled like the pool's limit (by plan and region), in proportion to the
+// grant.
+func burstShare(p *pool, grant float64) float64 {
+	poolBurst := float64(p.rule.Burst) * p.limit / math.Max(float64(p.rule.Limit), 1)
+	return lease.BurstShare(p.limit, poolBurst, grant)
+}
+
+func (p *pool) empty() bool {
+	for _, c := range p.classes {
+		if len(c.claims) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// learning reports whether the allocator is in learning mode at now.
+func (a *allocator) learning(now int64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return now < a.learnEnd
+}
+
+// counts returns how many pools are held and how many are waiting for the
+// next round.
+func (a *allocator) counts() (dirty, active int) {
+	for i := range a.shards {
+		sh := &a.shards[i]
+		sh.mu.Lock()
+		for _, p := range sh.pools {
+			active++
+			if p.dirty {
+				dirty++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return dirty, active
+}

@@ -1,0 +1,198 @@
+package coordinator
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	allotpb "github.com/allot-io/allot/proto"
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+const backupChunk = 256 << 10
+
+// streamSink is a raft.SnapshotSink that writes to a stream.
+type streamSink struct{ w io.Writer }
+
+func (s streamSink) Write(p []byte) (int, error) { return s.w.Write(p) }
+func (s streamSink) ID() string                  { return "backup" }
+func (s streamSink) Cancel() error               { return nil }
+func (s streamSink) Close() error                { return nil }
+
+// chunkWriter cuts what is written into BackupChunks.
+type chunkWriter struct {
+	stream grpc.ServerStreamingServer[allotpb.BackupChunk]
+	index  uint64
+}
+
+func (w *chunkWriter) Write(p []byte) (int, error) {
+	for off := 0; off < len(p); off += backupChunk {
+		end := min(off+backupChunk, len(p))
+		if err := w.stream.Send(&allotpb.BackupChunk{Data: p[off:end], AppliedIndex: w.index}); err != nil {
+			return off, err
+		}
+		w.index = 0 // only the first chunk carries it
+	}
+	return len(p), nil
+}
+
+// Backup streams this member's state in the snapshot format. Call it on
+// the leader for the most recent state.
+func (s *clusterServer) Backup(_ *allotpb.BackupRequest, stream grpc.ServerStreamingServer[allotpb.BackupChunk]) error {
+	c := s.c
+	index := c.raft.AppliedIndex()
+	snap, err := c.fsm.Snapshot()
+	if err != nil {
+		return status.Errorf(codes.Internal, "snapshot: %v", err)
+	}
+	defer snap.Release()
+	w := bufio.NewWriterSize(&chunkWriter{stream: stream, index: index}, backupChunk)
+	if err := snap.Persist(streamSink{w}); err != nil {
+		return status.Errorf(codes.Unavailable, "streaming the backup: %v", err)
+	}
+	if err := w.Flush(); err != nil {
+		return status.Errorf(codes.Unavailable, "streaming the backup: %v", err)
+	}
+	c.metrics.adminRequests.WithLabelValues("Backup", "ok").Inc()
+	return nil
+}
+
+// Restore replaces the cluster's whole state with a backup. It runs on the
+// leader only and is meant for disaster recovery into a fresh cluster: the
+// leader takes the backup's state and installs it on the followers.
+func (s *clusterServer) Restore(stream grpc.ClientStreamingServer[allotpb.RestoreChunk, allotpb.RestoreResponse]) error {
+	c := s.c
+	if !c.leading.Load() {
+		_, addr := c.Leader()
+		return status.Errorf(codes.FailedPrecondition, "restore runs on the leader, which is at %q", addr)
+	}
+	f, err := os.CreateTemp(c.cfg.DataDir, "restore-*.snap")
+	if err != nil {
+		return status.Errorf(codes.Internal, "restore: %v", err)
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	size := int64(0)
+	for {
+		chunk, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		n, err := f.Write(chunk.GetData())
+		size += int64(n)
+		if err != nil {
+			return status.Errorf(codes.Internal, "restore: %v", err)
+		}
+	}
+	// Check the backup decodes before handing it to Raft.
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return status.Errorf(codes.Internal, "restore: %v", err)
+	}
+	if _, err := readSnapshot(bufio.NewReader(f)); err != nil {
+		c.metrics.adminRequests.WithLabelValues("Restore", "invalid").Inc()
+		return status.Errorf(codes.InvalidArgument, "not a valid backup: %v", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return status.Errorf(codes.Internal, "restore: %v", err)
+	}
+	var before uint64
+	c.fsm.read(func(s *state) { before = s.epoch })
+	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: size}
+	if err := c.raft.Restore(meta, f, time.Minute); err != nil {
+		return status.Errorf(codes.Unavailable, "restore: %v", err)
+	}
+	// A new epoch above any this cluster issued, so agents take the new
+	// leases; and the allocator forgets what described the old state.
+	res, err := c.apply(cmdEpoch, &allotpb.EpochCommand{Leader: c.cfg.NodeID, AtLeast: before + 1}, 10*time.Second)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "restored, but starting a new epoch failed: %v", err)
+	}
+	c.alloc.lead(res.(uint64), c.now().UnixNano())
+	c.alloc.setRules(c.currentRules())
+	c.metrics.adminRequests.WithLabelValues("Restore", "ok").Inc()
+	c.log.Warn("cluster state replaced from a backup", "bytes", size, "index", c.raft.AppliedIndex(), "epoch", res)
+	return stream.SendAndClose(&allotpb.RestoreResponse{Index: c.raft.AppliedIndex()})
+}
+
+// authStreamInterceptor applies the admin token to streaming calls.
+func (c *Coordinator) authStreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, next grpc.StreamHandler) error {
+	if c.cfg.AdminToken == "" || !streamAdminMethods[info.FullMethod] {
+		return next(srv, ss)
+	}
+	md, _ := metadata.FromIncomingContext(ss.Context())
+	if tokenOK(md, c.cfg.AdminToken) {
+		return next(srv, ss)
+	}
+	method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
+	c.metrics.adminRequests.WithLabelValues(method, "unauthenticated").Inc()
+	return status.Error(codes.Unauthenticated, "backups hold the whole ledger and restores replace it: send \"authorization: Bearer <token>\"")
+}
+
+var streamAdminMethods = map[string]bool{
+	allotpb.ClusterService_Backup_FullMethodName:  true,
+	allotpb.ClusterService_Restore_FullMethodName: true,
+}
+
+// BackupTo writes a backup of the member at addr to w; for operator tools
+// and tests.
+func BackupTo(ctx context.Context, client allotpb.ClusterServiceClient, w io.Writer) (uint64, error) {
+	stream, err := client.Backup(ctx, &allotpb.BackupRequest{})
+	if err != nil {
+		return 0, err
+	}
+	var index uint64
+	for {
+		chunk, err := stream.Recv()
+		if err == io.EOF {
+			return index, nil
+		}
+		if err != nil {
+			return index, fmt.Errorf("coordinator: backup: %w", err)
+		}
+		if chunk.GetAppliedIndex() != 0 {
+			index = chunk.GetAppliedIndex()
+		}
+		if _, err := w.Write(chunk.GetData()); err != nil {
+			return index, fmt.Errorf("coordinator: backup: %w", err)
+		}
+	}
+}
+
+// RestoreFrom sends a backup read from r to the leader behind client.
+func RestoreFrom(ctx context.Context, client allotpb.ClusterServiceClient, r io.Reader) (uint64, error) {
+	stream, err := client.Restore(ctx)
+	if err != nil {
+		return 0, err
+	}
+	buf := make([]byte, backupChunk)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if serr := stream.Send(&allotpb.RestoreChunk{Data: append([]byte(nil), buf[:n]...)}); serr != nil {
+				break // the server's reason comes from CloseAndRecv
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, fmt.Errorf("coordinator: restore: reading backup: %w", err)
+		}
+	}
+	resp, err := stream.CloseAndRecv()
+	if err != nil {
+		return 0, err
+	}
+	return resp.GetIndex(), nil
+}

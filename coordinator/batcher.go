@@ -1,0 +1,106 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	allotpb "github.com/allot-io/allot/proto"
+)
+
+// batcher gathers the usage batches of many reports into one Raft entry
+// per apply window, so the log grows by one entry per window, never one per
+// report or per key. A report is acknowledged only once its entry is
+// committed and applied.
+type batcher struct {
+	in     chan pendingUsage
+	window time.Duration
+	max    int
+	apply  func(*allotpb.ReportsCommand) (*allotpb.ReportsResult, error)
+	now    func() time.Time
+}
+
+type pendingUsage struct {
+	usage *allotpb.AgentUsage
+	done  chan batchResult
+}
+
+type batchResult struct {
+	acked uint64
+	err   error
+}
+
+var errStopped = errors.New("coordinator: shutting down")
+
+func newBatcher(window time.Duration, apply func(*allotpb.ReportsCommand) (*allotpb.ReportsResult, error), now func() time.Time) *batcher {
+	return &batcher{in: make(chan pendingUsage, 4096), window: window, max: 2048, apply: apply, now: now}
+}
+
+// submit queues a usage batch and returns where its result will arrive.
+func (b *batcher) submit(ctx context.Context, u *allotpb.AgentUsage) (<-chan batchResult, error) {
+	p := pendingUsage{usage: u, done: make(chan batchResult, 1)}
+	select {
+	case b.in <- p:
+		return p.done, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// run applies gathered batches until ctx ends; whatever is queued then is
+// failed so that agents re-send it.
+func (b *batcher) run(ctx context.Context) {
+	var pending []pendingUsage
+	for {
+		select {
+		case <-ctx.Done():
+			b.fail(pending, errStopped)
+			for {
+				select {
+				case p := <-b.in:
+					p.done <- batchResult{err: errStopped}
+				default:
+					return
+				}
+			}
+		case p := <-b.in:
+			pending = append(pending[:0], p)
+			timer := time.NewTimer(b.window)
+		gather:
+			for len(pending) < b.max {
+				select {
+				case p := <-b.in:
+					pending = append(pending, p)
+				case <-timer.C:
+					break gather
+				case <-ctx.Done():
+					break gather
+				}
+			}
+			timer.Stop()
+			b.flush(pending)
+			pending = pending[:0]
+		}
+	}
+}
+
+func (b *batcher) flush(pending []pendingUsage) {
+	cmd := &allotpb.ReportsCommand{ProposedUnixNano: b.now().UnixNano(), Reports: make([]*allotpb.AgentUsage, len(pending))}
+	for i, p := range pending {
+		cmd.Reports[i] = p.usage
+	}
+	res, err := b.apply(cmd)
+	if err != nil {
+		b.fail(pending, err)
+		return
+	}
+	for i, p := range pending {
+		p.done <- batchResult{acked: res.GetAckedSeq()[i]}
+	}
+}
+
+func (b *batcher) fail(pending []pendingUsage, err error) {
+	for _, p := range pending {
+		p.done <- batchResult{err: err}
+	}
+}

@@ -1,0 +1,191 @@
+package coordinator
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults for Config's zero fields.
+const (
+	DefaultReportInterval = time.Second
+	DefaultBillingWindow  = time.Hour
+	DefaultApplyWindow    = 20 * time.Millisecond
+	DefaultAgentTimeout   = 15 * time.Minute
+	DefaultMaxReportBytes = 8 << 20
+	DefaultMaxReportKeys  = 200_000
+)
+
+// ErrInvalidConfig is wrapped by every configuration error.
+var ErrInvalidConfig = errors.New("coordinator: invalid configuration")
+
+// Config configures one coordinator process.
+type Config struct {
+	// NodeID names this member; it must be unique in the cluster and stay
+	// the same across restarts.
+	NodeID string
+	// DataDir holds the Raft log, stable store and snapshots.
+	DataDir string
+	// RaftAddr is where the Raft transport listens, host:port; port 0
+	// picks a free one. It is also the address other members dial.
+	RaftAddr string
+	// GRPCAddr is where agents, operators and other members call.
+	GRPCAddr string
+	// HTTPAddr serves /metrics, /healthz, /readyz, /v1/status and
+	// /v1/usage; empty disables it.
+	HTTPAddr string
+	// Bootstrap makes this node a one-member cluster if it has no state
+	// yet. Exactly one node of a new cluster bootstraps.
+	Bootstrap bool
+	// Join lists gRPC addresses of existing members to join through.
+	Join []string
+	// Region names the region this cluster serves; usage is recorded
+	// under it.
+	Region string
+	// RulesFile, when set, is loaded and put as the whole rule set by the
+	// leader when it differs from the replicated one.
+	RulesFile string
+	// AdminToken, when set, must be presented as a bearer token to change
+	// rules or membership.
+	AdminToken string
+	// TLS configures TLS on gRPC and on the Raft transport.
+	TLS TLSConfig
+
+	// ReportInterval is how often agents report; LeaseTTL how long a lease
+	// holds (default 5 × ReportInterval); RoundInterval how often the
+	// leader re-divides allowances (default ReportInterval / 4);
+	// ApplyWindow how long reports are gathered into one Raft entry.
+	ReportInterval time.Duration
+	LeaseTTL       time.Duration
+	RoundInterval  time.Duration
+	ApplyWindow    time.Duration
+	// BillingWindow is the ledger's window (default one hour). It is fixed
+	// by the first leader of a cluster and replicated.
+	BillingWindow time.Duration
+	// AgentTimeout is how long an agent may be silent before billing
+	// windows stop waiting for it.
+	AgentTimeout time.Duration
+	// LedgerRetention deletes final ledger windows older than this; zero
+	// keeps everything.
+	LedgerRetention time.Duration
+	// MaxReportBytes and MaxReportKeys bound one report.
+	MaxReportBytes int
+	MaxReportKeys  int
+
+	// HeartbeatTimeout and ElectionTimeout tune Raft (default 1s each).
+	// Tests on loopback use much shorter ones.
+	HeartbeatTimeout time.Duration
+	ElectionTimeout  time.Duration
+	// SnapshotInterval and SnapshotThreshold tune Raft snapshots (defaults
+	// 2 minutes and 8192 entries).
+	SnapshotInterval  time.Duration
+	SnapshotThreshold uint64
+
+	// Logger receives the coordinator's and Raft's logs; nil discards.
+	Logger hclog.Logger
+	// Registerer receives the metrics; nil uses a registry of the
+	// coordinator's own, served on /metrics.
+	Registerer prometheus.Registerer
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// TLSConfig names the PEM files for TLS. With CAFile set, peers must
+// present certificates signed by it (mutual TLS), and an agent's
+// certificate must name the node it reports as.
+type TLSConfig struct {
+	CertFile string
+	KeyFile  string
+	CAFile   string
+}
+
+// Enabled reports whether TLS is configured.
+func (t TLSConfig) Enabled() bool { return t.CertFile != "" }
+
+func (c *Config) withDefaults() (Config, error) {
+	cfg := *c
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case cfg.NodeID == "":
+		return cfg, bad("NodeID", "is required")
+	case cfg.DataDir == "":
+		return cfg, bad("DataDir", "is required")
+	case cfg.RaftAddr == "":
+		return cfg, bad("RaftAddr", "is required")
+	case cfg.GRPCAddr == "":
+		return cfg, bad("GRPCAddr", "is required")
+	case cfg.Bootstrap && len(cfg.Join) > 0:
+		return cfg, bad("Join", "a bootstrapping node starts a new cluster; it cannot also join one")
+	case cfg.TLS.CertFile != "" && cfg.TLS.KeyFile == "", cfg.TLS.KeyFile != "" && cfg.TLS.CertFile == "":
+		return cfg, bad("TLS", "CertFile and KeyFile go together")
+	case cfg.TLS.CAFile != "" && cfg.TLS.CertFile == "":
+		return cfg, bad("TLS", "CAFile needs CertFile and KeyFile")
+	}
+	for name, d := range map[string]time.Duration{
+		"ReportInterval": cfg.ReportInterval, "LeaseTTL": cfg.LeaseTTL, "RoundInterval": cfg.RoundInterval,
+		"ApplyWindow": cfg.ApplyWindow, "BillingWindow": cfg.BillingWindow, "AgentTimeout": cfg.AgentTimeout,
+		"LedgerRetention": cfg.LedgerRetention, "HeartbeatTimeout": cfg.HeartbeatTimeout,
+		"ElectionTimeout": cfg.ElectionTimeout, "SnapshotInterval": cfg.SnapshotInterval,
+	} {
+		if d < 0 {
+			return cfg, bad(name, "must not be negative, got %v", d)
+		}
+	}
+	if cfg.ReportInterval == 0 {
+		cfg.ReportInterval = DefaultReportInterval
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = 5 * cfg.ReportInterval
+	}
+	if cfg.LeaseTTL < 2*cfg.ReportInterval {
+		return cfg, bad("LeaseTTL", "%v is shorter than two report intervals (%v): leases would expire between reports", cfg.LeaseTTL, 2*cfg.ReportInterval)
+	}
+	if cfg.RoundInterval == 0 {
+		cfg.RoundInterval = cfg.ReportInterval / 4
+	}
+	if cfg.ApplyWindow == 0 {
+		cfg.ApplyWindow = DefaultApplyWindow
+	}
+	if cfg.BillingWindow == 0 {
+		cfg.BillingWindow = DefaultBillingWindow
+	}
+	if cfg.BillingWindow < time.Second {
+		return cfg, bad("BillingWindow", "must be at least a second, got %v", cfg.BillingWindow)
+	}
+	if cfg.AgentTimeout == 0 {
+		cfg.AgentTimeout = DefaultAgentTimeout
+	}
+	if cfg.MaxReportBytes == 0 {
+		cfg.MaxReportBytes = DefaultMaxReportBytes
+	}
+	if cfg.MaxReportKeys == 0 {
+		cfg.MaxReportKeys = DefaultMaxReportKeys
+	}
+	if cfg.MaxReportBytes < 0 || cfg.MaxReportKeys < 0 {
+		return cfg, bad("MaxReportBytes", "limits must not be negative")
+	}
+	if cfg.HeartbeatTimeout == 0 {
+		cfg.HeartbeatTimeout = time.Second
+	}
+	if cfg.ElectionTimeout == 0 {
+		cfg.ElectionTimeout = time.Second
+	}
+	if cfg.SnapshotInterval == 0 {
+		cfg.SnapshotInterval = 2 * time.Minute
+	}
+	if cfg.SnapshotThreshold == 0 {
+		cfg.SnapshotThreshold = 8192
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return cfg, nil
+}

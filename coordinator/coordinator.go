@@ -1,0 +1,386 @@
+package coordinator
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/allot-io/allot/lease/rules"
+	allotpb "github.com/allot-io/allot/proto"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/protobuf/proto"
+)
+
+// ErrNotLeader is returned by writes attempted on a member that is not the
+// leader; the caller forwards to the leader or follows it.
+var ErrNotLeader = errors.New("coordinator: not the leader")
+
+// Coordinator is one member of a coordinator cluster.
+type Coordinator struct {
+	cfg     Config
+	log     hclog.Logger
+	metrics *metrics
+	gather  prometheus.Gatherer
+
+	fsm       *fsm
+	raft      *raft.Raft
+	transport *raft.NetworkTransport
+	store     *raftboltdb.BoltStore
+	raftAddr  string
+
+	alloc   *allocator
+	batcher *batcher
+	peers   *peers
+
+	grpc     *grpc.Server
+	grpcLis  net.Listener
+	health   *health.Server
+	http     *http.Server
+	httpLis  net.Listener
+	clientTL *tls.Config
+
+	notify  chan bool   // Raft's leadership notifications
+	leading atomic.Bool // leader, and ready to serve agents
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	closed  atomic.Bool
+}
+
+// New starts a coordinator: it opens or creates the Raft state in
+// DataDir, listens on the configured addresses, bootstraps or joins, and
+// serves. It returns once the listeners are bound; use WaitLeader to wait
+// for the cluster to elect a leader.
+func New(config Config) (*Coordinator, error) {
+	cfg, err := config.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	reg := cfg.Registerer
+	var gather prometheus.Gatherer = prometheus.DefaultGatherer
+	if reg == nil {
+		r := prometheus.NewRegistry()
+		reg, gather = r, r
+	} else if g, ok := reg.(prometheus.Gatherer); ok {
+		gather = g
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Coordinator{
+		cfg: cfg, log: cfg.Logger.Named("coordinator"), metrics: newMetrics(reg), gather: gather,
+		alloc: newAllocator(cfg.Region, cfg.ReportInterval, cfg.LeaseTTL),
+		ctx:   ctx, cancel: cancel,
+	}
+	c.fsm = newFSM(c.log.Named("fsm"), c.onApplied)
+	if err := c.startRaft(); err != nil {
+		cancel()
+		return nil, err
+	}
+	c.batcher = newBatcher(cfg.ApplyWindow, c.applyReports, cfg.Now)
+	if err := c.startGRPC(); err != nil {
+		c.shutdown()
+		return nil, err
+	}
+	if err := c.startHTTP(); err != nil {
+		c.shutdown()
+		return nil, err
+	}
+	c.goRun(c.watchLeadership)
+	c.goRun(c.batcher.run)
+	if len(cfg.Join) > 0 {
+		c.goRun(c.joinCluster)
+	}
+	c.log.Info("coordinator started", "id", cfg.NodeID, "raft", c.raftAddr, "grpc", c.GRPCAddr(), "http", c.HTTPAddr(), "region", cfg.Region)
+	return c, nil
+}
+
+func (c *Coordinator) goRun(fn func(context.Context)) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		fn(c.ctx)
+	}()
+}
+
+func (c *Coordinator) startRaft() error {
+	cfg := c.cfg
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("coordinator: data dir: %w", err)
+	}
+	serverTLS, clientTLS, err := cfg.TLS.configs()
+	if err != nil {
+		return err
+	}
+	c.clientTL = clientTLS
+	rlog := cfg.Logger.Named("raft")
+	if serverTLS != nil {
+		stream, err := newTLSStreamLayer(cfg.RaftAddr, serverTLS, clientTLS)
+		if err != nil {
+			return err
+		}
+		c.transport = raft.NewNetworkTransportWithLogger(stream, 5, 10*time.Second, rlog)
+	} else {
+		// The listener's own address is advertised; an unspecified host
+		// (0.0.0.0) cannot be, and Raft refuses it with a clear error.
+		c.transport, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, nil, 5, 10*time.Second, rlog)
+		if err != nil {
+			return fmt.Errorf("coordinator: raft transport on %s (give a host others can dial): %w", cfg.RaftAddr, err)
+		}
+	}
+	c.raftAddr = string(c.transport.LocalAddr())
+	c.store, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
+	if err != nil {
+		c.transport.Close()
+		return fmt.Errorf("coordinator: raft store: %w", err)
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 3, rlog)
+	if err != nil {
+		c.store.Close()
+		c.transport.Close()
+		return fmt.Errorf("coordinator: snapshot store: %w", err)
+	}
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.Logger = rlog
+	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
+	rc.ElectionTimeout = cfg.ElectionTimeout
+	rc.LeaderLeaseTimeout = min(cfg.HeartbeatTimeout/2, rc.LeaderLeaseTimeout)
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.TrailingLogs = max(cfg.SnapshotThreshold, 1024)
+	notify := make(chan bool, 8)
+	rc.NotifyCh = notify
+	existing, err := raft.HasExistingState(c.store, c.store, snaps)
+	if err != nil {
+		c.store.Close()
+		c.transport.Close()
+		return fmt.Errorf("coordinator: reading raft state: %w", err)
+	}
+	c.raft, err = raft.NewRaft(rc, c.fsm, c.store, c.store, snaps, c.transport)
+	if err != nil {
+		c.store.Close()
+		c.transport.Close()
+		return fmt.Errorf("coordinator: starting raft: %w", err)
+	}
+	c.notify = notify
+	if cfg.Bootstrap && !existing {
+		f := c.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: c.transport.LocalAddr()}}})
+		if err := f.Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			return fmt.Errorf("coordinator: bootstrap: %w", err)
+		}
+	}
+	return nil
+}
+
+func (c *Coordinator) startGRPC() error {
+	serverTLS, _, err := c.cfg.TLS.configs()
+	if err != nil {
+		return err
+	}
+	opts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(c.cfg.MaxReportBytes),
+		grpc.ChainUnaryInterceptor(c.authInterceptor),
+		grpc.ChainStreamInterceptor(c.authStreamInterceptor),
+		grpc.StatsHandler(&oversizeCounter{reports: c.metrics.reports}),
+	}
+	if serverTLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(serverTLS)))
+	}
+	c.grpc = grpc.NewServer(opts...)
+	allotpb.RegisterAgentServiceServer(c.grpc, &agentServer{c: c})
+	allotpb.RegisterRulesServiceServer(c.grpc, &rulesServer{c: c})
+	allotpb.RegisterClusterServiceServer(c.grpc, &clusterServer{c: c})
+	allotpb.RegisterUsageServiceServer(c.grpc, &usageServer{c: c})
+	c.health = health.NewServer()
+	healthpb.RegisterHealthServer(c.grpc, c.health)
+	reflection.Register(c.grpc)
+	c.grpcLis, err = net.Listen("tcp", c.cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("coordinator: grpc listener: %w", err)
+	}
+	c.peers = newPeers(c.grpcDialOptions())
+	go func() {
+		if err := c.grpc.Serve(c.grpcLis); err != nil && !c.closed.Load() {
+			c.log.Error("grpc server stopped", "error", err)
+		}
+	}()
+	return nil
+}
+
+// grpcDialOptions are how this member dials other members.
+func (c *Coordinator) grpcDialOptions() []grpc.DialOption {
+	if c.clientTL != nil {
+		return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(c.clientTL))}
+	}
+	return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+}
+
+// GRPCAddr is the address gRPC listens on.
+func (c *Coordinator) GRPCAddr() string { return c.grpcLis.Addr().String() }
+
+// HTTPAddr is the address HTTP listens on, or "" when disabled.
+func (c *Coordinator) HTTPAddr() string {
+	if c.httpLis == nil {
+		return ""
+	}
+	return c.httpLis.Addr().String()
+}
+
+// RaftAddr is the address of the Raft transport.
+func (c *Coordinator) RaftAddr() string { return c.raftAddr }
+
+// ID is this member's node ID.
+func (c *Coordinator) ID() string { return c.cfg.NodeID }
+
+// IsLeader reports whether this member leads and is ready to serve agents.
+func (c *Coordinator) IsLeader() bool { return c.leading.Load() }
+
+// Leader returns the current leader's ID and gRPC address, if known.
+func (c *Coordinator) Leader() (id, grpcAddr string) {
+	_, lid := c.raft.LeaderWithID()
+	id = string(lid)
+	if id == "" {
+		return "", ""
+	}
+	c.fsm.read(func(s *state) {
+		if m := s.members[id]; m != nil {
+			grpcAddr = m.GetGrpcAddress()
+		}
+	})
+	return id, grpcAddr
+}
+
+// WaitLeader blocks until the cluster has a leader whose address is known
+// and ready, or ctx ends.
+func (c *Coordinator) WaitLeader(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if id, addr := c.Leader(); id != "" && addr != "" {
+			if id != c.cfg.NodeID || c.leading.Load() {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("coordinator: waiting for a leader: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// now is the coordinator's clock.
+func (c *Coordinator) now() time.Time { return c.cfg.Now() }
+
+// apply proposes a command and waits for it to be committed and applied.
+func (c *Coordinator) apply(t commandType, m proto.Message, timeout time.Duration) (any, error) {
+	if c.raft.State() != raft.Leader {
+		return nil, ErrNotLeader
+	}
+	data, err := encodeCommand(t, m)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	f := c.raft.Apply(data, timeout)
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return nil, ErrNotLeader
+		}
+		return nil, fmt.Errorf("coordinator: applying %v: %w", t, err)
+	}
+	c.metrics.applySeconds.Observe(time.Since(start).Seconds())
+	if err, ok := f.Response().(error); ok {
+		return nil, err
+	}
+	return f.Response(), nil
+}
+
+func (c *Coordinator) applyReports(cmd *allotpb.ReportsCommand) (*allotpb.ReportsResult, error) {
+	res, err := c.apply(cmdReports, cmd, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return res.(*allotpb.ReportsResult), nil
+}
+
+// currentRules returns the replicated rule set.
+func (c *Coordinator) currentRules() *rules.Set {
+	var set *rules.Set
+	c.fsm.read(func(s *state) { set = s.rules })
+	return set
+}
+
+// onApplied observes every applied command.
+func (c *Coordinator) onApplied(t commandType) {
+	c.metrics.commands.WithLabelValues(t.String()).Inc()
+	if t == cmdRules {
+		var set *rules.Set
+		c.fsm.read(func(s *state) { set = s.rules })
+		c.metrics.rulesVersion.Set(float64(set.Version()))
+		c.alloc.setRules(set)
+	}
+}
+
+// Close stops serving, leaves Raft running no longer, and closes the stores.
+// It does not remove the member from the cluster (see ClusterService.Remove).
+func (c *Coordinator) Close(ctx context.Context) error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	c.health.Shutdown()
+	if c.http != nil {
+		_ = c.http.Shutdown(ctx)
+	}
+	stopped := make(chan struct{})
+	go func() { c.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		c.grpc.Stop()
+	}
+	return c.shutdown()
+}
+
+func (c *Coordinator) shutdown() error {
+	c.closed.Store(true)
+	c.cancel()
+	c.leading.Store(false)
+	var errs []error
+	if c.raft != nil {
+		if err := c.raft.Shutdown().Error(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	c.wg.Wait()
+	if c.peers != nil {
+		c.peers.close()
+	}
+	if c.transport != nil {
+		errs = append(errs, c.transport.Close())
+	}
+	if c.store != nil {
+		errs = append(errs, c.store.Close())
+	}
+	if c.grpc != nil {
+		c.grpc.Stop()
+	}
+	c.log.Info("coordinator stopped", "id", c.cfg.NodeID)
+	return errors.Join(errs...)
+}

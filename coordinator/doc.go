@@ -1,0 +1,29 @@
+// Package coordinator is the cluster the platform team runs: three or five
+// members replicated with Raft, which collect usage from every gateway's
+// agent, divide each global allowance among the nodes in proportion to
+// their demand, and keep the usage ledger billing jobs read.
+//
+// It is never on the request path. Agents call it once per reporting
+// interval; a request is decided in the gateway's memory against the
+// node's leases.
+//
+// # What is replicated, and what is not
+//
+// Raft replicates, through a thin FSM that hands each log entry to a state
+// layer, what must survive any failure: the rules; the usage ledger
+// (admitted and denied totals per tenant, rule, region and billing window);
+// for every agent incarnation, the last usage batch applied, so that a
+// batch retried after a timeout or a failover is counted exactly once; the
+// members' addresses; and the coordinator epoch.
+//
+// Demand and grants are not replicated. They change every interval and are
+// rebuilt from the next round of reports, so they live on the leader only
+// (allocator). A new leader starts a new epoch and, for one lease period,
+// grants no node more than it reports holding, so a failover never
+// double-grants an allowance.
+//
+// Reports are batched into one Raft entry per apply window; an agent's
+// usage is acknowledged only once its entry is committed, and the agent
+// re-sends it until then. docs/coordinator.md describes the state machine,
+// the failover sequence and the operations runbook.
+package coordinator

@@ -1,0 +1,195 @@
+package coordinator
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	allotpb "github.com/allot-io/allot/proto"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// entry makes a log entry the way the leader would.
+func entry(t *testing.T, index uint64, ct commandType, m proto.Message) *raft.Log {
+	t.Helper()
+	data, err := encodeCommand(ct, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &raft.Log{Index: index, Type: raft.LogCommand, Data: data}
+}
+
+func testFSM() *fsm { return newFSM(hclog.NewNullLogger(), nil) }
+
+var hour0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+
+func usageCmd(at time.Time, node string, inc, seq uint64, tenant string, admitted, denied uint64) *allotpb.ReportsCommand {
+	return &allotpb.ReportsCommand{ProposedUnixNano: at.UnixNano(), Reports: []*allotpb.AgentUsage{{
+		Node: node, Incarnation: inc, Region: "eu-west",
+		Batch: &allotpb.UsageBatch{Seq: seq, CutUnixNano: at.UnixNano(), Counts: []*allotpb.UsageCount{
+			{Rule: "plan-quota", Tenant: tenant, WindowUnix: at.Unix(), Admitted: admitted, Denied: denied},
+		}},
+	}}}
+}
+
+func ledgerTotal(f *fsm, tenant string) (admitted, denied uint64) {
+	f.read(func(s *state) {
+		for k, u := range s.ledger {
+			if k.tenant == tenant {
+				admitted += u.admitted
+				denied += u.denied
+			}
+		}
+	})
+	return admitted, denied
+}
+
+// TestFSMCountsEachBatchOnce: a batch retried after a timeout or failover
+// (same node, incarnation and seq) is applied once; a new incarnation of
+// the same node starts its own sequence.
+func TestFSMCountsEachBatchOnce(t *testing.T) {
+	f := testFSM()
+	res := f.Apply(entry(t, 1, cmdReports, usageCmd(hour0, "gw-1", 7, 1, "acme", 100, 5))).(*allotpb.ReportsResult)
+	if res.GetAckedSeq()[0] != 1 {
+		t.Fatalf("acked %v", res.GetAckedSeq())
+	}
+	f.Apply(entry(t, 2, cmdReports, usageCmd(hour0, "gw-1", 7, 1, "acme", 100, 5))) // the retry
+	f.Apply(entry(t, 3, cmdReports, usageCmd(hour0, "gw-1", 7, 2, "acme", 10, 0)))
+	f.Apply(entry(t, 4, cmdReports, usageCmd(hour0, "gw-1", 8, 1, "acme", 1, 0))) // restarted agent
+	if a, d := ledgerTotal(f, "acme"); a != 111 || d != 5 {
+		t.Fatalf("ledger %d admitted %d denied; want 111 and 5", a, d)
+	}
+}
+
+func TestFSMBillingWindowsAndFinality(t *testing.T) {
+	f := testFSM()
+	f.Apply(entry(t, 1, cmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
+	at := hour0.Add(10 * time.Minute)
+	f.Apply(entry(t, 2, cmdReports, usageCmd(at, "gw-1", 1, 1, "acme", 5, 0)))
+	f.Apply(entry(t, 3, cmdReports, usageCmd(at, "gw-2", 1, 1, "acme", 7, 0)))
+	maintain := func(now time.Time) {
+		f.Apply(entry(t, 9, cmdMaintain, &allotpb.MaintainCommand{NowUnixNano: now.UnixNano(), AgentTimeoutNano: int64(2 * time.Hour)}))
+	}
+	final := func() (v bool) {
+		f.read(func(s *state) { v = s.final[hour0.Unix()] })
+		return v
+	}
+	maintain(hour0.Add(30 * time.Minute))
+	if final() {
+		t.Fatal("an open window was finalized")
+	}
+	// The window has closed; gw-1 has reported past its end, gw-2 not yet.
+	f.Apply(entry(t, 4, cmdReports, usageCmd(hour0.Add(61*time.Minute), "gw-1", 1, 2, "acme", 1, 0)))
+	maintain(hour0.Add(62 * time.Minute))
+	if final() {
+		t.Fatal("window finalized while gw-2 had not reported past its end")
+	}
+	f.Apply(entry(t, 5, cmdReports, usageCmd(hour0.Add(62*time.Minute), "gw-2", 1, 2, "acme", 1, 0)))
+	maintain(hour0.Add(63 * time.Minute))
+	if !final() {
+		t.Fatal("window not finalized once every reporter was acknowledged past its end")
+	}
+	// A late count for the final window is carried into the open one.
+	late := usageCmd(hour0.Add(64*time.Minute), "gw-3", 1, 1, "acme", 3, 0)
+	late.Reports[0].Batch.Counts[0].WindowUnix = hour0.Unix()
+	f.Apply(entry(t, 6, cmdReports, late))
+	f.read(func(s *state) {
+		if u := s.ledger[ledgerKey{"acme", "plan-quota", "eu-west", hour0.Unix()}]; u.admitted != 12 {
+			t.Errorf("final window changed: %d admitted", u.admitted)
+		}
+		if u := s.ledger[ledgerKey{"acme", "plan-quota", "eu-west", hour0.Add(time.Hour).Unix()}]; u == nil || u.admitted != 5 {
+			t.Errorf("late usage not carried into the open window: %+v", u)
+		}
+	})
+}
+
+func TestFSMRules(t *testing.T) {
+	f := testFSM()
+	good := &allotpb.Rule{Name: "r", Scope: "tenant", Algorithm: "gcra", Limit: 10, Period: durationpb.New(time.Second), Intent: "quota"}
+	if err, ok := f.Apply(entry(t, 1, cmdRules, &allotpb.RulesCommand{Put: []*allotpb.Rule{good}})).(error); ok {
+		t.Fatal(err)
+	}
+	bad := proto.Clone(good).(*allotpb.Rule)
+	bad.Name, bad.Limit = "bad", -1
+	if _, ok := f.Apply(entry(t, 2, cmdRules, &allotpb.RulesCommand{Put: []*allotpb.Rule{bad}})).(error); !ok {
+		t.Fatal("an invalid rule was applied")
+	}
+	f.read(func(s *state) {
+		if s.rules.Len() != 1 || s.rules.Version() != 1 {
+			t.Errorf("rules after a refused change: %d rules, version %d", s.rules.Len(), s.rules.Version())
+		}
+	})
+	f.Apply(entry(t, 3, cmdRules, &allotpb.RulesCommand{Delete: []string{"r"}}))
+	f.read(func(s *state) {
+		if s.rules.Len() != 0 || s.rules.Version() != 2 {
+			t.Errorf("after delete: %d rules, version %d", s.rules.Len(), s.rules.Version())
+		}
+	})
+}
+
+// TestFSMUnknownCommands: an ignorable unknown command is skipped; any
+// other unknown or undecodable entry stops the node rather than letting it
+// diverge.
+func TestFSMUnknownCommands(t *testing.T) {
+	f := testFSM()
+	if got := f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: []byte{byte(ignorable | 0x7f), 1, 2}}); got != nil {
+		t.Errorf("ignorable unknown command returned %v", got)
+	}
+	for _, data := range [][]byte{{0x7f}, {byte(cmdReports), 0xff, 0xff, 0xff}, {}} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(r.(string), "coordinator: log entry") {
+					t.Errorf("entry %x: recovered %v, want a stop", data, r)
+				}
+			}()
+			f.Apply(&raft.Log{Index: 2, Type: raft.LogCommand, Data: data})
+		}()
+	}
+}
+
+// memSink is a raft.SnapshotSink in memory.
+type memSink struct{ bytes.Buffer }
+
+func (m *memSink) ID() string    { return "mem" }
+func (m *memSink) Cancel() error { return nil }
+func (m *memSink) Close() error  { return nil }
+
+// TestFSMSnapshotRestore: a snapshot restores to an identical state.
+func TestFSMSnapshotRestore(t *testing.T) {
+	f := testFSM()
+	f.Apply(entry(t, 1, cmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
+	f.Apply(entry(t, 2, cmdEpoch, &allotpb.EpochCommand{Leader: "n1"}))
+	f.Apply(entry(t, 3, cmdMember, &allotpb.MemberCommand{Member: &allotpb.Member{Id: "n1", RaftAddress: "127.0.0.1:1", GrpcAddress: "127.0.0.1:2"}}))
+	f.Apply(entry(t, 4, cmdRules, &allotpb.RulesCommand{Put: []*allotpb.Rule{{Name: "r", Scope: "tenant", Algorithm: "gcra", Limit: 10, Period: durationpb.New(time.Second), Intent: "quota"}}}))
+	for i := uint64(1); i <= 50; i++ {
+		f.Apply(entry(t, 4+i, cmdReports, usageCmd(hour0.Add(time.Duration(i)*3*time.Minute), "gw-"+string(rune('a'+i%5)), 1, i, "t"+string(rune('a'+i%7)), i, i%3)))
+	}
+	f.Apply(entry(t, 60, cmdMaintain, &allotpb.MaintainCommand{NowUnixNano: hour0.Add(5 * time.Hour).UnixNano(), AgentTimeoutNano: int64(time.Minute)}))
+
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sink memSink
+	if err := snap.Persist(&sink); err != nil {
+		t.Fatal(err)
+	}
+	g := testFSM()
+	if err := g.Restore(io.NopCloser(&sink)); err != nil {
+		t.Fatal(err)
+	}
+	var a, b string
+	f.read(func(s *state) { a = dumpState(s) })
+	g.read(func(s *state) { b = dumpState(s) })
+	if a != b {
+		t.Fatalf("restored state differs:\n%s\n---\n%s", a, b)
+	}
+	if err := testFSM().Restore(io.NopCloser(strings.NewReader("\x05garbage"))); err == nil {
+		t.Error("a corrupt snapshot restored without error")
+	}
+}

@@ -1,0 +1,112 @@
+package coordinator
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	allotpb "github.com/allot-io/allot/proto"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// startHTTP serves the operational endpoints:
+//
+//	/metrics     Prometheus metrics
+//	/healthz     200 while the process serves
+//	/readyz      200 once a leader is known, 503 before
+//	/v1/status   this member and the cluster, as JSON
+//	/v1/usage    the ledger, as JSON: ?from=&to= (RFC 3339) &tenant= &rule= &region= &page_size= &page_token=
+func (c *Coordinator) startHTTP() error {
+	if c.cfg.HTTPAddr == "" {
+		return nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(c.gather, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if id, _ := c.Leader(); id == "" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "no leader")
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {
+		writeProto(w, http.StatusOK, c.Status())
+	})
+	mux.HandleFunc("GET /v1/usage", func(w http.ResponseWriter, r *http.Request) {
+		q, err := usageQueryFromURL(r)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		resp, err := c.queryUsage(q)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, errors.New(status.Convert(err).Message()))
+			return
+		}
+		writeProto(w, http.StatusOK, resp)
+	})
+	var err error
+	c.httpLis, err = net.Listen("tcp", c.cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("coordinator: http listener: %w", err)
+	}
+	c.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := c.http.Serve(c.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			c.log.Error("http server stopped", "error", err)
+		}
+	}()
+	return nil
+}
+
+func usageQueryFromURL(r *http.Request) (*allotpb.UsageQuery, error) {
+	v := r.URL.Query()
+	q := &allotpb.UsageQuery{Tenant: v.Get("tenant"), Rule: v.Get("rule"), Region: v.Get("region"), PageToken: v.Get("page_token")}
+	for name, dst := range map[string]**timestamppb.Timestamp{"from": &q.From, "to": &q.To} {
+		if s := v.Get(name); s != "" {
+			t, err := time.Parse(time.RFC3339, s)
+			if err != nil {
+				return nil, fmt.Errorf("%s: want an RFC 3339 time such as 2026-11-29T10:00:00Z: %w", name, err)
+			}
+			*dst = timestamppb.New(t)
+		}
+	}
+	if s := v.Get("page_size"); s != "" {
+		n, err := strconv.ParseUint(s, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("page_size: %w", err)
+		}
+		q.PageSize = uint32(n)
+	}
+	return q, nil
+}
+
+func writeProto(w http.ResponseWriter, code int, m proto.Message) {
+	b, err := protojson.MarshalOptions{EmitUnpopulated: true, UseProtoNames: true}.Marshal(m)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	fmt.Fprintf(w, "{\"error\":%q}\n", err.Error())
+}

@@ -1,0 +1,304 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/allot-io/allot/lease/rules"
+	allotpb "github.com/allot-io/allot/proto"
+	"github.com/hashicorp/raft"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// watchLeadership follows Raft's leadership notifications: on gaining
+// leadership it prepares to serve (see lead), on losing it it stops the
+// leader's work at once.
+func (c *Coordinator) watchLeadership(ctx context.Context) {
+	var leader leaderRun
+	defer leader.stop()
+	c.setStateMetric()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	lastLeader := ""
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case isLeader := <-c.notify:
+			leader.stop()
+			c.leading.Store(false)
+			c.metrics.learning.Set(0)
+			if isLeader {
+				leader.start(ctx, c.lead)
+			}
+			c.setStateMetric()
+		case <-tick.C:
+			c.setStateMetric()
+			if _, id := c.raft.LeaderWithID(); string(id) != lastLeader {
+				if lastLeader != "" || id != "" {
+					c.metrics.leaderChanges.Inc()
+					c.log.Info("leader changed", "leader", id)
+				}
+				lastLeader = string(id)
+			}
+		}
+	}
+}
+
+// leaderRun is the leader's work during one term: started on gaining
+// leadership, stopped on losing it.
+type leaderRun struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func (l *leaderRun) start(ctx context.Context, fn func(context.Context)) {
+	ctx, l.cancel = context.WithCancel(ctx)
+	l.done = make(chan struct{})
+	go func() {
+		defer close(l.done)
+		fn(ctx)
+	}()
+}
+
+// stop ends the term's work and waits for it.
+func (l *leaderRun) stop() {
+	if l.cancel != nil {
+		l.cancel()
+		<-l.done
+		l.cancel, l.done = nil, nil
+	}
+}
+
+func (c *Coordinator) setStateMetric() {
+	st := c.raft.State()
+	for _, s := range []raft.RaftState{raft.Follower, raft.Candidate, raft.Leader, raft.Shutdown} {
+		v := 0.0
+		if s == st {
+			v = 1
+		}
+		c.metrics.raftState.WithLabelValues(s.String()).Set(v)
+	}
+	serving := healthpb.HealthCheckResponse_NOT_SERVING
+	if id, _ := c.raft.LeaderWithID(); id != "" {
+		serving = healthpb.HealthCheckResponse_SERVING
+	}
+	c.health.SetServingStatus("", serving)
+}
+
+// lead prepares a new leader and runs the leader's loops until ctx ends:
+// it waits for the log to be applied, fixes cluster settings, records its
+// own address, starts a new epoch, loads the rules file, then learns for
+// one lease period while serving.
+func (c *Coordinator) lead(ctx context.Context) {
+	if err := c.raft.Barrier(10 * time.Second).Error(); err != nil {
+		c.log.Warn("leader could not catch up with its log", "error", err)
+		return
+	}
+	var settled bool
+	var self *allotpb.Member
+	c.fsm.read(func(s *state) { settled, self = s.billingWindow != 0, s.members[c.cfg.NodeID] })
+	if !settled {
+		if _, err := c.apply(cmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(c.cfg.BillingWindow)}, 10*time.Second); err != nil {
+			c.log.Warn("leader could not fix cluster settings", "error", err)
+			return
+		}
+	}
+	if me := c.selfMember(); self == nil || !proto.Equal(self, me) {
+		if _, err := c.apply(cmdMember, &allotpb.MemberCommand{Member: me}, 10*time.Second); err != nil {
+			c.log.Warn("leader could not record its addresses", "error", err)
+			return
+		}
+	}
+	res, err := c.apply(cmdEpoch, &allotpb.EpochCommand{Leader: c.cfg.NodeID}, 10*time.Second)
+	if err != nil {
+		c.log.Warn("leader could not start an epoch", "error", err)
+		return
+	}
+	epoch := res.(uint64)
+	if c.cfg.RulesFile != "" {
+		if err := c.loadRulesFile(); err != nil {
+			c.log.Error("rules file not applied", "file", c.cfg.RulesFile, "error", err)
+		}
+	}
+	now := c.now()
+	c.alloc.lead(epoch, now.UnixNano())
+	var set *rules.Set
+	c.fsm.read(func(s *state) { set = s.rules })
+	c.alloc.setRules(set)
+	c.leading.Store(true)
+	c.metrics.learning.Set(1)
+	c.log.Info("leading", "epoch", epoch, "learning_until", now.Add(c.cfg.LeaseTTL).Format(time.RFC3339Nano))
+
+	rounds := time.NewTicker(c.cfg.RoundInterval)
+	defer rounds.Stop()
+	maintain := time.NewTicker(min(time.Minute, c.cfg.BillingWindow/4))
+	defer maintain.Stop()
+	lastFull := now
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-rounds.C:
+			now := c.now()
+			full := now.Sub(lastFull) >= c.cfg.LeaseTTL
+			if full {
+				lastFull = now
+			}
+			start := time.Now()
+			_, active := c.alloc.round(now.UnixNano(), full)
+			c.metrics.roundSeconds.Observe(time.Since(start).Seconds())
+			c.metrics.activeKeys.Set(float64(active))
+			c.metrics.activeAgents.Set(float64(c.alloc.nodeCount(now.UnixNano())))
+			if c.alloc.learning(now.UnixNano()) {
+				c.metrics.learning.Set(1)
+			} else {
+				c.metrics.learning.Set(0)
+			}
+		case <-maintain.C:
+			if _, err := c.apply(cmdMaintain, &allotpb.MaintainCommand{
+				NowUnixNano: c.now().UnixNano(), AgentTimeoutNano: int64(c.cfg.AgentTimeout), RetentionNano: int64(c.cfg.LedgerRetention),
+			}, 10*time.Second); err != nil {
+				c.log.Warn("ledger maintenance failed", "error", err)
+			}
+			c.fsm.read(func(s *state) { c.metrics.ledgerRecords.Set(float64(len(s.ledger))) })
+		}
+	}
+}
+
+func (c *Coordinator) selfMember() *allotpb.Member {
+	return &allotpb.Member{Id: c.cfg.NodeID, RaftAddress: c.raftAddr, GrpcAddress: c.GRPCAddr(), HttpAddress: c.HTTPAddr()}
+}
+
+// loadRulesFile puts the rules file as the whole rule set if it differs
+// from the replicated one.
+func (c *Coordinator) loadRulesFile() error {
+	list, err := rules.Load(c.cfg.RulesFile)
+	if err != nil {
+		return err
+	}
+	want, err := rules.NewSet(0, list)
+	if err != nil {
+		return err
+	}
+	var have *rules.Set
+	c.fsm.read(func(s *state) { have = s.rules })
+	if sameRules(have, want) {
+		return nil
+	}
+	cmd := &allotpb.RulesCommand{ReplaceAll: true}
+	for i := range want.Rules() {
+		cmd.Put = append(cmd.Put, rules.ToProto(&want.Rules()[i]))
+	}
+	_, err = c.apply(cmdRules, cmd, 10*time.Second)
+	if err == nil {
+		c.log.Info("rules loaded", "file", c.cfg.RulesFile, "rules", want.Len())
+	}
+	return err
+}
+
+func sameRules(a, b *rules.Set) bool {
+	if a.Len() != b.Len() {
+		return false
+	}
+	for i := range a.Rules() {
+		if !sameRule(&a.Rules()[i], &b.Rules()[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// joinCluster asks the members in Join to add this node, retrying until one
+// does or the coordinator closes.
+func (c *Coordinator) joinCluster(ctx context.Context) {
+	req := &allotpb.JoinRequest{Id: c.cfg.NodeID, RaftAddress: c.raftAddr, GrpcAddress: c.GRPCAddr(), HttpAddress: c.HTTPAddr()}
+	backoff := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		for _, addr := range c.cfg.Join {
+			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := c.peers.cluster(addr).Join(withToken(cctx, c.cfg.AdminToken), req)
+			cancel()
+			if err == nil {
+				c.log.Info("joined the cluster", "via", addr)
+				return
+			}
+			if attempt%10 == 1 {
+				c.log.Warn("join failed; retrying", "via", addr, "error", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// addMember adds a node to the Raft configuration and records its
+// addresses. It runs on the leader.
+func (c *Coordinator) addMember(req *allotpb.JoinRequest) error {
+	if req.GetId() == "" || req.GetRaftAddress() == "" || req.GetGrpcAddress() == "" {
+		return fmt.Errorf("%w: join needs id, raft_address and grpc_address", errBadRequest)
+	}
+	cfgF := c.raft.GetConfiguration()
+	if err := cfgF.Error(); err != nil {
+		return err
+	}
+	already := false
+	for _, s := range cfgF.Configuration().Servers {
+		if s.ID == raft.ServerID(req.GetId()) && s.Address == raft.ServerAddress(req.GetRaftAddress()) {
+			already = true
+		}
+	}
+	if !already {
+		var f raft.IndexFuture
+		if req.GetNonvoter() {
+			f = c.raft.AddNonvoter(raft.ServerID(req.GetId()), raft.ServerAddress(req.GetRaftAddress()), 0, 10*time.Second)
+		} else {
+			f = c.raft.AddVoter(raft.ServerID(req.GetId()), raft.ServerAddress(req.GetRaftAddress()), 0, 10*time.Second)
+		}
+		if err := f.Error(); err != nil {
+			return fmt.Errorf("coordinator: adding %s: %w", req.GetId(), err)
+		}
+	}
+	_, err := c.apply(cmdMember, &allotpb.MemberCommand{Member: &allotpb.Member{
+		Id: req.GetId(), RaftAddress: req.GetRaftAddress(), GrpcAddress: req.GetGrpcAddress(), HttpAddress: req.GetHttpAddress(),
+	}}, 10*time.Second)
+	return err
+}
+
+// removeMember removes a node from the Raft configuration and forgets it.
+func (c *Coordinator) removeMember(id string) error {
+	if id == "" {
+		return fmt.Errorf("%w: remove needs an id", errBadRequest)
+	}
+	if err := c.raft.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
+		return fmt.Errorf("coordinator: removing %s: %w", id, err)
+	}
+	_, err := c.apply(cmdMember, &allotpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true}, 10*time.Second)
+	return err
+}
+
+// members returns the cluster's members as Raft and the FSM know them.
+func (c *Coordinator) members() []*allotpb.Member {
+	var out []*allotpb.Member
+	f := c.raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	_, leader := c.raft.LeaderWithID()
+	c.fsm.read(func(s *state) {
+		for _, srv := range f.Configuration().Servers {
+			m := &allotpb.Member{Id: string(srv.ID), RaftAddress: string(srv.Address), Voter: srv.Suffrage == raft.Voter, Leader: srv.ID == leader}
+			if meta := s.members[string(srv.ID)]; meta != nil {
+				m.GrpcAddress, m.HttpAddress = meta.GetGrpcAddress(), meta.GetHttpAddress()
+			}
+			out = append(out, m)
+		}
+	})
+	return out
+}

@@ -1,0 +1,87 @@
+package coordinator
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the coordinator's Prometheus metrics, all named
+// allot_coordinator_* with their units in the name.
+type metrics struct {
+	raftState      *prometheus.GaugeVec
+	leaderChanges  prometheus.Counter
+	reports        *prometheus.CounterVec
+	reportBytes    prometheus.Histogram
+	reportKeys     prometheus.Histogram
+	roundSeconds   prometheus.Histogram
+	applySeconds   prometheus.Histogram
+	activeKeys     prometheus.Gauge
+	activeAgents   prometheus.Gauge
+	leasesGranted  prometheus.Counter
+	learning       prometheus.Gauge
+	ledgerRecords  prometheus.Gauge
+	commands       *prometheus.CounterVec
+	rulesVersion   prometheus.Gauge
+	adminRequests  *prometheus.CounterVec
+	forwardedCalls prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		raftState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "allot_coordinator_raft_state", Help: "1 for this member's current Raft state (follower, candidate, leader, shutdown).",
+		}, []string{"state"}),
+		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "allot_coordinator_leader_changes_total", Help: "Times this member saw the cluster's leader change.",
+		}),
+		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_coordinator_reports_total", Help: "Agent reports received, by result (ok, invalid, too_large, redirected, failed, forbidden).",
+		}, []string{"result"}),
+		reportBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "allot_coordinator_report_size_bytes", Help: "Size of agent reports.",
+			Buckets: prometheus.ExponentialBuckets(128, 4, 10),
+		}),
+		reportKeys: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "allot_coordinator_report_keys", Help: "Keys with demand per agent report.",
+			Buckets: prometheus.ExponentialBuckets(1, 4, 10),
+		}),
+		roundSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "allot_coordinator_allocation_round_duration_seconds", Help: "Time to re-divide the allowances that changed.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}),
+		applySeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "allot_coordinator_raft_apply_duration_seconds", Help: "Time from proposing a log entry to its commit and application.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		activeKeys: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "allot_coordinator_active_keys", Help: "Keys with at least one node holding or asking for a lease (leader only).",
+		}),
+		activeAgents: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "allot_coordinator_active_agents", Help: "Agents heard from within two lease periods (leader only).",
+		}),
+		leasesGranted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "allot_coordinator_leases_granted_total", Help: "Leases handed to agents.",
+		}),
+		learning: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "allot_coordinator_learning_mode", Help: "1 while a new leader grants no node more than it reports holding.",
+		}),
+		ledgerRecords: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "allot_coordinator_ledger_records", Help: "Lines in the replicated usage ledger.",
+		}),
+		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_coordinator_commands_applied_total", Help: "Raft log entries applied, by command.",
+		}, []string{"command"}),
+		rulesVersion: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "allot_coordinator_rules_version", Help: "Version of the replicated rule set.",
+		}),
+		adminRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_coordinator_admin_requests_total", Help: "Rule and cluster administration calls, by method and result.",
+		}, []string{"method", "result"}),
+		forwardedCalls: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "allot_coordinator_forwarded_calls_total", Help: "Administrative writes this follower forwarded to the leader.",
+		}),
+	}
+	reg.MustRegister(m.raftState, m.leaderChanges, m.reports, m.reportBytes, m.reportKeys, m.roundSeconds,
+		m.applySeconds, m.activeKeys, m.activeAgents, m.leasesGranted, m.learning, m.ledgerRecords,
+		m.commands, m.rulesVersion, m.adminRequests, m.forwardedCalls)
+	return m
+}

@@ -1,0 +1,435 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/allot-io/allot/lease/rules"
+	allotpb "github.com/allot-io/allot/proto"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Bounds on the strings of a report, so that a malformed or hostile report
+// is refused with a clear error instead of filling the leader's memory.
+const (
+	maxNameLen = 256
+	maxKeyLen  = 1024
+)
+
+type agentServer struct {
+	allotpb.UnimplementedAgentServiceServer
+	c *Coordinator
+}
+
+// Report takes an agent's usage and demand and answers with its leases.
+// The usage batch is acknowledged only once committed; a follower refuses
+// with the leader's address.
+func (s *agentServer) Report(ctx context.Context, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
+	c := s.c
+	c.metrics.reportBytes.Observe(float64(proto.Size(req)))
+	c.metrics.reportKeys.Observe(float64(len(req.GetDemand())))
+	if err := validateReport(req, c.cfg.MaxReportKeys); err != nil {
+		c.metrics.reports.WithLabelValues("invalid").Inc()
+		return nil, err
+	}
+	if err := c.checkIdentity(ctx, req.GetNode()); err != nil {
+		c.metrics.reports.WithLabelValues("forbidden").Inc()
+		return nil, status.Errorf(codes.PermissionDenied, "an agent may report only as itself: the client certificate does not name node %q", req.GetNode())
+	}
+	if !c.leading.Load() {
+		c.metrics.reports.WithLabelValues("redirected").Inc()
+		return nil, c.notLeader(ctx)
+	}
+	now := c.now()
+	var done <-chan batchResult
+	if b := req.GetUsage(); b != nil && b.GetSeq() > 0 {
+		var err error
+		done, err = c.batcher.submit(ctx, &allotpb.AgentUsage{Node: req.GetNode(), Incarnation: req.GetIncarnation(), Region: req.GetRegion(), Batch: b})
+		if err != nil {
+			c.metrics.reports.WithLabelValues("failed").Inc()
+			return nil, grpcError(err)
+		}
+	}
+	leases := c.alloc.report(req.GetNode(), now.UnixNano(), time.Duration(req.GetIntervalNano()), req.GetDemand(), req.GetUrgent(), req.GetLeaving())
+	c.metrics.leasesGranted.Add(float64(len(leases)))
+
+	resp := &allotpb.ReportResponse{
+		Protocol:           allotpb.ProtocolVersion_PROTOCOL_VERSION_1,
+		Leases:             leases,
+		ReportIntervalNano: int64(c.cfg.ReportInterval),
+		LeaseTtlNano:       int64(c.cfg.LeaseTTL),
+		RenewUnixNano:      now.Add(c.cfg.LeaseTTL).UnixNano(),
+		Nodes:              uint32(c.alloc.nodeCount(now.UnixNano())),
+	}
+	if done != nil {
+		select {
+		case r := <-done:
+			if r.err != nil {
+				c.metrics.reports.WithLabelValues("failed").Inc()
+				return nil, status.Errorf(codes.Unavailable, "usage not committed, re-send it: %v", r.err)
+			}
+			resp.AckedSeq = r.acked
+		case <-ctx.Done():
+			c.metrics.reports.WithLabelValues("failed").Inc()
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	c.fsm.read(func(st *state) {
+		if done == nil {
+			if inc := st.incarnations[incKey{req.GetNode(), req.GetIncarnation()}]; inc != nil {
+				resp.AckedSeq = inc.lastSeq
+			}
+		}
+		resp.Epoch = st.epoch
+		resp.RulesVersion = st.rules.Version()
+		if req.GetRulesVersion() != st.rules.Version() {
+			resp.Rules = rules.SetToProto(st.rules)
+		}
+		for _, m := range st.members {
+			resp.Coordinators = append(resp.Coordinators, m.GetGrpcAddress())
+		}
+	})
+	resp.CoordinatorUnixNano = c.now().UnixNano()
+	c.metrics.reports.WithLabelValues("ok").Inc()
+	return resp, nil
+}
+
+// GetRules returns the rule set; any member answers from its replica.
+func (s *agentServer) GetRules(ctx context.Context, req *allotpb.GetRulesRequest) (*allotpb.RuleSet, error) {
+	var out *allotpb.RuleSet
+	s.c.fsm.read(func(st *state) { out = rules.SetToProto(st.rules) })
+	return out, nil
+}
+
+// validateReport checks a report's shape; the error names the field.
+func validateReport(req *allotpb.ReportRequest, maxKeys int) error {
+	switch {
+	case req.GetNode() == "" || len(req.GetNode()) > maxNameLen:
+		return invalid("node", fmt.Sprintf("must be 1–%d bytes", maxNameLen))
+	case req.GetIncarnation() == 0:
+		return invalid("incarnation", "must be a non-zero random number drawn when the agent starts")
+	case req.GetIntervalNano() < 0 || req.GetIntervalNano() > int64(time.Hour):
+		return invalid("interval_nano", "must be between 0 and one hour")
+	case len(req.GetRegion()) > maxNameLen:
+		return invalid("region", fmt.Sprintf("must be at most %d bytes", maxNameLen))
+	case len(req.GetDemand()) > maxKeys:
+		return invalid("demand", fmt.Sprintf("has %d keys; at most %d per report", len(req.GetDemand()), maxKeys))
+	case len(req.GetUsage().GetCounts()) > maxKeys:
+		return invalid("usage.counts", fmt.Sprintf("has %d counts; at most %d per report", len(req.GetUsage().GetCounts()), maxKeys))
+	}
+	for i, d := range req.GetDemand() {
+		field := func(f string) string { return "demand[" + strconv.Itoa(i) + "]." + f }
+		switch {
+		case d.GetRule() == "" || len(d.GetRule()) > maxNameLen:
+			return invalid(field("rule"), fmt.Sprintf("must be 1–%d bytes", maxNameLen))
+		case len(d.GetKey()) > maxKeyLen:
+			return invalid(field("key"), fmt.Sprintf("must be at most %d bytes", maxKeyLen))
+		case len(d.GetTenant()) > maxNameLen || len(d.GetPlan()) > maxNameLen:
+			return invalid(field("tenant"), fmt.Sprintf("tenant and plan must be at most %d bytes", maxNameLen))
+		}
+		for _, v := range [...]struct {
+			name  string
+			value float64
+		}{{"admitted", d.GetAdmitted()}, {"denied", d.GetDenied()}, {"held", d.GetHeld()}, {"committed", d.GetCommitted()}, {"weight", d.GetWeight()}} {
+			if !(v.value >= 0) || math.IsInf(v.value, 0) {
+				return invalid(field(v.name), fmt.Sprintf("must be a finite, non-negative number, got %v", v.value))
+			}
+		}
+	}
+	for i, u := range req.GetUsage().GetCounts() {
+		field := func(f string) string { return "usage.counts[" + strconv.Itoa(i) + "]." + f }
+		switch {
+		case u.GetRule() == "" || len(u.GetRule()) > maxNameLen:
+			return invalid(field("rule"), fmt.Sprintf("must be 1–%d bytes", maxNameLen))
+		case len(u.GetTenant()) > maxNameLen:
+			return invalid(field("tenant"), fmt.Sprintf("must be at most %d bytes", maxNameLen))
+		case u.GetWindowUnix() < 0 || u.GetWindowUnix() > 1<<40:
+			return invalid(field("window_unix"), "must be a Unix time in seconds")
+		}
+	}
+	return nil
+}
+
+type rulesServer struct {
+	allotpb.UnimplementedRulesServiceServer
+	c *Coordinator
+}
+
+func (s *rulesServer) ListRules(context.Context, *allotpb.ListRulesRequest) (*allotpb.RuleSet, error) {
+	var out *allotpb.RuleSet
+	s.c.fsm.read(func(st *state) { out = rules.SetToProto(st.rules) })
+	return out, nil
+}
+
+func (s *rulesServer) GetRule(_ context.Context, req *allotpb.GetRuleRequest) (*allotpb.Rule, error) {
+	var out *allotpb.Rule
+	s.c.fsm.read(func(st *state) {
+		if r, ok := st.rules.Get(req.GetName()); ok {
+			out = rules.ToProto(&r)
+		}
+	})
+	if out == nil {
+		return nil, status.Errorf(codes.NotFound, "no rule named %q", req.GetName())
+	}
+	return out, nil
+}
+
+// PutRules validates and applies rules, all or none. On a follower it is
+// forwarded to the leader.
+func (s *rulesServer) PutRules(ctx context.Context, req *allotpb.PutRulesRequest) (*allotpb.RuleSet, error) {
+	c := s.c
+	cmd := &allotpb.RulesCommand{Put: req.GetRules(), ReplaceAll: req.GetReplaceAll()}
+	if err := c.checkRulesCommand(cmd); err != nil {
+		c.metrics.adminRequests.WithLabelValues("PutRules", "invalid").Inc()
+		return nil, err
+	}
+	out, err := onLeader(ctx, c, func() (*allotpb.RuleSet, error) { return c.applyRulesCommand(cmd) },
+		func(ctx context.Context, addr string) (*allotpb.RuleSet, error) {
+			return c.peers.rules(addr).PutRules(ctx, req)
+		})
+	c.metrics.adminRequests.WithLabelValues("PutRules", resultLabel(err)).Inc()
+	return out, grpcError(err)
+}
+
+func (s *rulesServer) DeleteRule(ctx context.Context, req *allotpb.DeleteRuleRequest) (*allotpb.RuleSet, error) {
+	c := s.c
+	var found bool
+	c.fsm.read(func(st *state) { _, found = st.rules.Get(req.GetName()) })
+	if !found {
+		c.metrics.adminRequests.WithLabelValues("DeleteRule", "not_found").Inc()
+		return nil, status.Errorf(codes.NotFound, "no rule named %q", req.GetName())
+	}
+	cmd := &allotpb.RulesCommand{Delete: []string{req.GetName()}}
+	out, err := onLeader(ctx, c, func() (*allotpb.RuleSet, error) { return c.applyRulesCommand(cmd) },
+		func(ctx context.Context, addr string) (*allotpb.RuleSet, error) {
+			return c.peers.rules(addr).DeleteRule(ctx, req)
+		})
+	c.metrics.adminRequests.WithLabelValues("DeleteRule", resultLabel(err)).Inc()
+	return out, grpcError(err)
+}
+
+// checkRulesCommand validates the rule set a command would produce, before
+// it is proposed.
+func (c *Coordinator) checkRulesCommand(cmd *allotpb.RulesCommand) error {
+	var probe *state
+	c.fsm.read(func(st *state) { probe = &state{rules: st.rules} })
+	if err := probe.applyRules(cmd); err != nil {
+		return rulesError(err)
+	}
+	return nil
+}
+
+func (c *Coordinator) applyRulesCommand(cmd *allotpb.RulesCommand) (*allotpb.RuleSet, error) {
+	res, err := c.apply(cmdRules, cmd, 10*time.Second)
+	if err != nil {
+		if _, ok := err.(rules.Errors); ok {
+			return nil, rulesError(err)
+		}
+		return nil, err
+	}
+	return rules.SetToProto(res.(*rules.Set)), nil
+}
+
+func resultLabel(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return strings.ToLower(status.Code(grpcError(err)).String())
+}
+
+type clusterServer struct {
+	allotpb.UnimplementedClusterServiceServer
+	c *Coordinator
+}
+
+func (s *clusterServer) Status(context.Context, *allotpb.StatusRequest) (*allotpb.StatusResponse, error) {
+	return s.c.Status(), nil
+}
+
+func (s *clusterServer) Join(ctx context.Context, req *allotpb.JoinRequest) (*allotpb.JoinResponse, error) {
+	c := s.c
+	_, err := onLeader(ctx, c, func() (*allotpb.JoinResponse, error) {
+		if err := c.addMember(req); err != nil {
+			return nil, err
+		}
+		return &allotpb.JoinResponse{}, nil
+	}, func(ctx context.Context, addr string) (*allotpb.JoinResponse, error) {
+		return c.peers.cluster(addr).Join(ctx, req)
+	})
+	c.metrics.adminRequests.WithLabelValues("Join", resultLabel(err)).Inc()
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return &allotpb.JoinResponse{Members: c.members()}, nil
+}
+
+func (s *clusterServer) Remove(ctx context.Context, req *allotpb.RemoveRequest) (*allotpb.RemoveResponse, error) {
+	c := s.c
+	_, err := onLeader(ctx, c, func() (*allotpb.RemoveResponse, error) {
+		return &allotpb.RemoveResponse{}, c.removeMember(req.GetId())
+	}, func(ctx context.Context, addr string) (*allotpb.RemoveResponse, error) {
+		return c.peers.cluster(addr).Remove(ctx, req)
+	})
+	c.metrics.adminRequests.WithLabelValues("Remove", resultLabel(err)).Inc()
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return &allotpb.RemoveResponse{Members: c.members()}, nil
+}
+
+// Status describes this member and the cluster as it sees them.
+func (c *Coordinator) Status() *allotpb.StatusResponse {
+	stats := c.raft.Stats()
+	parse := func(k string) uint64 { v, _ := strconv.ParseUint(stats[k], 10, 64); return v }
+	leaderID, leaderAddr := c.Leader()
+	now := c.now().UnixNano()
+	st := &allotpb.StatusResponse{
+		Id: c.cfg.NodeID, Region: c.cfg.Region, State: c.raft.State().String(),
+		LeaderId: leaderID, LeaderGrpcAddress: leaderAddr,
+		Term: parse("term"), AppliedIndex: parse("applied_index"), CommitIndex: parse("commit_index"),
+		Members: c.members(),
+	}
+	if c.leading.Load() {
+		st.Learning = c.alloc.learning(now)
+		st.Agents = uint32(c.alloc.nodeCount(now))
+		_, active := c.alloc.counts()
+		st.ActiveKeys = uint64(active)
+	}
+	c.fsm.read(func(s *state) {
+		st.Epoch, st.Rules, st.RulesVersion = s.epoch, uint32(s.rules.Len()), s.rules.Version()
+	})
+	return st
+}
+
+type usageServer struct {
+	allotpb.UnimplementedUsageServiceServer
+	c *Coordinator
+}
+
+// QueryUsage reads the replicated ledger; any member answers.
+func (s *usageServer) QueryUsage(_ context.Context, q *allotpb.UsageQuery) (*allotpb.UsageResponse, error) {
+	return s.c.queryUsage(q)
+}
+
+func (c *Coordinator) queryUsage(q *allotpb.UsageQuery) (*allotpb.UsageResponse, error) {
+	from, to := int64(math.MinInt64), int64(math.MaxInt64)
+	if q.GetFrom() != nil {
+		if err := q.GetFrom().CheckValid(); err != nil {
+			return nil, invalid("from", err.Error())
+		}
+		from = q.GetFrom().GetSeconds()
+	}
+	if q.GetTo() != nil {
+		if err := q.GetTo().CheckValid(); err != nil {
+			return nil, invalid("to", err.Error())
+		}
+		to = q.GetTo().GetSeconds()
+	}
+	size := int(q.GetPageSize())
+	if size == 0 {
+		size = 1000
+	}
+	if size > 10000 {
+		return nil, invalid("page_size", "must be at most 10000")
+	}
+	var after *ledgerKey
+	if tok := q.GetPageToken(); tok != "" {
+		k, err := decodePageToken(tok)
+		if err != nil {
+			return nil, invalid("page_token", err.Error())
+		}
+		after = &k
+	}
+	resp := &allotpb.UsageResponse{}
+	c.fsm.read(func(st *state) {
+		keys, more := st.ledgerRecords(from, to, q.GetTenant(), q.GetRule(), q.GetRegion(), after, size)
+		width := st.billingWindowSeconds()
+		for _, k := range keys {
+			u := st.ledger[k]
+			resp.Records = append(resp.Records, &allotpb.UsageRecord{
+				Tenant: k.tenant, Rule: k.rule, Region: k.region,
+				WindowStart: timestamppb.New(time.Unix(k.window, 0)), WindowEnd: timestamppb.New(time.Unix(k.window+width, 0)),
+				Admitted: u.admitted, Denied: u.denied, Final: st.final[k.window],
+			})
+		}
+		if more {
+			resp.NextPageToken = encodePageToken(keys[len(keys)-1])
+		}
+	})
+	return resp, nil
+}
+
+func encodePageToken(k ledgerKey) string {
+	raw := strings.Join([]string{strconv.FormatInt(k.window, 10), k.tenant, k.rule, k.region}, "\x00")
+	return base64.RawURLEncoding.EncodeToString([]byte(raw))
+}
+
+func decodePageToken(tok string) (ledgerKey, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return ledgerKey{}, fmt.Errorf("not a token this coordinator issued")
+	}
+	parts := strings.Split(string(raw), "\x00")
+	if len(parts) != 4 {
+		return ledgerKey{}, fmt.Errorf("not a token this coordinator issued")
+	}
+	w, err := strconv.ParseInt(parts[0], 10, 64)
+	if err != nil {
+		return ledgerKey{}, fmt.Errorf("not a token this coordinator issued")
+	}
+	return ledgerKey{window: w, tenant: parts[1], rule: parts[2], region: parts[3]}, nil
+}
+
+// peers holds client connections to other members, for forwarding.
+type peers struct {
+	mu    sync.Mutex
+	opts  []grpc.DialOption
+	conns map[string]*grpc.ClientConn
+}
+
+func newPeers(opts []grpc.DialOption) *peers {
+	return &peers{opts: opts, conns: map[string]*grpc.ClientConn{}}
+}
+
+func (p *peers) conn(addr string) *grpc.ClientConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if cc := p.conns[addr]; cc != nil {
+		return cc
+	}
+	cc, err := grpc.NewClient(addr, p.opts...)
+	if err != nil {
+		// NewClient fails only on a malformed target; calls on a nil
+		// connection would panic, so use a client that fails each call.
+		cc, _ = grpc.NewClient("passthrough:///invalid-address", p.opts...)
+	}
+	p.conns[addr] = cc
+	return cc
+}
+
+func (p *peers) rules(addr string) allotpb.RulesServiceClient {
+	return allotpb.NewRulesServiceClient(p.conn(addr))
+}
+
+func (p *peers) cluster(addr string) allotpb.ClusterServiceClient {
+	return allotpb.NewClusterServiceClient(p.conn(addr))
+}
+
+func (p *peers) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, cc := range p.conns {
+		cc.Close()
+	}
+	p.conns = map[string]*grpc.ClientConn{}
+}

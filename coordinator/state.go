@@ -1,0 +1,261 @@
+package coordinator
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/allot-io/allot/lease/rules"
+	allotpb "github.com/allot-io/allot/proto"
+)
+
+// state is everything the coordinators replicate: rules, members, the
+// usage ledger, the report sequence of every agent incarnation, and the
+// epoch. It knows nothing of Raft; the FSM decodes log entries and calls
+// its methods, always from one goroutine, while readers hold the FSM's
+// lock. Every method is a deterministic function of the state and its
+// arguments: no clock is read here, so every replica reaches the same
+// state from the same log.
+type state struct {
+	epoch         uint64
+	billingWindow int64 // ns; 0 until the first leader sets it
+	rules         *rules.Set
+	members       map[string]*allotpb.Member
+	incarnations  map[incKey]*incarnation
+	ledger        map[ledgerKey]*usage
+	// open maps each billing window not yet final to the incarnations that
+	// reported usage in it.
+	open map[int64]map[incKey]struct{}
+	// final holds the windows that are final: they never change again.
+	final map[int64]bool
+}
+
+// incKey identifies one run of one agent.
+type incKey struct {
+	node        string
+	incarnation uint64
+}
+
+func (k incKey) String() string { return fmt.Sprintf("%s/%d", k.node, k.incarnation) }
+
+type incarnation struct {
+	lastSeq     uint64
+	lastApplied int64 // leader clock of the last report applied, ns
+	lastCut     int64 // newest batch cut time, ns
+}
+
+// ledgerKey is one line of the bill: a tenant's usage under one rule, in
+// one region, in one billing window (its start, in Unix seconds).
+type ledgerKey struct {
+	tenant, rule, region string
+	window               int64
+}
+
+type usage struct {
+	admitted, denied uint64
+}
+
+func newState() *state {
+	rs, _ := rules.NewSet(0, nil)
+	return &state{
+		rules:        rs,
+		members:      map[string]*allotpb.Member{},
+		incarnations: map[incKey]*incarnation{},
+		ledger:       map[ledgerKey]*usage{},
+		open:         map[int64]map[incKey]struct{}{},
+		final:        map[int64]bool{},
+	}
+}
+
+// windowOf aligns a Unix second down to the start of its billing window.
+func (s *state) windowOf(unix int64) int64 {
+	w := s.billingWindowSeconds()
+	q := unix / w
+	if unix%w != 0 && unix < 0 {
+		q--
+	}
+	return q * w
+}
+
+func (s *state) billingWindowSeconds() int64 {
+	if s.billingWindow < int64(time.Second) {
+		return int64(DefaultBillingWindow / time.Second)
+	}
+	return s.billingWindow / int64(time.Second)
+}
+
+// applyReports adds each report's usage batch to the ledger, exactly once
+// per (node, incarnation, seq), and returns the highest batch applied for
+// each report's incarnation.
+func (s *state) applyReports(cmd *allotpb.ReportsCommand) *allotpb.ReportsResult {
+	now := cmd.GetProposedUnixNano()
+	res := &allotpb.ReportsResult{AckedSeq: make([]uint64, len(cmd.GetReports()))}
+	for i, r := range cmd.GetReports() {
+		k := incKey{r.GetNode(), r.GetIncarnation()}
+		inc := s.incarnations[k]
+		if inc == nil {
+			inc = &incarnation{}
+			s.incarnations[k] = inc
+		}
+		inc.lastApplied = now
+		if b := r.GetBatch(); b != nil && b.GetSeq() > inc.lastSeq {
+			for _, c := range b.GetCounts() {
+				s.addUsage(k, r.GetRegion(), c, now)
+			}
+			inc.lastSeq = b.GetSeq()
+			inc.lastCut = max(inc.lastCut, b.GetCutUnixNano())
+		}
+		res.AckedSeq[i] = inc.lastSeq
+	}
+	return res
+}
+
+// addUsage adds one count to the ledger. A count for a window that is
+// already final (an agent cut off for longer than the agent timeout) is
+// carried into the window open at now, so that final windows never change
+// and no usage is lost.
+func (s *state) addUsage(k incKey, region string, c *allotpb.UsageCount, now int64) {
+	window := s.windowOf(c.GetWindowUnix())
+	if s.final[window] {
+		window = s.windowOf(now / int64(time.Second))
+	}
+	key := ledgerKey{tenant: c.GetTenant(), rule: c.GetRule(), region: region, window: window}
+	u := s.ledger[key]
+	if u == nil {
+		u = &usage{}
+		s.ledger[key] = u
+	}
+	u.admitted += c.GetAdmitted()
+	u.denied += c.GetDenied()
+	reporters := s.open[window]
+	if reporters == nil {
+		reporters = map[incKey]struct{}{}
+		s.open[window] = reporters
+	}
+	reporters[k] = struct{}{}
+}
+
+// applyRules puts and deletes rules, all or none. An invalid result leaves
+// the rules unchanged and returns the error; the proposer validated the
+// command before proposing it, so this only guards against divergence.
+func (s *state) applyRules(cmd *allotpb.RulesCommand) error {
+	byName := map[string]rules.Rule{}
+	if !cmd.GetReplaceAll() {
+		for _, r := range s.rules.Rules() {
+			byName[r.Name] = r
+		}
+	}
+	for _, name := range cmd.GetDelete() {
+		delete(byName, name)
+	}
+	for _, p := range cmd.GetPut() {
+		r, err := rules.FromProto(p)
+		if err != nil {
+			return err
+		}
+		byName[r.Name] = r
+	}
+	list := make([]rules.Rule, 0, len(byName))
+	for _, r := range byName {
+		list = append(list, r)
+	}
+	set, err := rules.NewSet(s.rules.Version()+1, list)
+	if err != nil {
+		return err
+	}
+	s.rules = set
+	return nil
+}
+
+func (s *state) applyMember(cmd *allotpb.MemberCommand) {
+	m := cmd.GetMember()
+	if cmd.GetRemove() {
+		delete(s.members, m.GetId())
+		return
+	}
+	s.members[m.GetId()] = &allotpb.Member{Id: m.GetId(), RaftAddress: m.GetRaftAddress(), GrpcAddress: m.GetGrpcAddress(), HttpAddress: m.GetHttpAddress()}
+}
+
+func (s *state) applyEpoch(cmd *allotpb.EpochCommand) uint64 {
+	s.epoch = max(s.epoch+1, cmd.GetAtLeast())
+	return s.epoch
+}
+
+func (s *state) applySettings(cmd *allotpb.SettingsCommand) {
+	if s.billingWindow == 0 && cmd.GetBillingWindowNano() >= int64(time.Second) {
+		s.billingWindow = cmd.GetBillingWindowNano() - cmd.GetBillingWindowNano()%int64(time.Second)
+	}
+}
+
+// maintain finalizes billing windows that have closed and whose reporters
+// have all been acknowledged past their end (or are gone), forgets
+// incarnations silent for long, and drops ledger windows past retention.
+func (s *state) maintain(cmd *allotpb.MaintainCommand) {
+	now, timeout := cmd.GetNowUnixNano(), cmd.GetAgentTimeoutNano()
+	width := s.billingWindowSeconds() * int64(time.Second)
+	for window, reporters := range s.open {
+		end := window*int64(time.Second) + width
+		if end > now {
+			continue
+		}
+		done := true
+		for k := range reporters {
+			inc := s.incarnations[k]
+			if inc != nil && inc.lastCut < end && now-inc.lastApplied < timeout {
+				done = false
+				break
+			}
+		}
+		if done {
+			s.final[window] = true
+			delete(s.open, window)
+		}
+	}
+	// An incarnation's record is what makes a retried batch count once;
+	// keep it far longer than any agent keeps a batch unacknowledged.
+	forget := max(24*time.Hour.Nanoseconds(), 10*timeout)
+	for k, inc := range s.incarnations {
+		if now-inc.lastApplied > forget {
+			delete(s.incarnations, k)
+		}
+	}
+	if r := cmd.GetRetentionNano(); r > 0 {
+		for key := range s.ledger {
+			if end := key.window*int64(time.Second) + width; s.final[key.window] && end < now-r {
+				delete(s.ledger, key)
+			}
+		}
+		for window := range s.final {
+			if window*int64(time.Second)+width < now-r {
+				delete(s.final, window)
+			}
+		}
+	}
+}
+
+// ledgerRecords returns the ledger lines matching q, sorted by window,
+// tenant, rule and region, starting after the key `after`.
+func (s *state) ledgerRecords(from, to int64, tenant, rule, region string, after *ledgerKey, limit int) ([]ledgerKey, bool) {
+	var keys []ledgerKey
+	for k := range s.ledger {
+		if k.window < from || k.window >= to ||
+			(tenant != "" && k.tenant != tenant) || (rule != "" && k.rule != rule) || (region != "" && k.region != region) {
+			continue
+		}
+		if after != nil && compareLedgerKeys(k, *after) <= 0 {
+			continue
+		}
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, compareLedgerKeys)
+	more := len(keys) > limit
+	if more {
+		keys = keys[:limit]
+	}
+	return keys, more
+}
+
+func compareLedgerKeys(a, b ledgerKey) int {
+	return cmp.Or(cmp.Compare(a.window, b.window), cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.rule, b.rule), cmp.Compare(a.region, b.region))
+}

@@ -40,7 +40,7 @@ type verdict struct {
 	resetAfter time.Duration
 }
 
-// decision completes v into the Decision callers see.
-func (p *params) decision(v verdict) Decision {
-	return Decision{Allowed: v.allowed, Limit: p.maxCost, Remaining: v.remaining, RetryAfter: v.retryAfter, ResetAfter: v.resetAfter}
+// decisionOf completes v into the Decision callers see.
+func decisionOf(v verdict, limit int64) Decision {
+	return Decision{Allowed: v.allowed, Limit: limit, Remaining: v.remaining, RetryAfter: v.retryAfter, ResetAfter: v.resetAfter}
 }

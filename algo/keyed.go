@@ -2,7 +2,6 @@ package algo
 
 import (
 	"fmt"
-	"hash/maphash"
 	"math/bits"
 	"sync"
 	"sync/atomic"
@@ -55,6 +54,9 @@ type KeyedOptions struct {
 	// Shards is the number of independently locked shards, rounded up to a
 	// power of two; zero picks one from MaxKeys (at most 1024).
 	Shards int
+	// Hasher hashes keys; stores sharing one accept each other's Hashes.
+	// Nil means a Hasher of the store's own.
+	Hasher *Hasher
 }
 
 // DefaultMaxKeys is the bound of a Keyed store whose options set none:
@@ -91,14 +93,16 @@ type shardStats struct {
 // shards, each an open-addressing table of fixed-size, pointer-free entries.
 // Deciding for a key already held allocates nothing.
 type Keyed struct {
-	p          params
+	alg        Algorithm
 	opts       KeyedOptions
-	seed1      maphash.Seed
-	seed2      maphash.Seed
+	hasher     *Hasher
 	ttl        int64
 	shardShift uint
 	count      atomic.Int64
 	shards     []shard
+
+	cfgMu sync.Mutex
+	cfg   Config // guarded by cfgMu; each shard holds its own compiled copy
 }
 
 // shard is one independently locked part of a Keyed store, padded to whole
@@ -110,6 +114,7 @@ type shard struct {
 
 type shardData struct {
 	mu    sync.Mutex
+	p     params // this shard's copy, so that Reconfigure needs no global lock
 	t     table
 	hand  int          // next slot to examine for expiry
 	logs  []slidingLog // SlidingLog only: per-key logs, state.a = index+1
@@ -145,20 +150,64 @@ func NewKeyed(cfg Config, opts KeyedOptions) (*Keyed, error) {
 	}
 	n := 1 << bits.Len(uint(opts.Shards-1)) // round up to a power of two
 	opts.Shards = n
+	if opts.Hasher == nil {
+		opts.Hasher = NewHasher()
+	}
 	k := &Keyed{
-		p:          p,
+		alg:        p.alg,
 		opts:       opts,
-		seed1:      maphash.MakeSeed(),
-		seed2:      maphash.MakeSeed(),
+		hasher:     opts.Hasher,
 		ttl:        int64(opts.IdleTTL),
 		shardShift: uint(64 - bits.Len(uint(n-1))),
 		shards:     make([]shard, n),
+		cfg:        cfg,
+	}
+	for i := range k.shards {
+		k.shards[i].p = p
 	}
 	return k, nil
 }
 
 // Config returns the configuration k enforces for each key.
-func (k *Keyed) Config() Config { return k.p.config() }
+func (k *Keyed) Config() Config {
+	k.cfgMu.Lock()
+	defer k.cfgMu.Unlock()
+	return k.cfg
+}
+
+// Hasher returns the Hasher that makes this store's Hashes.
+func (k *Keyed) Hasher() *Hasher { return k.hasher }
+
+// Reconfigure changes the limit every key is held to, keeping each key's
+// state: what it has spent stays spent (see Limiter.Reconfigure). The
+// algorithm cannot change. It locks one shard at a time.
+func (k *Keyed) Reconfigure(cfg Config) error {
+	p, err := compile(cfg)
+	if err != nil {
+		return err
+	}
+	if p.alg != k.alg {
+		return &ConfigError{"Algorithm", fmt.Sprintf("cannot change from %v to %v; make a new store", k.alg, p.alg)}
+	}
+	k.cfgMu.Lock()
+	defer k.cfgMu.Unlock()
+	for i := range k.shards {
+		sh := &k.shards[i]
+		sh.mu.Lock()
+		old := sh.p
+		sh.p = p
+		if p.alg == TokenBucket && old.emission != p.emission {
+			for j := range sh.t.slots {
+				if e := &sh.t.slots[j]; !e.empty() {
+					p.rescaleBucket(&e.s, &old)
+				}
+			}
+		}
+		sh.mu.Unlock()
+	}
+	k.cfg = cfg
+	return nil
+}
 
 // Options returns k's options with defaults filled in.
 func (k *Keyed) Options() KeyedOptions { return k.opts }
@@ -170,17 +219,36 @@ func (k *Keyed) Allow(key string, cost int64) Decision { return k.AllowAt(key, t
 // spends the cost if it is admitted. A peek (cost 0) for a key not held
 // reports a fresh key's state and does not store the key.
 func (k *Keyed) AllowAt(key string, now time.Time, cost int64) Decision {
-	h1, h2 := k.hash(key)
-	return k.p.decision(k.allowHashed(h1, h2, now.UnixNano(), cost))
+	return k.AllowHashAt(k.hasher.String(key), now, cost)
 }
 
-// hash returns the key's two independent 64-bit hashes, never both zero.
-func (k *Keyed) hash(key string) (uint64, uint64) {
-	h1, h2 := maphash.String(k.seed1, key), maphash.String(k.seed2, key)
-	if h1|h2 == 0 {
-		h2 = 1
+// AllowHashAt is AllowAt for a key already hashed by this store's Hasher.
+func (k *Keyed) AllowHashAt(h Hash, now time.Time, cost int64) Decision {
+	v, limit := k.allowHashed(k.shard(h.b), h.a, h.b, now.UnixNano(), cost)
+	return decisionOf(v, limit)
+}
+
+// ReturnHashAt gives back cost admitted for a key at now, as if that
+// admission had not happened: for callers that admit under several limits
+// and must undo one when a later limit refuses. Returning more than was
+// admitted never buys more than a fresh key has.
+func (k *Keyed) ReturnHashAt(h Hash, now time.Time, cost int64) {
+	if cost <= 0 {
+		return
 	}
-	return h1, h2
+	sh := k.shard(h.b)
+	sh.mu.Lock()
+	if len(sh.t.slots) > 0 {
+		if i, found := sh.t.find(h.a, h.b); found {
+			s := &sh.t.slots[i].s
+			if k.alg == SlidingLog {
+				sh.logs[s.a-1].refund(now.UnixNano(), cost)
+			} else {
+				sh.p.refund(s, now.UnixNano(), cost)
+			}
+		}
+	}
+	sh.mu.Unlock()
 }
 
 func (k *Keyed) shard(h2 uint64) *shard {
@@ -190,47 +258,45 @@ func (k *Keyed) shard(h2 uint64) *shard {
 	return &k.shards[h2>>k.shardShift]
 }
 
-func (k *Keyed) allowHashed(h1, h2 uint64, now, cost int64) verdict {
+// allowHashed decides under the shard's lock and returns the verdict with
+// the limit it was decided under.
+func (k *Keyed) allowHashed(sh *shard, h1, h2 uint64, now, cost int64) (verdict, int64) {
 	if cost < 0 {
 		cost = 0
 	}
-	sh := k.shard(h2)
 	sh.mu.Lock()
 	if len(sh.t.slots) == 0 {
 		sh.t.grow()
 	}
-	i, found := sh.t.find(h1, h2)
-	if found {
-		v := k.decide(sh, &sh.t.slots[i].s, now, cost)
-		sh.mu.Unlock()
-		return v
+	var v verdict
+	if i, found := sh.t.find(h1, h2); found {
+		v = sh.decide(&sh.t.slots[i].s, now, cost)
+	} else if cost == 0 {
+		v = sh.decideFresh(now, cost)
+	} else {
+		v = k.insert(sh, h1, h2, now, cost)
 	}
-	if cost == 0 {
-		v := k.decideFresh(now, cost)
-		sh.mu.Unlock()
-		return v
-	}
-	v := k.insert(sh, h1, h2, now, cost)
+	limit := sh.p.maxCost // read under the lock, as Reconfigure may change it
 	sh.mu.Unlock()
-	return v
+	return v, limit
 }
 
 // decide applies a request to a held key's state.
-func (k *Keyed) decide(sh *shard, s *state, now, cost int64) verdict {
-	if k.p.alg == SlidingLog {
-		return k.p.slidingLog(&sh.logs[s.a-1], now, cost)
+func (sh *shard) decide(s *state, now, cost int64) verdict {
+	if sh.p.alg == SlidingLog {
+		return sh.p.slidingLog(&sh.logs[s.a-1], now, cost)
 	}
-	return k.p.decide(s, now, cost)
+	return sh.p.decide(s, now, cost)
 }
 
 // decideFresh decides a request for a key that is not stored.
-func (k *Keyed) decideFresh(now, cost int64) verdict {
-	if k.p.alg == SlidingLog {
+func (sh *shard) decideFresh(now, cost int64) verdict {
+	if sh.p.alg == SlidingLog {
 		var l slidingLog
-		return k.p.slidingLog(&l, now, cost)
+		return sh.p.slidingLog(&l, now, cost)
 	}
 	var s state
-	return k.p.decide(&s, now, cost)
+	return sh.p.decide(&s, now, cost)
 }
 
 // insert creates the key (h1, h2) and decides its first request; sh is
@@ -248,17 +314,17 @@ func (k *Keyed) insert(sh *shard, h1, h2 uint64, now, cost int64) verdict {
 			sh.removeAt(k, victim)
 		case k.opts.Overflow == OverflowReject:
 			sh.stats.rejected++
-			v := k.decideFresh(now, 0)
+			v := sh.decideFresh(now, 0)
 			v.allowed, v.retryAfter = false, dur(restAt+k.ttl-now)
 			if !ok {
-				v.retryAfter = k.opts.IdleTTL + time.Duration(k.p.period)
+				v.retryAfter = k.opts.IdleTTL + time.Duration(sh.p.period)
 			}
 			return v
 		default:
 			// OverflowAllow, or OverflowEvict with nothing in this shard
 			// to evict: decide as a fresh key without storing it.
 			sh.stats.untracked++
-			return k.decideFresh(now, cost)
+			return sh.decideFresh(now, cost)
 		}
 		// The removal released a reservation; take it again.
 		k.count.Add(1)
@@ -271,10 +337,10 @@ func (k *Keyed) insert(sh *shard, h1, h2 uint64, now, cost int64) verdict {
 	e.h1, e.h2, e.s = h1, h2, state{}
 	sh.t.n++
 	sh.stats.inserted++
-	if k.p.alg == SlidingLog {
+	if k.alg == SlidingLog {
 		e.s.a = int64(sh.newLog()) + 1
 	}
-	return k.decide(sh, &e.s, now, cost)
+	return sh.decide(&e.s, now, cost)
 }
 
 // reserve counts one more key if the store has room for it.
@@ -293,15 +359,15 @@ func (k *Keyed) reserve() bool {
 
 // restAt returns the instant from which entry i of sh is at rest.
 func (k *Keyed) restAt(sh *shard, s state) int64 {
-	if k.p.alg == SlidingLog {
-		return sh.logs[s.a-1].restAt(&k.p)
+	if k.alg == SlidingLog {
+		return sh.logs[s.a-1].restAt(&sh.p)
 	}
-	return k.p.restAt(s)
+	return sh.p.restAt(s)
 }
 
 // removeAt removes slot i of sh, releasing its log if it has one.
 func (sh *shard) removeAt(k *Keyed, i int) {
-	if k.p.alg == SlidingLog {
+	if k.alg == SlidingLog {
 		idx := int32(sh.t.slots[i].s.a - 1)
 		sh.logs[idx].reset()
 		sh.free = append(sh.free, idx)

@@ -1,6 +1,7 @@
 package algo
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -11,8 +12,8 @@ import (
 // compare-and-swap loop); the other algorithms hold a mutex for a few
 // nanoseconds.
 type Limiter struct {
-	p   params
-	tat atomic.Int64 // GCRA's state
+	p   atomic.Pointer[params] // replaced whole by Reconfigure
+	tat atomic.Int64           // GCRA's state
 
 	mu  sync.Mutex
 	s   state      // guarded by mu
@@ -25,7 +26,8 @@ func New(cfg Config) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{p: p}
+	l := &Limiter{}
+	l.p.Store(&p)
 	if p.alg == SlidingLog && p.limit <= 1024 {
 		l.log.ring = make([]logEntry, p.limit)
 	}
@@ -33,7 +35,34 @@ func New(cfg Config) (*Limiter, error) {
 }
 
 // Config returns the configuration l enforces.
-func (l *Limiter) Config() Config { return l.p.config() }
+func (l *Limiter) Config() Config { return l.p.Load().config() }
+
+// Reconfigure changes the limit l enforces while keeping what the subject
+// has already spent: GCRA keeps its theoretical arrival time, the token
+// bucket its missing tokens, the windows their counts. It is how a lease
+// that changes a node's share takes effect without handing out a reset.
+// The algorithm cannot change, and a window's period change starts the
+// window afresh.
+func (l *Limiter) Reconfigure(cfg Config) error {
+	p, err := compile(cfg)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old := l.p.Load()
+	if p.alg != old.alg {
+		return &ConfigError{"Algorithm", fmt.Sprintf("cannot change from %v to %v; make a new Limiter", old.alg, p.alg)}
+	}
+	switch {
+	case p.alg == TokenBucket && p.emission != old.emission:
+		p.rescaleBucket(&l.s, old)
+	case (p.alg == FixedWindow || p.alg == SlidingWindow) && p.period != old.period:
+		l.s = state{}
+	}
+	l.p.Store(&p)
+	return nil
+}
 
 // Allow is shorthand for AllowAt(time.Now(), cost).
 func (l *Limiter) Allow(cost int64) Decision { return l.AllowAt(time.Now(), cost) }
@@ -41,31 +70,56 @@ func (l *Limiter) Allow(cost int64) Decision { return l.AllowAt(time.Now(), cost
 // AllowAt decides a request of the given cost arriving at now, and spends
 // the cost if it is admitted. See Decision for what is reported.
 func (l *Limiter) AllowAt(now time.Time, cost int64) Decision {
-	return l.p.decision(l.allowNanos(now.UnixNano(), cost))
+	p := l.p.Load()
+	return decisionOf(l.allowNanos(p, now.UnixNano(), cost), p.maxCost)
 }
 
-func (l *Limiter) allowNanos(now, cost int64) verdict {
+func (l *Limiter) allowNanos(p *params, now, cost int64) verdict {
 	if cost < 0 {
 		cost = 0
 	}
-	switch l.p.alg {
+	switch p.alg {
 	case GCRA:
 		for {
 			tat := l.tat.Load()
-			next, v := l.p.gcra(tat, now, cost)
+			next, v := p.gcra(tat, now, cost)
 			if next == tat || l.tat.CompareAndSwap(tat, next) {
 				return v
 			}
 		}
 	case SlidingLog:
 		l.mu.Lock()
-		v := l.p.slidingLog(&l.log, now, cost)
+		v := l.p.Load().slidingLog(&l.log, now, cost)
 		l.mu.Unlock()
 		return v
 	default:
 		l.mu.Lock()
-		v := l.p.decide(&l.s, now, cost)
+		v := l.p.Load().decide(&l.s, now, cost)
 		l.mu.Unlock()
 		return v
+	}
+}
+
+// ReturnAt gives back cost admitted at now, as if that admission had not
+// happened: for callers that admit under several limits and must undo one
+// when a later limit refuses. Returning more than was admitted never buys
+// more than a fresh limiter has.
+func (l *Limiter) ReturnAt(now time.Time, cost int64) {
+	if cost <= 0 {
+		return
+	}
+	ns := now.UnixNano()
+	p := l.p.Load()
+	switch p.alg {
+	case GCRA:
+		l.tat.Add(-cost * p.emission)
+	case SlidingLog:
+		l.mu.Lock()
+		l.log.refund(ns, cost)
+		l.mu.Unlock()
+	default:
+		l.mu.Lock()
+		l.p.Load().refund(&l.s, ns, cost)
+		l.mu.Unlock()
 	}
 }

@@ -122,3 +122,20 @@ func (l *slidingLog) restAt(p *params) int64 {
 func (l *slidingLog) reset() {
 	l.head, l.n, l.sum, l.seen = 0, 0, 0, 0
 }
+
+// refund removes cost from the newest admission, if the log still holds it.
+func (l *slidingLog) refund(now, cost int64) {
+	if l.n == 0 {
+		return
+	}
+	last := &l.ring[l.index(l.n-1)]
+	if last.at != max(now, l.seen) && last.at != now {
+		return
+	}
+	take := min(cost, last.cost)
+	last.cost -= take
+	l.sum -= take
+	if last.cost == 0 {
+		l.n--
+	}
+}

@@ -76,3 +76,38 @@ func floorDiv(a, b int64) int64 {
 
 // windowStart returns the start of the epoch-aligned window holding now.
 func (p *params) windowStart(now int64) int64 { return floorDiv(now, p.period) * p.period }
+
+// refund gives back cost admitted at now, for every algorithm but
+// SlidingLog: the inverse of an admission, so that a caller admitting under
+// several limits can undo one. It never leaves more than a fresh state.
+func (p *params) refund(s *state, now, cost int64) {
+	switch p.alg {
+	case GCRA:
+		s.a -= cost * p.emission
+	case TokenBucket:
+		s.b = max(s.b-cost*p.emission, 0)
+	case FixedWindow:
+		// An admission at now was counted in the stored window unless that
+		// window has since been left behind.
+		if now < s.a+p.period {
+			s.b = max(s.b-cost, 0)
+		}
+	case SlidingWindow:
+		if now < s.a+p.period {
+			cur := int64(uint64(s.b) & 0xffffffff)
+			cur = max(cur-cost, 0)
+			s.b = int64(uint64(s.b)&^0xffffffff | uint64(cur))
+		}
+	}
+}
+
+// rescaleBucket converts a token bucket's missing tokens, kept as
+// nanoseconds of refill at old's rate, to p's rate: the tokens a subject
+// has spent stay spent when its rate changes.
+func (p *params) rescaleBucket(s *state, old *params) {
+	if old.emission == 0 {
+		return
+	}
+	missing := float64(s.b) / float64(old.emission) * float64(p.emission)
+	s.b = min(int64(missing), p.maxCost*p.emission)
+}

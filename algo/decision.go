@@ -40,7 +40,9 @@ type verdict struct {
 	resetAfter time.Duration
 }
 
-// decisionOf completes v into the Decision callers see.
-func decisionOf(v verdict, limit int64) Decision {
-	return Decision{Allowed: v.allowed, Limit: limit, Remaining: v.remaining, RetryAfter: v.retryAfter, ResetAfter: v.resetAfter}
+// set completes v into the Decision callers see. It writes the fields in
+// place: building a Decision and returning it whole copies it through
+// memory, which showed up on the agent's request path.
+func (d *Decision) set(v verdict, limit int64) {
+	d.Allowed, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter = v.allowed, limit, v.remaining, v.retryAfter, v.resetAfter
 }

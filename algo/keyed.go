@@ -223,9 +223,10 @@ func (k *Keyed) AllowAt(key string, now time.Time, cost int64) Decision {
 }
 
 // AllowHashAt is AllowAt for a key already hashed by this store's Hasher.
-func (k *Keyed) AllowHashAt(h Hash, now time.Time, cost int64) Decision {
+func (k *Keyed) AllowHashAt(h Hash, now time.Time, cost int64) (d Decision) {
 	v, limit := k.allowHashed(k.shard(h.b), h.a, h.b, now.UnixNano(), cost)
-	return decisionOf(v, limit)
+	d.set(v, limit)
+	return d
 }
 
 // ReturnHashAt gives back cost admitted for a key at now, as if that

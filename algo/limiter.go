@@ -69,9 +69,10 @@ func (l *Limiter) Allow(cost int64) Decision { return l.AllowAt(time.Now(), cost
 
 // AllowAt decides a request of the given cost arriving at now, and spends
 // the cost if it is admitted. See Decision for what is reported.
-func (l *Limiter) AllowAt(now time.Time, cost int64) Decision {
+func (l *Limiter) AllowAt(now time.Time, cost int64) (d Decision) {
 	p := l.p.Load()
-	return decisionOf(l.allowNanos(p, now.UnixNano(), cost), p.maxCost)
+	d.set(l.allowNanos(p, now.UnixNano(), cost), p.maxCost)
+	return d
 }
 
 func (l *Limiter) allowNanos(p *params, now, cost int64) verdict {

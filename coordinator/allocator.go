@@ -121,13 +121,6 @@ func (a *allocator) lead(epoch uint64, now int64) {
 	}
 }
 
-// currentEpoch is the epoch leases are issued under.
-func (a *allocator) currentEpoch() uint64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.epoch
-}
-
 // setRules installs a new rule set. Pools of rules that changed are
 // dropped and rebuilt from the next reports; the others keep their state.
 func (a *allocator) setRules(set *rules.Set) {

@@ -91,6 +91,7 @@ func (s *agentServer) Report(ctx context.Context, req *allotpb.ReportRequest) (*
 			}
 		}
 		resp.Epoch = st.epoch
+		resp.BillingWindowNano = st.billingWindowSeconds() * int64(time.Second)
 		resp.RulesVersion = st.rules.Version()
 		if req.GetRulesVersion() != st.rules.Version() {
 			resp.Rules = rules.SetToProto(st.rules)

@@ -528,8 +528,11 @@ type ReportResponse struct {
 	// holding (held_epoch, held_seq) that is still current: only leases that
 	// changed are sent again in leases.
 	RenewUnixNano int64 `protobuf:"varint,12,opt,name=renew_unix_nano,json=renewUnixNano,proto3" json:"renew_unix_nano,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// billing_window_nano is the ledger's billing window: the agent cuts
+	// usage at its boundaries.
+	BillingWindowNano int64 `protobuf:"varint,13,opt,name=billing_window_nano,json=billingWindowNano,proto3" json:"billing_window_nano,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ReportResponse) Reset() {
@@ -642,6 +645,13 @@ func (x *ReportResponse) GetCoordinators() []string {
 func (x *ReportResponse) GetRenewUnixNano() int64 {
 	if x != nil {
 		return x.RenewUnixNano
+	}
+	return 0
+}
+
+func (x *ReportResponse) GetBillingWindowNano() int64 {
+	if x != nil {
+		return x.BillingWindowNano
 	}
 	return 0
 }
@@ -856,7 +866,7 @@ const file_agent_proto_rawDesc = "" +
 	" \x01(\x01R\tcommitted\x12(\n" +
 	"\x10window_unix_nano\x18\v \x01(\x03R\x0ewindowUnixNano\x12\x16\n" +
 	"\x06weight\x18\f \x01(\x01R\x06weight\x12\x12\n" +
-	"\x04plan\x18\r \x01(\tR\x04plan\"\xdf\x03\n" +
+	"\x04plan\x18\r \x01(\tR\x04plan\"\x8f\x04\n" +
 	"\x0eReportResponse\x125\n" +
 	"\bprotocol\x18\x01 \x01(\x0e2\x19.allot.v1.ProtocolVersionR\bprotocol\x12\x1b\n" +
 	"\tacked_seq\x18\x02 \x01(\x04R\backedSeq\x12\x14\n" +
@@ -870,7 +880,8 @@ const file_agent_proto_rawDesc = "" +
 	"\x0elease_ttl_nano\x18\n" +
 	" \x01(\x03R\fleaseTtlNano\x12\"\n" +
 	"\fcoordinators\x18\v \x03(\tR\fcoordinators\x12&\n" +
-	"\x0frenew_unix_nano\x18\f \x01(\x03R\rrenewUnixNano\"\x8b\x02\n" +
+	"\x0frenew_unix_nano\x18\f \x01(\x03R\rrenewUnixNano\x12.\n" +
+	"\x13billing_window_nano\x18\r \x01(\x03R\x11billingWindowNano\"\x8b\x02\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +

@@ -1,0 +1,369 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/lease"
+	"github.com/allot-io/allot/lease/rules"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Agent decides requests in the gateway's memory against the node's
+// leases, and reports usage to the coordinators in the background. It is
+// safe for concurrent use.
+type Agent struct {
+	cfg    Config
+	log    hclog.Logger
+	hasher *algo.Hasher
+	clock  *clock
+
+	rules      atomic.Pointer[compiled]
+	nodes      atomic.Int64 // nodes the coordinators hear from; 1 standalone
+	intervalNs atomic.Int64
+	ready      chan struct{}
+	readyOnce  sync.Once
+
+	prioHash [256]algo.Hash // mixed into a tenant's hash to name a class
+
+	rep     *reporter // nil when standalone
+	early   chan struct{}
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	closed  atomic.Bool
+	metrics *metrics
+}
+
+// compiled is a rule set ready to enforce, with its usage counters.
+type compiled struct {
+	set    *rules.Set
+	rules  []*ruleState
+	names  []string
+	usage  *usageTable
+	totals []ruleTotals
+}
+
+// New starts an agent. A standalone agent (no Coordinators) enforces its
+// static Rules at once. An agent with coordinators reports in the
+// background; until it has rules (static, or fetched), it admits every
+// request, and Ready is closed once it has them.
+func New(config Config) (*Agent, error) {
+	cfg, err := config.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{
+		cfg:    cfg,
+		log:    cfg.Logger.Named("agent"),
+		hasher: algo.NewHasher(),
+		clock:  newClock(cfg.Clock),
+		ready:  make(chan struct{}),
+		early:  make(chan struct{}, 1),
+		stop:   make(chan struct{}),
+	}
+	a.nodes.Store(1)
+	a.intervalNs.Store(int64(cfg.ReportInterval))
+	for i := range a.prioHash {
+		a.prioHash[i] = a.hasher.String("\x00priority " + strconv.Itoa(i))
+	}
+	if len(cfg.Rules) > 0 {
+		set, err := rules.NewSet(0, cfg.Rules)
+		if err != nil {
+			return nil, fmt.Errorf("agent: static rules: %w", err)
+		}
+		if err := a.install(set); err != nil {
+			return nil, err
+		}
+	}
+	if a.metrics, err = newMetrics(a, cfg.Registerer); err != nil {
+		return nil, err
+	}
+	a.wg.Add(2)
+	go func() {
+		defer a.wg.Done()
+		a.clock.run(a.stop)
+	}()
+	go func() {
+		defer a.wg.Done()
+		a.housekeep()
+	}()
+	if len(cfg.Coordinators) > 0 {
+		a.rep, err = newReporter(a)
+		if err != nil {
+			close(a.stop)
+			a.wg.Wait()
+			return nil, err
+		}
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			a.rep.run()
+		}()
+	}
+	return a, nil
+}
+
+// Ready is closed once the agent enforces rules.
+func (a *Agent) Ready() <-chan struct{} { return a.ready }
+
+// Rules returns the rule set the agent enforces, or nil before it has one.
+func (a *Agent) Rules() *rules.Set {
+	if c := a.rules.Load(); c != nil {
+		return c.set
+	}
+	return nil
+}
+
+func (a *Agent) interval() time.Duration { return time.Duration(a.intervalNs.Load()) }
+
+// keyedOptions bounds each store: cardinality, and what a full store does
+// with a new key, by the rule's intent.
+func (a *Agent) keyedOptions(r *rules.Rule) algo.KeyedOptions {
+	o := algo.KeyedOptions{MaxKeys: a.cfg.MaxKeys, IdleTTL: a.cfg.IdleTTL, Hasher: a.hasher}
+	switch r.Intent {
+	case lease.Quota:
+		o.Overflow = algo.OverflowAllow
+	case lease.Abuse:
+		o.Overflow = algo.OverflowReject
+	default:
+		o.Overflow = algo.OverflowEvict
+	}
+	// Shards: about 64 keys each at the bound, no fewer than 16.
+	o.Shards = min(max(a.cfg.MaxKeys/64, 16), 1024)
+	return o
+}
+
+// install compiles a rule set and makes it the one enforced. Rules that
+// did not change keep their state; the usage counted under the old set is
+// cut by the caller first (the reporter), so counts are never lost.
+func (a *Agent) install(set *rules.Set) error {
+	old := a.rules.Load()
+	prev := map[string]*ruleState{}
+	if old != nil {
+		for _, rs := range old.rules {
+			prev[rs.rule.Name] = rs
+		}
+	}
+	nodes := int(a.nodes.Load())
+	c := &compiled{set: set, totals: make([]ruleTotals, set.Len())}
+	for i, r := range set.Rules() {
+		rs := &ruleState{
+			rule: r, scope: r.Scope.String(), index: i, attrs: r.KeyAttrs(),
+			coordinated: !r.Local && len(a.cfg.Coordinators) > 0, mode: r.Mode(),
+		}
+		if p := prev[r.Name]; p != nil && sameRule(&p.rule, &r) {
+			rs.ruleData = p.ruleData
+		} else {
+			data, err := a.newRuleData(rs, nodes)
+			if err != nil {
+				return fmt.Errorf("agent: rule %s: %w", r.Name, err)
+			}
+			rs.ruleData = data
+		}
+		c.rules = append(c.rules, rs)
+		c.names = append(c.names, r.Name)
+	}
+	if old != nil {
+		for i, name := range c.names {
+			for j, oname := range old.names {
+				if name == oname {
+					c.totals[i].admitted.Store(old.totals[j].admitted.Load())
+					c.totals[i].denied.Store(old.totals[j].denied.Load())
+				}
+			}
+		}
+	}
+	c.usage = newUsageTable(len(c.rules), a.cfg.MaxTenants)
+	a.rules.Store(c)
+	a.readyOnce.Do(func() { close(a.ready) })
+	return nil
+}
+
+func sameRule(x, y *rules.Rule) bool {
+	return rules.ToProto(x).String() == rules.ToProto(y).String()
+}
+
+func (a *Agent) newRuleData(rs *ruleState, nodes int) (*ruleData, error) {
+	d := &ruleData{}
+	rs.ruleData = d
+	opts := a.keyedOptions(&rs.rule)
+	var err error
+	if d.def, err = rs.newLimitStore(rs.rule.Limit, a.cfg.Region, nodes, opts); err != nil {
+		return nil, err
+	}
+	for name, p := range rs.rule.Plans {
+		if p.Limit > 0 {
+			if d.byPlan == nil {
+				d.byPlan = map[string]*limitStore{}
+			}
+			if d.byPlan[name], err = rs.newLimitStore(p.Limit, a.cfg.Region, nodes, opts); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for name, o := range rs.rule.Tenants {
+		if o.Limit > 0 {
+			if d.byTenant == nil {
+				d.byTenant = map[string]*limitStore{}
+			}
+			if d.byTenant[name], err = rs.newLimitStore(o.Limit, a.cfg.Region, nodes, opts); err != nil {
+				return nil, err
+			}
+		}
+	}
+	empty := map[algo.Hash]*hotKey{}
+	d.hot.Store(&empty)
+	if rs.rule.Fair() {
+		d.fair = &fairState{}
+		none := map[classKey]*hotKey{}
+		d.fair.classes.Store(&none)
+	}
+	return d, nil
+}
+
+// Check decides one request. It never waits for the network, takes no
+// global lock, and allocates nothing for keys it has seen before.
+//
+// Rules are evaluated cheapest first (global, ip, tenant, user, route). The
+// first refusal ends the evaluation and what earlier rules admitted is
+// given back, so no rule is charged for a request another refused; an
+// admitted request is charged to every rule it passed.
+func (a *Agent) Check(req Request) (d Decision) {
+	c := a.rules.Load()
+	if c == nil || len(c.rules) == 0 {
+		d.Allowed = true
+		return d
+	}
+	cost := req.Cost
+	if cost <= 0 {
+		cost = 1
+	}
+	now := time.Unix(0, a.clock.now())
+	var rh reqHashes
+	tu := c.usage.get(rh.get(a, &req, rules.AttrTenant), req.Tenant)
+	best, bestFrac := -1, math.Inf(1)
+	var bestR result
+	var passed uint64 // rules 0–63 passed; later ones are found again by matching
+	for i, rs := range c.rules {
+		if !rs.matches(&req) {
+			continue
+		}
+		r := rs.check(a, &req, &rh, now, cost)
+		if !r.allowed() {
+			for j := range i {
+				if passed&(1<<j) != 0 || (j >= 64 && c.rules[j].matches(&req)) {
+					c.rules[j].undo(a, &req, &rh, now, cost)
+				}
+			}
+			tu.counts[2*i+1].Add(cost)
+			a.fill(&d, rs, &req, r)
+			return d
+		}
+		if i < 64 {
+			passed |= 1 << i
+		}
+		if frac := float64(r.remaining) / float64(max(r.limit, 1)); frac < bestFrac {
+			best, bestFrac, bestR = i, frac, r
+		}
+	}
+	for i, rs := range c.rules {
+		if passed&(1<<i) != 0 || (i >= 64 && rs.matches(&req)) {
+			tu.counts[2*i].Add(cost)
+		}
+	}
+	if best < 0 {
+		d.Allowed = true
+		return d
+	}
+	a.fill(&d, c.rules[best], &req, bestR)
+	return d
+}
+
+// fill writes a rule's result into the agent's decision, scaling the
+// node's remaining share to the whole limit. It writes in place: copying a
+// Decision whole through memory costs more than everything else in Check.
+func (a *Agent) fill(d *Decision, rs *ruleState, req *Request, r result) {
+	limit := rs.store(req).limit
+	remaining := limit
+	if r.limit > 0 {
+		remaining = min(limit, int64(float64(r.remaining)*float64(limit)/float64(r.limit)))
+	}
+	d.Allowed, d.Rule, d.Scope = r.allowed(), rs.rule.Name, rs.scope
+	d.Limit, d.Period, d.Remaining = limit, rs.rule.Period, remaining
+	d.RetryAfter, d.ResetAfter, d.Fallback = r.retry, r.reset, rs.fallback.Load()
+}
+
+// Close stops reporting, after flushing the usage not yet reported and
+// releasing the node's leases, within ctx.
+func (a *Agent) Close(ctx context.Context) error {
+	if a.closed.Swap(true) {
+		return nil
+	}
+	var err error
+	if a.rep != nil {
+		err = a.rep.shutdown(ctx)
+	}
+	close(a.stop)
+	a.wg.Wait()
+	if a.rep != nil {
+		a.rep.client.close()
+	}
+	if a.metrics != nil {
+		a.metrics.unregister()
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("agent: closing: %w", err)
+	}
+	return nil
+}
+
+// housekeep expires idle keys in the background once a minute, and, for a
+// standalone agent (which has no reporter to do it), cuts the usage
+// counters every interval so that metrics and new tenants stay cheap.
+func (a *Agent) housekeep() {
+	t := time.NewTicker(a.cfg.ReportInterval)
+	defer t.Stop()
+	lastSweep := time.Now()
+	discard := map[usageKey]*usageCounts{}
+	for {
+		select {
+		case <-a.stop:
+			return
+		case <-t.C:
+		}
+		c := a.rules.Load()
+		if c == nil {
+			continue
+		}
+		if a.rep == nil {
+			c.usage.cut(c.names, 0, discard, c.totals)
+			clear(discard)
+		}
+		if time.Since(lastSweep) >= time.Minute {
+			lastSweep = time.Now()
+			now := time.Unix(0, a.clock.now())
+			for _, rs := range c.rules {
+				for _, st := range rs.stores() {
+					if st.keyed != nil {
+						st.keyed.Sweep(now)
+					}
+				}
+			}
+		}
+	}
+}
+
+// askEarly wakes the reporter for an early report, without waiting.
+func (a *Agent) askEarly() {
+	select {
+	case a.early <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,77 @@
+package agent
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// Clock tells the agent the time. Tests pass a clock they control; the
+// default reads the system clock every millisecond in the background, so a
+// check costs an atomic load instead of a system call.
+type Clock interface {
+	Now() time.Time
+}
+
+// clock is the agent's time: monotonic local time, plus the offset to the
+// coordinators' clock learned from every exchange. Window boundaries and
+// billing windows follow the coordinators' clock, so a gateway whose own
+// clock is seconds off still agrees with the fleet about which window a
+// request belongs to; refill follows the monotonic clock.
+type clock struct {
+	src    Clock     // nil: the coarse system clock
+	start  time.Time // carries a monotonic reading
+	coarse atomic.Int64
+	offset atomic.Int64 // ns to add to local time to get coordinator time
+}
+
+// tick is the coarse clock's resolution.
+const tick = time.Millisecond
+
+func newClock(src Clock) *clock {
+	c := &clock{src: src, start: time.Now()}
+	c.refresh()
+	return c
+}
+
+// refresh reads the local clock into the coarse clock.
+func (c *clock) refresh() {
+	c.coarse.Store(c.start.UnixNano() + int64(time.Since(c.start)))
+}
+
+// run refreshes the coarse clock until stop is closed.
+func (c *clock) run(stop <-chan struct{}) {
+	if c.src != nil {
+		return
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			c.refresh()
+		}
+	}
+}
+
+// local is the agent's own time, in Unix nanoseconds.
+func (c *clock) local() int64 {
+	if c.src != nil {
+		return c.src.Now().UnixNano()
+	}
+	return c.coarse.Load()
+}
+
+// now is the coordinators' time as the agent estimates it.
+func (c *clock) now() int64 { return c.local() + c.offset.Load() }
+
+// observe folds in one exchange: the agent's clock when it sent (t0) and
+// received (t1), and the coordinator's when it answered. The round trip's
+// midpoint is the best estimate of when the coordinator read its clock.
+func (c *clock) observe(t0, t1, coordinator int64) {
+	if coordinator == 0 || t1 < t0 {
+		return
+	}
+	c.offset.Store(coordinator - (t0+t1)/2)
+}

@@ -1,0 +1,114 @@
+package agent
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/allot-io/allot/lease/rules"
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+)
+
+// ErrInvalidConfig is wrapped by every configuration error.
+var ErrInvalidConfig = errors.New("agent: invalid configuration")
+
+// Defaults for Config's zero fields.
+const (
+	DefaultReportInterval = time.Second
+	DefaultMaxKeys        = 1 << 20
+	DefaultMaxHotKeys     = 100_000
+	DefaultMaxTenants     = 1 << 20
+)
+
+// Config configures an Agent.
+type Config struct {
+	// Coordinators are the gRPC addresses of the coordinator cluster's
+	// members. Empty means standalone: the agent enforces Rules alone, each
+	// node the whole limit, for tests and single-node use.
+	Coordinators []string
+	// NodeID names this gateway node; unique in the fleet.
+	NodeID string
+	// Region is where the node runs; usage is billed under it.
+	Region string
+	// Rules are static rules. When set they are enforced as given and the
+	// coordinators' rules are ignored; when empty, rules are fetched from
+	// the coordinators.
+	Rules []rules.Rule
+	// ReportInterval is how often usage is reported (default 1s); the
+	// coordinators' setting takes over once they answer.
+	ReportInterval time.Duration
+	// MaxKeys bounds the keys each rule holds for each limit (default
+	// 1,048,576). At the bound, a capacity rule evicts the key closest to
+	// rest, a quota rule admits new keys untracked (fails open), and an
+	// abuse rule refuses new keys (fails closed); all are counted.
+	MaxKeys int
+	// IdleTTL keeps a key that has returned to rest this long before it
+	// is removed (default 0: removed at rest; nothing is lost either way).
+	IdleTTL time.Duration
+	// MaxHotKeys bounds the keys holding leases (default 100,000).
+	MaxHotKeys int
+	// MaxTenants bounds the tenants whose usage is counted separately;
+	// beyond it usage is counted under the empty tenant (default
+	// 1,048,576).
+	MaxTenants int
+
+	// TLS, when set, is used to reach the coordinators; with a client
+	// certificate, it must name NodeID.
+	TLS *tls.Config
+	// DialOptions are added to every coordinator connection.
+	DialOptions []grpc.DialOption
+
+	// Logger receives the agent's logs; nil discards them.
+	Logger hclog.Logger
+	// Registerer receives the agent's metrics; nil registers nowhere.
+	Registerer prometheus.Registerer
+	// Clock is the time source; nil reads the system clock every
+	// millisecond in the background.
+	Clock Clock
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	cfg := *c
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+	}
+	if len(cfg.Coordinators) > 0 && cfg.NodeID == "" {
+		return cfg, bad("NodeID", "is required to report to coordinators")
+	}
+	if len(cfg.NodeID) > 256 || len(cfg.Region) > 256 {
+		return cfg, bad("NodeID", "NodeID and Region must be at most 256 bytes")
+	}
+	if len(cfg.Coordinators) == 0 && len(cfg.Rules) == 0 {
+		return cfg, bad("Rules", "a standalone agent (no Coordinators) needs static Rules")
+	}
+	for name, v := range map[string]int{"MaxKeys": cfg.MaxKeys, "MaxHotKeys": cfg.MaxHotKeys, "MaxTenants": cfg.MaxTenants} {
+		if v < 0 {
+			return cfg, bad(name, "must not be negative, got %d", v)
+		}
+	}
+	if cfg.ReportInterval < 0 || (cfg.ReportInterval > 0 && cfg.ReportInterval < 10*time.Millisecond) {
+		return cfg, bad("ReportInterval", "must be at least 10ms, got %v", cfg.ReportInterval)
+	}
+	if cfg.IdleTTL < 0 {
+		return cfg, bad("IdleTTL", "must not be negative, got %v", cfg.IdleTTL)
+	}
+	if cfg.ReportInterval == 0 {
+		cfg.ReportInterval = DefaultReportInterval
+	}
+	if cfg.MaxKeys == 0 {
+		cfg.MaxKeys = DefaultMaxKeys
+	}
+	if cfg.MaxHotKeys == 0 {
+		cfg.MaxHotKeys = DefaultMaxHotKeys
+	}
+	if cfg.MaxTenants == 0 {
+		cfg.MaxTenants = DefaultMaxTenants
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	return cfg, nil
+}

@@ -1,0 +1,152 @@
+package agent
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/lease"
+	"github.com/allot-io/allot/lease/rules"
+)
+
+// fairState enforces a global rule, shared by tenants at priorities. The
+// node holds one limiter for its whole share (the store's single limiter),
+// and one per class (tenant at a priority) that the coordinator has granted
+// a lease: a request must pass its class's lease, if any, and the node's
+// total. The node's total also sheds by priority on its own: batch
+// requests may not take the last 20% of it, interactive ones the last 5%,
+// so that when the rule binds, lower priorities are refused first even
+// before the coordinator re-divides it. Exempt requests are never refused.
+type fairState struct {
+	classes atomic.Pointer[map[classKey]*hotKey]
+	pending pendingSet
+}
+
+// classKey identifies a class: a tenant (by its hash) at a composed
+// priority.
+type classKey struct {
+	tenant   algo.Hash
+	priority uint32
+}
+
+// reserve is the fraction of the node's total a priority may not take.
+func reserve(p Priority) float64 {
+	switch p {
+	case Batch:
+		return 0.2
+	case Interactive:
+		return 0.05
+	}
+	return 0
+}
+
+// classPriority composes a request's priority with its tenant's plan rank:
+// priority first, then plan, so that batch is shed before interactive and,
+// within a priority, a free plan before a paid one.
+func classPriority(rs *ruleState, req *Request) uint32 {
+	if req.Priority == Exempt {
+		return uint32(lease.PriorityExempt)
+	}
+	return uint32(req.Priority.shedRank())<<4 | uint32(rs.rule.RankFor(req.Plan))
+}
+
+func (f *fairState) check(a *Agent, rs *ruleState, st *limitStore, req *Request, rh *reqHashes, now time.Time, cost int64) result {
+	var class *hotKey
+	if classes := *f.classes.Load(); len(classes) > 0 || rs.coordinated {
+		ck := classKey{rh.get(a, req, rules.AttrTenant), classPriority(rs, req)}
+		class = classes[ck]
+		if class == nil && rs.coordinated {
+			h := ck.tenant.Then(a.prioHash[ck.priority&0xff])
+			if !f.pending.seen(h) {
+				f.pending.add(h, nil, req, ck.priority)
+			}
+		}
+	}
+	if req.Priority == Exempt {
+		// Never refused; what it uses is still taken from the node's total.
+		d := st.single.AllowAt(now, cost)
+		if class != nil {
+			class.admitted.Add(cost)
+		}
+		r := fromAlgo(&d)
+		r.retry = 0
+		return r
+	}
+	var cd result
+	leased := class != nil && class.leased.Load()
+	if leased {
+		if cd = class.allow(a, now, cost); !cd.allowed() {
+			return cd
+		}
+	}
+	refuse := func(r result) result {
+		if leased {
+			class.lim.ReturnAt(now, cost)
+			class.admitted.Add(-cost)
+		}
+		if class != nil {
+			class.denied.Add(cost)
+		}
+		return r
+	}
+	d := st.single.AllowAt(now, cost)
+	if !d.Allowed {
+		return refuse(fromAlgo(&d))
+	}
+	// The priority's reserve: what a lower priority may not take of the
+	// node's total. Checked after spending, so the usual case costs one
+	// call; a request that dipped into the reserve is given back.
+	if r := reserve(req.Priority); r > 0 && float64(d.Remaining) < r*float64(d.Limit) {
+		st.single.ReturnAt(now, cost)
+		return refuse(result{d.Remaining + cost, d.Limit, max(a.interval()/10, time.Millisecond), d.ResetAfter})
+	}
+	if class != nil && !leased {
+		class.admitted.Add(cost)
+	}
+	if leased && cd.remaining*d.Limit < d.Remaining*cd.limit {
+		return cd // the class is the tighter of the two
+	}
+	return fromAlgo(&d)
+}
+
+// undo gives back what check admitted.
+func (f *fairState) undo(a *Agent, rs *ruleState, st *limitStore, req *Request, rh *reqHashes, now time.Time, cost int64) {
+	if req.Priority != Exempt {
+		st.single.ReturnAt(now, cost)
+	}
+	if classes := *f.classes.Load(); len(classes) > 0 {
+		if class := classes[classKey{rh.get(a, req, rules.AttrTenant), classPriority(rs, req)}]; class != nil {
+			if class.leased.Load() {
+				class.lim.ReturnAt(now, cost)
+			}
+			class.admitted.Add(-cost)
+		}
+	}
+}
+
+// promoteClasses turns classes that showed traffic into reported classes.
+// Their limiters enforce nothing until a lease arrives (leased is false):
+// until then the node's total alone applies.
+func (f *fairState) promoteClasses(a *Agent, rs *ruleState) {
+	waiting := f.pending.take()
+	if len(waiting) == 0 {
+		return
+	}
+	old := f.classes.Load()
+	next := make(map[classKey]*hotKey, len(*old)+len(waiting))
+	for k, v := range *old {
+		next[k] = v
+	}
+	for _, pk := range waiting {
+		k := classKey{a.hasher.String(pk.tenant), pk.priority}
+		if _, ok := next[k]; ok || len(next) >= a.cfg.MaxHotKeys {
+			continue
+		}
+		hk, err := newHotKey(rs, rs.def, pk, nil)
+		if err != nil {
+			continue
+		}
+		next[k] = hk
+	}
+	f.classes.Store(&next)
+}

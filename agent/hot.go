@@ -1,0 +1,220 @@
+package agent
+
+import (
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/lease"
+)
+
+// hotKey is a key that needs more than an even share, or the class of a
+// global rule: it has its own limiter, sized by its lease, and counts what
+// it admits and denies for the next report.
+type hotKey struct {
+	key      string
+	tenant   string
+	plan     string
+	priority uint32
+	store    *limitStore
+	lim      *algo.Limiter
+
+	admitted atomic.Int64 // cost since the last report
+	denied   atomic.Int64
+	urgent   atomic.Bool // an early report has been asked for
+	closed   atomic.Bool // the lease grants nothing: refuse until the next
+
+	leased atomic.Bool   // a lease sets the limit (read by checks of global rules)
+	shown  atomic.Uint64 // the lease's limit as float64 bits, for readers off the reporter
+
+	// Lease state, touched only by the reporter goroutine.
+	held    float64 // the lease's limit, per period
+	burst   float64
+	epoch   uint64
+	seq     uint64
+	expires int64 // ns, coordinators' clock
+	window  int64 // window algorithms: the lease's window
+	idle    int   // reports in a row with no traffic
+}
+
+// observe counts a decision and, when a leased key runs low, asks for an
+// early report so it is topped up before it runs dry.
+func (hk *hotKey) observe(a *Agent, r result, cost int64) {
+	if r.allowed() {
+		hk.admitted.Add(cost)
+	} else {
+		hk.denied.Add(cost)
+	}
+	if 5*r.remaining < r.limit && !hk.urgent.Load() && hk.urgent.CompareAndSwap(false, true) {
+		a.askEarly()
+	}
+}
+
+// pendingKey is a key waiting to become hot.
+type pendingKey struct {
+	key, tenant, plan string
+	priority          uint32
+}
+
+// pendingSet gathers keys that asked for a lease since the last report. A
+// small lock-free filter keeps a key that stays busy from taking the lock
+// on every request while it waits.
+type pendingSet struct {
+	filter [1024]atomic.Uint64
+	mu     sync.Mutex
+	m      map[algo.Hash]pendingKey
+}
+
+// maxPending bounds the keys waiting to become hot between two reports.
+const maxPending = 16384
+
+// seen reports whether a key was added lately, without a lock; a key that
+// stays busy while it waits asks once.
+func (p *pendingSet) seen(h algo.Hash) bool {
+	return p.filter[h.Uint64()%uint64(len(p.filter))].Load() == h.Uint64()
+}
+
+func (p *pendingSet) add(h algo.Hash, key []byte, req *Request, priority uint32) {
+	p.filter[h.Uint64()%uint64(len(p.filter))].Store(h.Uint64())
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[algo.Hash]pendingKey{}
+	}
+	if _, ok := p.m[h]; ok || len(p.m) >= maxPending {
+		return
+	}
+	p.m[h] = pendingKey{key: string(key), tenant: strings.Clone(req.Tenant), plan: strings.Clone(req.Plan), priority: priority}
+}
+
+// take returns the waiting keys and starts a new set.
+func (p *pendingSet) take() map[algo.Hash]pendingKey {
+	p.mu.Lock()
+	m := p.m
+	p.m = nil
+	p.mu.Unlock()
+	for i := range p.filter {
+		p.filter[i].Store(0)
+	}
+	return m
+}
+
+// promote turns waiting keys into hot keys, each starting as drained as
+// its unleased state, so that promotion never hands out a reset. It runs
+// on the reporter goroutine.
+func (rs *ruleState) promote(a *Agent, now time.Time) {
+	waiting := rs.pending.take()
+	if len(waiting) == 0 {
+		return
+	}
+	old := rs.hot.Load()
+	next := make(map[algo.Hash]*hotKey, len(*old)+len(waiting))
+	for h, hk := range *old {
+		next[h] = hk
+	}
+	for h, pk := range waiting {
+		if _, ok := next[h]; ok || len(next) >= a.cfg.MaxHotKeys {
+			continue
+		}
+		req := Request{Tenant: pk.tenant, Plan: pk.plan}
+		st := rs.store(&req)
+		hk, err := newHotKey(rs, st, pk, func(lim *algo.Limiter) {
+			d := st.keyed.AllowHashAt(h, now, 0)
+			if used := d.Limit - d.Remaining; used > 0 {
+				lim.AllowAt(now, used)
+			}
+		})
+		if err != nil {
+			a.log.Warn("cannot make a key hot", "rule", rs.rule.Name, "error", err)
+			continue
+		}
+		next[h] = hk
+		if rs.byKey == nil {
+			rs.byKey = map[string]*hotKey{}
+		}
+		rs.byKey[hk.key] = hk
+	}
+	rs.hot.Store(&next)
+}
+
+// newHotKey makes a hot key enforcing its store's unleased share until a
+// lease arrives; seed brings its limiter to the key's current state.
+func newHotKey(rs *ruleState, st *limitStore, pk pendingKey, seed func(*algo.Limiter)) (*hotKey, error) {
+	st.mu.Lock()
+	share := st.share
+	st.mu.Unlock()
+	cfg, _ := nodeConfig(&rs.rule, share, ruleBurst(&rs.rule, st.limit)*share/float64(st.limit))
+	lim, err := algo.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if seed != nil {
+		seed(lim)
+	}
+	return &hotKey{key: pk.key, tenant: pk.tenant, plan: pk.plan, priority: pk.priority, store: st, lim: lim}, nil
+}
+
+// applyLease makes a lease the key's limit, if it is newer than the one
+// held.
+func (hk *hotKey) applyLease(rs *ruleState, l lease.Lease) {
+	if hk.leased.Load() && !l.Supersedes(lease.Lease{Epoch: hk.epoch, Seq: hk.seq}) {
+		hk.expires = max(hk.expires, l.Expires.UnixNano())
+		return
+	}
+	hk.held, hk.burst = l.Limit, l.Burst
+	hk.epoch, hk.seq, hk.expires = l.Epoch, l.Seq, l.Expires.UnixNano()
+	hk.window = l.Window.UnixNano()
+	if l.Window.IsZero() {
+		hk.window = 0
+	}
+	hk.urgent.Store(false)
+	hk.resize(rs, l.Limit, l.Burst)
+	hk.shown.Store(math.Float64bits(l.Limit))
+	hk.leased.Store(true)
+}
+
+// leaseLimit is the limit of the key's lease, or 0; safe from any goroutine.
+func (hk *hotKey) leaseLimit() float64 {
+	if !hk.leased.Load() {
+		return 0
+	}
+	return math.Float64frombits(hk.shown.Load())
+}
+
+// resize changes the key's limiter to a share, keeping its state. A share
+// of zero (nothing granted) refuses everything until the next lease.
+func (hk *hotKey) resize(rs *ruleState, share, burst float64) {
+	cfg, ok := nodeConfig(&rs.rule, share, burst)
+	if !ok {
+		hk.closed.Store(true)
+		return
+	}
+	_ = hk.lim.Reconfigure(cfg)
+	hk.closed.Store(false)
+}
+
+// allow decides one request against the key's own limiter.
+func (hk *hotKey) allow(a *Agent, now time.Time, cost int64) result {
+	if hk.closed.Load() {
+		hk.denied.Add(cost)
+		return refused(a.interval())
+	}
+	d := hk.lim.AllowAt(now, cost)
+	r := fromAlgo(&d)
+	hk.observe(a, r, cost)
+	return r
+}
+
+// unlease reverts a key whose lease expired to the unleased share.
+func (hk *hotKey) unlease(rs *ruleState) {
+	hk.leased.Store(false)
+	hk.shown.Store(0)
+	hk.held, hk.epoch, hk.seq = 0, 0, 0
+	hk.store.mu.Lock()
+	share := hk.store.share
+	hk.store.mu.Unlock()
+	hk.resize(rs, share, ruleBurst(&rs.rule, hk.store.limit)*share/float64(hk.store.limit))
+}

@@ -1,0 +1,121 @@
+package agent
+
+import (
+	"encoding/json"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Middleware returns net/http middleware that checks every request with
+// the agent. extract turns an *http.Request into the agent's Request (the
+// caller knows where tenant, user and priority live).
+//
+// A refused request is answered 429 Too Many Requests without reaching
+// next, with
+//
+//	Retry-After: 12                          whole seconds, rounded up, at least 1
+//	RateLimit-Policy: "plan-quota";q=1000;w=60
+//	RateLimit: "plan-quota";r=0;t=12
+//	RateLimit-Limit: 1000                    for clients of earlier drafts
+//	RateLimit-Remaining: 0
+//	RateLimit-Reset: 12
+//	Content-Type: application/json
+//
+//	{"error":"rate_limited","scope":"tenant","retry_after_seconds":12}
+//
+// An admitted request gets the RateLimit fields of the rule closest to its
+// limit, so a well-behaved client can slow down before it is refused. A
+// request whose cost exceeds what the rule can ever admit is refused
+// without Retry-After and with "retry_after_seconds": null.
+func Middleware(a *Agent, extract func(*http.Request) Request) func(http.Handler) http.Handler {
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			d := a.Check(extract(r))
+			if d.Allowed {
+				SetHeaders(w.Header(), d)
+				next.ServeHTTP(w, r)
+				return
+			}
+			WriteRefusal(w, d)
+		})
+	}
+}
+
+// SetHeaders sets the RateLimit fields of a decision on h: the IETF
+// draft's RateLimit-Policy and RateLimit (structured-field lists), the
+// earlier drafts' RateLimit-Limit, -Remaining and -Reset, and, for a
+// refusal, Retry-After. A decision no rule made sets nothing.
+func SetHeaders(h http.Header, d Decision) {
+	if d.Rule == "" {
+		return
+	}
+	reset := ceilSeconds(d.ResetAfter)
+	name := sfString(d.Rule)
+	h.Set("RateLimit-Policy", name+";q="+strconv.FormatInt(d.Limit, 10)+";w="+strconv.FormatInt(ceilSeconds(d.Period), 10))
+	h.Set("RateLimit", name+";r="+strconv.FormatInt(max(d.Remaining, 0), 10)+";t="+strconv.FormatInt(reset, 10))
+	h.Set("RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
+	h.Set("RateLimit-Remaining", strconv.FormatInt(max(d.Remaining, 0), 10))
+	h.Set("RateLimit-Reset", strconv.FormatInt(reset, 10))
+	if !d.Allowed && d.RetryAfter >= 0 {
+		h.Set("Retry-After", strconv.FormatInt(RetryAfterSeconds(d), 10))
+	}
+}
+
+// RetryAfterSeconds is a refusal's Retry-After in whole seconds: rounded
+// up, and never 0, so a client never retries at once.
+func RetryAfterSeconds(d Decision) int64 {
+	return max(ceilSeconds(d.RetryAfter), 1)
+}
+
+// refusal is the JSON body of a 429.
+type refusal struct {
+	Error             string `json:"error"`
+	Scope             string `json:"scope"`
+	Rule              string `json:"rule"`
+	RetryAfterSeconds *int64 `json:"retry_after_seconds"`
+}
+
+// WriteRefusal answers a refused request: 429, the headers, and the JSON
+// body naming the scope, so the caller knows whether to slow down, upgrade
+// or spread its work.
+func WriteRefusal(w http.ResponseWriter, d Decision) {
+	h := w.Header()
+	SetHeaders(h, d)
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store") // RFC 6585: a 429 must not be cached
+	body := refusal{Error: "rate_limited", Scope: d.Scope, Rule: d.Rule}
+	if d.RetryAfter >= 0 {
+		s := RetryAfterSeconds(d)
+		body.RetryAfterSeconds = &s
+	}
+	w.WriteHeader(http.StatusTooManyRequests)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64(math.Ceil(d.Seconds()))
+}
+
+// sfString serializes a structured-field string (RFC 9651): quoted, with
+// backslash and quote escaped. Rule names are printable ASCII already.
+func sfString(s string) string {
+	if !strings.ContainsAny(s, `"\`) {
+		return `"` + s + `"`
+	}
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '"' || s[i] == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	b.WriteByte('"')
+	return b.String()
+}

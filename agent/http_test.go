@@ -1,0 +1,257 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/allot-io/allot/agent/retry"
+	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/lease"
+	"github.com/allot-io/allot/lease/rules"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func fromHeaders(r *http.Request) Request {
+	p, _ := ParsePriority(r.Header.Get("X-Priority"))
+	return Request{Tenant: r.Header.Get("X-Tenant"), User: r.Header.Get("X-User"), Route: r.URL.Path, Priority: p}
+}
+
+// TestMiddleware429 checks the refusal exactly as the design and the IETF
+// draft define it, parsing every header and the body back.
+func TestMiddleware429(t *testing.T) {
+	clk := newManualClock()
+	clk.Advance(15 * time.Second) // 10:00:15, 45 s before the window ends
+	quota := rule("plan-quota", rules.Tenant, algo.FixedWindow, 3, time.Minute, lease.Quota)
+	a := standalone(t, clk, quota)
+	srv := httptest.NewServer(Middleware(a, fromHeaders)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok")
+	})))
+	defer srv.Close()
+	get := func() *http.Response {
+		req, _ := http.NewRequest("GET", srv.URL+"/v1/items", nil)
+		req.Header.Set("X-Tenant", "acme")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for i := 0; i < 3; i++ {
+		resp := get()
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+		if got, want := resp.Header.Get("RateLimit-Remaining"), strconv.Itoa(2-i); got != want {
+			t.Errorf("admitted request %d: RateLimit-Remaining %q, want %q", i, got, want)
+		}
+		if resp.Header.Get("Retry-After") != "" {
+			t.Error("Retry-After on an admitted request")
+		}
+	}
+	resp := get()
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("status %d, want 429", resp.StatusCode)
+	}
+	h := resp.Header
+	want := map[string]string{
+		"Retry-After":         "45",
+		"RateLimit-Limit":     "3",
+		"RateLimit-Remaining": "0",
+		"RateLimit-Reset":     "45",
+		"Content-Type":        "application/json",
+		"Cache-Control":       "no-store",
+	}
+	for k, v := range want {
+		if h.Get(k) != v {
+			t.Errorf("%s: %q, want %q", k, h.Get(k), v)
+		}
+	}
+	// Structured-field lists (RFC 9651): a quoted policy name with
+	// parameters.
+	policy := regexp.MustCompile(`^"plan-quota";q=(\d+);w=(\d+)$`).FindStringSubmatch(h.Get("RateLimit-Policy"))
+	if policy == nil || policy[1] != "3" || policy[2] != "60" {
+		t.Errorf("RateLimit-Policy %q, want \"plan-quota\";q=3;w=60", h.Get("RateLimit-Policy"))
+	}
+	state := regexp.MustCompile(`^"plan-quota";r=(\d+);t=(\d+)$`).FindStringSubmatch(h.Get("RateLimit"))
+	if state == nil || state[1] != "0" || state[2] != "45" {
+		t.Errorf("RateLimit %q, want \"plan-quota\";r=0;t=45", h.Get("RateLimit"))
+	}
+	var body map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatal(err)
+	}
+	if body["error"] != "rate_limited" || body["scope"] != "tenant" || body["retry_after_seconds"] != 45.0 {
+		t.Errorf("body %v", body)
+	}
+	// The client helper honours Retry-After and reads the draft's fields.
+	if wait, ok := retry.HeaderWait(h, time.Now()); !ok || wait != 45*time.Second {
+		t.Errorf("retry.HeaderWait = %v, %v", wait, ok)
+	}
+}
+
+func TestRetryAfterNeverZero(t *testing.T) {
+	for _, tt := range []struct {
+		retry time.Duration
+		want  int64
+	}{{time.Millisecond, 1}, {999 * time.Millisecond, 1}, {time.Second, 1}, {1001 * time.Millisecond, 2}, {0, 1}} {
+		if got := RetryAfterSeconds(Decision{RetryAfter: tt.retry}); got != tt.want {
+			t.Errorf("RetryAfter %v: %d seconds, want %d", tt.retry, got, tt.want)
+		}
+	}
+	// Never: no Retry-After, and null in the body.
+	rec := httptest.NewRecorder()
+	WriteRefusal(rec, Decision{Rule: "r", Scope: "user", Limit: 1, Period: time.Second, RetryAfter: -1})
+	var body map[string]any
+	json.Unmarshal(rec.Body.Bytes(), &body)
+	if rec.Header().Get("Retry-After") != "" || body["retry_after_seconds"] != nil {
+		t.Errorf("never: Retry-After %q, body %v", rec.Header().Get("Retry-After"), body)
+	}
+}
+
+// TestRetryTransportAgainstMiddleware: the client helper waits out the
+// refusal and gets through once the window turns, without retrying at once.
+func TestRetryTransportAgainstMiddleware(t *testing.T) {
+	clk := newManualClock()
+	a := standalone(t, clk, rule("user", rules.User, algo.FixedWindow, 1, time.Second, lease.Capacity))
+	srv := httptest.NewServer(Middleware(a, fromHeaders)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
+	defer srv.Close()
+	var waits []time.Duration
+	tr, err := retry.New(nil, retry.Options{Sleep: func(ctx context.Context, d time.Duration) error {
+		waits = append(waits, d)
+		clk.Advance(d) // the window turns while the client waits
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := &http.Client{Transport: tr}
+	for i := 0; i < 2; i++ {
+		req, _ := http.NewRequest("GET", srv.URL, nil)
+		req.Header.Set("X-User", "u1")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+	}
+	if len(waits) != 1 || waits[0] < time.Second {
+		t.Fatalf("waits %v: want one wait of Retry-After (1s)", waits)
+	}
+}
+
+func TestGRPCInterceptor(t *testing.T) {
+	clk := newManualClock()
+	a := standalone(t, clk, rule("user", rules.User, algo.GCRA, 1, time.Second, lease.Abuse))
+	intercept := UnaryServerInterceptor(a, func(ctx context.Context, method string) Request {
+		return Request{Tenant: "t", User: "u", Route: method}
+	})
+	handler := func(ctx context.Context, req any) (any, error) { return "ok", nil }
+	info := &grpc.UnaryServerInfo{FullMethod: "/svc/Method"}
+	if _, err := intercept(context.Background(), nil, info, handler); err != nil {
+		t.Fatal(err)
+	}
+	_, err := intercept(context.Background(), nil, info, handler)
+	st := status.Convert(err)
+	if st.Code() != codes.ResourceExhausted {
+		t.Fatalf("code %v", st.Code())
+	}
+	var retryInfo *errdetails.RetryInfo
+	var errInfo *errdetails.ErrorInfo
+	for _, d := range st.Details() {
+		switch v := d.(type) {
+		case *errdetails.RetryInfo:
+			retryInfo = v
+		case *errdetails.ErrorInfo:
+			errInfo = v
+		}
+	}
+	if retryInfo == nil || retryInfo.GetRetryDelay().AsDuration() != time.Second {
+		t.Errorf("RetryInfo %v", retryInfo)
+	}
+	if errInfo == nil || errInfo.GetMetadata()["scope"] != "user" || errInfo.GetReason() != "RATE_LIMITED" {
+		t.Errorf("ErrorInfo %v", errInfo)
+	}
+	stream := StreamServerInterceptor(a, func(ctx context.Context, method string) Request { return Request{Tenant: "t", User: "u"} })
+	if err := stream(nil, fakeStream{}, &grpc.StreamServerInfo{FullMethod: "/svc/S"}, func(any, grpc.ServerStream) error { return nil }); status.Code(err) != codes.ResourceExhausted {
+		t.Errorf("stream: %v", err)
+	}
+}
+
+type fakeStream struct{ grpc.ServerStream }
+
+func (fakeStream) Context() context.Context { return context.Background() }
+
+func TestConcurrency(t *testing.T) {
+	c, err := NewConcurrency(ConcurrencyConfig{Limit: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p1, _ := c.TryAcquire()
+	p2, _ := c.TryAcquire()
+	if _, ok := c.TryAcquire(); ok {
+		t.Fatal("a third request got in")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if _, err := c.Acquire(ctx); err == nil {
+		t.Fatal("Acquire did not wait for its context")
+	}
+	p1.Release(false)
+	p3, err := c.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2.Release(false)
+	p3.Release(false)
+	if c.InFlight() != 0 {
+		t.Fatalf("in flight %d", c.InFlight())
+	}
+
+	// Adaptive: drops shrink the limit, used successes grow it.
+	now := time.Unix(0, 0)
+	clock := func() time.Time { return now }
+	ad, err := NewConcurrency(ConcurrencyConfig{Limit: 10, Adaptive: AIMD, Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []Permit
+	for i := 0; i < 10; i++ {
+		p, ok := ad.TryAcquire()
+		if !ok {
+			t.Fatalf("acquire %d", i)
+		}
+		held = append(held, p)
+	}
+	now = now.Add(10 * time.Millisecond)
+	for _, p := range held {
+		p.Release(false)
+	}
+	if ad.Limit() <= 10 {
+		t.Errorf("limit %d after ten used successes, want growth", ad.Limit())
+	}
+	p, _ := ad.TryAcquire()
+	now = now.Add(10 * time.Millisecond)
+	before := ad.Limit()
+	p.Release(true)
+	if ad.Limit() >= before {
+		t.Errorf("limit %d after a drop, was %d", ad.Limit(), before)
+	}
+	if _, err := NewConcurrency(ConcurrencyConfig{}); err == nil {
+		t.Error("zero limit accepted")
+	}
+}

@@ -1,0 +1,491 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/lease"
+	"github.com/allot-io/allot/lease/rules"
+	allotpb "github.com/allot-io/allot/proto"
+)
+
+// reporter runs the agent's exchange with the coordinators on one
+// goroutine: once per interval it cuts the usage counters, turns keys that
+// asked for leases into hot keys, reports usage and demand, and applies
+// the answer: leases, rules, the cluster's settings and the clock offset.
+// When no coordinator answers for a lease period, each rule goes onto its
+// fail mode, loudly, and comes back when one answers again.
+type reporter struct {
+	a           *Agent
+	client      *client
+	incarnation uint64
+
+	seq     uint64
+	pending *allotpb.UsageBatch       // sent, not yet acknowledged
+	acc     map[usageKey]*usageCounts // counted, not yet in a batch
+	retired []*compiled               // replaced rule sets, drained once more
+	window  time.Duration             // billing window
+	lastCut int64                     // ns
+	lastRun int64                     // ns, last regular report
+	lastOK  int64                     // ns, last answered report
+	ttl     time.Duration             // lease period
+	cutOff  bool                      // no coordinator for a lease period
+	version uint64                    // rules version enforced
+	quit    chan struct{}
+	// answeredCount counts answered reports, for tests and status.
+	answeredCount atomic.Int64
+	exited        chan struct{}
+}
+
+func newReporter(a *Agent) (*reporter, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("agent: drawing an incarnation: %w", err)
+	}
+	inc := binary.LittleEndian.Uint64(b[:]) | 1
+	now := a.clock.now()
+	return &reporter{
+		a: a, client: newClient(&a.cfg), incarnation: inc,
+		acc: map[usageKey]*usageCounts{}, window: time.Hour,
+		lastCut: now, lastRun: now, lastOK: now, ttl: 5 * a.cfg.ReportInterval,
+		quit: make(chan struct{}), exited: make(chan struct{}),
+	}, nil
+}
+
+func (r *reporter) run() {
+	defer close(r.exited)
+	a := r.a
+	r.cycle(false)
+	interval := a.interval()
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	boundary := time.NewTimer(r.untilBoundary())
+	defer boundary.Stop()
+	lastEarly := time.Time{}
+	for {
+		select {
+		case <-r.quit:
+			return
+		case <-a.stop:
+			return
+		case <-ticker.C:
+			r.cycle(false)
+			if iv := a.interval(); iv != interval {
+				interval = iv
+				ticker.Reset(interval)
+			}
+		case <-boundary.C:
+			// A billing window just ended: what was counted belongs to it.
+			r.cut(time.Unix(0, a.clock.now()-1))
+			boundary.Reset(r.untilBoundary())
+		case <-a.early:
+			// A leased key runs low: report early, at most ten times an
+			// interval.
+			if time.Since(lastEarly) >= interval/10 {
+				lastEarly = time.Now()
+				r.cycle(true)
+			}
+		}
+	}
+}
+
+func (r *reporter) untilBoundary() time.Duration {
+	w := int64(r.window)
+	now := r.a.clock.now()
+	return time.Duration(w - now%w + int64(time.Millisecond))
+}
+
+// cut moves the usage counters into the accumulator, under the billing
+// window that holds at.
+func (r *reporter) cut(at time.Time) {
+	c := r.a.rules.Load()
+	window := at.Truncate(r.window).Unix()
+	for _, old := range r.retired {
+		old.usage.cut(old.names, window, r.acc, old.totals)
+	}
+	r.retired = r.retired[:0]
+	if c != nil {
+		c.usage.cut(c.names, window, r.acc, c.totals)
+	}
+	r.lastCut = at.UnixNano()
+}
+
+// cycle is one exchange. An early (urgent) one reports only the keys
+// running low, and no usage.
+func (r *reporter) cycle(urgent bool) {
+	a := r.a
+	now := a.clock.now()
+	nowT := time.Unix(0, now)
+	c := a.rules.Load()
+	if !urgent {
+		r.cut(nowT)
+		if c != nil {
+			for _, rs := range c.rules {
+				if rs.coordinated {
+					rs.promote(a, nowT)
+					if rs.fair != nil {
+						rs.fair.promoteClasses(a, rs)
+					}
+					rs.demote(a)
+				}
+			}
+		}
+		if r.pending == nil && len(r.acc) > 0 {
+			r.seq++
+			r.pending = batch(r.seq, now, r.acc)
+			r.acc = map[usageKey]*usageCounts{}
+		}
+	}
+	req, held := r.request(c, now, urgent, false)
+	ctx, cancel := context.WithTimeout(context.Background(), a.interval())
+	t0 := a.clock.local()
+	resp, err := r.client.report(ctx, req)
+	t1 := a.clock.local()
+	cancel()
+	if !urgent {
+		r.lastRun = now
+	}
+	a.metrics.observeReport(time.Duration(t1-t0), err)
+	if err != nil {
+		r.failed(now, err)
+		return
+	}
+	r.answered(resp, held, t0, t1)
+}
+
+// request builds a report: the pending usage batch and the demand of every
+// hot key and class (an urgent one: only those running low).
+func (r *reporter) request(c *compiled, now int64, urgent, leaving bool) (*allotpb.ReportRequest, []*hotKey) {
+	a := r.a
+	req := &allotpb.ReportRequest{
+		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: a.cfg.NodeID, Incarnation: r.incarnation,
+		Region: a.cfg.Region, SentUnixNano: now, IntervalNano: max(now-r.lastRun, 1),
+		RulesVersion: r.version, Urgent: urgent, Leaving: leaving,
+	}
+	if !urgent {
+		req.Usage = r.pending
+	}
+	if c == nil {
+		return req, nil
+	}
+	var held []*hotKey
+	nowT := time.Unix(0, now)
+	add := func(rs *ruleState, hk *hotKey) {
+		if urgent && !hk.urgent.Load() {
+			return
+		}
+		d := &allotpb.KeyDemand{Rule: rs.rule.Name, Key: hk.key, Tenant: hk.tenant, Plan: hk.plan, Priority: hk.priority}
+		if urgent {
+			d.Admitted, d.Denied = float64(hk.admitted.Load()), float64(hk.denied.Load())
+		} else {
+			d.Admitted, d.Denied = float64(hk.admitted.Swap(0)), float64(hk.denied.Swap(0))
+		}
+		if rs.fair != nil {
+			d.Weight = rs.rule.WeightFor(hk.tenant, hk.plan)
+		}
+		if hk.leased.Load() && !leaving {
+			d.Held, d.HeldEpoch, d.HeldSeq = hk.held, hk.epoch, hk.seq
+		}
+		if windowed(rs.rule.Algorithm) {
+			peek := hk.lim.AllowAt(nowT, 0)
+			d.Committed = float64(peek.Limit - peek.Remaining)
+			d.WindowUnixNano = nowT.Truncate(rs.rule.Period).UnixNano()
+			if leaving {
+				d.Committed = 0
+			}
+		}
+		req.Demand = append(req.Demand, d)
+		held = append(held, hk)
+	}
+	for _, rs := range c.rules {
+		if !rs.coordinated {
+			continue
+		}
+		for _, hk := range *rs.hot.Load() {
+			add(rs, hk)
+		}
+		if rs.fair != nil {
+			for _, hk := range *rs.fair.classes.Load() {
+				add(rs, hk)
+			}
+		}
+	}
+	return req, held
+}
+
+func windowed(alg algo.Algorithm) bool {
+	return alg == algo.FixedWindow || alg == algo.SlidingWindow || alg == algo.SlidingLog
+}
+
+// answered applies a coordinator's answer.
+func (r *reporter) answered(resp *allotpb.ReportResponse, held []*hotKey, t0, t1 int64) {
+	a := r.a
+	r.answeredCount.Add(1)
+	a.clock.observe(t0, t1, resp.GetCoordinatorUnixNano())
+	now := a.clock.now()
+	r.lastOK = now
+	if r.pending != nil && resp.GetAckedSeq() >= r.pending.GetSeq() {
+		r.pending = nil
+	}
+	if iv := resp.GetReportIntervalNano(); iv > 0 {
+		a.intervalNs.Store(iv)
+	}
+	if ttl := resp.GetLeaseTtlNano(); ttl > 0 {
+		r.ttl = time.Duration(ttl)
+	}
+	if w := resp.GetBillingWindowNano(); w >= int64(time.Second) {
+		r.window = time.Duration(w)
+	}
+	r.client.learn(resp.GetCoordinators())
+	if rs := resp.GetRules(); rs != nil && len(a.cfg.Rules) == 0 && rs.GetVersion() != r.version {
+		r.installRules(rs)
+	}
+	if n := int64(resp.GetNodes()); n > 0 && n != a.nodes.Load() {
+		a.nodes.Store(n)
+		r.reshare()
+	}
+	c := a.rules.Load()
+	if c == nil {
+		return
+	}
+	r.applyLeases(c, resp, held, now)
+	if r.cutOff {
+		r.cutOff = false
+		for _, rs := range c.rules {
+			if rs.coordinated && rs.fallback.Swap(false) {
+				a.log.Warn("coordinator reachable again; rule back on leases", "rule", rs.rule.Name)
+			}
+		}
+	}
+}
+
+// installRules enforces a new rule set from the coordinators. Usage counted
+// under the old set is cut first and drained once more at the next cut, so
+// none is lost.
+func (r *reporter) installRules(p *allotpb.RuleSet) {
+	a := r.a
+	set, err := rules.SetFromProto(p)
+	if err != nil {
+		a.log.Error("coordinator sent rules this agent cannot enforce; keeping the current ones", "version", p.GetVersion(), "error", err)
+		return
+	}
+	old := a.rules.Load()
+	r.cut(time.Unix(0, a.clock.now()))
+	if err := a.install(set); err != nil {
+		a.log.Error("cannot enforce the new rules; keeping the current ones", "version", p.GetVersion(), "error", err)
+		return
+	}
+	if old != nil {
+		r.retired = append(r.retired, old)
+	}
+	r.version = set.Version()
+	a.log.Info("rules updated", "version", set.Version(), "rules", set.Len())
+}
+
+// reshare resizes every unleased share after the number of nodes changed.
+func (r *reporter) reshare() {
+	a := r.a
+	c := a.rules.Load()
+	if c == nil {
+		return
+	}
+	nodes := int(a.nodes.Load())
+	for _, rs := range c.rules {
+		if !rs.coordinated {
+			continue
+		}
+		for _, st := range rs.stores() {
+			st.setShare(&rs.rule, rs.shareOf(st.limit, a.cfg.Region, nodes))
+		}
+	}
+}
+
+// applyLeases installs new leases, renews the unchanged ones, and reverts
+// keys whose lease ran out to their unleased share.
+func (r *reporter) applyLeases(c *compiled, resp *allotpb.ReportResponse, held []*hotKey, now int64) {
+	a := r.a
+	byName := make(map[string]*ruleState, len(c.rules))
+	for _, rs := range c.rules {
+		byName[rs.rule.Name] = rs
+	}
+	got := map[*hotKey]bool{}
+	for _, pl := range resp.GetLeases() {
+		rs := byName[pl.GetRule()]
+		if rs == nil || !rs.coordinated {
+			continue
+		}
+		var hk *hotKey
+		if rs.fair != nil {
+			hk = (*rs.fair.classes.Load())[classKey{a.hasher.String(pl.GetTenant()), pl.GetPriority()}]
+		} else {
+			hk = rs.byKey[pl.GetKey()]
+		}
+		if hk == nil {
+			continue
+		}
+		l := lease.Lease{Limit: pl.GetLimit(), Burst: pl.GetBurst(), Expires: time.Unix(0, pl.GetExpiresUnixNano()), Epoch: pl.GetEpoch(), Seq: pl.GetSeq()}
+		if w := pl.GetWindowUnixNano(); w != 0 {
+			l.Window = time.Unix(0, w)
+		}
+		if resp.GetEpoch() < hk.epoch {
+			// The cluster's epoch went backwards: it was restored from a
+			// backup. Its leases are the truth now.
+			hk.leased.Store(false)
+		}
+		hk.applyLease(rs, l)
+		got[hk] = true
+	}
+	for _, hk := range held {
+		if hk.leased.Load() && !got[hk] && resp.GetRenewUnixNano() > 0 {
+			hk.expires = max(hk.expires, resp.GetRenewUnixNano())
+		}
+	}
+	for _, rs := range c.rules {
+		if !rs.coordinated {
+			continue
+		}
+		for _, hk := range *rs.hot.Load() {
+			if hk.leased.Load() && hk.expires <= now {
+				hk.unlease(rs)
+			}
+		}
+		if rs.fair != nil {
+			r.fairTotal(rs, now)
+		}
+	}
+}
+
+// fairTotal sizes a global rule's node total: the sum of its classes'
+// leases, or the unleased share while it holds none.
+func (r *reporter) fairTotal(rs *ruleState, now int64) {
+	total, leased := 0.0, false
+	for _, hk := range *rs.fair.classes.Load() {
+		if hk.leased.Load() && hk.expires <= now {
+			hk.unlease(rs)
+		}
+		if hk.leased.Load() {
+			total += hk.held
+			leased = true
+		}
+	}
+	st := rs.def
+	if !leased {
+		total = rs.shareOf(st.limit, r.a.cfg.Region, int(r.a.nodes.Load()))
+	}
+	st.setShare(&rs.rule, total)
+}
+
+// failed handles a report no coordinator answered. After a lease period
+// without an answer, every coordinated rule goes onto its fail mode.
+func (r *reporter) failed(now int64, err error) {
+	a := r.a
+	if r.cutOff || now-r.lastOK < int64(r.ttl) {
+		a.log.Debug("report failed", "error", err)
+		return
+	}
+	r.cutOff = true
+	c := a.rules.Load()
+	if c == nil {
+		return
+	}
+	nodes := int(a.nodes.Load())
+	for _, rs := range c.rules {
+		if !rs.coordinated {
+			continue
+		}
+		rs.fallback.Store(true)
+		a.log.Warn("no coordinator answered for a lease period; rule on its fail mode",
+			"rule", rs.rule.Name, "intent", rs.rule.Intent.String(), "fail_mode", rs.mode.String(), "error", err)
+		switch rs.mode {
+		case lease.FailFallback:
+			// Each node enforces limit ÷ nodes last seen: the unleased share.
+			for _, hk := range *rs.hot.Load() {
+				hk.unlease(rs)
+			}
+			if rs.fair != nil {
+				for _, hk := range *rs.fair.classes.Load() {
+					hk.unlease(rs)
+				}
+				rs.def.setShare(&rs.rule, rs.shareOf(rs.def.limit, a.cfg.Region, nodes))
+			}
+		case lease.FailOpen:
+			// Keep serving on the last lease, however old.
+			for _, hk := range *rs.hot.Load() {
+				hk.expires = 1<<63 - 1
+			}
+		}
+	}
+}
+
+// demote returns hot keys that have been idle for a while, and hold no
+// lease, to the unleased store.
+func (rs *ruleState) demote(a *Agent) {
+	m := *rs.hot.Load()
+	var idle []algo.Hash
+	for h, hk := range m {
+		if hk.admitted.Load() == 0 && hk.denied.Load() == 0 {
+			hk.idle++
+		} else {
+			hk.idle = 0
+		}
+		if hk.idle > 30 && !hk.leased.Load() {
+			idle = append(idle, h)
+		}
+	}
+	if len(idle) == 0 {
+		return
+	}
+	next := make(map[algo.Hash]*hotKey, len(m))
+	for h, hk := range m {
+		next[h] = hk
+	}
+	for _, h := range idle {
+		delete(rs.byKey, next[h].key)
+		delete(next, h)
+	}
+	rs.hot.Store(&next)
+}
+
+// shutdown stops the exchange and, within ctx, reports what is left:
+// the usage not yet acknowledged, and a last report releasing every lease.
+func (r *reporter) shutdown(ctx context.Context) error {
+	close(r.quit)
+	<-r.exited
+	a := r.a
+	now := a.clock.now()
+	r.cut(time.Unix(0, now))
+	var lastErr error
+	for attempt := 0; ctx.Err() == nil; attempt++ {
+		if r.pending == nil && len(r.acc) > 0 {
+			r.seq++
+			r.pending = batch(r.seq, now, r.acc)
+			r.acc = map[usageKey]*usageCounts{}
+		}
+		last := r.pending == nil || len(r.acc) == 0
+		req, _ := r.request(a.rules.Load(), a.clock.now(), false, last)
+		resp, err := r.client.report(ctx, req)
+		if err != nil {
+			lastErr = err
+			select {
+			case <-ctx.Done():
+			case <-time.After(min(100*time.Millisecond<<min(attempt, 4), time.Second)):
+			}
+			continue
+		}
+		if r.pending != nil && resp.GetAckedSeq() >= r.pending.GetSeq() {
+			r.pending = nil
+		}
+		if r.pending == nil && len(r.acc) == 0 && last {
+			return nil
+		}
+	}
+	if r.pending != nil || len(r.acc) > 0 {
+		return fmt.Errorf("usage not reported before the deadline (%v): %w", lastErr, ctx.Err())
+	}
+	return nil
+}

@@ -1,0 +1,107 @@
+package agent
+
+import (
+	"fmt"
+	"time"
+)
+
+// Priority is how important a request is when a global capacity rule is the
+// limit being hit: lower priorities are refused first, and Exempt requests
+// are never refused by it. The zero value is Interactive.
+type Priority uint8
+
+const (
+	// Interactive is a request a person is waiting for: the default.
+	Interactive Priority = iota
+	// Batch is background work (exports, syncs): shed first.
+	Batch
+	// Critical is a request that must get through if anything does.
+	Critical
+	// Exempt is never refused by a capacity rule: health checks, payment
+	// callbacks. It is still counted.
+	Exempt
+)
+
+var priorityNames = [...]string{Interactive: "interactive", Batch: "batch", Critical: "critical", Exempt: "exempt"}
+
+func (p Priority) String() string {
+	if int(p) < len(priorityNames) {
+		return priorityNames[p]
+	}
+	return fmt.Sprintf("priority(%d)", uint8(p))
+}
+
+// ParsePriority reads a priority's name; "" is Interactive.
+func ParsePriority(s string) (Priority, error) {
+	if s == "" {
+		return Interactive, nil
+	}
+	for i, name := range priorityNames {
+		if name == s {
+			return Priority(i), nil
+		}
+	}
+	return 0, fmt.Errorf("agent: unknown priority %q (want batch, interactive, critical or exempt)", s)
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (p Priority) MarshalText() ([]byte, error) { return []byte(p.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (p *Priority) UnmarshalText(b []byte) error {
+	v, err := ParsePriority(string(b))
+	if err != nil {
+		return err
+	}
+	*p = v
+	return nil
+}
+
+// shedRank orders priorities for shedding: higher is shed later.
+func (p Priority) shedRank() uint8 {
+	switch p {
+	case Batch:
+		return 1
+	case Critical:
+		return 3
+	}
+	return 2
+}
+
+// Request is what the agent knows about one request.
+type Request struct {
+	Tenant string
+	// Plan is the tenant's plan, which may set its limits (rules' plans).
+	Plan     string
+	User     string
+	Route    string
+	IP       string
+	Priority Priority
+	// Cost is the request's weight; zero means 1.
+	Cost int64
+}
+
+// Decision is the agent's answer for one request.
+type Decision struct {
+	Allowed bool
+	// Rule names the rule that refused the request, or, when it was
+	// admitted, the rule closest to its limit; empty when no rule applies.
+	Rule string
+	// Scope is the rule's scope: global, ip, tenant, user or route.
+	Scope string
+	// Limit and Period are the rule's limit for this request's tenant and
+	// plan: Limit per Period.
+	Limit  int64
+	Period time.Duration
+	// Remaining estimates what is left of Limit across the fleet: the
+	// node's own remaining share scaled to the whole limit.
+	Remaining int64
+	// RetryAfter is when a refused request may be retried; negative means
+	// it never will fit (its cost exceeds the limit).
+	RetryAfter time.Duration
+	// ResetAfter is when the rule is back to full.
+	ResetAfter time.Duration
+	// Fallback is set when the deciding rule ran on its fail mode because
+	// no coordinator could be reached.
+	Fallback bool
+}

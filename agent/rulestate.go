@@ -1,0 +1,289 @@
+package agent
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/lease"
+	"github.com/allot-io/allot/lease/rules"
+)
+
+// ruleState is one rule as the agent enforces it: a store per effective
+// limit (the rule's, each plan's, each overridden tenant's), holding the
+// node's unleased share for every key, and the hot keys that hold leases.
+type ruleState struct {
+	rule        rules.Rule
+	scope       string
+	index       int // position in the rule set, for usage counters
+	attrs       []rules.Attr
+	coordinated bool
+	mode        lease.FailMode
+	*ruleData
+}
+
+// ruleData is a rule's state: its stores and hot keys. When a new rule set
+// keeps a rule unchanged, the new ruleState shares the old one's data, so
+// no key loses what it has spent.
+type ruleData struct {
+	def      *limitStore
+	byPlan   map[string]*limitStore
+	byTenant map[string]*limitStore
+
+	// hot maps key hashes to keys holding leases. It is replaced whole by
+	// the reporter (copy on write), so checks read it without a lock.
+	hot     atomic.Pointer[map[algo.Hash]*hotKey]
+	byKey   map[string]*hotKey // the same keys by name, for leases; reporter only
+	pending pendingSet
+
+	fair *fairState // global rules: classes of tenants and priorities
+
+	fallback atomic.Bool  // running on the fail mode
+	fellBack atomic.Int64 // decisions made on the fail mode
+}
+
+// limitStore enforces one effective limit of a rule.
+type limitStore struct {
+	limit  int64 // the rule's limit for these tenants, per period
+	keyed  *algo.Keyed
+	single *algo.Limiter // global rules: the node's total
+	mu     sync.Mutex    // guards share
+	share  float64       // the node's unleased share, per period
+}
+
+// nodeConfig is the algo configuration that enforces a node's share of a
+// rule: share units per rule period, with burst the node's part of the
+// rule's burst.
+//
+// Rates must be whole numbers in algo, and shares rarely are, so for GCRA
+// and the token bucket the period is stretched until the limit is at least
+// 1000 units (33.3/s becomes 1000 per 30.03 s): the rate stays exact to
+// 0.1%. The agent's clock moves in steps of one tick, so every rate rule
+// admits at least one tick's worth at once, or a high rate would be capped
+// at one request per tick. Burst shares are rounded up to whole units. Window rules count whole units per window; a
+// share below one rounds up to one.
+func nodeConfig(r *rules.Rule, share, burst float64) (algo.Config, bool) {
+	if !(share > 0) || math.IsInf(share, 0) {
+		return algo.Config{}, false
+	}
+	cfg := algo.Config{Algorithm: r.Algorithm, Period: r.Period}
+	switch r.Algorithm {
+	case algo.GCRA, algo.TokenBucket:
+		k := 1.0
+		if share < 1000 {
+			k = math.Ceil(1000 / share)
+		}
+		if float64(r.Period)*k > float64(100*365*24*time.Hour) {
+			k = math.Max(1, math.Floor(float64(100*365*24*time.Hour)/float64(r.Period)))
+		}
+		cfg.Limit = max(int64(math.Round(share*k)), 1)
+		cfg.Period = time.Duration(float64(r.Period) * k)
+		// GCRA admits 1+Burst at one instant, the bucket Burst.
+		perTick := share * float64(tick) / float64(r.Period)
+		if r.Algorithm == algo.GCRA {
+			cfg.Burst = int64(math.Ceil(math.Max(burst, perTick-1)))
+		} else {
+			cfg.Burst = int64(math.Ceil(math.Max(math.Max(burst, perTick), 1)))
+		}
+		// Guard against shares too fine for a nanosecond clock.
+		if cfg.Period/time.Duration(cfg.Limit) == 0 {
+			cfg.Limit = int64(cfg.Period)
+		}
+	default:
+		cfg.Limit = max(int64(math.Round(share)), 1)
+	}
+	return cfg, true
+}
+
+// ruleBurst is a rule's burst in units at its own limit: the token bucket's
+// zero burst means one period's worth.
+func ruleBurst(r *rules.Rule, limit int64) float64 {
+	if r.Algorithm == algo.TokenBucket && r.Burst == 0 {
+		return float64(limit)
+	}
+	return float64(r.Burst)
+}
+
+// shareOf is a node's share of an effective limit when it holds no lease:
+// the region's part, divided evenly among the nodes.
+func (rs *ruleState) shareOf(limit int64, region string, nodes int) float64 {
+	return lease.UnleasedShare(rs.rule.RegionLimit(limit, region), nodes)
+}
+
+// newLimitStore makes the store for one effective limit.
+func (rs *ruleState) newLimitStore(limit int64, region string, nodes int, opts algo.KeyedOptions) (*limitStore, error) {
+	st := &limitStore{limit: limit, share: rs.shareOf(limit, region, nodes)}
+	cfg, _ := nodeConfig(&rs.rule, st.share, ruleBurst(&rs.rule, limit)*st.share/float64(limit))
+	var err error
+	if rs.rule.Scope == rules.Global {
+		st.single, err = algo.New(cfg)
+	} else {
+		st.keyed, err = algo.NewKeyed(cfg, opts)
+	}
+	return st, err
+}
+
+// setShare changes the node's unleased share, keeping every key's state.
+func (st *limitStore) setShare(r *rules.Rule, share float64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if share == st.share {
+		return
+	}
+	cfg, ok := nodeConfig(r, share, ruleBurst(r, st.limit)*share/float64(st.limit))
+	if !ok {
+		return
+	}
+	st.share = share
+	if st.single != nil {
+		_ = st.single.Reconfigure(cfg)
+	} else {
+		_ = st.keyed.Reconfigure(cfg)
+	}
+}
+
+// store returns the store for a request's tenant and plan.
+func (rs *ruleState) store(req *Request) *limitStore {
+	if rs.byTenant != nil {
+		if st := rs.byTenant[req.Tenant]; st != nil {
+			return st
+		}
+	}
+	if rs.byPlan != nil {
+		if st := rs.byPlan[req.Plan]; st != nil {
+			return st
+		}
+	}
+	return rs.def
+}
+
+// stores returns every store of the rule.
+func (rs *ruleState) stores() []*limitStore {
+	out := []*limitStore{rs.def}
+	for _, st := range rs.byPlan {
+		out = append(out, st)
+	}
+	for _, st := range rs.byTenant {
+		out = append(out, st)
+	}
+	return out
+}
+
+// matches reports whether the rule covers the request.
+func (rs *ruleState) matches(req *Request) bool {
+	m := &rs.rule.Match
+	if len(m.Tenants) == 0 && len(m.Plans) == 0 && len(m.Routes) == 0 {
+		return true
+	}
+	return rs.rule.Matches(req.Tenant, req.Plan, req.Route)
+}
+
+// result is one rule's decision. It has four fields, not algo.Decision's
+// five, because a struct of at most four fields stays in registers on its
+// way up the calls, while a larger one is copied through memory at every
+// level: on the request path that copying cost more than the algorithms.
+// A request was admitted exactly when retry is zero (a refusal always says
+// when to come back, or is negative for never).
+type result struct {
+	remaining, limit int64
+	retry, reset     time.Duration
+}
+
+func (r result) allowed() bool { return r.retry == 0 }
+
+// fromAlgo converts an algo decision.
+func fromAlgo(d *algo.Decision) result {
+	r := result{d.Remaining, d.Limit, d.RetryAfter, d.ResetAfter}
+	if !d.Allowed && r.retry == 0 {
+		r.retry = time.Nanosecond
+	}
+	return r
+}
+
+// refused is a refusal with nothing else known.
+func refused(retry time.Duration) result { return result{limit: 1, retry: retry} }
+
+// reqHashes caches a request's attribute hashes, so each attribute is
+// hashed at most once per Check however many rules use it.
+type reqHashes struct {
+	done uint8
+	h    [4]algo.Hash // tenant, user, route, ip
+}
+
+func attrIndex(a rules.Attr) int {
+	switch a {
+	case rules.AttrUser:
+		return 1
+	case rules.AttrRoute:
+		return 2
+	case rules.AttrIP:
+		return 3
+	}
+	return 0
+}
+
+func (rh *reqHashes) get(a *Agent, req *Request, attr rules.Attr) algo.Hash {
+	i := attrIndex(attr)
+	if rh.done&(1<<i) == 0 {
+		rh.h[i] = a.hasher.String(req.attrValue(attr))
+		rh.done |= 1 << i
+	}
+	return rh.h[i]
+}
+
+// keyHash is the hash of the request's key under this rule: its
+// attributes' hashes, mixed in order.
+func (rs *ruleState) keyHash(a *Agent, rh *reqHashes, req *Request) algo.Hash {
+	h := rh.get(a, req, rs.attrs[0])
+	for _, attr := range rs.attrs[1:] {
+		h = h.Then(rh.get(a, req, attr))
+	}
+	return h
+}
+
+// check decides a request under this rule, spending its cost if admitted.
+func (rs *ruleState) check(a *Agent, req *Request, rh *reqHashes, now time.Time, cost int64) result {
+	if rs.fallback.Load() {
+		rs.fellBack.Add(1)
+		if rs.mode == lease.FailClosed {
+			return refused(a.interval())
+		}
+	}
+	st := rs.store(req)
+	if rs.fair != nil {
+		return rs.fair.check(a, rs, st, req, rh, now, cost)
+	}
+	h := rs.keyHash(a, rh, req)
+	if hm := *rs.hot.Load(); len(hm) > 0 {
+		if hk := hm[h]; hk != nil {
+			return hk.allow(a, now, cost)
+		}
+	}
+	d := st.keyed.AllowHashAt(h, now, cost)
+	r := fromAlgo(&d)
+	// A key that has used half its unleased share, or been refused, may
+	// need more than an even share: ask for a lease in the background.
+	if rs.coordinated && (!d.Allowed || 2*d.Remaining < d.Limit) && !rs.pending.seen(h) {
+		var buf keyBuf
+		rs.pending.add(h, encodeKey(&buf, rs.attrs, req, a.hasher), req, 0)
+	}
+	return r
+}
+
+// undo gives back what check admitted, when a later rule refuses.
+func (rs *ruleState) undo(a *Agent, req *Request, rh *reqHashes, now time.Time, cost int64) {
+	st := rs.store(req)
+	if rs.fair != nil {
+		rs.fair.undo(a, rs, st, req, rh, now, cost)
+		return
+	}
+	h := rs.keyHash(a, rh, req)
+	if hk := (*rs.hot.Load())[h]; hk != nil {
+		hk.lim.ReturnAt(now, cost)
+		hk.admitted.Add(-cost)
+		return
+	}
+	st.keyed.ReturnHashAt(h, now, cost)
+}

@@ -36,6 +36,8 @@ lint:
 # Coverage-guided fuzzing of every fuzz target, FUZZTIME each.
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzLimiter$$' -fuzztime $(FUZZTIME) ./algo
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./lease/rules
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRetryAfter$$' -fuzztime $(FUZZTIME) ./agent/retry
 
 # Regenerate proto/*.pb.go. The generated files are committed, so only
 # changing a .proto file needs this.
@@ -49,18 +51,7 @@ proto:
 		*.proto
 
 demo:
-	@echo "allot # Regenerate proto/*.pb.go. The generated files are committed, so only
-# changing a .proto file needs this.
-proto:
-	@command -v protoc >/dev/null || { apt-get update -qq && apt-get install -y -qq protobuf-compiler; }
-	GOBIN=$(BIN) $(GO) install $(PROTOC_GEN_GO)
-	GOBIN=$(BIN) $(GO) install $(PROTOC_GEN_GO_GRPC)
-	cd proto && PATH=$(BIN):$$PATH protoc -I . \
-		--go_out=. --go_opt=paths=source_relative \
-		--go-grpc_out=. --go-grpc_opt=paths=source_relative \
-		*.proto
-
-demo: not yet; it arrives with the allot binary (issue 7)."
+	@echo "allot demo: not yet; it arrives with the allot binary (issue 7)."
 
 clean:
 	$(GO) clean -testcache

@@ -13,6 +13,7 @@ import (
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
+	allotpb "github.com/allot-io/allot/proto"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -85,6 +86,14 @@ func New(config Config) (*Agent, error) {
 	if a.metrics, err = newMetrics(a, cfg.Registerer); err != nil {
 		return nil, err
 	}
+	if cfg.coordinated() {
+		if a.rep, err = newReporter(a); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.ManualReports {
+		return a, nil // the caller drives everything
+	}
 	a.wg.Add(2)
 	go func() {
 		defer a.wg.Done()
@@ -94,13 +103,7 @@ func New(config Config) (*Agent, error) {
 		defer a.wg.Done()
 		a.housekeep()
 	}()
-	if len(cfg.Coordinators) > 0 {
-		a.rep, err = newReporter(a)
-		if err != nil {
-			close(a.stop)
-			a.wg.Wait()
-			return nil, err
-		}
+	if a.rep != nil {
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
@@ -108,6 +111,37 @@ func New(config Config) (*Agent, error) {
 		}()
 	}
 	return a, nil
+}
+
+// PrepareReport builds the next report, for callers that carry reports
+// themselves (Config.ManualReports): it cuts usage and turns busy keys
+// into hot keys, as the background reporter would. An urgent report holds
+// only the keys running low.
+func (a *Agent) PrepareReport(urgent bool) *Exchange {
+	if a.rep == nil {
+		return nil
+	}
+	return a.rep.prepare(urgent)
+}
+
+// Deliver applies a coordinator's answer to a prepared report, or the
+// failure to get one (resp nil, err set).
+func (a *Agent) Deliver(x *Exchange, resp *allotpb.ReportResponse, err error) {
+	if a.rep == nil || x == nil {
+		return
+	}
+	a.rep.deliver(x, resp, err)
+}
+
+// WantsEarlyReport reports, once, that a leased key is running low and an
+// early (urgent) report is due: for callers driving reports themselves.
+func (a *Agent) WantsEarlyReport() bool {
+	select {
+	case <-a.early:
+		return true
+	default:
+		return false
+	}
 }
 
 // Ready is closed once the agent enforces rules.
@@ -156,7 +190,7 @@ func (a *Agent) install(set *rules.Set) error {
 	for i, r := range set.Rules() {
 		rs := &ruleState{
 			rule: r, scope: r.Scope.String(), index: i, attrs: r.KeyAttrs(),
-			coordinated: !r.Local && len(a.cfg.Coordinators) > 0, mode: r.Mode(),
+			coordinated: !r.Local && a.cfg.coordinated(), mode: r.Mode(),
 		}
 		if p := prev[r.Name]; p != nil && sameRule(&p.rule, &r) {
 			rs.ruleData = p.ruleData
@@ -312,7 +346,7 @@ func (a *Agent) Close(ctx context.Context) error {
 	}
 	close(a.stop)
 	a.wg.Wait()
-	if a.rep != nil {
+	if a.rep != nil && a.rep.client != nil {
 		a.rep.client.close()
 	}
 	if a.metrics != nil {
@@ -366,4 +400,39 @@ func (a *Agent) askEarly() {
 	case a.early <- struct{}{}:
 	default:
 	}
+}
+
+// Share returns the node's current share of a rule's limit for a key, per
+// the rule's period: the lease it holds, or its unleased share. For a
+// global rule (key ignored) it is the node's total. For dashboards and the
+// simulator.
+func (a *Agent) Share(rule, key string) float64 {
+	c := a.rules.Load()
+	if c == nil {
+		return 0
+	}
+	for _, rs := range c.rules {
+		if rs.rule.Name != rule {
+			continue
+		}
+		if rs.fair == nil {
+			hot := *rs.hot.Load()
+			hk := hot[a.hasher.String(key)] // a single-attribute key hashes as itself
+			if hk == nil {
+				for _, h := range hot {
+					if h.key == key {
+						hk = h
+						break
+					}
+				}
+			}
+			if hk != nil && hk.leaseLimit() > 0 {
+				return hk.leaseLimit()
+			}
+		}
+		rs.def.mu.Lock()
+		defer rs.def.mu.Unlock()
+		return rs.def.share
+	}
+	return 0
 }

@@ -96,9 +96,16 @@ func (c *client) learn(addrs []string) {
 
 var errNoCoordinator = errors.New("agent: no coordinator answered")
 
-// report sends one report, trying every member at most once (and the
+// Transport carries reports to the coordinators. The default dials
+// Config.Coordinators with gRPC, follows the leader and fails over; a
+// simulator or test may carry reports itself.
+type Transport interface {
+	Report(ctx context.Context, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error)
+}
+
+// Report sends one report, trying every member at most once (and the
 // leader a follower points to), within ctx.
-func (c *client) report(ctx context.Context, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
+func (c *client) Report(ctx context.Context, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
 	c.mu.Lock()
 	tries := len(c.addrs) + 1
 	c.mu.Unlock()

@@ -55,6 +55,14 @@ type Config struct {
 	// 1,048,576).
 	MaxTenants int
 
+	// Transport, when set, carries reports instead of a gRPC connection to
+	// Coordinators (simulators, tests, custom transports).
+	Transport Transport
+	// ManualReports starts no background goroutine: the caller reports by
+	// PrepareReport and Deliver, at the intervals it chooses. For
+	// simulators driving agents in virtual time.
+	ManualReports bool
+
 	// TLS, when set, is used to reach the coordinators; with a client
 	// certificate, it must name NodeID.
 	TLS *tls.Config
@@ -75,14 +83,17 @@ func (c *Config) withDefaults() (Config, error) {
 	bad := func(field, format string, args ...any) error {
 		return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
 	}
-	if len(cfg.Coordinators) > 0 && cfg.NodeID == "" {
+	if cfg.coordinated() && cfg.NodeID == "" {
 		return cfg, bad("NodeID", "is required to report to coordinators")
 	}
 	if len(cfg.NodeID) > 256 || len(cfg.Region) > 256 {
 		return cfg, bad("NodeID", "NodeID and Region must be at most 256 bytes")
 	}
-	if len(cfg.Coordinators) == 0 && len(cfg.Rules) == 0 {
+	if !cfg.coordinated() && len(cfg.Rules) == 0 {
 		return cfg, bad("Rules", "a standalone agent (no Coordinators) needs static Rules")
+	}
+	if cfg.ManualReports && cfg.Transport == nil {
+		return cfg, bad("ManualReports", "needs a Transport to carry the reports")
 	}
 	for name, v := range map[string]int{"MaxKeys": cfg.MaxKeys, "MaxHotKeys": cfg.MaxHotKeys, "MaxTenants": cfg.MaxTenants} {
 		if v < 0 {
@@ -112,3 +123,6 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	return cfg, nil
 }
+
+// coordinated reports whether the agent reports to coordinators.
+func (c *Config) coordinated() bool { return len(c.Coordinators) > 0 || c.Transport != nil }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -40,6 +41,14 @@ func reserve(p Priority) float64 {
 	return 0
 }
 
+// reserveUnits is the reserve in whole units of a total that admits at
+// most limit at once. A total too small to hold a whole unit of reserve
+// (a GCRA rule with no burst) reserves nothing: shedding by priority is
+// then left to the coordinator's class leases.
+func reserveUnits(p Priority, limit int64) int64 {
+	return int64(reserve(p) * float64(limit))
+}
+
 // classPriority composes a request's priority with its tenant's plan rank:
 // priority first, then plan, so that batch is shed before interactive and,
 // within a priority, a free plan before a paid one.
@@ -76,7 +85,7 @@ func (f *fairState) check(a *Agent, rs *ruleState, st *limitStore, req *Request,
 	leased := class != nil && class.leased.Load()
 	if leased {
 		if cd = class.allow(a, now, cost); !cd.allowed() {
-			return cd
+			return f.borrow(class, st, req, now, cost, cd)
 		}
 	}
 	refuse := func(r result) result {
@@ -96,7 +105,7 @@ func (f *fairState) check(a *Agent, rs *ruleState, st *limitStore, req *Request,
 	// The priority's reserve: what a lower priority may not take of the
 	// node's total. Checked after spending, so the usual case costs one
 	// call; a request that dipped into the reserve is given back.
-	if r := reserve(req.Priority); r > 0 && float64(d.Remaining) < r*float64(d.Limit) {
+	if d.Remaining < reserveUnits(req.Priority, d.Limit) {
 		st.single.ReturnAt(now, cost)
 		return refuse(result{d.Remaining + cost, d.Limit, max(a.interval()/10, time.Millisecond), d.ResetAfter})
 	}
@@ -109,7 +118,43 @@ func (f *fairState) check(a *Agent, rs *ruleState, st *limitStore, req *Request,
 	return fromAlgo(&d)
 }
 
-// undo gives back what check admitted.
+// borrowFloor is how full the node's total must stay for a class past its
+// lease to borrow from it: a total that stays over half full is one the
+// node's other classes are not using.
+const borrowFloor = 0.5
+
+// minBorrowLimit is the smallest total, in units admitted at once, that
+// lends. A total with less burst cannot tell idle capacity from busy: one
+// with no burst is empty after every request, however idle it was. Rules
+// that want idle shares lent need a burst (docs/rules.md).
+const minBorrowLimit = 4
+
+// borrow admits a request its class's lease refused when the node's total
+// has room the other classes are leaving unused. Weighted max-min fairness
+// is work-conserving: a class's share is what it is guaranteed, not all it
+// may have, and capacity one tenant leaves idle between reports belongs to
+// those who want more. Without borrowing, every tenant's dip below its
+// estimate is lost to the fleet, and every rise above it is refused while
+// the rule is under its limit. Borrowing never exceeds the node's total,
+// so the rule's limit holds; it only stops short of the floor, so a class
+// within its lease always finds the total open.
+func (f *fairState) borrow(class *hotKey, st *limitStore, req *Request, now time.Time, cost int64, refused result) result {
+	d := st.single.AllowAt(now, cost)
+	if !d.Allowed {
+		return refused
+	}
+	if floor := max(int64(math.Ceil(borrowFloor*float64(d.Limit))), reserveUnits(req.Priority, d.Limit)); d.Limit < minBorrowLimit || d.Remaining < floor {
+		st.single.ReturnAt(now, cost)
+		return refused
+	}
+	class.denied.Add(-cost)
+	class.admitted.Add(cost)
+	return fromAlgo(&d)
+}
+
+// undo gives back what check admitted. A request its class borrowed took
+// nothing from the class's lease, yet is given back to it too: undo cannot
+// tell, and the class gains at most the cost, within its lease's burst.
 func (f *fairState) undo(a *Agent, rs *ruleState, st *limitStore, req *Request, rh *reqHashes, now time.Time, cost int64) {
 	if req.Priority != Exempt {
 		st.single.ReturnAt(now, cost)
@@ -142,7 +187,7 @@ func (f *fairState) promoteClasses(a *Agent, rs *ruleState) {
 		if _, ok := next[k]; ok || len(next) >= a.cfg.MaxHotKeys {
 			continue
 		}
-		hk, err := newHotKey(rs, rs.def, pk, nil)
+		hk, err := newHotKey(rs, rs.def, pk, a.clock.local(), nil)
 		if err != nil {
 			continue
 		}

@@ -24,8 +24,9 @@ type hotKey struct {
 
 	admitted atomic.Int64 // cost since the last report
 	denied   atomic.Int64
-	urgent   atomic.Bool // an early report has been asked for
-	closed   atomic.Bool // the lease grants nothing: refuse until the next
+	urgent   atomic.Bool  // an early report has been asked for
+	askedAt  atomic.Int64 // when, on the agent's clock
+	since    int64        // when the key became hot, on the agent's clock
 
 	leased atomic.Bool   // a lease sets the limit (read by checks of global rules)
 	shown  atomic.Uint64 // the lease's limit as float64 bits, for readers off the reporter
@@ -48,8 +49,25 @@ func (hk *hotKey) observe(a *Agent, r result, cost int64) {
 	} else {
 		hk.denied.Add(cost)
 	}
-	if 5*r.remaining < r.limit && !hk.urgent.Load() && hk.urgent.CompareAndSwap(false, true) {
-		a.askEarly()
+	// At most ten times an interval, as often as the agent reports early:
+	// a key that stays low (the node is simply at its share of a contended
+	// limit) costs the coordinator one key in a batched report. Asking
+	// often matters at the end of a window, when the last of a quota is
+	// re-divided among the nodes still serving it. A key
+	// just made hot asks too, once it has counted a quarter of an interval,
+	// so its first lease does not wait for the next regular report.
+	if 5*r.remaining < r.limit {
+		now := a.clock.local()
+		if !hk.leased.Load() && now-hk.since < int64(a.interval()/4) {
+			return
+		}
+		if hk.urgent.Load() && now-hk.askedAt.Load() >= int64(a.interval()/10) {
+			hk.urgent.Store(false)
+		}
+		if !hk.urgent.Load() && hk.urgent.CompareAndSwap(false, true) {
+			hk.askedAt.Store(now)
+			a.askEarly()
+		}
 	}
 }
 
@@ -66,6 +84,7 @@ type pendingSet struct {
 	filter [1024]atomic.Uint64
 	mu     sync.Mutex
 	m      map[algo.Hash]pendingKey
+	wake   bool // a key was added: promote soon
 }
 
 // maxPending bounds the keys waiting to become hot between two reports.
@@ -88,6 +107,16 @@ func (p *pendingSet) add(h algo.Hash, key []byte, req *Request, priority uint32)
 		return
 	}
 	p.m[h] = pendingKey{key: string(key), tenant: strings.Clone(req.Tenant), plan: strings.Clone(req.Plan), priority: priority}
+	p.wake = true
+}
+
+// woken reports, once, that keys were added since the last call.
+func (p *pendingSet) woken() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	w := p.wake
+	p.wake = false
+	return w
 }
 
 // take returns the waiting keys and starts a new set.
@@ -121,7 +150,7 @@ func (rs *ruleState) promote(a *Agent, now time.Time) {
 		}
 		req := Request{Tenant: pk.tenant, Plan: pk.plan}
 		st := rs.store(&req)
-		hk, err := newHotKey(rs, st, pk, func(lim *algo.Limiter) {
+		hk, err := newHotKey(rs, st, pk, a.clock.local(), func(lim *algo.Limiter) {
 			d := st.keyed.AllowHashAt(h, now, 0)
 			if used := d.Limit - d.Remaining; used > 0 {
 				lim.AllowAt(now, used)
@@ -142,11 +171,11 @@ func (rs *ruleState) promote(a *Agent, now time.Time) {
 
 // newHotKey makes a hot key enforcing its store's unleased share until a
 // lease arrives; seed brings its limiter to the key's current state.
-func newHotKey(rs *ruleState, st *limitStore, pk pendingKey, seed func(*algo.Limiter)) (*hotKey, error) {
+func newHotKey(rs *ruleState, st *limitStore, pk pendingKey, since int64, seed func(*algo.Limiter)) (*hotKey, error) {
 	st.mu.Lock()
 	share := st.share
 	st.mu.Unlock()
-	cfg, _ := nodeConfig(&rs.rule, share, ruleBurst(&rs.rule, st.limit)*share/float64(st.limit))
+	cfg, _ := nodeConfig(&rs.rule, share, rs.rule.BurstFor(float64(st.limit))*share/float64(st.limit))
 	lim, err := algo.New(cfg)
 	if err != nil {
 		return nil, err
@@ -154,14 +183,20 @@ func newHotKey(rs *ruleState, st *limitStore, pk pendingKey, seed func(*algo.Lim
 	if seed != nil {
 		seed(lim)
 	}
-	return &hotKey{key: pk.key, tenant: pk.tenant, plan: pk.plan, priority: pk.priority, store: st, lim: lim}, nil
+	return &hotKey{key: pk.key, tenant: pk.tenant, plan: pk.plan, priority: pk.priority, store: st, lim: lim, since: since}, nil
 }
 
 // applyLease makes a lease the key's limit, if it is newer than the one
-// held.
-func (hk *hotKey) applyLease(rs *ruleState, l lease.Lease) {
+// held. A lease granting nothing (a new leader learning, or a node with no
+// demand left) returns the key to its unleased share.
+func (hk *hotKey) applyLease(rs *ruleState, l lease.Lease, now time.Time) {
 	if hk.leased.Load() && !l.Supersedes(lease.Lease{Epoch: hk.epoch, Seq: hk.seq}) {
 		hk.expires = max(hk.expires, l.Expires.UnixNano())
+		return
+	}
+	if !(l.Limit > 0) {
+		hk.unlease(rs, now)
+		hk.epoch, hk.seq = l.Epoch, l.Seq
 		return
 	}
 	hk.held, hk.burst = l.Limit, l.Burst
@@ -170,8 +205,7 @@ func (hk *hotKey) applyLease(rs *ruleState, l lease.Lease) {
 	if l.Window.IsZero() {
 		hk.window = 0
 	}
-	hk.urgent.Store(false)
-	hk.resize(rs, l.Limit, l.Burst)
+	hk.resize(rs, l.Limit, l.Burst, now)
 	hk.shown.Store(math.Float64bits(l.Limit))
 	hk.leased.Store(true)
 }
@@ -184,24 +218,15 @@ func (hk *hotKey) leaseLimit() float64 {
 	return math.Float64frombits(hk.shown.Load())
 }
 
-// resize changes the key's limiter to a share, keeping its state. A share
-// of zero (nothing granted) refuses everything until the next lease.
-func (hk *hotKey) resize(rs *ruleState, share, burst float64) {
-	cfg, ok := nodeConfig(&rs.rule, share, burst)
-	if !ok {
-		hk.closed.Store(true)
-		return
+// resize changes the key's limiter to a share, keeping its state.
+func (hk *hotKey) resize(rs *ruleState, share, burst float64, now time.Time) {
+	if cfg, ok := nodeConfig(&rs.rule, share, burst); ok {
+		_ = hk.lim.Reconfigure(cfg, now)
 	}
-	_ = hk.lim.Reconfigure(cfg)
-	hk.closed.Store(false)
 }
 
 // allow decides one request against the key's own limiter.
 func (hk *hotKey) allow(a *Agent, now time.Time, cost int64) result {
-	if hk.closed.Load() {
-		hk.denied.Add(cost)
-		return refused(a.interval())
-	}
 	d := hk.lim.AllowAt(now, cost)
 	r := fromAlgo(&d)
 	hk.observe(a, r, cost)
@@ -209,12 +234,12 @@ func (hk *hotKey) allow(a *Agent, now time.Time, cost int64) result {
 }
 
 // unlease reverts a key whose lease expired to the unleased share.
-func (hk *hotKey) unlease(rs *ruleState) {
+func (hk *hotKey) unlease(rs *ruleState, now time.Time) {
 	hk.leased.Store(false)
 	hk.shown.Store(0)
 	hk.held, hk.epoch, hk.seq = 0, 0, 0
 	hk.store.mu.Lock()
 	share := hk.store.share
 	hk.store.mu.Unlock()
-	hk.resize(rs, share, ruleBurst(&rs.rule, hk.store.limit)*share/float64(hk.store.limit))
+	hk.resize(rs, share, rs.rule.BurstFor(float64(hk.store.limit))*share/float64(hk.store.limit), now)
 }

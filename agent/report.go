@@ -22,7 +22,8 @@ import (
 // fail mode, loudly, and comes back when one answers again.
 type reporter struct {
 	a           *Agent
-	client      *client
+	transport   Transport
+	client      *client // the default transport, when Coordinators are dialled
 	incarnation uint64
 
 	seq     uint64
@@ -49,12 +50,17 @@ func newReporter(a *Agent) (*reporter, error) {
 	}
 	inc := binary.LittleEndian.Uint64(b[:]) | 1
 	now := a.clock.now()
-	return &reporter{
-		a: a, client: newClient(&a.cfg), incarnation: inc,
+	r := &reporter{
+		a: a, transport: a.cfg.Transport, incarnation: inc,
 		acc: map[usageKey]*usageCounts{}, window: time.Hour,
 		lastCut: now, lastRun: now, lastOK: now, ttl: 5 * a.cfg.ReportInterval,
 		quit: make(chan struct{}), exited: make(chan struct{}),
-	}, nil
+	}
+	if r.transport == nil {
+		r.client = newClient(&a.cfg)
+		r.transport = r.client
+	}
+	return r, nil
 }
 
 func (r *reporter) run() {
@@ -118,23 +124,49 @@ func (r *reporter) cut(at time.Time) {
 // cycle is one exchange. An early (urgent) one reports only the keys
 // running low, and no usage.
 func (r *reporter) cycle(urgent bool) {
+	x := r.prepare(urgent)
+	if x == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.a.interval())
+	resp, err := r.transport.Report(ctx, x.Request)
+	cancel()
+	r.deliver(x, resp, err)
+}
+
+// Exchange is one report, prepared by PrepareReport and answered with
+// Deliver: for simulators and tests that carry reports themselves.
+type Exchange struct {
+	// Request is the report to carry to a coordinator.
+	Request *allotpb.ReportRequest
+	held    []*hotKey
+	sent    int64 // local clock
+	urgent  bool
+}
+
+// prepare cuts the usage counters, turns keys that asked for leases into
+// hot keys, and builds the report.
+func (r *reporter) prepare(urgent bool) *Exchange {
 	a := r.a
 	now := a.clock.now()
 	nowT := time.Unix(0, now)
 	c := a.rules.Load()
-	if !urgent {
-		r.cut(nowT)
-		if c != nil {
-			for _, rs := range c.rules {
-				if rs.coordinated {
-					rs.promote(a, nowT)
-					if rs.fair != nil {
-						rs.fair.promoteClasses(a, rs)
-					}
+	if c != nil {
+		// Keys that asked for a lease become hot now, and start counting.
+		for _, rs := range c.rules {
+			if rs.coordinated {
+				rs.promote(a, nowT)
+				if rs.fair != nil {
+					rs.fair.promoteClasses(a, rs)
+				}
+				if !urgent {
 					rs.demote(a)
 				}
 			}
 		}
+	}
+	if !urgent {
+		r.cut(nowT)
 		if r.pending == nil && len(r.acc) > 0 {
 			r.seq++
 			r.pending = batch(r.seq, now, r.acc)
@@ -142,20 +174,27 @@ func (r *reporter) cycle(urgent bool) {
 		}
 	}
 	req, held := r.request(c, now, urgent, false)
-	ctx, cancel := context.WithTimeout(context.Background(), a.interval())
-	t0 := a.clock.local()
-	resp, err := r.client.report(ctx, req)
-	t1 := a.clock.local()
-	cancel()
 	if !urgent {
 		r.lastRun = now
+	} else if len(req.GetDemand()) == 0 {
+		return nil // nothing runs low: there is nothing to ask
 	}
-	a.metrics.observeReport(time.Duration(t1-t0), err)
+	return &Exchange{Request: req, held: held, sent: a.clock.local(), urgent: urgent}
+}
+
+// offset converts the agent's local clock to the coordinators'.
+func (r *reporter) offset() int64 { return r.a.clock.offset.Load() }
+
+// deliver applies an answer to a prepared report, or its failure.
+func (r *reporter) deliver(x *Exchange, resp *allotpb.ReportResponse, err error) {
+	a := r.a
+	received := a.clock.local()
+	a.metrics.observeReport(time.Duration(received-x.sent), err)
 	if err != nil {
-		r.failed(now, err)
+		r.failed(a.clock.now(), err)
 		return
 	}
-	r.answered(resp, held, t0, t1)
+	r.answered(resp, x.held, x.sent, received)
 }
 
 // request builds a report: the pending usage batch and the demand of every
@@ -184,9 +223,13 @@ func (r *reporter) request(c *compiled, now int64, urgent, leaving bool) (*allot
 			d.Admitted, d.Denied = float64(hk.admitted.Load()), float64(hk.denied.Load())
 		} else {
 			d.Admitted, d.Denied = float64(hk.admitted.Swap(0)), float64(hk.denied.Swap(0))
+			hk.urgent.Store(false) // may ask early once more before the next
 		}
 		if rs.fair != nil {
 			d.Weight = rs.rule.WeightFor(hk.tenant, hk.plan)
+		}
+		if since := hk.since + r.offset(); since > r.lastRun {
+			d.IntervalNano = max(now-since, 1) // counted only since it became hot
 		}
 		if hk.leased.Load() && !leaving {
 			d.Held, d.HeldEpoch, d.HeldSeq = hk.held, hk.epoch, hk.seq
@@ -241,7 +284,9 @@ func (r *reporter) answered(resp *allotpb.ReportResponse, held []*hotKey, t0, t1
 	if w := resp.GetBillingWindowNano(); w >= int64(time.Second) {
 		r.window = time.Duration(w)
 	}
-	r.client.learn(resp.GetCoordinators())
+	if r.client != nil {
+		r.client.learn(resp.GetCoordinators())
+	}
 	if rs := resp.GetRules(); rs != nil && len(a.cfg.Rules) == 0 && rs.GetVersion() != r.version {
 		r.installRules(rs)
 	}
@@ -300,7 +345,7 @@ func (r *reporter) reshare() {
 			continue
 		}
 		for _, st := range rs.stores() {
-			st.setShare(&rs.rule, rs.shareOf(st.limit, a.cfg.Region, nodes))
+			st.setShare(&rs.rule, rs.shareOf(st.limit, a.cfg.Region, nodes), time.Unix(0, a.clock.now()))
 		}
 	}
 }
@@ -337,7 +382,7 @@ func (r *reporter) applyLeases(c *compiled, resp *allotpb.ReportResponse, held [
 			// backup. Its leases are the truth now.
 			hk.leased.Store(false)
 		}
-		hk.applyLease(rs, l)
+		hk.applyLease(rs, l, time.Unix(0, now))
 		got[hk] = true
 	}
 	for _, hk := range held {
@@ -351,7 +396,7 @@ func (r *reporter) applyLeases(c *compiled, resp *allotpb.ReportResponse, held [
 		}
 		for _, hk := range *rs.hot.Load() {
 			if hk.leased.Load() && hk.expires <= now {
-				hk.unlease(rs)
+				hk.unlease(rs, time.Unix(0, now))
 			}
 		}
 		if rs.fair != nil {
@@ -366,7 +411,7 @@ func (r *reporter) fairTotal(rs *ruleState, now int64) {
 	total, leased := 0.0, false
 	for _, hk := range *rs.fair.classes.Load() {
 		if hk.leased.Load() && hk.expires <= now {
-			hk.unlease(rs)
+			hk.unlease(rs, time.Unix(0, now))
 		}
 		if hk.leased.Load() {
 			total += hk.held
@@ -377,7 +422,7 @@ func (r *reporter) fairTotal(rs *ruleState, now int64) {
 	if !leased {
 		total = rs.shareOf(st.limit, r.a.cfg.Region, int(r.a.nodes.Load()))
 	}
-	st.setShare(&rs.rule, total)
+	st.setShare(&rs.rule, total, time.Unix(0, now))
 }
 
 // failed handles a report no coordinator answered. After a lease period
@@ -405,13 +450,13 @@ func (r *reporter) failed(now int64, err error) {
 		case lease.FailFallback:
 			// Each node enforces limit ÷ nodes last seen: the unleased share.
 			for _, hk := range *rs.hot.Load() {
-				hk.unlease(rs)
+				hk.unlease(rs, time.Unix(0, now))
 			}
 			if rs.fair != nil {
 				for _, hk := range *rs.fair.classes.Load() {
-					hk.unlease(rs)
+					hk.unlease(rs, time.Unix(0, now))
 				}
-				rs.def.setShare(&rs.rule, rs.shareOf(rs.def.limit, a.cfg.Region, nodes))
+				rs.def.setShare(&rs.rule, rs.shareOf(rs.def.limit, a.cfg.Region, nodes), time.Unix(0, now))
 			}
 		case lease.FailOpen:
 			// Keep serving on the last lease, however old.
@@ -455,7 +500,9 @@ func (rs *ruleState) demote(a *Agent) {
 // the usage not yet acknowledged, and a last report releasing every lease.
 func (r *reporter) shutdown(ctx context.Context) error {
 	close(r.quit)
-	<-r.exited
+	if !r.a.cfg.ManualReports {
+		<-r.exited
+	}
 	a := r.a
 	now := a.clock.now()
 	r.cut(time.Unix(0, now))
@@ -468,7 +515,7 @@ func (r *reporter) shutdown(ctx context.Context) error {
 		}
 		last := r.pending == nil || len(r.acc) == 0
 		req, _ := r.request(a.rules.Load(), a.clock.now(), false, last)
-		resp, err := r.client.report(ctx, req)
+		resp, err := r.transport.Report(ctx, req)
 		if err != nil {
 			lastErr = err
 			select {

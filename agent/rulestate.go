@@ -97,15 +97,6 @@ func nodeConfig(r *rules.Rule, share, burst float64) (algo.Config, bool) {
 	return cfg, true
 }
 
-// ruleBurst is a rule's burst in units at its own limit: the token bucket's
-// zero burst means one period's worth.
-func ruleBurst(r *rules.Rule, limit int64) float64 {
-	if r.Algorithm == algo.TokenBucket && r.Burst == 0 {
-		return float64(limit)
-	}
-	return float64(r.Burst)
-}
-
 // shareOf is a node's share of an effective limit when it holds no lease:
 // the region's part, divided evenly among the nodes.
 func (rs *ruleState) shareOf(limit int64, region string, nodes int) float64 {
@@ -115,7 +106,7 @@ func (rs *ruleState) shareOf(limit int64, region string, nodes int) float64 {
 // newLimitStore makes the store for one effective limit.
 func (rs *ruleState) newLimitStore(limit int64, region string, nodes int, opts algo.KeyedOptions) (*limitStore, error) {
 	st := &limitStore{limit: limit, share: rs.shareOf(limit, region, nodes)}
-	cfg, _ := nodeConfig(&rs.rule, st.share, ruleBurst(&rs.rule, limit)*st.share/float64(limit))
+	cfg, _ := nodeConfig(&rs.rule, st.share, rs.rule.BurstFor(float64(limit))*st.share/float64(limit))
 	var err error
 	if rs.rule.Scope == rules.Global {
 		st.single, err = algo.New(cfg)
@@ -126,21 +117,21 @@ func (rs *ruleState) newLimitStore(limit int64, region string, nodes int, opts a
 }
 
 // setShare changes the node's unleased share, keeping every key's state.
-func (st *limitStore) setShare(r *rules.Rule, share float64) {
+func (st *limitStore) setShare(r *rules.Rule, share float64, now time.Time) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if share == st.share {
 		return
 	}
-	cfg, ok := nodeConfig(r, share, ruleBurst(r, st.limit)*share/float64(st.limit))
+	cfg, ok := nodeConfig(r, share, r.BurstFor(float64(st.limit))*share/float64(st.limit))
 	if !ok {
 		return
 	}
 	st.share = share
 	if st.single != nil {
-		_ = st.single.Reconfigure(cfg)
+		_ = st.single.Reconfigure(cfg, now)
 	} else {
-		_ = st.keyed.Reconfigure(cfg)
+		_ = st.keyed.Reconfigure(cfg, now)
 	}
 }
 
@@ -268,6 +259,7 @@ func (rs *ruleState) check(a *Agent, req *Request, rh *reqHashes, now time.Time,
 	if rs.coordinated && (!d.Allowed || 2*d.Remaining < d.Limit) && !rs.pending.seen(h) {
 		var buf keyBuf
 		rs.pending.add(h, encodeKey(&buf, rs.attrs, req, a.hasher), req, 0)
+		a.askEarly() // to make it hot soon
 	}
 	return r
 }

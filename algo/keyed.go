@@ -178,10 +178,10 @@ func (k *Keyed) Config() Config {
 // Hasher returns the Hasher that makes this store's Hashes.
 func (k *Keyed) Hasher() *Hasher { return k.hasher }
 
-// Reconfigure changes the limit every key is held to, keeping each key's
-// state: what it has spent stays spent (see Limiter.Reconfigure). The
-// algorithm cannot change. It locks one shard at a time.
-func (k *Keyed) Reconfigure(cfg Config) error {
+// Reconfigure changes the limit every key is held to at now, keeping each
+// key's state as Limiter.Reconfigure does. The algorithm cannot change. It
+// locks one shard at a time.
+func (k *Keyed) Reconfigure(cfg Config, now time.Time) error {
 	p, err := compile(cfg)
 	if err != nil {
 		return err
@@ -196,10 +196,10 @@ func (k *Keyed) Reconfigure(cfg Config) error {
 		sh.mu.Lock()
 		old := sh.p
 		sh.p = p
-		if p.alg == TokenBucket && old.emission != p.emission {
+		if p.alg == TokenBucket || p.alg == GCRA {
 			for j := range sh.t.slots {
 				if e := &sh.t.slots[j]; !e.empty() {
-					p.rescaleBucket(&e.s, &old)
+					p.carryOver(&e.s, &old, now.UnixNano())
 				}
 			}
 		}

@@ -37,13 +37,14 @@ func New(cfg Config) (*Limiter, error) {
 // Config returns the configuration l enforces.
 func (l *Limiter) Config() Config { return l.p.Load().config() }
 
-// Reconfigure changes the limit l enforces while keeping what the subject
-// has already spent: GCRA keeps its theoretical arrival time, the token
-// bucket its missing tokens, the windows their counts. It is how a lease
-// that changes a node's share takes effect without handing out a reset.
-// The algorithm cannot change, and a window's period change starts the
-// window afresh.
-func (l *Limiter) Reconfigure(cfg Config) error {
+// Reconfigure changes the limit l enforces at now. What the subject has
+// spent stays spent, and what it may admit at once does not grow with the
+// change: it grows afterwards, at the new rate (the token bucket keeps its
+// tokens, GCRA its units of burst, the windows their counts). It is how a
+// lease that changes a node's share takes effect without handing out a
+// reset or a free burst. The algorithm cannot change, and a window's period
+// change starts the window afresh.
+func (l *Limiter) Reconfigure(cfg Config, now time.Time) error {
 	p, err := compile(cfg)
 	if err != nil {
 		return err
@@ -54,11 +55,17 @@ func (l *Limiter) Reconfigure(cfg Config) error {
 	if p.alg != old.alg {
 		return &ConfigError{"Algorithm", fmt.Sprintf("cannot change from %v to %v; make a new Limiter", old.alg, p.alg)}
 	}
-	switch {
-	case p.alg == TokenBucket && p.emission != old.emission:
-		p.rescaleBucket(&l.s, old)
-	case (p.alg == FixedWindow || p.alg == SlidingWindow) && p.period != old.period:
-		l.s = state{}
+	switch p.alg {
+	case TokenBucket:
+		p.carryOver(&l.s, old, now.UnixNano())
+	case GCRA:
+		s := state{a: l.tat.Load()}
+		p.carryOver(&s, old, now.UnixNano())
+		l.tat.Store(s.a)
+	case FixedWindow, SlidingWindow:
+		if p.period != old.period {
+			l.s = state{}
+		}
 	}
 	l.p.Store(&p)
 	return nil

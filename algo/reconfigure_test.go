@@ -52,15 +52,20 @@ func TestReconfigureKeepsWhatWasSpent(t *testing.T) {
 		wantRemain   int64
 		wantAdmitted int // of 100 unit requests right after the change
 	}{
-		// 8 of 10 tokens spent; the bucket grows to 20: 12 left.
-		{TokenBucket, Config{Limit: 10, Period: time.Second, Burst: 10}, Config{Limit: 20, Period: time.Second, Burst: 20}, 8, 12, 12},
+		// 8 of 10 tokens spent; the bucket grows to 20 but keeps its 2
+		// tokens: the new capacity fills at the new rate, not at once.
+		{TokenBucket, Config{Limit: 10, Period: time.Second, Burst: 10}, Config{Limit: 20, Period: time.Second, Burst: 20}, 8, 2, 2},
+		// 2 of 20 spent; the bucket shrinks to 10: full at 10.
+		{TokenBucket, Config{Limit: 20, Period: time.Second, Burst: 20}, Config{Limit: 10, Period: time.Second, Burst: 10}, 2, 10, 10},
 		// 30 of 100 spent in the window; the limit falls to 50: 20 left.
 		{FixedWindow, Config{Limit: 100, Period: time.Minute}, Config{Limit: 50, Period: time.Minute}, 30, 20, 20},
 		{SlidingWindow, Config{Limit: 100, Period: time.Minute}, Config{Limit: 50, Period: time.Minute}, 30, 20, 20},
 		{SlidingLog, Config{Limit: 100, Period: time.Minute}, Config{Limit: 50, Period: time.Minute}, 30, 20, 20},
-		// GCRA keeps its TAT: 5 of 1+9 spent at 10/s; at 1/s with burst 9,
-		// the TAT is 0.5 s ahead, so 9 of 10 remain.
-		{GCRA, Config{Limit: 10, Period: time.Second, Burst: 9}, Config{Limit: 1, Period: time.Second, Burst: 9}, 5, 9, 9},
+		// GCRA keeps its units of burst: 5 of 1+9 left at 10/s stay 5 at
+		// 1/s, though the TAT alone would allow 9.
+		{GCRA, Config{Limit: 10, Period: time.Second, Burst: 9}, Config{Limit: 1, Period: time.Second, Burst: 9}, 5, 5, 5},
+		// A larger burst is earned, not granted: 5 of 10 left stay 5 of 30.
+		{GCRA, Config{Limit: 10, Period: time.Second, Burst: 9}, Config{Limit: 10, Period: time.Second, Burst: 29}, 5, 5, 5},
 	}
 	for _, tt := range tests {
 		t.Run(tt.alg.String(), func(t *testing.T) {
@@ -69,10 +74,10 @@ func TestReconfigureKeepsWhatWasSpent(t *testing.T) {
 			k := mustKeyed(t, tt.from, KeyedOptions{Shards: 2})
 			l.AllowAt(t0, tt.spend)
 			k.AllowAt("a", t0, tt.spend)
-			if err := l.Reconfigure(tt.to); err != nil {
+			if err := l.Reconfigure(tt.to, t0); err != nil {
 				t.Fatal(err)
 			}
-			if err := k.Reconfigure(tt.to); err != nil {
+			if err := k.Reconfigure(tt.to, t0); err != nil {
 				t.Fatal(err)
 			}
 			for name, allow := range map[string]func(time.Time, int64) Decision{
@@ -98,10 +103,10 @@ func TestReconfigureKeepsWhatWasSpent(t *testing.T) {
 		})
 	}
 	l := mustNew(t, Config{Algorithm: GCRA, Limit: 1, Period: time.Second})
-	if err := l.Reconfigure(Config{Algorithm: TokenBucket, Limit: 1, Period: time.Second}); err == nil {
+	if err := l.Reconfigure(Config{Algorithm: TokenBucket, Limit: 1, Period: time.Second}, t0); err == nil {
 		t.Error("changing the algorithm was accepted")
 	}
-	if err := l.Reconfigure(Config{Algorithm: GCRA, Limit: -1, Period: time.Second}); err == nil {
+	if err := l.Reconfigure(Config{Algorithm: GCRA, Limit: -1, Period: time.Second}, t0); err == nil {
 		t.Error("an invalid config was accepted")
 	}
 }
@@ -121,4 +126,37 @@ func TestHasherSharedAcrossStores(t *testing.T) {
 		t.Error("store b refused")
 	}
 	_ = fmt.Sprint(key.Uint64())
+}
+
+// TestPropertyReconfigureGrantsNothing: changing a limit never lets more be
+// admitted at once than could be just before, for the rate algorithms
+// whose shares leases change.
+func TestPropertyReconfigureGrantsNothing(t *testing.T) {
+	for _, alg := range []Algorithm{TokenBucket, GCRA} {
+		t.Run(alg.String(), func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) {
+				from, to := genConfig(t, alg), genConfig(t, alg)
+				l, _ := New(from)
+				var now time.Time
+				for _, r := range genForward(t, from) {
+					now = at(time.Duration(r.t))
+					l.AllowAt(now, r.cost)
+				}
+				before := l.AllowAt(now, 0).Remaining
+				if err := l.Reconfigure(to, now); err != nil {
+					t.Fatal(err)
+				}
+				n := int64(0)
+				for l.AllowAt(now, 1).Allowed {
+					n++
+					if n > to.Limit+to.Burst+2 {
+						break
+					}
+				}
+				if n > before {
+					t.Fatalf("%d admitted at once after reconfiguring, %d could be before", n, before)
+				}
+			})
+		})
+	}
 }

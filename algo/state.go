@@ -101,13 +101,28 @@ func (p *params) refund(s *state, now, cost int64) {
 	}
 }
 
-// rescaleBucket converts a token bucket's missing tokens, kept as
-// nanoseconds of refill at old's rate, to p's rate: the tokens a subject
-// has spent stay spent when its rate changes.
-func (p *params) rescaleBucket(s *state, old *params) {
-	if old.emission == 0 {
-		return
+// carryOver adapts a state kept under old to p at now so that the capacity
+// available at now does not grow with the change: it grows afterwards, at
+// the new rate. A token bucket keeps the tokens it holds (capped at its new
+// capacity); GCRA moves its TAT so the units it may admit at once stay the
+// same. So a node whose share rises is not handed a burst it has not
+// waited for, and one whose share falls keeps what it has spent. Window
+// algorithms keep their counts: a window's count is absolute.
+func (p *params) carryOver(s *state, old *params, now int64) {
+	switch p.alg {
+	case TokenBucket:
+		missing := s.b
+		if now > s.a {
+			missing = max(missing-(now-s.a), 0)
+		}
+		tokens := float64(old.maxCost) - float64(missing)/float64(old.emission)
+		lack := max(float64(p.maxCost)-tokens, 0)
+		s.a, s.b = max(now, s.a), min(int64(lack*float64(p.emission)), p.maxCost*p.emission)
+	case GCRA:
+		base := max(s.a, now)
+		avail := float64(old.tau+old.emission-(base-now)) / float64(old.emission)
+		if tat := now + p.tau + p.emission - int64(avail*float64(p.emission)); tat > s.a {
+			s.a = tat
+		}
 	}
-	missing := float64(s.b) / float64(old.emission) * float64(p.emission)
-	s.b = min(int64(missing), p.maxCost*p.emission)
 }

@@ -64,6 +64,9 @@ type pool struct {
 	classes []*class
 	byClass map[classKey]int // fair rules only
 	dirty   bool
+	// contended is set when the last allocation found more demand than
+	// the limit.
+	contended bool
 }
 
 type classKey struct {
@@ -107,10 +110,15 @@ func newAllocator(region string, interval, ttl time.Duration) *allocator {
 }
 
 // lead resets the allocator for a new term of leadership: it forgets all
-// soft state and learns for one lease period.
+// soft state and learns for one lease period. A cluster's first leader
+// (epoch 1) has no predecessor whose grants it could double, and does not
+// learn.
 func (a *allocator) lead(epoch uint64, now int64) {
 	a.mu.Lock()
 	a.epoch, a.learnEnd, a.seq = epoch, now+a.ttl, 0
+	if epoch <= 1 {
+		a.learnEnd = now
+	}
 	a.nodes, a.byIndex = map[string]*nodeInfo{}, nil
 	a.mu.Unlock()
 	for i := range a.shards {
@@ -214,15 +222,39 @@ func (a *allocator) report(node string, now int64, interval time.Duration, deman
 		}
 		c := p.class(classKey{d.GetTenant(), d.GetPriority()}, r, d.GetPlan())
 		cl := c.claim(info.index)
-		a.observe(p, cl, d, now, interval, leaving)
-		p.dirty = true
-		if leaving || urgent || cl.seq == 0 {
+		// An early report asks for a top-up. When the pool is contended the
+		// node is simply at its share, and the next round will do; when it
+		// is not, the node's demand rose and spare capacity can follow it
+		// now.
+		topUp := urgent && (!p.contended || cl.est == 0)
+		moved := false
+		if !urgent || topUp {
+			before := cl.est
+			a.observe(p, cl, d, now, interval, urgent, leaving)
+			p.dirty = true
+			// Demand that moved (beyond the estimator's noise band) is
+			// re-divided now, not at the next round: the node hears of
+			// its new share in this answer, an interval sooner.
+			moved = math.Abs(cl.est-before) > a.est.Band*math.Max(before, cl.est)
+		} else {
+			cl.lastSeen = now
+		}
+		if leaving || topUp || moved || cl.seq == 0 {
 			a.allocatePool(sh, p, now, learning) // a leaving node's share is freed at once
 		}
 		// A lease the node already holds is renewed by the answer's
 		// renew_unix_nano; only changed leases are sent again.
 		if !leaving && cl.seq > 0 && (d.GetHeldEpoch() != epoch || d.GetHeldSeq() != cl.seq) {
 			leases = append(leases, a.leaseFor(p, c, cl, d, epoch, now))
+			// The node applies a smaller lease as soon as this answer
+			// arrives, so its old one need not hold up others' increases
+			// until its next report. An abuse rule, which may not
+			// overshoot at all, waits for the report instead: the answer
+			// could be lost.
+			if cl.grant < cl.held && p.rule.Tol() > 0 {
+				cl.held = cl.grant
+				p.dirty = true // what it gives up can go to others next round
+			}
 		}
 		sh.mu.Unlock()
 	}
@@ -230,13 +262,24 @@ func (a *allocator) report(node string, now int64, interval time.Duration, deman
 }
 
 // observe folds one demand report into a claim.
-func (a *allocator) observe(p *pool, cl *claim, d *allotpb.KeyDemand, now int64, interval time.Duration, leaving bool) {
+func (a *allocator) observe(p *pool, cl *claim, d *allotpb.KeyDemand, now int64, interval time.Duration, urgent, leaving bool) {
 	cl.lastSeen = now
 	if leaving {
 		cl.est, cl.held, cl.lastSeen = 0, 0, 0
 		return
 	}
-	cl.est = a.est.Next(cl.est, lease.Observation{Admitted: d.GetAdmitted(), Denied: d.GetDenied(), Interval: interval}, p.rule.Period)
+	if iv := d.GetIntervalNano(); iv > 0 && time.Duration(iv) < interval {
+		interval = time.Duration(iv)
+	}
+	obs := lease.Observation{Admitted: d.GetAdmitted(), Denied: d.GetDenied(), Interval: interval}
+	if urgent {
+		// An early report covers part of an interval: it may raise the
+		// estimate (the node is running low) but not lower it; the next
+		// regular report does that.
+		cl.est = max(cl.est, a.est.Next(0, obs, p.rule.Period))
+	} else {
+		cl.est = a.est.Next(cl.est, obs, p.rule.Period)
+	}
 	cl.held = d.GetHeld()
 	if windowed(p.rule.Algorithm) {
 		switch w := d.GetWindowUnixNano(); {
@@ -297,6 +340,15 @@ func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 
 	pl := lease.Pool{Limit: p.limit, Tolerance: p.rule.Tol(), Learning: learning}
 	present := func(cl *claim) bool { return cl.lastSeen > 0 && now-cl.lastSeen < 2*a.interval }
+	demand := 0.0
+	for _, c := range p.classes {
+		for i := range c.claims {
+			if present(&c.claims[i]) {
+				demand += c.claims[i].est + c.claims[i].committed
+			}
+		}
+	}
+	p.contended = demand > p.limit
 	// Drop expired claims first.
 	for _, c := range p.classes {
 		c.claims = slices.DeleteFunc(c.claims, func(cl claim) bool { return cl.lastSeen == 0 || now-cl.lastSeen >= a.ttl })
@@ -337,6 +389,17 @@ func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 		}
 	}
 	p.dirty = false
+	if p.contended && !learning {
+		// The hand-over guard may have held increases back until others
+		// confirm their decreases: try again next round.
+		granted := 0.0
+		for _, c := range p.classes {
+			for i := range c.claims {
+				granted += c.claims[i].grant
+			}
+		}
+		p.dirty = granted < 0.999*p.limit
+	}
 }
 
 // leaseFor builds the lease a claim's grant gives its node.
@@ -397,8 +460,7 @@ func (a *allocator) round(now int64, full bool) (allocated, active int) {
 // scaled like the pool's limit (by plan and region), in proportion to the
 // grant.
 func burstShare(p *pool, grant float64) float64 {
-	poolBurst := float64(p.rule.Burst) * p.limit / math.Max(float64(p.rule.Limit), 1)
-	return lease.BurstShare(p.limit, poolBurst, grant)
+	return lease.BurstShare(p.limit, p.rule.BurstFor(p.limit), grant)
 }
 
 func (p *pool) empty() bool {

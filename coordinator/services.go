@@ -62,15 +62,7 @@ func (s *agentServer) Report(ctx context.Context, req *allotpb.ReportRequest) (*
 	}
 	leases := c.alloc.report(req.GetNode(), now.UnixNano(), time.Duration(req.GetIntervalNano()), req.GetDemand(), req.GetUrgent(), req.GetLeaving())
 	c.metrics.leasesGranted.Add(float64(len(leases)))
-
-	resp := &allotpb.ReportResponse{
-		Protocol:           allotpb.ProtocolVersion_PROTOCOL_VERSION_1,
-		Leases:             leases,
-		ReportIntervalNano: int64(c.cfg.ReportInterval),
-		LeaseTtlNano:       int64(c.cfg.LeaseTTL),
-		RenewUnixNano:      now.Add(c.cfg.LeaseTTL).UnixNano(),
-		Nodes:              uint32(c.alloc.nodeCount(now.UnixNano())),
-	}
+	var acked uint64
 	if done != nil {
 		select {
 		case r := <-done:
@@ -78,31 +70,50 @@ func (s *agentServer) Report(ctx context.Context, req *allotpb.ReportRequest) (*
 				c.metrics.reports.WithLabelValues("failed").Inc()
 				return nil, status.Errorf(codes.Unavailable, "usage not committed, re-send it: %v", r.err)
 			}
-			resp.AckedSeq = r.acked
+			acked = r.acked
 		case <-ctx.Done():
 			c.metrics.reports.WithLabelValues("failed").Inc()
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
 	}
+	var resp *allotpb.ReportResponse
 	c.fsm.read(func(st *state) {
-		if done == nil {
-			if inc := st.incarnations[incKey{req.GetNode(), req.GetIncarnation()}]; inc != nil {
-				resp.AckedSeq = inc.lastSeq
-			}
-		}
-		resp.Epoch = st.epoch
-		resp.BillingWindowNano = st.billingWindowSeconds() * int64(time.Second)
-		resp.RulesVersion = st.rules.Version()
-		if req.GetRulesVersion() != st.rules.Version() {
-			resp.Rules = rules.SetToProto(st.rules)
-		}
-		for _, m := range st.members {
-			resp.Coordinators = append(resp.Coordinators, m.GetGrpcAddress())
-		}
+		resp = respond(st, c.alloc, req, now, c.cfg.ReportInterval, c.cfg.LeaseTTL, leases, done != nil, acked)
 	})
 	resp.CoordinatorUnixNano = c.now().UnixNano()
 	c.metrics.reports.WithLabelValues("ok").Inc()
 	return resp, nil
+}
+
+// respond builds the answer to a report from the replicated state: the
+// leases, the acknowledgement, the cluster's settings, and the rules when
+// the agent's are out of date.
+func respond(st *state, alloc *allocator, req *allotpb.ReportRequest, now time.Time, interval, ttl time.Duration, leases []*allotpb.Lease, applied bool, acked uint64) *allotpb.ReportResponse {
+	resp := &allotpb.ReportResponse{
+		Protocol:            allotpb.ProtocolVersion_PROTOCOL_VERSION_1,
+		Leases:              leases,
+		ReportIntervalNano:  int64(interval),
+		LeaseTtlNano:        int64(ttl),
+		RenewUnixNano:       now.Add(ttl).UnixNano(),
+		Nodes:               uint32(alloc.nodeCount(now.UnixNano())),
+		AckedSeq:            acked,
+		Epoch:               st.epoch,
+		BillingWindowNano:   st.billingWindowSeconds() * int64(time.Second),
+		RulesVersion:        st.rules.Version(),
+		CoordinatorUnixNano: now.UnixNano(),
+	}
+	if !applied {
+		if inc := st.incarnations[incKey{req.GetNode(), req.GetIncarnation()}]; inc != nil {
+			resp.AckedSeq = inc.lastSeq
+		}
+	}
+	if req.GetRulesVersion() != st.rules.Version() {
+		resp.Rules = rules.SetToProto(st.rules)
+	}
+	for _, m := range st.members {
+		resp.Coordinators = append(resp.Coordinators, m.GetGrpcAddress())
+	}
+	return resp
 }
 
 // GetRules returns the rule set; any member answers from its replica.

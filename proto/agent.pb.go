@@ -379,7 +379,10 @@ type KeyDemand struct {
 	// weight is the tenant's weight (global rules).
 	Weight float64 `protobuf:"fixed64,12,opt,name=weight,proto3" json:"weight,omitempty"`
 	// plan is the tenant's plan, which may set its limit.
-	Plan          string `protobuf:"bytes,13,opt,name=plan,proto3" json:"plan,omitempty"`
+	Plan string `protobuf:"bytes,13,opt,name=plan,proto3" json:"plan,omitempty"`
+	// interval_nano, when set, is the span this key's counts cover, if
+	// shorter than the report's (a key that became hot within it).
+	IntervalNano  int64 `protobuf:"varint,14,opt,name=interval_nano,json=intervalNano,proto3" json:"interval_nano,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -503,6 +506,13 @@ func (x *KeyDemand) GetPlan() string {
 		return x.Plan
 	}
 	return ""
+}
+
+func (x *KeyDemand) GetIntervalNano() int64 {
+	if x != nil {
+		return x.IntervalNano
+	}
+	return 0
 }
 
 type ReportResponse struct {
@@ -850,7 +860,7 @@ const file_agent_proto_rawDesc = "" +
 	"\vwindow_unix\x18\x03 \x01(\x03R\n" +
 	"windowUnix\x12\x1a\n" +
 	"\badmitted\x18\x04 \x01(\x04R\badmitted\x12\x16\n" +
-	"\x06denied\x18\x05 \x01(\x04R\x06denied\"\xdb\x02\n" +
+	"\x06denied\x18\x05 \x01(\x04R\x06denied\"\x80\x03\n" +
 	"\tKeyDemand\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
@@ -866,7 +876,8 @@ const file_agent_proto_rawDesc = "" +
 	" \x01(\x01R\tcommitted\x12(\n" +
 	"\x10window_unix_nano\x18\v \x01(\x03R\x0ewindowUnixNano\x12\x16\n" +
 	"\x06weight\x18\f \x01(\x01R\x06weight\x12\x12\n" +
-	"\x04plan\x18\r \x01(\tR\x04plan\"\x8f\x04\n" +
+	"\x04plan\x18\r \x01(\tR\x04plan\x12#\n" +
+	"\rinterval_nano\x18\x0e \x01(\x03R\fintervalNano\"\x8f\x04\n" +
 	"\x0eReportResponse\x125\n" +
 	"\bprotocol\x18\x01 \x01(\x0e2\x19.allot.v1.ProtocolVersionR\bprotocol\x12\x1b\n" +
 	"\tacked_seq\x18\x02 \x01(\x04R\backedSeq\x12\x14\n" +

@@ -214,6 +214,19 @@ func (r *Rule) RegionLimit(limit int64, region string) float64 {
 	return float64(limit) * r.Regions[region]
 }
 
+// BurstFor is the rule's burst, in units, at an effective limit (a plan's,
+// a tenant's, or a region's part): the rule's Burst scaled with the limit,
+// except that a token bucket's zero burst means one period's worth.
+func (r *Rule) BurstFor(limit float64) float64 {
+	if r.Algorithm == algo.TokenBucket && r.Burst == 0 {
+		return limit
+	}
+	if r.Limit <= 0 {
+		return 0
+	}
+	return float64(r.Burst) * limit / float64(r.Limit)
+}
+
 // AlgoConfig returns the algorithm configuration for a limit.
 func (r *Rule) AlgoConfig(limit int64) algo.Config {
 	return algo.Config{Algorithm: r.Algorithm, Limit: limit, Period: r.Period, Burst: r.Burst}

@@ -1,0 +1,105 @@
+package agent
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/coordinator"
+	"github.com/allot-io/allot/lease"
+	"github.com/allot-io/allot/lease/rules"
+	allotpb "github.com/allot-io/allot/proto"
+)
+
+// engineTransport carries reports to an in-process coordinator.Engine at
+// the test clock's time.
+type engineTransport struct {
+	e   *coordinator.Engine
+	clk *manualClock
+}
+
+func (t engineTransport) Report(_ context.Context, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
+	return t.e.Report(t.clk.Now(), req)
+}
+
+// TestGlobalRuleLendsIdleShare: weighted max-min fairness is work-
+// conserving. When one tenant of a global rule stops, the capacity its
+// class lease leaves idle on the node goes to the tenant that wants more
+// at once, without waiting for the coordinator to re-divide it; and the
+// node's total still holds.
+func TestGlobalRuleLendsIdleShare(t *testing.T) {
+	clk := newManualClock()
+	r := rule("capacity", rules.Global, algo.GCRA, 100, time.Second, lease.Capacity)
+	r.Burst = 20 // lending needs a burst: see minBorrowLimit
+	eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Config{NodeID: "gw-1", Region: "eu-west", Rules: []rules.Rule{r}, Clock: clk, ReportInterval: time.Second,
+		Transport: engineTransport{eng, clk}, ManualReports: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(context.Background()) })
+	report := func() {
+		x := a.PrepareReport(false)
+		resp, err := eng.Report(clk.Now(), x.Request)
+		a.Deliver(x, resp, err)
+		eng.Round(clk.Now())
+	}
+	big, small := Request{Tenant: "big"}, Request{Tenant: "small"}
+	// run offers big 150/s and small 30/s (when on) for d, in 10 ms steps,
+	// reporting every second, and returns what each got.
+	run := func(d time.Duration, smallOn bool) (gotBig, gotSmall int) {
+		for step := time.Duration(0); step < d; step += 10 * time.Millisecond {
+			clk.Advance(10 * time.Millisecond)
+			for range 3 {
+				if a.Check(big).Allowed {
+					gotBig++
+				}
+			}
+			if smallOn && step%(30*time.Millisecond) == 0 && a.Check(small).Allowed {
+				gotSmall++
+			}
+			if (step+10*time.Millisecond)%time.Second == 0 {
+				report()
+			}
+		}
+		return gotBig, gotSmall
+	}
+	run(5*time.Second, true) // leases settle: small about its demand, big the rest
+	gotBig, gotSmall := run(3*time.Second, true)
+	if gotSmall < 85 || gotBig+gotSmall > 315 {
+		t.Fatalf("with both busy: big %d, small %d in 3 s; want small served and the total within 100/s", gotBig, gotSmall)
+	}
+	// small stops just after a report: big's class lease is still its
+	// share, but the node's total has room, and big may use it at once.
+	gotBig, _ = run(time.Second, false)
+	if gotBig < 95 {
+		t.Fatalf("big got %d in the second after small stopped; want the node's whole 100", gotBig)
+	}
+	if gotBig > 103+5 {
+		t.Fatalf("big got %d in a second; the node's total is 100", gotBig)
+	}
+}
+
+// TestGlobalRuleWithoutBurst: a GCRA rule with no burst admits one unit at
+// a time; priority reserves round down to nothing rather than refusing
+// every request.
+func TestGlobalRuleWithoutBurst(t *testing.T) {
+	clk := newManualClock()
+	a := standalone(t, clk, rule("capacity", rules.Global, algo.GCRA, 100, time.Second, lease.Capacity))
+	got := 0
+	for range 200 {
+		clk.Advance(5 * time.Millisecond)
+		for _, p := range []Priority{Interactive, Batch} {
+			if a.Check(Request{Tenant: "t", Priority: p}).Allowed {
+				got++
+			}
+		}
+	}
+	if got < 95 || got > 101 {
+		t.Fatalf("admitted %d in one second under a 100/s rule", got)
+	}
+}

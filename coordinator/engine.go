@@ -1,0 +1,110 @@
+package coordinator
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/allot-io/allot/lease/rules"
+	allotpb "github.com/allot-io/allot/proto"
+)
+
+// Engine is a coordinator without Raft or network: the same allocation,
+// the same ledger and the same answers, applied synchronously in one
+// process, with time passed in. The simulator drives it in virtual time to
+// study how leases converge; it is not a way to run Allot.
+type Engine struct {
+	cfg      EngineConfig
+	mu       sync.Mutex
+	st       *state
+	alloc    *allocator
+	lastFull time.Time
+}
+
+// EngineConfig configures an Engine.
+type EngineConfig struct {
+	Region         string
+	ReportInterval time.Duration // default 1s
+	LeaseTTL       time.Duration // default 5 × ReportInterval
+	BillingWindow  time.Duration // default 1h
+	Rules          []rules.Rule
+}
+
+// NewEngine returns an engine that has just become leader at now.
+func NewEngine(cfg EngineConfig, now time.Time) (*Engine, error) {
+	if cfg.ReportInterval == 0 {
+		cfg.ReportInterval = DefaultReportInterval
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = 5 * cfg.ReportInterval
+	}
+	if cfg.BillingWindow == 0 {
+		cfg.BillingWindow = DefaultBillingWindow
+	}
+	set, err := rules.NewSet(1, cfg.Rules)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: engine rules: %w", err)
+	}
+	e := &Engine{cfg: cfg, st: newState(), alloc: newAllocator(cfg.Region, cfg.ReportInterval, cfg.LeaseTTL), lastFull: now}
+	e.st.rules = set
+	e.st.applySettings(&allotpb.SettingsCommand{BillingWindowNano: int64(cfg.BillingWindow)})
+	e.Failover(now)
+	return e, nil
+}
+
+// Failover makes the engine a new leader at now: a new epoch, all soft
+// state forgotten, and learning mode for one lease period.
+func (e *Engine) Failover(now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	epoch := e.st.applyEpoch(&allotpb.EpochCommand{})
+	e.alloc.lead(epoch, now.UnixNano())
+	e.alloc.setRules(e.st.rules)
+}
+
+// Report answers an agent's report at now, applying its usage at once.
+func (e *Engine) Report(now time.Time, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
+	if err := validateReport(req, DefaultMaxReportKeys); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	applied, acked := false, uint64(0)
+	if b := req.GetUsage(); b != nil && b.GetSeq() > 0 {
+		res := e.st.applyReports(&allotpb.ReportsCommand{ProposedUnixNano: now.UnixNano(), Reports: []*allotpb.AgentUsage{
+			{Node: req.GetNode(), Incarnation: req.GetIncarnation(), Region: req.GetRegion(), Batch: b},
+		}})
+		applied, acked = true, res.GetAckedSeq()[0]
+	}
+	leases := e.alloc.report(req.GetNode(), now.UnixNano(), time.Duration(req.GetIntervalNano()), req.GetDemand(), req.GetUrgent(), req.GetLeaving())
+	return respond(e.st, e.alloc, req, now, e.cfg.ReportInterval, e.cfg.LeaseTTL, leases, applied, acked), nil
+}
+
+// Round re-divides the allowances that changed, as the leader does every
+// round interval.
+func (e *Engine) Round(now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	full := now.Sub(e.lastFull) >= e.cfg.LeaseTTL
+	if full {
+		e.lastFull = now
+	}
+	e.alloc.round(now.UnixNano(), full)
+}
+
+// Learning reports whether the engine is in learning mode at now.
+func (e *Engine) Learning(now time.Time) bool { return e.alloc.learning(now.UnixNano()) }
+
+// Usage returns the ledger's totals for a tenant under a rule, over all
+// windows and regions.
+func (e *Engine) Usage(tenant, rule string) (admitted, denied uint64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for k, u := range e.st.ledger {
+		if k.tenant == tenant && k.rule == rule {
+			admitted += u.admitted
+			denied += u.denied
+		}
+	}
+	return admitted, denied
+}

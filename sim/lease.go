@@ -1,0 +1,272 @@
+package sim
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/allot-io/allot/agent"
+	"github.com/allot-io/allot/coordinator"
+	"github.com/allot-io/allot/lease/rules"
+	allotpb "github.com/allot-io/allot/proto"
+)
+
+// quotaLease is Allot: a real agent.Agent on every node, reporting in
+// virtual time to a real coordinator.Engine (the coordinator's allocation
+// and ledger, without Raft), over a network with the scenario's delay,
+// jitter and loss.
+type quotaLease struct {
+	e      *env
+	engine *coordinator.Engine
+	nodes  []*simNode
+	queue  eventQueue
+	rng    *rand.Rand
+	now    atomic.Int64 // virtual time since origin, read by the agents' clocks
+	msgs   int64
+	active int
+}
+
+// simNode is one gateway.
+type simNode struct {
+	id        int
+	agent     *agent.Agent
+	clock     *simClock
+	lastEarly time.Duration
+	gone      bool
+}
+
+// simClock is a node's clock: the virtual time, plus the node's skew.
+type simClock struct {
+	q    *quotaLease
+	skew atomic.Int64
+}
+
+func (c *simClock) Now() time.Time {
+	return c.q.e.origin.Add(time.Duration(c.q.now.Load() + c.skew.Load()))
+}
+
+// errUnreachable is what an agent sees when its report does not arrive.
+var errUnreachable = errors.New("sim: coordinator unreachable")
+
+func newQuotaLease(e *env) (*quotaLease, error) {
+	q := &quotaLease{e: e, rng: rand.New(rand.NewPCG(e.s.Seed, 77))}
+	eng, err := coordinator.NewEngine(coordinator.EngineConfig{
+		Region: "sim", ReportInterval: e.s.Interval, Rules: []rules.Rule{e.rule},
+	}, e.origin)
+	if err != nil {
+		return nil, err
+	}
+	q.engine = eng
+	q.fleet(0, e.s.Nodes)
+	heap.Push(&q.queue, event{at: 0, fn: func() { q.round(0) }})
+	return q, nil
+}
+
+func (q *quotaLease) name() string { return "quota-lease" }
+
+// engineTransport carries a report straight to the engine at the current
+// virtual time; agents use it only when closing.
+type engineTransport struct{ q *quotaLease }
+
+func (t engineTransport) Report(_ context.Context, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
+	return t.q.engine.Report(t.q.e.time(time.Duration(t.q.now.Load())), req)
+}
+
+func (q *quotaLease) addNode(at time.Duration, id int) error {
+	clk := &simClock{q: q}
+	a, err := agent.New(agent.Config{
+		NodeID: "node-" + strconv.Itoa(id), Region: "sim",
+		Rules:     []rules.Rule{q.e.rule},
+		Transport: engineTransport{q}, ManualReports: true, Clock: clk,
+		ReportInterval: q.e.s.Interval,
+	})
+	if err != nil {
+		return err
+	}
+	// Nodes report at evenly spread phases, as independent processes do.
+	phase := time.Duration(int64(q.e.s.Interval) * int64(id%q.e.s.Nodes) / int64(max(q.e.s.Nodes, 1)))
+	n := &simNode{id: id, agent: a, clock: clk}
+	first := at + phase + time.Millisecond
+	heap.Push(&q.queue, event{at: first, fn: func() { q.report(first, n) }})
+	for len(q.nodes) <= id {
+		q.nodes = append(q.nodes, nil)
+	}
+	q.nodes[id] = n
+	return nil
+}
+
+func (q *quotaLease) fleet(at time.Duration, n int) {
+	for id := 0; id < n; id++ {
+		if id >= len(q.nodes) || q.nodes[id] == nil || q.nodes[id].gone {
+			if err := q.addNode(at, id); err != nil {
+				panic(err) // the scenario's rule was validated
+			}
+		}
+	}
+	for id := n; id < len(q.nodes); id++ {
+		if nd := q.nodes[id]; nd != nil && !nd.gone {
+			// A node leaving cleanly: its last report releases its leases.
+			q.now.Store(int64(at))
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = nd.agent.Close(ctx)
+			cancel()
+			nd.gone = true
+			q.msgs += 2
+		}
+	}
+	q.active = n
+}
+
+func (q *quotaLease) decide(at time.Duration, node, tenant int) bool {
+	q.now.Store(int64(at))
+	nd := q.nodes[node]
+	nd.clock.skew.Store(int64(q.e.skew(at, node)))
+	d := nd.agent.Check(agent.Request{Tenant: q.e.tenants[tenant], Plan: q.e.plans[tenant], Cost: 1})
+	// A leased key running low asks for an early report, at most ten an
+	// interval.
+	if nd.agent.WantsEarlyReport() && at-nd.lastEarly >= q.e.s.Interval/10 {
+		nd.lastEarly = at
+		q.send(at, nd, true)
+	}
+	return d.Allowed
+}
+
+// send prepares a report on a node and schedules its journey: to the
+// coordinator after a network delay, and back after another, unless it is
+// lost or the coordinator is out of reach, when the agent sees a timeout.
+func (q *quotaLease) send(at time.Duration, nd *simNode, urgent bool) {
+	x := nd.agent.PrepareReport(urgent)
+	if x == nil {
+		return
+	}
+	q.msgs++
+	if !q.e.reachable(at, nd.id) || q.rng.Float64() < q.e.s.Network.Loss {
+		heap.Push(&q.queue, event{at: at + q.e.s.Interval/2, fn: func() { nd.agent.Deliver(x, nil, errUnreachable) }})
+		return
+	}
+	arrive := at + q.delay()
+	heap.Push(&q.queue, event{at: arrive, fn: func() {
+		resp, err := q.engine.Report(q.e.time(arrive), x.Request)
+		back := arrive + q.delay()
+		q.msgs++
+		heap.Push(&q.queue, event{at: back, fn: func() {
+			if nd.gone {
+				return
+			}
+			nd.agent.Deliver(x, resp, err)
+		}})
+	}})
+}
+
+func (q *quotaLease) delay() time.Duration {
+	d := q.e.s.Network.Delay
+	if j := q.e.s.Network.Jitter; j > 0 {
+		d += time.Duration(q.rng.Int64N(int64(j)))
+	}
+	return d
+}
+
+// advance runs everything due up to at, in time order: network events,
+// allocation rounds (four an interval) and the nodes' regular reports, all
+// on one event queue.
+func (q *quotaLease) advance(at time.Duration) {
+	for {
+		t, ok := q.queue.head()
+		if !ok || t > at {
+			return
+		}
+		ev := heap.Pop(&q.queue).(event)
+		q.now.Store(int64(ev.at))
+		ev.fn()
+	}
+}
+
+// round runs an allocation round and schedules the next.
+func (q *quotaLease) round(at time.Duration) {
+	q.engine.Round(q.e.time(at))
+	next := at + q.e.s.Interval/4
+	heap.Push(&q.queue, event{at: next, fn: func() { q.round(next) }})
+}
+
+// report sends a node's regular report and schedules its next, until the
+// node leaves.
+func (q *quotaLease) report(at time.Duration, nd *simNode) {
+	if nd.gone {
+		return
+	}
+	q.send(at, nd, false)
+	next := at + q.e.s.Interval
+	heap.Push(&q.queue, event{at: next, fn: func() { q.report(next, nd) }})
+}
+
+// failover makes the coordinator elect a new leader at a time.
+func (q *quotaLease) failover(at time.Duration) { q.engine.Failover(q.e.time(at)) }
+
+func (q *quotaLease) messages() int64 { return q.msgs }
+func (q *quotaLease) trips() int64    { return 0 }
+
+func (q *quotaLease) shares(at time.Duration) []float64 {
+	out := make([]float64, q.active)
+	for i := 0; i < q.active; i++ {
+		if nd := q.nodes[i]; nd != nil && !nd.gone {
+			out[i] = nd.agent.Share(q.e.rule.Name, q.e.keyOf(0))
+		}
+	}
+	return out
+}
+
+func (q *quotaLease) close() {
+	for _, nd := range q.nodes {
+		if nd != nil && !nd.gone {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = nd.agent.Close(ctx)
+			cancel()
+		}
+	}
+}
+
+// event is something scheduled in virtual time.
+type event struct {
+	at  time.Duration
+	seq int64
+	fn  func()
+}
+
+// eventQueue orders events by time, then by when they were scheduled, so
+// runs are deterministic.
+type eventQueue struct {
+	items []event
+	seq   int64
+}
+
+func (h *eventQueue) Len() int { return len(h.items) }
+func (h *eventQueue) Less(i, j int) bool {
+	if h.items[i].at != h.items[j].at {
+		return h.items[i].at < h.items[j].at
+	}
+	return h.items[i].seq < h.items[j].seq
+}
+func (h *eventQueue) Swap(i, j int) { h.items[i], h.items[j] = h.items[j], h.items[i] }
+func (h *eventQueue) Push(x any) {
+	ev := x.(event)
+	h.seq++
+	ev.seq = h.seq
+	h.items = append(h.items, ev)
+}
+func (h *eventQueue) Pop() any {
+	ev := h.items[len(h.items)-1]
+	h.items = h.items[:len(h.items)-1]
+	return ev
+}
+
+// head is the earliest event's time, if any.
+func (h *eventQueue) head() (time.Duration, bool) {
+	if len(h.items) == 0 {
+		return 0, false
+	}
+	return h.items[0].at, true
+}

@@ -1,0 +1,392 @@
+package sim
+
+import (
+	"math"
+	"time"
+
+	"github.com/allot-io/allot/lease"
+)
+
+// Result is what one strategy did with one scenario.
+type Result struct {
+	Strategy string `json:"strategy"`
+	// AdmittedRatio is admitted ÷ min(offered, limit), summed over every
+	// tenant and window after the warm-up: 1 is exactly the limit, or all
+	// that was asked when less was.
+	AdmittedRatio float64 `json:"admitted_ratio"`
+	// PeakOvershoot is the largest admitted ÷ limit of any tenant in any
+	// window after the warm-up.
+	PeakOvershoot float64 `json:"peak_overshoot"`
+	// WrongfulDenials is the fraction of requests refused while their
+	// tenant's admitted total (the fleet's, for a global limit) was under
+	// the limit: in the current window for window algorithms; for rate
+	// algorithms, more than 1% under it in the trailing period. It is what
+	// a paying customer feels.
+	WrongfulDenials float64 `json:"wrongful_denials"`
+	// ConvergenceIntervals is how many reporting intervals after a demand
+	// shift the shifted tenant first got 99% of its due; null without a
+	// shift, -1 if it never did.
+	ConvergenceIntervals *int `json:"convergence_intervals"`
+	// StoreRoundTripsPerRequest is the network calls on the request path.
+	StoreRoundTripsPerRequest float64 `json:"store_round_trips_per_request"`
+	// CoordinatorMessagesPerSecond counts messages off the request path:
+	// reports and answers, or hit batches and broadcasts.
+	CoordinatorMessagesPerSecond float64 `json:"coordinator_messages_per_second"`
+	// Fairness is Jain's index of each tenant's admitted ÷ its weighted
+	// max-min fair share, for a global limit; 1 is perfectly fair.
+	Fairness *float64 `json:"fairness_jain,omitempty"`
+	// Leaked is what was admitted beyond the limit, summed over tenants
+	// and windows after the warm-up, as a fraction of the requests.
+	Leaked float64 `json:"leaked"`
+	// During covers the scenario's outage, partition or failover (to the
+	// end of the new leader's learning), when it has one.
+	During *Span `json:"during_event,omitempty"`
+
+	Requests int64 `json:"requests"`
+	Admitted int64 `json:"admitted"`
+	Denied   int64 `json:"denied"`
+	// Windows are the per-window figures, for CSV and plots.
+	Windows []Window `json:"-"`
+	// Shares are, per window, each node's lease (or share) of tenant 0's
+	// limit, for plots.
+	Shares [][]float64 `json:"-"`
+}
+
+// Span is a result over part of a run.
+type Span struct {
+	From            time.Duration `json:"from_ns"`
+	To              time.Duration `json:"to_ns"`
+	AdmittedRatio   float64       `json:"admitted_ratio"`
+	PeakOvershoot   float64       `json:"peak_overshoot"`
+	WrongfulDenials float64       `json:"wrongful_denials"`
+	Leaked          float64       `json:"leaked"`
+}
+
+// Window is one window of the rule's period, summed over tenants.
+type Window struct {
+	Start    time.Duration
+	Offered  int64
+	Admitted int64
+	Denied   int64
+	Wrongful int64
+	Leaked   int64 // admitted beyond the limit, summed over tenants
+	Limit    int64 // the limit summed over tenants with traffic
+	Due      int64 // min(offered, limit) summed over tenants
+	Peak     float64
+}
+
+// meter measures one strategy's decisions.
+type meter struct {
+	s        *Scenario
+	period   time.Duration
+	limit    int64
+	global   bool
+	window   int64              // index of the current window
+	admitted []int64            // per tenant (one slot for a global limit), current window
+	offered  []int64            // same
+	cur      Window             // the current window, summed
+	windows  []Window           // closed windows
+	slotLen  time.Duration      // reporting interval, for convergence
+	slots    map[int64][2]int64 // shifted tenant: per slot, admitted and offered
+	shiftAt  time.Duration
+	shifted  int
+	total    []int64 // per tenant, admitted after warm-up
+	demand   []int64 // per tenant, offered after warm-up
+	span     *spanMeter
+	// trailing counts admissions over the last period, per tenant (one
+	// slot for a global limit), for rate algorithms: a rate limit is "under
+	// the limit" when less than the limit was admitted in the trailing
+	// period, while a window limit is when less was admitted in the current
+	// window.
+	trailing []*ring
+	rate     bool
+}
+
+// ring counts events over a sliding period in buckets: one more than
+// ringBuckets, so the count always covers the whole trailing period (and
+// at most one bucket more).
+type ring struct {
+	buckets []int64
+	width   time.Duration
+	head    int64 // index of the newest bucket, as a count of widths
+	sum     int64
+}
+
+const ringBuckets = 1000
+
+// rateSlack is how far below a rate limit the trailing period's admissions
+// must be for a refusal to count as wrongful.
+const rateSlack = 0.99
+
+func newRing(period time.Duration, n int) *ring {
+	return &ring{buckets: make([]int64, n+1), width: max(period/time.Duration(n), 1)}
+}
+
+// advance moves the ring to the bucket holding at, forgetting old ones.
+func (r *ring) advance(at time.Duration) {
+	idx := int64(at / r.width)
+	if idx-r.head >= int64(len(r.buckets)) {
+		clear(r.buckets)
+		r.sum, r.head = 0, idx
+		return
+	}
+	for r.head < idx {
+		r.head++
+		b := &r.buckets[r.head%int64(len(r.buckets))]
+		r.sum -= *b
+		*b = 0
+	}
+}
+
+func (r *ring) add(at time.Duration) {
+	r.advance(at)
+	r.buckets[r.head%int64(len(r.buckets))]++
+	r.sum++
+}
+
+// count is what was admitted in the trailing period up to at.
+func (r *ring) count(at time.Duration) int64 {
+	r.advance(at)
+	return r.sum
+}
+
+type spanMeter struct {
+	from, to                           time.Duration
+	due, admitted, wrong, reqs, leaked int64
+	peak                               float64
+}
+
+func newMeter(s *Scenario, r limitInfo) *meter {
+	m := &meter{s: s, period: r.period, limit: r.limit, global: r.global, window: -1, slotLen: s.Interval, shifted: -1}
+	n := s.Tenants.Count
+	if m.global {
+		m.admitted, m.offered = make([]int64, 1), make([]int64, 1)
+	} else {
+		m.admitted, m.offered = make([]int64, n), make([]int64, n)
+	}
+	m.total, m.demand = make([]int64, n), make([]int64, n)
+	m.rate = r.rate
+	if m.rate {
+		m.trailing = make([]*ring, len(m.admitted))
+		n := ringBuckets
+		if len(m.trailing) > 1000 {
+			n = 100 // bounded memory for many tenants: 1% resolution
+		}
+		for i := range m.trailing {
+			m.trailing[i] = newRing(m.period, n)
+		}
+	}
+	for _, e := range s.Events {
+		if e.Shift != nil && m.shifted < 0 {
+			m.shifted, m.shiftAt = e.Shift.Tenant, e.At
+			m.slots = map[int64][2]int64{}
+		}
+		if e.Outage > 0 {
+			m.span = &spanMeter{from: e.At, to: e.At + e.Outage}
+		}
+		if e.Partition != nil {
+			m.span = &spanMeter{from: e.At, to: e.At + e.Partition.For}
+		}
+		if e.Failover {
+			m.span = &spanMeter{from: e.At, to: e.At + failoverSpan*s.Interval}
+		}
+	}
+	return m
+}
+
+// failoverSpan is how many intervals after a failover count as its
+// event: the new leader learns for a lease period (5 intervals) and needs
+// one more to hand out what it learned.
+const failoverSpan = 6
+
+// limitInfo is what the meter needs of the rule.
+type limitInfo struct {
+	limit  int64
+	period time.Duration
+	global bool
+	rate   bool // token bucket or GCRA, not a window algorithm
+}
+
+// record counts one decision.
+func (m *meter) record(at time.Duration, tenant int, allowed bool) {
+	w := int64(at / m.period)
+	if w != m.window {
+		m.close()
+		m.window = w
+	}
+	slot := tenant
+	if m.global {
+		slot = 0
+	}
+	m.offered[slot]++
+	m.cur.Offered++
+	after := at >= m.s.Warmup
+	if after {
+		m.demand[tenant]++
+	}
+	wrongful := false
+	if allowed {
+		m.admitted[slot]++
+		m.cur.Admitted++
+		if after {
+			m.total[tenant]++
+		}
+		if m.rate {
+			m.trailing[slot].add(at)
+		}
+	} else {
+		m.cur.Denied++
+		under := m.admitted[slot] < m.limit
+		if m.rate {
+			// A rate limit refills continuously, so even an exact one sits
+			// a request or two below its limit in any trailing period:
+			// only a shortfall of more than 1% counts.
+			under = float64(m.trailing[slot].count(at)) < rateSlack*float64(m.limit)
+		}
+		if under {
+			wrongful = true
+			m.cur.Wrongful++
+		}
+	}
+	if tenant == m.shifted {
+		k := int64(at / m.slotLen)
+		v := m.slots[k]
+		v[1]++
+		if allowed {
+			v[0]++
+		}
+		m.slots[k] = v
+	}
+	if sp := m.span; sp != nil && at >= sp.from && at < sp.to {
+		sp.reqs++
+		if wrongful {
+			sp.wrong++
+		}
+	}
+}
+
+// close ends the current window.
+func (m *meter) close() {
+	if m.window < 0 {
+		return
+	}
+	start := time.Duration(m.window) * m.period
+	peak := 0.0
+	for i := range m.admitted {
+		if m.offered[i] == 0 {
+			continue
+		}
+		m.cur.Limit += m.limit
+		m.cur.Due += min(m.offered[i], m.limit)
+		m.cur.Leaked += max(m.admitted[i]-m.limit, 0)
+		peak = math.Max(peak, float64(m.admitted[i])/float64(m.limit))
+	}
+	m.cur.Start, m.cur.Peak = start, peak
+	if sp := m.span; sp != nil && start >= sp.from && start+m.period <= sp.to {
+		sp.due += m.cur.Due
+		sp.admitted += m.cur.Admitted
+		sp.leaked += m.cur.Leaked
+		sp.peak = math.Max(sp.peak, peak)
+	}
+	m.windows = append(m.windows, m.cur)
+	m.cur = Window{}
+	clear(m.admitted)
+	clear(m.offered)
+}
+
+// result sums the run after the warm-up.
+func (m *meter) result(name string, duration time.Duration) *Result {
+	m.close()
+	r := &Result{Strategy: name, Windows: m.windows}
+	var due, admitted, wrong, reqs, leaked int64
+	for _, w := range m.windows {
+		r.Requests += w.Offered
+		r.Admitted += w.Admitted
+		r.Denied += w.Denied
+		if w.Start < m.s.Warmup || w.Start+m.period > duration {
+			continue
+		}
+		due += w.Due
+		admitted += w.Admitted
+		wrong += w.Wrongful
+		leaked += w.Leaked
+		reqs += w.Offered
+		r.PeakOvershoot = math.Max(r.PeakOvershoot, w.Peak)
+	}
+	if due > 0 {
+		r.AdmittedRatio = float64(admitted) / float64(due)
+	}
+	if reqs > 0 {
+		r.WrongfulDenials = float64(wrong) / float64(reqs)
+		r.Leaked = float64(leaked) / float64(reqs)
+	}
+	if m.shifted >= 0 {
+		r.ConvergenceIntervals = m.convergence()
+	}
+	if sp := m.span; sp != nil {
+		out := &Span{From: sp.from, To: sp.to, PeakOvershoot: sp.peak}
+		if sp.due > 0 {
+			out.AdmittedRatio = float64(sp.admitted) / float64(sp.due)
+		}
+		if sp.reqs > 0 {
+			out.WrongfulDenials = float64(sp.wrong) / float64(sp.reqs)
+			out.Leaked = float64(sp.leaked) / float64(sp.reqs)
+		}
+		r.During = out
+	}
+	if m.global {
+		f := m.fairness()
+		r.Fairness = &f
+	}
+	return r
+}
+
+// convergence counts reporting intervals from the shift until the shifted
+// tenant first gets 99% of what it is due in an interval.
+func (m *meter) convergence() *int {
+	first := int64(m.shiftAt / m.slotLen)
+	perSlot := float64(m.limit) * float64(m.slotLen) / float64(m.period)
+	for k := first; k < first+1000; k++ {
+		v, ok := m.slots[k]
+		if !ok {
+			break
+		}
+		due := math.Min(float64(v[1]), perSlot)
+		if due > 0 && float64(v[0]) >= 0.99*due {
+			n := int(k - first + 1)
+			return &n
+		}
+	}
+	never := -1
+	return &never
+}
+
+// fairness is Jain's index of admitted ÷ weighted max-min fair share, the
+// fair shares computed by package lease from what each tenant offered.
+func (m *meter) fairness() float64 {
+	classes := make([]lease.Class, len(m.total))
+	var active []int
+	for i := range classes {
+		classes[i] = lease.Class{Weight: m.s.weight(i), Priority: 1, Claims: []lease.Claim{{Present: true, Demand: float64(m.demand[i])}}}
+		if m.demand[i] > 0 {
+			active = append(active, i)
+		}
+	}
+	run := m.s.Duration - m.s.Warmup
+	var a lease.Allocator
+	a.AllocateFair(lease.Pool{Limit: float64(m.limit) * float64(run) / float64(m.period)}, classes)
+	sum, sumSq := 0.0, 0.0
+	for _, i := range active {
+		fair := math.Min(classes[i].Share, float64(m.demand[i]))
+		if fair <= 0 {
+			continue
+		}
+		x := float64(m.total[i]) / fair
+		sum += x
+		sumSq += x * x
+	}
+	if sumSq == 0 {
+		return 1
+	}
+	return sum * sum / (float64(len(active)) * sumSq)
+}

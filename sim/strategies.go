@@ -1,0 +1,328 @@
+package sim
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/lease/rules"
+)
+
+// strategy is one way a fleet can enforce a global limit. Every strategy
+// sees the same requests at the same virtual times.
+type strategy interface {
+	name() string
+	// decide admits or refuses a request that reached node at time at.
+	decide(at time.Duration, node, tenant int) bool
+	// advance does the strategy's background work up to at: reports,
+	// syncs, allocation rounds.
+	advance(at time.Duration)
+	// fleet tells the strategy the fleet now has n nodes.
+	fleet(at time.Duration, n int)
+	// messages counts messages off the request path; trips, calls on it.
+	messages() int64
+	trips() int64
+	// shares is each node's share of tenant 0's limit now, for plots.
+	shares(at time.Duration) []float64
+	close()
+}
+
+// env is the world every strategy lives in: the virtual clock's origin,
+// and who can reach the coordinator (or the store) when.
+type env struct {
+	s       *Scenario
+	rule    rules.Rule
+	origin  time.Time
+	outages [][2]time.Duration
+	parts   []partition
+	// tenants and plans name each tenant and its plan, made once so the
+	// request loop allocates nothing.
+	tenants, plans []string
+}
+
+type partition struct {
+	from, to time.Duration
+	nodes    int // the first nodes of the fleet
+}
+
+func newEnv(s *Scenario) (*env, error) {
+	r, err := s.rule()
+	if err != nil {
+		return nil, err
+	}
+	e := &env{s: s, rule: r, origin: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	e.tenants, e.plans = make([]string, s.Tenants.Count), make([]string, s.Tenants.Count)
+	for i := range e.tenants {
+		e.tenants[i], e.plans[i] = "tenant-"+strconv.Itoa(i), planOf(i)
+	}
+	for _, ev := range s.Events {
+		switch {
+		case ev.Outage > 0:
+			e.outages = append(e.outages, [2]time.Duration{ev.At, ev.At + ev.Outage})
+		case ev.Partition != nil:
+			e.parts = append(e.parts, partition{ev.At, ev.At + ev.Partition.For, ev.Partition.Nodes})
+		}
+	}
+	return e, nil
+}
+
+// reachable reports whether a node can reach the coordinator at a time.
+func (e *env) reachable(at time.Duration, node int) bool {
+	for _, o := range e.outages {
+		if at >= o[0] && at < o[1] {
+			return false
+		}
+	}
+	for _, p := range e.parts {
+		if at >= p.from && at < p.to && node < p.nodes {
+			return false
+		}
+	}
+	return true
+}
+
+// skew is a node's clock offset at a time.
+func (e *env) skew(at time.Duration, node int) time.Duration {
+	var d time.Duration
+	for _, ev := range e.s.Events {
+		if ev.Skew != nil && ev.Skew.Node == node && ev.At <= at {
+			d = ev.Skew.By
+		}
+	}
+	return d
+}
+
+func (e *env) time(at time.Duration) time.Time { return e.origin.Add(at) }
+
+func (e *env) info() limitInfo {
+	return limitInfo{limit: e.rule.Limit, period: e.rule.Period, global: e.rule.Scope == rules.Global,
+		rate: e.rule.Algorithm == algo.TokenBucket || e.rule.Algorithm == algo.GCRA}
+}
+
+// keyOf is the limit's key for a tenant: one key for a global limit.
+func (e *env) keyOf(tenant int) string {
+	if e.rule.Scope == rules.Global {
+		return "global"
+	}
+	return e.tenants[tenant]
+}
+
+// shareConfig is an algo configuration for a share of the rule's limit
+// per period, kept exact for rate algorithms by stretching the period.
+func shareConfig(r *rules.Rule, share float64) algo.Config {
+	cfg := algo.Config{Algorithm: r.Algorithm, Limit: max(int64(math.Round(share)), 1), Period: r.Period}
+	burst := float64(r.Burst) * share / float64(r.Limit)
+	switch r.Algorithm {
+	case algo.GCRA, algo.TokenBucket:
+		k := math.Max(1, math.Ceil(1000/share))
+		cfg.Limit = max(int64(math.Round(share*k)), 1)
+		cfg.Period = time.Duration(float64(r.Period) * k)
+		if r.Algorithm == algo.TokenBucket {
+			if r.Burst == 0 {
+				burst = share
+			}
+			burst = math.Max(burst, 1)
+		}
+		cfg.Burst = int64(math.Ceil(burst))
+	}
+	return cfg
+}
+
+// central is the design's default: one shared counter, one store round
+// trip per request, exact. A node that cannot reach the store falls back
+// to an even share of its own.
+type central struct {
+	e        *env
+	store    *algo.Keyed
+	local    []*algo.Keyed
+	n        int
+	requests int64
+}
+
+func newCentral(e *env) (*central, error) {
+	st, err := algo.NewKeyed(shareConfig(&e.rule, float64(e.rule.Limit)), algo.KeyedOptions{MaxKeys: 1 << 20})
+	if err != nil {
+		return nil, err
+	}
+	c := &central{e: e, store: st}
+	c.fleet(0, e.s.Nodes)
+	return c, nil
+}
+
+func (c *central) name() string { return "central" }
+
+func (c *central) decide(at time.Duration, node, tenant int) bool {
+	now := c.e.time(at)
+	if !c.e.reachable(at, node) {
+		return c.local[node].AllowAt(c.e.keyOf(tenant), now, 1).Allowed
+	}
+	c.requests++
+	return c.store.AllowAt(c.e.keyOf(tenant), now, 1).Allowed
+}
+
+func (c *central) advance(time.Duration) {}
+
+func (c *central) fleet(at time.Duration, n int) {
+	c.n = n
+	c.local = evenStores(c.e, at, n, c.local)
+}
+
+func (c *central) messages() int64 { return 0 }
+func (c *central) trips() int64    { return c.requests }
+func (c *central) shares(time.Duration) []float64 {
+	return []float64{float64(c.e.rule.Limit)}
+}
+func (c *central) close() {}
+
+// evenStores gives each of n nodes a store enforcing limit ÷ n, keeping
+// the stores (and their state) of nodes that stay.
+func evenStores(e *env, at time.Duration, n int, old []*algo.Keyed) []*algo.Keyed {
+	cfg := shareConfig(&e.rule, float64(e.rule.Limit)/float64(n))
+	out := make([]*algo.Keyed, n)
+	for i := range out {
+		if i < len(old) && old[i] != nil {
+			out[i] = old[i]
+			_ = out[i].Reconfigure(cfg, e.time(at))
+			continue
+		}
+		out[i], _ = algo.NewKeyed(cfg, algo.KeyedOptions{MaxKeys: 1 << 20})
+	}
+	return out
+}
+
+// evenSplit gives every node limit ÷ nodes, whatever the demand: what a
+// fleet gets with no coordination at all.
+type evenSplit struct {
+	e      *env
+	stores []*algo.Keyed
+}
+
+func newEvenSplit(e *env) *evenSplit {
+	s := &evenSplit{e: e}
+	s.fleet(0, e.s.Nodes)
+	return s
+}
+
+func (s *evenSplit) name() string { return "even-split" }
+func (s *evenSplit) decide(at time.Duration, node, tenant int) bool {
+	return s.stores[node].AllowAt(s.e.keyOf(tenant), s.e.time(at), 1).Allowed
+}
+func (s *evenSplit) advance(time.Duration)         {}
+func (s *evenSplit) fleet(at time.Duration, n int) { s.stores = evenStores(s.e, at, n, s.stores) }
+func (s *evenSplit) messages() int64               { return 0 }
+func (s *evenSplit) trips() int64                  { return 0 }
+func (s *evenSplit) close()                        {}
+func (s *evenSplit) shares(time.Duration) []float64 {
+	out := make([]float64, len(s.stores))
+	for i := range out {
+		out[i] = float64(s.e.rule.Limit) / float64(len(s.stores))
+	}
+	return out
+}
+
+// asyncGlobal is Gubernator's GLOBAL mode: each node decides from its own
+// cached count of the key's window plus the hits it has not yet sent; every
+// sync interval it sends its hits to the key's owner, which adds them up
+// and broadcasts the count back. Overshoot is bounded only by nodes × hits
+// per sync.
+type asyncGlobal struct {
+	e        *env
+	n        int
+	sync     time.Duration
+	nextSync time.Duration
+	window   int64           // current window index
+	hits     []map[int]int64 // per node, per tenant: not yet sent
+	cache    []map[int]int64 // per node, per tenant: the owner's last broadcast
+	owned    map[int]int64   // per tenant: the owner's count
+	msgs     int64
+	owner    func(tenant, nodes int) int
+}
+
+// gubernatorSync is Gubernator's default GlobalSyncWait.
+const gubernatorSync = 100 * time.Millisecond
+
+func newAsyncGlobal(e *env) *asyncGlobal {
+	g := &asyncGlobal{e: e, sync: gubernatorSync, nextSync: gubernatorSync, owned: map[int]int64{}}
+	g.owner = func(tenant, nodes int) int {
+		h := fnv.New32a()
+		fmt.Fprint(h, tenant)
+		return int(h.Sum32() % uint32(nodes))
+	}
+	g.fleet(0, e.s.Nodes)
+	return g
+}
+
+func (g *asyncGlobal) name() string { return "async-global" }
+
+func (g *asyncGlobal) roll(at time.Duration) {
+	if w := int64(at / g.e.rule.Period); w != g.window {
+		g.window = w
+		clear(g.owned)
+		for i := range g.cache {
+			clear(g.cache[i])
+			clear(g.hits[i])
+		}
+	}
+}
+
+func (g *asyncGlobal) decide(at time.Duration, node, tenant int) bool {
+	g.roll(at)
+	if g.e.rule.Scope == rules.Global {
+		tenant = 0
+	}
+	if g.cache[node][tenant]+g.hits[node][tenant] >= g.e.rule.Limit {
+		return false
+	}
+	g.hits[node][tenant]++
+	return true
+}
+
+func (g *asyncGlobal) advance(at time.Duration) {
+	g.roll(at)
+	for g.nextSync <= at {
+		t := g.nextSync
+		g.nextSync += g.sync
+		touched := map[int]bool{}
+		for node := range g.hits {
+			if !g.e.reachable(t, node) {
+				continue // a partitioned peer keeps its hits and its stale cache
+			}
+			sent := false
+			for tenant, h := range g.hits[node] {
+				g.owned[tenant] += h
+				touched[tenant] = true
+				sent = true
+			}
+			clear(g.hits[node])
+			if sent {
+				g.msgs++
+			}
+		}
+		for tenant := range touched {
+			for node := range g.cache {
+				if g.e.reachable(t, node) {
+					g.cache[node][tenant] = g.owned[tenant]
+				}
+			}
+			g.msgs += int64(len(g.cache)) // one broadcast per peer
+		}
+	}
+}
+
+func (g *asyncGlobal) fleet(_ time.Duration, n int) {
+	for len(g.hits) < n {
+		g.hits = append(g.hits, map[int]int64{})
+		g.cache = append(g.cache, map[int]int64{})
+	}
+	g.hits, g.cache, g.n = g.hits[:n], g.cache[:n], n
+}
+
+func (g *asyncGlobal) messages() int64 { return g.msgs }
+func (g *asyncGlobal) trips() int64    { return 0 }
+func (g *asyncGlobal) close()          {}
+func (g *asyncGlobal) shares(time.Duration) []float64 {
+	return []float64{float64(g.e.rule.Limit)}
+}

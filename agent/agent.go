@@ -281,7 +281,7 @@ func (a *Agent) Check(req Request) (d Decision) {
 	}
 	now := time.Unix(0, a.clock.now())
 	var rh reqHashes
-	tu := c.usage.get(rh.get(a, &req, rules.AttrTenant), req.Tenant)
+	tu := c.usage.get(rh.get(a, &req, rules.AttrTenant), req.Tenant, req.Plan)
 	best, bestFrac := -1, math.Inf(1)
 	var bestR result
 	var passed uint64 // rules 0–63 passed; later ones are found again by matching
@@ -377,7 +377,7 @@ func (a *Agent) housekeep() {
 			continue
 		}
 		if a.rep == nil {
-			c.usage.cut(c.names, 0, discard, c.totals)
+			c.usage.cut(c.names, 0, discard, c.totals, nil)
 			clear(discard)
 		}
 		if time.Since(lastSweep) >= time.Minute {

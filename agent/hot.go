@@ -75,6 +75,11 @@ func (hk *hotKey) observe(a *Agent, r result, cost int64) {
 type pendingKey struct {
 	key, tenant, plan string
 	priority          uint32
+	// seeded keys were found busy by their usage: they start with these
+	// counts, counted since since (local clock).
+	seeded           bool
+	admitted, denied int64
+	since            int64
 }
 
 // pendingSet gathers keys that asked for a lease since the last report. A
@@ -108,6 +113,20 @@ func (p *pendingSet) add(h algo.Hash, key []byte, req *Request, priority uint32)
 	}
 	p.m[h] = pendingKey{key: string(key), tenant: strings.Clone(req.Tenant), plan: strings.Clone(req.Plan), priority: priority}
 	p.wake = true
+}
+
+// addSeeded adds a key found busy by its counted usage, with its counts.
+func (p *pendingSet) addSeeded(h algo.Hash, key []byte, req *Request, admitted, denied, since int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[algo.Hash]pendingKey{}
+	}
+	if len(p.m) >= maxPending {
+		return
+	}
+	p.m[h] = pendingKey{key: string(key), tenant: strings.Clone(req.Tenant), plan: strings.Clone(req.Plan),
+		seeded: true, admitted: admitted, denied: denied, since: since}
 }
 
 // woken reports, once, that keys were added since the last call.
@@ -159,6 +178,11 @@ func (rs *ruleState) promote(a *Agent, now time.Time) {
 		if err != nil {
 			a.log.Warn("cannot make a key hot", "rule", rs.rule.Name, "error", err)
 			continue
+		}
+		if pk.seeded {
+			hk.admitted.Store(pk.admitted)
+			hk.denied.Store(pk.denied)
+			hk.since = pk.since
 		}
 		next[h] = hk
 		if rs.byKey == nil {

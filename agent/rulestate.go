@@ -224,6 +224,12 @@ func (rh *reqHashes) get(a *Agent, req *Request, attr rules.Attr) algo.Hash {
 	return rh.h[i]
 }
 
+// tenantKeyed reports whether the rule's key is the tenant alone and it is
+// coordinated per key: then the usage counters count each key exactly.
+func (rs *ruleState) tenantKeyed() bool {
+	return rs.coordinated && rs.fair == nil && len(rs.attrs) == 1 && rs.attrs[0] == rules.AttrTenant
+}
+
 // keyHash is the hash of the request's key under this rule: its
 // attributes' hashes, mixed in order.
 func (rs *ruleState) keyHash(a *Agent, rh *reqHashes, req *Request) algo.Hash {

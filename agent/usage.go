@@ -37,6 +37,7 @@ type usageTable struct {
 type tenantUsage struct {
 	hash   algo.Hash
 	name   string
+	plan   string         // the plan of the tenant's first request
 	counts []atomic.Int64 // [2*rule] admitted, [2*rule+1] denied
 	idle   int            // cuts in a row with nothing counted
 }
@@ -50,7 +51,7 @@ func newUsageTable(rules, max int) *usageTable {
 }
 
 // get returns a tenant's counters, creating them the first time.
-func (t *usageTable) get(h algo.Hash, tenant string) *tenantUsage {
+func (t *usageTable) get(h algo.Hash, tenant, plan string) *tenantUsage {
 	if tu := (*t.snap.Load())[h.Uint64()]; tu != nil && tu.hash == h {
 		return tu
 	}
@@ -63,7 +64,7 @@ func (t *usageTable) get(h algo.Hash, tenant string) *tenantUsage {
 		t.dropped.Add(1)
 		return t.overflow
 	}
-	tu := &tenantUsage{hash: h, name: strings.Clone(tenant), counts: make([]atomic.Int64, 2*t.rules)}
+	tu := &tenantUsage{hash: h, name: strings.Clone(tenant), plan: strings.Clone(plan), counts: make([]atomic.Int64, 2*t.rules)}
 	t.fresh[h] = tu
 	t.count++
 	return tu
@@ -77,10 +78,20 @@ type usageKey struct {
 
 type usageCounts struct{ admitted, denied uint64 }
 
+// tenantCount is one tenant's count under one rule since the last cut.
+type tenantCount struct {
+	rule             int
+	tenant           *tenantUsage
+	admitted, denied int64
+}
+
 // cut moves every counter into acc under the given billing window, and
 // folds new tenants into the lock-free map. Tenants idle for many cuts are
-// forgotten, so the table holds the tenants of the last few minutes.
-func (t *usageTable) cut(names []string, window int64, acc map[usageKey]*usageCounts, totals []ruleTotals) {
+// forgotten, so the table holds the tenants of the last few minutes. It
+// returns the counts pick (when set) picks out, for the reporter to act on
+// once the table's locks are released.
+func (t *usageTable) cut(names []string, window int64, acc map[usageKey]*usageCounts, totals []ruleTotals, pick func(rule int, adm, den int64) bool) []tenantCount {
+	var counted []tenantCount
 	old := *t.snap.Load()
 	t.mu.Lock()
 	next := make(map[uint64]*tenantUsage, len(old)+len(t.fresh))
@@ -106,6 +117,9 @@ func (t *usageTable) cut(names []string, window int64, acc map[usageKey]*usageCo
 				continue
 			}
 			any = true
+			if pick != nil && tu != t.overflow && pick(r, adm, den) {
+				counted = append(counted, tenantCount{r, tu, adm, den})
+			}
 			totals[r].admitted.Add(adm)
 			totals[r].denied.Add(den)
 			k := usageKey{rule: names[r], tenant: tu.name, window: window}
@@ -141,6 +155,7 @@ func (t *usageTable) cut(names []string, window int64, acc map[usageKey]*usageCo
 	t.count = len(next) + len(t.fresh)
 	t.mu.Unlock()
 	t.snap.Store(&next)
+	return counted
 }
 
 // ruleTotals are a rule's cumulative counts, for metrics.

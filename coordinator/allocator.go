@@ -91,6 +91,11 @@ type claim struct {
 	lastSeen  int64
 	grant     float64
 	seq       uint64 // allocation that produced grant; 0 = none yet
+	// base is what the node held when it first reported to this leader:
+	// a lease from the previous leader, or nothing. Learning mode divides
+	// no more than the bases add up to.
+	base     float64
+	reported bool
 }
 
 func newAllocator(region string, interval, ttl time.Duration) *allocator {
@@ -281,6 +286,9 @@ func (a *allocator) observe(p *pool, cl *claim, d *allotpb.KeyDemand, now int64,
 		cl.est = a.est.Next(cl.est, obs, p.rule.Period)
 	}
 	cl.held = d.GetHeld()
+	if !cl.reported {
+		cl.base, cl.reported = cl.held, true
+	}
 	if windowed(p.rule.Algorithm) {
 		switch w := d.GetWindowUnixNano(); {
 		case w > p.window:
@@ -339,6 +347,22 @@ func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 	a.mu.Unlock()
 
 	pl := lease.Pool{Limit: p.limit, Tolerance: p.rule.Tol(), Learning: learning}
+	if learning && !windowed(p.rule.Algorithm) {
+		// A new leader cannot know what its predecessor granted to nodes
+		// that have not reported yet, so it hands out no more than the
+		// nodes that did report held when they first did. Within that, it
+		// re-divides by demand as usual: the guard lets a node grow only
+		// as others confirm they shrank. Capping each node at what it
+		// holds instead would ratchet the pool down for a whole lease
+		// period, every dip in a node's demand lost until learning ends.
+		bases := 0.0
+		for _, c := range p.classes {
+			for i := range c.claims {
+				bases += c.claims[i].base
+			}
+		}
+		pl = lease.Pool{Limit: math.Min(p.limit, bases)}
+	}
 	present := func(cl *claim) bool { return cl.lastSeen > 0 && now-cl.lastSeen < 2*a.interval }
 	demand := 0.0
 	for _, c := range p.classes {

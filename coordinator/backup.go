@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 const backupChunk = 256 << 10
@@ -107,10 +108,19 @@ func (s *clusterServer) Restore(stream grpc.ClientStreamingServer[allotpb.Restor
 		return status.Errorf(codes.Internal, "restore: %v", err)
 	}
 	var before uint64
-	c.fsm.read(func(s *state) { before = s.epoch })
+	var members []*allotpb.Member
+	c.fsm.read(func(s *state) {
+		before = s.epoch
+		for _, m := range s.members {
+			members = append(members, proto.Clone(m).(*allotpb.Member))
+		}
+	})
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: size}
 	if err := c.raft.Restore(meta, f, time.Minute); err != nil {
 		return status.Errorf(codes.Unavailable, "restore: %v", err)
+	}
+	if err := c.restoreMembers(members); err != nil {
+		return status.Errorf(codes.Unavailable, "restored, but recording this cluster's members failed: %v", err)
 	}
 	// A new epoch above any this cluster issued, so agents take the new
 	// leases; and the allocator forgets what described the old state.
@@ -123,6 +133,45 @@ func (s *clusterServer) Restore(stream grpc.ClientStreamingServer[allotpb.Restor
 	c.metrics.adminRequests.WithLabelValues("Restore", "ok").Inc()
 	c.log.Warn("cluster state replaced from a backup", "bytes", size, "index", c.raft.AppliedIndex(), "epoch", res)
 	return stream.SendAndClose(&allotpb.RestoreResponse{Index: c.raft.AppliedIndex()})
+}
+
+// restoreMembers puts back this cluster's member records after a restore.
+// A backup carries the members of the cluster it was taken from, but the
+// members are those in this cluster's Raft configuration: left as
+// restored, the leader's address would be unknown (followers could not
+// forward to it) and agents would be sent the old cluster's addresses.
+// known is what this cluster recorded before the restore.
+func (c *Coordinator) restoreMembers(known []*allotpb.Member) error {
+	f := c.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	inConfig := map[string]bool{}
+	for _, srv := range f.Configuration().Servers {
+		inConfig[string(srv.ID)] = true
+	}
+	var stale []string
+	c.fsm.read(func(s *state) {
+		for id := range s.members {
+			if !inConfig[id] {
+				stale = append(stale, id)
+			}
+		}
+	})
+	for _, id := range stale {
+		if _, err := c.apply(cmdMember, &allotpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true}, 10*time.Second); err != nil {
+			return err
+		}
+	}
+	for _, m := range append(known, c.selfMember()) { // this member's own addresses last: they are current
+		if !inConfig[m.GetId()] {
+			continue
+		}
+		if _, err := c.apply(cmdMember, &allotpb.MemberCommand{Member: m}, 10*time.Second); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // authStreamInterceptor applies the admin token to streaming calls.

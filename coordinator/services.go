@@ -339,13 +339,13 @@ func (c *Coordinator) queryUsage(q *allotpb.UsageQuery) (*allotpb.UsageResponse,
 		if err := q.GetFrom().CheckValid(); err != nil {
 			return nil, invalid("from", err.Error())
 		}
-		from = q.GetFrom().GetSeconds()
+		from = ceilSeconds(q.GetFrom())
 	}
 	if q.GetTo() != nil {
 		if err := q.GetTo().CheckValid(); err != nil {
 			return nil, invalid("to", err.Error())
 		}
-		to = q.GetTo().GetSeconds()
+		to = ceilSeconds(q.GetTo())
 	}
 	size := int(q.GetPageSize())
 	if size == 0 {
@@ -379,6 +379,19 @@ func (c *Coordinator) queryUsage(q *allotpb.UsageQuery) (*allotpb.UsageResponse,
 		}
 	})
 	return resp, nil
+}
+
+// ceilSeconds rounds a bound up to a whole second. Windows start on whole
+// seconds, so from ≤ start < to holds exactly when it holds for the bounds
+// rounded up; truncating instead would leave out the window starting in
+// the second that "to" falls in, and let in one starting just before
+// "from".
+func ceilSeconds(ts *timestamppb.Timestamp) int64 {
+	s := ts.GetSeconds()
+	if ts.GetNanos() > 0 {
+		s++
+	}
+	return s
 }
 
 func encodePageToken(k ledgerKey) string {

@@ -37,8 +37,10 @@
 // no node still holds, plus the intent's tolerance: the sum over nodes of
 // the larger of the lease held and the lease granted never exceeds
 // Limit × (1 + Tolerance). A new leader, which knows nothing of what was
-// granted before it, goes further for one lease period (learning mode): no
-// node is granted more than it reports holding.
+// granted before it, goes further for one lease period (learning mode):
+// either no node is granted more than it reports holding (Pool.Learning),
+// or, as the coordinator does for rate rules, the pool's limit is cut to
+// what the reporting nodes held when the new leader first heard from them.
 //
 // # Nodes arriving, leaving and starting out
 //

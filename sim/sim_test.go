@@ -14,7 +14,7 @@ import (
 
 func TestBuiltinsLoad(t *testing.T) {
 	names := Builtins()
-	for _, want := range []string{"skewed", "sticky", "shift", "churn", "outage", "failover", "partition", "skew-clock", "fleet"} {
+	for _, want := range []string{"skewed", "sticky", "shift", "churn", "outage", "failover", "partition", "skew-clock", "fleet", "uneven"} {
 		s, err := Load(want)
 		if err != nil {
 			t.Fatalf("built-in %q: %v", want, err)
@@ -202,6 +202,17 @@ func TestStickyQuota(t *testing.T) {
 	}
 	if central.AdmittedRatio < 0.999 || central.WrongfulDenials != 0 {
 		t.Errorf("the central counter is exact, yet admitted %.3f and refused %.4f wrongly", central.AdmittedRatio, central.WrongfulDenials)
+	}
+}
+
+// TestUnevenNodesAllAccounted: a node spending under its even share of a
+// contended quota must still be leased, or its spending comes on top of
+// the leases the others hold (it did: 114% of the quota).
+func TestUnevenNodesAllAccounted(t *testing.T) {
+	_, res := short(t, "uneven", 0, "quota-lease")
+	ql := byName(t, res, "quota-lease")
+	if ql.AdmittedRatio < 0.98 || ql.AdmittedRatio > 1.02 || ql.PeakOvershoot > 1.03 {
+		t.Fatalf("admitted %.2f%% of the quota, peak %.2f%%; want 98–102%% and peak ≤ 103%%", 100*ql.AdmittedRatio, 100*ql.PeakOvershoot)
 	}
 }
 

@@ -1,0 +1,118 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// MaxCheckBody bounds the body of a sidecar check request.
+const MaxCheckBody = 64 << 10
+
+// CheckRequest is the JSON body of the sidecar's POST /v1/check.
+type CheckRequest struct {
+	Tenant   string `json:"tenant"`
+	Plan     string `json:"plan"`
+	User     string `json:"user"`
+	Route    string `json:"route"`
+	IP       string `json:"ip"`
+	Priority string `json:"priority"`
+	// Cost is the request's weight; absent or 0 means 1.
+	Cost int64 `json:"cost"`
+}
+
+// CheckResponse is the sidecar's answer: the decision, as JSON.
+type CheckResponse struct {
+	Allowed bool   `json:"allowed"`
+	Rule    string `json:"rule,omitempty"`
+	Scope   string `json:"scope,omitempty"`
+	Limit   int64  `json:"limit"`
+	// PeriodSeconds is the rule's period.
+	PeriodSeconds float64 `json:"period_seconds"`
+	Remaining     int64   `json:"remaining"`
+	// RetryAfterSeconds is set on a refusal that may be retried, as in
+	// the Retry-After header; null when admitted or never admissible.
+	RetryAfterSeconds *int64  `json:"retry_after_seconds"`
+	ResetAfterSeconds float64 `json:"reset_after_seconds"`
+	// Fallback is set when the deciding rule ran on its fail mode, cut
+	// off from the coordinators.
+	Fallback bool `json:"fallback"`
+}
+
+// ErrBadCheck is wrapped by every error decoding a check request.
+var ErrBadCheck = errors.New("agent: bad check request")
+
+// DecodeCheck reads a check request strictly: one JSON object, no unknown
+// fields, no trailing data, a known priority and a cost of at least 0.
+func DecodeCheck(r io.Reader) (Request, error) {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	var c CheckRequest
+	if err := dec.Decode(&c); err != nil {
+		return Request{}, fmt.Errorf("%w: %w", ErrBadCheck, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Request{}, fmt.Errorf("%w: unexpected data after the JSON object", ErrBadCheck)
+	}
+	p, err := ParsePriority(c.Priority)
+	if err != nil {
+		return Request{}, fmt.Errorf("%w: priority: %q is not batch, interactive, critical or exempt", ErrBadCheck, c.Priority)
+	}
+	if c.Cost < 0 {
+		return Request{}, fmt.Errorf("%w: cost: must be at least 0, got %d", ErrBadCheck, c.Cost)
+	}
+	return Request{Tenant: c.Tenant, Plan: c.Plan, User: c.User, Route: c.Route, IP: c.IP, Priority: p, Cost: c.Cost}, nil
+}
+
+// CheckHandler serves the sidecar's POST /v1/check for gateways not
+// written in Go: the body is a CheckRequest; the answer is 200 when
+// admitted and 429 when refused, with the same RateLimit and Retry-After
+// headers as Middleware and the decision as a CheckResponse. A malformed
+// body is answered 400, an oversized one 413, and neither is counted.
+func CheckHandler(a *Agent) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			writeJSONError(w, http.StatusMethodNotAllowed, "use POST with a JSON body")
+			return
+		}
+		req, err := DecodeCheck(http.MaxBytesReader(w, r.Body, MaxCheckBody))
+		if err != nil {
+			var tooBig *http.MaxBytesError
+			if errors.As(err, &tooBig) {
+				writeJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", MaxCheckBody))
+				return
+			}
+			writeJSONError(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		d := a.Check(req)
+		h := w.Header()
+		SetHeaders(h, d)
+		h.Set("Content-Type", "application/json")
+		h.Set("Cache-Control", "no-store")
+		resp := CheckResponse{Allowed: d.Allowed, Rule: d.Rule, Scope: d.Scope, Limit: d.Limit,
+			PeriodSeconds: d.Period.Seconds(), Remaining: max(d.Remaining, 0),
+			ResetAfterSeconds: d.ResetAfter.Seconds(), Fallback: d.Fallback}
+		code := http.StatusOK
+		if !d.Allowed {
+			code = http.StatusTooManyRequests
+			if d.RetryAfter >= 0 {
+				s := RetryAfterSeconds(d)
+				resp.RetryAfterSeconds = &s
+			}
+		}
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(resp)
+	})
+}
+
+func writeJSONError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(struct {
+		Error string `json:"error"`
+	}{msg})
+}

@@ -1,0 +1,110 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/lease"
+	"github.com/allot-io/allot/lease/rules"
+)
+
+// TestCheckHandler drives the sidecar's endpoint as a gateway would: two
+// admitted checks with the RateLimit headers, a 429 with Retry-After, and
+// every malformed body refused without being counted.
+func TestCheckHandler(t *testing.T) {
+	clk := newManualClock()
+	a := standalone(t, clk, rule("plan-quota", rules.Tenant, algo.FixedWindow, 2, time.Minute, lease.Quota))
+	h := CheckHandler(a)
+	post := func(body string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(body)))
+		return rec
+	}
+	bad := []struct {
+		name, body string
+		code       int
+		says       string
+	}{
+		{"unknown field", `{"tenant":"acme","tenat":"x"}`, 400, "tenat"},
+		{"not JSON", `tenant=acme`, 400, "invalid character"},
+		{"wrong type", `{"tenant":"acme","cost":"1"}`, 400, "cost"},
+		{"negative cost", `{"tenant":"acme","cost":-1}`, 400, "cost"},
+		{"unknown priority", `{"tenant":"acme","priority":"urgent"}`, 400, "priority"},
+		{"two objects", `{"tenant":"acme"}{"tenant":"acme"}`, 400, "after the JSON object"},
+		{"empty", ``, 400, "EOF"},
+		{"oversized", `{"tenant":"` + strings.Repeat("a", MaxCheckBody) + `"}`, 413, "bytes"},
+	}
+	for _, tt := range bad {
+		rec := post(tt.body)
+		if rec.Code != tt.code || !strings.Contains(rec.Body.String(), tt.says) {
+			t.Errorf("%s: %d %s; want %d naming %q", tt.name, rec.Code, rec.Body.String(), tt.code, tt.says)
+		}
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/check", nil))
+	if rec.Code != http.StatusMethodNotAllowed || rec.Header().Get("Allow") != "POST" {
+		t.Errorf("GET: %d, Allow %q", rec.Code, rec.Header().Get("Allow"))
+	}
+
+	body := `{"tenant":"acme","user":"u1","route":"/search","ip":"203.0.113.7","priority":"interactive","cost":1}`
+	for i := 0; i < 2; i++ {
+		rec := post(body)
+		var d CheckResponse
+		if err := json.Unmarshal(rec.Body.Bytes(), &d); err != nil {
+			t.Fatal(err)
+		}
+		if rec.Code != 200 || !d.Allowed || d.Rule != "plan-quota" || d.Remaining != int64(1-i) || d.RetryAfterSeconds != nil {
+			t.Fatalf("check %d (none of the bad ones may count): %d %+v", i, rec.Code, d)
+		}
+		if rec.Header().Get("RateLimit-Policy") != `"plan-quota";q=2;w=60` {
+			t.Errorf("RateLimit-Policy %q", rec.Header().Get("RateLimit-Policy"))
+		}
+	}
+	rec = post(body)
+	var d CheckResponse
+	if err := json.Unmarshal(rec.Body.Bytes(), &d); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Code != 429 || d.Allowed || d.RetryAfterSeconds == nil || *d.RetryAfterSeconds != 60 || rec.Header().Get("Retry-After") != "60" {
+		t.Fatalf("third check: %d %+v, Retry-After %q; want 429 retrying in 60 s", rec.Code, d, rec.Header().Get("Retry-After"))
+	}
+	if d.Scope != "tenant" || d.Limit != 2 || d.PeriodSeconds != 60 {
+		t.Errorf("decision %+v", d)
+	}
+}
+
+// FuzzDecodeCheck: any body is either a request or an ErrBadCheck, never
+// a panic, and a decoded request re-encodes to the same request.
+func FuzzDecodeCheck(f *testing.F) {
+	f.Add([]byte(`{"tenant":"acme","user":"u1","route":"/search","ip":"203.0.113.7","priority":"interactive","cost":1}`))
+	f.Add([]byte(`{"tenant":"acme","cost":-1}`))
+	f.Add([]byte(`{"priority":"exempt"} `))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := DecodeCheck(bytes.NewReader(body))
+		if err != nil {
+			if !errors.Is(err, ErrBadCheck) {
+				t.Fatalf("error %v does not wrap ErrBadCheck", err)
+			}
+			return
+		}
+		if req.Cost < 0 {
+			t.Fatalf("negative cost %d accepted", req.Cost)
+		}
+		again, err := json.Marshal(CheckRequest{Tenant: req.Tenant, Plan: req.Plan, User: req.User, Route: req.Route, IP: req.IP, Priority: req.Priority.String(), Cost: req.Cost})
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := DecodeCheck(bytes.NewReader(again))
+		if err != nil || back != req {
+			t.Fatalf("round trip: %+v → %s → %+v, %v", req, again, back, err)
+		}
+	})
+}

@@ -1,0 +1,86 @@
+package coordinator
+
+import (
+	"testing"
+	"time"
+
+	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/lease"
+	"github.com/allot-io/allot/lease/rules"
+	allotpb "github.com/allot-io/allot/proto"
+)
+
+// engineNode is one agent's side of the exchange, held by hand.
+type engineNode struct {
+	name       string
+	held       float64
+	epoch, seq uint64
+}
+
+// report sends one regular report: a second of demand at rate, the
+// lease held, and applies the lease that comes back.
+func (n *engineNode) report(t *testing.T, e *Engine, now time.Time, rate float64) {
+	t.Helper()
+	resp, err := e.Report(now, &allotpb.ReportRequest{
+		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: n.name, Incarnation: 1, Region: "eu",
+		SentUnixNano: now.UnixNano(), IntervalNano: int64(time.Second),
+		Demand: []*allotpb.KeyDemand{{Rule: "quota", Key: "acme", Tenant: "acme", Admitted: rate, Held: n.held, HeldEpoch: n.epoch, HeldSeq: n.seq}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range resp.GetLeases() {
+		n.held, n.epoch, n.seq = l.GetLimit(), l.GetEpoch(), l.GetSeq()
+	}
+}
+
+// TestLearningRedividesWithinWhatWasHeld: after a failover the new leader
+// cannot know every lease its predecessor granted, so it divides no more
+// than the reporting nodes held when they first reported; but within that
+// it follows demand, so a node whose demand fell gives its share to one
+// whose demand rose during learning, not a lease period later. At no
+// moment do the nodes hold more than their predecessor granted.
+func TestLearningRedividesWithinWhatWasHeld(t *testing.T) {
+	now := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	r := rules.Rule{Name: "quota", Scope: rules.Tenant, Algorithm: algo.TokenBucket, Limit: 1000, Period: time.Second, Intent: lease.Quota}
+	e, err := NewEngine(EngineConfig{Region: "eu", Rules: []rules.Rule{r}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := &engineNode{name: "a"}, &engineNode{name: "b"}
+	step := func(rateA, rateB float64) {
+		now = now.Add(time.Second)
+		a.report(t, e, now, rateA)
+		b.report(t, e, now, rateB)
+		e.Round(now)
+	}
+	for range 10 {
+		step(600, 400)
+	}
+	if a.held+b.held < 990 || a.held+b.held > 1000.001 {
+		t.Fatalf("before the failover: a %.0f, b %.0f", a.held, b.held)
+	}
+	bases := a.held + b.held
+	e.Failover(now)
+	if !e.Learning(now) {
+		t.Fatal("a new leader must learn")
+	}
+	// Demand moves from a to b while the new leader learns.
+	for i := 0; i < 4 && e.Learning(now.Add(time.Second)); i++ {
+		step(100, 900)
+		if sum := a.held + b.held; sum > bases+0.001 {
+			t.Fatalf("learning step %d: nodes hold %.1f, more than the %.1f they held at the failover", i, sum, bases)
+		}
+	}
+	if b.held < 800 {
+		t.Fatalf("while learning, b (demand 900) holds %.0f and a (demand 100) %.0f; want b to have a's share", b.held, a.held)
+	}
+	// A node that held nothing gets only what others gave up: here a and
+	// b hold it all, so nothing.
+	c := &engineNode{name: "c"}
+	now = now.Add(100 * time.Millisecond)
+	c.report(t, e, now, 500)
+	if e.Learning(now) && c.held > 0 {
+		t.Fatalf("a node holding nothing was granted %.0f while the others hold %.0f", c.held, a.held+b.held)
+	}
+}

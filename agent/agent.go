@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -192,6 +193,9 @@ func (a *Agent) install(set *rules.Set) error {
 			rule: r, scope: r.Scope.String(), index: i, attrs: r.KeyAttrs(),
 			coordinated: !r.Local && a.cfg.coordinated(), mode: r.Mode(),
 		}
+		if len(r.Regions) > 0 && !(r.Regions[a.cfg.Region] > 0) {
+			return fmt.Errorf("agent: rule %s divides its limit among regions %v, and this node's region %q has no share: add the region to the rule or run the node in one of those", r.Name, sortedRegions(r.Regions), a.cfg.Region)
+		}
 		if p := prev[r.Name]; p != nil && sameRule(&p.rule, &r) {
 			rs.ruleData = p.ruleData
 		} else {
@@ -218,6 +222,15 @@ func (a *Agent) install(set *rules.Set) error {
 	a.rules.Store(c)
 	a.readyOnce.Do(func() { close(a.ready) })
 	return nil
+}
+
+func sortedRegions(m map[string]float64) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
 }
 
 func sameRule(x, y *rules.Rule) bool {

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,5 +102,64 @@ func TestGlobalRuleWithoutBurst(t *testing.T) {
 	}
 	if got < 95 || got > 101 {
 		t.Fatalf("admitted %d in one second under a 100/s rule", got)
+	}
+}
+
+// TestLocalRuleWholeLimit: a local rule is never coordinated, so every
+// node enforces its whole limit, however many nodes the cluster knows of
+// when the rule arrives.
+func TestLocalRuleWholeLimit(t *testing.T) {
+	clk := newManualClock()
+	local := rule("per-node", rules.Tenant, algo.FixedWindow, 10, time.Minute, lease.Capacity)
+	local.Local = true
+	eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu-west"}, clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var agents []*Agent
+	join := func(id string) {
+		a, err := New(Config{NodeID: id, Region: "eu-west", Clock: clk, Transport: engineTransport{eng, clk}, ManualReports: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.Close(context.Background()) })
+		agents = append(agents, a)
+		for _, a := range agents {
+			x := a.PrepareReport(false)
+			resp, err := eng.Report(clk.Now(), x.Request)
+			a.Deliver(x, resp, err)
+		}
+	}
+	join("gw-1")
+	join("gw-2")
+	join("gw-3")
+	// The rule arrives once the cluster knows three nodes.
+	if err := eng.SetRules([]rules.Rule{local}); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range agents {
+		x := a.PrepareReport(false)
+		resp, err := eng.Report(clk.Now(), x.Request)
+		a.Deliver(x, resp, err)
+	}
+	got := 0
+	for range 20 {
+		if agents[2].Check(Request{Tenant: "acme"}).Allowed {
+			got++
+		}
+	}
+	if got != 10 {
+		t.Fatalf("a local rule of 10 admitted %d on one of three nodes; want the whole 10", got)
+	}
+}
+
+// TestRegionWithoutShare: a rule dividing its limit among regions that do
+// not include the node's is refused with an error that says so.
+func TestRegionWithoutShare(t *testing.T) {
+	r := rule("quota", rules.Tenant, algo.TokenBucket, 100, time.Second, lease.Quota)
+	r.Regions = map[string]float64{"us-east": 0.6, "ap-south": 0.4}
+	_, err := New(Config{NodeID: "gw-1", Region: "eu-west", Rules: []rules.Rule{r}})
+	if err == nil || !strings.Contains(err.Error(), `region "eu-west" has no share`) {
+		t.Fatalf("New = %v; want an error naming the region", err)
 	}
 }

@@ -24,7 +24,7 @@ import (
 //	RateLimit-Reset: 12
 //	Content-Type: application/json
 //
-//	{"error":"rate_limited","scope":"tenant","retry_after_seconds":12}
+//	{"error":"rate_limited","scope":"tenant","rule":"plan-quota","retry_after_seconds":12}
 //
 // An admitted request gets the RateLimit fields of the rule closest to its
 // limit, so a well-behaved client can slow down before it is refused. A

@@ -98,8 +98,13 @@ func nodeConfig(r *rules.Rule, share, burst float64) (algo.Config, bool) {
 }
 
 // shareOf is a node's share of an effective limit when it holds no lease:
-// the region's part, divided evenly among the nodes.
+// the region's part, divided evenly among the nodes. A rule that is not
+// coordinated (a local rule, or any rule of a standalone agent) gives
+// every node the whole of it.
 func (rs *ruleState) shareOf(limit int64, region string, nodes int) float64 {
+	if !rs.coordinated {
+		nodes = 1
+	}
 	return lease.UnleasedShare(rs.rule.RegionLimit(limit, region), nodes)
 }
 

@@ -62,6 +62,20 @@ func (e *Engine) Failover(now time.Time) {
 	e.alloc.setRules(e.st.rules)
 }
 
+// SetRules replaces the rule set, as an operator's put does; agents get
+// it with their next answer.
+func (e *Engine) SetRules(rs []rules.Rule) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	set, err := rules.NewSet(e.st.rules.Version()+1, rs)
+	if err != nil {
+		return fmt.Errorf("coordinator: engine rules: %w", err)
+	}
+	e.st.rules = set
+	e.alloc.setRules(set)
+	return nil
+}
+
 // Report answers an agent's report at now, applying its usage at once.
 func (e *Engine) Report(now time.Time, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
 	if err := validateReport(req, DefaultMaxReportKeys); err != nil {

@@ -129,8 +129,12 @@ func (c *Coordinator) lead(ctx context.Context) {
 	c.fsm.read(func(s *state) { set = s.rules })
 	c.alloc.setRules(set)
 	c.leading.Store(true)
-	c.metrics.learning.Set(1)
-	c.log.Info("leading", "epoch", epoch, "learning_until", now.Add(c.cfg.LeaseTTL).Format(time.RFC3339Nano))
+	if c.alloc.learning(now.UnixNano()) {
+		c.metrics.learning.Set(1)
+		c.log.Info("leading", "epoch", epoch, "learning_until", now.Add(c.cfg.LeaseTTL).Format(time.RFC3339Nano))
+	} else {
+		c.log.Info("leading", "epoch", epoch, "learning", false)
+	}
 
 	rounds := time.NewTicker(c.cfg.RoundInterval)
 	defer rounds.Stop()

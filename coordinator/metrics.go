@@ -28,7 +28,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		raftState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "allot_coordinator_raft_state", Help: "1 for this member's current Raft state (follower, candidate, leader, shutdown).",
+			Name: "allot_coordinator_raft_state", Help: "1 for this member's current Raft state (Follower, Candidate, Leader, Shutdown).",
 		}, []string{"state"}),
 		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "allot_coordinator_leader_changes_total", Help: "Times this member saw the cluster's leader change.",
@@ -62,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "allot_coordinator_leases_granted_total", Help: "Leases handed to agents.",
 		}),
 		learning: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "allot_coordinator_learning_mode", Help: "1 while a new leader grants no node more than it reports holding.",
+			Name: "allot_coordinator_learning_mode", Help: "1 while a new leader learns: for one lease period it divides no more than the reporting nodes held.",
 		}),
 		ledgerRecords: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "allot_coordinator_ledger_records", Help: "Lines in the replicated usage ledger.",

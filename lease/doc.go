@@ -59,5 +59,5 @@
 //     expires: what it may still be spending is counted, and it is granted
 //     nothing new.
 //   - A node whose lease expires with no coordinator in reach enforces
-//     FallbackShare, by its rule's FailMode.
+//     FallbackShare, by its rule's FailMode; package agent implements it.
 package lease

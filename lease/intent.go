@@ -21,7 +21,8 @@ const (
 	// Quota enforces a billed plan. It must never refuse a customer while
 	// the fleet's admitted total is under the limit; overshooting by its
 	// tolerance is the price. Cut off, it fails open: each node keeps
-	// serving on its last lease.
+	// serving on its last lease (and keys it held none for, on their
+	// unleased share).
 	Quota
 	// Abuse stops hostile traffic. It is strict, never meaningfully
 	// overshoots, may react slowly, and fails closed.
@@ -148,14 +149,16 @@ func (m *FailMode) UnmarshalText(b []byte) error {
 // FallbackShare is the allowance a node enforces, in the limit's units,
 // when its lease has expired and no coordinator answers: the mode's rule
 // applied to the rule's limit, the last lease the node held (negative if
-// it never held one) and the number of nodes it last heard of.
+// it never held one) and the number of nodes it last heard of. Open keeps
+// the last lease; a key that never had one keeps its unleased share rather
+// than the whole limit, which every node at once could otherwise spend.
 func FallbackShare(mode FailMode, limit, lastGrant float64, nodes int) float64 {
 	switch mode {
 	case FailOpen:
 		if lastGrant >= 0 {
 			return lastGrant
 		}
-		return limit
+		return UnleasedShare(limit, nodes)
 	case FailClosed:
 		return 0
 	}

@@ -52,7 +52,7 @@ func TestFallbackShare(t *testing.T) {
 		{FailFallback, 300, 4, 250}, // limit ÷ nodes last seen, whatever was held
 		{FailFallback, -1, 0, 1000}, // never saw another node: the whole limit is the share
 		{FailOpen, 300, 4, 300},     // keep the last lease
-		{FailOpen, -1, 4, 1000},     // never had one: open means open
+		{FailOpen, -1, 4, 250},      // never had one: its unleased share, not every node the whole limit
 		{FailClosed, 300, 4, 0},
 	}
 	for _, tt := range tests {

@@ -3,6 +3,8 @@ package coordinator
 import (
 	"errors"
 	"fmt"
+	"net"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -37,6 +39,11 @@ type Config struct {
 	// HTTPAddr serves /metrics, /healthz, /readyz, /v1/status and
 	// /v1/usage; empty disables it.
 	HTTPAddr string
+	// AdvertiseHost is the host (name or IP) other members and agents
+	// dial, for listen addresses that bind every interface (0.0.0.0, ::,
+	// or no host): such an address cannot be dialled as it is. Required
+	// then; ignored for addresses with a host.
+	AdvertiseHost string
 	// Bootstrap makes this node a one-member cluster if it has no state
 	// yet. Exactly one node of a new cluster bootstraps.
 	Bootstrap bool
@@ -93,6 +100,29 @@ type Config struct {
 	Now func() time.Time
 }
 
+// unspecifiedHost reports whether a listen address binds every interface.
+func unspecifiedHost(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false // reported by the listener, with its own error
+	}
+	if host == "" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsUnspecified()
+}
+
+// advertised is the address others dial for a listener at addr: addr, or
+// AdvertiseHost with addr's port when addr binds every interface.
+func (c *Config) advertised(addr string) string {
+	if addr == "" || !unspecifiedHost(addr) || c.AdvertiseHost == "" {
+		return addr
+	}
+	_, port, _ := net.SplitHostPort(addr)
+	return net.JoinHostPort(c.AdvertiseHost, port)
+}
+
 // TLSConfig names the PEM files for TLS. With CAFile set, peers must
 // present certificates signed by it (mutual TLS), and an agent's
 // certificate must name the node it reports as.
@@ -119,6 +149,12 @@ func (c *Config) withDefaults() (Config, error) {
 		return cfg, bad("RaftAddr", "is required")
 	case cfg.GRPCAddr == "":
 		return cfg, bad("GRPCAddr", "is required")
+	case unspecifiedHost(cfg.RaftAddr) && cfg.AdvertiseHost == "":
+		return cfg, bad("RaftAddr", "%s binds every interface; set AdvertiseHost to the host other members dial", cfg.RaftAddr)
+	case unspecifiedHost(cfg.GRPCAddr) && cfg.AdvertiseHost == "":
+		return cfg, bad("GRPCAddr", "%s binds every interface; set AdvertiseHost to the host agents and members dial", cfg.GRPCAddr)
+	case unspecifiedHost(cfg.RaftAddr) && strings.HasSuffix(cfg.RaftAddr, ":0"):
+		return cfg, bad("RaftAddr", "%s: advertising a host needs a fixed port", cfg.RaftAddr)
 	case cfg.Bootstrap && len(cfg.Join) > 0:
 		return cfg, bad("Join", "a bootstrapping node starts a new cluster; it cannot also join one")
 	case cfg.TLS.CertFile != "" && cfg.TLS.KeyFile == "", cfg.TLS.KeyFile != "" && cfg.TLS.CertFile == "":

@@ -130,15 +130,21 @@ func (c *Coordinator) startRaft() error {
 	c.clientTL = clientTLS
 	rlog := cfg.Logger.Named("raft")
 	if serverTLS != nil {
-		stream, err := newTLSStreamLayer(cfg.RaftAddr, serverTLS, clientTLS)
+		stream, err := newTLSStreamLayer(cfg.RaftAddr, cfg.advertised(cfg.RaftAddr), serverTLS, clientTLS)
 		if err != nil {
 			return err
 		}
 		c.transport = raft.NewNetworkTransportWithLogger(stream, 5, 10*time.Second, rlog)
 	} else {
-		// The listener's own address is advertised; an unspecified host
-		// (0.0.0.0) cannot be, and Raft refuses it with a clear error.
-		c.transport, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, nil, 5, 10*time.Second, rlog)
+		// The listener's own address is advertised, or AdvertiseHost with
+		// its port when it binds every interface.
+		var adv net.Addr
+		if a := cfg.advertised(cfg.RaftAddr); a != cfg.RaftAddr {
+			if adv, err = net.ResolveTCPAddr("tcp", a); err != nil {
+				return fmt.Errorf("coordinator: raft advertise address %s: %w", a, err)
+			}
+		}
+		c.transport, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, adv, 5, 10*time.Second, rlog)
 		if err != nil {
 			return fmt.Errorf("coordinator: raft transport on %s (give a host others can dial): %w", cfg.RaftAddr, err)
 		}
@@ -233,6 +239,10 @@ func (c *Coordinator) grpcDialOptions() []grpc.DialOption {
 
 // GRPCAddr is the address gRPC listens on.
 func (c *Coordinator) GRPCAddr() string { return c.grpcLis.Addr().String() }
+
+// AdvertisedGRPCAddr is the gRPC address other members and agents are
+// given: GRPCAddr, or AdvertiseHost with its port.
+func (c *Coordinator) AdvertisedGRPCAddr() string { return c.cfg.advertised(c.GRPCAddr()) }
 
 // HTTPAddr is the address HTTP listens on, or "" when disabled.
 func (c *Coordinator) HTTPAddr() string {

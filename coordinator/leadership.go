@@ -173,7 +173,7 @@ func (c *Coordinator) lead(ctx context.Context) {
 }
 
 func (c *Coordinator) selfMember() *allotpb.Member {
-	return &allotpb.Member{Id: c.cfg.NodeID, RaftAddress: c.raftAddr, GrpcAddress: c.GRPCAddr(), HttpAddress: c.HTTPAddr()}
+	return &allotpb.Member{Id: c.cfg.NodeID, RaftAddress: c.raftAddr, GrpcAddress: c.AdvertisedGRPCAddr(), HttpAddress: c.cfg.advertised(c.HTTPAddr())}
 }
 
 // loadRulesFile puts the rules file as the whole rule set if it differs
@@ -218,7 +218,7 @@ func sameRules(a, b *rules.Set) bool {
 // joinCluster asks the members in Join to add this node, retrying until one
 // does or the coordinator closes.
 func (c *Coordinator) joinCluster(ctx context.Context) {
-	req := &allotpb.JoinRequest{Id: c.cfg.NodeID, RaftAddress: c.raftAddr, GrpcAddress: c.GRPCAddr(), HttpAddress: c.HTTPAddr()}
+	req := &allotpb.JoinRequest{Id: c.cfg.NodeID, RaftAddress: c.raftAddr, GrpcAddress: c.AdvertisedGRPCAddr(), HttpAddress: c.cfg.advertised(c.HTTPAddr())}
 	backoff := 100 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		for _, addr := range c.cfg.Join {

@@ -195,7 +195,7 @@ func onLeader[T any](ctx context.Context, c *Coordinator, local func() (T, error
 	}
 	var zero T
 	_, addr := c.Leader()
-	if addr == "" || addr == c.GRPCAddr() {
+	if addr == "" || addr == c.AdvertisedGRPCAddr() {
 		return zero, status.Error(codes.Unavailable, "no leader elected yet; retry shortly")
 	}
 	c.metrics.forwardedCalls.Inc()

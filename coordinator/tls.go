@@ -46,12 +46,19 @@ type tlsStreamLayer struct {
 	client    *tls.Config
 }
 
-func newTLSStreamLayer(bind string, server, client *tls.Config) (*tlsStreamLayer, error) {
+func newTLSStreamLayer(bind, advertise string, server, client *tls.Config) (*tlsStreamLayer, error) {
 	l, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: raft listener: %w", err)
 	}
-	return &tlsStreamLayer{Listener: tls.NewListener(l, server), advertise: l.Addr(), client: client}, nil
+	adv := l.Addr()
+	if advertise != bind {
+		if adv, err = net.ResolveTCPAddr("tcp", advertise); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("coordinator: raft advertise address %s: %w", advertise, err)
+		}
+	}
+	return &tlsStreamLayer{Listener: tls.NewListener(l, server), advertise: adv, client: client}, nil
 }
 
 // Addr implements net.Listener with the address other members dial.

@@ -1,0 +1,41 @@
+package coordinator
+
+import (
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestAdvertiseHost: a member listening on every interface must say which
+// address others dial; given one, that is what it records and hands out.
+func TestAdvertiseHost(t *testing.T) {
+	cfg := testConfig(t, "n1", t.TempDir())
+	cfg.Bootstrap = true
+	cfg.GRPCAddr = "0.0.0.0:0"
+	if _, err := New(cfg); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "GRPCAddr") {
+		t.Fatalf("New without AdvertiseHost = %v; want an error naming GRPCAddr", err)
+	}
+	cfg.RaftAddr = "0.0.0.0:" + strconv.Itoa(freePort(t))
+	cfg.AdvertiseHost = "127.0.0.1"
+	c := start(t, cfg)
+	waitLeader(t, []*Coordinator{c})
+	waitFor(t, 10*time.Second, "the member to record itself", func() bool { return len(c.members()) == 1 })
+	m := c.members()[0]
+	if !strings.HasPrefix(m.GetGrpcAddress(), "127.0.0.1:") || !strings.HasPrefix(m.GetRaftAddress(), "127.0.0.1:") {
+		t.Fatalf("member recorded as grpc %q, raft %q; want the advertised host", m.GetGrpcAddress(), m.GetRaftAddress())
+	}
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/allot-io/allot/agent"
+	"github.com/allot-io/allot/lease/rules"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+const agentAbout = `
+Runs the agent as an HTTP sidecar, for gateways not written in Go. The
+gateway asks before serving each request:
+
+  POST /v1/check
+  {"tenant":"acme","user":"u1","route":"/search","ip":"203.0.113.7","priority":"interactive","cost":1}
+
+and gets 200 (admitted) or 429 (refused) with the decision as JSON and
+the RateLimit and Retry-After headers to pass on to its client. It also
+serves /metrics (Prometheus) and /healthz.
+
+With --coordinators the agent takes its rules and leases from the cluster;
+without, it runs standalone on --rules, each node enforcing whole limits.`
+
+func runAgent(ctx context.Context, e *env) error {
+	f := newFlags(e, "agent", "[--coordinators A,B,C] --node-id ID [--rules FILE] [flags]", agentAbout)
+	var (
+		coords, rulesFile, httpAddr string
+		cfg                         agent.Config
+		tf                          tlsFlags
+		lf                          logFlags
+	)
+	host, _ := os.Hostname()
+	f.StringVar(&coords, "coordinators", "", "gRPC addresses of the coordinator cluster, comma-separated (empty: standalone)")
+	f.StringVar(&cfg.NodeID, "node-id", host, "this gateway's name, unique in the fleet")
+	f.StringVar(&cfg.Region, "region", "default", "the region this gateway runs in; usage is billed under it")
+	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:7600", "address for /v1/check, /metrics and /healthz")
+	f.StringVar(&rulesFile, "rules", "", "rules file: enforced as given instead of the cluster's rules (required standalone)")
+	f.DurationVar(&cfg.ReportInterval, "report-interval", agent.DefaultReportInterval, "how often to report until the cluster sets it")
+	f.IntVar(&cfg.MaxKeys, "max-keys", agent.DefaultMaxKeys, "keys held per rule and limit; beyond it each intent's bound applies")
+	lf.register(f)
+	tf.register(f)
+	if err := f.parse(e); err != nil {
+		return err
+	}
+	if err := f.noArgs(); err != nil {
+		return err
+	}
+	cfg.Coordinators = splitList(coords)
+	if len(cfg.Coordinators) == 0 && rulesFile == "" {
+		return usagef("agent", "standalone (no --coordinators) needs --rules")
+	}
+	if cfg.NodeID == "" {
+		return usagef("agent", "--node-id is required")
+	}
+	if rulesFile != "" {
+		rs, err := rules.Load(rulesFile)
+		if err != nil {
+			return &usageError{err: err}
+		}
+		cfg.Rules = rs
+	}
+	logger, err := lf.logger("agent", "allot-agent", e.stderr)
+	if err != nil {
+		return err
+	}
+	tc, err := tf.clientConfig()
+	if err != nil {
+		return &usageError{err: err}
+	}
+	cfg.TLS, cfg.Logger = tc, logger
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg.Registerer = reg
+
+	lis, err := net.Listen("tcp", httpAddr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", httpAddr, err)
+	}
+	a, err := agent.New(cfg)
+	if err != nil {
+		lis.Close()
+		if errors.Is(err, agent.ErrInvalidConfig) {
+			return &usageError{err: err}
+		}
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/check", agent.CheckHandler(a))
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-a.Ready():
+			fmt.Fprintln(w, "ok")
+		default:
+			http.Error(w, "waiting for rules from the coordinators", http.StatusServiceUnavailable)
+		}
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(lis) }()
+	mode := "coordinated"
+	if len(cfg.Coordinators) == 0 {
+		mode = "standalone"
+	}
+	cfg.Logger.Info("agent sidecar running", "node", cfg.NodeID, "http", lis.Addr().String(), "mode", mode)
+	select {
+	case <-ctx.Done():
+	case err = <-served:
+	}
+	closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(closeCtx)
+	// Close sends a last report, so the cluster counts everything admitted.
+	if cerr := a.Close(closeCtx); cerr != nil && err == nil {
+		err = cerr
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}

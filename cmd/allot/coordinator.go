@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/allot-io/allot/coordinator"
+)
+
+const coordinatorAbout = `
+Runs one member of the coordinator cluster. Start the first member of a
+new cluster with --bootstrap (a single bootstrapped member is a valid
+cluster); start the others with --join pointing at any member's gRPC
+address. Members keep their Raft log and snapshots in --data-dir and must
+keep the same --node-id across restarts.`
+
+func runCoordinator(ctx context.Context, e *env) error {
+	f := newFlags(e, "coordinator", "--node-id ID --data-dir DIR [--bootstrap | --join ADDR] [flags]", coordinatorAbout)
+	var (
+		cfg  coordinator.Config
+		join string
+		tf   tlsFlags
+		lf   logFlags
+	)
+	f.StringVar(&cfg.NodeID, "node-id", "", "this member's name, unique and stable across restarts (required)")
+	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the Raft log, stable store and snapshots (required)")
+	f.StringVar(&cfg.RaftAddr, "raft-addr", "127.0.0.1:7300", "Raft transport address, host:port")
+	f.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:7400", "gRPC address for agents, operators and other members")
+	f.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:7500", "HTTP address for /metrics, /healthz, /readyz, /v1/status, /v1/usage (empty: off)")
+	f.StringVar(&cfg.AdvertiseHost, "advertise-host", "", "host other members and agents dial, required when an address binds every interface (0.0.0.0)")
+	f.BoolVar(&cfg.Bootstrap, "bootstrap", false, "start a new cluster with this member, if it has no state yet")
+	f.StringVar(&join, "join", "", "gRPC addresses of existing members to join through, comma-separated")
+	f.StringVar(&cfg.Region, "region", "default", "the region this cluster serves; usage is recorded under it")
+	f.StringVar(&cfg.RulesFile, "rules", "", "rules file the leader installs when it differs from the replicated rules")
+	f.StringVar(&cfg.AdminToken, "admin-token", "", "bearer token required for rule and membership changes (prefer ALLOT_ADMIN_TOKEN)")
+	f.DurationVar(&cfg.ReportInterval, "report-interval", coordinator.DefaultReportInterval, "how often agents report")
+	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "how long a lease holds (default 5 × report interval)")
+	f.DurationVar(&cfg.BillingWindow, "billing-window", coordinator.DefaultBillingWindow, "the ledger's window; fixed by a cluster's first leader")
+	f.DurationVar(&cfg.AgentTimeout, "agent-timeout", coordinator.DefaultAgentTimeout, "how long billing windows wait for a silent agent before they are final")
+	f.DurationVar(&cfg.LedgerRetention, "ledger-retention", 0, "delete final ledger windows older than this (0: keep all)")
+	f.IntVar(&cfg.MaxReportBytes, "max-report-bytes", coordinator.DefaultMaxReportBytes, "refuse agent reports larger than this")
+	f.IntVar(&cfg.MaxReportKeys, "max-report-keys", coordinator.DefaultMaxReportKeys, "refuse agent reports with more keys than this")
+	lf.register(f)
+	tf.register(f)
+	if err := f.parse(e); err != nil {
+		return err
+	}
+	if err := f.noArgs(); err != nil {
+		return err
+	}
+	if cfg.NodeID == "" || cfg.DataDir == "" {
+		return usagef("coordinator", "--node-id and --data-dir are required")
+	}
+	logger, err := lf.logger("coordinator", "allot", e.stderr)
+	if err != nil {
+		return err
+	}
+	cfg.Join = splitList(join)
+	cfg.TLS = coordinator.TLSConfig{CertFile: tf.cert, KeyFile: tf.key, CAFile: tf.ca}
+	cfg.Logger = logger
+	c, err := coordinator.New(cfg)
+	if errors.Is(err, coordinator.ErrInvalidConfig) {
+		return usagef("coordinator", "%v", err)
+	}
+	if err != nil {
+		return fmt.Errorf("starting: %w", err)
+	}
+	cfg.Logger.Info("coordinator running", "node", cfg.NodeID, "grpc", c.AdvertisedGRPCAddr(), "raft", c.RaftAddr(), "http", c.HTTPAddr())
+	<-ctx.Done()
+	cfg.Logger.Info("shutting down")
+	closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return c.Close(closeCtx)
+}

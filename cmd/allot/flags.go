@@ -1,0 +1,350 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// flags is a subcommand's flag set, with the environment and a config
+// file as fallbacks for flags not given on the command line.
+type flags struct {
+	*flag.FlagSet
+	cmd    string
+	config string
+	help   func() // prints --help
+}
+
+// newFlags makes a command's flag set; synopsis and about are printed by
+// --help above the flags.
+func newFlags(e *env, cmd, synopsis, about string) *flags {
+	fs := flag.NewFlagSet("allot "+cmd, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	f := &flags{FlagSet: fs, cmd: cmd}
+	fs.StringVar(&f.config, "config", "", "read flags from this YAML file (flag name: value)")
+	fs.Usage = func() {} // errors are reported once, by report
+	f.help = func() {
+		w := e.stdout
+		fmt.Fprintf(w, "usage: allot %s %s\n\n", cmd, synopsis)
+		if about != "" {
+			fmt.Fprintf(w, "%s\n\n", strings.TrimSpace(about))
+		}
+		fmt.Fprintln(w, "flags:")
+		fs.SetOutput(w)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+		fmt.Fprintf(w, "\nEvery flag can also be set as ALLOT_<NAME> (e.g. %s) or in the --config file.\n", envName(firstFlag(fs)))
+	}
+	return f
+}
+
+func firstFlag(fs *flag.FlagSet) string {
+	name := "config"
+	fs.VisitAll(func(f *flag.Flag) {
+		if name == "config" && f.Name != "config" {
+			name = f.Name
+		}
+	})
+	return name
+}
+
+// envName is the environment variable for a flag.
+func envName(flagName string) string {
+	return "ALLOT_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parse reads the command line, then fills the flags it did not set from
+// the environment and then from the config file. It returns errHelp for
+// --help and a usage error for anything malformed.
+func (f *flags) parse(e *env) error {
+	if err := f.Parse(e.args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			f.help()
+			return errHelp
+		}
+		return usagef(f.cmd, "%v", err)
+	}
+	set := map[string]bool{}
+	f.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if !set["config"] {
+		if v := e.getenv(envName("config")); v != "" {
+			f.config = v
+		}
+	}
+	var fromFile map[string]string
+	if f.config != "" {
+		var err error
+		if fromFile, err = readConfig(f.config, f.FlagSet); err != nil {
+			return usagef(f.cmd, "%v", err)
+		}
+	}
+	var errs []string
+	f.VisitAll(func(fl *flag.Flag) {
+		if set[fl.Name] || fl.Name == "config" {
+			return
+		}
+		val, src, ok := e.getenv(envName(fl.Name)), envName(fl.Name), false
+		if val != "" {
+			ok = true
+		} else if v, in := fromFile[fl.Name]; in {
+			val, src, ok = v, f.config, true
+		}
+		if ok {
+			if err := fl.Value.Set(val); err != nil {
+				errs = append(errs, fmt.Sprintf("%s (from %s): %v", fl.Name, src, err))
+			}
+		}
+	})
+	if len(errs) > 0 {
+		return usagef(f.cmd, "invalid value for %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// readConfig reads a YAML mapping of flag names to values. An unknown
+// name is an error naming the file and line.
+func readConfig(path string, fs *flag.FlagSet) (map[string]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	var root yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&root); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("config %s: %v", path, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	out := map[string]string{}
+	if len(root.Content) == 0 {
+		return out, nil
+	}
+	m := root.Content[0]
+	if m.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("config %s:%d: want a mapping of flag names to values", path, m.Line)
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		if fs.Lookup(k.Value) == nil || k.Value == "config" {
+			return nil, fmt.Errorf("config %s:%d: unknown flag %q for this command", path, k.Line, k.Value)
+		}
+		switch v.Kind {
+		case yaml.ScalarNode:
+			out[k.Value] = v.Value
+		case yaml.SequenceNode:
+			var items []string
+			for _, it := range v.Content {
+				if it.Kind != yaml.ScalarNode {
+					return nil, fmt.Errorf("config %s:%d: %s: list items must be plain values", path, it.Line, k.Value)
+				}
+				items = append(items, it.Value)
+			}
+			out[k.Value] = strings.Join(items, ",")
+		default:
+			return nil, fmt.Errorf("config %s:%d: %s: want a value or a list", path, v.Line, k.Value)
+		}
+	}
+	return out, nil
+}
+
+// exactlyOne returns the one positional argument a command takes, or a
+// usage error saying what was wanted.
+func exactlyOne(cmd, what string, args []string) (string, error) {
+	if len(args) != 1 {
+		return "", usagef(cmd, "want one %s, got %d arguments", what, len(args))
+	}
+	return args[0], nil
+}
+
+// noArgs refuses positional arguments.
+func (f *flags) noArgs() error {
+	if f.NArg() > 0 {
+		return usagef(f.cmd, "unexpected argument %q", f.Arg(0))
+	}
+	return nil
+}
+
+// logFlags are the logging flags of the long-running commands.
+type logFlags struct {
+	level string
+	json  bool
+}
+
+func (l *logFlags) register(f *flags) {
+	f.StringVar(&l.level, "log-level", "info", "trace, debug, info, warn or error")
+	f.BoolVar(&l.json, "log-json", false, "log as JSON lines")
+}
+
+// logger builds the command's logger, or a usage error for a bad level.
+func (l *logFlags) logger(cmd, name string, w io.Writer) (hclog.Logger, error) {
+	level := hclog.LevelFromString(l.level)
+	if level == hclog.NoLevel {
+		return nil, usagef(cmd, "--log-level %q: want trace, debug, info, warn or error", l.level)
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: name, Level: level, JSONFormat: l.json, Output: w}), nil
+}
+
+// tlsFlags are the certificate flags shared by every command that dials
+// or serves gRPC.
+type tlsFlags struct {
+	cert, key, ca string
+}
+
+func (t *tlsFlags) register(f *flags) {
+	f.StringVar(&t.cert, "tls-cert", "", "PEM certificate for TLS (with --tls-key)")
+	f.StringVar(&t.key, "tls-key", "", "PEM private key for TLS")
+	f.StringVar(&t.ca, "tls-ca", "", "PEM CA bundle: verify peers against it (mutual TLS when serving)")
+}
+
+// clientConfig is the TLS configuration for dialling coordinators, or nil
+// for plaintext.
+func (t *tlsFlags) clientConfig() (*tls.Config, error) {
+	if t.cert == "" && t.ca == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if t.cert != "" {
+		cert, err := tls.LoadX509KeyPair(t.cert, t.key)
+		if err != nil {
+			return nil, fmt.Errorf("loading TLS certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	if t.ca != "" {
+		pem, err := os.ReadFile(t.ca)
+		if err != nil {
+			return nil, fmt.Errorf("reading TLS CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("TLS CA file %s holds no certificates", t.ca)
+		}
+		cfg.RootCAs = pool
+	}
+	return cfg, nil
+}
+
+// clientFlags are the flags of the operator commands: which coordinators
+// to call and with what credentials.
+type clientFlags struct {
+	coordinators string
+	token        string
+	timeout      time.Duration
+	tls          tlsFlags
+}
+
+func (c *clientFlags) register(f *flags) {
+	f.StringVar(&c.coordinators, "coordinator", "127.0.0.1:7400", "gRPC addresses of coordinators, comma-separated; any member will do")
+	f.StringVar(&c.token, "admin-token", "", "admin bearer token for changes (prefer ALLOT_ADMIN_TOKEN)")
+	f.DurationVar(&c.timeout, "timeout", 10*time.Second, "how long to wait for the cluster")
+	c.tls.register(f)
+}
+
+// coordinatorClient calls a coordinator cluster, trying each address in
+// turn until one answers.
+type coordinatorClient struct {
+	addrs []string
+	conns []*grpc.ClientConn
+	token string
+}
+
+func (c *clientFlags) dial() (*coordinatorClient, error) {
+	addrs := splitList(c.coordinators)
+	if len(addrs) == 0 {
+		return nil, errors.New("no --coordinator address")
+	}
+	creds := insecure.NewCredentials()
+	tc, err := c.tls.clientConfig()
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
+		creds = credentials.NewTLS(tc)
+	}
+	cl := &coordinatorClient{addrs: addrs, token: c.token}
+	for _, a := range addrs {
+		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+		if err != nil {
+			cl.Close()
+			return nil, fmt.Errorf("coordinator address %q: %w", a, err)
+		}
+		cl.conns = append(cl.conns, cc)
+	}
+	return cl, nil
+}
+
+func (cl *coordinatorClient) Close() {
+	for _, cc := range cl.conns {
+		cc.Close()
+	}
+}
+
+// call runs fn against each coordinator in turn until one answers with
+// something other than Unavailable or a timeout.
+func (cl *coordinatorClient) call(ctx context.Context, fn func(ctx context.Context, cc *grpc.ClientConn) error) error {
+	if cl.token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+cl.token)
+	}
+	var errs []string
+	for i, cc := range cl.conns {
+		err := fn(ctx, cc)
+		switch status.Code(err) {
+		case codes.OK:
+			return nil
+		case codes.Unavailable, codes.DeadlineExceeded:
+			errs = append(errs, fmt.Sprintf("%s: %v", cl.addrs[i], status.Convert(err).Message()))
+			if ctx.Err() != nil {
+				return fmt.Errorf("no coordinator answered: %s", strings.Join(errs, "; "))
+			}
+			continue
+		}
+		return grpcErr(err)
+	}
+	return fmt.Errorf("no coordinator answered: %s", strings.Join(errs, "; "))
+}
+
+// grpcErr turns a gRPC status into a plain error: its message, and the
+// code when it says more than the message.
+func grpcErr(err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return err
+	}
+	switch st.Code() {
+	case codes.InvalidArgument:
+		return fmt.Errorf("%w: %s", errRejected, st.Message())
+	case codes.Unauthenticated, codes.PermissionDenied:
+		return fmt.Errorf("not allowed: %s (set --admin-token or ALLOT_ADMIN_TOKEN)", st.Message())
+	case codes.NotFound:
+		return fmt.Errorf("not found: %s", st.Message())
+	}
+	return fmt.Errorf("%s: %s", st.Code(), st.Message())
+}
+
+// errRejected is wrapped when the cluster refused what was sent as invalid.
+var errRejected = errors.New("rejected")
+
+// sortedKeys returns a map's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

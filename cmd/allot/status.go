@@ -1,0 +1,242 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+
+	allotpb "github.com/allot-io/allot/proto"
+	"google.golang.org/grpc"
+)
+
+const statusAbout = `
+Shows the coordinator cluster: every member with its addresses, whether it
+votes, its own Raft state, term and log indexes, and the leader's view of
+the cluster (agents heard from, active keys, learning mode after a
+failover), the epoch and the rules version. Each member is asked directly,
+so a member that is down or partitioned shows as unreachable.`
+
+// clusterStatus is what status prints: the cluster as the answering member
+// sees it, and each member as it sees itself.
+type clusterStatus struct {
+	Region            string `json:"region"`
+	AnsweredBy        string `json:"answered_by"`
+	LeaderID          string `json:"leader_id"`
+	LeaderGRPCAddress string `json:"leader_grpc_address"`
+	Term              uint64 `json:"term"`
+	Epoch             uint64 `json:"epoch"`
+	Rules             uint32 `json:"rules"`
+	RulesVersion      uint64 `json:"rules_version"`
+	// Agents, ActiveKeys and Learning are the leader's: only it hears
+	// reports. They are absent when the leader did not answer.
+	Agents     *uint32        `json:"agents,omitempty"`
+	ActiveKeys *uint64        `json:"active_keys,omitempty"`
+	Learning   *bool          `json:"learning,omitempty"`
+	Members    []memberStatus `json:"members"`
+}
+
+type memberStatus struct {
+	ID          string `json:"id"`
+	GRPCAddress string `json:"grpc_address"`
+	RaftAddress string `json:"raft_address"`
+	HTTPAddress string `json:"http_address,omitempty"`
+	Leader      bool   `json:"leader"`
+	Voter       bool   `json:"voter"`
+	// State, Term, AppliedIndex and CommitIndex are the member's own
+	// answer; Error says why there is none.
+	State        string `json:"state,omitempty"`
+	Term         uint64 `json:"term,omitempty"`
+	AppliedIndex uint64 `json:"applied_index,omitempty"`
+	CommitIndex  uint64 `json:"commit_index,omitempty"`
+	Error        string `json:"error,omitempty"`
+}
+
+func runStatus(ctx context.Context, e *env) error {
+	const cmd = "status"
+	f := newFlags(e, cmd, "[--format table|json] [flags]", statusAbout)
+	var cf clientFlags
+	var format string
+	cf.register(f)
+	f.StringVar(&format, "format", "table", "output format: table or json")
+	if err := f.parse(e); err != nil {
+		return err
+	}
+	if err := f.noArgs(); err != nil {
+		return err
+	}
+	if format != "table" && format != "json" {
+		return usagef(cmd, "--format %q: want table or json", format)
+	}
+	cl, err := cf.dial()
+	if err != nil {
+		return &usageError{err: err, hint: cmd}
+	}
+	defer cl.Close()
+	st, err := memberStatusOf(ctx, &cf, cl)
+	if err != nil {
+		return err
+	}
+	cs := gatherStatus(ctx, &cf, st)
+	if format == "json" {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(cs)
+	}
+	return writeStatusTable(e.stdout, cs)
+}
+
+// memberStatusOf asks the first member of cl that answers for its status.
+func memberStatusOf(ctx context.Context, cf *clientFlags, cl *coordinatorClient) (*allotpb.StatusResponse, error) {
+	var st *allotpb.StatusResponse
+	err := cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
+		var err error
+		st, err = allotpb.NewClusterServiceClient(cc).Status(ctx, &allotpb.StatusRequest{})
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cluster status: %w", err)
+	}
+	return st, nil
+}
+
+// dialOne dials a single member with the same credentials as cf.
+func (c *clientFlags) dialOne(addr string) (*coordinatorClient, error) {
+	one := *c
+	one.coordinators = addr
+	return one.dial()
+}
+
+// gatherStatus asks every member st lists for its own status, in
+// parallel, and combines the answers.
+func gatherStatus(ctx context.Context, cf *clientFlags, st *allotpb.StatusResponse) *clusterStatus {
+	cs := &clusterStatus{
+		Region: st.GetRegion(), AnsweredBy: st.GetId(), LeaderID: st.GetLeaderId(), LeaderGRPCAddress: st.GetLeaderGrpcAddress(),
+		Term: st.GetTerm(), Epoch: st.GetEpoch(), Rules: st.GetRules(), RulesVersion: st.GetRulesVersion(),
+		Members: make([]memberStatus, len(st.GetMembers())),
+	}
+	// Raft lists members in the order they joined; by ID reads better.
+	members := slices.SortedFunc(slices.Values(st.GetMembers()), func(a, b *allotpb.Member) int {
+		return strings.Compare(a.GetId(), b.GetId())
+	})
+	own := make([]*allotpb.StatusResponse, len(members))
+	var wg sync.WaitGroup
+	for i, m := range members {
+		cs.Members[i] = memberStatus{ID: m.GetId(), GRPCAddress: m.GetGrpcAddress(), RaftAddress: m.GetRaftAddress(),
+			HTTPAddress: m.GetHttpAddress(), Leader: m.GetLeader(), Voter: m.GetVoter()}
+		if m.GetId() == st.GetId() {
+			own[i] = st // no need to ask again
+			continue
+		}
+		if m.GetGrpcAddress() == "" {
+			cs.Members[i].Error = "gRPC address not yet recorded"
+			continue
+		}
+		wg.Go(func() {
+			s, err := askMember(ctx, cf, m.GetGrpcAddress())
+			if err != nil {
+				cs.Members[i].Error = err.Error()
+				return
+			}
+			own[i] = s
+		})
+	}
+	wg.Wait()
+	for i, s := range own {
+		if s == nil {
+			continue
+		}
+		m := &cs.Members[i]
+		m.State, m.Term, m.AppliedIndex, m.CommitIndex = strings.ToLower(s.GetState()), s.GetTerm(), s.GetAppliedIndex(), s.GetCommitIndex()
+		if s.GetId() == cs.LeaderID && s.GetState() == "Leader" {
+			agents, keys, learning := s.GetAgents(), s.GetActiveKeys(), s.GetLearning()
+			cs.Agents, cs.ActiveKeys, cs.Learning = &agents, &keys, &learning
+		}
+	}
+	return cs
+}
+
+func askMember(ctx context.Context, cf *clientFlags, addr string) (*allotpb.StatusResponse, error) {
+	cl, err := cf.dialOne(addr)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	var st *allotpb.StatusResponse
+	err = cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
+		var err error
+		st, err = allotpb.NewClusterServiceClient(cc).Status(ctx, &allotpb.StatusRequest{})
+		return err
+	})
+	return st, err
+}
+
+func writeStatusTable(w io.Writer, cs *clusterStatus) error {
+	leader := "none elected"
+	if cs.LeaderID != "" {
+		leader = cs.LeaderID
+		if cs.LeaderGRPCAddress != "" {
+			leader += " at " + cs.LeaderGRPCAddress
+		}
+	}
+	fmt.Fprintf(w, "region %s: leader %s, term %d, epoch %d (as %s sees it)\n", cs.Region, leader, cs.Term, cs.Epoch, cs.AnsweredBy)
+	fmt.Fprintf(w, "rules: %d at version %d\n", cs.Rules, cs.RulesVersion)
+	if cs.Agents != nil {
+		learning := "no"
+		if *cs.Learning {
+			learning = "yes (a new leader learns demand for one lease period)"
+		}
+		fmt.Fprintf(w, "agents: %d, active keys: %d, learning: %s\n", *cs.Agents, *cs.ActiveKeys, learning)
+	} else {
+		fmt.Fprintln(w, "agents: unknown (only the leader knows, and it did not answer)")
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MEMBER\tLEADER\tVOTER\tSTATE\tTERM\tAPPLIED\tCOMMIT\tGRPC\tRAFT\tHTTP")
+	var notes []string
+	for _, m := range cs.Members {
+		mark, voter, state := "", "yes", m.State
+		if m.Leader {
+			mark = "*"
+		}
+		if !m.Voter {
+			voter = "no"
+		}
+		term, applied, commit := "-", "-", "-"
+		if m.Error != "" {
+			// A member the cluster has no address for yet (it is joining)
+			// is not known to be down.
+			state = "unreachable"
+			if m.GRPCAddress == "" {
+				state = "unknown"
+			}
+			notes = append(notes, fmt.Sprintf("%s: %s", m.ID, m.Error))
+		} else {
+			term, applied, commit = strconv.FormatUint(m.Term, 10), strconv.FormatUint(m.AppliedIndex, 10), strconv.FormatUint(m.CommitIndex, 10)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, mark, voter, state, term, applied, commit,
+			dashIfEmpty(m.GRPCAddress), dashIfEmpty(m.RaftAddress), dashIfEmpty(m.HTTPAddress))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(notes) > 0 {
+		fmt.Fprintln(w)
+		for _, n := range notes {
+			fmt.Fprintln(w, n)
+		}
+	}
+	return nil
+}
+
+func dashIfEmpty(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -89,7 +89,6 @@ type pendingSet struct {
 	filter [1024]atomic.Uint64
 	mu     sync.Mutex
 	m      map[algo.Hash]pendingKey
-	wake   bool // a key was added: promote soon
 }
 
 // maxPending bounds the keys waiting to become hot between two reports.
@@ -112,7 +111,6 @@ func (p *pendingSet) add(h algo.Hash, key []byte, req *Request, priority uint32)
 		return
 	}
 	p.m[h] = pendingKey{key: string(key), tenant: strings.Clone(req.Tenant), plan: strings.Clone(req.Plan), priority: priority}
-	p.wake = true
 }
 
 // addSeeded adds a key found busy by its counted usage, with its counts.
@@ -127,15 +125,6 @@ func (p *pendingSet) addSeeded(h algo.Hash, key []byte, req *Request, admitted, 
 	}
 	p.m[h] = pendingKey{key: string(key), tenant: strings.Clone(req.Tenant), plan: strings.Clone(req.Plan),
 		seeded: true, admitted: admitted, denied: denied, since: since}
-}
-
-// woken reports, once, that keys were added since the last call.
-func (p *pendingSet) woken() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	w := p.wake
-	p.wake = false
-	return w
 }
 
 // take returns the waiting keys and starts a new set.

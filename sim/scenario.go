@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -301,6 +300,3 @@ func (s *Scenario) weight(i int) float64 {
 	}
 	return 1
 }
-
-// hasEvent reports whether any event is of the kind sel picks.
-func (s *Scenario) hasEvent(sel func(Event) bool) bool { return slices.ContainsFunc(s.Events, sel) }

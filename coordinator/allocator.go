@@ -235,7 +235,7 @@ func (a *allocator) report(node string, now int64, interval time.Duration, deman
 		moved := false
 		if !urgent || topUp {
 			before := cl.est
-			a.observe(p, cl, d, now, interval, urgent, leaving)
+			a.observe(p, cl, d, now, interval, urgent, leaving, learning)
 			p.dirty = true
 			// Demand that moved (beyond the estimator's noise band) is
 			// re-divided now, not at the next round: the node hears of
@@ -267,7 +267,7 @@ func (a *allocator) report(node string, now int64, interval time.Duration, deman
 }
 
 // observe folds one demand report into a claim.
-func (a *allocator) observe(p *pool, cl *claim, d *allotpb.KeyDemand, now int64, interval time.Duration, urgent, leaving bool) {
+func (a *allocator) observe(p *pool, cl *claim, d *allotpb.KeyDemand, now int64, interval time.Duration, urgent, leaving, learning bool) {
 	cl.lastSeen = now
 	if leaving {
 		cl.est, cl.held, cl.lastSeen = 0, 0, 0
@@ -288,6 +288,14 @@ func (a *allocator) observe(p *pool, cl *claim, d *allotpb.KeyDemand, now int64,
 	cl.held = d.GetHeld()
 	if !cl.reported {
 		cl.base, cl.reported = cl.held, true
+		if learning && !windowed(p.rule.Algorithm) {
+			// A new leader's first look at a node is one interval's count,
+			// noisy, and dividing by it would move shares back and forth
+			// (each decrease applied at once, each increase a report
+			// later). The lease the node holds is its predecessor's
+			// estimate of its demand: start from the larger of the two.
+			cl.est = max(cl.est, cl.held)
+		}
 	}
 	if windowed(p.rule.Algorithm) {
 		switch w := d.GetWindowUnixNano(); {
@@ -355,13 +363,19 @@ func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 		// as others confirm they shrank. Capping each node at what it
 		// holds instead would ratchet the pool down for a whole lease
 		// period, every dip in a node's demand lost until learning ends.
+		// The intent's tolerance applies as it does outside learning, so
+		// that a node's increase need not wait for another's decrease to
+		// be confirmed (a dip of a second each time shares move); the
+		// predecessor's own tolerance may be in the bases already, so the
+		// worst case, for the learning period, is (1 + tolerance)² of the
+		// limit.
 		bases := 0.0
 		for _, c := range p.classes {
 			for i := range c.claims {
 				bases += c.claims[i].base
 			}
 		}
-		pl = lease.Pool{Limit: math.Min(p.limit, bases)}
+		pl = lease.Pool{Limit: math.Min(p.limit, bases), Tolerance: p.rule.Tol()}
 	}
 	present := func(cl *claim) bool { return cl.lastSeen > 0 && now-cl.lastSeen < 2*a.interval }
 	demand := 0.0

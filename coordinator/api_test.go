@@ -121,8 +121,11 @@ func TestLearningModeAfterFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ls := resp.GetLeases(); len(ls) == 1 && ls[0].GetLimit() > 0 {
-		t.Fatalf("learning mode granted a node holding nothing %v", ls)
+	// A node holding nothing gets only the capacity rule's tolerance (3%)
+	// over what the reporting nodes held: the new leader does not know
+	// what else its predecessor granted.
+	if ls := resp.GetLeases(); len(ls) == 1 && ls[0].GetLimit() > 0.03*120+1e-9 {
+		t.Fatalf("learning mode granted a node holding nothing %v; want at most 3%% of the 120 held", ls)
 	}
 	if !l.Status().GetLearning() {
 		t.Error("status does not show learning mode")

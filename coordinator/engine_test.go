@@ -39,7 +39,8 @@ func (n *engineNode) report(t *testing.T, e *Engine, now time.Time, rate float64
 // than the reporting nodes held when they first reported; but within that
 // it follows demand, so a node whose demand fell gives its share to one
 // whose demand rose during learning, not a lease period later. At no
-// moment do the nodes hold more than their predecessor granted.
+// moment do the nodes hold more than their predecessor granted, plus the
+// quota's 5% tolerance for shares changing hands.
 func TestLearningRedividesWithinWhatWasHeld(t *testing.T) {
 	now := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 	r := rules.Rule{Name: "quota", Scope: rules.Tenant, Algorithm: algo.TokenBucket, Limit: 1000, Period: time.Second, Intent: lease.Quota}
@@ -68,19 +69,19 @@ func TestLearningRedividesWithinWhatWasHeld(t *testing.T) {
 	// Demand moves from a to b while the new leader learns.
 	for i := 0; i < 4 && e.Learning(now.Add(time.Second)); i++ {
 		step(100, 900)
-		if sum := a.held + b.held; sum > bases+0.001 {
-			t.Fatalf("learning step %d: nodes hold %.1f, more than the %.1f they held at the failover", i, sum, bases)
+		if sum := a.held + b.held; sum > 1.05*bases+0.001 {
+			t.Fatalf("learning step %d: nodes hold %.1f, more than the %.1f they held at the failover and the tolerance", i, sum, bases)
 		}
 	}
 	if b.held < 800 {
 		t.Fatalf("while learning, b (demand 900) holds %.0f and a (demand 100) %.0f; want b to have a's share", b.held, a.held)
 	}
-	// A node that held nothing gets only what others gave up: here a and
-	// b hold it all, so nothing.
+	// A node that held nothing gets only what others gave up, within the
+	// tolerance.
 	c := &engineNode{name: "c"}
 	now = now.Add(100 * time.Millisecond)
 	c.report(t, e, now, 500)
-	if e.Learning(now) && c.held > 0 {
+	if e.Learning(now) && a.held+b.held+c.held > 1.05*bases+0.001 {
 		t.Fatalf("a node holding nothing was granted %.0f while the others hold %.0f", c.held, a.held+b.held)
 	}
 }

@@ -44,6 +44,12 @@ func (a Algorithm) String() string {
 
 func (a Algorithm) valid() bool { return a >= FixedWindow && a <= GCRA }
 
+// Windowed reports whether the algorithm counts per window (fixed_window,
+// sliding_window, sliding_log) rather than refilling at a rate.
+func (a Algorithm) Windowed() bool {
+	return a == FixedWindow || a == SlidingWindow || a == SlidingLog
+}
+
 // ParseAlgorithm returns the algorithm a rule file names.
 func ParseAlgorithm(s string) (Algorithm, error) {
 	for _, a := range Algorithms() {

@@ -191,6 +191,7 @@ func (k *Keyed) Reconfigure(cfg Config, now time.Time) error {
 	}
 	k.cfgMu.Lock()
 	defer k.cfgMu.Unlock()
+	ns := now.UnixNano()
 	for i := range k.shards {
 		sh := &k.shards[i]
 		sh.mu.Lock()
@@ -199,7 +200,7 @@ func (k *Keyed) Reconfigure(cfg Config, now time.Time) error {
 		if p.alg == TokenBucket || p.alg == GCRA {
 			for j := range sh.t.slots {
 				if e := &sh.t.slots[j]; !e.empty() {
-					p.carryOver(&e.s, &old, now.UnixNano())
+					p.carryOver(&e.s, &old, ns)
 				}
 			}
 		}
@@ -252,12 +253,9 @@ func (k *Keyed) ReturnHashAt(h Hash, now time.Time, cost int64) {
 	sh.mu.Unlock()
 }
 
-func (k *Keyed) shard(h2 uint64) *shard {
-	if k.shardShift == 64 {
-		return &k.shards[0]
-	}
-	return &k.shards[h2>>k.shardShift]
-}
+// shard picks a key's shard by the top bits of its hash; with one shard
+// the shift is 64, which in Go yields 0.
+func (k *Keyed) shard(h2 uint64) *shard { return &k.shards[h2>>k.shardShift] }
 
 // allowHashed decides under the shard's lock and returns the verdict with
 // the limit it was decided under.

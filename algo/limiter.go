@@ -59,9 +59,16 @@ func (l *Limiter) Reconfigure(cfg Config, now time.Time) error {
 	case TokenBucket:
 		p.carryOver(&l.s, old, now.UnixNano())
 	case GCRA:
-		s := state{a: l.tat.Load()}
-		p.carryOver(&s, old, now.UnixNano())
-		l.tat.Store(s.a)
+		// Admissions update the TAT without the lock: swap, so that one
+		// landing meanwhile is carried over rather than lost.
+		for {
+			tat := l.tat.Load()
+			s := state{a: tat}
+			p.carryOver(&s, old, now.UnixNano())
+			if l.tat.CompareAndSwap(tat, s.a) {
+				break
+			}
+		}
 	case FixedWindow, SlidingWindow:
 		if p.period != old.period {
 			l.s = state{}
@@ -77,34 +84,40 @@ func (l *Limiter) Allow(cost int64) Decision { return l.AllowAt(time.Now(), cost
 // AllowAt decides a request of the given cost arriving at now, and spends
 // the cost if it is admitted. See Decision for what is reported.
 func (l *Limiter) AllowAt(now time.Time, cost int64) (d Decision) {
-	p := l.p.Load()
-	d.set(l.allowNanos(p, now.UnixNano(), cost), p.maxCost)
+	v, limit := l.allowNanos(now.UnixNano(), cost)
+	d.set(v, limit)
 	return d
 }
 
-func (l *Limiter) allowNanos(p *params, now, cost int64) verdict {
+// allowNanos decides under one configuration and returns its limit with
+// the verdict, so a Reconfigure landing meanwhile cannot mix the two. The
+// algorithm never changes, so the unlocked load chooses the branch.
+func (l *Limiter) allowNanos(now, cost int64) (verdict, int64) {
 	if cost < 0 {
 		cost = 0
 	}
+	p := l.p.Load()
 	switch p.alg {
 	case GCRA:
 		for {
 			tat := l.tat.Load()
 			next, v := p.gcra(tat, now, cost)
 			if next == tat || l.tat.CompareAndSwap(tat, next) {
-				return v
+				return v, p.maxCost
 			}
 		}
 	case SlidingLog:
 		l.mu.Lock()
-		v := l.p.Load().slidingLog(&l.log, now, cost)
+		p = l.p.Load()
+		v := p.slidingLog(&l.log, now, cost)
 		l.mu.Unlock()
-		return v
+		return v, p.maxCost
 	default:
 		l.mu.Lock()
-		v := l.p.Load().decide(&l.s, now, cost)
+		p = l.p.Load()
+		v := p.decide(&l.s, now, cost)
 		l.mu.Unlock()
-		return v
+		return v, p.maxCost
 	}
 }
 

@@ -42,6 +42,14 @@ type Pool struct {
 	// what was granted before it, so no node is granted more than the lease
 	// it reports holding, and a node holding nothing is granted nothing.
 	Learning bool
+	// LearnFromBases is the other form of learning mode, for rate rules:
+	// the pool divides no more than the claims' Bases add up to (what the
+	// nodes held when the new leader first heard from them), with the
+	// hand-over guard and Tolerance as usual, so that demand moving among
+	// the nodes is followed while grants the predecessor made to nodes
+	// not heard from yet stay covered. The worst case is (1 + Tolerance)²
+	// of the limit, for the learning period.
+	LearnFromBases bool
 }
 
 // Validate reports whether p can be allocated.
@@ -80,6 +88,9 @@ type Claim struct {
 	// window, for window pools; it cannot be taken back, so every grant
 	// includes it. Zero for rate pools.
 	Committed float64
+	// Base is what the node held when the allocator first heard from it
+	// as leader (Pool.LearnFromBases).
+	Base float64
 	// Grant is the result: the node's new lease.
 	Grant float64
 }
@@ -106,12 +117,29 @@ const floorFraction = 0.25
 // documentation): increases are scaled down so that Σ max(Held, Grant) ≤
 // Limit × (1 + Tolerance), and in learning mode Grant ≤ Held.
 func Allocate(p Pool, claims []Claim) {
+	one := [1]Class{{Claims: claims}}
+	p.Limit = p.learnedLimit(one[:])
 	if p.Strategy == EvenSplit {
 		evenSplit(p.Limit, claims)
 	} else {
 		split(p.Limit, claims)
 	}
-	guard(p, claims)
+	guard(p, one[:])
+}
+
+// learnedLimit is what the pool divides: its Limit, or under
+// LearnFromBases no more than the claims' bases add up to.
+func (p Pool) learnedLimit(classes []Class) float64 {
+	if !p.LearnFromBases {
+		return p.Limit
+	}
+	bases := 0.0
+	for i := range classes {
+		for _, c := range classes[i].Claims {
+			bases += clean(c.Base)
+		}
+	}
+	return math.Min(clean(p.Limit), bases)
 }
 
 // clean returns x if it is a positive, finite amount, and zero otherwise, so
@@ -211,15 +239,24 @@ func evenSplit(budget float64, claims []Claim) {
 	}
 }
 
-// guard makes grants safe to hand over: see Allocate.
-func guard(p Pool, claims []Claim) {
+// guard makes grants safe to hand over, counting every claim of the pool
+// at once: see Allocate.
+func guard(p Pool, classes []Class) {
 	if p.Learning {
-		learn(claims)
+		for i := range classes {
+			learn(classes[i].Claims)
+		}
 		return
 	}
-	held, increase := tally(claims)
+	held, increase := 0.0, 0.0
+	for i := range classes {
+		h, inc := tally(classes[i].Claims)
+		held, increase = held+h, increase+inc
+	}
 	if scale, ok := guardScale(p, held, increase); ok {
-		scaleIncreases(claims, scale)
+		for i := range classes {
+			scaleIncreases(classes[i].Claims, scale)
+		}
 	}
 }
 

@@ -57,28 +57,13 @@ type Allocator struct {
 // Under EvenSplit the classes are ignored: every node gets Limit ÷ nodes,
 // divided among its classes in proportion to its own demand for each.
 func (a *Allocator) AllocateFair(p Pool, classes []Class) {
+	p.Limit = p.learnedLimit(classes)
 	if p.Strategy == EvenSplit {
 		a.evenSplitFair(p.Limit, classes)
 	} else {
 		a.proportionalFair(p.Limit, classes)
 	}
-	// The hand-over guard counts every claim of the pool at once.
-	if p.Learning {
-		for i := range classes {
-			learn(classes[i].Claims)
-		}
-	} else {
-		held, increase := 0.0, 0.0
-		for i := range classes {
-			h, inc := tally(classes[i].Claims)
-			held, increase = held+h, increase+inc
-		}
-		if scale, ok := guardScale(p, held, increase); ok {
-			for i := range classes {
-				scaleIncreases(classes[i].Claims, scale)
-			}
-		}
-	}
+	guard(p, classes)
 	for i := range classes {
 		s := 0.0
 		for _, c := range classes[i].Claims {

@@ -162,7 +162,7 @@ func FallbackShare(mode FailMode, limit, lastGrant float64, nodes int) float64 {
 	case FailClosed:
 		return 0
 	}
-	return limit / float64(max(nodes, 1))
+	return UnleasedShare(limit, nodes)
 }
 
 // UnleasedShare is the allowance a node enforces for a key it holds no lease

@@ -345,3 +345,38 @@ func TestPropertyConvergence(t *testing.T) {
 		}
 	})
 }
+
+// TestPropertyLearnFromBases checks the rate-rule form of learning mode:
+// whatever the nodes held when first heard from (their bases), the pool
+// never has more outstanding than the bases plus the tolerance, nor than
+// the limit plus it.
+func TestPropertyLearnFromBases(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		f := genFleet(t)
+		if f.window {
+			t.Skip("window pools learn by Held (Pool.Learning)")
+		}
+		f.pool.Learning, f.pool.LearnFromBases = false, true
+		claims := append([]Claim(nil), f.claims...)
+		bases := 0.0
+		for i := range claims {
+			// A base is what the node held when first heard from; since
+			// then it may have given some back, never gained beyond it.
+			claims[i].Base = claims[i].Held * rapid.Float64Range(1, 1.5).Draw(t, "base")
+			bases += claims[i].Base
+		}
+		Allocate(f.pool, claims)
+		outstanding := 0.0
+		for _, c := range claims {
+			outstanding += math.Max(c.Held, c.Grant)
+		}
+		capacity := math.Min(f.pool.Limit, bases) * (1 + f.pool.Tolerance)
+		held := 0.0
+		for _, c := range claims {
+			held += c.Held
+		}
+		if outstanding > math.Max(capacity, held)*(1+eps) {
+			t.Fatalf("outstanding %v > min(limit, bases %v) × (1+tol) = %v", outstanding, bases, capacity)
+		}
+	})
+}

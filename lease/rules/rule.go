@@ -2,6 +2,8 @@ package rules
 
 import (
 	"fmt"
+	"google.golang.org/protobuf/proto"
+	"slices"
 	"strings"
 	"time"
 
@@ -221,11 +223,11 @@ func (r *Rule) BurstFor(limit float64) float64 {
 	if r.Algorithm == algo.TokenBucket && r.Burst == 0 {
 		return limit
 	}
-	if r.Limit <= 0 {
-		return 0
-	}
-	return float64(r.Burst) * limit / float64(r.Limit)
+	return lease.BurstShare(float64(r.Limit), float64(r.Burst), limit)
 }
+
+// Equal reports whether two rules are the same rule, field for field.
+func Equal(a, b *Rule) bool { return proto.Equal(ToProto(a), ToProto(b)) }
 
 // AlgoConfig returns the algorithm configuration for a limit.
 func (r *Rule) AlgoConfig(limit int64) algo.Config {
@@ -234,10 +236,10 @@ func (r *Rule) AlgoConfig(limit int64) algo.Config {
 
 // Matches reports whether the rule covers a request with these attributes.
 func (r *Rule) Matches(tenant, plan, route string) bool {
-	if len(r.Match.Tenants) > 0 && !contains(r.Match.Tenants, tenant) {
+	if len(r.Match.Tenants) > 0 && !slices.Contains(r.Match.Tenants, tenant) {
 		return false
 	}
-	if len(r.Match.Plans) > 0 && !contains(r.Match.Plans, plan) {
+	if len(r.Match.Plans) > 0 && !slices.Contains(r.Match.Plans, plan) {
 		return false
 	}
 	if len(r.Match.Routes) == 0 {
@@ -249,15 +251,6 @@ func (r *Rule) Matches(tenant, plan, route string) bool {
 				return true
 			}
 		} else if route == p {
-			return true
-		}
-	}
-	return false
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
 			return true
 		}
 	}

@@ -3,6 +3,7 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
 	"slices"
@@ -166,7 +167,7 @@ func (r *Rule) validatePlans(bad func(string, string, ...any)) {
 	if len(r.Plans) > maxMapLen {
 		bad("plans", "has %d entries; at most %d", len(r.Plans), maxMapLen)
 	}
-	for _, name := range sortedKeys(r.Plans) {
+	for _, name := range slices.Sorted(maps.Keys(r.Plans)) {
 		p := r.Plans[name]
 		field := "plans." + name
 		if name == "" || len(name) > maxStringLen {
@@ -189,7 +190,7 @@ func (r *Rule) validatePlans(bad func(string, string, ...any)) {
 	if len(r.Tenants) > maxMapLen {
 		bad("tenants", "has %d entries; at most %d", len(r.Tenants), maxMapLen)
 	}
-	for _, name := range sortedKeys(r.Tenants) {
+	for _, name := range slices.Sorted(maps.Keys(r.Tenants)) {
 		o := r.Tenants[name]
 		field := "tenants." + name
 		if name == "" || len(name) > maxStringLen {
@@ -210,7 +211,7 @@ func (r *Rule) validatePlans(bad func(string, string, ...any)) {
 
 func (r *Rule) validateRegions(bad func(string, string, ...any)) {
 	sum := 0.0
-	for _, name := range sortedKeys(r.Regions) {
+	for _, name := range slices.Sorted(maps.Keys(r.Regions)) {
 		f := r.Regions[name]
 		if name == "" || len(name) > maxStringLen {
 			bad("regions", "region names must be 1–%d bytes", maxStringLen)
@@ -223,13 +224,4 @@ func (r *Rule) validateRegions(bad func(string, string, ...any)) {
 	if sum > 1+1e-9 {
 		bad("regions", "fractions add up to %v; they divide one allowance, so at most 1", sum)
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -196,7 +196,7 @@ func (a *Agent) install(set *rules.Set) error {
 		if len(r.Regions) > 0 && !(r.Regions[a.cfg.Region] > 0) {
 			return fmt.Errorf("agent: rule %s divides its limit among regions %v, and this node's region %q has no share: add the region to the rule or run the node in one of those", r.Name, sortedRegions(r.Regions), a.cfg.Region)
 		}
-		if p := prev[r.Name]; p != nil && sameRule(&p.rule, &r) {
+		if p := prev[r.Name]; p != nil && rules.Equal(&p.rule, &r) {
 			rs.ruleData = p.ruleData
 		} else {
 			data, err := a.newRuleData(rs, nodes)
@@ -231,10 +231,6 @@ func sortedRegions(m map[string]float64) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-func sameRule(x, y *rules.Rule) bool {
-	return rules.ToProto(x).String() == rules.ToProto(y).String()
 }
 
 func (a *Agent) newRuleData(rs *ruleState, nodes int) (*ruleData, error) {

@@ -1,11 +1,15 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -306,7 +310,7 @@ func (r *reporter) request(c *compiled, now int64, urgent, leaving bool) (*allot
 		if hk.leased.Load() && !leaving {
 			d.Held, d.HeldEpoch, d.HeldSeq = hk.held, hk.epoch, hk.seq
 		}
-		if windowed(rs.rule.Algorithm) {
+		if rs.rule.Algorithm.Windowed() {
 			peek := hk.lim.AllowAt(nowT, 0)
 			d.Committed = float64(peek.Limit - peek.Remaining)
 			d.WindowUnixNano = nowT.Truncate(rs.rule.Period).UnixNano()
@@ -325,16 +329,19 @@ func (r *reporter) request(c *compiled, now int64, urgent, leaving bool) (*allot
 			add(rs, hk)
 		}
 		if rs.fair != nil {
-			for _, hk := range *rs.fair.classes.Load() {
+			// In a fixed order: the coordinator shares a global rule out
+			// class by class, breaking ties in the order classes arrive,
+			// so the same traffic must report them the same way.
+			classes := slices.Collect(maps.Values(*rs.fair.classes.Load()))
+			slices.SortFunc(classes, func(x, y *hotKey) int {
+				return cmp.Or(strings.Compare(x.tenant, y.tenant), cmp.Compare(x.priority, y.priority))
+			})
+			for _, hk := range classes {
 				add(rs, hk)
 			}
 		}
 	}
 	return req, held
-}
-
-func windowed(alg algo.Algorithm) bool {
-	return alg == algo.FixedWindow || alg == algo.SlidingWindow || alg == algo.SlidingLog
 }
 
 // answered applies a coordinator's answer.

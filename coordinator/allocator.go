@@ -5,9 +5,9 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
@@ -32,9 +32,10 @@ type allocator struct {
 	rules    map[string]*rules.Rule
 	epoch    uint64
 	learnEnd int64 // ns; learning mode until then
-	seq      uint64
 	nodes    map[string]*nodeInfo
-	byIndex  []string
+	next     int32 // index of the next new node; indexes are not reused
+
+	seq atomic.Uint64 // allocations, numbering grants
 
 	shards [allocShards]allocShard
 }
@@ -120,11 +121,12 @@ func newAllocator(region string, interval, ttl time.Duration) *allocator {
 // learn.
 func (a *allocator) lead(epoch uint64, now int64) {
 	a.mu.Lock()
-	a.epoch, a.learnEnd, a.seq = epoch, now+a.ttl, 0
+	a.epoch, a.learnEnd = epoch, now+a.ttl
 	if epoch <= 1 {
 		a.learnEnd = now
 	}
-	a.nodes, a.byIndex = map[string]*nodeInfo{}, nil
+	a.seq.Store(0)
+	a.nodes, a.next = map[string]*nodeInfo{}, 0
 	a.mu.Unlock()
 	for i := range a.shards {
 		sh := &a.shards[i]
@@ -150,7 +152,7 @@ func (a *allocator) setRules(set *rules.Set) {
 		sh := &a.shards[i]
 		sh.mu.Lock()
 		for k, p := range sh.pools {
-			if nr := byName[k.rule]; nr == nil || old[k.rule] == nil || !sameRule(nr, old[k.rule]) {
+			if nr := byName[k.rule]; nr == nil || old[k.rule] == nil || !rules.Equal(nr, old[k.rule]) {
 				delete(sh.pools, k)
 			} else {
 				p.rule = nr
@@ -158,10 +160,6 @@ func (a *allocator) setRules(set *rules.Set) {
 		}
 		sh.mu.Unlock()
 	}
-}
-
-func sameRule(a, b *rules.Rule) bool {
-	return rules.ToProto(a).String() == rules.ToProto(b).String()
 }
 
 func (a *allocator) shard(k poolKey) *allocShard {
@@ -192,9 +190,9 @@ func (a *allocator) report(node string, now int64, interval time.Duration, deman
 	a.mu.Lock()
 	info := a.nodes[node]
 	if info == nil {
-		info = &nodeInfo{index: int32(len(a.byIndex))}
+		info = &nodeInfo{index: a.next}
 		a.nodes[node] = info
-		a.byIndex = append(a.byIndex, node)
+		a.next++
 	}
 	info.lastSeen = now
 	epoch, learning := a.epoch, now < a.learnEnd
@@ -288,7 +286,7 @@ func (a *allocator) observe(p *pool, cl *claim, d *allotpb.KeyDemand, now int64,
 	cl.held = d.GetHeld()
 	if !cl.reported {
 		cl.base, cl.reported = cl.held, true
-		if learning && !windowed(p.rule.Algorithm) {
+		if learning && !p.rule.Algorithm.Windowed() {
 			// A new leader's first look at a node is one interval's count,
 			// noisy, and dividing by it would move shares back and forth
 			// (each decrease applied at once, each increase a report
@@ -297,7 +295,7 @@ func (a *allocator) observe(p *pool, cl *claim, d *allotpb.KeyDemand, now int64,
 			cl.est = max(cl.est, cl.held)
 		}
 	}
-	if windowed(p.rule.Algorithm) {
+	if p.rule.Algorithm.Windowed() {
 		switch w := d.GetWindowUnixNano(); {
 		case w > p.window:
 			// A new window: what was held and spent in the old one no
@@ -315,10 +313,6 @@ func (a *allocator) observe(p *pool, cl *claim, d *allotpb.KeyDemand, now int64,
 			cl.held = 0 // a report about an old window says nothing of this one
 		}
 	}
-}
-
-func windowed(alg algo.Algorithm) bool {
-	return alg == algo.FixedWindow || alg == algo.SlidingWindow || alg == algo.SlidingLog
 }
 
 func (p *pool) class(k classKey, r *rules.Rule, plan string) *class {
@@ -347,97 +341,59 @@ func (c *class) claim(node int32) *claim {
 
 // allocatePool divides one pool's allowance among its present claims.
 // Claims silent for longer than a lease period are dropped: their leases
-// have expired.
+// have expired; so are claims of nodes that left, except while learning,
+// when what they held still counts among the bases.
 func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bool) {
-	a.mu.Lock()
-	a.seq++
-	seq := a.seq
-	a.mu.Unlock()
-
-	pl := lease.Pool{Limit: p.limit, Tolerance: p.rule.Tol(), Learning: learning}
-	if learning && !windowed(p.rule.Algorithm) {
-		// A new leader cannot know what its predecessor granted to nodes
-		// that have not reported yet, so it hands out no more than the
-		// nodes that did report held when they first did. Within that, it
-		// re-divides by demand as usual: the guard lets a node grow only
-		// as others confirm they shrank. Capping each node at what it
-		// holds instead would ratchet the pool down for a whole lease
-		// period, every dip in a node's demand lost until learning ends.
-		// The intent's tolerance applies as it does outside learning, so
-		// that a node's increase need not wait for another's decrease to
-		// be confirmed (a dip of a second each time shares move); the
-		// predecessor's own tolerance may be in the bases already, so the
-		// worst case, for the learning period, is (1 + tolerance)² of the
-		// limit.
-		bases := 0.0
-		for _, c := range p.classes {
-			for i := range c.claims {
-				bases += c.claims[i].base
-			}
-		}
-		pl = lease.Pool{Limit: math.Min(p.limit, bases), Tolerance: p.rule.Tol()}
-	}
+	seq := a.seq.Add(1)
+	window := p.rule.Algorithm.Windowed()
+	// A new leader cannot know what its predecessor granted to nodes that
+	// have not reported yet. For window rules it grants no node more than
+	// it holds; for rate rules it divides no more than the reporting nodes
+	// held when they first did, and within that follows demand (see
+	// lease.Pool.LearnFromBases).
+	pl := lease.Pool{Limit: p.limit, Tolerance: p.rule.Tol(), Learning: learning && window, LearnFromBases: learning && !window}
 	present := func(cl *claim) bool { return cl.lastSeen > 0 && now-cl.lastSeen < 2*a.interval }
+	expired := func(cl claim) bool {
+		return now-cl.lastSeen >= a.ttl && !(cl.lastSeen == 0 && pl.LearnFromBases)
+	}
+	sh.claims, sh.classes = sh.claims[:0], sh.classes[:0]
 	demand := 0.0
 	for _, c := range p.classes {
-		for i := range c.claims {
-			if present(&c.claims[i]) {
-				demand += c.claims[i].est + c.claims[i].committed
-			}
-		}
-	}
-	p.contended = demand > p.limit
-	// Drop expired claims first.
-	for _, c := range p.classes {
-		c.claims = slices.DeleteFunc(c.claims, func(cl claim) bool { return cl.lastSeen == 0 || now-cl.lastSeen >= a.ttl })
-	}
-	if p.rule.Fair() {
-		sh.claims = sh.claims[:0]
-		for _, c := range p.classes {
-			for i := range c.claims {
-				cl := &c.claims[i]
-				sh.claims = append(sh.claims, lease.Claim{Node: cl.node, Present: present(cl), Demand: cl.est, Held: cl.held, Committed: cl.committed})
-			}
-		}
-		sh.classes = sh.classes[:0]
-		off := 0
-		for _, c := range p.classes {
-			n := len(c.claims)
-			sh.classes = append(sh.classes, lease.Class{Weight: c.weight, Priority: lease.Priority(c.key.priority), Claims: sh.claims[off : off+n : off+n]})
-			off += n
-		}
-		sh.alloc.AllocateFair(pl, sh.classes)
-		off = 0
-		for _, c := range p.classes {
-			for i := range c.claims {
-				c.claims[i].grant, c.claims[i].seq = sh.claims[off+i].Grant, seq
-			}
-			off += len(c.claims)
-		}
-	} else if len(p.classes) > 0 {
-		c := p.classes[0]
-		sh.claims = sh.claims[:0]
+		c.claims = slices.DeleteFunc(c.claims, expired)
 		for i := range c.claims {
 			cl := &c.claims[i]
-			sh.claims = append(sh.claims, lease.Claim{Node: cl.node, Present: present(cl), Demand: cl.est, Held: cl.held, Committed: cl.committed})
-		}
-		lease.Allocate(pl, sh.claims)
-		for i := range c.claims {
-			c.claims[i].grant, c.claims[i].seq = sh.claims[i].Grant, seq
-		}
-	}
-	p.dirty = false
-	if p.contended && !learning {
-		// The hand-over guard may have held increases back until others
-		// confirm their decreases: try again next round.
-		granted := 0.0
-		for _, c := range p.classes {
-			for i := range c.claims {
-				granted += c.claims[i].grant
+			lc := lease.Claim{Node: cl.node, Present: present(cl), Demand: cl.est, Held: cl.held, Committed: cl.committed, Base: cl.base}
+			if lc.Present {
+				demand += cl.est + cl.committed
 			}
+			sh.claims = append(sh.claims, lc)
 		}
-		p.dirty = granted < 0.999*p.limit
 	}
+	// Each class's claims, sliced once sh.claims has stopped growing.
+	off := 0
+	for _, c := range p.classes {
+		n := off + len(c.claims)
+		sh.classes = append(sh.classes, lease.Class{Weight: c.weight, Priority: lease.Priority(c.key.priority), Claims: sh.claims[off:n:n]})
+		off = n
+	}
+	p.contended = demand > p.limit
+	if p.rule.Fair() {
+		sh.alloc.AllocateFair(pl, sh.classes)
+	} else {
+		lease.Allocate(pl, sh.claims)
+	}
+	granted := 0.0
+	off = 0
+	for _, c := range p.classes {
+		for i := range c.claims {
+			c.claims[i].grant, c.claims[i].seq = sh.claims[off+i].Grant, seq
+			granted += c.claims[i].grant
+		}
+		off += len(c.claims)
+	}
+	// The hand-over guard may have held increases back until others
+	// confirm their decreases: try again next round.
+	p.dirty = p.contended && !learning && granted < 0.999*p.limit
 }
 
 // leaseFor builds the lease a claim's grant gives its node.
@@ -453,7 +409,7 @@ func (a *allocator) leaseFor(p *pool, c *class, cl *claim, d *allotpb.KeyDemand,
 		Epoch:           epoch,
 		Seq:             cl.seq,
 	}
-	if windowed(p.rule.Algorithm) {
+	if p.rule.Algorithm.Windowed() {
 		l.WindowUnixNano = p.window
 	}
 	return l
@@ -461,18 +417,15 @@ func (a *allocator) leaseFor(p *pool, c *class, cl *claim, d *allotpb.KeyDemand,
 
 // round re-divides every pool that changed since the last round, and every
 // pool at all once per lease period so that silent nodes' leases are
-// reclaimed. It returns how many pools it allocated and how many are held.
-func (a *allocator) round(now int64, full bool) (allocated, active int) {
-	a.mu.Lock()
-	learning := now < a.learnEnd
-	a.mu.Unlock()
+// reclaimed. It returns how many pools are held.
+func (a *allocator) round(now int64, full bool) (active int) {
+	learning := a.learning(now)
 	for i := range a.shards {
 		sh := &a.shards[i]
 		sh.mu.Lock()
 		for k, p := range sh.pools {
 			if p.dirty || full {
 				a.allocatePool(sh, p, now, learning)
-				allocated++
 			}
 			if p.empty() {
 				delete(sh.pools, k)
@@ -491,7 +444,7 @@ func (a *allocator) round(now int64, full bool) (allocated, active int) {
 		}
 		a.mu.Unlock()
 	}
-	return allocated, active
+	return active
 }
 
 // burstShare is a grant's part of the pool's burst: the rule's burst,
@@ -517,19 +470,13 @@ func (a *allocator) learning(now int64) bool {
 	return now < a.learnEnd
 }
 
-// counts returns how many pools are held and how many are waiting for the
-// next round.
-func (a *allocator) counts() (dirty, active int) {
+// activeKeys returns how many pools are held.
+func (a *allocator) activeKeys() (active int) {
 	for i := range a.shards {
 		sh := &a.shards[i]
 		sh.mu.Lock()
-		for _, p := range sh.pools {
-			active++
-			if p.dirty {
-				dirty++
-			}
-		}
+		active += len(sh.pools)
 		sh.mu.Unlock()
 	}
-	return dirty, active
+	return active
 }

@@ -152,7 +152,7 @@ func (c *Coordinator) lead(ctx context.Context) {
 				lastFull = now
 			}
 			start := time.Now()
-			_, active := c.alloc.round(now.UnixNano(), full)
+			active := c.alloc.round(now.UnixNano(), full)
 			c.metrics.roundSeconds.Observe(time.Since(start).Seconds())
 			c.metrics.activeKeys.Set(float64(active))
 			c.metrics.activeAgents.Set(float64(c.alloc.nodeCount(now.UnixNano())))
@@ -208,7 +208,7 @@ func sameRules(a, b *rules.Set) bool {
 		return false
 	}
 	for i := range a.Rules() {
-		if !sameRule(&a.Rules()[i], &b.Rules()[i]) {
+		if !rules.Equal(&a.Rules()[i], &b.Rules()[i]) {
 			return false
 		}
 	}

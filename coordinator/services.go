@@ -314,7 +314,7 @@ func (c *Coordinator) Status() *allotpb.StatusResponse {
 	if c.leading.Load() {
 		st.Learning = c.alloc.learning(now)
 		st.Agents = uint32(c.alloc.nodeCount(now))
-		_, active := c.alloc.counts()
+		active := c.alloc.activeKeys()
 		st.ActiveKeys = uint64(active)
 	}
 	c.fsm.read(func(s *state) {

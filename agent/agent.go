@@ -35,12 +35,14 @@ type Agent struct {
 
 	prioHash [256]algo.Hash // mixed into a tenant's hash to name a class
 
-	rep     *reporter // nil when standalone
-	early   chan struct{}
-	stop    chan struct{}
-	wg      sync.WaitGroup
-	closed  atomic.Bool
-	metrics *metrics
+	rep   *reporter // nil when standalone
+	early chan struct{}
+	// lastEarly is when the last early report went, on the agent's clock.
+	lastEarly atomic.Int64
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closed    atomic.Bool
+	metrics   *metrics
 }
 
 // compiled is a rule set ready to enforce, with its usage counters.
@@ -136,13 +138,25 @@ func (a *Agent) Deliver(x *Exchange, resp *allotpb.ReportResponse, err error) {
 
 // WantsEarlyReport reports, once, that a leased key is running low and an
 // early (urgent) report is due: for callers driving reports themselves.
+// Like the agent's own reporter, it says so at most ten times an interval.
 func (a *Agent) WantsEarlyReport() bool {
 	select {
 	case <-a.early:
-		return true
+		return a.earlyDue()
 	default:
 		return false
 	}
+}
+
+// earlyDue reports whether an early report may go now, at most ten an
+// interval on the agent's clock, and if so counts it.
+func (a *Agent) earlyDue() bool {
+	now := a.clock.local()
+	if last := a.lastEarly.Load(); last != 0 && now-last < int64(a.interval()/10) {
+		return false
+	}
+	a.lastEarly.Store(now)
+	return true
 }
 
 // Ready is closed once the agent enforces rules.
@@ -196,7 +210,13 @@ func (a *Agent) install(set *rules.Set) error {
 		if len(r.Regions) > 0 && !(r.Regions[a.cfg.Region] > 0) {
 			return fmt.Errorf("agent: rule %s divides its limit among regions %v, and this node's region %q has no share: add the region to the rule or run the node in one of those", r.Name, sortedRegions(r.Regions), a.cfg.Region)
 		}
-		if p := prev[r.Name]; p != nil && rules.Equal(&p.rule, &r) {
+		p := prev[r.Name]
+		if p != nil {
+			// A rule kept by name keeps its totals, changed or not.
+			c.totals[i].admitted.Store(old.totals[p.index].admitted.Load())
+			c.totals[i].denied.Store(old.totals[p.index].denied.Load())
+		}
+		if p != nil && rules.Equal(&p.rule, &r) {
 			rs.ruleData = p.ruleData
 		} else {
 			data, err := a.newRuleData(rs, nodes)
@@ -207,16 +227,6 @@ func (a *Agent) install(set *rules.Set) error {
 		}
 		c.rules = append(c.rules, rs)
 		c.names = append(c.names, r.Name)
-	}
-	if old != nil {
-		for i, name := range c.names {
-			for j, oname := range old.names {
-				if name == oname {
-					c.totals[i].admitted.Store(old.totals[j].admitted.Load())
-					c.totals[i].denied.Store(old.totals[j].denied.Load())
-				}
-			}
-		}
 	}
 	c.usage = newUsageTable(len(c.rules), a.cfg.MaxTenants)
 	a.rules.Store(c)
@@ -374,7 +384,6 @@ func (a *Agent) housekeep() {
 	t := time.NewTicker(a.cfg.ReportInterval)
 	defer t.Stop()
 	lastSweep := time.Now()
-	discard := map[usageKey]*usageCounts{}
 	for {
 		select {
 		case <-a.stop:
@@ -386,8 +395,7 @@ func (a *Agent) housekeep() {
 			continue
 		}
 		if a.rep == nil {
-			c.usage.cut(c.names, 0, discard, c.totals, nil)
-			clear(discard)
+			c.usage.cut(c.names, 0, nil, c.totals, nil)
 		}
 		if time.Since(lastSweep) >= time.Minute {
 			lastSweep = time.Now()

@@ -33,11 +33,9 @@ type hotKey struct {
 
 	// Lease state, touched only by the reporter goroutine.
 	held    float64 // the lease's limit, per period
-	burst   float64
 	epoch   uint64
 	seq     uint64
 	expires int64 // ns, coordinators' clock
-	window  int64 // window algorithms: the lease's window
 	idle    int   // reports in a row with no traffic
 }
 
@@ -200,10 +198,12 @@ func newHotKey(rs *ruleState, st *limitStore, pk pendingKey, since int64, seed f
 }
 
 // applyLease makes a lease the key's limit, if it is newer than the one
-// held. A lease granting nothing (a new leader learning, or a node with no
-// demand left) returns the key to its unleased share.
-func (hk *hotKey) applyLease(rs *ruleState, l lease.Lease, now time.Time) {
-	if hk.leased.Load() && !l.Supersedes(lease.Lease{Epoch: hk.epoch, Seq: hk.seq}) {
+// held, or if the cluster was restored from a backup (its epoch went
+// backwards: its leases are the truth now). A lease granting nothing (a
+// new leader learning, or a node with no demand left) returns the key to
+// its unleased share.
+func (hk *hotKey) applyLease(rs *ruleState, l lease.Lease, restored bool, now time.Time) {
+	if !restored && hk.leased.Load() && !l.Supersedes(lease.Lease{Epoch: hk.epoch, Seq: hk.seq}) {
 		hk.expires = max(hk.expires, l.Expires.UnixNano())
 		return
 	}
@@ -212,12 +212,8 @@ func (hk *hotKey) applyLease(rs *ruleState, l lease.Lease, now time.Time) {
 		hk.epoch, hk.seq = l.Epoch, l.Seq
 		return
 	}
-	hk.held, hk.burst = l.Limit, l.Burst
+	hk.held = l.Limit
 	hk.epoch, hk.seq, hk.expires = l.Epoch, l.Seq, l.Expires.UnixNano()
-	hk.window = l.Window.UnixNano()
-	if l.Window.IsZero() {
-		hk.window = 0
-	}
 	hk.resize(rs, l.Limit, l.Burst, now)
 	hk.shown.Store(math.Float64bits(l.Limit))
 	hk.leased.Store(true)
@@ -244,6 +240,14 @@ func (hk *hotKey) allow(a *Agent, now time.Time, cost int64) result {
 	r := fromAlgo(&d)
 	hk.observe(a, r, cost)
 	return r
+}
+
+// expire unleases the key if its lease has expired at now (coordinators'
+// clock, ns).
+func (hk *hotKey) expire(rs *ruleState, now int64) {
+	if hk.leased.Load() && hk.expires <= now {
+		hk.unlease(rs, time.Unix(0, now))
+	}
 }
 
 // unlease reverts a key whose lease expired to the unleased share.

@@ -77,7 +77,6 @@ func (r *reporter) run() {
 	defer ticker.Stop()
 	boundary := time.NewTimer(r.untilBoundary())
 	defer boundary.Stop()
-	lastEarly := time.Time{}
 	for {
 		select {
 		case <-r.quit:
@@ -97,8 +96,7 @@ func (r *reporter) run() {
 		case <-a.early:
 			// A leased key runs low: report early, at most ten times an
 			// interval.
-			if time.Since(lastEarly) >= interval/10 {
-				lastEarly = time.Now()
+			if a.earlyDue() {
 				r.cycle(true)
 			}
 		}
@@ -109,6 +107,16 @@ func (r *reporter) untilBoundary() time.Duration {
 	w := int64(r.window)
 	now := r.a.clock.now()
 	return time.Duration(w - now%w + int64(time.Millisecond))
+}
+
+// seal makes what was accumulated the next usage batch, once the previous
+// one has been acknowledged.
+func (r *reporter) seal(now int64) {
+	if r.pending == nil && len(r.acc) > 0 {
+		r.seq++
+		r.pending = batch(r.seq, now, r.acc)
+		r.acc = map[usageKey]*usageCounts{}
+	}
 }
 
 // cut moves the usage counters into the accumulator, under the billing
@@ -229,11 +237,7 @@ func (r *reporter) prepare(urgent bool) *Exchange {
 		if busy := r.cutPicking(nowT, pick); promote != nil {
 			promote(busy)
 		}
-		if r.pending == nil && len(r.acc) > 0 {
-			r.seq++
-			r.pending = batch(r.seq, now, r.acc)
-			r.acc = map[usageKey]*usageCounts{}
-		}
+		r.seal(now)
 	}
 	if c != nil {
 		// Keys that asked for a lease become hot now, and start counting.
@@ -453,15 +457,7 @@ func (r *reporter) applyLeases(c *compiled, resp *allotpb.ReportResponse, held [
 			continue
 		}
 		l := lease.Lease{Limit: pl.GetLimit(), Burst: pl.GetBurst(), Expires: time.Unix(0, pl.GetExpiresUnixNano()), Epoch: pl.GetEpoch(), Seq: pl.GetSeq()}
-		if w := pl.GetWindowUnixNano(); w != 0 {
-			l.Window = time.Unix(0, w)
-		}
-		if resp.GetEpoch() < hk.epoch {
-			// The cluster's epoch went backwards: it was restored from a
-			// backup. Its leases are the truth now.
-			hk.leased.Store(false)
-		}
-		hk.applyLease(rs, l, time.Unix(0, now))
+		hk.applyLease(rs, l, resp.GetEpoch() < hk.epoch, time.Unix(0, now))
 		got[hk] = true
 	}
 	for _, hk := range held {
@@ -474,9 +470,7 @@ func (r *reporter) applyLeases(c *compiled, resp *allotpb.ReportResponse, held [
 			continue
 		}
 		for _, hk := range *rs.hot.Load() {
-			if hk.leased.Load() && hk.expires <= now {
-				hk.unlease(rs, time.Unix(0, now))
-			}
+			hk.expire(rs, now)
 		}
 		if rs.fair != nil {
 			r.fairTotal(rs, now)
@@ -489,9 +483,7 @@ func (r *reporter) applyLeases(c *compiled, resp *allotpb.ReportResponse, held [
 func (r *reporter) fairTotal(rs *ruleState, now int64) {
 	total, leased := 0.0, false
 	for _, hk := range *rs.fair.classes.Load() {
-		if hk.leased.Load() && hk.expires <= now {
-			hk.unlease(rs, time.Unix(0, now))
-		}
+		hk.expire(rs, now)
 		if hk.leased.Load() {
 			total += hk.held
 			leased = true
@@ -517,7 +509,6 @@ func (r *reporter) failed(now int64, err error) {
 	if c == nil {
 		return
 	}
-	nodes := int(a.nodes.Load())
 	for _, rs := range c.rules {
 		if !rs.coordinated {
 			continue
@@ -535,7 +526,7 @@ func (r *reporter) failed(now int64, err error) {
 				for _, hk := range *rs.fair.classes.Load() {
 					hk.unlease(rs, time.Unix(0, now))
 				}
-				rs.def.setShare(&rs.rule, rs.shareOf(rs.def.limit, a.cfg.Region, nodes), time.Unix(0, now))
+				r.fairTotal(rs, now) // no class leased: the unleased share
 			}
 		case lease.FailOpen:
 			// Keep serving on the last lease, however old.
@@ -587,11 +578,7 @@ func (r *reporter) shutdown(ctx context.Context) error {
 	r.cut(time.Unix(0, now))
 	var lastErr error
 	for attempt := 0; ctx.Err() == nil; attempt++ {
-		if r.pending == nil && len(r.acc) > 0 {
-			r.seq++
-			r.pending = batch(r.seq, now, r.acc)
-			r.acc = map[usageKey]*usageCounts{}
-		}
+		r.seal(now)
 		last := r.pending == nil || len(r.acc) == 0
 		req, _ := r.request(a.rules.Load(), a.clock.now(), false, last)
 		resp, err := r.transport.Report(ctx, req)

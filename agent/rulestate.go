@@ -253,17 +253,16 @@ func (rs *ruleState) check(a *Agent, req *Request, rh *reqHashes, now time.Time,
 			return refused(a.interval())
 		}
 	}
-	st := rs.store(req)
 	if rs.fair != nil {
-		return rs.fair.check(a, rs, st, req, rh, now, cost)
+		return rs.fair.check(a, rs, rs.store(req), req, rh, now, cost)
 	}
 	h := rs.keyHash(a, rh, req)
 	if hm := *rs.hot.Load(); len(hm) > 0 {
 		if hk := hm[h]; hk != nil {
-			return hk.allow(a, now, cost)
+			return hk.allow(a, now, cost) // a leased key needs no store
 		}
 	}
-	d := st.keyed.AllowHashAt(h, now, cost)
+	d := rs.store(req).keyed.AllowHashAt(h, now, cost)
 	r := fromAlgo(&d)
 	// A key that has used half its unleased share, or been refused, may
 	// need more than an even share: ask for a lease in the background.

@@ -89,7 +89,8 @@ type tenantCount struct {
 // folds new tenants into the lock-free map. Tenants idle for many cuts are
 // forgotten, so the table holds the tenants of the last few minutes. It
 // returns the counts pick (when set) picks out, for the reporter to act on
-// once the table's locks are released.
+// once the table's locks are released. With acc nil only the totals are
+// kept.
 func (t *usageTable) cut(names []string, window int64, acc map[usageKey]*usageCounts, totals []ruleTotals, pick func(rule int, adm, den int64) bool) []tenantCount {
 	var counted []tenantCount
 	old := *t.snap.Load()
@@ -122,6 +123,9 @@ func (t *usageTable) cut(names []string, window int64, acc map[usageKey]*usageCo
 			}
 			totals[r].admitted.Add(adm)
 			totals[r].denied.Add(den)
+			if acc == nil {
+				continue // totals only (a standalone agent bills nobody)
+			}
 			k := usageKey{rule: names[r], tenant: tu.name, window: window}
 			c := acc[k]
 			if c == nil {

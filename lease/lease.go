@@ -8,16 +8,15 @@ import "time"
 // Amounts are in the rule's own units: Limit is per the rule's period, as
 // the rule's limit is. For rate algorithms (token bucket, GCRA) the node
 // enforces Limit per period with a Burst of its own; for window algorithms
-// it may admit Limit in the window that starts at Window, including what it
-// had already admitted there.
+// it may admit Limit in the current window (on the coordinators' clock),
+// including what it had already admitted there.
 type Lease struct {
 	Node string
 	Rule string
 	Key  string
 
-	Limit  float64   // the node's share of the rule's limit, per period
-	Burst  float64   // the node's share of the burst (rate algorithms)
-	Window time.Time // the window the count is for (window algorithms); zero otherwise
+	Limit float64 // the node's share of the rule's limit, per period
+	Burst float64 // the node's share of the burst (rate algorithms)
 
 	Expires time.Time
 	// Epoch is the coordinator epoch that issued the lease; it increases

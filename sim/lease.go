@@ -32,11 +32,10 @@ type quotaLease struct {
 
 // simNode is one gateway.
 type simNode struct {
-	id        int
-	agent     *agent.Agent
-	clock     *simClock
-	lastEarly time.Duration
-	gone      bool
+	id    int
+	agent *agent.Agent
+	clock *simClock
+	gone  bool
 }
 
 // simClock is a node's clock: the virtual time, plus the node's skew.
@@ -126,10 +125,9 @@ func (q *quotaLease) decide(at time.Duration, node, tenant int) bool {
 	nd := q.nodes[node]
 	nd.clock.skew.Store(int64(q.e.skew(at, node)))
 	d := nd.agent.Check(agent.Request{Tenant: q.e.tenants[tenant], Plan: q.e.plans[tenant], Cost: 1})
-	// A leased key running low asks for an early report, at most ten an
-	// interval.
-	if nd.agent.WantsEarlyReport() && at-nd.lastEarly >= q.e.s.Interval/10 {
-		nd.lastEarly = at
+	// A leased key running low asks for an early report (the agent allows
+	// at most ten an interval).
+	if nd.agent.WantsEarlyReport() {
 		q.send(at, nd, true)
 	}
 	return d.Allowed

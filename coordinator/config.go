@@ -19,6 +19,9 @@ const (
 	DefaultAgentTimeout   = 15 * time.Minute
 	DefaultMaxReportBytes = 8 << 20
 	DefaultMaxReportKeys  = 200_000
+	// DefaultLeaseIntervals is a lease's length in report intervals, when
+	// LeaseTTL is not set; a new leader learns for as long.
+	DefaultLeaseIntervals = 5
 )
 
 // ErrInvalidConfig is wrapped by every configuration error.
@@ -176,7 +179,7 @@ func (c *Config) withDefaults() (Config, error) {
 		cfg.ReportInterval = DefaultReportInterval
 	}
 	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = 5 * cfg.ReportInterval
+		cfg.LeaseTTL = DefaultLeaseIntervals * cfg.ReportInterval
 	}
 	if cfg.LeaseTTL < 2*cfg.ReportInterval {
 		return cfg, bad("LeaseTTL", "%v is shorter than two report intervals (%v): leases would expire between reports", cfg.LeaseTTL, 2*cfg.ReportInterval)

@@ -25,7 +25,8 @@ type Engine struct {
 type EngineConfig struct {
 	Region         string
 	ReportInterval time.Duration // default 1s
-	LeaseTTL       time.Duration // default 5 × ReportInterval
+	LeaseTTL       time.Duration // default DefaultLeaseIntervals × ReportInterval
+	RoundInterval  time.Duration // default ReportInterval / 4, as Config's
 	BillingWindow  time.Duration // default 1h
 	Rules          []rules.Rule
 }
@@ -36,7 +37,10 @@ func NewEngine(cfg EngineConfig, now time.Time) (*Engine, error) {
 		cfg.ReportInterval = DefaultReportInterval
 	}
 	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = 5 * cfg.ReportInterval
+		cfg.LeaseTTL = DefaultLeaseIntervals * cfg.ReportInterval
+	}
+	if cfg.RoundInterval == 0 {
+		cfg.RoundInterval = cfg.ReportInterval / 4
 	}
 	if cfg.BillingWindow == 0 {
 		cfg.BillingWindow = DefaultBillingWindow
@@ -105,6 +109,9 @@ func (e *Engine) Round(now time.Time) {
 	}
 	e.alloc.round(now.UnixNano(), full)
 }
+
+// RoundInterval is how often the caller should call Round.
+func (e *Engine) RoundInterval() time.Duration { return e.cfg.RoundInterval }
 
 // Learning reports whether the engine is in learning mode at now.
 func (e *Engine) Learning(now time.Time) bool { return e.alloc.learning(now.UnixNano()) }

@@ -65,8 +65,6 @@ func newQuotaLease(e *env) (*quotaLease, error) {
 	return q, nil
 }
 
-func (q *quotaLease) name() string { return "quota-lease" }
-
 // engineTransport carries a report straight to the engine at the current
 // virtual time; agents use it only when closing.
 type engineTransport struct{ q *quotaLease }
@@ -123,7 +121,6 @@ func (q *quotaLease) fleet(at time.Duration, n int) {
 func (q *quotaLease) decide(at time.Duration, node, tenant int) bool {
 	q.now.Store(int64(at))
 	nd := q.nodes[node]
-	nd.clock.skew.Store(int64(q.e.skew(at, node)))
 	d := nd.agent.Check(agent.Request{Tenant: q.e.tenants[tenant], Plan: q.e.plans[tenant], Cost: 1})
 	// A leased key running low asks for an early report (the agent allows
 	// at most ten an interval).
@@ -186,7 +183,7 @@ func (q *quotaLease) advance(at time.Duration) {
 // round runs an allocation round and schedules the next.
 func (q *quotaLease) round(at time.Duration) {
 	q.engine.Round(q.e.time(at))
-	next := at + q.e.s.Interval/4
+	next := at + q.engine.RoundInterval()
 	heap.Push(&q.queue, event{at: next, fn: func() { q.round(next) }})
 }
 
@@ -203,6 +200,9 @@ func (q *quotaLease) report(at time.Duration, nd *simNode) {
 
 // failover makes the coordinator elect a new leader at a time.
 func (q *quotaLease) failover(at time.Duration) { q.engine.Failover(q.e.time(at)) }
+
+// skew sets a node's clock off by a duration from the virtual time.
+func (q *quotaLease) skew(node int, by time.Duration) { q.nodes[node].clock.skew.Store(int64(by)) }
 
 func (q *quotaLease) messages() int64 { return q.msgs }
 func (q *quotaLease) trips() int64    { return 0 }

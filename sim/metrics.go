@@ -4,7 +4,9 @@ import (
 	"math"
 	"time"
 
+	"github.com/allot-io/allot/coordinator"
 	"github.com/allot-io/allot/lease"
+	"github.com/allot-io/allot/lease/rules"
 )
 
 // Result is what one strategy did with one scenario.
@@ -86,7 +88,6 @@ type meter struct {
 	offered  []int64            // same
 	cur      Window             // the current window, summed
 	windows  []Window           // closed windows
-	slotLen  time.Duration      // reporting interval, for convergence
 	slots    map[int64][2]int64 // shifted tenant: per slot, admitted and offered
 	shiftAt  time.Duration
 	shifted  int
@@ -98,66 +99,24 @@ type meter struct {
 	// the limit" when less than the limit was admitted in the trailing
 	// period, while a window limit is when less was admitted in the current
 	// window.
-	trailing []*ring
-	rate     bool
+	trailing []*Trailing
 }
 
-// ring counts events over a sliding period in buckets: one more than
-// ringBuckets, so the count always covers the whole trailing period (and
-// at most one bucket more).
-type ring struct {
-	buckets []int64
-	width   time.Duration
-	head    int64 // index of the newest bucket, as a count of widths
-	sum     int64
-}
-
+// ringBuckets is the trailing counters' resolution: 0.1% of a period.
 const ringBuckets = 1000
 
 // rateSlack is how far below a rate limit the trailing period's admissions
 // must be for a refusal to count as wrongful.
 const rateSlack = 0.99
 
-func newRing(period time.Duration, n int) *ring {
-	return &ring{buckets: make([]int64, n+1), width: max(period/time.Duration(n), 1)}
-}
-
-// advance moves the ring to the bucket holding at, forgetting old ones.
-func (r *ring) advance(at time.Duration) {
-	idx := int64(at / r.width)
-	if idx-r.head >= int64(len(r.buckets)) {
-		clear(r.buckets)
-		r.sum, r.head = 0, idx
-		return
-	}
-	for r.head < idx {
-		r.head++
-		b := &r.buckets[r.head%int64(len(r.buckets))]
-		r.sum -= *b
-		*b = 0
-	}
-}
-
-func (r *ring) add(at time.Duration) {
-	r.advance(at)
-	r.buckets[r.head%int64(len(r.buckets))]++
-	r.sum++
-}
-
-// count is what was admitted in the trailing period up to at.
-func (r *ring) count(at time.Duration) int64 {
-	r.advance(at)
-	return r.sum
-}
-
+// spanMeter counts, per request, the wrongful denials during an event.
 type spanMeter struct {
-	from, to                           time.Duration
-	due, admitted, wrong, reqs, leaked int64
-	peak                               float64
+	from, to    time.Duration
+	wrong, reqs int64
 }
 
-func newMeter(s *Scenario, r limitInfo) *meter {
-	m := &meter{s: s, period: r.period, limit: r.limit, global: r.global, window: -1, slotLen: s.Interval, shifted: -1}
+func newMeter(s *Scenario, r *rules.Rule) *meter {
+	m := &meter{s: s, period: r.Period, limit: r.Limit, global: r.Scope == rules.Global, window: -1, shifted: -1}
 	n := s.Tenants.Count
 	if m.global {
 		m.admitted, m.offered = make([]int64, 1), make([]int64, 1)
@@ -165,15 +124,14 @@ func newMeter(s *Scenario, r limitInfo) *meter {
 		m.admitted, m.offered = make([]int64, n), make([]int64, n)
 	}
 	m.total, m.demand = make([]int64, n), make([]int64, n)
-	m.rate = r.rate
-	if m.rate {
-		m.trailing = make([]*ring, len(m.admitted))
+	if !r.Algorithm.Windowed() {
+		m.trailing = make([]*Trailing, len(m.admitted))
 		n := ringBuckets
 		if len(m.trailing) > 1000 {
 			n = 100 // bounded memory for many tenants: 1% resolution
 		}
 		for i := range m.trailing {
-			m.trailing[i] = newRing(m.period, n)
+			m.trailing[i] = NewTrailing(m.period, n)
 		}
 	}
 	for _, e := range s.Events {
@@ -188,23 +146,12 @@ func newMeter(s *Scenario, r limitInfo) *meter {
 			m.span = &spanMeter{from: e.At, to: e.At + e.Partition.For}
 		}
 		if e.Failover {
-			m.span = &spanMeter{from: e.At, to: e.At + failoverSpan*s.Interval}
+			// The new leader learns for a lease period and needs one more
+			// interval to hand out what it learned.
+			m.span = &spanMeter{from: e.At, to: e.At + time.Duration(coordinator.DefaultLeaseIntervals+1)*s.Interval}
 		}
 	}
 	return m
-}
-
-// failoverSpan is how many intervals after a failover count as its
-// event: the new leader learns for a lease period (5 intervals) and needs
-// one more to hand out what it learned.
-const failoverSpan = 6
-
-// limitInfo is what the meter needs of the rule.
-type limitInfo struct {
-	limit  int64
-	period time.Duration
-	global bool
-	rate   bool // token bucket or GCRA, not a window algorithm
 }
 
 // record counts one decision.
@@ -231,17 +178,17 @@ func (m *meter) record(at time.Duration, tenant int, allowed bool) {
 		if after {
 			m.total[tenant]++
 		}
-		if m.rate {
-			m.trailing[slot].add(at)
+		if m.trailing != nil {
+			m.trailing[slot].Add(at)
 		}
 	} else {
 		m.cur.Denied++
 		under := m.admitted[slot] < m.limit
-		if m.rate {
+		if m.trailing != nil {
 			// A rate limit refills continuously, so even an exact one sits
 			// a request or two below its limit in any trailing period:
 			// only a shortfall of more than 1% counts.
-			under = float64(m.trailing[slot].count(at)) < rateSlack*float64(m.limit)
+			under = float64(m.trailing[slot].Count(at)) < rateSlack*float64(m.limit)
 		}
 		if under {
 			wrongful = true
@@ -249,7 +196,7 @@ func (m *meter) record(at time.Duration, tenant int, allowed bool) {
 		}
 	}
 	if tenant == m.shifted {
-		k := int64(at / m.slotLen)
+		k := int64(at / m.s.Interval)
 		v := m.slots[k]
 		v[1]++
 		if allowed {
@@ -282,57 +229,63 @@ func (m *meter) close() {
 		peak = math.Max(peak, float64(m.admitted[i])/float64(m.limit))
 	}
 	m.cur.Start, m.cur.Peak = start, peak
-	if sp := m.span; sp != nil && start >= sp.from && start+m.period <= sp.to {
-		sp.due += m.cur.Due
-		sp.admitted += m.cur.Admitted
-		sp.leaked += m.cur.Leaked
-		sp.peak = math.Max(sp.peak, peak)
-	}
 	m.windows = append(m.windows, m.cur)
 	m.cur = Window{}
 	clear(m.admitted)
 	clear(m.offered)
 }
 
+// sums are a run's window figures added up over part of it.
+type sums struct {
+	due, admitted, wrong, leaked, reqs int64
+	peak                               float64
+}
+
+// sum adds up the windows that lie wholly within [from, to).
+func (m *meter) sum(from, to time.Duration) (t sums) {
+	for _, w := range m.windows {
+		if w.Start < from || w.Start+m.period > to {
+			continue
+		}
+		t.due += w.Due
+		t.admitted += w.Admitted
+		t.wrong += w.Wrongful
+		t.leaked += w.Leaked
+		t.reqs += w.Offered
+		t.peak = math.Max(t.peak, w.Peak)
+	}
+	return t
+}
+
+// ratio is a ÷ b, or 0 when b is.
+func ratio(a, b int64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
 // result sums the run after the warm-up.
 func (m *meter) result(name string, duration time.Duration) *Result {
 	m.close()
 	r := &Result{Strategy: name, Windows: m.windows}
-	var due, admitted, wrong, reqs, leaked int64
 	for _, w := range m.windows {
 		r.Requests += w.Offered
 		r.Admitted += w.Admitted
 		r.Denied += w.Denied
-		if w.Start < m.s.Warmup || w.Start+m.period > duration {
-			continue
-		}
-		due += w.Due
-		admitted += w.Admitted
-		wrong += w.Wrongful
-		leaked += w.Leaked
-		reqs += w.Offered
-		r.PeakOvershoot = math.Max(r.PeakOvershoot, w.Peak)
 	}
-	if due > 0 {
-		r.AdmittedRatio = float64(admitted) / float64(due)
-	}
-	if reqs > 0 {
-		r.WrongfulDenials = float64(wrong) / float64(reqs)
-		r.Leaked = float64(leaked) / float64(reqs)
-	}
+	run := m.sum(m.s.Warmup, duration)
+	r.AdmittedRatio, r.PeakOvershoot = ratio(run.admitted, run.due), run.peak
+	r.WrongfulDenials, r.Leaked = ratio(run.wrong, run.reqs), ratio(run.leaked, run.reqs)
 	if m.shifted >= 0 {
 		r.ConvergenceIntervals = m.convergence()
 	}
 	if sp := m.span; sp != nil {
-		out := &Span{From: sp.from, To: sp.to, PeakOvershoot: sp.peak}
-		if sp.due > 0 {
-			out.AdmittedRatio = float64(sp.admitted) / float64(sp.due)
-		}
-		if sp.reqs > 0 {
-			out.WrongfulDenials = float64(sp.wrong) / float64(sp.reqs)
-			out.Leaked = float64(sp.leaked) / float64(sp.reqs)
-		}
-		r.During = out
+		// Wrongful denials are counted per request in the span itself;
+		// the rest, from the windows wholly inside it.
+		ev := m.sum(sp.from, sp.to)
+		r.During = &Span{From: sp.from, To: sp.to, AdmittedRatio: ratio(ev.admitted, ev.due), PeakOvershoot: ev.peak,
+			WrongfulDenials: ratio(sp.wrong, sp.reqs), Leaked: ratio(ev.leaked, sp.reqs)}
 	}
 	if m.global {
 		f := m.fairness()
@@ -344,8 +297,8 @@ func (m *meter) result(name string, duration time.Duration) *Result {
 // convergence counts reporting intervals from the shift until the shifted
 // tenant first gets 99% of what it is due in an interval.
 func (m *meter) convergence() *int {
-	first := int64(m.shiftAt / m.slotLen)
-	perSlot := float64(m.limit) * float64(m.slotLen) / float64(m.period)
+	first := int64(m.shiftAt / m.s.Interval)
+	perSlot := float64(m.limit) * float64(m.s.Interval) / float64(m.period)
 	for k := first; k < first+1000; k++ {
 		v, ok := m.slots[k]
 		if !ok {

@@ -40,7 +40,7 @@ func WritePlots(dir string, s *Scenario, results []*Result) ([]string, error) {
 		for j, w := range r.Windows {
 			pts[j].X, pts[j].Y = w.Start.Seconds(), float64(w.Admitted)
 			if i == 0 {
-				limit = append(limit, plotter.XY{X: w.Start.Seconds(), Y: float64(min(w.Limit, max(w.Due, 0)))})
+				limit = append(limit, plotter.XY{X: w.Start.Seconds(), Y: float64(w.Due)})
 			}
 		}
 		line, err := plotter.NewLine(pts)

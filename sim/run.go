@@ -107,7 +107,7 @@ func runOne(ctx context.Context, s *Scenario, name string, progress func(float64
 	}
 	defer st.close()
 	gen := newTraffic(s)
-	m := newMeter(s, e.info())
+	m := newMeter(s, &e.rule)
 	events := slices.Clone(s.Events)
 	slices.SortStableFunc(events, func(a, b Event) int { return int(a.At - b.At) })
 	nodes, next := s.Nodes, 0
@@ -127,10 +127,11 @@ func runOne(ctx context.Context, s *Scenario, name string, progress func(float64
 				st.advance(ev.At)
 				st.fleet(ev.At, nodes)
 			case ev.Failover:
-				if q, ok := st.(*quotaLease); ok {
-					st.advance(ev.At)
-					q.failover(ev.At)
-				}
+				st.advance(ev.At)
+				st.failover(ev.At)
+			case ev.Skew != nil:
+				st.advance(ev.At)
+				st.skew(ev.Skew.Node, ev.Skew.By)
 			}
 		}
 		for nextSample <= at {

@@ -1,8 +1,6 @@
 package sim
 
 import (
-	"fmt"
-	"hash/fnv"
 	"math"
 	"strconv"
 	"time"
@@ -14,7 +12,6 @@ import (
 // strategy is one way a fleet can enforce a global limit. Every strategy
 // sees the same requests at the same virtual times.
 type strategy interface {
-	name() string
 	// decide admits or refuses a request that reached node at time at.
 	decide(at time.Duration, node, tenant int) bool
 	// advance does the strategy's background work up to at: reports,
@@ -22,6 +19,10 @@ type strategy interface {
 	advance(at time.Duration)
 	// fleet tells the strategy the fleet now has n nodes.
 	fleet(at time.Duration, n int)
+	// failover elects a new coordinator leader; skew sets a node's clock
+	// off. Only strategies with a coordinator or per-node clocks care.
+	failover(at time.Duration)
+	skew(node int, by time.Duration)
 	// messages counts messages off the request path; trips, calls on it.
 	messages() int64
 	trips() int64
@@ -84,23 +85,7 @@ func (e *env) reachable(at time.Duration, node int) bool {
 	return true
 }
 
-// skew is a node's clock offset at a time.
-func (e *env) skew(at time.Duration, node int) time.Duration {
-	var d time.Duration
-	for _, ev := range e.s.Events {
-		if ev.Skew != nil && ev.Skew.Node == node && ev.At <= at {
-			d = ev.Skew.By
-		}
-	}
-	return d
-}
-
 func (e *env) time(at time.Duration) time.Time { return e.origin.Add(at) }
-
-func (e *env) info() limitInfo {
-	return limitInfo{limit: e.rule.Limit, period: e.rule.Period, global: e.rule.Scope == rules.Global,
-		rate: e.rule.Algorithm == algo.TokenBucket || e.rule.Algorithm == algo.GCRA}
-}
 
 // keyOf is the limit's key for a tenant: one key for a global limit.
 func (e *env) keyOf(tenant int) string {
@@ -114,16 +99,13 @@ func (e *env) keyOf(tenant int) string {
 // per period, kept exact for rate algorithms by stretching the period.
 func shareConfig(r *rules.Rule, share float64) algo.Config {
 	cfg := algo.Config{Algorithm: r.Algorithm, Limit: max(int64(math.Round(share)), 1), Period: r.Period}
-	burst := float64(r.Burst) * share / float64(r.Limit)
+	burst := r.BurstFor(share)
 	switch r.Algorithm {
 	case algo.GCRA, algo.TokenBucket:
 		k := math.Max(1, math.Ceil(1000/share))
 		cfg.Limit = max(int64(math.Round(share*k)), 1)
 		cfg.Period = time.Duration(float64(r.Period) * k)
 		if r.Algorithm == algo.TokenBucket {
-			if r.Burst == 0 {
-				burst = share
-			}
 			burst = math.Max(burst, 1)
 		}
 		cfg.Burst = int64(math.Ceil(burst))
@@ -138,7 +120,6 @@ type central struct {
 	e        *env
 	store    *algo.Keyed
 	local    []*algo.Keyed
-	n        int
 	requests int64
 }
 
@@ -152,8 +133,6 @@ func newCentral(e *env) (*central, error) {
 	return c, nil
 }
 
-func (c *central) name() string { return "central" }
-
 func (c *central) decide(at time.Duration, node, tenant int) bool {
 	now := c.e.time(at)
 	if !c.e.reachable(at, node) {
@@ -166,12 +145,13 @@ func (c *central) decide(at time.Duration, node, tenant int) bool {
 func (c *central) advance(time.Duration) {}
 
 func (c *central) fleet(at time.Duration, n int) {
-	c.n = n
 	c.local = evenStores(c.e, at, n, c.local)
 }
 
-func (c *central) messages() int64 { return 0 }
-func (c *central) trips() int64    { return c.requests }
+func (c *central) failover(time.Duration)  {}
+func (c *central) skew(int, time.Duration) {}
+func (c *central) messages() int64         { return 0 }
+func (c *central) trips() int64            { return c.requests }
 func (c *central) shares(time.Duration) []float64 {
 	return []float64{float64(c.e.rule.Limit)}
 }
@@ -206,12 +186,13 @@ func newEvenSplit(e *env) *evenSplit {
 	return s
 }
 
-func (s *evenSplit) name() string { return "even-split" }
 func (s *evenSplit) decide(at time.Duration, node, tenant int) bool {
 	return s.stores[node].AllowAt(s.e.keyOf(tenant), s.e.time(at), 1).Allowed
 }
 func (s *evenSplit) advance(time.Duration)         {}
 func (s *evenSplit) fleet(at time.Duration, n int) { s.stores = evenStores(s.e, at, n, s.stores) }
+func (s *evenSplit) failover(time.Duration)        {}
+func (s *evenSplit) skew(int, time.Duration)       {}
 func (s *evenSplit) messages() int64               { return 0 }
 func (s *evenSplit) trips() int64                  { return 0 }
 func (s *evenSplit) close()                        {}
@@ -230,7 +211,6 @@ func (s *evenSplit) shares(time.Duration) []float64 {
 // per sync.
 type asyncGlobal struct {
 	e        *env
-	n        int
 	sync     time.Duration
 	nextSync time.Duration
 	window   int64           // current window index
@@ -238,7 +218,6 @@ type asyncGlobal struct {
 	cache    []map[int]int64 // per node, per tenant: the owner's last broadcast
 	owned    map[int]int64   // per tenant: the owner's count
 	msgs     int64
-	owner    func(tenant, nodes int) int
 }
 
 // gubernatorSync is Gubernator's default GlobalSyncWait.
@@ -246,16 +225,9 @@ const gubernatorSync = 100 * time.Millisecond
 
 func newAsyncGlobal(e *env) *asyncGlobal {
 	g := &asyncGlobal{e: e, sync: gubernatorSync, nextSync: gubernatorSync, owned: map[int]int64{}}
-	g.owner = func(tenant, nodes int) int {
-		h := fnv.New32a()
-		fmt.Fprint(h, tenant)
-		return int(h.Sum32() % uint32(nodes))
-	}
 	g.fleet(0, e.s.Nodes)
 	return g
 }
-
-func (g *asyncGlobal) name() string { return "async-global" }
 
 func (g *asyncGlobal) roll(at time.Duration) {
 	if w := int64(at / g.e.rule.Period); w != g.window {
@@ -268,8 +240,8 @@ func (g *asyncGlobal) roll(at time.Duration) {
 	}
 }
 
+// decide runs after advance(at), which has rolled the window.
 func (g *asyncGlobal) decide(at time.Duration, node, tenant int) bool {
-	g.roll(at)
 	if g.e.rule.Scope == rules.Global {
 		tenant = 0
 	}
@@ -286,8 +258,9 @@ func (g *asyncGlobal) advance(at time.Duration) {
 		t := g.nextSync
 		g.nextSync += g.sync
 		touched := map[int]bool{}
+		up := make([]bool, len(g.hits))
 		for node := range g.hits {
-			if !g.e.reachable(t, node) {
+			if up[node] = g.e.reachable(t, node); !up[node] {
 				continue // a partitioned peer keeps its hits and its stale cache
 			}
 			sent := false
@@ -303,7 +276,7 @@ func (g *asyncGlobal) advance(at time.Duration) {
 		}
 		for tenant := range touched {
 			for node := range g.cache {
-				if g.e.reachable(t, node) {
+				if up[node] {
 					g.cache[node][tenant] = g.owned[tenant]
 				}
 			}
@@ -317,12 +290,14 @@ func (g *asyncGlobal) fleet(_ time.Duration, n int) {
 		g.hits = append(g.hits, map[int]int64{})
 		g.cache = append(g.cache, map[int]int64{})
 	}
-	g.hits, g.cache, g.n = g.hits[:n], g.cache[:n], n
+	g.hits, g.cache = g.hits[:n], g.cache[:n]
 }
 
-func (g *asyncGlobal) messages() int64 { return g.msgs }
-func (g *asyncGlobal) trips() int64    { return 0 }
-func (g *asyncGlobal) close()          {}
+func (g *asyncGlobal) failover(time.Duration)  {}
+func (g *asyncGlobal) skew(int, time.Duration) {}
+func (g *asyncGlobal) messages() int64         { return g.msgs }
+func (g *asyncGlobal) trips() int64            { return 0 }
+func (g *asyncGlobal) close()                  {}
 func (g *asyncGlobal) shares(time.Duration) []float64 {
 	return []float64{float64(g.e.rule.Limit)}
 }

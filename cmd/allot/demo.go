@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/bits"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +21,7 @@ import (
 	"github.com/allot-io/allot/coordinator"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/sim"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -103,7 +106,6 @@ type demoTenant struct {
 type demoNode struct {
 	id    string
 	agent *agent.Agent
-	reg   *prometheus.Registry
 }
 
 // demo is one run.
@@ -116,12 +118,13 @@ type demo struct {
 	log      hclog.Logger
 	logFile  *os.File
 
-	coords  []*coordinator.Coordinator
-	alive   [3]atomic.Bool // read by the screen while failover writes
-	nodes   []*demoNode
-	tenants []*demoTenant
-	lat     latency
-	start   time.Time
+	coords   []*coordinator.Coordinator
+	alive    [3]atomic.Bool // read by the screen while failover writes
+	nodes    []*demoNode
+	tenants  []*demoTenant
+	capacity int64 // the api-capacity rule's limit, per second
+	lat      latency
+	start    time.Time
 	// steadyRequests counts requests after the warm-up.
 	steadyRequests atomic.Int64
 
@@ -194,7 +197,7 @@ func (d *demo) run(ctx context.Context, nodes int) error {
 		return fmt.Errorf("starting the gateways: %w", err)
 	}
 	defer d.closeAgents()
-	d.tenants = demoTraffic(nodes)
+	d.tenants, d.capacity = demoTraffic(nodes, set)
 	fmt.Fprintf(d.out, "cluster up (leader %s); rules put through a follower; %d gateways ready. Driving traffic for %v…\n\n", d.leaderID(), nodes, d.duration)
 
 	runCtx, cancel := context.WithTimeout(ctx, d.duration)
@@ -291,10 +294,7 @@ func (d *demo) putRules(ctx context.Context, set []rules.Rule) error {
 		return err
 	}
 	defer cc.Close()
-	req := &allotpb.PutRulesRequest{ReplaceAll: true}
-	for i := range set {
-		req.Rules = append(req.Rules, rules.ToProto(&set[i]))
-	}
+	req := putRequest(set, true)
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_, err = allotpb.NewRulesServiceClient(cc).PutRules(cctx, req)
@@ -313,7 +313,7 @@ func (d *demo) startAgents(ctx context.Context, n int) error {
 		if err != nil {
 			return err
 		}
-		d.nodes = append(d.nodes, &demoNode{id: id, agent: a, reg: reg})
+		d.nodes = append(d.nodes, &demoNode{id: id, agent: a})
 	}
 	for _, nd := range d.nodes {
 		select {
@@ -331,12 +331,24 @@ func (d *demo) startAgents(ctx context.Context, n int) error {
 // its connections on three gateways, 70/20/10; globex (free) under its
 // quota on the last three gateways, plus one user's runaway script (which
 // the per-user rule refuses; the quota is checked first, so what the
-// script offers counts against it until then).
-func demoTraffic(nodes int) []*demoTenant {
-	acme := &demoTenant{name: "acme", plan: "pro", rate: 2250, users: 200, quota: 1500, weights: make([]float64, nodes)}
+// script offers counts against it until then). Quotas and the capacity
+// are read from the rules.
+func demoTraffic(nodes int, set []rules.Rule) (tenants []*demoTenant, capacity int64) {
+	var quota rules.Rule
+	for _, r := range set {
+		switch r.Name {
+		case "plan-quota":
+			quota = r
+		case "api-capacity":
+			capacity = r.Limit
+		}
+	}
+	acme := &demoTenant{name: "acme", plan: "pro", users: 200, quota: quota.LimitFor("acme", "pro"), weights: make([]float64, nodes)}
+	acme.rate = 1.5 * float64(acme.quota)
 	acme.weights[0], acme.weights[1], acme.weights[2] = 0.7, 0.2, 0.1
-	globex := &demoTenant{name: "globex", plan: "free", rate: 150, users: 100, quota: 300, weights: make([]float64, nodes),
-		runaway: 100, runawayNode: nodes - 1}
+	globex := &demoTenant{name: "globex", plan: "free", users: 100, quota: quota.LimitFor("globex", "free"), weights: make([]float64, nodes),
+		runawayNode: nodes - 1}
+	globex.rate, globex.runaway = float64(globex.quota)/2, float64(globex.quota)/3
 	for i := nodes - 3; i < nodes; i++ {
 		globex.weights[i] = 1
 	}
@@ -344,7 +356,7 @@ func demoTraffic(nodes int) []*demoTenant {
 		t.perNode = make([]atomic.Int64, nodes)
 		t.trail = newTrailing(time.Second, 100)
 	}
-	return []*demoTenant{acme, globex}
+	return []*demoTenant{acme, globex}, capacity
 }
 
 // drive sends a tenant's requests at its rate until ctx ends, every
@@ -547,7 +559,7 @@ func (d *demo) render(prev, cur snap) string {
 		total += rate
 		fmt.Fprintf(&b, "%-7s admitted %6.0f/s of plan-quota %5d/s (%5.1f%%)   refused: %s\n", t.name, rate, t.quota, 100*rate/float64(t.quota), refusals(t))
 	}
-	fmt.Fprintf(&b, "fleet   admitted %6.0f/s of api-capacity 5000/s (%5.1f%%)\n\n", total, 100*total/5000)
+	fmt.Fprintf(&b, "fleet   admitted %6.0f/s of api-capacity %d/s (%5.1f%%)\n\n", total, d.capacity, 100*total/float64(d.capacity))
 	d.mu.Lock()
 	for _, ev := range d.events {
 		fmt.Fprintln(&b, ev)
@@ -587,7 +599,7 @@ func refusals(ts ...*demoTenant) string {
 		return "none"
 	}
 	var parts []string
-	for _, k := range sortedKeys(counts) {
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
 		parts = append(parts, fmt.Sprintf("%d by %s", counts[k], k))
 	}
 	return strings.Join(parts, ", ")
@@ -622,8 +634,8 @@ func (d *demo) summary(ctx context.Context) error {
 	checks = append(checks, check{fmt.Sprintf("wrongful quota denials (refused while the tenant's fleet-wide admissions in the last second were %.0f%% or more under its quota): %d of %d requests after the first %v (%.4f%%; want ≤ 0.1%%)", 100*demoSlack, wrong, reqs, d.warmup, 100*float64(wrong)/float64(max(reqs, 1))), float64(wrong) <= 0.001*float64(reqs)})
 	gq := globex.steadyQuotaDeny.Load()
 	checks = append(checks, check{fmt.Sprintf("globex, under its quota, refused by plan-quota %d times after the first %v (want 0); its runaway user refused by per-user %d times", gq, d.warmup, globex.refusedBy("per-user")), gq == 0 && globex.refusedBy("per-user") > 0})
-	capRatio := float64(acme.steadyAdmitted.Load()+globex.steadyAdmitted.Load()) / (5000 * steady)
-	fmt.Fprintf(w, "fleet   admitted %.1f%% of api-capacity (5000/s), which never bound\n", 100*capRatio)
+	capRatio := float64(acme.steadyAdmitted.Load()+globex.steadyAdmitted.Load()) / (float64(d.capacity) * steady)
+	fmt.Fprintf(w, "fleet   admitted %.1f%% of api-capacity (%d/s), which never bound\n", 100*capRatio, d.capacity)
 
 	d.mu.Lock()
 	pause, killed, elected := d.elected.Sub(d.killAt), !d.killAt.IsZero(), !d.elected.IsZero()
@@ -672,44 +684,30 @@ func (t *demoTenant) refusedBy(rule string) int64 {
 	return 0
 }
 
-// readLedger sums the replicated ledger per tenant and rule, from a
-// member still running.
+// readLedger sums the replicated ledger per tenant and rule, from the
+// leader, which has applied everything it acknowledged (a follower may
+// still be a few entries behind).
 func (d *demo) readLedger(ctx context.Context) (map[[2]string]usageCount, error) {
-	// The leader has applied everything it acknowledged; a follower may
-	// still be a few entries behind.
 	var addr string
 	for i, c := range d.coords {
 		if d.alive[i].Load() && (addr == "" || c.IsLeader()) {
 			addr = c.GRPCAddr()
 		}
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	q := &allotpb.UsageQuery{From: timestamppb.New(d.start.Add(-2 * time.Hour)), To: timestamppb.New(time.Now().Add(2 * time.Hour))}
+	lines, err := fetchLedger(ctx, &clientFlags{coordinators: addr, timeout: 10 * time.Second}, q, 0)
 	if err != nil {
 		return nil, err
 	}
-	defer cc.Close()
-	client := allotpb.NewUsageServiceClient(cc)
 	out := map[[2]string]usageCount{}
-	q := &allotpb.UsageQuery{From: timestamppb.New(d.start.Add(-2 * time.Hour)), To: timestamppb.New(time.Now().Add(2 * time.Hour))}
-	for {
-		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		resp, err := client.QueryUsage(cctx, q)
-		cancel()
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range resp.GetRecords() {
-			k := [2]string{r.GetTenant(), r.GetRule()}
-			c := out[k]
-			c.admitted += r.GetAdmitted()
-			c.denied += r.GetDenied()
-			out[k] = c
-		}
-		if resp.GetNextPageToken() == "" {
-			return out, nil
-		}
-		q.PageToken = resp.GetNextPageToken()
+	for _, l := range lines {
+		k := [2]string{l.tenant, l.rule}
+		c := out[k]
+		c.admitted += l.admitted
+		c.denied += l.denied
+		out[k] = c
 	}
+	return out, nil
 }
 
 // closeAgents closes every gateway once, flushing its usage.
@@ -765,47 +763,27 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
-// trailing counts events over a sliding period, in buckets.
+// trailing counts a tenant's admissions over the last second, on the wall
+// clock, for several goroutines.
 type trailing struct {
-	mu      sync.Mutex
-	buckets []int64
-	width   time.Duration
-	head    int64
-	sum     int64
+	mu sync.Mutex
+	t  *sim.Trailing
 }
 
 func newTrailing(period time.Duration, n int) *trailing {
-	return &trailing{buckets: make([]int64, n+1), width: period / time.Duration(n)}
-}
-
-func (t *trailing) advance(at time.Time) {
-	idx := at.UnixNano() / int64(t.width)
-	if idx-t.head >= int64(len(t.buckets)) {
-		clear(t.buckets)
-		t.sum, t.head = 0, idx
-		return
-	}
-	for t.head < idx {
-		t.head++
-		b := &t.buckets[t.head%int64(len(t.buckets))]
-		t.sum -= *b
-		*b = 0
-	}
+	return &trailing{t: sim.NewTrailing(period, n)}
 }
 
 func (t *trailing) add(at time.Time) {
 	t.mu.Lock()
-	t.advance(at)
-	t.buckets[t.head%int64(len(t.buckets))]++
-	t.sum++
+	t.t.Add(time.Duration(at.UnixNano()))
 	t.mu.Unlock()
 }
 
 func (t *trailing) count(at time.Time) int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.advance(at)
-	return t.sum
+	return t.t.Count(time.Duration(at.UnixNano()))
 }
 
 // latency is a histogram of check times in power-of-two nanosecond

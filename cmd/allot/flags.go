@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"strings"
 	"time"
 
@@ -250,6 +249,12 @@ type clientFlags struct {
 
 func (c *clientFlags) register(f *flags) {
 	f.StringVar(&c.coordinators, "coordinator", "127.0.0.1:7400", "gRPC addresses of coordinators, comma-separated; any member will do")
+	c.registerAccess(f)
+}
+
+// registerAccess adds every client flag but --coordinator: how to call,
+// not whom.
+func (c *clientFlags) registerAccess(f *flags) {
 	f.StringVar(&c.token, "admin-token", "", "admin bearer token for changes (prefer ALLOT_ADMIN_TOKEN)")
 	f.DurationVar(&c.timeout, "timeout", 10*time.Second, "how long to wait for the cluster")
 	c.tls.register(f)
@@ -338,13 +343,3 @@ func grpcErr(err error) error {
 
 // errRejected is wrapped when the cluster refused what was sent as invalid.
 var errRejected = errors.New("rejected")
-
-// sortedKeys returns a map's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}

@@ -105,9 +105,6 @@ func report(w io.Writer, name string, err error) int {
 			fmt.Fprintf(w, "run 'allot %s --help' for usage\n", ue.hint)
 		}
 		return exitUsage
-	case errors.Is(err, errChecksFailed):
-		fmt.Fprintf(w, "allot %s: %v\n", name, err)
-		return exitFailure
 	default:
 		fmt.Fprintf(w, "allot %s: %v\n", name, err)
 		return exitFailure

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -213,10 +215,7 @@ func runRulesPut(ctx context.Context, e *env) error {
 		// that a deliberate act of 'rules delete' instead.
 		return usagef(cmd, "%s holds no rules", file)
 	}
-	req := &allotpb.PutRulesRequest{ReplaceAll: replaceAll}
-	for i := range list {
-		req.Rules = append(req.Rules, rules.ToProto(&list[i]))
-	}
+	req := putRequest(list, replaceAll)
 	// Sent to the leader, where the rules read before the put are current:
 	// a follower's may lag by a heartbeat, and would misreport the change.
 	cl, _, err := leaderClient(ctx, &cf)
@@ -333,7 +332,7 @@ func describeChange(before, after *allotpb.RuleSet) string {
 	for _, p := range []struct {
 		verb  string
 		names []string
-	}{{"created", created}, {"changed", changed}, {"deleted", sortedKeys(old)}} {
+	}{{"created", created}, {"changed", changed}, {"deleted", slices.Sorted(maps.Keys(old))}} {
 		if len(p.names) > 0 {
 			parts = append(parts, p.verb+" "+strings.Join(p.names, ", "))
 		}
@@ -378,6 +377,15 @@ func runRulesDelete(ctx context.Context, e *env) error {
 	}
 	fmt.Fprintf(e.stdout, "deleted %s: rules version %d (%s)\n", name, after.GetVersion(), nounCount(len(after.GetRules()), "rule"))
 	return nil
+}
+
+// putRequest is the request that puts a list of rules.
+func putRequest(list []rules.Rule, replaceAll bool) *allotpb.PutRulesRequest {
+	req := &allotpb.PutRulesRequest{ReplaceAll: replaceAll}
+	for i := range list {
+		req.Rules = append(req.Rules, rules.ToProto(&list[i]))
+	}
+	return req
 }
 
 const rulesValidateAbout = `

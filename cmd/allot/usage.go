@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"math/big"
@@ -112,18 +111,12 @@ type usageFlags struct {
 	cf       clientFlags
 }
 
-// register adds --coordinator as a repeatable flag and every other flag
-// of clientFlags as it is, with its name, default and help.
+// register adds --coordinator as a repeatable flag and the other client
+// flags as they are.
 func (u *usageFlags) register(f *flags) {
 	u.clusters = clusterList{lists: [][]string{{"127.0.0.1:7400"}}, dflt: true}
 	f.Var(&u.clusters, "coordinator", "gRPC addresses of one region's cluster, comma-separated; repeat for each region")
-	scratch := &flags{FlagSet: flag.NewFlagSet("", flag.ContinueOnError)}
-	u.cf.register(scratch)
-	scratch.VisitAll(func(fl *flag.Flag) {
-		if fl.Name != "coordinator" {
-			f.Var(fl.Value, fl.Name, fl.Usage)
-		}
-	})
+	u.cf.registerAccess(f)
 }
 
 // client is the client flags for one cluster.

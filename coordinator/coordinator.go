@@ -55,6 +55,9 @@ type Coordinator struct {
 	http     *http.Server
 	httpLis  net.Listener
 	clientTL *tls.Config
+	// serverTLS is built once, with clientTL, so Raft and gRPC start with
+	// the same certificates.
+	serverTLS *tls.Config
 
 	notify  chan bool   // Raft's leadership notifications
 	leading atomic.Bool // leader, and ready to serve agents
@@ -127,7 +130,7 @@ func (c *Coordinator) startRaft() error {
 	if err != nil {
 		return err
 	}
-	c.clientTL = clientTLS
+	c.serverTLS, c.clientTL = serverTLS, clientTLS
 	rlog := cfg.Logger.Named("raft")
 	if serverTLS != nil {
 		stream, err := newTLSStreamLayer(cfg.RaftAddr, cfg.advertised(cfg.RaftAddr), serverTLS, clientTLS)
@@ -195,10 +198,7 @@ func (c *Coordinator) startRaft() error {
 }
 
 func (c *Coordinator) startGRPC() error {
-	serverTLS, _, err := c.cfg.TLS.configs()
-	if err != nil {
-		return err
-	}
+	serverTLS := c.serverTLS
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(c.cfg.MaxReportBytes),
 		grpc.ChainUnaryInterceptor(c.authInterceptor),
@@ -216,10 +216,11 @@ func (c *Coordinator) startGRPC() error {
 	c.health = health.NewServer()
 	healthpb.RegisterHealthServer(c.grpc, c.health)
 	reflection.Register(c.grpc)
-	c.grpcLis, err = net.Listen("tcp", c.cfg.GRPCAddr)
+	lis, err := net.Listen("tcp", c.cfg.GRPCAddr)
 	if err != nil {
 		return fmt.Errorf("coordinator: grpc listener: %w", err)
 	}
+	c.grpcLis = lis
 	c.peers = newPeers(c.grpcDialOptions())
 	go func() {
 		if err := c.grpc.Serve(c.grpcLis); err != nil && !c.closed.Load() {
@@ -341,8 +342,7 @@ func (c *Coordinator) currentRules() *rules.Set {
 func (c *Coordinator) onApplied(t commandType) {
 	c.metrics.commands.WithLabelValues(t.String()).Inc()
 	if t == cmdRules {
-		var set *rules.Set
-		c.fsm.read(func(s *state) { set = s.rules })
+		set := c.currentRules()
 		c.metrics.rulesVersion.Set(float64(set.Version()))
 		c.alloc.setRules(set)
 	}

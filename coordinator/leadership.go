@@ -125,9 +125,7 @@ func (c *Coordinator) lead(ctx context.Context) {
 	}
 	now := c.now()
 	c.alloc.lead(epoch, now.UnixNano())
-	var set *rules.Set
-	c.fsm.read(func(s *state) { set = s.rules })
-	c.alloc.setRules(set)
+	c.alloc.setRules(c.currentRules())
 	c.leading.Store(true)
 	if c.alloc.learning(now.UnixNano()) {
 		c.metrics.learning.Set(1)
@@ -187,9 +185,7 @@ func (c *Coordinator) loadRulesFile() error {
 	if err != nil {
 		return err
 	}
-	var have *rules.Set
-	c.fsm.read(func(s *state) { have = s.rules })
-	if sameRules(have, want) {
+	if sameRules(c.currentRules(), want) {
 		return nil
 	}
 	cmd := &allotpb.RulesCommand{ReplaceAll: true}

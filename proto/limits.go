@@ -1,0 +1,210 @@
+package allotpb
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// Limits of the wire protocol. A coordinator refuses a report that breaks
+// one, naming the field; an agent applies the same limits before sending,
+// so that no request a gateway admits can produce a report the
+// coordinators refuse (see ValidateReport).
+const (
+	// MaxNameLen bounds node, region, rule, tenant and plan names.
+	MaxNameLen = 256
+	// MaxKeyLen bounds an encoded key. Agents hash attributes longer than
+	// 128 bytes, so their keys stay far below it.
+	MaxKeyLen = 1024
+	// MaxCost is the largest cost of one request: Envoy's hits_addend is a
+	// uint32 too. With it, a per-interval counter cannot wrap: 2^31
+	// requests of the largest cost fit in an int64, and no node decides
+	// two billion requests an interval.
+	MaxCost = 1<<32 - 1
+	// MaxCount bounds one usage line's admitted or denied units: 2^53,
+	// beyond which float64 demand estimates lose units. A line covers one
+	// tenant, rule and billing window on one node.
+	MaxCount = 1 << 53
+	// MaxPriority is the largest request priority (a uint8 on the agent).
+	MaxPriority = 255
+	// MaxViolations is how many violations a refusal lists at most.
+	MaxViolations = 100
+)
+
+// Violation is one field of a report that breaks the protocol's limits.
+type Violation struct {
+	// Field names it, e.g. "usage.counts[3].tenant".
+	Field string
+	// Description says what the limit is and what was sent.
+	Description string
+	// Count is the index of the offending usage count, or -1.
+	Count int
+	// Demand is the index of the offending key demand, or -1.
+	Demand int
+}
+
+// ReportLimits are a coordinator's bounds on one report.
+type ReportLimits struct {
+	// MaxKeys bounds the demand entries and, separately, the usage counts.
+	MaxKeys int
+	// MinWindowUnix and MaxWindowUnix bound a usage count's billing
+	// window, in Unix seconds; zero leaves that side unchecked.
+	MinWindowUnix, MaxWindowUnix int64
+}
+
+// WindowBounds returns the billing windows a coordinator at now accepts:
+// from past (a retention, or how long an agent may keep usage while cut
+// off) before now to ahead after it (clock skew).
+func WindowBounds(now time.Time, past, ahead time.Duration) (minUnix, maxUnix int64) {
+	return now.Add(-past).Unix(), now.Add(ahead).Unix()
+}
+
+// ValidateReport returns what in req breaks the limits, at most
+// MaxViolations of them, or nil. A violation of the report itself (node,
+// incarnation, sizes) has Count and Demand -1; one of an entry names it,
+// so that an agent can drop that entry and send the rest.
+func ValidateReport(req *ReportRequest, lim ReportLimits) []Violation {
+	var out []Violation
+	add := func(field, desc string, count, demand int) bool {
+		out = append(out, Violation{Field: field, Description: desc, Count: count, Demand: demand})
+		return len(out) < MaxViolations
+	}
+	whole := func(field, desc string) bool { return add(field, desc, -1, -1) }
+	if n := req.GetNode(); n == "" || len(n) > MaxNameLen {
+		whole("node", fmt.Sprintf("must be 1–%d bytes, got %d", MaxNameLen, len(n)))
+	}
+	if req.GetIncarnation() == 0 {
+		whole("incarnation", "must be a non-zero random number drawn when the agent starts")
+	}
+	if iv := req.GetIntervalNano(); iv < 0 || iv > int64(time.Hour) {
+		whole("interval_nano", fmt.Sprintf("must be between 0 and one hour, got %d", iv))
+	}
+	if len(req.GetRegion()) > MaxNameLen {
+		whole("region", fmt.Sprintf("must be at most %d bytes, got %d", MaxNameLen, len(req.GetRegion())))
+	}
+	if lim.MaxKeys > 0 && len(req.GetDemand()) > lim.MaxKeys {
+		whole("demand", fmt.Sprintf("has %d keys; at most %d per report", len(req.GetDemand()), lim.MaxKeys))
+	}
+	if lim.MaxKeys > 0 && len(req.GetUsage().GetCounts()) > lim.MaxKeys {
+		whole("usage.counts", fmt.Sprintf("has %d counts; at most %d per report", len(req.GetUsage().GetCounts()), lim.MaxKeys))
+	}
+	if len(out) > 0 {
+		return out // entries are not worth reading in a report refused whole
+	}
+	for i, d := range req.GetDemand() {
+		if msg := checkDemand(d); msg != "" {
+			f, desc, _ := cut(msg)
+			if !add("demand["+strconv.Itoa(i)+"]."+f, desc, -1, i) {
+				return out
+			}
+		}
+	}
+	for i, c := range req.GetUsage().GetCounts() {
+		if msg := checkCount(c, lim); msg != "" {
+			f, desc, _ := cut(msg)
+			if !add("usage.counts["+strconv.Itoa(i)+"]."+f, desc, i, -1) {
+				return out
+			}
+		}
+	}
+	return out
+}
+
+// cut splits "field: description".
+func cut(msg string) (field, desc string, ok bool) {
+	for i := 0; i+1 < len(msg); i++ {
+		if msg[i] == ':' && msg[i+1] == ' ' {
+			return msg[:i], msg[i+2:], true
+		}
+	}
+	return "", msg, false
+}
+
+func checkName(field, v string, required bool) string {
+	if (required && v == "") || len(v) > MaxNameLen {
+		lo := 0
+		if required {
+			lo = 1
+		}
+		return fmt.Sprintf("%s: must be %d–%d bytes, got %d", field, lo, MaxNameLen, len(v))
+	}
+	return ""
+}
+
+func checkDemand(d *KeyDemand) string {
+	if m := checkName("rule", d.GetRule(), true); m != "" {
+		return m
+	}
+	if len(d.GetKey()) > MaxKeyLen {
+		return fmt.Sprintf("key: must be at most %d bytes, got %d", MaxKeyLen, len(d.GetKey()))
+	}
+	if m := checkName("tenant", d.GetTenant(), false); m != "" {
+		return m
+	}
+	if m := checkName("plan", d.GetPlan(), false); m != "" {
+		return m
+	}
+	if d.GetPriority() > MaxPriority {
+		return fmt.Sprintf("priority: must be 0–%d, got %d", MaxPriority, d.GetPriority())
+	}
+	for _, v := range [...]struct {
+		name  string
+		value float64
+	}{{"admitted", d.GetAdmitted()}, {"denied", d.GetDenied()}, {"held", d.GetHeld()}, {"committed", d.GetCommitted()}, {"weight", d.GetWeight()}} {
+		if !(v.value >= 0) || math.IsInf(v.value, 0) || v.value > MaxCount {
+			return fmt.Sprintf("%s: must be a finite number from 0 to 2^53, got %v", v.name, v.value)
+		}
+	}
+	if iv := d.GetIntervalNano(); iv < 0 || iv > int64(time.Hour) {
+		return fmt.Sprintf("interval_nano: must be between 0 and one hour, got %d", iv)
+	}
+	return ""
+}
+
+func checkCount(c *UsageCount, lim ReportLimits) string {
+	if m := checkName("rule", c.GetRule(), true); m != "" {
+		return m
+	}
+	if m := checkName("tenant", c.GetTenant(), false); m != "" {
+		return m
+	}
+	w := c.GetWindowUnix()
+	if w < 0 || (lim.MinWindowUnix != 0 && w < lim.MinWindowUnix) || (lim.MaxWindowUnix != 0 && w > lim.MaxWindowUnix) {
+		return fmt.Sprintf("window_unix: %d is outside the windows this coordinator accepts (%d to %d)", w, lim.MinWindowUnix, lim.MaxWindowUnix)
+	}
+	if c.GetAdmitted() > MaxCount || c.GetDenied() > MaxCount {
+		return fmt.Sprintf("admitted: admitted and denied must be at most 2^53, got %d and %d", c.GetAdmitted(), c.GetDenied())
+	}
+	return ""
+}
+
+// BoundName returns a name that fits MaxNameLen: the name itself when it
+// does, otherwise its first bytes (cut on a UTF-8 boundary), "#", and the
+// hex SHA-256 of the whole name, 64 characters. Every agent bounds a
+// name the same way, so usage of one over-long tenant from many nodes
+// lands on one ledger line, and two long names sharing a prefix stay
+// apart.
+func BoundName(s string) string {
+	if len(s) <= MaxNameLen {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	keep := MaxNameLen - 1 - 2*len(sum)
+	for keep > 0 && !utf8.RuneStart(s[keep]) {
+		keep--
+	}
+	return s[:keep] + "#" + hex.EncodeToString(sum[:])
+}
+
+// SaturatingAdd adds two counts, stopping at the largest uint64 instead
+// of wrapping.
+func SaturatingAdd(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxUint64
+}

@@ -43,15 +43,19 @@ type Agent struct {
 	wg        sync.WaitGroup
 	closed    atomic.Bool
 	metrics   *metrics
+	// invalid counts checks refused for a cost above MaxCost.
+	invalid atomic.Int64
 }
 
 // compiled is a rule set ready to enforce, with its usage counters.
 type compiled struct {
 	set    *rules.Set
-	rules  []*ruleState
+	rules  []*ruleState // the rules enforced, in evaluation order
 	names  []string
 	usage  *usageTable
 	totals []ruleTotals
+	// problems are the set's rules not enforced here, and why.
+	problems []RuleProblem
 }
 
 // New starts an agent. A standalone agent (no Coordinators) enforces its
@@ -82,7 +86,7 @@ func New(config Config) (*Agent, error) {
 		if err != nil {
 			return nil, fmt.Errorf("agent: static rules: %w", err)
 		}
-		if err := a.install(set); err != nil {
+		if err := a.install(set, nil, true); err != nil {
 			return nil, err
 		}
 	}
@@ -192,7 +196,13 @@ func (a *Agent) keyedOptions(r *rules.Rule) algo.KeyedOptions {
 // install compiles a rule set and makes it the one enforced. Rules that
 // did not change keep their state; the usage counted under the old set is
 // cut by the caller first (the reporter), so counts are never lost.
-func (a *Agent) install(set *rules.Set) error {
+//
+// A rule that does not apply in the node's region, or cannot be enforced,
+// affects only itself: it is left out and listed among the set's problems
+// (with those the caller found converting the set), while the others are
+// enforced. With strict set (static rules, read at start) either is an
+// error instead, for the operator to fix.
+func (a *Agent) install(set *rules.Set, problems []RuleProblem, strict bool) error {
 	old := a.rules.Load()
 	prev := map[string]*ruleState{}
 	if old != nil {
@@ -201,32 +211,51 @@ func (a *Agent) install(set *rules.Set) error {
 		}
 	}
 	nodes := int(a.nodes.Load())
-	c := &compiled{set: set, totals: make([]ruleTotals, set.Len())}
-	for i, r := range set.Rules() {
+	c := &compiled{set: set, problems: problems}
+	for _, r := range set.Rules() {
+		i := len(c.rules)
 		rs := &ruleState{
 			rule: r, scope: r.Scope.String(), index: i, attrs: r.KeyAttrs(),
 			coordinated: !r.Local && a.cfg.coordinated(), mode: r.Mode(),
 		}
 		if len(r.Regions) > 0 && !(r.Regions[a.cfg.Region] > 0) {
-			return fmt.Errorf("agent: rule %s divides its limit among regions %v, and this node's region %q has no share: add the region to the rule or run the node in one of those", r.Name, sortedRegions(r.Regions), a.cfg.Region)
+			err := fmt.Errorf("agent: rule %s divides its limit among regions %v, and this node's region %q has no share: add the region to the rule or run the node in one of those", r.Name, sortedRegions(r.Regions), a.cfg.Region)
+			if strict {
+				return err
+			}
+			c.problems = append(c.problems, RuleProblem{Rule: r.Name, Problem: ProblemOtherRegion, Reason: err.Error()})
+			continue
 		}
 		p := prev[r.Name]
-		if p != nil {
-			// A rule kept by name keeps its totals, changed or not.
-			c.totals[i].admitted.Store(old.totals[p.index].admitted.Load())
-			c.totals[i].denied.Store(old.totals[p.index].denied.Load())
-		}
 		if p != nil && rules.Equal(&p.rule, &r) {
 			rs.ruleData = p.ruleData
 		} else {
 			data, err := a.newRuleData(rs, nodes)
 			if err != nil {
-				return fmt.Errorf("agent: rule %s: %w", r.Name, err)
+				err = fmt.Errorf("agent: rule %s: %w", r.Name, err)
+				if strict {
+					return err
+				}
+				c.problems = append(c.problems, RuleProblem{Rule: r.Name, Problem: ProblemBroken, Reason: err.Error()})
+				continue
 			}
 			rs.ruleData = data
 		}
+		c.totals = append(c.totals, ruleTotals{})
+		if p != nil {
+			// A rule kept by name keeps its totals, changed or not.
+			c.totals[i].admitted.Store(old.totals[p.index].admitted.Load())
+			c.totals[i].denied.Store(old.totals[p.index].denied.Load())
+		}
 		c.rules = append(c.rules, rs)
 		c.names = append(c.names, r.Name)
+	}
+	for _, p := range c.problems {
+		if p.Problem == ProblemOtherRegion {
+			a.log.Info("rule not enforced in this region", "rule", p.Rule, "region", a.cfg.Region)
+		} else {
+			a.log.Error("rule cannot be enforced; the others are", "rule", p.Rule, "reason", p.Reason)
+		}
 	}
 	c.usage = newUsageTable(len(c.rules), a.cfg.MaxTenants)
 	a.rules.Store(c)
@@ -284,6 +313,11 @@ func (a *Agent) newRuleData(rs *ruleState, nodes int) (*ruleData, error) {
 // Check decides one request. It never waits for the network, takes no
 // global lock, and allocates nothing for keys it has seen before.
 //
+// A request whose cost exceeds MaxCost is refused as never admissible
+// (RetryAfter -1, no rule named) and counted under no rule: no limit can
+// bill it without risking the counters. A tenant name longer than the
+// coordinators accept is billed under allotpb.BoundName of it.
+//
 // Rules are evaluated cheapest first (global, ip, tenant, user, route). The
 // first refusal ends the evaluation and what earlier rules admitted is
 // given back, so no rule is charged for a request another refused; an
@@ -298,9 +332,15 @@ func (a *Agent) Check(req Request) (d Decision) {
 	if cost <= 0 {
 		cost = 1
 	}
+	if cost > MaxCost {
+		a.invalid.Add(1)
+		d.RetryAfter = -1 // never admissible, and counted under no rule
+		return d
+	}
 	now := time.Unix(0, a.clock.now())
 	var rh reqHashes
-	tu := c.usage.get(rh.get(a, &req, rules.AttrTenant), req.Tenant, req.Plan)
+	th := rh.get(a, &req, rules.AttrTenant)
+	tu := c.usage.get(th, req.Tenant, req.Plan)
 	best, bestFrac := -1, math.Inf(1)
 	var bestR result
 	var passed uint64 // rules 0–63 passed; later ones are found again by matching
@@ -315,7 +355,9 @@ func (a *Agent) Check(req Request) (d Decision) {
 					c.rules[j].undo(a, &req, &rh, now, cost)
 				}
 			}
-			tu.counts[2*i+1].Add(cost)
+			for !tu.add(2*i+1, cost) {
+				tu = c.usage.get(th, req.Tenant, req.Plan)
+			}
 			a.fill(&d, rs, &req, r)
 			return d
 		}
@@ -328,7 +370,9 @@ func (a *Agent) Check(req Request) (d Decision) {
 	}
 	for i, rs := range c.rules {
 		if passed&(1<<i) != 0 || (i >= 64 && rs.matches(&req)) {
-			tu.counts[2*i].Add(cost)
+			for !tu.add(2*i, cost) {
+				tu = c.usage.get(th, req.Tenant, req.Plan)
+			}
 		}
 	}
 	if best < 0 {
@@ -354,10 +398,17 @@ func (a *Agent) fill(d *Decision, rs *ruleState, req *Request, r result) {
 }
 
 // Close stops reporting, after flushing the usage not yet reported and
-// releasing the node's leases, within ctx.
+// releasing the node's leases, within ctx, or within Config.CloseTimeout
+// when ctx has no deadline: a gateway shutting down while no coordinator
+// answers is never held up for longer.
 func (a *Agent) Close(ctx context.Context) error {
 	if a.closed.Swap(true) {
 		return nil
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, a.cfg.CloseTimeout)
+		defer cancel()
 	}
 	var err error
 	if a.rep != nil {

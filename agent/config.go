@@ -69,6 +69,11 @@ type Config struct {
 	// DialOptions are added to every coordinator connection.
 	DialOptions []grpc.DialOption
 
+	// CloseTimeout bounds Close when its context has no deadline
+	// (default DefaultCloseTimeout, 10s): a gateway shutting down while no
+	// coordinator answers is never held up for longer.
+	CloseTimeout time.Duration
+
 	// Logger receives the agent's logs; nil discards them.
 	Logger hclog.Logger
 	// Registerer receives the agent's metrics; nil registers nowhere.
@@ -102,6 +107,12 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.ReportInterval < 0 || (cfg.ReportInterval > 0 && cfg.ReportInterval < 10*time.Millisecond) {
 		return cfg, bad("ReportInterval", "must be at least 10ms, got %v", cfg.ReportInterval)
+	}
+	if cfg.CloseTimeout < 0 {
+		return cfg, bad("CloseTimeout", "must not be negative, got %v", cfg.CloseTimeout)
+	}
+	if cfg.CloseTimeout == 0 {
+		cfg.CloseTimeout = DefaultCloseTimeout
 	}
 	if cfg.IdleTTL < 0 {
 		return cfg, bad("IdleTTL", "must not be negative, got %v", cfg.IdleTTL)

@@ -37,6 +37,9 @@ type hotKey struct {
 	seq     uint64
 	expires int64 // ns, coordinators' clock
 	idle    int   // reports in a row with no traffic
+	// refused is set when the coordinators refused the key's demand as
+	// malformed: it is no longer reported, and keeps its unleased share.
+	refused bool
 }
 
 // observe counts a decision and, when a leased key runs low, asks for an

@@ -14,6 +14,10 @@ type metrics struct {
 	reports  *prometheus.CounterVec
 	duration prometheus.Histogram
 	coll     *collector
+	// quarantined counts entries refused as malformed and never re-sent,
+	// by kind (usage, demand) and field; quarantinedUnits their cost.
+	quarantined      *prometheus.CounterVec
+	quarantinedUnits *prometheus.CounterVec
 }
 
 func newMetrics(a *Agent, reg prometheus.Registerer) (*metrics, error) {
@@ -27,11 +31,20 @@ func newMetrics(a *Agent, reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
 		coll: &collector{a: a},
+		quarantined: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_agent_quarantined_total", Help: "Report entries refused as malformed (by the agent's own check or a coordinator), dropped and never re-sent, by kind (usage, demand) and the field at fault.",
+		}, []string{"kind", "field"}),
+		quarantinedUnits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_agent_quarantined_units_total", Help: "Units of usage quarantined, never billed, by result (admitted, denied). Anything above zero is a bug or a mismatch with the coordinators' limits.",
+		}, []string{"result"}),
+	}
+	for _, r := range []string{"admitted", "denied"} {
+		m.quarantinedUnits.WithLabelValues(r)
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.reports, m.duration, m.coll} {
+	for _, c := range []prometheus.Collector{m.reports, m.duration, m.coll, m.quarantined, m.quarantinedUnits} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -55,6 +68,8 @@ func (m *metrics) unregister() {
 	m.reg.Unregister(m.reports)
 	m.reg.Unregister(m.duration)
 	m.reg.Unregister(m.coll)
+	m.reg.Unregister(m.quarantined)
+	m.reg.Unregister(m.quarantinedUnits)
 }
 
 type collector struct{ a *Agent }
@@ -68,11 +83,13 @@ var (
 	descOverflow  = prometheus.NewDesc("allot_agent_key_overflow_total", "New keys met with the rule's store full, by what happened (evicted, rejected, untracked).", []string{"rule", "action"}, nil)
 	descTenants   = prometheus.NewDesc("allot_agent_tenant_overflow_total", "Requests counted under the empty tenant because MaxTenants tenants were already counted.", nil, nil)
 	descOffset    = prometheus.NewDesc("allot_agent_clock_offset_seconds", "Offset added to this node's clock to agree with the coordinators'.", nil, nil)
+	descProblems  = prometheus.NewDesc("allot_agent_rule_problems", "1 for each rule of the set this agent does not enforce, by problem: other_region (not for this node's region) or broken (cannot be enforced; see the log and /v1/status).", []string{"rule", "problem"}, nil)
+	descInvalid   = prometheus.NewDesc("allot_agent_invalid_checks_total", "Checks refused without counting because their cost exceeded MaxCost.", nil, nil)
 	descNodes     = prometheus.NewDesc("allot_agent_nodes", "Nodes the coordinators hear from: the divisor of unleased and fallback shares.", nil, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDecisions, descFallback, descFellBack, descKeys, descHot, descOverflow, descTenants, descOffset, descNodes} {
+	for _, d := range []*prometheus.Desc{descDecisions, descFallback, descFellBack, descKeys, descHot, descOverflow, descTenants, descOffset, descNodes, descInvalid, descProblems} {
 		ch <- d
 	}
 }
@@ -81,11 +98,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	a := c.a
 	ch <- prometheus.MustNewConstMetric(descOffset, prometheus.GaugeValue, time.Duration(a.clock.offset.Load()).Seconds())
 	ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(a.nodes.Load()))
+	ch <- prometheus.MustNewConstMetric(descInvalid, prometheus.CounterValue, float64(a.invalid.Load()))
 	comp := a.rules.Load()
 	if comp == nil {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(descTenants, prometheus.CounterValue, float64(comp.usage.dropped.Load()))
+	for _, p := range comp.problems {
+		ch <- prometheus.MustNewConstMetric(descProblems, prometheus.GaugeValue, 1, p.Rule, p.Problem)
+	}
 	live := comp.usage.live()
 	for i, rs := range comp.rules {
 		name := rs.rule.Name

@@ -31,10 +31,14 @@ type reporter struct {
 	client      *client // the default transport, when Coordinators are dialled
 	incarnation uint64
 
-	seq     uint64
-	pending *allotpb.UsageBatch       // sent, not yet acknowledged
+	seq uint64
+	// pending are the sealed usage batches, in sequence; the first is
+	// sent until acknowledged, the others have never been sent.
+	pending []*allotpb.UsageBatch
 	acc     map[usageKey]*usageCounts // counted, not yet in a batch
-	retired []*compiled               // replaced rule sets, drained once more
+	retired []retiredSet              // replaced rule sets, still drained
+	lim     limits                    // bounds on one report
+	lastErr error                     // the last report's failure
 	window  time.Duration             // billing window
 	lastCut int64                     // ns
 	lastRun int64                     // ns, last regular report
@@ -43,8 +47,12 @@ type reporter struct {
 	cutOff  bool                      // no coordinator for a lease period
 	version uint64                    // rules version enforced
 	quit    chan struct{}
-	// answeredCount counts answered reports, for tests and status.
+	// answeredCount counts answered reports, for tests and status;
+	// lastAnswer is when the last one was (ns, coordinators' clock), and
+	// pendingCount mirrors len(pending), for Status.
 	answeredCount atomic.Int64
+	lastAnswer    atomic.Int64
+	pendingCount  atomic.Int64
 	exited        chan struct{}
 }
 
@@ -57,7 +65,7 @@ func newReporter(a *Agent) (*reporter, error) {
 	now := a.clock.now()
 	r := &reporter{
 		a: a, transport: a.cfg.Transport, incarnation: inc,
-		acc: map[usageKey]*usageCounts{}, window: time.Hour,
+		acc: map[usageKey]*usageCounts{}, window: time.Hour, lim: limits{defaultMaxEntries, defaultMaxBytes},
 		lastCut: now, lastRun: now, lastOK: now, ttl: 5 * a.cfg.ReportInterval,
 		quit: make(chan struct{}), exited: make(chan struct{}),
 	}
@@ -109,15 +117,15 @@ func (r *reporter) untilBoundary() time.Duration {
 	return time.Duration(w - now%w + int64(time.Millisecond))
 }
 
-// seal makes what was accumulated the next usage batch, once the previous
-// one has been acknowledged.
-func (r *reporter) seal(now int64) {
-	if r.pending == nil && len(r.acc) > 0 {
-		r.seq++
-		r.pending = batch(r.seq, now, r.acc)
-		r.acc = map[usageKey]*usageCounts{}
-	}
+// retiredSet is a replaced rule set whose usage counters are drained at
+// the next retireCuts cuts: a check that loaded the set just before the
+// swap counts into it for nanoseconds.
+type retiredSet struct {
+	c    *compiled
+	left int
 }
+
+const retireCuts = 3
 
 // cut moves the usage counters into the accumulator, under the billing
 // window that holds at.
@@ -127,10 +135,14 @@ func (r *reporter) cut(at time.Time) { r.cutPicking(at, nil) }
 func (r *reporter) cutPicking(at time.Time, pick func(rule int, adm, den int64) bool) []tenantCount {
 	c := r.a.rules.Load()
 	window := at.Truncate(r.window).Unix()
+	live := r.retired[:0]
 	for _, old := range r.retired {
-		old.usage.cut(old.names, window, r.acc, old.totals, nil)
+		old.c.usage.cut(old.c.names, window, r.acc, old.c.totals, nil)
+		if old.left--; old.left > 0 {
+			live = append(live, old)
+		}
 	}
-	r.retired = r.retired[:0]
+	r.retired = live
 	var picked []tenantCount
 	if c != nil {
 		picked = c.usage.cut(c.names, window, r.acc, c.totals, pick)
@@ -210,9 +222,17 @@ func (r *reporter) cycle(urgent bool) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), r.a.interval())
-	resp, err := r.transport.Report(ctx, x.Request)
-	cancel()
-	r.deliver(x, resp, err)
+	defer cancel()
+	for part := x; part != nil; part = part.next {
+		if !r.send(ctx, part) {
+			return // unanswered: the rest waits for the next cycle
+		}
+	}
+	if !urgent {
+		ctx, cancel := context.WithTimeout(context.Background(), r.a.interval())
+		defer cancel()
+		r.catchUp(ctx)
+	}
 }
 
 // Exchange is one report, prepared by PrepareReport and answered with
@@ -223,7 +243,13 @@ type Exchange struct {
 	held    []*hotKey
 	sent    int64 // local clock
 	urgent  bool
+	next    *Exchange
 }
+
+// Next is the next part of a report split to fit the coordinators'
+// limits, or nil: a caller carrying reports carries each part in turn,
+// and Delivers each answer with its part.
+func (x *Exchange) Next() *Exchange { return x.next }
 
 // prepare cuts the usage counters, turns keys that asked for leases into
 // hot keys, and builds the report.
@@ -259,7 +285,9 @@ func (r *reporter) prepare(urgent bool) *Exchange {
 	} else if len(req.GetDemand()) == 0 {
 		return nil // nothing runs low: there is nothing to ask
 	}
-	return &Exchange{Request: req, held: held, sent: a.clock.local(), urgent: urgent}
+	x := &Exchange{Request: req, held: held, sent: a.clock.local(), urgent: urgent}
+	r.splitDemand(x)
+	return x
 }
 
 // offset converts the agent's local clock to the coordinators'.
@@ -270,6 +298,7 @@ func (r *reporter) deliver(x *Exchange, resp *allotpb.ReportResponse, err error)
 	a := r.a
 	received := a.clock.local()
 	a.metrics.observeReport(time.Duration(received-x.sent), err)
+	r.lastErr = err
 	if err != nil {
 		r.failed(a.clock.now(), err)
 		return
@@ -286,8 +315,8 @@ func (r *reporter) request(c *compiled, now int64, urgent, leaving bool) (*allot
 		Region: a.cfg.Region, SentUnixNano: now, IntervalNano: max(now-r.lastRun, 1),
 		RulesVersion: r.version, Urgent: urgent, Leaving: leaving,
 	}
-	if !urgent {
-		req.Usage = r.pending
+	if !urgent && len(r.pending) > 0 {
+		req.Usage = r.pending[0]
 	}
 	if c == nil {
 		return req, nil
@@ -295,10 +324,10 @@ func (r *reporter) request(c *compiled, now int64, urgent, leaving bool) (*allot
 	var held []*hotKey
 	nowT := time.Unix(0, now)
 	add := func(rs *ruleState, hk *hotKey) {
-		if urgent && !hk.urgent.Load() {
+		if (urgent && !hk.urgent.Load()) || hk.refused {
 			return
 		}
-		d := &allotpb.KeyDemand{Rule: rs.rule.Name, Key: hk.key, Tenant: hk.tenant, Plan: hk.plan, Priority: hk.priority}
+		d := &allotpb.KeyDemand{Rule: rs.rule.Name, Key: hk.key, Tenant: allotpb.BoundName(hk.tenant), Plan: allotpb.BoundName(hk.plan), Priority: hk.priority}
 		if urgent {
 			d.Admitted, d.Denied = float64(hk.admitted.Load()), float64(hk.denied.Load())
 		} else {
@@ -355,9 +384,11 @@ func (r *reporter) answered(resp *allotpb.ReportResponse, held []*hotKey, t0, t1
 	a.clock.observe(t0, t1, resp.GetCoordinatorUnixNano())
 	now := a.clock.now()
 	r.lastOK = now
-	if r.pending != nil && resp.GetAckedSeq() >= r.pending.GetSeq() {
-		r.pending = nil
+	r.lastAnswer.Store(now)
+	for len(r.pending) > 0 && resp.GetAckedSeq() >= r.pending[0].GetSeq() {
+		r.pending = r.pending[1:]
 	}
+	r.pendingCount.Store(int64(len(r.pending)))
 	if iv := resp.GetReportIntervalNano(); iv > 0 {
 		a.intervalNs.Store(iv)
 	}
@@ -393,23 +424,38 @@ func (r *reporter) answered(resp *allotpb.ReportResponse, held []*hotKey, t0, t1
 }
 
 // installRules enforces a new rule set from the coordinators. Usage counted
-// under the old set is cut first and drained once more at the next cut, so
-// none is lost.
+// under the old set is cut first and drained at the next cuts, so none is
+// lost. A rule this agent cannot read (a newer version's feature) is left
+// out and reported, and the others are enforced.
 func (r *reporter) installRules(p *allotpb.RuleSet) {
 	a := r.a
-	set, err := rules.SetFromProto(p)
+	var good []rules.Rule
+	var problems []RuleProblem
+	for i, pr := range p.GetRules() {
+		rule, err := rules.FromProto(pr)
+		if err != nil {
+			name := pr.GetName()
+			if name == "" {
+				name = fmt.Sprintf("#%d", i+1)
+			}
+			problems = append(problems, RuleProblem{Rule: name, Problem: ProblemBroken, Reason: err.Error()})
+			continue
+		}
+		good = append(good, rule)
+	}
+	set, err := rules.NewSet(p.GetVersion(), good)
 	if err != nil {
 		a.log.Error("coordinator sent rules this agent cannot enforce; keeping the current ones", "version", p.GetVersion(), "error", err)
 		return
 	}
 	old := a.rules.Load()
 	r.cut(time.Unix(0, a.clock.now()))
-	if err := a.install(set); err != nil {
+	if err := a.install(set, problems, false); err != nil {
 		a.log.Error("cannot enforce the new rules; keeping the current ones", "version", p.GetVersion(), "error", err)
 		return
 	}
 	if old != nil {
-		r.retired = append(r.retired, old)
+		r.retired = append(r.retired, retiredSet{old, retireCuts})
 	}
 	r.version = set.Version()
 	a.log.Info("rules updated", "version", set.Version(), "rules", set.Len())
@@ -449,7 +495,7 @@ func (r *reporter) applyLeases(c *compiled, resp *allotpb.ReportResponse, held [
 		}
 		var hk *hotKey
 		if rs.fair != nil {
-			hk = (*rs.fair.classes.Load())[classKey{a.hasher.String(pl.GetTenant()), pl.GetPriority()}]
+			hk = rs.fair.class(a, pl.GetTenant(), pl.GetPriority())
 		} else {
 			hk = rs.byKey[pl.GetKey()]
 		}
@@ -564,41 +610,4 @@ func (rs *ruleState) demote(a *Agent) {
 		delete(next, h)
 	}
 	rs.hot.Store(&next)
-}
-
-// shutdown stops the exchange and, within ctx, reports what is left:
-// the usage not yet acknowledged, and a last report releasing every lease.
-func (r *reporter) shutdown(ctx context.Context) error {
-	close(r.quit)
-	if !r.a.cfg.ManualReports {
-		<-r.exited
-	}
-	a := r.a
-	now := a.clock.now()
-	r.cut(time.Unix(0, now))
-	var lastErr error
-	for attempt := 0; ctx.Err() == nil; attempt++ {
-		r.seal(now)
-		last := r.pending == nil || len(r.acc) == 0
-		req, _ := r.request(a.rules.Load(), a.clock.now(), false, last)
-		resp, err := r.transport.Report(ctx, req)
-		if err != nil {
-			lastErr = err
-			select {
-			case <-ctx.Done():
-			case <-time.After(min(100*time.Millisecond<<min(attempt, 4), time.Second)):
-			}
-			continue
-		}
-		if r.pending != nil && resp.GetAckedSeq() >= r.pending.GetSeq() {
-			r.pending = nil
-		}
-		if r.pending == nil && len(r.acc) == 0 && last {
-			return nil
-		}
-	}
-	if r.pending != nil || len(r.acc) > 0 {
-		return fmt.Errorf("usage not reported before the deadline (%v): %w", lastErr, ctx.Err())
-	}
-	return nil
 }

@@ -1,9 +1,52 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"time"
+
+	allotpb "github.com/allot-io/allot/proto"
 )
+
+// MaxCost is the largest cost of one request (2^32 - 1, as Envoy's
+// hits_addend): Check refuses a costlier request without counting it, and
+// the sidecar answers it 400. With it no per-interval counter can wrap.
+const MaxCost = allotpb.MaxCost
+
+// Bounds the sidecar enforces on a request's attributes, the same the
+// coordinators enforce on names in reports: longer values are refused
+// with 400 rather than billed under a name nobody sent.
+const (
+	// MaxNameLen bounds Tenant and Plan.
+	MaxNameLen = allotpb.MaxNameLen
+	// MaxAttrLen bounds User, Route and IP; keys hash values over 128
+	// bytes, so these only bound what a hostile client can make the
+	// sidecar hash.
+	MaxAttrLen = 1024
+)
+
+// ErrInvalidRequest is wrapped by ValidateRequest's errors.
+var ErrInvalidRequest = errors.New("agent: invalid request")
+
+// ValidateRequest checks a request against the bounds a sidecar enforces
+// at its edge: names within MaxNameLen, other attributes within
+// MaxAttrLen, a cost from 0 to MaxCost. The error names the field.
+// Check itself accepts any length (bounding names for billing) and
+// refuses only a cost over MaxCost.
+func ValidateRequest(r Request) error {
+	for _, f := range [...]struct {
+		name, value string
+		max         int
+	}{{"tenant", r.Tenant, MaxNameLen}, {"plan", r.Plan, MaxNameLen}, {"user", r.User, MaxAttrLen}, {"route", r.Route, MaxAttrLen}, {"ip", r.IP, MaxAttrLen}} {
+		if len(f.value) > f.max {
+			return fmt.Errorf("%w: %s: must be at most %d bytes, got %d", ErrInvalidRequest, f.name, f.max, len(f.value))
+		}
+	}
+	if r.Cost < 0 || r.Cost > MaxCost {
+		return fmt.Errorf("%w: cost: must be from 0 to %d, got %d", ErrInvalidRequest, int64(MaxCost), r.Cost)
+	}
+	return nil
+}
 
 // Priority is how important a request is when a global capacity rule is the
 // limit being hit: lower priorities are refused first, and Exempt requests

@@ -45,7 +45,8 @@ type CheckResponse struct {
 var ErrBadCheck = errors.New("agent: bad check request")
 
 // DecodeCheck reads a check request strictly: one JSON object, no unknown
-// fields, no trailing data, a known priority and a cost of at least 0.
+// fields, no trailing data, a known priority, and the bounds of
+// ValidateRequest (names, attributes, a cost from 0 to MaxCost).
 func DecodeCheck(r io.Reader) (Request, error) {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
@@ -60,10 +61,11 @@ func DecodeCheck(r io.Reader) (Request, error) {
 	if err != nil {
 		return Request{}, fmt.Errorf("%w: priority: %q is not batch, interactive, critical or exempt", ErrBadCheck, c.Priority)
 	}
-	if c.Cost < 0 {
-		return Request{}, fmt.Errorf("%w: cost: must be at least 0, got %d", ErrBadCheck, c.Cost)
+	req := Request{Tenant: c.Tenant, Plan: c.Plan, User: c.User, Route: c.Route, IP: c.IP, Priority: p, Cost: c.Cost}
+	if err := ValidateRequest(req); err != nil {
+		return Request{}, fmt.Errorf("%w: %w", ErrBadCheck, err)
 	}
-	return Request{Tenant: c.Tenant, Plan: c.Plan, User: c.User, Route: c.Route, IP: c.IP, Priority: p, Cost: c.Cost}, nil
+	return req, nil
 }
 
 // CheckHandler serves the sidecar's POST /v1/check for gateways not
@@ -115,4 +117,22 @@ func writeJSONError(w http.ResponseWriter, code int, msg string) {
 	_ = json.NewEncoder(w).Encode(struct {
 		Error string `json:"error"`
 	}{msg})
+}
+
+// StatusHandler serves the agent's Status as JSON: the rules enforced,
+// those left out and why, the rules on their fail mode, and the usage
+// batches waiting for the coordinators.
+func StatusHandler(a *Agent) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			writeJSONError(w, http.StatusMethodNotAllowed, "use GET")
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(a.Status())
+	})
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,9 +14,19 @@ import (
 // since the last cut: what billing needs. Reads take no lock: tenants seen
 // before the last cut are in an immutable map replaced at each cut; tenants
 // new since then are in a small locked map.
+//
+// No count may be lost or counted twice, however checks and cuts
+// interleave. Two rules keep it so. A cut publishes the next map while it
+// holds the lock that guards the new tenants, and get looks at the
+// published map again under that lock, so a tenant never has two live
+// counters at once. A tenant dropped for being idle has its counters
+// drained for the last time by swapping in closed: a check that fetched
+// them just before sees its Add return a negative sum, takes the cost
+// back, and counts into the tenant's live counters instead (tenantUsage.add).
 type usageTable struct {
-	rules int
-	max   int
+	rules     int
+	max       int
+	idleAfter int // cuts in a row with nothing counted that drop a tenant
 
 	// snap is keyed by 64 bits of the tenant's hash, the fast map key;
 	// each entry keeps the full hash, and a mismatch (two tenants sharing
@@ -27,36 +38,67 @@ type usageTable struct {
 
 	overflow *tenantUsage // tenants beyond max, counted together
 	dropped  atomic.Int64 // requests counted in overflow
-	// retired tenants were dropped from the map at the last cut; a check
-	// that fetched one just before may still count into it, so they are
-	// drained once more at the next cut.
-	retired []*tenantUsage
 }
+
+// closed is what a dropped tenant's counters hold once drained for the
+// last time. It is so far below zero that no run of Adds brings a counter
+// back to zero or above (2^31 requests of MaxCost each add under 2^63).
+const closed = math.MinInt64 / 2
+
+// idleCuts is how many cuts in a row with nothing counted drop a tenant:
+// five minutes at the default interval.
+const idleCuts = 300
 
 // tenantUsage is one tenant's counters: admitted and denied per rule.
 type tenantUsage struct {
 	hash   algo.Hash
-	name   string
+	name   string         // as billed: within allotpb.MaxNameLen
 	plan   string         // the plan of the tenant's first request
 	counts []atomic.Int64 // [2*rule] admitted, [2*rule+1] denied
 	idle   int            // cuts in a row with nothing counted
 }
 
+// add counts cost into a counter. It returns false, having taken the cost
+// back, when the tenant was dropped from the table and its counters closed:
+// the caller counts into the tenant's live counters (usageTable.get).
+func (tu *tenantUsage) add(slot int, cost int64) bool {
+	if tu.counts[slot].Add(cost) >= 0 {
+		return true
+	}
+	tu.counts[slot].Add(-cost)
+	return false
+}
+
 func newUsageTable(rules, max int) *usageTable {
-	t := &usageTable{rules: rules, max: max, fresh: map[algo.Hash]*tenantUsage{}}
+	t := &usageTable{rules: rules, max: max, idleAfter: idleCuts, fresh: map[algo.Hash]*tenantUsage{}}
 	t.overflow = &tenantUsage{counts: make([]atomic.Int64, 2*rules)}
 	empty := map[uint64]*tenantUsage{}
 	t.snap.Store(&empty)
 	return t
 }
 
-// get returns a tenant's counters, creating them the first time.
-func (t *usageTable) get(h algo.Hash, tenant, plan string) *tenantUsage {
+// lookup finds a tenant in the published map.
+func (t *usageTable) lookup(h algo.Hash) *tenantUsage {
 	if tu := (*t.snap.Load())[h.Uint64()]; tu != nil && tu.hash == h {
+		return tu
+	}
+	return nil
+}
+
+// get returns a tenant's counters, creating them the first time. A tenant
+// name longer than the coordinators accept is billed under a bounded form
+// of it (allotpb.BoundName), the same on every node.
+func (t *usageTable) get(h algo.Hash, tenant, plan string) *tenantUsage {
+	if tu := t.lookup(h); tu != nil {
 		return tu
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	// A cut may have moved the tenant into a newly published map since
+	// the lock-free look; the cut publishes under this lock.
+	if tu := t.lookup(h); tu != nil {
+		return tu
+	}
 	if tu := t.fresh[h]; tu != nil {
 		return tu
 	}
@@ -64,7 +106,7 @@ func (t *usageTable) get(h algo.Hash, tenant, plan string) *tenantUsage {
 		t.dropped.Add(1)
 		return t.overflow
 	}
-	tu := &tenantUsage{hash: h, name: strings.Clone(tenant), plan: strings.Clone(plan), counts: make([]atomic.Int64, 2*t.rules)}
+	tu := &tenantUsage{hash: h, name: allotpb.BoundName(strings.Clone(tenant)), plan: strings.Clone(plan), counts: make([]atomic.Int64, 2*t.rules)}
 	t.fresh[h] = tu
 	t.count++
 	return tu
@@ -90,11 +132,11 @@ type tenantCount struct {
 // forgotten, so the table holds the tenants of the last few minutes. It
 // returns the counts pick (when set) picks out, for the reporter to act on
 // once the table's locks are released. With acc nil only the totals are
-// kept.
+// kept. Cuts run on one goroutine at a time.
 func (t *usageTable) cut(names []string, window int64, acc map[usageKey]*usageCounts, totals []ruleTotals, pick func(rule int, adm, den int64) bool) []tenantCount {
 	var counted []tenantCount
-	old := *t.snap.Load()
 	t.mu.Lock()
+	old := *t.snap.Load()
 	next := make(map[uint64]*tenantUsage, len(old)+len(t.fresh))
 	for k, tu := range old {
 		next[k] = tu
@@ -108,12 +150,15 @@ func (t *usageTable) cut(names []string, window int64, acc map[usageKey]*usageCo
 		next[h.Uint64()] = tu
 	}
 	t.fresh = keep
+	t.snap.Store(&next)
 	t.mu.Unlock()
 
-	drain := func(tu *tenantUsage) bool {
+	// drain moves a tenant's counters into acc, leaving reset (0, or
+	// closed for a tenant being dropped) in their place.
+	drain := func(tu *tenantUsage, reset int64) bool {
 		any := false
 		for r := 0; r < t.rules; r++ {
-			adm, den := tu.counts[2*r].Swap(0), tu.counts[2*r+1].Swap(0)
+			adm, den := tu.counts[2*r].Swap(reset), tu.counts[2*r+1].Swap(reset)
 			if adm == 0 && den == 0 {
 				continue
 			}
@@ -121,8 +166,7 @@ func (t *usageTable) cut(names []string, window int64, acc map[usageKey]*usageCo
 			if pick != nil && tu != t.overflow && pick(r, adm, den) {
 				counted = append(counted, tenantCount{r, tu, adm, den})
 			}
-			totals[r].admitted.Add(adm)
-			totals[r].denied.Add(den)
+			totals[r].add(adm, den)
 			if acc == nil {
 				continue // totals only (a standalone agent bills nobody)
 			}
@@ -132,33 +176,43 @@ func (t *usageTable) cut(names []string, window int64, acc map[usageKey]*usageCo
 				c = &usageCounts{}
 				acc[k] = c
 			}
-			c.admitted += uint64(max(adm, 0))
-			c.denied += uint64(max(den, 0))
+			c.admitted = allotpb.SaturatingAdd(c.admitted, uint64(max(adm, 0)))
+			c.denied = allotpb.SaturatingAdd(c.denied, uint64(max(den, 0)))
 		}
 		return any
 	}
-	for _, tu := range t.retired {
-		drain(tu)
-	}
-	t.retired = t.retired[:0]
+	var idle []uint64
 	for k, tu := range next {
-		if drain(tu) {
+		if drain(tu, 0) {
 			tu.idle = 0
-		} else if tu.idle++; tu.idle > 300 {
-			delete(next, k)
-			t.retired = append(t.retired, tu)
+		} else if tu.idle++; tu.idle > t.idleAfter {
+			idle = append(idle, k)
 		}
 	}
 	t.mu.Lock()
 	for _, tu := range t.fresh {
-		drain(tu)
+		drain(tu, 0)
 	}
+	held := len(next)
+	if len(idle) > 0 {
+		pruned := make(map[uint64]*tenantUsage, len(next))
+		for k, tu := range next {
+			pruned[k] = tu
+		}
+		for _, k := range idle {
+			delete(pruned, k)
+		}
+		t.snap.Store(&pruned)
+		held = len(pruned)
+	}
+	t.count = held + len(t.fresh)
 	t.mu.Unlock()
-	drain(t.overflow)
-	t.mu.Lock()
-	t.count = len(next) + len(t.fresh)
-	t.mu.Unlock()
-	t.snap.Store(&next)
+	// Dropped tenants are closed only once no map holds them: a check
+	// that finds them closed looks them up again and gets new counters.
+	for _, k := range idle {
+		drain(next[k], closed)
+	}
+	drain(t.overflow, 0)
 	return counted
 }
 
@@ -167,13 +221,18 @@ type ruleTotals struct {
 	admitted, denied atomic.Int64
 }
 
-// batch turns accumulated counts into a usage batch.
-func batch(seq uint64, cut int64, acc map[usageKey]*usageCounts) *allotpb.UsageBatch {
-	b := &allotpb.UsageBatch{Seq: seq, CutUnixNano: cut, Counts: make([]*allotpb.UsageCount, 0, len(acc))}
-	for k, c := range acc {
-		b.Counts = append(b.Counts, &allotpb.UsageCount{Rule: k.rule, Tenant: k.tenant, WindowUnix: k.window, Admitted: c.admitted, Denied: c.denied})
+// add counts a cut's admitted and denied cost, stopping at the largest
+// int64 instead of wrapping. Only the cutting goroutine adds.
+func (t *ruleTotals) add(adm, den int64) {
+	t.admitted.Store(saturating(t.admitted.Load(), adm))
+	t.denied.Store(saturating(t.denied.Load(), den))
+}
+
+func saturating(a, b int64) int64 {
+	if s := a + b; b < 0 || s >= a {
+		return s
 	}
-	return b
+	return math.MaxInt64
 }
 
 // live sums the counters not yet cut, per rule: [2*rule] admitted,

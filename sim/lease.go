@@ -134,10 +134,14 @@ func (q *quotaLease) decide(at time.Duration, node, tenant int) bool {
 // coordinator after a network delay, and back after another, unless it is
 // lost or the coordinator is out of reach, when the agent sees a timeout.
 func (q *quotaLease) send(at time.Duration, nd *simNode, urgent bool) {
-	x := nd.agent.PrepareReport(urgent)
-	if x == nil {
-		return
+	// A report too big for one message comes in parts, each its own
+	// journey.
+	for x := nd.agent.PrepareReport(urgent); x != nil; x = x.Next() {
+		q.carry(at, nd, x)
 	}
+}
+
+func (q *quotaLease) carry(at time.Duration, nd *simNode, x *agent.Exchange) {
 	q.msgs++
 	if !q.e.reachable(at, nd.id) || q.rng.Float64() < q.e.s.Network.Loss {
 		heap.Push(&q.queue, event{at: at + q.e.s.Interval/2, fn: func() { nd.agent.Deliver(x, nil, errUnreachable) }})

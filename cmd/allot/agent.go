@@ -25,7 +25,9 @@ gateway asks before serving each request:
 
 and gets 200 (admitted) or 429 (refused) with the decision as JSON and
 the RateLimit and Retry-After headers to pass on to its client. It also
-serves /metrics (Prometheus) and /healthz.
+serves /metrics (Prometheus), /healthz, and /v1/status (the rules
+enforced, those left out and why, rules on their fail mode, usage waiting
+to be reported).
 
 With --coordinators the agent takes its rules and leases from the cluster;
 without, it runs standalone on --rules, each node enforcing whole limits.`
@@ -95,6 +97,7 @@ func runAgent(ctx context.Context, e *env) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/check", agent.CheckHandler(a))
+	mux.Handle("/v1/status", agent.StatusHandler(a))
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		select {

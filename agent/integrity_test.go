@@ -1,0 +1,316 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/coordinator"
+	"github.com/allot-io/allot/lease"
+	"github.com/allot-io/allot/lease/rules"
+	allotpb "github.com/allot-io/allot/proto"
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// ledgerTransport plays a coordinator's ledger: it acknowledges usage
+// batches exactly once by sequence number and sums what it applied, and
+// refuses, as a stricter coordinator would, every count whose tenant is
+// "poison", naming each.
+type ledgerTransport struct {
+	mu       sync.Mutex
+	acked    uint64
+	admitted map[string]uint64 // by tenant
+	denied   map[string]uint64
+	refusals int
+	hang     bool
+}
+
+func newLedgerTransport() *ledgerTransport {
+	return &ledgerTransport{admitted: map[string]uint64{}, denied: map[string]uint64{}}
+}
+
+func (l *ledgerTransport) Report(ctx context.Context, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
+	l.mu.Lock()
+	if l.hang {
+		l.mu.Unlock()
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	defer l.mu.Unlock()
+	b := req.GetUsage()
+	var bad []*errdetails.BadRequest_FieldViolation
+	for i, c := range b.GetCounts() {
+		if c.GetTenant() == "poison" {
+			bad = append(bad, &errdetails.BadRequest_FieldViolation{Field: fmt.Sprintf("usage.counts[%d].tenant", i), Description: "not a tenant this coordinator bills"})
+		}
+	}
+	if len(bad) > 0 {
+		l.refusals++
+		st, _ := status.New(codes.InvalidArgument, "usage refused").WithDetails(&errdetails.BadRequest{FieldViolations: bad})
+		return nil, st.Err()
+	}
+	if b != nil && b.GetSeq() > l.acked {
+		for _, c := range b.GetCounts() {
+			l.admitted[c.GetTenant()] += c.GetAdmitted()
+			l.denied[c.GetTenant()] += c.GetDenied()
+		}
+		l.acked = b.GetSeq()
+	}
+	return &allotpb.ReportResponse{AckedSeq: l.acked, CoordinatorUnixNano: time.Now().UnixNano(), Nodes: 1}, nil
+}
+
+func (l *ledgerTransport) counts(tenant string) (admitted, denied uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.admitted[tenant], l.denied[tenant]
+}
+
+func transportAgent(t *testing.T, tr Transport, reg prometheus.Registerer, rs ...rules.Rule) *Agent {
+	t.Helper()
+	a, err := New(Config{Transport: tr, NodeID: "gw-1", Rules: rs, ReportInterval: 20 * time.Millisecond, Registerer: reg, CloseTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(context.Background()) })
+	return a
+}
+
+// TestRefusedUsageQuarantined: a coordinator refusing some entries of a
+// batch (issue 10, failure 1) must not wedge reporting. The refused
+// entries are quarantined, counted and never sent again; the rest of the
+// batch, and every later batch, reaches the ledger.
+func TestRefusedUsageQuarantined(t *testing.T) {
+	tr := newLedgerTransport()
+	reg := prometheus.NewRegistry()
+	a := transportAgent(t, tr, reg, rule("quota", rules.Tenant, algo.TokenBucket, 1000, time.Second, lease.Quota))
+	for i := 0; i < 3; i++ {
+		a.Check(Request{Tenant: "poison"})
+	}
+	for i := 0; i < 5; i++ {
+		a.Check(Request{Tenant: "acme"})
+	}
+	eventually(t, 10*time.Second, "acme's 5 in the ledger", func() bool { adm, _ := tr.counts("acme"); return adm == 5 })
+	a.Check(Request{Tenant: "acme"})
+	a.Check(Request{Tenant: "acme"})
+	eventually(t, 10*time.Second, "acme's next 2 in the ledger", func() bool { adm, _ := tr.counts("acme"); return adm == 7 })
+	tr.mu.Lock()
+	refusals := tr.refusals
+	tr.mu.Unlock()
+	if refusals != 1 {
+		t.Errorf("the coordinator refused %d reports; the poisoned entry must be sent once, then quarantined", refusals)
+	}
+	if got := counterValue(a.metrics.quarantinedUnits.WithLabelValues("admitted")); got != 3 {
+		t.Errorf("quarantined admitted units = %v, want 3", got)
+	}
+	if got := counterValue(a.metrics.quarantined.WithLabelValues("usage", "tenant")); got != 1 {
+		t.Errorf("quarantined usage entries = %v, want 1", got)
+	}
+}
+
+// TestCostBounds: a cost past MaxCost is refused without being counted
+// (issue 10, failure 3: three refusals of 2^62 wrapped the counter and
+// billed 0), the sidecar answers it 400, and MaxCost itself is billed
+// exactly.
+func TestCostBounds(t *testing.T) {
+	tr := newLedgerTransport()
+	a := transportAgent(t, tr, nil, rule("quota", rules.Tenant, algo.TokenBucket, 100, time.Second, lease.Quota))
+	for i := 0; i < 3; i++ {
+		d := a.Check(Request{Tenant: "huge", Cost: 1 << 62})
+		if d.Allowed || d.RetryAfter >= 0 || d.Rule != "" {
+			t.Fatalf("cost 2^62: %+v; want refused as never admissible, by no rule", d)
+		}
+		if d := a.Check(Request{Tenant: "max", Cost: MaxCost}); d.Allowed || d.Rule != "quota" {
+			t.Fatalf("cost MaxCost: %+v; want refused by quota", d)
+		}
+	}
+	if got := a.invalid.Load(); got != 3 {
+		t.Errorf("invalid checks = %d, want 3", got)
+	}
+	eventually(t, 10*time.Second, "MaxCost's refusals billed", func() bool { _, den := tr.counts("max"); return den == 3*MaxCost })
+	if adm, den := tr.counts("huge"); adm != 0 || den != 0 {
+		t.Errorf("cost 2^62 billed admitted %d denied %d; want nothing", adm, den)
+	}
+	for _, body := range []string{`{"tenant":"a","cost":4611686018427387904}`, `{"tenant":"a","cost":4294967296}`, `{"tenant":"` + strings.Repeat("t", 257) + `"}`, `{"route":"` + strings.Repeat("r", 1025) + `"}`} {
+		if _, err := DecodeCheck(strings.NewReader(body)); !errors.Is(err, ErrInvalidRequest) {
+			t.Errorf("DecodeCheck(%.60s…) = %v; want ErrInvalidRequest", body, err)
+		}
+	}
+	if _, err := DecodeCheck(strings.NewReader(`{"tenant":"` + strings.Repeat("t", 256) + `","cost":4294967295}`)); err != nil {
+		t.Errorf("the largest tenant and cost: %v", err)
+	}
+}
+
+// TestCloseBounded: with no coordinator answering and a context without a
+// deadline, Close gives up after CloseTimeout and says what it lost.
+func TestCloseBounded(t *testing.T) {
+	tr := newLedgerTransport()
+	tr.hang = true
+	a, err := New(Config{Transport: tr, NodeID: "gw-1", Rules: []rules.Rule{rule("quota", rules.Tenant, algo.TokenBucket, 100, time.Second, lease.Quota)},
+		ReportInterval: 20 * time.Millisecond, CloseTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Check(Request{Tenant: "acme"})
+	done := make(chan error, 1)
+	go func() { done <- a.Close(context.Background()) }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "usage not reported") {
+			t.Fatalf("Close = %v; want an error saying usage was not reported", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close did not return with no coordinator answering")
+	}
+}
+
+// TestReportsSplitToLimits: a sidecar tracking more tenants than one
+// report may carry splits its usage into batches, and a coordinator that
+// allows fewer keys than the agent's default gets smaller reports, all
+// applied exactly once.
+func TestReportsSplitToLimits(t *testing.T) {
+	cs := coordinatorsWith(t, 1, func(c *coordinator.Config) { c.MaxReportKeys = 100 })
+	putRules(t, cs[0].GRPCAddr(), rule("quota", rules.Tenant, algo.TokenBucket, 1_000_000, time.Second, lease.Quota))
+	a := newAgent(t, "gw-1", addrs(cs), nil)
+	const tenants = 1500
+	for i := 0; i < tenants; i++ {
+		a.Check(Request{Tenant: fmt.Sprintf("t%04d", i)})
+	}
+	closeAndCompare(t, a, cs[0].GRPCAddr(), "quota", func(tenant string) uint64 { return 1 }, tenants)
+}
+
+// TestLongTenantBilled: a tenant name past the coordinators' limit, which
+// once made them refuse every report of the sidecar that admitted it
+// (issue 10, failure 1), is billed under its bounded name, and the other
+// tenants' usage keeps flowing.
+func TestLongTenantBilled(t *testing.T) {
+	cs := coordinators(t, 1)
+	putRules(t, cs[0].GRPCAddr(), rule("quota", rules.Tenant, algo.TokenBucket, 1_000_000, time.Second, lease.Quota))
+	a := newAgent(t, "gw-1", addrs(cs), nil)
+	long := strings.Repeat("x", 300)
+	for i := 0; i < 5; i++ {
+		a.Check(Request{Tenant: long})
+		a.Check(Request{Tenant: "acme"})
+	}
+	want := map[string]uint64{allotpb.BoundName(long): 5, "acme": 5}
+	closeAndCompare(t, a, cs[0].GRPCAddr(), "quota", func(tenant string) uint64 { return want[tenant] }, len(want))
+}
+
+// TestRuleForOtherRegionSkipped: a rule whose regions leave out the
+// node's is skipped there, and the others are enforced; once, the whole
+// set failed to install and the node admitted everything.
+func TestRuleForOtherRegionSkipped(t *testing.T) {
+	cs := coordinators(t, 1)
+	elsewhere := rule("us-only", rules.Tenant, algo.TokenBucket, 100, time.Second, lease.Abuse)
+	elsewhere.Regions = map[string]float64{"us-east": 1}
+	here := rule("quota", rules.Tenant, algo.FixedWindow, 3, time.Hour, lease.Quota)
+	here.Local = true
+	putRules(t, cs[0].GRPCAddr(), elsewhere, here)
+	a := newAgent(t, "gw-1", addrs(cs), nil)
+	for i := 0; i < 3; i++ {
+		if d := a.Check(Request{Tenant: "acme"}); !d.Allowed {
+			t.Fatalf("check %d: %+v", i, d)
+		}
+	}
+	if d := a.Check(Request{Tenant: "acme"}); d.Allowed || d.Rule != "quota" {
+		t.Fatalf("4th check of a quota of 3: %+v; want refused by quota", d)
+	}
+	st := a.Status()
+	if len(st.Rules) != 1 || st.Rules[0] != "quota" || len(st.Problems) != 1 || st.Problems[0].Rule != "us-only" || st.Problems[0].Problem != ProblemOtherRegion {
+		t.Fatalf("status %+v; want quota enforced and us-only skipped for its region", st)
+	}
+}
+
+// coordinatorsWith starts n coordinators like coordinators, with mod
+// applied to each configuration.
+func coordinatorsWith(t *testing.T, n int, mod func(*coordinator.Config)) []*coordinator.Coordinator {
+	t.Helper()
+	var cs []*coordinator.Coordinator
+	for i := 0; i < n; i++ {
+		cfg := coordinator.Config{
+			NodeID: fmt.Sprintf("c%d", i+1), DataDir: t.TempDir(), Region: "eu-west",
+			RaftAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0",
+			ReportInterval: testInterval, LeaseTTL: 5 * testInterval, ApplyWindow: 5 * time.Millisecond,
+			HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
+			Logger: hclog.NewNullLogger(),
+		}
+		if i == 0 {
+			cfg.Bootstrap = true
+		} else {
+			cfg.Join = []string{cs[0].GRPCAddr()}
+		}
+		mod(&cfg)
+		c, err := coordinator.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { stopCoordinator(c) })
+		cs = append(cs, c)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if err := c.WaitLeader(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
+	return cs
+}
+
+// closeAndCompare closes the agent, which flushes its usage, and checks
+// the ledger holds exactly want(tenant) admitted for each of n tenants
+// under the rule.
+func closeAndCompare(t *testing.T, a *Agent, addr, ruleName string, want func(string) uint64, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	got := map[string]uint64{}
+	q := &allotpb.UsageQuery{Rule: ruleName, From: timestamppb.New(time.Now().Add(-2 * time.Hour)), PageSize: 1000}
+	for {
+		resp, err := allotpb.NewUsageServiceClient(cc).QueryUsage(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range resp.GetRecords() {
+			got[r.GetTenant()] += r.GetAdmitted()
+		}
+		if q.PageToken = resp.GetNextPageToken(); q.PageToken == "" {
+			break
+		}
+	}
+	if len(got) != n {
+		t.Errorf("ledger has %d tenants under %s, want %d", len(got), ruleName, n)
+	}
+	for tenant, g := range got {
+		if w := want(tenant); g != w {
+			t.Errorf("ledger %.40s/%s: admitted %d, the agent admitted %d", tenant, ruleName, g, w)
+		}
+	}
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return math.NaN()
+	}
+	return m.GetCounter().GetValue()
+}

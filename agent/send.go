@@ -1,0 +1,389 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	allotpb "github.com/allot-io/allot/proto"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// What one report carries at most, well inside the coordinators' defaults
+// (200,000 keys, 8 MiB). A coordinator configured tighter refuses a larger
+// report as too big, and the agent halves these and splits again.
+const (
+	defaultMaxEntries = 10_000
+	defaultMaxBytes   = 1 << 20
+	// maxExtraReports bounds the usage-only reports one cycle sends to
+	// catch up on a backlog (a long outage, a burst of new tenants).
+	maxExtraReports = 32
+	// maxMends bounds how often one report is mended and sent again.
+	maxMends = 4
+)
+
+// limits are the reporter's current bounds on one report.
+type limits struct {
+	entries, bytes int
+}
+
+func (l limits) halved() limits {
+	return limits{entries: max(l.entries/2, 1), bytes: max(l.bytes/2, 1024)}
+}
+
+// countSize estimates a usage count's encoded size.
+func countSize(rule, tenant string) int { return len(rule) + len(tenant) + 40 }
+
+// demandSize estimates a key demand's encoded size.
+func demandSize(d *allotpb.KeyDemand) int {
+	return len(d.GetRule()) + len(d.GetKey()) + len(d.GetTenant()) + len(d.GetPlan()) + 120
+}
+
+// seal makes what was accumulated the next usage batches, once every
+// earlier one has been acknowledged, each within the report limits. What
+// breaks the protocol's limits is quarantined here, before it is sent.
+func (r *reporter) seal(now int64) {
+	if len(r.pending) > 0 || len(r.acc) == 0 {
+		return
+	}
+	var counts []*allotpb.UsageCount
+	for k, c := range r.acc {
+		counts = append(counts, &allotpb.UsageCount{Rule: k.rule, Tenant: k.tenant, WindowUnix: k.window, Admitted: c.admitted, Denied: c.denied})
+	}
+	r.acc = map[usageKey]*usageCounts{}
+	probe := &allotpb.ReportRequest{Node: "-", Incarnation: 1, Usage: &allotpb.UsageBatch{Counts: counts}}
+	if v := allotpb.ValidateReport(probe, allotpb.ReportLimits{}); len(v) > 0 {
+		counts = r.quarantineCounts(counts, v, "refused by the agent's own check")
+	}
+	r.pending = r.split(counts, now)
+	r.pendingCount.Store(int64(len(r.pending)))
+}
+
+// split cuts counts into batches within the limits, numbering them from
+// the next sequence number.
+func (r *reporter) split(counts []*allotpb.UsageCount, cut int64) []*allotpb.UsageBatch {
+	var out []*allotpb.UsageBatch
+	var cur *allotpb.UsageBatch
+	size := 0
+	for _, c := range counts {
+		n := countSize(c.GetRule(), c.GetTenant())
+		if cur == nil || len(cur.Counts) >= r.lim.entries || (size+n > r.lim.bytes && len(cur.Counts) > 0) {
+			r.seq++
+			cur = &allotpb.UsageBatch{Seq: r.seq, CutUnixNano: cut}
+			out = append(out, cur)
+			size = 0
+		}
+		cur.Counts = append(cur.Counts, c)
+		size += n
+	}
+	return out
+}
+
+// resplit splits the first pending batch again after the limits shrank.
+// It was never applied (the coordinator refused it as too big), so its
+// sequence number and the later ones, never sent, are numbered afresh.
+func (r *reporter) resplit() {
+	if len(r.pending) == 0 {
+		return
+	}
+	first, rest := r.pending[0], r.pending[1:]
+	r.seq = first.GetSeq() - 1
+	parts := r.split(first.GetCounts(), first.GetCutUnixNano())
+	for _, b := range rest {
+		r.seq++
+		b.Seq = r.seq
+	}
+	r.pending = append(parts, rest...)
+}
+
+// splitDemand divides a report's demand into parts within the limits:
+// the first part keeps the request; each further part is a report of its
+// own, without usage.
+func (r *reporter) splitDemand(x *Exchange) {
+	for part := x; part != nil; part = part.next {
+		d := part.Request.GetDemand()
+		size, cut := 0, len(d)
+		for i, kd := range d {
+			size += demandSize(kd)
+			if i >= r.lim.entries || (size > r.lim.bytes && i > 0) {
+				cut = i
+				break
+			}
+		}
+		if cut == len(d) {
+			continue
+		}
+		rest := proto.Clone(part.Request).(*allotpb.ReportRequest)
+		rest.Usage, rest.Demand = nil, d[cut:]
+		part.Request.Demand = d[:cut]
+		part.next = &Exchange{Request: rest, held: part.held[cut:], sent: part.sent, urgent: part.urgent, next: part.next}
+		part.held = part.held[:cut]
+	}
+}
+
+// send carries one part of a report and applies the answer. A report
+// the coordinators refuse as malformed or too large is mended and sent
+// again: the entries refused are quarantined, never re-sent, and the rest
+// goes through. It reports whether an answer was applied.
+func (r *reporter) send(ctx context.Context, x *Exchange) bool {
+	for attempt := 0; ; attempt++ {
+		if v := allotpb.ValidateReport(x.Request, allotpb.ReportLimits{}); len(v) > 0 && !r.mend(x, v, "refused by the agent's own check") {
+			r.deliver(x, nil, fmt.Errorf("agent: report breaks the protocol's limits: %s: %s", v[0].Field, v[0].Description))
+			return false
+		}
+		resp, err := r.transport.Report(ctx, x.Request)
+		if err != nil && attempt < maxMends && r.mendRefusal(x, err) {
+			continue
+		}
+		r.deliver(x, resp, err)
+		return err == nil
+	}
+}
+
+// mendRefusal mends a report the coordinators refused, when the refusal
+// is about the report itself rather than the cluster's state. It reports
+// whether the report may be sent again.
+func (r *reporter) mendRefusal(x *Exchange, err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	switch st.Code() {
+	case codes.ResourceExhausted:
+		r.shrink(x, st.Message())
+		return true
+	case codes.InvalidArgument:
+	default:
+		return false
+	}
+	var vs []allotpb.Violation
+	for _, d := range st.Details() {
+		br, ok := d.(*errdetails.BadRequest)
+		if !ok {
+			continue
+		}
+		for _, fv := range br.GetFieldViolations() {
+			vs = append(vs, parseViolation(fv.GetField(), fv.GetDescription()))
+		}
+	}
+	if len(vs) == 0 {
+		// Refused without saying what: the batch is poisoned for this
+		// coordinator, and sending it again would wedge every later one.
+		if x.Request.GetUsage() != nil && len(r.pending) > 0 && x.Request.GetUsage() == r.pending[0] {
+			r.quarantineCounts(r.pending[0].GetCounts(), allCounts(len(r.pending[0].GetCounts()), st.Message()), "refused by the coordinator")
+			r.pending = r.pending[1:]
+			x.Request.Usage = nil
+			return true
+		}
+		return false
+	}
+	return r.mend(x, vs, "refused by the coordinator")
+}
+
+// parseViolation reads a field violation's path: usage.counts[i].f and
+// demand[i].f name one entry; anything else is about the whole report.
+func parseViolation(field, desc string) allotpb.Violation {
+	v := allotpb.Violation{Field: field, Description: desc, Count: -1, Demand: -1}
+	index := func(prefix string) int {
+		rest, ok := strings.CutPrefix(field, prefix)
+		if !ok {
+			return -1
+		}
+		end := strings.IndexByte(rest, ']')
+		if end < 0 {
+			return -1
+		}
+		i, err := strconv.Atoi(rest[:end])
+		if err != nil || i < 0 {
+			return -1
+		}
+		return i
+	}
+	v.Count, v.Demand = index("usage.counts["), index("demand[")
+	return v
+}
+
+func allCounts(n int, why string) []allotpb.Violation {
+	out := make([]allotpb.Violation, n)
+	for i := range out {
+		out[i] = allotpb.Violation{Field: "usage.counts[" + strconv.Itoa(i) + "]", Description: why, Count: i, Demand: -1}
+	}
+	return out
+}
+
+// mend removes what the violations name from a report: refused usage
+// counts are quarantined, refused demand keys stop being reported, and a
+// report too big is split. It reports whether what is left may be sent;
+// a violation of the report itself (the node's name, its incarnation)
+// cannot be mended by the agent.
+func (r *reporter) mend(x *Exchange, vs []allotpb.Violation, why string) bool {
+	var counts, demand []allotpb.Violation
+	for _, v := range vs {
+		switch {
+		case v.Count >= 0:
+			counts = append(counts, v)
+		case v.Demand >= 0:
+			demand = append(demand, v)
+		case v.Field == "demand" || v.Field == "usage.counts":
+			r.shrink(x, v.Field+": "+v.Description)
+			return true
+		default:
+			r.a.log.Error("the coordinators refuse this agent's reports; check its configuration", "field", v.Field, "reason", v.Description, "why", why)
+			return false
+		}
+	}
+	if u := x.Request.GetUsage(); len(counts) > 0 && u != nil {
+		u.Counts = r.quarantineCounts(u.GetCounts(), counts, why)
+	}
+	if len(demand) > 0 {
+		drop := map[int]bool{}
+		for _, v := range demand {
+			if v.Demand >= len(x.held) {
+				continue
+			}
+			drop[v.Demand] = true
+			hk := x.held[v.Demand]
+			hk.refused = true
+			r.a.metrics.quarantined.WithLabelValues("demand", fieldName(v.Field)).Inc()
+			r.a.log.Error("key demand quarantined: the key keeps its unleased share and is no longer reported",
+				"rule", x.Request.Demand[v.Demand].GetRule(), "tenant", clip(hk.tenant), "field", v.Field, "reason", v.Description, "why", why)
+		}
+		keep, held := x.Request.Demand[:0], x.held[:0]
+		for i, d := range x.Request.Demand {
+			if !drop[i] {
+				keep = append(keep, d)
+				held = append(held, x.held[i])
+			}
+		}
+		x.Request.Demand, x.held = keep, held
+	}
+	return true
+}
+
+// shrink halves the report limits, or lowers them to the count a refusal
+// names ("at most N"), and splits the report and the first pending batch
+// to them.
+func (r *reporter) shrink(x *Exchange, why string) {
+	r.lim = r.lim.halved()
+	if _, after, ok := strings.Cut(why, "at most "); ok {
+		var n int
+		if _, err := fmt.Sscanf(after, "%d", &n); err == nil && n > 0 {
+			r.lim.entries = min(r.lim.entries, n)
+		}
+	}
+	r.a.log.Warn("the coordinators refuse reports this big; sending smaller ones", "entries", r.lim.entries, "bytes", r.lim.bytes, "reason", why)
+	if u := x.Request.GetUsage(); u != nil && len(r.pending) > 0 && u == r.pending[0] {
+		r.resplit()
+		x.Request.Usage = r.pending[0]
+	}
+	r.splitDemand(x)
+}
+
+// quarantineCounts removes the counts the violations name, logging each
+// and counting it, and returns the rest.
+func (r *reporter) quarantineCounts(counts []*allotpb.UsageCount, vs []allotpb.Violation, why string) []*allotpb.UsageCount {
+	drop := make(map[int]allotpb.Violation, len(vs))
+	for _, v := range vs {
+		if v.Count >= 0 && v.Count < len(counts) {
+			drop[v.Count] = v
+		}
+	}
+	keep := counts[:0:0]
+	for i, c := range counts {
+		v, bad := drop[i]
+		if !bad {
+			keep = append(keep, c)
+			continue
+		}
+		m := r.a.metrics
+		m.quarantined.WithLabelValues("usage", fieldName(v.Field)).Inc()
+		m.quarantinedUnits.WithLabelValues("admitted").Add(float64(c.GetAdmitted()))
+		m.quarantinedUnits.WithLabelValues("denied").Add(float64(c.GetDenied()))
+		r.a.log.Error("usage quarantined: not billed, kept out of every later report",
+			"rule", clip(c.GetRule()), "tenant", clip(c.GetTenant()), "window", c.GetWindowUnix(),
+			"admitted", c.GetAdmitted(), "denied", c.GetDenied(), "field", v.Field, "reason", v.Description, "why", why)
+	}
+	return keep
+}
+
+// fieldName is a violation's last path element, for a metric label.
+func fieldName(field string) string {
+	if i := strings.LastIndexByte(field, '.'); i >= 0 {
+		field = field[i+1:]
+	}
+	switch field {
+	case "rule", "tenant", "plan", "key", "window_unix", "admitted", "denied", "held", "committed", "weight", "priority", "interval_nano":
+		return field
+	}
+	return "other"
+}
+
+// clip shortens a value for a log line.
+func clip(s string) string {
+	if len(s) <= 80 {
+		return s
+	}
+	return s[:80] + "…(" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// catchUp sends the usage batches left after a cycle's report, usage
+// only, while the coordinators answer.
+func (r *reporter) catchUp(ctx context.Context) {
+	for i := 0; i < maxExtraReports && len(r.pending) > 0 && ctx.Err() == nil; i++ {
+		before := r.pending[0]
+		req, _ := r.request(nil, r.a.clock.now(), false, false)
+		x := &Exchange{Request: req, sent: r.a.clock.local()}
+		if !r.send(ctx, x) || (len(r.pending) > 0 && r.pending[0] == before) {
+			return
+		}
+	}
+}
+
+// DefaultCloseTimeout bounds Close when its context has no deadline.
+const DefaultCloseTimeout = 10 * time.Second
+
+// shutdown stops the exchange and, within ctx, reports what is left:
+// the usage not yet acknowledged, then a last report releasing every
+// lease.
+func (r *reporter) shutdown(ctx context.Context) error {
+	close(r.quit)
+	if !r.a.cfg.ManualReports {
+		<-r.exited
+	}
+	a := r.a
+	r.cut(time.Unix(0, a.clock.now()))
+	var lastErr error
+	backoff := func(attempt int) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(min(100*time.Millisecond<<min(attempt, 4), time.Second)):
+		}
+	}
+	for attempt := 0; ctx.Err() == nil && (len(r.pending) > 0 || len(r.acc) > 0); attempt++ {
+		r.seal(a.clock.now())
+		before := len(r.pending)
+		req, _ := r.request(nil, a.clock.now(), false, false)
+		if !r.send(ctx, &Exchange{Request: req, sent: a.clock.local()}) {
+			lastErr = r.lastErr
+			backoff(attempt)
+		} else if len(r.pending) == before {
+			backoff(attempt) // answered, not acknowledged: a new leader catching up
+		}
+	}
+	if len(r.pending) > 0 || len(r.acc) > 0 {
+		return fmt.Errorf("usage not reported before the deadline (%v): %w", lastErr, ctx.Err())
+	}
+	// Release every lease, so the fleet gets this node's share at once.
+	req, held := r.request(a.rules.Load(), a.clock.now(), false, true)
+	x := &Exchange{Request: req, held: held, sent: a.clock.local()}
+	r.splitDemand(x)
+	for part := x; part != nil && ctx.Err() == nil; part = part.next {
+		r.send(ctx, part)
+	}
+	return nil
+}

@@ -176,8 +176,11 @@ func checkCount(c *UsageCount, lim ReportLimits) string {
 	if w < 0 || (lim.MinWindowUnix != 0 && w < lim.MinWindowUnix) || (lim.MaxWindowUnix != 0 && w > lim.MaxWindowUnix) {
 		return fmt.Sprintf("window_unix: %d is outside the windows this coordinator accepts (%d to %d)", w, lim.MinWindowUnix, lim.MaxWindowUnix)
 	}
-	if c.GetAdmitted() > MaxCount || c.GetDenied() > MaxCount {
-		return fmt.Sprintf("admitted: admitted and denied must be at most 2^53, got %d and %d", c.GetAdmitted(), c.GetDenied())
+	if c.GetAdmitted() > MaxCount {
+		return fmt.Sprintf("admitted: must be at most 2^53, got %d", c.GetAdmitted())
+	}
+	if c.GetDenied() > MaxCount {
+		return fmt.Sprintf("denied: must be at most 2^53, got %d", c.GetDenied())
 	}
 	return ""
 }

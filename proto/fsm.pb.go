@@ -368,7 +368,9 @@ type MaintainCommand struct {
 	NowUnixNano int64                  `protobuf:"varint,1,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
 	// agents silent for longer than this are considered gone.
 	AgentTimeoutNano int64 `protobuf:"varint,2,opt,name=agent_timeout_nano,json=agentTimeoutNano,proto3" json:"agent_timeout_nano,omitempty"`
-	// ledger windows that ended longer ago than this are deleted (0 keeps all).
+	// final ledger windows that ended longer ago than this are deleted; 0
+	// (or less) deletes none. The leader sends its --ledger-retention, which
+	// defaults to a finite value.
 	RetentionNano int64 `protobuf:"varint,3,opt,name=retention_nano,json=retentionNano,proto3" json:"retention_nano,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -435,8 +437,13 @@ type SnapshotHeader struct {
 	Members           uint64                 `protobuf:"varint,6,opt,name=members,proto3" json:"members,omitempty"`
 	Windows           uint64                 `protobuf:"varint,7,opt,name=windows,proto3" json:"windows,omitempty"`
 	BillingWindowNano int64                  `protobuf:"varint,8,opt,name=billing_window_nano,json=billingWindowNano,proto3" json:"billing_window_nano,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The replicated report interval and lease TTL (see SettingsCommand); 0
+	// in snapshots written before they were replicated, and until a leader
+	// fixes them.
+	ReportIntervalNano int64 `protobuf:"varint,9,opt,name=report_interval_nano,json=reportIntervalNano,proto3" json:"report_interval_nano,omitempty"`
+	LeaseTtlNano       int64 `protobuf:"varint,10,opt,name=lease_ttl_nano,json=leaseTtlNano,proto3" json:"lease_ttl_nano,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
@@ -521,6 +528,20 @@ func (x *SnapshotHeader) GetWindows() uint64 {
 func (x *SnapshotHeader) GetBillingWindowNano() int64 {
 	if x != nil {
 		return x.BillingWindowNano
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetReportIntervalNano() int64 {
+	if x != nil {
+		return x.ReportIntervalNano
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetLeaseTtlNano() int64 {
+	if x != nil {
+		return x.LeaseTtlNano
 	}
 	return 0
 }
@@ -747,12 +768,19 @@ func (x *WindowRecord) GetReporters() []string {
 }
 
 // SettingsCommand fixes cluster-wide settings that every replica must agree
-// on. The first leader applies it once, from its configuration.
+// on. A leader that finds any of them not fixed yet applies one from its
+// configuration; applying it fixes only the settings not fixed before, so
+// the first leader of a cluster fixes them all and, in a cluster from
+// before a setting was replicated, the next leader fixes that setting.
 type SettingsCommand struct {
 	state             protoimpl.MessageState `protogen:"open.v1"`
 	BillingWindowNano int64                  `protobuf:"varint,1,opt,name=billing_window_nano,json=billingWindowNano,proto3" json:"billing_window_nano,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// report_interval_nano is how often agents report; lease_ttl_nano how
+	// long a lease holds, and how long a new leader learns.
+	ReportIntervalNano int64 `protobuf:"varint,2,opt,name=report_interval_nano,json=reportIntervalNano,proto3" json:"report_interval_nano,omitempty"`
+	LeaseTtlNano       int64 `protobuf:"varint,3,opt,name=lease_ttl_nano,json=leaseTtlNano,proto3" json:"lease_ttl_nano,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *SettingsCommand) Reset() {
@@ -788,6 +816,20 @@ func (*SettingsCommand) Descriptor() ([]byte, []int) {
 func (x *SettingsCommand) GetBillingWindowNano() int64 {
 	if x != nil {
 		return x.BillingWindowNano
+	}
+	return 0
+}
+
+func (x *SettingsCommand) GetReportIntervalNano() int64 {
+	if x != nil {
+		return x.ReportIntervalNano
+	}
+	return 0
+}
+
+func (x *SettingsCommand) GetLeaseTtlNano() int64 {
+	if x != nil {
+		return x.LeaseTtlNano
 	}
 	return 0
 }
@@ -867,7 +909,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\x0fMaintainCommand\x12\"\n" +
 	"\rnow_unix_nano\x18\x01 \x01(\x03R\vnowUnixNano\x12,\n" +
 	"\x12agent_timeout_nano\x18\x02 \x01(\x03R\x10agentTimeoutNano\x12%\n" +
-	"\x0eretention_nano\x18\x03 \x01(\x03R\rretentionNano\"\x92\x02\n" +
+	"\x0eretention_nano\x18\x03 \x01(\x03R\rretentionNano\"\xea\x02\n" +
 	"\x0eSnapshotHeader\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12#\n" +
@@ -876,7 +918,10 @@ const file_fsm_proto_rawDesc = "" +
 	"\x0eledger_records\x18\x05 \x01(\x04R\rledgerRecords\x12\x18\n" +
 	"\amembers\x18\x06 \x01(\x04R\amembers\x12\x18\n" +
 	"\awindows\x18\a \x01(\x04R\awindows\x12.\n" +
-	"\x13billing_window_nano\x18\b \x01(\x03R\x11billingWindowNano\"\xc6\x01\n" +
+	"\x13billing_window_nano\x18\b \x01(\x03R\x11billingWindowNano\x120\n" +
+	"\x14report_interval_nano\x18\t \x01(\x03R\x12reportIntervalNano\x12$\n" +
+	"\x0elease_ttl_nano\x18\n" +
+	" \x01(\x03R\fleaseTtlNano\"\xc6\x01\n" +
 	"\x11IncarnationRecord\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x19\n" +
@@ -895,9 +940,11 @@ const file_fsm_proto_rawDesc = "" +
 	"\fWindowRecord\x12\x1f\n" +
 	"\vwindow_unix\x18\x01 \x01(\x03R\n" +
 	"windowUnix\x12\x1c\n" +
-	"\treporters\x18\x02 \x03(\tR\treporters\"A\n" +
+	"\treporters\x18\x02 \x03(\tR\treporters\"\x99\x01\n" +
 	"\x0fSettingsCommand\x12.\n" +
-	"\x13billing_window_nano\x18\x01 \x01(\x03R\x11billingWindowNano\"/\n" +
+	"\x13billing_window_nano\x18\x01 \x01(\x03R\x11billingWindowNano\x120\n" +
+	"\x14report_interval_nano\x18\x02 \x01(\x03R\x12reportIntervalNano\x12$\n" +
+	"\x0elease_ttl_nano\x18\x03 \x01(\x03R\fleaseTtlNano\"/\n" +
 	"\fFinalWindows\x12\x1f\n" +
 	"\vwindow_unix\x18\x01 \x03(\x03R\n" +
 	"windowUnixB)Z'github.com/allot-io/allot/proto;allotpbb\x06proto3"

@@ -138,10 +138,15 @@ func (a *allocator) lead(epoch uint64, now int64) {
 
 // setRules installs a new rule set. Pools of rules that changed are
 // dropped and rebuilt from the next reports; the others keep their state.
+// A rule whose regions leave out this coordinator's region is skipped: it
+// has no allowance here to divide, so its keys get no pool and no lease.
 func (a *allocator) setRules(set *rules.Set) {
 	byName := make(map[string]*rules.Rule, set.Len())
 	for i := range set.Rules() {
 		r := set.Rules()[i]
+		if !appliesIn(&r, a.region) {
+			continue
+		}
 		byName[r.Name] = &r
 	}
 	a.mu.Lock()
@@ -160,6 +165,25 @@ func (a *allocator) setRules(set *rules.Set) {
 		}
 		sh.mu.Unlock()
 	}
+}
+
+// appliesIn reports whether a rule has an allowance in a region: it
+// divides none among regions, or names the region. (rules.Rule's
+// RegionLimit gives a region it does not name a limit of 0; dividing that
+// would lease every node nothing.)
+func appliesIn(r *rules.Rule, region string) bool {
+	if len(r.Regions) == 0 {
+		return true
+	}
+	_, ok := r.Regions[region]
+	return ok
+}
+
+// ruleCount is how many rules the allocator divides.
+func (a *allocator) ruleCount() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.rules)
 }
 
 func (a *allocator) shard(k poolKey) *allocShard {

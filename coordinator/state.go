@@ -126,8 +126,9 @@ func (s *state) addUsage(k incKey, region string, c *allotpb.UsageCount, now int
 		u = &usage{}
 		s.ledger[key] = u
 	}
-	u.admitted += c.GetAdmitted()
-	u.denied += c.GetDenied()
+	// Totals stop at the largest count rather than wrap to a small one.
+	u.admitted = allotpb.SaturatingAdd(u.admitted, c.GetAdmitted())
+	u.denied = allotpb.SaturatingAdd(u.denied, c.GetDenied())
 	reporters := s.open[window]
 	if reporters == nil {
 		reporters = map[incKey]struct{}{}

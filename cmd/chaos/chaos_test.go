@@ -1,0 +1,90 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// shortConfig is the short run for `make test`: one leader kill, one short
+// pause, a short full outage, a short flood of new tenants and the hostile
+// inputs, in about a minute of traffic.
+func shortConfig() config {
+	cfg := defaultConfig()
+	cfg.timeout = 5 * time.Minute
+	cfg.workers, cfg.rate = 8, 600
+	cfg.warmup, cfg.cooldown = 4*time.Second, 4*time.Second
+	cfg.kills, cfg.killDown, cfg.killGap = 1, 2*time.Second, 3*time.Second
+	cfg.pauses, cfg.pause, cfg.pauseGap = 1, 3*time.Second, 3*time.Second
+	cfg.outage, cfg.outageRecover = 8*time.Second, 5*time.Second
+	cfg.flood = 3 * time.Second
+	cfg.maxLines = 25
+	return cfg
+}
+
+// testWriter writes the harness's output to the test log, line by line.
+type testWriter struct {
+	t   *testing.T
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	s := w.buf.String()
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		w.t.Log(s[:i])
+		w.buf.Reset()
+		w.buf.WriteString(s[i+1:])
+	}
+	return len(p), nil
+}
+
+// TestChaosShort runs the harness's short version against real allot
+// processes: the ledger must equal, per tenant and rule, what the
+// sidecars answered.
+func TestChaosShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six allot processes for about a minute")
+	}
+	h := newHarness(shortConfig(), &testWriter{t: t})
+	t.Cleanup(h.close)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
+	defer cancel()
+	v, err := h.run(ctx)
+	if err != nil {
+		t.Fatalf("chaos run: %v", err)
+	}
+	if !h.passed {
+		t.Errorf("the ledger differs from what the sidecars answered: %s units lost, %s double-counted (see the table above)", v.lost, v.double)
+	}
+}
+
+func TestParseFlags(t *testing.T) {
+	cfg, err := parseFlags([]string{"-kills", "0", "-outage", "0", "-long-tenant-sidecar", "1"}, nil)
+	if err != nil || cfg.kills != 0 || cfg.outage != 0 || cfg.longTenantSidecar != 1 || cfg.rate != defaultConfig().rate {
+		t.Fatalf("parseFlags: %+v, %v", cfg, err)
+	}
+	if _, err := parseFlags([]string{"-long-tenant-sidecar", "4"}, nil); err == nil {
+		t.Error("-long-tenant-sidecar 4 accepted")
+	}
+}
+
+func TestMatches(t *testing.T) {
+	rs := newRuleSet(chaosRules())
+	has := func(m uint64, name string) bool { return m&(1<<rs.index[name]) != 0 }
+	m := rs.matching("a", "free", "/v1/export/csv")
+	if !has(m, "export-route") || has(m, "search-bucket") || !has(m, "api-capacity") {
+		t.Errorf("free export: %b", m)
+	}
+	if m := rs.matching("a", "pro", "/v1/export/csv"); has(m, "export-route") {
+		t.Errorf("pro export matched the free-plan rule: %b", m)
+	}
+	if m := rs.matching("a", "pro", "/v1/search?q=1"); !has(m, "search-bucket") {
+		t.Errorf("search: %b", m)
+	}
+}

@@ -1,0 +1,334 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+)
+
+// harness is one run: its directory, log and processes.
+type harness struct {
+	cfg     config
+	out     io.Writer
+	log     *phaseLog
+	dir     string
+	ownDir  bool
+	logFile *os.File
+	cl      *cluster
+	passed  bool
+	reports [3][2]float64 // each sidecar's reports answered and failed, at the last check
+	once    sync.Once
+}
+
+func newHarness(cfg config, out io.Writer) *harness {
+	return &harness{cfg: cfg, out: out, log: &phaseLog{start: time.Now(), out: out}}
+}
+
+// close stops every process still running and removes the run's
+// directory, unless the run failed or -keep was given: then it says where
+// the logs are. It is safe to call more than once.
+func (h *harness) close() {
+	h.once.Do(func() {
+		if h.cl != nil {
+			h.cl.stopAll()
+		}
+		if h.logFile != nil {
+			h.logFile.Close()
+		}
+		switch {
+		case h.dir == "":
+		case !h.passed || h.cfg.keep || !h.ownDir:
+			fmt.Fprintf(h.out, "logs and data kept in %s\n", h.dir)
+		default:
+			os.RemoveAll(h.dir)
+		}
+	})
+}
+
+// run runs every phase and compares the ledger with the answers.
+func (h *harness) run(ctx context.Context) (*verdict, error) {
+	ctx, cancel := context.WithTimeout(ctx, h.cfg.timeout)
+	defer cancel()
+	cfg := &h.cfg
+	if err := h.setup(ctx); err != nil {
+		return nil, err
+	}
+	rules := newRuleSet(chaosRules())
+	client := newClient(h.cl.sidecars, rules, cfg.workers)
+	h.log.logf("traffic: %d workers, %d checks/s, at most %d checks; new tenants at %.0f%% of checks", cfg.workers, cfg.rate, cfg.maxRequests, 100*cfg.newTenantRate)
+	ld := startLoad(ctx, cfg, client)
+	finished := false
+	defer func() {
+		if !finished {
+			ld.finish()
+		}
+	}()
+	hostile, err := h.faults(ctx, ld, client)
+	if err != nil {
+		return nil, err
+	}
+	got := ld.finish()
+	finished = true
+	got.merge(hostile)
+	h.log.logf("traffic stopped: %d checks sent, %d new tenants", got.stats.sent, ld.newSeq.Load())
+	for _, n := range got.notes {
+		h.log.logf("anomaly: %s", n)
+	}
+	client.http.CloseIdleConnections()
+
+	// Let a few cuts pass, so that the sidecars' counters are settled, then
+	// read them and stop the sidecars, which flush their usage.
+	if err := sleep(ctx, 4*cfg.reportInterval); err != nil {
+		return nil, err
+	}
+	counts := make([]*sidecarCounts, len(h.cl.sidecars))
+	for i, s := range h.cl.sidecars {
+		if counts[i], err = scrapeSidecar(ctx, h.cl.http, s); err != nil {
+			h.log.logf("%v", err)
+		}
+	}
+	h.stopSidecars()
+
+	led, err := h.settledLedger(ctx, rules)
+	if err != nil {
+		return nil, err
+	}
+	v := compare(got, led, rules)
+	h.report(got, v, rules, counts)
+	h.passed = v.pass() && got.stats.anomalies == 0
+	var wg sync.WaitGroup
+	for _, co := range h.cl.coords {
+		wg.Go(func() {
+			if err := co.terminate(40 * time.Second); err != nil {
+				h.log.logf("coordinator %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	return v, nil
+}
+
+// setup makes the run's directory, builds allot, writes the rules and
+// starts the processes.
+func (h *harness) setup(ctx context.Context) error {
+	cfg := &h.cfg
+	h.dir = cfg.workDir
+	if h.dir == "" {
+		d, err := os.MkdirTemp("", "allot-chaos-")
+		if err != nil {
+			return fmt.Errorf("making the run's directory: %w", err)
+		}
+		h.dir, h.ownDir = d, true
+	}
+	if err := os.MkdirAll(filepath.Join(h.dir, "logs"), 0o700); err != nil {
+		return fmt.Errorf("making the log directory: %w", err)
+	}
+	f, err := os.Create(filepath.Join(h.dir, "logs", "chaos.log"))
+	if err != nil {
+		return fmt.Errorf("creating the run's log: %w", err)
+	}
+	h.logFile = f
+	h.log.file = f
+	bin := cfg.allot
+	if bin == "" {
+		h.log.logf("building ./cmd/allot into %s", h.dir)
+		if bin, err = buildAllot(ctx, h.dir); err != nil {
+			return err
+		}
+	}
+	rulesPath := filepath.Join(h.dir, "rules.yaml")
+	if err := writeRules(rulesPath, chaosRules()); err != nil {
+		return err
+	}
+	if h.cl, err = newCluster(cfg, bin, h.dir, rulesPath, h.log); err != nil {
+		return err
+	}
+	h.log.logf("starting 3 coordinators and 3 sidecars (logs in %s)", filepath.Join(h.dir, "logs"))
+	if err := h.cl.start(ctx); err != nil {
+		return fmt.Errorf("starting the cluster: %w", err)
+	}
+	leader, _ := h.cl.findLeader(ctx)
+	if leader != nil {
+		h.log.logf("cluster up: leader %s; every sidecar has rules", leader.id)
+	}
+	return nil
+}
+
+// faults runs the phases while the load runs, and returns what the
+// hostile inputs were answered.
+func (h *harness) faults(ctx context.Context, ld *load, client *client) (*tally, error) {
+	cfg, cl := &h.cfg, h.cl
+	phase := func(name string, d time.Duration) error {
+		h.checkSidecars(ctx)
+		h.log.logf("phase: %s (%v)", name, d)
+		return sleep(ctx, d)
+	}
+	if err := phase("warmup", cfg.warmup); err != nil {
+		return nil, err
+	}
+	for i := range cfg.kills {
+		h.log.logf("phase: leader kill %d/%d", i+1, cfg.kills)
+		if err := cl.killLeader(ctx, cfg.killDown); err != nil {
+			return nil, fmt.Errorf("leader kill %d: %w", i+1, err)
+		}
+		if err := phase("traffic after the kill", cfg.killGap); err != nil {
+			return nil, err
+		}
+	}
+	for i := range cfg.pauses {
+		h.log.logf("phase: leader pause %d/%d", i+1, cfg.pauses)
+		if err := cl.pauseLeader(ctx, cfg.pause); err != nil {
+			return nil, fmt.Errorf("leader pause %d: %w", i+1, err)
+		}
+		if err := phase("traffic after the pause", cfg.pauseGap); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.outage > 0 {
+		h.log.logf("phase: full outage")
+		if err := cl.outage(ctx, cfg.outage); err != nil {
+			return nil, fmt.Errorf("outage: %w", err)
+		}
+		if err := phase("traffic after the outage", cfg.outageRecover); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.flood > 0 {
+		before := ld.newSeq.Load()
+		ld.flood.Store(true)
+		err := phase("flood of new tenants", cfg.flood)
+		ld.flood.Store(false)
+		if err != nil {
+			return nil, err
+		}
+		h.log.logf("flood: %d new tenants", ld.newSeq.Load()-before)
+	}
+	hostile := newTally(len(cl.sidecars), len(client.rules.defs))
+	if cfg.hostile {
+		h.log.logf("phase: hostile input (the over-long tenant to sidecar %d only)", cfg.longTenantSidecar)
+		hostile = sendHostile(ctx, client, cfg.longTenantSidecar, regexp.MustCompile(cfg.hostileOnly), h.log)
+	}
+	if err := phase("cooldown", cfg.cooldown); err != nil {
+		return nil, err
+	}
+	h.checkSidecars(ctx)
+	return hostile, nil
+}
+
+// checkSidecars logs any sidecar that is no longer running, and how many
+// reports each sent, answered and failed, since the last check.
+func (h *harness) checkSidecars(ctx context.Context) {
+	var parts []string
+	for i, s := range h.cl.sidecars {
+		if !s.running() {
+			h.log.logf("WARNING: sidecar %s is not running (see %s)", s.id, s.logPath)
+			continue
+		}
+		sc, err := scrapeSidecar(ctx, h.cl.http, s)
+		if err != nil {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s +%.0f/+%.0f", s.id, sc.reportsOK-h.reports[i][0], sc.reportsBad-h.reports[i][1]))
+		h.reports[i] = [2]float64{sc.reportsOK, sc.reportsBad}
+	}
+	h.log.logf("sidecar reports answered/failed since the last phase: %s", strings.Join(parts, ", "))
+	h.log.logf("%s", h.cl.leaderMetrics(ctx))
+}
+
+// stopSidecars SIGTERMs every sidecar at once and waits for them: each
+// reports what it has left before it exits.
+func (h *harness) stopSidecars() {
+	h.log.logf("SIGTERM to every sidecar; they flush their usage")
+	var wg sync.WaitGroup
+	for _, s := range h.cl.sidecars {
+		wg.Go(func() {
+			start := time.Now()
+			err := s.terminate(30 * time.Second)
+			if err != nil {
+				h.log.logf("sidecar %s exited after %.1fs: %v; its log ends: %s", s.id, time.Since(start).Seconds(), err, lastLine(s.logPath))
+				return
+			}
+			h.log.logf("sidecar %s exited cleanly after %.1fs", s.id, time.Since(start).Seconds())
+		})
+	}
+	wg.Wait()
+}
+
+// settledLedger reads the ledger until two reads a second apart agree.
+func (h *harness) settledLedger(ctx context.Context, rules *ruleSet) (ledger, error) {
+	var addrs []string
+	leader, _ := h.cl.findLeader(ctx)
+	if leader != nil {
+		addrs = append(addrs, leader.grpc)
+	}
+	for _, co := range h.cl.coords {
+		if co != leader {
+			addrs = append(addrs, co.grpc)
+		}
+	}
+	var prev ledger
+	for range 10 {
+		led, err := readLedger(ctx, h.cl.coords[0].bin, addrs, rules)
+		if err != nil {
+			return nil, err
+		}
+		if prev != nil && led.equal(prev) {
+			h.log.logf("ledger read: %d tenant/rule lines", len(led))
+			return led, nil
+		}
+		prev = led
+		if err := sleep(ctx, time.Second); err != nil {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("the ledger kept changing after every sidecar stopped")
+}
+
+// report prints the mismatches, the sidecars' own counts where they
+// differ, and the summary.
+func (h *harness) report(got *tally, v *verdict, rules *ruleSet, counts []*sidecarCounts) {
+	var b strings.Builder
+	if err := printMismatches(&b, v, h.cfg.maxLines, mismatchPath(filepath.Join(h.dir, "logs"))); err != nil {
+		fmt.Fprintln(&b, err)
+	}
+	fmt.Fprintln(&b, "What each sidecar answered, against its own counters (allot_agent_decisions_total), where they differ:")
+	printSidecarCheck(&b, got, rules, h.cl.sidecars, counts)
+	s := got.stats
+	fmt.Fprintf(&b, "SUMMARY requests: sent %d, admitted %d, denied %d, refused as malformed %d, errors %d, anomalies %d\n",
+		s.sent, s.admitted, s.denied, s.rejected, s.errors, s.anomalies)
+	fmt.Fprintf(&b, "SUMMARY units answered: admitted %s, denied %s; in the ledger: admitted %s, denied %s\n", v.genAdm, v.genDen, v.ledAdm, v.ledDen)
+	fmt.Fprintf(&b, "SUMMARY tenant/rule lines: %d, mismatching %d (%d lines short in %d tenants, %d lines over in %d tenants)\n",
+		v.lines, len(v.mismatches), v.lostLines, v.lostTenants, v.doubleLines, v.doubleTenants)
+	fmt.Fprintf(&b, "SUMMARY lost units: %s, double-counted units: %s\n", v.lost, v.double)
+	result := "PASS"
+	if !v.pass() || s.anomalies > 0 {
+		result = "FAIL"
+	}
+	fmt.Fprintf(&b, "RESULT: %s\n", result)
+	h.log.printf("%s", b.String())
+}
+
+// lastLine is the last non-empty line of a file, for error messages.
+func lastLine(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	var last string
+	in := bufio.NewScanner(f)
+	in.Buffer(nil, 1<<20)
+	for in.Scan() {
+		if t := strings.TrimSpace(in.Text()); t != "" {
+			last = t
+		}
+	}
+	return clip(last, 300)
+}

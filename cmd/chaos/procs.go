@@ -1,0 +1,233 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// proc is one allot process, restartable with the same arguments. Its
+// output goes to a log file that restarts append to.
+type proc struct {
+	name    string
+	bin     string
+	args    []string
+	logPath string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	done   chan struct{} // closed when the current run has exited
+	err    error         // the current run's exit status, once done
+	paused bool          // SIGSTOPped
+}
+
+// start runs the process again. It is an error to start one that runs.
+func (p *proc) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done != nil && !isClosed(p.done) {
+		return fmt.Errorf("%s: already running", p.name)
+	}
+	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("%s: log file: %w", p.name, err)
+	}
+	fmt.Fprintf(f, "\n=== chaos: %s starting at %s: allot %s\n", p.name, time.Now().Format(time.RFC3339Nano), strings.Join(p.args, " "))
+	cmd := exec.Command(p.bin, p.args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = cleanEnv()
+	cmd.SysProcAttr = sysProcAttr()
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: starting: %w", p.name, err)
+	}
+	done := make(chan struct{})
+	p.cmd, p.done, p.err, p.paused = cmd, done, nil, false
+	go func() {
+		err := cmd.Wait()
+		f.Close()
+		p.mu.Lock()
+		p.err = err
+		p.mu.Unlock()
+		close(done)
+	}()
+	return nil
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// running reports whether the process runs (paused or not).
+func (p *proc) running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done != nil && !isClosed(p.done)
+}
+
+// isPaused reports whether the process is SIGSTOPped.
+func (p *proc) isPaused() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.paused
+}
+
+// signal sends sig to the process's group.
+func (p *proc) signal(sig syscall.Signal) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done == nil || isClosed(p.done) {
+		return fmt.Errorf("%s: not running", p.name)
+	}
+	switch sig {
+	case syscall.SIGSTOP:
+		p.paused = true
+	case syscall.SIGCONT:
+		p.paused = false
+	}
+	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil {
+		return fmt.Errorf("%s: %v: %w", p.name, sig, err)
+	}
+	return nil
+}
+
+// wait waits for the current run to exit, up to timeout, and returns
+// whether it did and its exit status.
+func (p *proc) wait(timeout time.Duration) (bool, error) {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	if done == nil {
+		return true, nil
+	}
+	select {
+	case <-done:
+	case <-time.After(timeout):
+		return false, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return true, p.err
+}
+
+// kill SIGKILLs the process group and waits for the exit.
+func (p *proc) kill() {
+	if p.running() {
+		_ = p.signal(syscall.SIGKILL)
+		_, _ = p.wait(time.Minute)
+	}
+}
+
+// terminate sends SIGTERM (after SIGCONT, in case it is paused), waits up
+// to grace, then SIGKILLs. It returns the exit status of a process that
+// exited by itself, or an error saying it had to be killed.
+func (p *proc) terminate(grace time.Duration) error {
+	if !p.running() {
+		return nil
+	}
+	_ = p.signal(syscall.SIGCONT)
+	_ = p.signal(syscall.SIGTERM)
+	exited, err := p.wait(grace)
+	if !exited {
+		// SIGQUIT makes a Go program write every goroutine's stack to its
+		// log before it exits: what it was stuck on.
+		_ = p.signal(syscall.SIGQUIT)
+		if exited, _ = p.wait(5 * time.Second); !exited {
+			p.kill()
+		}
+		return fmt.Errorf("%s: still running %v after SIGTERM; stacks dumped to %s (SIGQUIT)", p.name, grace, p.logPath)
+	}
+	return err
+}
+
+// cleanEnv is this process's environment without ALLOT_ variables, which
+// would change what the allot processes do.
+func cleanEnv() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "ALLOT_") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// buildAllot builds ./cmd/allot into dir, without the race detector even
+// when GOFLAGS asks for it: the harness measures the binaries as shipped.
+func buildAllot(ctx context.Context, dir string) (string, error) {
+	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("go env GOMOD: %w", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(gomod)))
+	if root == "." || root == "" {
+		return "", errors.New("not inside the allot module: run from the repository")
+	}
+	path := filepath.Join(dir, "allot")
+	build := exec.CommandContext(ctx, "go", "build", "-o", path, "./cmd/allot")
+	build.Dir = root
+	var env []string
+	for _, kv := range os.Environ() {
+		if v, ok := strings.CutPrefix(kv, "GOFLAGS="); ok {
+			kv = "GOFLAGS=" + strings.Join(slices.DeleteFunc(strings.Fields(v), func(f string) bool { return f == "-race" }), " ")
+		}
+		env = append(env, kv)
+	}
+	build.Env = env
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./cmd/allot: %w\n%s", err, out)
+	}
+	return path, nil
+}
+
+// loopbackPorts picks n free loopback ports below the kernel's ephemeral
+// range, so that no outgoing connection takes one while its process is
+// down between a kill and a restart. Every listener is held until all are
+// picked.
+func loopbackPorts(n int) ([]int, error) {
+	high := 32000
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if lo, err := strconv.Atoi(f[0]); err == nil && lo > 11000 {
+				high = lo - 1
+			}
+		}
+	}
+	const low = 10000
+	var ports []int
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 100*n {
+			return nil, fmt.Errorf("no %d free loopback ports in %d–%d", n, low, high)
+		}
+		port := low + rand.IntN(high-low)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		held = append(held, l)
+		ports = append(ports, port)
+	}
+	return ports, nil
+}

@@ -176,12 +176,15 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 			LastAppliedUnixNano: inc.lastApplied, LastCutUnixNano: inc.lastCut,
 		})
 	}
-	for k, u := range s.ledger {
+	snap.ledger = make([]*allotpb.LedgerRecord, 0, len(s.ledger))
+	s.index.Ascend(func(k ledgerKey) bool { // in order, so that equal states write equal snapshots
+		u := s.ledger[k]
 		snap.ledger = append(snap.ledger, &allotpb.LedgerRecord{
 			Tenant: k.tenant, Rule: k.rule, Region: k.region, WindowUnix: k.window,
 			Admitted: u.admitted, Denied: u.denied, Final: s.final[k.window],
 		})
-	}
+		return true
+	})
 	for w, reporters := range s.open {
 		rec := &allotpb.WindowRecord{WindowUnix: w}
 		for k := range reporters {
@@ -319,7 +322,11 @@ func readSnapshot(r *bufio.Reader) (*state, error) {
 		if err := read(m); err != nil {
 			return nil, fmt.Errorf("ledger record %d: %w", i, err)
 		}
-		st.ledger[ledgerKey{m.GetTenant(), m.GetRule(), m.GetRegion(), m.GetWindowUnix()}] = &usage{m.GetAdmitted(), m.GetDenied()}
+		k := ledgerKey{m.GetTenant(), m.GetRule(), m.GetRegion(), m.GetWindowUnix()}
+		if _, dup := st.ledger[k]; dup {
+			return nil, fmt.Errorf("ledger record %d: a second line for %s/%s/%s/%d", i, k.tenant, k.rule, k.region, k.window)
+		}
+		st.putLedger(k, &usage{m.GetAdmitted(), m.GetDenied()})
 		if m.GetFinal() {
 			st.final[m.GetWindowUnix()] = true
 		}

@@ -15,7 +15,7 @@ import (
 )
 
 // entry makes a log entry the way the leader would.
-func entry(t *testing.T, index uint64, ct commandType, m proto.Message) *raft.Log {
+func entry(t testing.TB, index uint64, ct commandType, m proto.Message) *raft.Log {
 	t.Helper()
 	data, err := encodeCommand(ct, m)
 	if err != nil {
@@ -192,4 +192,8 @@ func TestFSMSnapshotRestore(t *testing.T) {
 	if err := testFSM().Restore(io.NopCloser(strings.NewReader("\x05garbage"))); err == nil {
 		t.Error("a corrupt snapshot restored without error")
 	}
+}
+
+func rawEntry(index uint64, data []byte) *raft.Log {
+	return &raft.Log{Index: index, Type: raft.LogCommand, Data: data}
 }

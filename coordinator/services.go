@@ -363,8 +363,9 @@ func (c *Coordinator) queryUsage(q *allotpb.UsageQuery) (*allotpb.UsageResponse,
 		after = &k
 	}
 	resp := &allotpb.UsageResponse{}
+	lq := ledgerQuery{from: from, to: to, tenant: q.GetTenant(), rule: q.GetRule(), region: q.GetRegion()}
 	c.fsm.read(func(st *state) {
-		keys, more := st.ledgerRecords(from, to, q.GetTenant(), q.GetRule(), q.GetRegion(), after, size)
+		keys, next, more := st.ledgerPage(lq, after, size, maxScanPerPage)
 		width := st.billingWindowSeconds()
 		for _, k := range keys {
 			u := st.ledger[k]
@@ -375,7 +376,7 @@ func (c *Coordinator) queryUsage(q *allotpb.UsageQuery) (*allotpb.UsageResponse,
 			})
 		}
 		if more {
-			resp.NextPageToken = encodePageToken(keys[len(keys)-1])
+			resp.NextPageToken = encodePageToken(next)
 		}
 	})
 	return resp, nil

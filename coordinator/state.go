@@ -1,13 +1,12 @@
 package coordinator
 
 import (
-	"cmp"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/google/btree"
 )
 
 // state is everything the coordinators replicate: rules, members, the
@@ -24,6 +23,10 @@ type state struct {
 	members       map[string]*allotpb.Member
 	incarnations  map[incKey]*incarnation
 	ledger        map[ledgerKey]*usage
+	// index orders the ledger's keys by window, tenant, rule and region,
+	// for exports in pages (see ledgerPage). It holds exactly the keys of
+	// ledger: addUsage, maintain and restoring a snapshot keep it so.
+	index *btree.BTreeG[ledgerKey]
 	// open maps each billing window not yet final to the incarnations that
 	// reported usage in it.
 	open map[int64]map[incKey]struct{}
@@ -63,6 +66,7 @@ func newState() *state {
 		members:      map[string]*allotpb.Member{},
 		incarnations: map[incKey]*incarnation{},
 		ledger:       map[ledgerKey]*usage{},
+		index:        newLedgerIndex(),
 		open:         map[int64]map[incKey]struct{}{},
 		final:        map[int64]bool{},
 	}
@@ -124,7 +128,7 @@ func (s *state) addUsage(k incKey, region string, c *allotpb.UsageCount, now int
 	u := s.ledger[key]
 	if u == nil {
 		u = &usage{}
-		s.ledger[key] = u
+		s.putLedger(key, u)
 	}
 	// Totals stop at the largest count rather than wrap to a small one.
 	u.admitted = allotpb.SaturatingAdd(u.admitted, c.GetAdmitted())
@@ -196,7 +200,7 @@ func (s *state) maintain(cmd *allotpb.MaintainCommand) {
 	now, timeout := cmd.GetNowUnixNano(), cmd.GetAgentTimeoutNano()
 	width := s.billingWindowSeconds() * int64(time.Second)
 	for window, reporters := range s.open {
-		end := window*int64(time.Second) + width
+		end := windowEnd(window, width)
 		if end > now {
 			continue
 		}
@@ -222,41 +226,12 @@ func (s *state) maintain(cmd *allotpb.MaintainCommand) {
 		}
 	}
 	if r := cmd.GetRetentionNano(); r > 0 {
-		for key := range s.ledger {
-			if end := key.window*int64(time.Second) + width; s.final[key.window] && end < now-r {
-				delete(s.ledger, key)
-			}
-		}
+		cutoff := now - r
+		s.dropLedgerBefore(cutoff, width)
 		for window := range s.final {
-			if window*int64(time.Second)+width < now-r {
+			if windowEnd(window, width) < cutoff {
 				delete(s.final, window)
 			}
 		}
 	}
-}
-
-// ledgerRecords returns the ledger lines matching q, sorted by window,
-// tenant, rule and region, starting after the key `after`.
-func (s *state) ledgerRecords(from, to int64, tenant, rule, region string, after *ledgerKey, limit int) ([]ledgerKey, bool) {
-	var keys []ledgerKey
-	for k := range s.ledger {
-		if k.window < from || k.window >= to ||
-			(tenant != "" && k.tenant != tenant) || (rule != "" && k.rule != rule) || (region != "" && k.region != region) {
-			continue
-		}
-		if after != nil && compareLedgerKeys(k, *after) <= 0 {
-			continue
-		}
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, compareLedgerKeys)
-	more := len(keys) > limit
-	if more {
-		keys = keys[:limit]
-	}
-	return keys, more
-}
-
-func compareLedgerKeys(a, b ledgerKey) int {
-	return cmp.Or(cmp.Compare(a.window, b.window), cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.rule, b.rule), cmp.Compare(a.region, b.region))
 }

@@ -22,10 +22,12 @@ import (
 // Keys are spread over independently locked shards, so that reports for
 // different keys, and allocation rounds, proceed in parallel.
 type allocator struct {
-	est      lease.Estimator
-	region   string
-	interval int64 // ns
-	ttl      int64 // ns
+	est    lease.Estimator
+	region string
+	// interval and ttl are the cluster's report interval and lease TTL,
+	// in ns (see setTiming).
+	interval atomic.Int64
+	ttl      atomic.Int64
 	seed     maphash.Seed
 
 	mu       sync.Mutex // guards the fields below and the node registry
@@ -101,19 +103,29 @@ type claim struct {
 
 func newAllocator(region string, interval, ttl time.Duration) *allocator {
 	a := &allocator{
-		est:      lease.DefaultEstimator(),
-		region:   region,
-		interval: int64(interval),
-		ttl:      int64(ttl),
-		seed:     maphash.MakeSeed(),
-		rules:    map[string]*rules.Rule{},
-		nodes:    map[string]*nodeInfo{},
+		est:    lease.DefaultEstimator(),
+		region: region,
+		seed:   maphash.MakeSeed(),
+		rules:  map[string]*rules.Rule{},
+		nodes:  map[string]*nodeInfo{},
 	}
+	a.setTiming(interval, ttl)
 	for i := range a.shards {
 		a.shards[i].pools = map[poolKey]*pool{}
 	}
 	return a
 }
+
+// setTiming sets the report interval and lease TTL the allocator divides
+// and grants by: the cluster's replicated settings, set by a new leader
+// before lead.
+func (a *allocator) setTiming(interval, ttl time.Duration) {
+	a.interval.Store(int64(interval))
+	a.ttl.Store(int64(ttl))
+}
+
+// leaseTTL is how long the leases granted hold.
+func (a *allocator) leaseTTL() time.Duration { return time.Duration(a.ttl.Load()) }
 
 // lead resets the allocator for a new term of leadership: it forgets all
 // soft state and learns for one lease period. A cluster's first leader
@@ -121,7 +133,7 @@ func newAllocator(region string, interval, ttl time.Duration) *allocator {
 // learn.
 func (a *allocator) lead(epoch uint64, now int64) {
 	a.mu.Lock()
-	a.epoch, a.learnEnd = epoch, now+a.ttl
+	a.epoch, a.learnEnd = epoch, now+a.ttl.Load()
 	if epoch <= 1 {
 		a.learnEnd = now
 	}
@@ -201,7 +213,7 @@ func (a *allocator) nodeCount(now int64) int {
 	defer a.mu.Unlock()
 	n := 0
 	for _, info := range a.nodes {
-		if now-info.lastSeen < 2*a.ttl {
+		if now-info.lastSeen < 2*a.ttl.Load() {
 			n++
 		}
 	}
@@ -224,7 +236,7 @@ func (a *allocator) report(node string, now int64, interval time.Duration, deman
 	a.mu.Unlock()
 
 	if interval <= 0 {
-		interval = time.Duration(a.interval)
+		interval = time.Duration(a.interval.Load())
 	}
 	var leases []*allotpb.Lease
 	for _, d := range demands {
@@ -376,9 +388,10 @@ func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 	// held when they first did, and within that follows demand (see
 	// lease.Pool.LearnFromBases).
 	pl := lease.Pool{Limit: p.limit, Tolerance: p.rule.Tol(), Learning: learning && window, LearnFromBases: learning && !window}
-	present := func(cl *claim) bool { return cl.lastSeen > 0 && now-cl.lastSeen < 2*a.interval }
+	interval, ttl := a.interval.Load(), a.ttl.Load()
+	present := func(cl *claim) bool { return cl.lastSeen > 0 && now-cl.lastSeen < 2*interval }
 	expired := func(cl claim) bool {
-		return now-cl.lastSeen >= a.ttl && !(cl.lastSeen == 0 && pl.LearnFromBases)
+		return now-cl.lastSeen >= ttl && !(cl.lastSeen == 0 && pl.LearnFromBases)
 	}
 	sh.claims, sh.classes = sh.claims[:0], sh.classes[:0]
 	demand := 0.0
@@ -429,7 +442,7 @@ func (a *allocator) leaseFor(p *pool, c *class, cl *claim, d *allotpb.KeyDemand,
 		Priority:        c.key.priority,
 		Limit:           cl.grant,
 		Burst:           burstShare(p, cl.grant),
-		ExpiresUnixNano: now + a.ttl,
+		ExpiresUnixNano: now + a.ttl.Load(),
 		Epoch:           epoch,
 		Seq:             cl.seq,
 	}
@@ -462,7 +475,7 @@ func (a *allocator) round(now int64, full bool) (active int) {
 	if full {
 		a.mu.Lock()
 		for id, info := range a.nodes {
-			if now-info.lastSeen > 10*a.ttl {
+			if now-info.lastSeen > 10*a.ttl.Load() {
 				delete(a.nodes, id) // its index is not reused; claims are gone by now
 			}
 		}

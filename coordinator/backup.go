@@ -128,6 +128,13 @@ func (s *clusterServer) Restore(stream grpc.ClientStreamingServer[allotpb.Restor
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "restored, but starting a new epoch failed: %v", err)
 	}
+	// The backup's settings are the cluster's now; one written before
+	// some were replicated leaves them for this leader to fix.
+	if err := c.fixSettings(); err != nil {
+		return status.Errorf(codes.Unavailable, "restored, but %v", err)
+	}
+	set := c.settings()
+	c.alloc.setTiming(set.reportInterval, set.leaseTTL)
 	c.alloc.lead(res.(uint64), c.now().UnixNano())
 	c.alloc.setRules(c.currentRules())
 	c.metrics.adminRequests.WithLabelValues("Restore", "ok").Inc()

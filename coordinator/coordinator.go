@@ -48,6 +48,9 @@ type Coordinator struct {
 	alloc   *allocator
 	batcher *batcher
 	peers   *peers
+	// roundEvery is the configured RoundInterval; 0 derives it from the
+	// cluster's report interval.
+	roundEvery time.Duration
 
 	grpc     *grpc.Server
 	grpcLis  net.Listener
@@ -87,8 +90,9 @@ func New(config Config) (*Coordinator, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Coordinator{
 		cfg: cfg, log: cfg.Logger.Named("coordinator"), metrics: newMetrics(reg), gather: gather,
-		alloc: newAllocator(cfg.Region, cfg.ReportInterval, cfg.LeaseTTL),
-		ctx:   ctx, cancel: cancel,
+		alloc:      newAllocator(cfg.Region, cfg.ReportInterval, cfg.LeaseTTL),
+		roundEvery: config.RoundInterval,
+		ctx:        ctx, cancel: cancel,
 	}
 	c.fsm = newFSM(c.log.Named("fsm"), c.onApplied)
 	if err := c.startRaft(); err != nil {

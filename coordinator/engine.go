@@ -51,7 +51,9 @@ func NewEngine(cfg EngineConfig, now time.Time) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, st: newState(), alloc: newAllocator(cfg.Region, cfg.ReportInterval, cfg.LeaseTTL), lastFull: now}
 	e.st.rules = set
-	e.st.applySettings(&allotpb.SettingsCommand{BillingWindowNano: int64(cfg.BillingWindow)})
+	e.st.applySettings(&allotpb.SettingsCommand{
+		BillingWindowNano: int64(cfg.BillingWindow), ReportIntervalNano: int64(cfg.ReportInterval), LeaseTtlNano: int64(cfg.LeaseTTL),
+	})
 	e.Failover(now)
 	return e, nil
 }
@@ -95,7 +97,7 @@ func (e *Engine) Report(now time.Time, req *allotpb.ReportRequest) (*allotpb.Rep
 		applied, acked = true, res.GetAckedSeq()[0]
 	}
 	leases := e.alloc.report(req.GetNode(), now.UnixNano(), time.Duration(req.GetIntervalNano()), req.GetDemand(), req.GetUrgent(), req.GetLeaving())
-	return respond(e.st, e.alloc, req, now, e.cfg.ReportInterval, e.cfg.LeaseTTL, leases, applied, acked), nil
+	return respond(e.st, e.alloc, req, now, e.settings(), leases, applied, acked), nil
 }
 
 // Round re-divides the allowances that changed, as the leader does every
@@ -108,6 +110,10 @@ func (e *Engine) Round(now time.Time) {
 		e.lastFull = now
 	}
 	e.alloc.round(now.UnixNano(), full)
+}
+
+func (e *Engine) settings() settings {
+	return settings{billingWindow: e.cfg.BillingWindow, reportInterval: e.cfg.ReportInterval, leaseTTL: e.cfg.LeaseTTL}
 }
 
 // RoundInterval is how often the caller should call Round.

@@ -150,6 +150,10 @@ func (f *fsm) Apply(l *raft.Log) any {
 }
 
 // snapshotFormat is the layout version written in every snapshot header.
+// Format 1 has grown compatibly: the header's report interval and lease
+// TTL (fields 9 and 10) are absent from older snapshots, which restore with
+// those settings not fixed, for the next leader to fix; an older member
+// restoring a newer snapshot ignores them and goes on with its own flags.
 const snapshotFormat = 1
 
 // Snapshot implements raft.FSM. It copies the state into messages while
@@ -163,7 +167,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 			Format: snapshotFormat, Epoch: s.epoch, RulesVersion: s.rules.Version(),
 			Incarnations: uint64(len(s.incarnations)), LedgerRecords: uint64(len(s.ledger)),
 			Members: uint64(len(s.members)), Windows: uint64(len(s.open)),
-			BillingWindowNano: s.billingWindow,
+			BillingWindowNano: s.billingWindow, ReportIntervalNano: s.reportInterval, LeaseTtlNano: s.leaseTTL,
 		},
 		rules: rules.SetToProto(s.rules),
 	}
@@ -292,6 +296,7 @@ func readSnapshot(r *bufio.Reader) (*state, error) {
 	}
 	st := newState()
 	st.epoch, st.billingWindow = h.GetEpoch(), h.GetBillingWindowNano()
+	st.reportInterval, st.leaseTTL = h.GetReportIntervalNano(), h.GetLeaseTtlNano()
 	rs := &allotpb.RuleSet{}
 	if err := read(rs); err != nil {
 		return nil, fmt.Errorf("rules: %w", err)

@@ -162,7 +162,7 @@ func (m *memSink) Close() error  { return nil }
 // TestFSMSnapshotRestore: a snapshot restores to an identical state.
 func TestFSMSnapshotRestore(t *testing.T) {
 	f := testFSM()
-	f.Apply(entry(t, 1, cmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
+	f.Apply(entry(t, 1, cmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(time.Hour), ReportIntervalNano: int64(time.Second), LeaseTtlNano: int64(5 * time.Second)}))
 	f.Apply(entry(t, 2, cmdEpoch, &allotpb.EpochCommand{Leader: "n1"}))
 	f.Apply(entry(t, 3, cmdMember, &allotpb.MemberCommand{Member: &allotpb.Member{Id: "n1", RaftAddress: "127.0.0.1:1", GrpcAddress: "127.0.0.1:2"}}))
 	f.Apply(entry(t, 4, cmdRules, &allotpb.RulesCommand{Put: []*allotpb.Rule{{Name: "r", Scope: "tenant", Algorithm: "gcra", Limit: 10, Period: durationpb.New(time.Second), Intent: "quota"}}}))
@@ -189,6 +189,12 @@ func TestFSMSnapshotRestore(t *testing.T) {
 	if a != b {
 		t.Fatalf("restored state differs:\n%s\n---\n%s", a, b)
 	}
+	g.read(func(s *state) {
+		if s.reportInterval != int64(time.Second) || s.leaseTTL != int64(5*time.Second) {
+			t.Errorf("settings not restored: interval %d, TTL %d", s.reportInterval, s.leaseTTL)
+		}
+	})
+	checkIndex(t, g, "after restore")
 	if err := testFSM().Restore(io.NopCloser(strings.NewReader("\x05garbage"))); err == nil {
 		t.Error("a corrupt snapshot restored without error")
 	}

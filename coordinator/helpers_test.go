@@ -11,7 +11,7 @@ import (
 // dumpState renders a state deterministically, for comparing replicas.
 func dumpState(s *state) string {
 	var lines []string
-	lines = append(lines, fmt.Sprintf("epoch %d window %d rules %s", s.epoch, s.billingWindow, rules.SetToProto(s.rules)))
+	lines = append(lines, fmt.Sprintf("epoch %d window %d interval %d ttl %d rules %s", s.epoch, s.billingWindow, s.reportInterval, s.leaseTTL, rules.SetToProto(s.rules)))
 	for id, m := range s.members {
 		lines = append(lines, fmt.Sprintf("member %s %s", id, m))
 	}

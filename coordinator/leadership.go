@@ -22,6 +22,7 @@ func (c *Coordinator) watchLeadership(ctx context.Context) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	lastLeader := ""
+	var warned settings // the cluster settings last compared with this member's flags
 	for {
 		select {
 		case <-ctx.Done():
@@ -36,6 +37,7 @@ func (c *Coordinator) watchLeadership(ctx context.Context) {
 			c.setStateMetric()
 		case <-tick.C:
 			c.setStateMetric()
+			c.warnSettings(&warned)
 			if _, id := c.raft.LeaderWithID(); string(id) != lastLeader {
 				if lastLeader != "" || id != "" {
 					c.metrics.leaderChanges.Inc()
@@ -97,15 +99,12 @@ func (c *Coordinator) lead(ctx context.Context) {
 		c.log.Warn("leader could not catch up with its log", "error", err)
 		return
 	}
-	var settled bool
-	var self *allotpb.Member
-	c.fsm.read(func(s *state) { settled, self = s.billingWindow != 0, s.members[c.cfg.NodeID] })
-	if !settled {
-		if _, err := c.apply(cmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(c.cfg.BillingWindow)}, 10*time.Second); err != nil {
-			c.log.Warn("leader could not fix cluster settings", "error", err)
-			return
-		}
+	if err := c.fixSettings(); err != nil {
+		c.log.Warn("leader could not fix cluster settings", "error", err)
+		return
 	}
+	var self *allotpb.Member
+	c.fsm.read(func(s *state) { self = s.members[c.cfg.NodeID] })
 	if me := c.selfMember(); self == nil || !proto.Equal(self, me) {
 		if _, err := c.apply(cmdMember, &allotpb.MemberCommand{Member: me}, 10*time.Second); err != nil {
 			c.log.Warn("leader could not record its addresses", "error", err)
@@ -123,20 +122,24 @@ func (c *Coordinator) lead(ctx context.Context) {
 			c.log.Error("rules file not applied", "file", c.cfg.RulesFile, "error", err)
 		}
 	}
+	// The cluster's settings, fixed above and unchanged for the term (a
+	// restore resets the allocator with the backup's; see Restore).
+	set := c.settings()
 	now := c.now()
+	c.alloc.setTiming(set.reportInterval, set.leaseTTL)
 	c.alloc.lead(epoch, now.UnixNano())
 	c.alloc.setRules(c.currentRules())
 	c.leading.Store(true)
 	if c.alloc.learning(now.UnixNano()) {
 		c.metrics.learning.Set(1)
-		c.log.Info("leading", "epoch", epoch, "learning_until", now.Add(c.cfg.LeaseTTL).Format(time.RFC3339Nano))
+		c.log.Info("leading", "epoch", epoch, "learning_until", now.Add(set.leaseTTL).Format(time.RFC3339Nano))
 	} else {
 		c.log.Info("leading", "epoch", epoch, "learning", false)
 	}
 
-	rounds := time.NewTicker(c.cfg.RoundInterval)
+	rounds := time.NewTicker(c.roundInterval(set))
 	defer rounds.Stop()
-	maintain := time.NewTicker(min(time.Minute, c.cfg.BillingWindow/4))
+	maintain := time.NewTicker(min(time.Minute, set.billingWindow/4))
 	defer maintain.Stop()
 	lastFull := now
 	for {
@@ -145,7 +148,7 @@ func (c *Coordinator) lead(ctx context.Context) {
 			return
 		case <-rounds.C:
 			now := c.now()
-			full := now.Sub(lastFull) >= c.cfg.LeaseTTL
+			full := now.Sub(lastFull) >= c.alloc.leaseTTL()
 			if full {
 				lastFull = now
 			}

@@ -38,6 +38,7 @@ func (s *agentServer) Report(ctx context.Context, req *allotpb.ReportRequest) (*
 	c := s.c
 	c.metrics.reportBytes.Observe(float64(proto.Size(req)))
 	c.metrics.reportKeys.Observe(float64(len(req.GetDemand())))
+	set := c.settings()
 	if err := validateReport(req, c.cfg.MaxReportKeys); err != nil {
 		c.metrics.reports.WithLabelValues("invalid").Inc()
 		return nil, err
@@ -78,7 +79,7 @@ func (s *agentServer) Report(ctx context.Context, req *allotpb.ReportRequest) (*
 	}
 	var resp *allotpb.ReportResponse
 	c.fsm.read(func(st *state) {
-		resp = respond(st, c.alloc, req, now, c.cfg.ReportInterval, c.cfg.LeaseTTL, leases, done != nil, acked)
+		resp = respond(st, c.alloc, req, now, set, leases, done != nil, acked)
 	})
 	resp.CoordinatorUnixNano = c.now().UnixNano()
 	c.metrics.reports.WithLabelValues("ok").Inc()
@@ -86,19 +87,20 @@ func (s *agentServer) Report(ctx context.Context, req *allotpb.ReportRequest) (*
 }
 
 // respond builds the answer to a report from the replicated state: the
-// leases, the acknowledgement, the cluster's settings, and the rules when
-// the agent's are out of date.
-func respond(st *state, alloc *allocator, req *allotpb.ReportRequest, now time.Time, interval, ttl time.Duration, leases []*allotpb.Lease, applied bool, acked uint64) *allotpb.ReportResponse {
+// leases, the acknowledgement, the cluster's settings (def for any not
+// fixed yet), and the rules when the agent's are out of date.
+func respond(st *state, alloc *allocator, req *allotpb.ReportRequest, now time.Time, def settings, leases []*allotpb.Lease, applied bool, acked uint64) *allotpb.ReportResponse {
+	set := st.settingsOr(def)
 	resp := &allotpb.ReportResponse{
 		Protocol:            allotpb.ProtocolVersion_PROTOCOL_VERSION_1,
 		Leases:              leases,
-		ReportIntervalNano:  int64(interval),
-		LeaseTtlNano:        int64(ttl),
-		RenewUnixNano:       now.Add(ttl).UnixNano(),
+		ReportIntervalNano:  int64(set.reportInterval),
+		LeaseTtlNano:        int64(set.leaseTTL),
+		RenewUnixNano:       now.Add(set.leaseTTL).UnixNano(),
 		Nodes:               uint32(alloc.nodeCount(now.UnixNano())),
 		AckedSeq:            acked,
 		Epoch:               st.epoch,
-		BillingWindowNano:   st.billingWindowSeconds() * int64(time.Second),
+		BillingWindowNano:   int64(set.billingWindow),
 		RulesVersion:        st.rules.Version(),
 		CoordinatorUnixNano: now.UnixNano(),
 	}

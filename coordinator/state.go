@@ -17,12 +17,16 @@ import (
 // arguments: no clock is read here, so every replica reaches the same
 // state from the same log.
 type state struct {
-	epoch         uint64
-	billingWindow int64 // ns; 0 until the first leader sets it
-	rules         *rules.Set
-	members       map[string]*allotpb.Member
-	incarnations  map[incKey]*incarnation
-	ledger        map[ledgerKey]*usage
+	epoch uint64
+	// The cluster's settings, in ns: 0 until a leader fixes them (see
+	// applySettings); the first leader of a cluster does.
+	billingWindow  int64
+	reportInterval int64
+	leaseTTL       int64
+	rules          *rules.Set
+	members        map[string]*allotpb.Member
+	incarnations   map[incKey]*incarnation
+	ledger         map[ledgerKey]*usage
 	// index orders the ledger's keys by window, tenant, rule and region,
 	// for exports in pages (see ledgerPage). It holds exactly the keys of
 	// ledger: addUsage, maintain and restoring a snapshot keep it so.
@@ -187,10 +191,25 @@ func (s *state) applyEpoch(cmd *allotpb.EpochCommand) uint64 {
 	return s.epoch
 }
 
+// applySettings fixes each cluster setting that is not fixed yet; one
+// already fixed never changes. A cluster from before report interval and
+// lease TTL were replicated has its billing window only: its next leader
+// fixes the other two.
 func (s *state) applySettings(cmd *allotpb.SettingsCommand) {
 	if s.billingWindow == 0 && cmd.GetBillingWindowNano() >= int64(time.Second) {
 		s.billingWindow = cmd.GetBillingWindowNano() - cmd.GetBillingWindowNano()%int64(time.Second)
 	}
+	if s.reportInterval == 0 && cmd.GetReportIntervalNano() > 0 {
+		s.reportInterval = cmd.GetReportIntervalNano()
+	}
+	if s.leaseTTL == 0 && cmd.GetLeaseTtlNano() > 0 {
+		s.leaseTTL = cmd.GetLeaseTtlNano()
+	}
+}
+
+// settled reports whether every cluster setting is fixed.
+func (s *state) settled() bool {
+	return s.billingWindow != 0 && s.reportInterval != 0 && s.leaseTTL != 0
 }
 
 // maintain finalizes billing windows that have closed and whose reporters

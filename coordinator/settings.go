@@ -1,0 +1,111 @@
+package coordinator
+
+import (
+	"fmt"
+	"time"
+
+	allotpb "github.com/allot-io/allot/proto"
+)
+
+// settings are what every member must agree on, replicated through
+// SettingsCommand: the billing window cuts the ledger, and the report
+// interval and lease TTL are what agents are told, what the allocator
+// divides by, and how long a new leader learns. They are fixed from the
+// configuration of the leader that first finds them unset (the cluster's
+// first leader, or for a cluster from an older version, its first leader
+// that knows them) and never change; a member whose flags differ uses the
+// cluster's and says so once.
+type settings struct {
+	billingWindow, reportInterval, leaseTTL time.Duration
+}
+
+// configSettings are the settings a configuration asks for.
+func configSettings(cfg *Config) settings {
+	return settings{billingWindow: cfg.BillingWindow, reportInterval: cfg.ReportInterval, leaseTTL: cfg.LeaseTTL}
+}
+
+// settingsOr returns the replicated settings, each taken from def while
+// not fixed yet.
+func (s *state) settingsOr(def settings) settings {
+	out := def
+	if s.billingWindow != 0 {
+		out.billingWindow = time.Duration(s.billingWindowSeconds()) * time.Second
+	}
+	if s.reportInterval != 0 {
+		out.reportInterval = time.Duration(s.reportInterval)
+	}
+	if s.leaseTTL != 0 {
+		out.leaseTTL = time.Duration(s.leaseTTL)
+	}
+	return out
+}
+
+// settings returns the cluster's settings, with this member's own for any
+// not fixed yet (only until a leader has fixed them).
+func (c *Coordinator) settings() settings {
+	var out settings
+	c.fsm.read(func(s *state) { out = s.settingsOr(configSettings(&c.cfg)) })
+	return out
+}
+
+// fixSettings, on the leader, fixes from this member's configuration the
+// settings that are not fixed yet.
+func (c *Coordinator) fixSettings() error {
+	var settled bool
+	c.fsm.read(func(s *state) { settled = s.settled() })
+	if settled {
+		return nil
+	}
+	_, err := c.apply(cmdSettings, &allotpb.SettingsCommand{
+		BillingWindowNano:  int64(c.cfg.BillingWindow),
+		ReportIntervalNano: int64(c.cfg.ReportInterval),
+		LeaseTtlNano:       int64(c.cfg.LeaseTTL),
+	}, 10*time.Second)
+	if err != nil {
+		return fmt.Errorf("coordinator: fixing the cluster's settings: %w", err)
+	}
+	return nil
+}
+
+// warnSettings logs, once for each value the cluster's settings take,
+// which of this member's flags they override. last is the value warned
+// about before; the caller keeps it.
+func (c *Coordinator) warnSettings(last *settings) {
+	var cluster settings
+	var settled bool
+	c.fsm.read(func(s *state) {
+		if settled = s.settled(); settled {
+			cluster = s.settingsOr(settings{})
+		}
+	})
+	if !settled || cluster == *last {
+		return
+	}
+	*last = cluster
+	own := configSettings(&c.cfg)
+	var diffs []any
+	for _, d := range []struct {
+		flag        string
+		mine, their time.Duration
+	}{
+		{"billing_window", own.billingWindow, cluster.billingWindow},
+		{"report_interval", own.reportInterval, cluster.reportInterval},
+		{"lease_ttl", own.leaseTTL, cluster.leaseTTL},
+	} {
+		if d.mine != d.their {
+			diffs = append(diffs, d.flag, fmt.Sprintf("flag %v, cluster %v", d.mine, d.their))
+		}
+	}
+	if len(diffs) > 0 {
+		c.log.Warn("this member's settings differ from the cluster's; the cluster's win (they are fixed by its first leader)", diffs...)
+	}
+}
+
+// roundInterval is how often the leader re-divides allowances: the
+// configured RoundInterval, or a quarter of the cluster's report interval.
+func (c *Coordinator) roundInterval(set settings) time.Duration {
+	if c.roundEvery > 0 {
+		return c.roundEvery
+	}
+	return max(set.reportInterval/4, time.Millisecond)
+}

@@ -22,6 +22,23 @@ const (
 	// DefaultLeaseIntervals is a lease's length in report intervals, when
 	// LeaseTTL is not set; a new leader learns for as long.
 	DefaultLeaseIntervals = 5
+	// DefaultLedgerRetention keeps final billing windows for 35 days: a
+	// monthly billing run, plus a few days for it to fall behind and be
+	// re-run. docs/billing.md has the memory this costs.
+	DefaultLedgerRetention = 35 * 24 * time.Hour
+	// KeepLedger, or any negative LedgerRetention, keeps every final
+	// window forever.
+	KeepLedger time.Duration = -1
+	// MaxUsageAge is how old a usage count's billing window may be when
+	// the ledger keeps everything: a report with a count for an older
+	// window is refused. With a retention, the retention bounds it.
+	MaxUsageAge = 400 * 24 * time.Hour
+	// MaxClockAhead is how far ahead of the coordinator's clock a usage
+	// count's billing window may start.
+	MaxClockAhead = time.Hour
+	// MaxBillingWindow is the longest billing window; a window must also
+	// divide a day evenly, so that windows align on every day.
+	MaxBillingWindow = 24 * time.Hour
 )
 
 // ErrInvalidConfig is wrapped by every configuration error.
@@ -72,14 +89,22 @@ type Config struct {
 	LeaseTTL       time.Duration
 	RoundInterval  time.Duration
 	ApplyWindow    time.Duration
-	// BillingWindow is the ledger's window (default one hour). It is fixed
-	// by the first leader of a cluster and replicated.
+	//
+	// ReportInterval and LeaseTTL, like BillingWindow, are fixed by the
+	// first leader of a cluster and replicated; a member configured
+	// otherwise uses the cluster's and logs a warning.
+	//
+	// BillingWindow is the ledger's window (default one hour): whole
+	// seconds, from 1s to 24h, dividing a day evenly.
 	BillingWindow time.Duration
 	// AgentTimeout is how long an agent may be silent before billing
 	// windows stop waiting for it.
 	AgentTimeout time.Duration
-	// LedgerRetention deletes final ledger windows older than this; zero
-	// keeps everything.
+	// LedgerRetention deletes final ledger windows that ended longer ago
+	// than this (default DefaultLedgerRetention; at least AgentTimeout).
+	// Reports of usage in windows older than that are refused. A negative
+	// value (KeepLedger) keeps every window, and accepts usage up to
+	// MaxUsageAge old.
 	LedgerRetention time.Duration
 	// MaxReportBytes and MaxReportKeys bound one report.
 	MaxReportBytes int
@@ -168,8 +193,7 @@ func (c *Config) withDefaults() (Config, error) {
 	for name, d := range map[string]time.Duration{
 		"ReportInterval": cfg.ReportInterval, "LeaseTTL": cfg.LeaseTTL, "RoundInterval": cfg.RoundInterval,
 		"ApplyWindow": cfg.ApplyWindow, "BillingWindow": cfg.BillingWindow, "AgentTimeout": cfg.AgentTimeout,
-		"LedgerRetention": cfg.LedgerRetention, "HeartbeatTimeout": cfg.HeartbeatTimeout,
-		"ElectionTimeout": cfg.ElectionTimeout, "SnapshotInterval": cfg.SnapshotInterval,
+		"HeartbeatTimeout": cfg.HeartbeatTimeout, "ElectionTimeout": cfg.ElectionTimeout, "SnapshotInterval": cfg.SnapshotInterval,
 	} {
 		if d < 0 {
 			return cfg, bad(name, "must not be negative, got %v", d)
@@ -193,11 +217,17 @@ func (c *Config) withDefaults() (Config, error) {
 	if cfg.BillingWindow == 0 {
 		cfg.BillingWindow = DefaultBillingWindow
 	}
-	if cfg.BillingWindow < time.Second {
-		return cfg, bad("BillingWindow", "must be at least a second, got %v", cfg.BillingWindow)
+	if w := cfg.BillingWindow; w < time.Second || w > MaxBillingWindow || w%time.Second != 0 || MaxBillingWindow%w != 0 {
+		return cfg, bad("BillingWindow", "must be whole seconds from 1s to 24h that divide a day evenly (1m, 5m, 15m, 1h, 6h, 24h…), got %v", w)
 	}
 	if cfg.AgentTimeout == 0 {
 		cfg.AgentTimeout = DefaultAgentTimeout
+	}
+	if cfg.LedgerRetention == 0 {
+		cfg.LedgerRetention = DefaultLedgerRetention
+	}
+	if cfg.LedgerRetention > 0 && cfg.LedgerRetention < cfg.AgentTimeout {
+		return cfg, bad("LedgerRetention", "%v is shorter than AgentTimeout (%v): usage of an agent cut off for less than that would be refused; use a negative value to keep everything", cfg.LedgerRetention, cfg.AgentTimeout)
 	}
 	if cfg.MaxReportBytes == 0 {
 		cfg.MaxReportBytes = DefaultMaxReportBytes

@@ -84,11 +84,12 @@ func (e *Engine) SetRules(rs []rules.Rule) error {
 
 // Report answers an agent's report at now, applying its usage at once.
 func (e *Engine) Report(now time.Time, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
-	if err := validateReport(req, DefaultMaxReportKeys); err != nil {
-		return nil, err
-	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	lim := reportLimits(DefaultMaxReportKeys, KeepLedger, time.Duration(e.st.billingWindowSeconds())*time.Second, now)
+	if err := reportError(allotpb.ValidateReport(req, lim)); err != nil {
+		return nil, err
+	}
 	applied, acked := false, uint64(0)
 	if b := req.GetUsage(); b != nil && b.GetSeq() > 0 {
 		res := e.st.applyReports(&allotpb.ReportsCommand{ProposedUnixNano: now.UnixNano(), Reports: []*allotpb.AgentUsage{

@@ -164,7 +164,7 @@ func (c *Coordinator) lead(ctx context.Context) {
 			}
 		case <-maintain.C:
 			if _, err := c.apply(cmdMaintain, &allotpb.MaintainCommand{
-				NowUnixNano: c.now().UnixNano(), AgentTimeoutNano: int64(c.cfg.AgentTimeout), RetentionNano: int64(c.cfg.LedgerRetention),
+				NowUnixNano: c.now().UnixNano(), AgentTimeoutNano: int64(c.cfg.AgentTimeout), RetentionNano: int64(max(c.cfg.LedgerRetention, 0)),
 			}, 10*time.Second); err != nil {
 				c.log.Warn("ledger maintenance failed", "error", err)
 			}

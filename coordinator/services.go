@@ -12,18 +12,12 @@ import (
 
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
-)
-
-// Bounds on the strings of a report, so that a malformed or hostile report
-// is refused with a clear error instead of filling the leader's memory.
-const (
-	maxNameLen = 256
-	maxKeyLen  = 1024
 )
 
 type agentServer struct {
@@ -39,7 +33,8 @@ func (s *agentServer) Report(ctx context.Context, req *allotpb.ReportRequest) (*
 	c.metrics.reportBytes.Observe(float64(proto.Size(req)))
 	c.metrics.reportKeys.Observe(float64(len(req.GetDemand())))
 	set := c.settings()
-	if err := validateReport(req, c.cfg.MaxReportKeys); err != nil {
+	lim := reportLimits(c.cfg.MaxReportKeys, c.cfg.LedgerRetention, set.billingWindow, c.now())
+	if err := reportError(allotpb.ValidateReport(req, lim)); err != nil {
 		c.metrics.reports.WithLabelValues("invalid").Inc()
 		return nil, err
 	}
@@ -118,60 +113,35 @@ func respond(st *state, alloc *allocator, req *allotpb.ReportRequest, now time.T
 	return resp
 }
 
+// reportError turns a report's violations into one INVALID_ARGUMENT
+// status with a BadRequest that lists each of them, its field naming the
+// entry ("usage.counts[3].tenant", "demand[0].key"), so that an agent can
+// drop exactly the entries refused and send the rest again. nil when there
+// are none.
+func reportError(vs []allotpb.Violation) error {
+	if len(vs) == 0 {
+		return nil
+	}
+	br := &errdetails.BadRequest{FieldViolations: make([]*errdetails.BadRequest_FieldViolation, len(vs))}
+	for i, v := range vs {
+		br.FieldViolations[i] = &errdetails.BadRequest_FieldViolation{Field: v.Field, Description: v.Description}
+	}
+	msg := vs[0].Field + ": " + vs[0].Description
+	if len(vs) > 1 {
+		msg = fmt.Sprintf("%s (and %d more violations, listed in the BadRequest details)", msg, len(vs)-1)
+	}
+	st := status.New(codes.InvalidArgument, msg)
+	if d, err := st.WithDetails(br); err == nil {
+		return d.Err()
+	}
+	return st.Err()
+}
+
 // GetRules returns the rule set; any member answers from its replica.
 func (s *agentServer) GetRules(ctx context.Context, req *allotpb.GetRulesRequest) (*allotpb.RuleSet, error) {
 	var out *allotpb.RuleSet
 	s.c.fsm.read(func(st *state) { out = rules.SetToProto(st.rules) })
 	return out, nil
-}
-
-// validateReport checks a report's shape; the error names the field.
-func validateReport(req *allotpb.ReportRequest, maxKeys int) error {
-	switch {
-	case req.GetNode() == "" || len(req.GetNode()) > maxNameLen:
-		return invalid("node", fmt.Sprintf("must be 1–%d bytes", maxNameLen))
-	case req.GetIncarnation() == 0:
-		return invalid("incarnation", "must be a non-zero random number drawn when the agent starts")
-	case req.GetIntervalNano() < 0 || req.GetIntervalNano() > int64(time.Hour):
-		return invalid("interval_nano", "must be between 0 and one hour")
-	case len(req.GetRegion()) > maxNameLen:
-		return invalid("region", fmt.Sprintf("must be at most %d bytes", maxNameLen))
-	case len(req.GetDemand()) > maxKeys:
-		return invalid("demand", fmt.Sprintf("has %d keys; at most %d per report", len(req.GetDemand()), maxKeys))
-	case len(req.GetUsage().GetCounts()) > maxKeys:
-		return invalid("usage.counts", fmt.Sprintf("has %d counts; at most %d per report", len(req.GetUsage().GetCounts()), maxKeys))
-	}
-	for i, d := range req.GetDemand() {
-		field := func(f string) string { return "demand[" + strconv.Itoa(i) + "]." + f }
-		switch {
-		case d.GetRule() == "" || len(d.GetRule()) > maxNameLen:
-			return invalid(field("rule"), fmt.Sprintf("must be 1–%d bytes", maxNameLen))
-		case len(d.GetKey()) > maxKeyLen:
-			return invalid(field("key"), fmt.Sprintf("must be at most %d bytes", maxKeyLen))
-		case len(d.GetTenant()) > maxNameLen || len(d.GetPlan()) > maxNameLen:
-			return invalid(field("tenant"), fmt.Sprintf("tenant and plan must be at most %d bytes", maxNameLen))
-		}
-		for _, v := range [...]struct {
-			name  string
-			value float64
-		}{{"admitted", d.GetAdmitted()}, {"denied", d.GetDenied()}, {"held", d.GetHeld()}, {"committed", d.GetCommitted()}, {"weight", d.GetWeight()}} {
-			if !(v.value >= 0) || math.IsInf(v.value, 0) {
-				return invalid(field(v.name), fmt.Sprintf("must be a finite, non-negative number, got %v", v.value))
-			}
-		}
-	}
-	for i, u := range req.GetUsage().GetCounts() {
-		field := func(f string) string { return "usage.counts[" + strconv.Itoa(i) + "]." + f }
-		switch {
-		case u.GetRule() == "" || len(u.GetRule()) > maxNameLen:
-			return invalid(field("rule"), fmt.Sprintf("must be 1–%d bytes", maxNameLen))
-		case len(u.GetTenant()) > maxNameLen:
-			return invalid(field("tenant"), fmt.Sprintf("must be at most %d bytes", maxNameLen))
-		case u.GetWindowUnix() < 0 || u.GetWindowUnix() > 1<<40:
-			return invalid(field("window_unix"), "must be a Unix time in seconds")
-		}
-	}
-	return nil
 }
 
 type rulesServer struct {

@@ -109,3 +109,18 @@ func (c *Coordinator) roundInterval(set settings) time.Duration {
 	}
 	return max(set.reportInterval/4, time.Millisecond)
 }
+
+// reportLimits are the bounds a report must keep: at most MaxReportKeys
+// entries, and usage in billing windows from what retention still keeps
+// (or MaxUsageAge when the ledger keeps everything) up to MaxClockAhead
+// after now.
+func reportLimits(maxKeys int, retention, billingWindow time.Duration, now time.Time) allotpb.ReportLimits {
+	age := retention
+	if age <= 0 {
+		age = MaxUsageAge
+	}
+	// A window whose end is within the retention is kept: its start may
+	// be a window earlier.
+	lo, hi := allotpb.WindowBounds(now, age+billingWindow, MaxClockAhead)
+	return allotpb.ReportLimits{MaxKeys: maxKeys, MinWindowUnix: lo, MaxWindowUnix: hi}
+}

@@ -48,6 +48,8 @@ type Coordinator struct {
 	alloc   *allocator
 	batcher *batcher
 	peers   *peers
+	// check confirms leadership before a report is answered.
+	check *leaderCheck
 	// roundEvery is the configured RoundInterval; 0 derives it from the
 	// cluster's report interval.
 	roundEvery time.Duration
@@ -99,6 +101,7 @@ func New(config Config) (*Coordinator, error) {
 		cancel()
 		return nil, err
 	}
+	c.check = newLeaderCheck(func() error { return c.raft.VerifyLeader().Error() })
 	c.batcher = newBatcher(cfg.ApplyWindow, c.applyReports, cfg.Now)
 	if err := c.startGRPC(); err != nil {
 		c.shutdown()

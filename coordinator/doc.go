@@ -14,7 +14,9 @@
 // (admitted and denied totals per tenant, rule, region and billing window);
 // for every agent incarnation, the last usage batch applied, so that a
 // batch retried after a timeout or a failover is counted exactly once; the
-// members' addresses; and the coordinator epoch.
+// members' addresses; the coordinator epoch; and the settings every member
+// must agree on (billing window, report interval, lease TTL), fixed by the
+// cluster's first leader.
 //
 // Demand and grants are not replicated. They change every interval and are
 // rebuilt from the next round of reports, so they live on the leader only
@@ -24,6 +26,8 @@
 //
 // Reports are batched into one Raft entry per apply window; an agent's
 // usage is acknowledged only once its entry is committed, and the agent
-// re-sends it until then. docs/coordinator.md describes the state machine,
+// re-sends it until then. A report's demand is divided only after its
+// usage is committed, and only by a member that has confirmed since the
+// report arrived that it still leads (see agentServer.Report). docs/coordinator.md describes the state machine,
 // the failover sequence and the operations runbook.
 package coordinator

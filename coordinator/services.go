@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -26,8 +27,16 @@ type agentServer struct {
 }
 
 // Report takes an agent's usage and demand and answers with its leases.
-// The usage batch is acknowledged only once committed; a follower refuses
-// with the leader's address.
+//
+// The order matters. The usage batch is committed first: a report is
+// answered only once its usage is in the ledger, and its demand divides
+// nothing before that, so that a failed commit leaves no share granted
+// for a lease never sent (the agent re-sends the whole report). Then this
+// member must still lead: a commit proves it (it completed after the
+// report arrived), and a report without usage waits for a leadership
+// check that started after it arrived. Only then is the demand folded
+// into the allocator and the answer built. A follower, or a leader that
+// lost its quorum, refuses with the leader's address.
 func (s *agentServer) Report(ctx context.Context, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
 	c := s.c
 	c.metrics.reportBytes.Observe(float64(proto.Size(req)))
@@ -46,35 +55,46 @@ func (s *agentServer) Report(ctx context.Context, req *allotpb.ReportRequest) (*
 		c.metrics.reports.WithLabelValues("redirected").Inc()
 		return nil, c.notLeader(ctx)
 	}
-	now := c.now()
-	var done <-chan batchResult
+	committed, acked := false, uint64(0)
 	if b := req.GetUsage(); b != nil && b.GetSeq() > 0 {
-		var err error
-		done, err = c.batcher.submit(ctx, &allotpb.AgentUsage{Node: req.GetNode(), Incarnation: req.GetIncarnation(), Region: req.GetRegion(), Batch: b})
+		done, err := c.batcher.submit(ctx, &allotpb.AgentUsage{Node: req.GetNode(), Incarnation: req.GetIncarnation(), Region: req.GetRegion(), Batch: b})
 		if err != nil {
 			c.metrics.reports.WithLabelValues("failed").Inc()
 			return nil, grpcError(err)
 		}
-	}
-	leases := c.alloc.report(req.GetNode(), now.UnixNano(), time.Duration(req.GetIntervalNano()), req.GetDemand(), req.GetUrgent(), req.GetLeaving())
-	c.metrics.leasesGranted.Add(float64(len(leases)))
-	var acked uint64
-	if done != nil {
 		select {
 		case r := <-done:
-			if r.err != nil {
+			switch {
+			case errors.Is(r.err, ErrNotLeader):
+				c.metrics.reports.WithLabelValues("redirected").Inc()
+				return nil, c.notLeader(ctx)
+			case r.err != nil:
 				c.metrics.reports.WithLabelValues("failed").Inc()
 				return nil, status.Errorf(codes.Unavailable, "usage not committed, re-send it: %v", r.err)
 			}
-			acked = r.acked
+			committed, acked = true, r.acked
 		case <-ctx.Done():
 			c.metrics.reports.WithLabelValues("failed").Inc()
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
+	} else if err := c.check.wait(ctx); err != nil {
+		if ctx.Err() != nil {
+			c.metrics.reports.WithLabelValues("failed").Inc()
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		c.metrics.reports.WithLabelValues("redirected").Inc()
+		return nil, c.notLeader(ctx)
 	}
+	if !c.leading.Load() { // leadership lost, or not yet ready again
+		c.metrics.reports.WithLabelValues("redirected").Inc()
+		return nil, c.notLeader(ctx)
+	}
+	now := c.now()
+	leases := c.alloc.report(req.GetNode(), now.UnixNano(), time.Duration(req.GetIntervalNano()), req.GetDemand(), req.GetUrgent(), req.GetLeaving())
+	c.metrics.leasesGranted.Add(float64(len(leases)))
 	var resp *allotpb.ReportResponse
 	c.fsm.read(func(st *state) {
-		resp = respond(st, c.alloc, req, now, set, leases, done != nil, acked)
+		resp = respond(st, c.alloc, req, now, set, leases, committed, acked)
 	})
 	resp.CoordinatorUnixNano = c.now().UnixNano()
 	c.metrics.reports.WithLabelValues("ok").Inc()

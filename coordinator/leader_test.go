@@ -1,0 +1,87 @@
+package coordinator
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	allotpb "github.com/allot-io/allot/proto"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// isolateLeader starts a 3-member cluster with a leader lease long enough
+// for a test to act inside it, puts a capacity rule, and then shuts down
+// Raft on both followers: the leader can no longer commit anything and
+// will step down within its lease, but until then it still believes it
+// leads.
+func isolateLeader(t *testing.T) *Coordinator {
+	t.Helper()
+	nodes := cluster(t, 3, func(c *Config) {
+		c.HeartbeatTimeout, c.ElectionTimeout = time.Second, time.Second
+	})
+	l := waitLeader(t, nodes)
+	putRules(t, l, &allotpb.Rule{Name: "api", Scope: "tenant", Algorithm: "token_bucket", Limit: 1000, Period: durationpb.New(time.Second), Burst: 100, Intent: "capacity"})
+	waitFor(t, 10*time.Second, "the leader to install the rule", func() bool { return l.alloc.ruleCount() == 1 })
+	for _, c := range nodes {
+		if c != l {
+			if err := c.raft.Shutdown().Error(); err != nil {
+				t.Fatalf("shutting down %s's raft: %v", c.ID(), err)
+			}
+		}
+	}
+	return l
+}
+
+func apiReport(node string, usage bool) *allotpb.ReportRequest {
+	req := &allotpb.ReportRequest{
+		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: node, Incarnation: 1, Region: "eu-west",
+		IntervalNano: int64(200 * time.Millisecond),
+		Demand:       []*allotpb.KeyDemand{{Rule: "api", Key: "acme", Tenant: "acme", Admitted: 500, Denied: 100}},
+	}
+	if usage {
+		req.Usage = &allotpb.UsageBatch{Seq: 1, CutUnixNano: time.Now().UnixNano(), Counts: []*allotpb.UsageCount{
+			{Rule: "api", Tenant: "acme", WindowUnix: time.Now().Unix(), Admitted: 500, Denied: 100},
+		}}
+	}
+	return req
+}
+
+// TestReportGrantsOnlyAfterCommit: a report whose usage batch cannot be
+// committed is refused, and its demand re-divides nothing: no pool, no
+// claim, no lease.
+func TestReportGrantsOnlyAfterCommit(t *testing.T) {
+	l := isolateLeader(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := allotpb.NewAgentServiceClient(dial(t, l.GRPCAddr())).Report(ctx, apiReport("gw-1", true))
+	if err == nil {
+		t.Fatalf("a report whose usage could not be committed was answered: %v", resp)
+	}
+	if code := status.Code(err); code != codes.Unavailable && code != codes.FailedPrecondition {
+		t.Errorf("got %v; want UNAVAILABLE or FAILED_PRECONDITION", err)
+	}
+	if n := l.alloc.activeKeys(); n != 0 {
+		t.Fatalf("the allocator divided %d pools for a report whose usage was never committed", n)
+	}
+}
+
+// TestDeposedLeaderDoesNotAnswer: a leader cut off from its followers
+// refuses a report without usage instead of answering it from its stale
+// state, although it has not yet noticed that it lost its quorum.
+func TestDeposedLeaderDoesNotAnswer(t *testing.T) {
+	l := isolateLeader(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	resp, err := allotpb.NewAgentServiceClient(dial(t, l.GRPCAddr())).Report(ctx, apiReport("gw-1", false))
+	if err == nil {
+		t.Fatalf("a leader without a quorum answered a report: %v", resp)
+	}
+	if code := status.Code(err); code != codes.Unavailable && code != codes.FailedPrecondition {
+		t.Errorf("got %v; want UNAVAILABLE or FAILED_PRECONDITION", err)
+	}
+	if n := l.alloc.activeKeys(); n != 0 {
+		t.Errorf("a leader without a quorum divided %d pools", n)
+	}
+}

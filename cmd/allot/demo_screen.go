@@ -29,7 +29,9 @@ func (d *demo) screen(ctx context.Context) {
 		case <-t.C:
 		}
 		cur := d.snapshot()
-		leader := d.leaderID(ctx)
+		// Not on ctx, which may end as this frame is drawn: the last frame
+		// would show no leader. Each status call has its own timeout.
+		leader := d.leaderID(context.WithoutCancel(ctx))
 		if d.tty {
 			text := d.render(prev, cur, leader)
 			if lines > 0 {

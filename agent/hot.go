@@ -31,8 +31,14 @@ type hotKey struct {
 	leased atomic.Bool   // a lease sets the limit (read by checks of global rules)
 	shown  atomic.Uint64 // the lease's limit as float64 bits, for readers off the reporter
 
+	// next is a window lease's switch to its next-window count, due at
+	// the next window's start: the first check there (or the reporter)
+	// makes it. Nil when nothing is due.
+	next atomic.Pointer[windowSwitch]
+
 	// Lease state, touched only by the reporter goroutine.
-	held    float64 // the lease's limit, per period
+	held     float64 // the lease's limit, per period
+	nextHeld float64 // window leases: the count from the next window on
 	epoch   uint64
 	seq     uint64
 	expires int64 // ns, coordinators' clock
@@ -200,6 +206,24 @@ func newHotKey(rs *ruleState, st *limitStore, pk pendingKey, since int64, seed f
 	return &hotKey{key: pk.key, tenant: pk.tenant, plan: pk.plan, priority: pk.priority, store: st, lim: lim, since: since}, nil
 }
 
+// windowSwitch is a window lease's next count, due at a window start.
+type windowSwitch struct {
+	at  int64 // ns, coordinators' clock
+	cfg algo.Config
+}
+
+// switchWindow makes a due window switch: the first caller at or past
+// its time reconfigures the limiter, so every window starts from the
+// count the coordinators decided for it. It is one atomic load when
+// nothing is due.
+func (hk *hotKey) switchWindow(now time.Time) {
+	sw := hk.next.Load()
+	if sw == nil || now.UnixNano() < sw.at || !hk.next.CompareAndSwap(sw, nil) {
+		return
+	}
+	_ = hk.lim.Reconfigure(sw.cfg, now)
+}
+
 // applyLease makes a lease the key's limit, if it is newer than the one
 // held, or if the cluster was restored from a backup (its epoch went
 // backwards: its leases are the truth now). A lease granting nothing (a
@@ -215,11 +239,33 @@ func (hk *hotKey) applyLease(rs *ruleState, l lease.Lease, restored bool, now ti
 		hk.epoch, hk.seq = l.Epoch, l.Seq
 		return
 	}
-	hk.held = l.Limit
+	limit, next := l.Limit, l.Limit
+	hk.next.Store(nil)
+	if rs.rule.Algorithm.Windowed() && l.Next > 0 {
+		next = l.Next
+		at := l.Window.Add(rs.rule.Period)
+		if !now.Before(at) {
+			limit = next // the lease's window is over: its next count holds now
+		} else if cfg, ok := nodeConfig(&rs.rule, next, l.Burst*next/limit); ok && next != limit {
+			hk.next.Store(&windowSwitch{at: at.UnixNano(), cfg: cfg})
+		}
+	}
+	hk.held, hk.nextHeld = limit, next
 	hk.epoch, hk.seq, hk.expires = l.Epoch, l.Seq, l.Expires.UnixNano()
-	hk.resize(rs, l.Limit, l.Burst, now)
-	hk.shown.Store(math.Float64bits(l.Limit))
+	hk.resize(rs, limit, l.Burst*limit/l.Limit, now)
+	hk.shown.Store(math.Float64bits(limit))
 	hk.leased.Store(true)
+}
+
+// settle brings the reporter's view of a window lease up to date: a
+// switch that is due is made, and once made the next count is the one
+// held. Reporter only.
+func (hk *hotKey) settle(now time.Time) {
+	hk.switchWindow(now)
+	if hk.leased.Load() && hk.next.Load() == nil && hk.held != hk.nextHeld && hk.nextHeld > 0 {
+		hk.held = hk.nextHeld
+		hk.shown.Store(math.Float64bits(hk.held))
+	}
 }
 
 // leaseLimit is the limit of the key's lease, or 0; safe from any goroutine.
@@ -239,6 +285,7 @@ func (hk *hotKey) resize(rs *ruleState, share, burst float64, now time.Time) {
 
 // allow decides one request against the key's own limiter.
 func (hk *hotKey) allow(a *Agent, now time.Time, cost int64) result {
+	hk.switchWindow(now)
 	d := hk.lim.AllowAt(now, cost)
 	r := fromAlgo(&d)
 	hk.observe(a, r, cost)
@@ -256,8 +303,9 @@ func (hk *hotKey) expire(rs *ruleState, now int64) {
 // unlease reverts a key whose lease expired to the unleased share.
 func (hk *hotKey) unlease(rs *ruleState, now time.Time) {
 	hk.leased.Store(false)
+	hk.next.Store(nil)
 	hk.shown.Store(0)
-	hk.held, hk.epoch, hk.seq = 0, 0, 0
+	hk.held, hk.nextHeld, hk.epoch, hk.seq = 0, 0, 0, 0
 	hk.store.mu.Lock()
 	share := hk.store.share
 	hk.store.mu.Unlock()

@@ -340,8 +340,12 @@ func (r *reporter) request(c *compiled, now int64, urgent, leaving bool) (*allot
 		if since := hk.since + r.offset(); since > r.lastRun {
 			d.IntervalNano = max(now-since, 1) // counted only since it became hot
 		}
+		hk.settle(nowT)
 		if hk.leased.Load() && !leaving {
 			d.Held, d.HeldEpoch, d.HeldSeq = hk.held, hk.epoch, hk.seq
+			if rs.rule.Algorithm.Windowed() {
+				d.NextHeld = hk.nextHeld
+			}
 		}
 		if rs.rule.Algorithm.Windowed() {
 			peek := hk.lim.AllowAt(nowT, 0)
@@ -502,7 +506,8 @@ func (r *reporter) applyLeases(c *compiled, resp *allotpb.ReportResponse, held [
 		if hk == nil {
 			continue
 		}
-		l := lease.Lease{Limit: pl.GetLimit(), Burst: pl.GetBurst(), Expires: time.Unix(0, pl.GetExpiresUnixNano()), Epoch: pl.GetEpoch(), Seq: pl.GetSeq()}
+		l := lease.Lease{Limit: pl.GetLimit(), Burst: pl.GetBurst(), Expires: time.Unix(0, pl.GetExpiresUnixNano()), Epoch: pl.GetEpoch(), Seq: pl.GetSeq(),
+			Window: time.Unix(0, pl.GetWindowUnixNano()), Next: pl.GetNextLimit()}
 		hk.applyLease(rs, l, resp.GetEpoch() < hk.epoch, time.Unix(0, now))
 		got[hk] = true
 	}

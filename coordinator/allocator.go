@@ -93,7 +93,11 @@ type claim struct {
 	committed float64
 	lastSeen  int64
 	grant     float64
-	seq       uint64 // allocation that produced grant; 0 = none yet
+	// Window pools: next is the node's share of the windows after the
+	// current one, and nextHeld what it will switch to at the next
+	// boundary (as it reported, or as last sent if that was less).
+	next, nextHeld float64
+	seq            uint64 // allocation that produced grant; 0 = none yet
 	// base is what the node held when it first reported to this leader:
 	// a lease from the previous leader, or nothing. Learning mode divides
 	// no more than the bases add up to.
@@ -275,6 +279,12 @@ func (a *allocator) report(node string, now int64, interval time.Duration, deman
 			// re-divided now, not at the next round: the node hears of
 			// its new share in this answer, an interval sooner.
 			moved = math.Abs(cl.est-before) > a.est.Band*math.Max(before, cl.est)
+			// In a window pool every grant includes what its node has
+			// already spent in the window, which each report changes: a
+			// grant from the last round predates it, and could be less
+			// than the node has spent, leaving it stuck there for the
+			// window while its share went unused.
+			moved = moved || p.rule.Algorithm.Windowed()
 		} else {
 			cl.lastSeen = now
 		}
@@ -293,6 +303,18 @@ func (a *allocator) report(node string, now int64, interval time.Duration, deman
 			if cl.grant < cl.held && p.rule.Tol() > 0 {
 				cl.held = cl.grant
 				p.dirty = true // what it gives up can go to others next round
+			}
+			// What a node may hold is never counted below what it was
+			// sent: an increase counts at once (if the answer is lost,
+			// the node holds less than counted, which is safe). A window
+			// lease's next count is what the node switches to at the
+			// boundary, so it is counted the same way.
+			cl.held = max(cl.held, cl.grant)
+			if window := p.rule.Algorithm.Windowed(); window && cl.next < cl.nextHeld && p.rule.Tol() > 0 {
+				cl.nextHeld = cl.next
+				p.dirty = true
+			} else if window {
+				cl.nextHeld = max(cl.nextHeld, cl.next)
 			}
 		}
 		sh.mu.Unlock()
@@ -320,6 +342,10 @@ func (a *allocator) observe(p *pool, cl *claim, d *allotpb.KeyDemand, now int64,
 		cl.est = a.est.Next(cl.est, obs, p.rule.Period)
 	}
 	cl.held = d.GetHeld()
+	cl.nextHeld = d.GetNextHeld()
+	if cl.nextHeld == 0 {
+		cl.nextHeld = cl.held // an agent applying its lease to every window
+	}
 	if !cl.reported {
 		cl.base, cl.reported = cl.held, true
 		if learning && !p.rule.Algorithm.Windowed() {
@@ -332,22 +358,28 @@ func (a *allocator) observe(p *pool, cl *claim, d *allotpb.KeyDemand, now int64,
 		}
 	}
 	if p.rule.Algorithm.Windowed() {
+		// At a window boundary every node switches to the share it was
+		// told for the next windows (next_limit), and keeps applying it
+		// until told otherwise: what each holds still counts in the new
+		// window, for the hand-over guard, and only what they spent in the
+		// old one is forgotten. Zeroing the others' leases at the first
+		// report of a window let the guard grant one node more while the
+		// others went on spending theirs (issue 11: 104–128% of a quota).
 		switch w := d.GetWindowUnixNano(); {
 		case w > p.window:
-			// A new window: what was held and spent in the old one no
-			// longer counts, for any node.
 			p.window = w
 			for _, c := range p.classes {
 				for i := range c.claims {
-					c.claims[i].held, c.claims[i].committed = 0, 0
+					c.claims[i].committed = 0
+					c.claims[i].held = c.claims[i].nextHeld
 				}
 			}
 			cl.held, cl.committed = d.GetHeld(), d.GetCommitted()
 		case w == p.window:
 			cl.committed = d.GetCommitted()
-		default:
-			cl.held = 0 // a report about an old window says nothing of this one
 		}
+		// A report about an earlier window (a node whose clock lags) says
+		// nothing of what it spent in this one.
 	}
 }
 
@@ -387,7 +419,7 @@ func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 	// it holds; for rate rules it divides no more than the reporting nodes
 	// held when they first did, and within that follows demand (see
 	// lease.Pool.LearnFromBases).
-	pl := lease.Pool{Limit: p.limit, Tolerance: p.rule.Tol(), Learning: learning && window, LearnFromBases: learning && !window}
+	pl := lease.Pool{Limit: p.limit, Tolerance: p.rule.Tol(), Learning: learning && window, LearnFromBases: learning && !window, Shares: window}
 	interval, ttl := a.interval.Load(), a.ttl.Load()
 	present := func(cl *claim) bool { return cl.lastSeen > 0 && now-cl.lastSeen < 2*interval }
 	expired := func(cl claim) bool {
@@ -414,11 +446,7 @@ func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 		off = n
 	}
 	p.contended = demand > p.limit
-	if p.rule.Fair() {
-		sh.alloc.AllocateFair(pl, sh.classes)
-	} else {
-		lease.Allocate(pl, sh.claims)
-	}
+	a.divide(sh, p, pl)
 	granted := 0.0
 	off = 0
 	for _, c := range p.classes {
@@ -428,9 +456,40 @@ func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 		}
 		off += len(c.claims)
 	}
+	if window {
+		// The next windows' division: shares of the whole limit, nothing
+		// spent yet, guarded against what the nodes will switch to.
+		for i := range sh.claims {
+			sh.claims[i].Committed = 0
+		}
+		off = 0
+		for _, c := range p.classes {
+			for i := range c.claims {
+				sh.claims[off+i].Held = c.claims[i].nextHeld
+			}
+			off += len(c.claims)
+		}
+		a.divide(sh, p, pl)
+		off = 0
+		for _, c := range p.classes {
+			for i := range c.claims {
+				c.claims[i].next = sh.claims[off+i].Grant
+			}
+			off += len(c.claims)
+		}
+	}
 	// The hand-over guard may have held increases back until others
 	// confirm their decreases: try again next round.
 	p.dirty = p.contended && !learning && granted < 0.999*p.limit
+}
+
+// divide runs the allocation of one pool over the shard's claims.
+func (a *allocator) divide(sh *allocShard, p *pool, pl lease.Pool) {
+	if p.rule.Fair() {
+		sh.alloc.AllocateFair(pl, sh.classes)
+	} else {
+		lease.Allocate(pl, sh.claims)
+	}
 }
 
 // leaseFor builds the lease a claim's grant gives its node.
@@ -447,7 +506,7 @@ func (a *allocator) leaseFor(p *pool, c *class, cl *claim, d *allotpb.KeyDemand,
 		Seq:             cl.seq,
 	}
 	if p.rule.Algorithm.Windowed() {
-		l.WindowUnixNano = p.window
+		l.WindowUnixNano, l.NextLimit = p.window, cl.next
 	}
 	return l
 }

@@ -50,6 +50,13 @@ type Pool struct {
 	// not heard from yet stay covered. The worst case is (1 + Tolerance)²
 	// of the limit, for the learning period.
 	LearnFromBases bool
+	// Shares divides Limit by demand as if nothing had been committed, for
+	// window pools: each window starts from a division fixed ahead of it,
+	// and a grant that already counted what its node spent would depend on
+	// the moment the node reported. Every grant is then raised to at least
+	// its claim's Committed (spent units cannot be given back), and the
+	// hand-over guard keeps the sum within Limit × (1 + Tolerance).
+	Shares bool
 }
 
 // Validate reports whether p can be allocated.
@@ -122,9 +129,22 @@ func Allocate(p Pool, claims []Claim) {
 	if p.Strategy == EvenSplit {
 		evenSplit(p.Limit, claims)
 	} else {
-		split(p.Limit, claims)
+		split(p.Limit, claims, p.Shares)
+	}
+	if p.Shares {
+		atLeastCommitted(claims)
 	}
 	guard(p, one[:])
+}
+
+// atLeastCommitted raises every present claim's grant to what it has
+// already spent.
+func atLeastCommitted(claims []Claim) {
+	for i := range claims {
+		if c := &claims[i]; c.Present {
+			c.Grant = max(c.Grant, clean(c.Committed))
+		}
+	}
 }
 
 // learnedLimit is what the pool divides: its Limit, or under
@@ -151,14 +171,21 @@ func clean(x float64) float64 {
 	return 0
 }
 
-// split sets each claim's Grant to its proportional share of budget.
-func split(budget float64, claims []Claim) {
+// split sets each claim's Grant to its proportional share of budget, on
+// top of what it committed unless shares is set (Pool.Shares).
+func split(budget float64, claims []Claim, shares bool) {
 	var committed, demand float64
 	present, active := 0, 0
+	spent := func(c *Claim) float64 {
+		if shares {
+			return 0
+		}
+		return clean(c.Committed)
+	}
 	for i := range claims {
 		c := &claims[i]
 		c.Grant = 0
-		committed += clean(c.Committed)
+		committed += spent(c)
 		if !c.Present {
 			continue
 		}
@@ -176,7 +203,7 @@ func split(budget float64, claims []Claim) {
 	case avail == 0:
 		for i := range claims {
 			if c := &claims[i]; c.Present {
-				c.Grant = clean(c.Committed)
+				c.Grant = spent(c)
 			}
 		}
 	case demand <= avail:
@@ -190,7 +217,7 @@ func split(budget float64, claims []Claim) {
 				if demand > 0 {
 					extra = 0.5*extra + 0.5*spare*(d/demand)
 				}
-				c.Grant = clean(c.Committed) + d + extra
+				c.Grant = spent(c) + d + extra
 			}
 		}
 	default:
@@ -210,7 +237,7 @@ func split(budget float64, claims []Claim) {
 			if c := &claims[i]; c.Present {
 				d := clean(c.Demand)
 				f := min(d, floor)
-				c.Grant = clean(c.Committed) + f
+				c.Grant = spent(c) + f
 				if d > f {
 					c.Grant += rest * ((d - f) / excess)
 				}

@@ -147,7 +147,7 @@ func (a *Allocator) proportionalFair(limit float64, classes []Class) {
 		for _, c := range classes[i].Claims {
 			committed += clean(c.Committed)
 		}
-		split(a.share[i]+committed, classes[i].Claims)
+		split(a.share[i]+committed, classes[i].Claims, false)
 	}
 }
 

@@ -17,6 +17,10 @@ type Lease struct {
 
 	Limit float64 // the node's share of the rule's limit, per period
 	Burst float64 // the node's share of the burst (rate algorithms)
+	// Window algorithms: Limit holds in the window starting at Window;
+	// Next, when set, in every window after it, until a newer lease.
+	Window time.Time
+	Next   float64
 
 	Expires time.Time
 	// Epoch is the coordinator epoch that issued the lease; it increases

@@ -382,7 +382,11 @@ type KeyDemand struct {
 	Plan string `protobuf:"bytes,13,opt,name=plan,proto3" json:"plan,omitempty"`
 	// interval_nano, when set, is the span this key's counts cover, if
 	// shorter than the report's (a key that became hot within it).
-	IntervalNano  int64 `protobuf:"varint,14,opt,name=interval_nano,json=intervalNano,proto3" json:"interval_nano,omitempty"`
+	IntervalNano int64 `protobuf:"varint,14,opt,name=interval_nano,json=intervalNano,proto3" json:"interval_nano,omitempty"`
+	// next_held is, for window algorithms, the count the node will apply
+	// from the next window on (the lease's next_limit); 0 from agents that
+	// predate it, which apply held to every window.
+	NextHeld      float64 `protobuf:"fixed64,15,opt,name=next_held,json=nextHeld,proto3" json:"next_held,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -511,6 +515,13 @@ func (x *KeyDemand) GetPlan() string {
 func (x *KeyDemand) GetIntervalNano() int64 {
 	if x != nil {
 		return x.IntervalNano
+	}
+	return 0
+}
+
+func (x *KeyDemand) GetNextHeld() float64 {
+	if x != nil {
+		return x.NextHeld
 	}
 	return 0
 }
@@ -682,8 +693,14 @@ type Lease struct {
 	ExpiresUnixNano int64  `protobuf:"varint,8,opt,name=expires_unix_nano,json=expiresUnixNano,proto3" json:"expires_unix_nano,omitempty"`
 	Epoch           uint64 `protobuf:"varint,9,opt,name=epoch,proto3" json:"epoch,omitempty"`
 	Seq             uint64 `protobuf:"varint,10,opt,name=seq,proto3" json:"seq,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// next_limit is, for window algorithms, the node's count for every
+	// window after window_unix_nano until a newer lease arrives: the next
+	// window's division, decided in advance so that every node starts it
+	// from shares that add up to the limit. 0 from coordinators that predate
+	// it: limit then holds for later windows too.
+	NextLimit     float64 `protobuf:"fixed64,11,opt,name=next_limit,json=nextLimit,proto3" json:"next_limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Lease) Reset() {
@@ -786,6 +803,13 @@ func (x *Lease) GetSeq() uint64 {
 	return 0
 }
 
+func (x *Lease) GetNextLimit() float64 {
+	if x != nil {
+		return x.NextLimit
+	}
+	return 0
+}
+
 type GetRulesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	KnownVersion  uint64                 `protobuf:"varint,1,opt,name=known_version,json=knownVersion,proto3" json:"known_version,omitempty"`
@@ -860,7 +884,7 @@ const file_agent_proto_rawDesc = "" +
 	"\vwindow_unix\x18\x03 \x01(\x03R\n" +
 	"windowUnix\x12\x1a\n" +
 	"\badmitted\x18\x04 \x01(\x04R\badmitted\x12\x16\n" +
-	"\x06denied\x18\x05 \x01(\x04R\x06denied\"\x80\x03\n" +
+	"\x06denied\x18\x05 \x01(\x04R\x06denied\"\x9d\x03\n" +
 	"\tKeyDemand\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
@@ -877,7 +901,8 @@ const file_agent_proto_rawDesc = "" +
 	"\x10window_unix_nano\x18\v \x01(\x03R\x0ewindowUnixNano\x12\x16\n" +
 	"\x06weight\x18\f \x01(\x01R\x06weight\x12\x12\n" +
 	"\x04plan\x18\r \x01(\tR\x04plan\x12#\n" +
-	"\rinterval_nano\x18\x0e \x01(\x03R\fintervalNano\"\x8f\x04\n" +
+	"\rinterval_nano\x18\x0e \x01(\x03R\fintervalNano\x12\x1b\n" +
+	"\tnext_held\x18\x0f \x01(\x01R\bnextHeld\"\x8f\x04\n" +
 	"\x0eReportResponse\x125\n" +
 	"\bprotocol\x18\x01 \x01(\x0e2\x19.allot.v1.ProtocolVersionR\bprotocol\x12\x1b\n" +
 	"\tacked_seq\x18\x02 \x01(\x04R\backedSeq\x12\x14\n" +
@@ -892,7 +917,7 @@ const file_agent_proto_rawDesc = "" +
 	" \x01(\x03R\fleaseTtlNano\x12\"\n" +
 	"\fcoordinators\x18\v \x03(\tR\fcoordinators\x12&\n" +
 	"\x0frenew_unix_nano\x18\f \x01(\x03R\rrenewUnixNano\x12.\n" +
-	"\x13billing_window_nano\x18\r \x01(\x03R\x11billingWindowNano\"\x8b\x02\n" +
+	"\x13billing_window_nano\x18\r \x01(\x03R\x11billingWindowNano\"\xaa\x02\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
@@ -904,7 +929,9 @@ const file_agent_proto_rawDesc = "" +
 	"\x11expires_unix_nano\x18\b \x01(\x03R\x0fexpiresUnixNano\x12\x14\n" +
 	"\x05epoch\x18\t \x01(\x04R\x05epoch\x12\x10\n" +
 	"\x03seq\x18\n" +
-	" \x01(\x04R\x03seq\"6\n" +
+	" \x01(\x04R\x03seq\x12\x1d\n" +
+	"\n" +
+	"next_limit\x18\v \x01(\x01R\tnextLimit\"6\n" +
 	"\x0fGetRulesRequest\x12#\n" +
 	"\rknown_version\x18\x01 \x01(\x04R\fknownVersion*K\n" +
 	"\x0fProtocolVersion\x12 \n" +

@@ -23,8 +23,10 @@ type harness struct {
 	logFile *os.File
 	cl      *cluster
 	passed  bool
-	reports [3][2]float64 // each sidecar's reports answered and failed, at the last check
-	once    sync.Once
+	// anomalies are answers the harness could not account for
+	anomalies int64
+	reports   [3][2]float64 // each sidecar's reports answered and failed, at the last check
+	once      sync.Once
 }
 
 func newHarness(cfg config, out io.Writer) *harness {
@@ -102,11 +104,11 @@ func (h *harness) run(ctx context.Context) (*verdict, error) {
 	}
 	v := compare(got, led, rules)
 	h.report(got, v, rules, counts)
-	h.passed = v.pass() && got.stats.anomalies == 0
+	h.passed, h.anomalies = v.pass() && got.stats.anomalies == 0, got.stats.anomalies
 	var wg sync.WaitGroup
 	for _, co := range h.cl.coords {
 		wg.Go(func() {
-			if err := co.terminate(40 * time.Second); err != nil {
+			if err := co.terminate(10 * time.Second); err != nil {
 				h.log.logf("coordinator %v", err)
 			}
 		})
@@ -173,6 +175,18 @@ func (h *harness) faults(ctx context.Context, ld *load, client *client) (*tally,
 	if err := phase("warmup", cfg.warmup); err != nil {
 		return nil, err
 	}
+	if cfg.flood > 0 {
+		h.log.logf("phase: a flood of %d new tenants", cfg.flood)
+		start, before := time.Now(), ld.newSeq.Load()
+		ld.flood.Store(cfg.flood)
+		err := poll(ctx, 5*time.Minute, "the flood to pass", func() (bool, error) {
+			return ld.flood.Load() <= 0 || ld.budget.Load() < 0, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		h.log.logf("flood: %d new tenants in %.1fs", ld.newSeq.Load()-before, time.Since(start).Seconds())
+	}
 	for i := range cfg.kills {
 		h.log.logf("phase: leader kill %d/%d", i+1, cfg.kills)
 		if err := cl.killLeader(ctx, cfg.killDown); err != nil {
@@ -199,16 +213,6 @@ func (h *harness) faults(ctx context.Context, ld *load, client *client) (*tally,
 		if err := phase("traffic after the outage", cfg.outageRecover); err != nil {
 			return nil, err
 		}
-	}
-	if cfg.flood > 0 {
-		before := ld.newSeq.Load()
-		ld.flood.Store(true)
-		err := phase("flood of new tenants", cfg.flood)
-		ld.flood.Store(false)
-		if err != nil {
-			return nil, err
-		}
-		h.log.logf("flood: %d new tenants", ld.newSeq.Load()-before)
 	}
 	hostile := newTally(len(cl.sidecars), len(client.rules.defs))
 	if cfg.hostile {

@@ -146,10 +146,19 @@ func newClient(sidecars []*sidecar, rules *ruleSet, conns int) *client {
 	return &client{http: &http.Client{Transport: tr, Timeout: 60 * time.Second}, sidecars: sidecars, rules: rules}
 }
 
+// expect is what a sidecar may do with a request.
+type expect int
+
+const (
+	mustDecide expect = iota // 200 or 429: ordinary traffic
+	mayRefuse                // hostile but well-formed: decided, or refused as invalid (400)
+	mustRefuse               // malformed: 400, 405 or 413
+)
+
 // check sends one request. shadow is what the body means if the sidecar
-// takes it (the harness counts it then, and notes the surprise when want
-// was a refusal such as 400).
-func (c *client) check(ctx context.Context, t *tally, node int, method string, body []byte, shadow *checkReq, wantRejected bool) int {
+// takes it (the harness counts it then, and notes the surprise when the
+// body should have been refused).
+func (c *client) check(ctx context.Context, t *tally, node int, method string, body []byte, shadow *checkReq, want expect) int {
 	t.stats.sent++
 	req, err := http.NewRequestWithContext(ctx, method, c.sidecars[node].url("/v1/check"), bytes.NewReader(body))
 	if err != nil {
@@ -172,7 +181,7 @@ func (c *client) check(ctx context.Context, t *tally, node int, method string, b
 	case http.StatusOK, http.StatusTooManyRequests:
 	case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusRequestEntityTooLarge:
 		t.stats.rejected++
-		if !wantRejected {
+		if want == mustDecide {
 			t.anomaly("%s: %d %s for a valid request %s", c.sidecars[node].id, resp.StatusCode, bytes.TrimSpace(data), clip(string(body), 80))
 		}
 		return resp.StatusCode
@@ -180,7 +189,7 @@ func (c *client) check(ctx context.Context, t *tally, node int, method string, b
 		t.stats.errors++
 		return resp.StatusCode
 	}
-	if wantRejected {
+	if want == mustRefuse {
 		t.anomaly("%s: %d for a request that should be refused as malformed: %s", c.sidecars[node].id, resp.StatusCode, clip(string(body), 80))
 	}
 	var ans checkAnswer
@@ -230,7 +239,7 @@ func (c *client) send(ctx context.Context, t *tally, node int, r *checkReq) int 
 		t.anomaly("encoding a request: %v", err)
 		return 0
 	}
-	return c.check(ctx, t, node, http.MethodPost, body, r, false)
+	return c.check(ctx, t, node, http.MethodPost, body, r, mustDecide)
 }
 
 // load is the traffic: workers sending a mix of steady tenants, a stream
@@ -241,7 +250,7 @@ type load struct {
 	cl      *client
 	budget  atomic.Int64 // requests left
 	newSeq  atomic.Int64 // new tenants so far
-	flood   atomic.Bool  // every other request is a brand-new tenant
+	flood   atomic.Int64 // checks left in a flood of brand-new tenants
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	tallies []*tally
@@ -282,6 +291,14 @@ func (l *load) worker(ctx context.Context, rng *rand.Rand, t *tally) {
 			return
 		default:
 		}
+		if l.flood.Add(-1) >= 0 {
+			// A flood: one check for each new tenant, as fast as it goes.
+			r := l.request(rng)
+			r.Tenant, r.Plan = newTenant(l.newSeq.Add(1))
+			l.cl.send(ctx, t, rng.IntN(len(l.cl.sidecars)), r)
+			next = time.Now()
+			continue
+		}
 		l.cl.send(ctx, t, rng.IntN(len(l.cl.sidecars)), l.request(rng))
 		next = next.Add(every)
 		if d := time.Until(next); d > 0 {
@@ -302,13 +319,17 @@ func (l *load) worker(ctx context.Context, rng *rand.Rand, t *tally) {
 func (l *load) request(rng *rand.Rand) *checkReq {
 	r := &checkReq{}
 	switch x := rng.Float64(); {
-	case l.flood.Load() && x < 0.5, x < l.cfg.newTenantRate:
+	case x < l.cfg.newTenantRate:
 		seq := l.newSeq.Add(1)
 		r.Tenant, r.Plan = newTenant(seq)
 	case x < 0.45 && l.newSeq.Load() > 0:
-		// A recent arrival, still sending: its counters straddle cuts.
-		cur := l.newSeq.Load()
-		r.Tenant, r.Plan = newTenant(cur - rng.Int64N(min(cur, 400)))
+		// A recent arrival, still sending: its counters straddle cuts,
+		// most of all in its first report intervals.
+		cur, span := l.newSeq.Load(), int64(400)
+		if x < 0.25 {
+			span = 30
+		}
+		r.Tenant, r.Plan = newTenant(cur - rng.Int64N(min(cur, span)))
 	default:
 		i := rng.IntN(rng.IntN(l.cfg.steadyTenants) + 1) // skewed to the first
 		r.Tenant, r.Plan = fmt.Sprintf("steady-%02d", i), "free"

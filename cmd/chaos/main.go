@@ -45,7 +45,7 @@ type config struct {
 	pauses                int
 	pause, pauseGap       time.Duration
 	outage, outageRecover time.Duration
-	flood                 time.Duration
+	flood                 int64
 	hostile               bool
 	hostileOnly           string
 	longTenantSidecar     int
@@ -61,12 +61,13 @@ func defaultConfig() config {
 		kills: 6, killDown: 3 * time.Second, killGap: 6 * time.Second,
 		pauses: 2, pause: 8 * time.Second, pauseGap: 6 * time.Second,
 		outage: 40 * time.Second, outageRecover: 10 * time.Second,
-		flood: 10 * time.Second, hostile: true, longTenantSidecar: 3, maxLines: 40,
+		flood: 30_000, hostile: true, longTenantSidecar: 3, maxLines: 40,
 	}
 }
 
-func parseFlags(args []string, stderr io.Writer) (config, error) {
-	cfg := defaultConfig()
+// parseFlags reads flags over base.
+func parseFlags(args []string, stderr io.Writer, base config) (config, error) {
+	cfg := base
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.allot, "allot", "", "use this allot binary instead of building ./cmd/allot")
@@ -91,7 +92,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.DurationVar(&cfg.pauseGap, "pause-gap", cfg.pauseGap, "traffic after each pause")
 	fs.DurationVar(&cfg.outage, "outage", cfg.outage, "how long every coordinator is down (0: no outage)")
 	fs.DurationVar(&cfg.outageRecover, "outage-recover", cfg.outageRecover, "traffic after the cluster is back")
-	fs.DurationVar(&cfg.flood, "flood", cfg.flood, "a flood of new tenants this long (0: none)")
+	fs.Int64Var(&cfg.flood, "flood", cfg.flood, "after the warmup, this many new tenants at once, one check each, as fast as the workers go (0: none)")
 	fs.BoolVar(&cfg.hostile, "hostile", cfg.hostile, "send hostile input to the sidecars")
 	fs.StringVar(&cfg.hostileOnly, "hostile-only", "", "send only the hostile inputs whose name matches this regular expression")
 	fs.IntVar(&cfg.longTenantSidecar, "long-tenant-sidecar", cfg.longTenantSidecar, "send the over-long tenant to this sidecar (1–3; 0: to none)")
@@ -113,7 +114,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 }
 
 func main() {
-	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	cfg, err := parseFlags(os.Args[1:], os.Stderr, defaultConfig())
 	if errors.Is(err, flag.ErrHelp) {
 		os.Exit(0)
 	}

@@ -304,17 +304,19 @@ func (a *allocator) report(node string, now int64, interval time.Duration, deman
 				cl.held = cl.grant
 				p.dirty = true // what it gives up can go to others next round
 			}
-			// What a node may hold is never counted below what it was
-			// sent: an increase counts at once (if the answer is lost,
-			// the node holds less than counted, which is safe). A window
-			// lease's next count is what the node switches to at the
-			// boundary, so it is counted the same way.
-			cl.held = max(cl.held, cl.grant)
-			if window := p.rule.Algorithm.Windowed(); window && cl.next < cl.nextHeld && p.rule.Tol() > 0 {
-				cl.nextHeld = cl.next
-				p.dirty = true
-			} else if window {
-				cl.nextHeld = max(cl.nextHeld, cl.next)
+			// In a window pool what a node may hold is never counted below
+			// what it was sent: an increase counts at once (if the answer
+			// is lost, the node holds less than counted, which is safe),
+			// and so does the next count it switches to at the boundary,
+			// where what each holds becomes what it will hold next.
+			if p.rule.Algorithm.Windowed() {
+				cl.held = max(cl.held, cl.grant)
+				if cl.next < cl.nextHeld && p.rule.Tol() > 0 {
+					cl.nextHeld = cl.next
+					p.dirty = true
+				} else {
+					cl.nextHeld = max(cl.nextHeld, cl.next)
+				}
 			}
 		}
 		sh.mu.Unlock()

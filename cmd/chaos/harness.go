@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,6 +25,7 @@ type harness struct {
 	logFile *os.File
 	cl      *cluster
 	passed  bool
+	hung    atomic.Bool // a process ignored SIGTERM: its stacks are in its log
 	// anomalies are answers the harness could not account for
 	anomalies int64
 	reports   [3][2]float64 // each sidecar's reports answered and failed, at the last check
@@ -46,7 +49,7 @@ func (h *harness) close() {
 		}
 		switch {
 		case h.dir == "":
-		case !h.passed || h.cfg.keep || !h.ownDir:
+		case !h.passed || h.cfg.keep || !h.ownDir || h.hung.Load():
 			fmt.Fprintf(h.out, "logs and data kept in %s\n", h.dir)
 		default:
 			os.RemoveAll(h.dir)
@@ -109,6 +112,9 @@ func (h *harness) run(ctx context.Context) (*verdict, error) {
 	for _, co := range h.cl.coords {
 		wg.Go(func() {
 			if err := co.terminate(10 * time.Second); err != nil {
+				if errors.Is(err, errHung) {
+					h.hung.Store(true)
+				}
 				h.log.logf("coordinator %v", err)
 			}
 		})
@@ -255,6 +261,9 @@ func (h *harness) stopSidecars() {
 		wg.Go(func() {
 			start := time.Now()
 			err := s.terminate(30 * time.Second)
+			if errors.Is(err, errHung) {
+				h.hung.Store(true)
+			}
 			if err != nil {
 				h.log.logf("sidecar %s exited after %.1fs: %v; its log ends: %s", s.id, time.Since(start).Seconds(), err, lastLine(s.logPath))
 				return

@@ -151,10 +151,13 @@ func (p *proc) terminate(grace time.Duration) error {
 		if exited, _ = p.wait(5 * time.Second); !exited {
 			p.kill()
 		}
-		return fmt.Errorf("%s: still running %v after SIGTERM; stacks dumped to %s (SIGQUIT)", p.name, grace, p.logPath)
+		return fmt.Errorf("%s: %w %v after SIGTERM; stacks dumped to %s (SIGQUIT)", p.name, errHung, grace, p.logPath)
 	}
 	return err
 }
+
+// errHung is wrapped when a process ignored SIGTERM.
+var errHung = errors.New("still running")
 
 // cleanEnv is this process's environment without ALLOT_ variables, which
 // would change what the allot processes do.

@@ -176,7 +176,10 @@ func (h *harness) faults(ctx context.Context, ld *load, client *client) (*tally,
 	phase := func(name string, d time.Duration) error {
 		h.checkSidecars(ctx)
 		h.log.logf("phase: %s (%v)", name, d)
-		return sleep(ctx, d)
+		if err := sleep(ctx, d); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
 	}
 	if err := phase("warmup", cfg.warmup); err != nil {
 		return nil, err

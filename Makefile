@@ -21,7 +21,7 @@ build:
 	$(GO) build $(PKGS)
 
 # The race detector is on for every test. This includes the short chaos
-# run (cmd/chaos TestChaosShort, about 90 s: real allot processes, built
+# run (cmd/chaos TestChaosShort, about 70 s: real allot processes, built
 # without the race detector, under a leader kill, a pause, an outage and
 # hostile input); -short skips it.
 test:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/allot-io/allot/lease/rules"
 	"github.com/hashicorp/go-hclog"
@@ -91,8 +92,8 @@ func (c *Config) withDefaults() (Config, error) {
 	if cfg.coordinated() && cfg.NodeID == "" {
 		return cfg, bad("NodeID", "is required to report to coordinators")
 	}
-	if len(cfg.NodeID) > 256 || len(cfg.Region) > 256 {
-		return cfg, bad("NodeID", "NodeID and Region must be at most 256 bytes")
+	if len(cfg.NodeID) > 256 || len(cfg.Region) > 256 || !utf8.ValidString(cfg.NodeID) || !utf8.ValidString(cfg.Region) {
+		return cfg, bad("NodeID", "NodeID and Region must be valid UTF-8 of at most 256 bytes")
 	}
 	if !cfg.coordinated() && len(cfg.Rules) == 0 {
 		return cfg, bad("Rules", "a standalone agent (no Coordinators) needs static Rules")

@@ -209,6 +209,41 @@ func TestLongTenantBilled(t *testing.T) {
 	closeAndCompare(t, a, cs[0].GRPCAddr(), "quota", func(tenant string) uint64 { return want[tenant] }, len(want))
 }
 
+// TestAnyBytesReport: attributes that are not valid UTF-8, or too long to
+// keep in a key, once made gRPC refuse to send the report (protobuf
+// strings are UTF-8), and the same batch was re-sent forever. Keys now
+// hash such values in hex, names are bounded, and the usage of every
+// tenant reaches the ledger.
+func TestAnyBytesReport(t *testing.T) {
+	cs := coordinators(t, 1)
+	// A per-user quota of 5 makes each user's key hot (and reported) at
+	// once; the tenant quota bills every request.
+	user := rule("per-user", rules.User, algo.TokenBucket, 5, time.Hour, lease.Quota)
+	user.Key = []rules.Attr{rules.AttrTenant, rules.AttrUser}
+	putRules(t, cs[0].GRPCAddr(), user, rule("quota", rules.Tenant, algo.TokenBucket, 1_000_000, time.Second, lease.Quota))
+	a := newAgent(t, "gw-1", addrs(cs), nil)
+	reqs := []Request{
+		{Tenant: "\xff\xfe", User: "\xc3"},
+		{Tenant: "acme", User: strings.Repeat("u", 200)},
+		{Tenant: "acme", User: strings.Repeat("é", 64)}, // 128 bytes: over a part of a key, under a whole one
+		{Tenant: strings.Repeat("\xe9", 300), User: "v"},
+	}
+	want := map[string]uint64{}
+	for _, r := range reqs {
+		for i := 0; i < 8; i++ {
+			if a.Check(r).Allowed {
+				want[allotpb.BoundName(r.Tenant)]++
+			}
+		}
+	}
+	answered := reportsOK(a)
+	eventually(t, 10*time.Second, "two more answered reports", func() bool { return reportsOK(a) >= answered+2 })
+	if got := counterValue(a.metrics.quarantined.WithLabelValues("demand", "key")); got != 0 {
+		t.Errorf("%v keys quarantined; every key must be sendable", got)
+	}
+	closeAndCompare(t, a, cs[0].GRPCAddr(), "quota", func(tenant string) uint64 { return want[tenant] }, len(want))
+}
+
 // TestRuleForOtherRegionSkipped: a rule whose regions leave out the
 // node's is skipped there, and the others are enforced; once, the whole
 // set failed to install and the node admitted everything.

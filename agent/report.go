@@ -208,7 +208,7 @@ func (r *reporter) busyTenants(c *compiled, now time.Time) (pick func(rule int, 
 				continue
 			}
 			var buf keyBuf
-			rs.pending.addSeeded(h, encodeKey(&buf, rs.attrs, &req, r.a.hasher), &req, tc.admitted, tc.denied, r.lastRun-r.offset())
+			rs.pending.addSeeded(h, encodeKey(&buf, rs.attrs, &req), &req, tc.admitted, tc.denied, r.lastRun-r.offset())
 		}
 	}
 	return pick, promote

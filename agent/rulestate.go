@@ -268,7 +268,7 @@ func (rs *ruleState) check(a *Agent, req *Request, rh *reqHashes, now time.Time,
 	// need more than an even share: ask for a lease in the background.
 	if rs.coordinated && (!d.Allowed || 2*d.Remaining < d.Limit) && !rs.pending.seen(h) {
 		var buf keyBuf
-		rs.pending.add(h, encodeKey(&buf, rs.attrs, req, a.hasher), req, 0)
+		rs.pending.add(h, encodeKey(&buf, rs.attrs, req), req, 0)
 		a.askEarly() // to make it hot soon
 	}
 	return r

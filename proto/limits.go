@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -74,8 +75,9 @@ func ValidateReport(req *ReportRequest, lim ReportLimits) []Violation {
 		return len(out) < MaxViolations
 	}
 	whole := func(field, desc string) bool { return add(field, desc, -1, -1) }
-	if n := req.GetNode(); n == "" || len(n) > MaxNameLen {
-		whole("node", fmt.Sprintf("must be 1–%d bytes, got %d", MaxNameLen, len(n)))
+	if m := checkName("node", req.GetNode(), true); m != "" {
+		_, desc, _ := cut(m)
+		whole("node", desc)
 	}
 	if req.GetIncarnation() == 0 {
 		whole("incarnation", "must be a non-zero random number drawn when the agent starts")
@@ -83,8 +85,9 @@ func ValidateReport(req *ReportRequest, lim ReportLimits) []Violation {
 	if iv := req.GetIntervalNano(); iv < 0 || iv > int64(time.Hour) {
 		whole("interval_nano", fmt.Sprintf("must be between 0 and one hour, got %d", iv))
 	}
-	if len(req.GetRegion()) > MaxNameLen {
-		whole("region", fmt.Sprintf("must be at most %d bytes, got %d", MaxNameLen, len(req.GetRegion())))
+	if m := checkName("region", req.GetRegion(), false); m != "" {
+		_, desc, _ := cut(m)
+		whole("region", desc)
 	}
 	if lim.MaxKeys > 0 && len(req.GetDemand()) > lim.MaxKeys {
 		whole("demand", fmt.Sprintf("has %d keys; at most %d per report", len(req.GetDemand()), lim.MaxKeys))
@@ -125,6 +128,9 @@ func cut(msg string) (field, desc string, ok bool) {
 }
 
 func checkName(field, v string, required bool) string {
+	if !utf8.ValidString(v) {
+		return field + ": must be valid UTF-8 (protobuf strings are)"
+	}
 	if (required && v == "") || len(v) > MaxNameLen {
 		lo := 0
 		if required {
@@ -141,6 +147,9 @@ func checkDemand(d *KeyDemand) string {
 	}
 	if len(d.GetKey()) > MaxKeyLen {
 		return fmt.Sprintf("key: must be at most %d bytes, got %d", MaxKeyLen, len(d.GetKey()))
+	}
+	if !utf8.ValidString(d.GetKey()) {
+		return "key: must be valid UTF-8 (protobuf strings are)"
 	}
 	if m := checkName("tenant", d.GetTenant(), false); m != "" {
 		return m
@@ -185,22 +194,30 @@ func checkCount(c *UsageCount, lim ReportLimits) string {
 	return ""
 }
 
-// BoundName returns a name that fits MaxNameLen: the name itself when it
-// does, otherwise its first bytes (cut on a UTF-8 boundary), "#", and the
-// hex SHA-256 of the whole name, 64 characters. Every agent bounds a
-// name the same way, so usage of one over-long tenant from many nodes
-// lands on one ledger line, and two long names sharing a prefix stay
-// apart.
+// BoundName returns a name that fits the protocol: the name itself when
+// it is valid UTF-8 of at most MaxNameLen bytes; otherwise its first bytes
+// (cut on a rune boundary, invalid bytes replaced by U+FFFD), "#", and the
+// hex SHA-256 of the whole name, 64 characters. Every agent bounds a name
+// the same way, so usage of one such tenant from many nodes lands on one
+// ledger line, and two names sharing a prefix stay apart.
 func BoundName(s string) string {
-	if len(s) <= MaxNameLen {
+	if len(s) <= MaxNameLen && utf8.ValidString(s) {
 		return s
 	}
 	sum := sha256.Sum256([]byte(s))
 	keep := MaxNameLen - 1 - 2*len(sum)
-	for keep > 0 && !utf8.RuneStart(s[keep]) {
-		keep--
+	prefix := strings.ToValidUTF8(s[:min(len(s), keep)], "\uFFFD")
+	for len(prefix) > keep {
+		_, size := utf8.DecodeLastRuneInString(prefix)
+		prefix = prefix[:len(prefix)-size]
 	}
-	return s[:keep] + "#" + hex.EncodeToString(sum[:])
+	for len(prefix) > 0 {
+		if r, size := utf8.DecodeLastRuneInString(prefix); r != utf8.RuneError || size > 1 {
+			break
+		}
+		prefix = prefix[:len(prefix)-1] // a rune cut in two at the end
+	}
+	return prefix + "#" + hex.EncodeToString(sum[:])
 }
 
 // SaturatingAdd adds two counts, stopping at the largest uint64 instead

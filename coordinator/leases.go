@@ -1,0 +1,66 @@
+package coordinator
+
+import (
+	"github.com/allot-io/allot/lease"
+	allotpb "github.com/allot-io/allot/proto"
+)
+
+// answer returns the lease a report's demand gets, or nil when the node
+// already holds it: a lease the node holds is renewed by the answer's
+// renew_unix_nano, and only changed leases are sent again. It runs under
+// the pool's shard lock.
+func (a *allocator) answer(p *pool, c *class, cl *claim, d *allotpb.KeyDemand, epoch uint64, now int64) *allotpb.Lease {
+	if cl.seq == 0 || (d.GetHeldEpoch() == epoch && d.GetHeldSeq() == cl.seq) {
+		return nil
+	}
+	l := a.leaseFor(p, c, cl, d, epoch, now)
+	// The node applies a smaller lease as soon as this answer arrives, so
+	// its old one need not hold up others' increases until its next
+	// report. An abuse rule, which may not overshoot at all, waits for the
+	// report instead: the answer could be lost.
+	if cl.grant < cl.held && p.rule.Tol() > 0 {
+		cl.held = cl.grant
+		p.dirty = true // what it gives up can go to others next round
+	}
+	// In a window pool what a node may hold is never counted below what it
+	// was sent: an increase counts at once (if the answer is lost, the node
+	// holds less than counted, which is safe), and so does the next count
+	// it switches to at the boundary, where what each holds becomes what
+	// it will hold next.
+	if p.rule.Algorithm.Windowed() {
+		cl.held = max(cl.held, cl.grant)
+		if cl.next < cl.nextHeld && p.rule.Tol() > 0 {
+			cl.nextHeld = cl.next
+			p.dirty = true
+		} else {
+			cl.nextHeld = max(cl.nextHeld, cl.next)
+		}
+	}
+	return l
+}
+
+// leaseFor builds the lease a claim's grant gives its node.
+func (a *allocator) leaseFor(p *pool, c *class, cl *claim, d *allotpb.KeyDemand, epoch uint64, now int64) *allotpb.Lease {
+	l := &allotpb.Lease{
+		Rule:            d.GetRule(),
+		Key:             d.GetKey(),
+		Tenant:          c.key.tenant,
+		Priority:        c.key.priority,
+		Limit:           cl.grant,
+		Burst:           burstShare(p, cl.grant),
+		ExpiresUnixNano: now + a.ttl.Load(),
+		Epoch:           epoch,
+		Seq:             cl.seq,
+	}
+	if p.rule.Algorithm.Windowed() {
+		l.WindowUnixNano, l.NextLimit = p.window, cl.next
+	}
+	return l
+}
+
+// burstShare is a grant's part of the pool's burst: the rule's burst,
+// scaled like the pool's limit (by plan and region), in proportion to the
+// grant.
+func burstShare(p *pool, grant float64) float64 {
+	return lease.BurstShare(p.limit, p.rule.BurstFor(p.limit), grant)
+}

@@ -141,7 +141,12 @@ func attemptContext(ctx context.Context, attemptsLeft int) (context.Context, con
 	if !ok || attemptsLeft <= 1 {
 		return context.WithCancel(ctx)
 	}
-	return context.WithTimeout(ctx, time.Until(deadline)/time.Duration(attemptsLeft))
+	// Half of what is left, at least: the member tried first is most
+	// likely the leader, and a leader busy for a moment should not be
+	// given up on after a quarter of an interval; a member that is down
+	// refuses the connection at once, leaving the rest for the others.
+	left := time.Until(deadline)
+	return context.WithTimeout(ctx, max(left/time.Duration(attemptsLeft), left/2))
 }
 
 func (c *client) close() {

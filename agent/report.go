@@ -34,19 +34,20 @@ type reporter struct {
 	seq uint64
 	// pending are the sealed usage batches, in sequence; the first is
 	// sent until acknowledged, the others have never been sent.
-	pending []*allotpb.UsageBatch
-	acc     map[usageKey]*usageCounts // counted, not yet in a batch
-	retired []retiredSet              // replaced rule sets, still drained
-	lim     limits                    // bounds on one report
-	lastErr error                     // the last report's failure
-	window  time.Duration             // billing window
-	lastCut int64                     // ns
-	lastRun int64                     // ns, last regular report
-	lastOK  int64                     // ns, last answered report
-	ttl     time.Duration             // lease period
-	cutOff  bool                      // no coordinator for a lease period
-	version uint64                    // rules version enforced
-	quit    chan struct{}
+	pending  []*allotpb.UsageBatch
+	acc      map[usageKey]*usageCounts // counted, not yet in a batch
+	retired  []retiredSet              // replaced rule sets, still drained
+	lim      limits                    // bounds on one report
+	lastErr  error                     // the last report's failure
+	window   time.Duration             // billing window
+	lastCut  int64                     // ns
+	lastRun  int64                     // ns, last regular report
+	lastOK   int64                     // ns, last answered report
+	lastWarn int64                     // ns, last warning of failing reports
+	ttl      time.Duration             // lease period
+	cutOff   bool                      // no coordinator for a lease period
+	version  uint64                    // rules version enforced
+	quit     chan struct{}
 	// answeredCount counts answered reports, for tests and status;
 	// lastAnswer is when the last one was (ns, coordinators' clock), and
 	// pendingCount mirrors len(pending), for Status.
@@ -552,7 +553,15 @@ func (r *reporter) fairTotal(rs *ruleState, now int64) {
 func (r *reporter) failed(now int64, err error) {
 	a := r.a
 	if r.cutOff || now-r.lastOK < int64(r.ttl) {
-		a.log.Debug("report failed", "error", err)
+		// Failing for more than two intervals is worth a warning, at most
+		// one every ten seconds: a node whose reports fail is billing
+		// nobody and drifting toward its fail modes.
+		if !r.cutOff && now-r.lastOK >= 2*int64(a.interval()) && now-r.lastWarn >= int64(10*time.Second) {
+			r.lastWarn = now
+			a.log.Warn("reports to the coordinators are failing", "since", time.Duration(now-r.lastOK).Round(time.Millisecond), "pending_batches", len(r.pending), "error", err)
+		} else {
+			a.log.Debug("report failed", "error", err)
+		}
 		return
 	}
 	r.cutOff = true

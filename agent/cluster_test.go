@@ -22,35 +22,11 @@ import (
 
 const testInterval = 100 * time.Millisecond
 
-// coordinators starts n coordinators on loopback, in temporary dirs.
+// coordinators starts n coordinators on loopback, in temporary dirs, and
+// waits until every one has joined.
 func coordinators(t *testing.T, n int) []*coordinator.Coordinator {
 	t.Helper()
-	var cs []*coordinator.Coordinator
-	for i := 0; i < n; i++ {
-		cfg := coordinator.Config{
-			NodeID: fmt.Sprintf("c%d", i+1), DataDir: t.TempDir(), Region: "eu-west",
-			RaftAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0",
-			ReportInterval: testInterval, LeaseTTL: 5 * testInterval, ApplyWindow: 5 * time.Millisecond,
-			HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
-			Logger: hclog.NewNullLogger(),
-		}
-		if i == 0 {
-			cfg.Bootstrap = true
-		} else {
-			cfg.Join = []string{cs[0].GRPCAddr()}
-		}
-		c, err := coordinator.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { stopCoordinator(c) })
-		cs = append(cs, c)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		if err := c.WaitLeader(ctx); err != nil {
-			t.Fatal(err)
-		}
-		cancel()
-	}
+	cs := coordinatorsWith(t, n, nil)
 	eventually(t, 30*time.Second, "every coordinator to join", func() bool {
 		for _, c := range cs {
 			if len(c.Status().GetMembers()) != n {

@@ -39,10 +39,10 @@ type hotKey struct {
 	// Lease state, touched only by the reporter goroutine.
 	held     float64 // the lease's limit, per period
 	nextHeld float64 // window leases: the count from the next window on
-	epoch   uint64
-	seq     uint64
-	expires int64 // ns, coordinators' clock
-	idle    int   // reports in a row with no traffic
+	epoch    uint64
+	seq      uint64
+	expires  int64 // ns, coordinators' clock
+	idle     int   // reports in a row with no traffic
 	// refused is set when the coordinators refused the key's demand as
 	// malformed: it is no longer reported, and keeps its unleased share.
 	refused bool

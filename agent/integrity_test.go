@@ -269,8 +269,8 @@ func TestRuleForOtherRegionSkipped(t *testing.T) {
 	}
 }
 
-// coordinatorsWith starts n coordinators like coordinators, with mod
-// applied to each configuration.
+// coordinatorsWith starts n coordinators on loopback, in temporary dirs,
+// with mod (if set) applied to each configuration.
 func coordinatorsWith(t *testing.T, n int, mod func(*coordinator.Config)) []*coordinator.Coordinator {
 	t.Helper()
 	var cs []*coordinator.Coordinator
@@ -287,7 +287,9 @@ func coordinatorsWith(t *testing.T, n int, mod func(*coordinator.Config)) []*coo
 		} else {
 			cfg.Join = []string{cs[0].GRPCAddr()}
 		}
-		mod(&cfg)
+		if mod != nil {
+			mod(&cfg)
+		}
 		c, err := coordinator.New(cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -15,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/allot-io/allot/cmd/internal/spawn"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -59,7 +59,7 @@ func newDemoCluster(dir string) (*demoCluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("finding this binary to run the coordinators: %w", err)
 	}
-	ports, err := loopbackPorts(6)
+	ports, err := spawn.LoopbackPorts(6)
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +217,7 @@ func (c *demoCluster) tailLogs(w io.Writer) {
 func (m *demoMember) start() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.done != nil && !isDone(m.done) {
+	if m.done != nil && !spawn.Closed(m.done) {
 		return fmt.Errorf("%s: already running", m.id)
 	}
 	f, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -227,8 +227,8 @@ func (m *demoMember) start() error {
 	fmt.Fprintf(f, "=== allot demo: starting %s at %s: %s %s\n", m.id, time.Now().Format(time.RFC3339Nano), m.bin, strings.Join(m.args, " "))
 	cmd := exec.Command(m.bin, m.args...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.Env = demoChildEnv()
-	cmd.SysProcAttr = demoSysProcAttr()
+	cmd.Env = spawn.Env()
+	cmd.SysProcAttr = spawn.SysProcAttr()
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return fmt.Errorf("%s: starting %s: %w", m.id, m.bin, err)
@@ -254,7 +254,7 @@ func (m *demoMember) start() error {
 // signal handler runs, so it neither closes Raft nor hands leadership on.
 func (m *demoMember) kill() error {
 	m.mu.Lock()
-	if m.done == nil || isDone(m.done) {
+	if m.done == nil || spawn.Closed(m.done) {
 		m.mu.Unlock()
 		return nil
 	}
@@ -275,7 +275,7 @@ func (m *demoMember) kill() error {
 func (m *demoMember) running() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.done != nil && !isDone(m.done)
+	return m.done != nil && !spawn.Closed(m.done)
 }
 
 // unexpectedExit says how the member exited, if it did without being
@@ -283,7 +283,7 @@ func (m *demoMember) running() bool {
 func (m *demoMember) unexpectedExit() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.done == nil || !isDone(m.done) || m.killing {
+	if m.done == nil || !spawn.Closed(m.done) || m.killing {
 		return nil
 	}
 	return fmt.Errorf("%s exited (%v); its log is %s", m.id, m.err, m.logPath)
@@ -308,64 +308,6 @@ func (m *demoMember) status(ctx context.Context) (*allotpb.StatusResponse, error
 		return nil, fmt.Errorf("%s status: %w", m.id, err)
 	}
 	return st, nil
-}
-
-func isDone(c chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
-
-// demoChildEnv is this process's environment without ALLOT_ variables,
-// which would change what the coordinators do (an admin token, a config
-// file): the demo sets every flag it means.
-func demoChildEnv() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "ALLOT_") {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
-// loopbackPorts picks n free loopback ports below the kernel's ephemeral
-// range, so that no outgoing connection takes a member's port while it is
-// down between its kill and its restart. Every listener is held until all
-// are picked, so none is picked twice.
-func loopbackPorts(n int) ([]int, error) {
-	high := 32000
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if lo, err := strconv.Atoi(f[0]); err == nil && lo > 11000 {
-				high = lo - 1
-			}
-		}
-	}
-	const low = 10000
-	var ports []int
-	var held []net.Listener
-	defer func() {
-		for _, l := range held {
-			l.Close()
-		}
-	}()
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 100*n {
-			return nil, fmt.Errorf("no %d free loopback ports in %d–%d", n, low, high)
-		}
-		port := low + rand.IntN(high-low)
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			continue
-		}
-		held = append(held, l)
-		ports = append(ports, port)
-	}
-	return ports, nil
 }
 
 // tailFile writes the last n lines of the file at path, under a heading.

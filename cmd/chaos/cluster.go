@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/allot-io/allot/cmd/internal/spawn"
 )
 
 // coordinator is one `allot coordinator` member.
@@ -41,7 +43,7 @@ type cluster struct {
 // ports, with their data and logs under dir.
 func newCluster(cfg *config, bin, dir, rulesPath string, log *phaseLog) (*cluster, error) {
 	const members, gateways = 3, 3
-	ports, err := loopbackPorts(3*members + gateways)
+	ports, err := spawn.LoopbackPorts(3*members + gateways)
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +241,7 @@ func (c *cluster) exitedEarly() error {
 		co.mu.Lock()
 		done, err := co.done, co.err
 		co.mu.Unlock()
-		if done != nil && isClosed(done) && err != nil && !strings.Contains(err.Error(), "killed") {
+		if done != nil && spawn.Closed(done) && err != nil && !strings.Contains(err.Error(), "killed") {
 			return fmt.Errorf("coordinator %s exited: %v (see %s)", co.id, err, co.logPath)
 		}
 	}

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/allot-io/allot/cmd/internal/spawn"
 )
 
 // ledger is the coordinators' ledger summed over billing windows: units
@@ -31,7 +33,7 @@ func readLedger(ctx context.Context, bin string, addrs []string, rules *ruleSet)
 	now := time.Now().UTC()
 	cmd := exec.CommandContext(ctx, bin, "usage", "--coordinator", strings.Join(addrs, ","), "--format", "jsonl",
 		"--from", now.Add(-48*time.Hour).Format(time.RFC3339), "--to", now.Add(48*time.Hour).Format(time.RFC3339), "--timeout", "60s")
-	cmd.Env = cleanEnv()
+	cmd.Env = spawn.Env()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {

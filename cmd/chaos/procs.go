@@ -4,17 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/allot-io/allot/cmd/internal/spawn"
 )
 
 // proc is one allot process, restartable with the same arguments. Its
@@ -36,7 +35,7 @@ type proc struct {
 func (p *proc) start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.done != nil && !isClosed(p.done) {
+	if p.done != nil && !spawn.Closed(p.done) {
 		return fmt.Errorf("%s: already running", p.name)
 	}
 	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -46,8 +45,8 @@ func (p *proc) start() error {
 	fmt.Fprintf(f, "\n=== chaos: %s starting at %s: allot %s\n", p.name, time.Now().Format(time.RFC3339Nano), strings.Join(p.args, " "))
 	cmd := exec.Command(p.bin, p.args...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.Env = cleanEnv()
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.Env = spawn.Env()
+	cmd.SysProcAttr = spawn.SysProcAttr()
 	if err := cmd.Start(); err != nil {
 		f.Close()
 		return fmt.Errorf("%s: starting: %w", p.name, err)
@@ -65,20 +64,11 @@ func (p *proc) start() error {
 	return nil
 }
 
-func isClosed(c chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
-
 // running reports whether the process runs (paused or not).
 func (p *proc) running() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.done != nil && !isClosed(p.done)
+	return p.done != nil && !spawn.Closed(p.done)
 }
 
 // isPaused reports whether the process is SIGSTOPped.
@@ -92,7 +82,7 @@ func (p *proc) isPaused() bool {
 func (p *proc) signal(sig syscall.Signal) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.done == nil || isClosed(p.done) {
+	if p.done == nil || spawn.Closed(p.done) {
 		return fmt.Errorf("%s: not running", p.name)
 	}
 	switch sig {
@@ -159,18 +149,6 @@ func (p *proc) terminate(grace time.Duration) error {
 // errHung is wrapped when a process ignored SIGTERM.
 var errHung = errors.New("still running")
 
-// cleanEnv is this process's environment without ALLOT_ variables, which
-// would change what the allot processes do.
-func cleanEnv() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "ALLOT_") {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
 // buildAllot builds ./cmd/allot into dir, without the race detector even
 // when GOFLAGS asks for it: the harness measures the binaries as shipped.
 func buildAllot(ctx context.Context, dir string) (string, error) {
@@ -197,40 +175,4 @@ func buildAllot(ctx context.Context, dir string) (string, error) {
 		return "", fmt.Errorf("go build ./cmd/allot: %w\n%s", err, out)
 	}
 	return path, nil
-}
-
-// loopbackPorts picks n free loopback ports below the kernel's ephemeral
-// range, so that no outgoing connection takes one while its process is
-// down between a kill and a restart. Every listener is held until all are
-// picked.
-func loopbackPorts(n int) ([]int, error) {
-	high := 32000
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if lo, err := strconv.Atoi(f[0]); err == nil && lo > 11000 {
-				high = lo - 1
-			}
-		}
-	}
-	const low = 10000
-	var ports []int
-	var held []net.Listener
-	defer func() {
-		for _, l := range held {
-			l.Close()
-		}
-	}()
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 100*n {
-			return nil, fmt.Errorf("no %d free loopback ports in %d–%d", n, low, high)
-		}
-		port := low + rand.IntN(high-low)
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			continue
-		}
-		held = append(held, l)
-		ports = append(ports, port)
-	}
-	return ports, nil
 }

@@ -37,7 +37,7 @@ func TestBoundNameFits(t *testing.T) {
 func TestValidateReportNamesEveryEntry(t *testing.T) {
 	req := &ReportRequest{Node: "gw-1", Incarnation: 1,
 		Demand: []*KeyDemand{{Rule: "r", Key: "ok"}, {Rule: "r", Key: "\xff"}, {Rule: "r", Priority: 256}, {Rule: "r", Admitted: math.NaN()}},
-		Usage: &UsageBatch{Seq: 1, Counts: []*UsageCount{{Rule: "r", Tenant: "ok"}, {Rule: "r", Tenant: strings.Repeat("t", 257)}, {Rule: "r", Tenant: "\xfe"}, {Rule: "", Tenant: "x"}, {Rule: "r", Admitted: MaxCount + 1}}},
+		Usage:  &UsageBatch{Seq: 1, Counts: []*UsageCount{{Rule: "r", Tenant: "ok"}, {Rule: "r", Tenant: strings.Repeat("t", 257)}, {Rule: "r", Tenant: "\xfe"}, {Rule: "", Tenant: "x"}, {Rule: "r", Admitted: MaxCount + 1}}},
 	}
 	want := []string{"demand[1].key", "demand[2].priority", "demand[3].admitted", "usage.counts[1].tenant", "usage.counts[2].tenant", "usage.counts[3].rule", "usage.counts[4].admitted"}
 	got := ValidateReport(req, ReportLimits{})

@@ -34,6 +34,11 @@ type allocator struct {
 	rules    map[string]*rules.Rule
 	epoch    uint64
 	learnEnd int64 // ns; learning mode until then
+	// fleet is, while learning, the fewest nodes nodeCount answers: the
+	// nodes whose usage the replicated state shows in the last two lease
+	// periods. A new leader has heard from none of them yet, and agents
+	// divide their unleased shares by the count it answers.
+	fleet int
 	nodes    map[string]*nodeInfo
 	next     int32 // index of the next new node; indexes are not reused
 
@@ -135,9 +140,9 @@ func (a *allocator) leaseTTL() time.Duration { return time.Duration(a.ttl.Load()
 // soft state and learns for one lease period. A cluster's first leader
 // (epoch 1) has no predecessor whose grants it could double, and does not
 // learn.
-func (a *allocator) lead(epoch uint64, now int64) {
+func (a *allocator) lead(epoch uint64, now int64, fleet int) {
 	a.mu.Lock()
-	a.epoch, a.learnEnd = epoch, now+a.ttl.Load()
+	a.epoch, a.learnEnd, a.fleet = epoch, now+a.ttl.Load(), fleet
 	if epoch <= 1 {
 		a.learnEnd = now
 	}
@@ -211,7 +216,10 @@ func (a *allocator) shard(k poolKey) *allocShard {
 	return &a.shards[h.Sum64()%allocShards]
 }
 
-// nodeCount is the number of nodes heard from within two lease periods.
+// nodeCount is the number of nodes heard from within two lease periods,
+// and while learning at least the fleet the replicated state knows: a new
+// leader answering only the nodes heard so far would have the first
+// reporters enforce limit ÷ 1, limit ÷ 2… on every unleased key.
 func (a *allocator) nodeCount(now int64) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -220,6 +228,9 @@ func (a *allocator) nodeCount(now int64) int {
 		if now-info.lastSeen < 2*a.ttl.Load() {
 			n++
 		}
+	}
+	if now < a.learnEnd {
+		n = max(n, a.fleet)
 	}
 	return n
 }

@@ -135,7 +135,7 @@ func (s *clusterServer) Restore(stream grpc.ClientStreamingServer[allotpb.Restor
 	}
 	set := c.settings()
 	c.alloc.setTiming(set.reportInterval, set.leaseTTL)
-	c.alloc.lead(res.(uint64), c.now().UnixNano())
+	c.alloc.lead(res.(uint64), c.now().UnixNano(), c.recentFleet(c.now(), set.leaseTTL))
 	c.alloc.setRules(c.currentRules())
 	c.metrics.adminRequests.WithLabelValues("Restore", "ok").Inc()
 	c.log.Warn("cluster state replaced from a backup", "bytes", size, "index", c.raft.AppliedIndex(), "epoch", res)

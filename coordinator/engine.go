@@ -64,7 +64,7 @@ func (e *Engine) Failover(now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	epoch := e.st.applyEpoch(&allotpb.EpochCommand{})
-	e.alloc.lead(epoch, now.UnixNano())
+	e.alloc.lead(epoch, now.UnixNano(), e.st.recentNodes(now.Add(-2*e.cfg.LeaseTTL).UnixNano()))
 	e.alloc.setRules(e.st.rules)
 }
 

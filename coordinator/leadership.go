@@ -127,7 +127,7 @@ func (c *Coordinator) lead(ctx context.Context) {
 	set := c.settings()
 	now := c.now()
 	c.alloc.setTiming(set.reportInterval, set.leaseTTL)
-	c.alloc.lead(epoch, now.UnixNano())
+	c.alloc.lead(epoch, now.UnixNano(), c.recentFleet(now, set.leaseTTL))
 	c.alloc.setRules(c.currentRules())
 	c.leading.Store(true)
 	if c.alloc.learning(now.UnixNano()) {
@@ -304,4 +304,11 @@ func (c *Coordinator) members() []*allotpb.Member {
 		}
 	})
 	return out
+}
+
+// recentFleet is the number of nodes whose usage the replicated state
+// shows in the two lease periods before now.
+func (c *Coordinator) recentFleet(now time.Time, ttl time.Duration) (n int) {
+	c.fsm.read(func(s *state) { n = s.recentNodes(now.Add(-2 * ttl).UnixNano()) })
+	return n
 }

@@ -52,6 +52,20 @@ type incarnation struct {
 	lastCut     int64 // newest batch cut time, ns
 }
 
+// recentNodes counts the nodes (by name, whatever their incarnations)
+// whose usage was applied at or after since, on the proposing leader's
+// clock: the fleet as the replicated state knows it, which a new leader
+// starts from (allocator.lead).
+func (s *state) recentNodes(since int64) int {
+	seen := map[string]struct{}{}
+	for k, inc := range s.incarnations {
+		if inc.lastApplied >= since {
+			seen[k.node] = struct{}{}
+		}
+	}
+	return len(seen)
+}
+
 // ledgerKey is one line of the bill: a tenant's usage under one rule, in
 // one region, in one billing window (its start, in Unix seconds).
 type ledgerKey struct {

@@ -44,11 +44,12 @@ type Pool struct {
 	Learning bool
 	// LearnFromBases is the other form of learning mode, for rate rules:
 	// the pool divides no more than the claims' Bases add up to (what the
-	// nodes held when the new leader first heard from them), with the
-	// hand-over guard and Tolerance as usual, so that demand moving among
-	// the nodes is followed while grants the predecessor made to nodes
-	// not heard from yet stay covered. The worst case is (1 + Tolerance)²
-	// of the limit, for the learning period.
+	// nodes held when the new leader first heard from them), and the
+	// hand-over guard lets no more than that be outstanding either (nor
+	// more than Limit × (1 + Tolerance)), so that demand moving among the
+	// nodes is followed while grants the predecessor made to nodes not
+	// heard from yet stay covered: the fleet never holds more after a
+	// failover than it held before it.
 	LearnFromBases bool
 	// Shares divides Limit by demand as if nothing had been committed, for
 	// window pools: each window starts from a division fixed ahead of it,
@@ -125,7 +126,7 @@ const floorFraction = 0.25
 // Limit × (1 + Tolerance), and in learning mode Grant ≤ Held.
 func Allocate(p Pool, claims []Claim) {
 	one := [1]Class{{Claims: claims}}
-	p.Limit = p.learnedLimit(one[:])
+	p = p.learned(one[:])
 	if p.Strategy == EvenSplit {
 		evenSplit(p.Limit, claims)
 	} else {
@@ -147,11 +148,15 @@ func atLeastCommitted(claims []Claim) {
 	}
 }
 
-// learnedLimit is what the pool divides: its Limit, or under
-// LearnFromBases no more than the claims' bases add up to.
-func (p Pool) learnedLimit(classes []Class) float64 {
+// learned is the pool as divided: p itself, or under LearnFromBases one
+// whose limit is no more than the claims' bases add up to and whose
+// tolerance lets no more than the bases be outstanding: the guard's room,
+// Limit × (1 + Tolerance), becomes min(Limit × (1 + Tolerance), bases).
+// Adding the tolerance on top of bases that already used it let a fleet
+// reach (1 + Tolerance)² of the limit while a new leader learned.
+func (p Pool) learned(classes []Class) Pool {
 	if !p.LearnFromBases {
-		return p.Limit
+		return p
 	}
 	bases := 0.0
 	for i := range classes {
@@ -159,7 +164,13 @@ func (p Pool) learnedLimit(classes []Class) float64 {
 			bases += clean(c.Base)
 		}
 	}
-	return math.Min(clean(p.Limit), bases)
+	limit := clean(p.Limit)
+	if bases <= limit {
+		p.Limit, p.Tolerance = bases, 0
+	} else {
+		p.Tolerance = math.Min(p.Tolerance, bases/limit-1)
+	}
+	return p
 }
 
 // clean returns x if it is a positive, finite amount, and zero otherwise, so

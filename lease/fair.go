@@ -57,7 +57,7 @@ type Allocator struct {
 // Under EvenSplit the classes are ignored: every node gets Limit ÷ nodes,
 // divided among its classes in proportion to its own demand for each.
 func (a *Allocator) AllocateFair(p Pool, classes []Class) {
-	p.Limit = p.learnedLimit(classes)
+	p = p.learned(classes)
 	if p.Strategy == EvenSplit {
 		a.evenSplitFair(p.Limit, classes)
 	} else {

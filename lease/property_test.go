@@ -348,8 +348,9 @@ func TestPropertyConvergence(t *testing.T) {
 
 // TestPropertyLearnFromBases checks the rate-rule form of learning mode:
 // whatever the nodes held when first heard from (their bases), the pool
-// never has more outstanding than the bases plus the tolerance, nor than
-// the limit plus it.
+// never has more outstanding than the bases, nor than the limit plus the
+// tolerance. (It once allowed the bases plus the tolerance: up to
+// (1 + tolerance)² of the limit.)
 func TestPropertyLearnFromBases(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		f := genFleet(t)
@@ -370,13 +371,13 @@ func TestPropertyLearnFromBases(t *testing.T) {
 		for _, c := range claims {
 			outstanding += math.Max(c.Held, c.Grant)
 		}
-		capacity := math.Min(f.pool.Limit, bases) * (1 + f.pool.Tolerance)
+		capacity := math.Min(f.pool.Limit*(1+f.pool.Tolerance), bases)
 		held := 0.0
 		for _, c := range claims {
 			held += c.Held
 		}
 		if outstanding > math.Max(capacity, held)*(1+eps) {
-			t.Fatalf("outstanding %v > min(limit, bases %v) × (1+tol) = %v", outstanding, bases, capacity)
+			t.Fatalf("outstanding %v > min(limit × (1+tol), bases %v) = %v", outstanding, bases, capacity)
 		}
 	})
 }

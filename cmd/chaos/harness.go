@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/allot-io/allot/cmd/internal/fleet"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -23,7 +25,7 @@ type harness struct {
 	dir     string
 	ownDir  bool
 	logFile *os.File
-	cl      *cluster
+	cl      *fleet.Cluster
 	passed  bool
 	hung    atomic.Bool // a process ignored SIGTERM: its stacks are in its log
 	// anomalies are answers the harness could not account for
@@ -42,7 +44,7 @@ func newHarness(cfg config, out io.Writer) *harness {
 func (h *harness) close() {
 	h.once.Do(func() {
 		if h.cl != nil {
-			h.cl.stopAll()
+			h.cl.StopAll()
 		}
 		if h.logFile != nil {
 			h.logFile.Close()
@@ -66,7 +68,7 @@ func (h *harness) run(ctx context.Context) (*verdict, error) {
 		return nil, err
 	}
 	rules := newRuleSet(chaosRules())
-	client := newClient(h.cl.sidecars, rules, cfg.workers)
+	client := newClient(h.cl.Sidecars, rules, cfg.workers)
 	h.log.logf("traffic: %d workers, %d checks/s, at most %d checks; new tenants at %.0f%% of checks", cfg.workers, cfg.rate, cfg.maxRequests, 100*cfg.newTenantRate)
 	ld := startLoad(ctx, cfg, client)
 	finished := false
@@ -90,12 +92,12 @@ func (h *harness) run(ctx context.Context) (*verdict, error) {
 
 	// Let a few cuts pass, so that the sidecars' counters are settled, then
 	// read them and stop the sidecars, which flush their usage.
-	if err := sleep(ctx, 4*cfg.reportInterval); err != nil {
+	if err := fleet.Sleep(ctx, 4*cfg.reportInterval); err != nil {
 		return nil, err
 	}
-	counts := make([]*sidecarCounts, len(h.cl.sidecars))
-	for i, s := range h.cl.sidecars {
-		if counts[i], err = scrapeSidecar(ctx, h.cl.http, s); err != nil {
+	counts := make([]*sidecarCounts, len(h.cl.Sidecars))
+	for i, s := range h.cl.Sidecars {
+		if counts[i], err = scrapeSidecar(ctx, h.cl.HTTP, s); err != nil {
 			h.log.logf("%v", err)
 		}
 	}
@@ -109,10 +111,10 @@ func (h *harness) run(ctx context.Context) (*verdict, error) {
 	h.report(got, v, rules, counts)
 	h.passed, h.anomalies = v.pass() && got.stats.anomalies == 0, got.stats.anomalies
 	var wg sync.WaitGroup
-	for _, co := range h.cl.coords {
+	for _, co := range h.cl.Coords {
 		wg.Go(func() {
-			if err := co.terminate(10 * time.Second); err != nil {
-				if errors.Is(err, errHung) {
+			if err := co.Terminate(10 * time.Second); err != nil {
+				if errors.Is(err, fleet.ErrHung) {
 					h.hung.Store(true)
 				}
 				h.log.logf("coordinator %v", err)
@@ -147,24 +149,26 @@ func (h *harness) setup(ctx context.Context) error {
 	bin := cfg.allot
 	if bin == "" {
 		h.log.logf("building ./cmd/allot into %s", h.dir)
-		if bin, err = buildAllot(ctx, h.dir); err != nil {
+		if bin, err = fleet.BuildAllot(ctx, h.dir); err != nil {
 			return err
 		}
 	}
 	rulesPath := filepath.Join(h.dir, "rules.yaml")
-	if err := writeRules(rulesPath, chaosRules()); err != nil {
+	if err := fleet.WriteRules(rulesPath, chaosRules()); err != nil {
 		return err
 	}
-	if h.cl, err = newCluster(cfg, bin, h.dir, rulesPath, h.log); err != nil {
+	h.cl, err = fleet.New(fleet.Options{Bin: bin, Dir: h.dir, RulesPath: rulesPath, Sidecars: 3,
+		ReportInterval: cfg.reportInterval, LeaseTTL: cfg.leaseTTL, BillingWindow: cfg.billingWindow, Logf: h.log.logf})
+	if err != nil {
 		return err
 	}
 	h.log.logf("starting 3 coordinators and 3 sidecars (logs in %s)", filepath.Join(h.dir, "logs"))
-	if err := h.cl.start(ctx); err != nil {
+	if err := h.cl.Start(ctx); err != nil {
 		return fmt.Errorf("starting the cluster: %w", err)
 	}
-	leader, _ := h.cl.findLeader(ctx)
+	leader, _ := h.cl.FindLeader(ctx)
 	if leader != nil {
-		h.log.logf("cluster up: leader %s; every sidecar has rules", leader.id)
+		h.log.logf("cluster up: leader %s; every sidecar has rules", leader.ID)
 	}
 	return nil
 }
@@ -176,7 +180,7 @@ func (h *harness) faults(ctx context.Context, ld *load, client *client) (*tally,
 	phase := func(name string, d time.Duration) error {
 		h.checkSidecars(ctx)
 		h.log.logf("phase: %s (%v)", name, d)
-		if err := sleep(ctx, d); err != nil {
+		if err := fleet.Sleep(ctx, d); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		return nil
@@ -188,7 +192,7 @@ func (h *harness) faults(ctx context.Context, ld *load, client *client) (*tally,
 		h.log.logf("phase: a flood of %d new tenants", cfg.flood)
 		start, before := time.Now(), ld.newSeq.Load()
 		ld.flood.Store(cfg.flood)
-		err := poll(ctx, 5*time.Minute, "the flood to pass", func() (bool, error) {
+		err := fleet.Poll(ctx, 5*time.Minute, "the flood to pass", func() (bool, error) {
 			return ld.flood.Load() <= 0 || ld.budget.Load() < 0, nil
 		})
 		if err != nil {
@@ -198,7 +202,7 @@ func (h *harness) faults(ctx context.Context, ld *load, client *client) (*tally,
 	}
 	for i := range cfg.kills {
 		h.log.logf("phase: leader kill %d/%d", i+1, cfg.kills)
-		if err := cl.killLeader(ctx, cfg.killDown); err != nil {
+		if err := cl.KillLeader(ctx, cfg.killDown); err != nil {
 			return nil, fmt.Errorf("leader kill %d: %w", i+1, err)
 		}
 		if err := phase("traffic after the kill", cfg.killGap); err != nil {
@@ -207,7 +211,7 @@ func (h *harness) faults(ctx context.Context, ld *load, client *client) (*tally,
 	}
 	for i := range cfg.pauses {
 		h.log.logf("phase: leader pause %d/%d", i+1, cfg.pauses)
-		if err := cl.pauseLeader(ctx, cfg.pause); err != nil {
+		if err := cl.PauseLeader(ctx, cfg.pause); err != nil {
 			return nil, fmt.Errorf("leader pause %d: %w", i+1, err)
 		}
 		if err := phase("traffic after the pause", cfg.pauseGap); err != nil {
@@ -216,14 +220,14 @@ func (h *harness) faults(ctx context.Context, ld *load, client *client) (*tally,
 	}
 	if cfg.outage > 0 {
 		h.log.logf("phase: full outage")
-		if err := cl.outage(ctx, cfg.outage); err != nil {
+		if err := cl.Outage(ctx, cfg.outage); err != nil {
 			return nil, fmt.Errorf("outage: %w", err)
 		}
 		if err := phase("traffic after the outage", cfg.outageRecover); err != nil {
 			return nil, err
 		}
 	}
-	hostile := newTally(len(cl.sidecars), len(client.rules.defs))
+	hostile := newTally(len(cl.Sidecars), len(client.rules.defs))
 	if cfg.hostile {
 		h.log.logf("phase: hostile input (the over-long tenant to sidecar %d only)", cfg.longTenantSidecar)
 		hostile = sendHostile(ctx, client, cfg.longTenantSidecar, regexp.MustCompile(cfg.hostileOnly), h.log)
@@ -239,20 +243,20 @@ func (h *harness) faults(ctx context.Context, ld *load, client *client) (*tally,
 // reports each sent, answered and failed, since the last check.
 func (h *harness) checkSidecars(ctx context.Context) {
 	var parts []string
-	for i, s := range h.cl.sidecars {
-		if !s.running() {
-			h.log.logf("WARNING: sidecar %s is not running (see %s)", s.id, s.logPath)
+	for i, s := range h.cl.Sidecars {
+		if !s.Running() {
+			h.log.logf("WARNING: sidecar %s is not running (see %s)", s.ID, s.LogPath)
 			continue
 		}
-		sc, err := scrapeSidecar(ctx, h.cl.http, s)
+		sc, err := scrapeSidecar(ctx, h.cl.HTTP, s)
 		if err != nil {
 			continue
 		}
-		parts = append(parts, fmt.Sprintf("%s +%.0f/+%.0f", s.id, sc.reportsOK-h.reports[i][0], sc.reportsBad-h.reports[i][1]))
+		parts = append(parts, fmt.Sprintf("%s +%.0f/+%.0f", s.ID, sc.reportsOK-h.reports[i][0], sc.reportsBad-h.reports[i][1]))
 		h.reports[i] = [2]float64{sc.reportsOK, sc.reportsBad}
 	}
 	h.log.logf("sidecar reports answered/failed since the last phase: %s", strings.Join(parts, ", "))
-	h.log.logf("%s", h.cl.leaderMetrics(ctx))
+	h.log.logf("%s", leaderMetrics(ctx, h.cl))
 }
 
 // stopSidecars SIGTERMs every sidecar at once and waits for them: each
@@ -260,18 +264,18 @@ func (h *harness) checkSidecars(ctx context.Context) {
 func (h *harness) stopSidecars() {
 	h.log.logf("SIGTERM to every sidecar; they flush their usage")
 	var wg sync.WaitGroup
-	for _, s := range h.cl.sidecars {
+	for _, s := range h.cl.Sidecars {
 		wg.Go(func() {
 			start := time.Now()
-			err := s.terminate(30 * time.Second)
-			if errors.Is(err, errHung) {
+			err := s.Terminate(30 * time.Second)
+			if errors.Is(err, fleet.ErrHung) {
 				h.hung.Store(true)
 			}
 			if err != nil {
-				h.log.logf("sidecar %s exited after %.1fs: %v; its log ends: %s", s.id, time.Since(start).Seconds(), err, lastLine(s.logPath))
+				h.log.logf("sidecar %s exited after %.1fs: %v; its log ends: %s", s.ID, time.Since(start).Seconds(), err, lastLine(s.LogPath))
 				return
 			}
-			h.log.logf("sidecar %s exited cleanly after %.1fs", s.id, time.Since(start).Seconds())
+			h.log.logf("sidecar %s exited cleanly after %.1fs", s.ID, time.Since(start).Seconds())
 		})
 	}
 	wg.Wait()
@@ -280,18 +284,18 @@ func (h *harness) stopSidecars() {
 // settledLedger reads the ledger until two reads a second apart agree.
 func (h *harness) settledLedger(ctx context.Context, rules *ruleSet) (ledger, error) {
 	var addrs []string
-	leader, _ := h.cl.findLeader(ctx)
+	leader, _ := h.cl.FindLeader(ctx)
 	if leader != nil {
-		addrs = append(addrs, leader.grpc)
+		addrs = append(addrs, leader.GRPC)
 	}
-	for _, co := range h.cl.coords {
+	for _, co := range h.cl.Coords {
 		if co != leader {
-			addrs = append(addrs, co.grpc)
+			addrs = append(addrs, co.GRPC)
 		}
 	}
 	var prev ledger
 	for range 10 {
-		led, err := readLedger(ctx, h.cl.coords[0].bin, addrs, rules)
+		led, err := readLedger(ctx, h.cl.Coords[0].Bin, addrs, rules)
 		if err != nil {
 			return nil, err
 		}
@@ -300,7 +304,7 @@ func (h *harness) settledLedger(ctx context.Context, rules *ruleSet) (ledger, er
 			return led, nil
 		}
 		prev = led
-		if err := sleep(ctx, time.Second); err != nil {
+		if err := fleet.Sleep(ctx, time.Second); err != nil {
 			return nil, err
 		}
 	}
@@ -315,7 +319,7 @@ func (h *harness) report(got *tally, v *verdict, rules *ruleSet, counts []*sidec
 		fmt.Fprintln(&b, err)
 	}
 	fmt.Fprintln(&b, "What each sidecar answered, against its own counters (allot_agent_decisions_total), where they differ:")
-	printSidecarCheck(&b, got, rules, h.cl.sidecars, counts)
+	printSidecarCheck(&b, got, rules, h.cl.Sidecars, counts)
 	s := got.stats
 	fmt.Fprintf(&b, "SUMMARY requests: sent %d, admitted %d, denied %d, refused as malformed %d, errors %d, anomalies %d\n",
 		s.sent, s.admitted, s.denied, s.rejected, s.errors, s.anomalies)
@@ -347,4 +351,47 @@ func lastLine(path string) string {
 		}
 	}
 	return clip(last, 300)
+}
+
+// leaderMetrics summarises the leader's /metrics in one line, since the
+// leader started: reports by result, mean commit and allocation times,
+// mean report size, and the keys it divides.
+func leaderMetrics(ctx context.Context, c *fleet.Cluster) string {
+	leader, _ := c.FindLeader(ctx)
+	if leader == nil {
+		return "no leader"
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+leader.HTTPAddr+"/metrics", nil)
+	if err != nil {
+		return err.Error()
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	m := map[string]float64{}
+	in := bufio.NewScanner(resp.Body)
+	in.Buffer(nil, 1<<20)
+	for in.Scan() {
+		name, labels, v, ok := parseSample(in.Text())
+		if !ok {
+			continue
+		}
+		if r := labels["result"]; r != "" {
+			name += "/" + r
+		}
+		m[name] += v
+	}
+	mean := func(name string, scale float64) float64 {
+		if n := m[name+"_count"]; n > 0 {
+			return scale * m[name+"_sum"] / n
+		}
+		return 0
+	}
+	const p = "allot_coordinator_"
+	return fmt.Sprintf("leader %s: reports ok %.0f, failed %.0f, redirected %.0f, invalid %.0f; mean commit %.0f ms, allocation round %.0f ms, report %.0f KiB with %.0f keys; active keys %.0f",
+		leader.ID, m[p+"reports_total/ok"], m[p+"reports_total/failed"], m[p+"reports_total/redirected"], m[p+"reports_total/invalid"],
+		mean(p+"raft_apply_duration_seconds", 1000), mean(p+"allocation_round_duration_seconds", 1000),
+		mean(p+"report_size_bytes", 1.0/1024), mean(p+"report_keys", 1), m[p+"active_keys"])
 }

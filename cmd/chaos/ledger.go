@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/allot-io/allot/cmd/internal/fleet"
 	"io"
 	"math/big"
 	"net/http"
@@ -136,7 +137,7 @@ func compare(got *tally, led ledger, rules *ruleSet) *verdict {
 		m := mismatch{tenant: k.tenant, rule: "(unknown rule)", genAdm: g.adm.big(), ledAdm: l.adm.big(),
 			genDen: g.den.big(), ledDen: l.den.big(), lost: new(big.Int), double: new(big.Int)}
 		if k.rule >= 0 {
-			m.rule = rules.defs[k.rule].name
+			m.rule = rules.defs[k.rule].Name
 		}
 		v.genAdm.Add(v.genAdm, m.genAdm)
 		v.genDen.Add(v.genDen, m.genDen)
@@ -217,14 +218,14 @@ type sidecarCounts struct {
 	reportsOK, reportsBad float64
 }
 
-func scrapeSidecar(ctx context.Context, hc *http.Client, s *sidecar) (*sidecarCounts, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.url("/metrics"), nil)
+func scrapeSidecar(ctx context.Context, hc *http.Client, s *fleet.Sidecar) (*sidecarCounts, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL("/metrics"), nil)
 	if err != nil {
 		return nil, err
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%s metrics: %w", s.id, err)
+		return nil, fmt.Errorf("%s metrics: %w", s.ID, err)
 	}
 	defer resp.Body.Close()
 	sc := &sidecarCounts{adm: map[string]float64{}, den: map[string]float64{}}
@@ -280,20 +281,20 @@ func parseSample(line string) (name string, labels map[string]string, value floa
 // counts less than it answered lost units before reporting (its usage
 // table); one that counts all but whose units miss the ledger lost them on
 // the way (reports).
-func printSidecarCheck(w io.Writer, got *tally, rules *ruleSet, sidecars []*sidecar, counts []*sidecarCounts) {
+func printSidecarCheck(w io.Writer, got *tally, rules *ruleSet, sidecars []*fleet.Sidecar, counts []*sidecarCounts) {
 	for n, s := range sidecars {
 		sc := counts[n]
 		if sc == nil {
-			fmt.Fprintf(w, "%s: no metrics\n", s.id)
+			fmt.Fprintf(w, "%s: no metrics\n", s.ID)
 			continue
 		}
-		fmt.Fprintf(w, "%s: reports ok %.0f, failed %.0f\n", s.id, sc.reportsOK, sc.reportsBad)
+		fmt.Fprintf(w, "%s: reports ok %.0f, failed %.0f\n", s.ID, sc.reportsOK, sc.reportsBad)
 		for i, d := range rules.defs {
 			ga, _ := new(big.Float).SetInt(got.byNode[n][i].adm.big()).Float64()
 			gd, _ := new(big.Float).SetInt(got.byNode[n][i].den.big()).Float64()
-			if ga != sc.adm[d.name] || gd != sc.den[d.name] {
+			if ga != sc.adm[d.Name] || gd != sc.den[d.Name] {
 				fmt.Fprintf(w, "  %s %-14s answered admitted %.17g denied %.17g; its counters say admitted %.17g denied %.17g\n",
-					s.id, d.name, ga, gd, sc.adm[d.name], sc.den[d.name])
+					s.ID, d.Name, ga, gd, sc.adm[d.Name], sc.den[d.Name])
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/allot-io/allot/cmd/internal/fleet"
 	"io"
 	"math/bits"
 	"math/rand/v2"
@@ -135,11 +136,11 @@ type checkAnswer struct {
 // errors count for nothing.
 type client struct {
 	http     *http.Client
-	sidecars []*sidecar
+	sidecars []*fleet.Sidecar
 	rules    *ruleSet
 }
 
-func newClient(sidecars []*sidecar, rules *ruleSet, conns int) *client {
+func newClient(sidecars []*fleet.Sidecar, rules *ruleSet, conns int) *client {
 	tr := &http.Transport{MaxIdleConns: 4 * conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: time.Minute, DisableCompression: true}
 	// Generous: a request that times out after the sidecar decided it
 	// would be counted there and not here.
@@ -160,7 +161,7 @@ const (
 // body should have been refused).
 func (c *client) check(ctx context.Context, t *tally, node int, method string, body []byte, shadow *checkReq, want expect) int {
 	t.stats.sent++
-	req, err := http.NewRequestWithContext(ctx, method, c.sidecars[node].url("/v1/check"), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, c.sidecars[node].URL("/v1/check"), bytes.NewReader(body))
 	if err != nil {
 		t.stats.errors++
 		return 0
@@ -182,7 +183,7 @@ func (c *client) check(ctx context.Context, t *tally, node int, method string, b
 	case http.StatusBadRequest, http.StatusMethodNotAllowed, http.StatusRequestEntityTooLarge:
 		t.stats.rejected++
 		if want == mustDecide {
-			t.anomaly("%s: %d %s for a valid request %s", c.sidecars[node].id, resp.StatusCode, bytes.TrimSpace(data), clip(string(body), 80))
+			t.anomaly("%s: %d %s for a valid request %s", c.sidecars[node].ID, resp.StatusCode, bytes.TrimSpace(data), clip(string(body), 80))
 		}
 		return resp.StatusCode
 	default:
@@ -190,11 +191,11 @@ func (c *client) check(ctx context.Context, t *tally, node int, method string, b
 		return resp.StatusCode
 	}
 	if want == mustRefuse {
-		t.anomaly("%s: %d for a request that should be refused as malformed: %s", c.sidecars[node].id, resp.StatusCode, clip(string(body), 80))
+		t.anomaly("%s: %d for a request that should be refused as malformed: %s", c.sidecars[node].ID, resp.StatusCode, clip(string(body), 80))
 	}
 	var ans checkAnswer
 	if err := json.Unmarshal(data, &ans); err != nil || shadow == nil {
-		t.anomaly("%s: %d with an unreadable answer %q: %v", c.sidecars[node].id, resp.StatusCode, clip(string(data), 80), err)
+		t.anomaly("%s: %d with an unreadable answer %q: %v", c.sidecars[node].ID, resp.StatusCode, clip(string(data), 80), err)
 		return resp.StatusCode
 	}
 	matched := c.rules.matching(shadow.Tenant, shadow.Plan, shadow.Route)
@@ -204,12 +205,12 @@ func (c *client) check(ctx context.Context, t *tally, node int, method string, b
 		if ans.Rule == "" {
 			// The agent admits everything, uncounted, until it has rules.
 			if matched != 0 {
-				t.anomaly("%s: admitted by no rule though rules match: %s", c.sidecars[node].id, clip(string(body), 80))
+				t.anomaly("%s: admitted by no rule though rules match: %s", c.sidecars[node].ID, clip(string(body), 80))
 			}
 			return resp.StatusCode
 		}
 		if i, ok := c.rules.index[ans.Rule]; !ok || matched&(1<<i) == 0 {
-			t.anomaly("%s: admitted with rule %q, which the request does not match", c.sidecars[node].id, ans.Rule)
+			t.anomaly("%s: admitted with rule %q, which the request does not match", c.sidecars[node].ID, ans.Rule)
 		}
 		for i := range c.rules.defs {
 			if matched&(1<<i) != 0 {
@@ -222,11 +223,11 @@ func (c *client) check(ctx context.Context, t *tally, node int, method string, b
 	t.stats.denied++
 	i, ok := c.rules.index[ans.Rule]
 	if !ok {
-		t.anomaly("%s: denied by unknown rule %q", c.sidecars[node].id, ans.Rule)
+		t.anomaly("%s: denied by unknown rule %q", c.sidecars[node].ID, ans.Rule)
 		return resp.StatusCode
 	}
 	if matched&(1<<i) == 0 {
-		t.anomaly("%s: denied by rule %q, which the request does not match", c.sidecars[node].id, ans.Rule)
+		t.anomaly("%s: denied by rule %q, which the request does not match", c.sidecars[node].ID, ans.Rule)
 	}
 	t.at(shadow.Tenant, i).den.add(n)
 	t.byNode[node][i].den.add(n)

@@ -1,4 +1,4 @@
-package main
+package fleet
 
 import (
 	"context"
@@ -16,13 +16,13 @@ import (
 	"github.com/allot-io/allot/cmd/internal/spawn"
 )
 
-// proc is one allot process, restartable with the same arguments. Its
+// Proc is one allot process, restartable with the same arguments. Its
 // output goes to a log file that restarts append to.
-type proc struct {
-	name    string
-	bin     string
-	args    []string
-	logPath string
+type Proc struct {
+	Name    string
+	Bin     string
+	Args    []string
+	LogPath string
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -31,25 +31,25 @@ type proc struct {
 	paused bool          // SIGSTOPped
 }
 
-// start runs the process again. It is an error to start one that runs.
-func (p *proc) start() error {
+// Start runs the process again. It is an error to start one that runs.
+func (p *Proc) Start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.done != nil && !spawn.Closed(p.done) {
-		return fmt.Errorf("%s: already running", p.name)
+		return fmt.Errorf("%s: already running", p.Name)
 	}
-	f, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	f, err := os.OpenFile(p.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return fmt.Errorf("%s: log file: %w", p.name, err)
+		return fmt.Errorf("%s: log file: %w", p.Name, err)
 	}
-	fmt.Fprintf(f, "\n=== chaos: %s starting at %s: allot %s\n", p.name, time.Now().Format(time.RFC3339Nano), strings.Join(p.args, " "))
-	cmd := exec.Command(p.bin, p.args...)
+	fmt.Fprintf(f, "\n=== %s starting at %s: allot %s\n", p.Name, time.Now().Format(time.RFC3339Nano), strings.Join(p.Args, " "))
+	cmd := exec.Command(p.Bin, p.Args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = spawn.Env()
 	cmd.SysProcAttr = spawn.SysProcAttr()
 	if err := cmd.Start(); err != nil {
 		f.Close()
-		return fmt.Errorf("%s: starting: %w", p.name, err)
+		return fmt.Errorf("%s: starting: %w", p.Name, err)
 	}
 	done := make(chan struct{})
 	p.cmd, p.done, p.err, p.paused = cmd, done, nil, false
@@ -64,26 +64,26 @@ func (p *proc) start() error {
 	return nil
 }
 
-// running reports whether the process runs (paused or not).
-func (p *proc) running() bool {
+// Running reports whether the process runs (paused or not).
+func (p *Proc) Running() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.done != nil && !spawn.Closed(p.done)
 }
 
-// isPaused reports whether the process is SIGSTOPped.
-func (p *proc) isPaused() bool {
+// IsPaused reports whether the process is SIGSTOPped.
+func (p *Proc) IsPaused() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.paused
 }
 
-// signal sends sig to the process's group.
-func (p *proc) signal(sig syscall.Signal) error {
+// Signal sends sig to the process's group.
+func (p *Proc) Signal(sig syscall.Signal) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.done == nil || spawn.Closed(p.done) {
-		return fmt.Errorf("%s: not running", p.name)
+		return fmt.Errorf("%s: not running", p.Name)
 	}
 	switch sig {
 	case syscall.SIGSTOP:
@@ -92,14 +92,14 @@ func (p *proc) signal(sig syscall.Signal) error {
 		p.paused = false
 	}
 	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil {
-		return fmt.Errorf("%s: %v: %w", p.name, sig, err)
+		return fmt.Errorf("%s: %v: %w", p.Name, sig, err)
 	}
 	return nil
 }
 
-// wait waits for the current run to exit, up to timeout, and returns
+// Wait waits for the current run to exit, up to timeout, and returns
 // whether it did and its exit status.
-func (p *proc) wait(timeout time.Duration) (bool, error) {
+func (p *Proc) Wait(timeout time.Duration) (bool, error) {
 	p.mu.Lock()
 	done := p.done
 	p.mu.Unlock()
@@ -116,42 +116,42 @@ func (p *proc) wait(timeout time.Duration) (bool, error) {
 	return true, p.err
 }
 
-// kill SIGKILLs the process group and waits for the exit.
-func (p *proc) kill() {
-	if p.running() {
-		_ = p.signal(syscall.SIGKILL)
-		_, _ = p.wait(time.Minute)
+// Kill SIGKILLs the process group and waits for the exit.
+func (p *Proc) Kill() {
+	if p.Running() {
+		_ = p.Signal(syscall.SIGKILL)
+		_, _ = p.Wait(time.Minute)
 	}
 }
 
-// terminate sends SIGTERM (after SIGCONT, in case it is paused), waits up
+// Terminate sends SIGTERM (after SIGCONT, in case it is paused), waits up
 // to grace, then SIGKILLs. It returns the exit status of a process that
 // exited by itself, or an error saying it had to be killed.
-func (p *proc) terminate(grace time.Duration) error {
-	if !p.running() {
+func (p *Proc) Terminate(grace time.Duration) error {
+	if !p.Running() {
 		return nil
 	}
-	_ = p.signal(syscall.SIGCONT)
-	_ = p.signal(syscall.SIGTERM)
-	exited, err := p.wait(grace)
+	_ = p.Signal(syscall.SIGCONT)
+	_ = p.Signal(syscall.SIGTERM)
+	exited, err := p.Wait(grace)
 	if !exited {
 		// SIGQUIT makes a Go program write every goroutine's stack to its
 		// log before it exits: what it was stuck on.
-		_ = p.signal(syscall.SIGQUIT)
-		if exited, _ = p.wait(5 * time.Second); !exited {
-			p.kill()
+		_ = p.Signal(syscall.SIGQUIT)
+		if exited, _ = p.Wait(5 * time.Second); !exited {
+			p.Kill()
 		}
-		return fmt.Errorf("%s: %w %v after SIGTERM; stacks dumped to %s (SIGQUIT)", p.name, errHung, grace, p.logPath)
+		return fmt.Errorf("%s: %w %v after SIGTERM; stacks dumped to %s (SIGQUIT)", p.Name, ErrHung, grace, p.LogPath)
 	}
 	return err
 }
 
-// errHung is wrapped when a process ignored SIGTERM.
-var errHung = errors.New("still running")
+// ErrHung is wrapped when a process ignored SIGTERM.
+var ErrHung = errors.New("still running")
 
-// buildAllot builds ./cmd/allot into dir, without the race detector even
+// BuildAllot builds ./cmd/allot into dir, without the race detector even
 // when GOFLAGS asks for it: the harness measures the binaries as shipped.
-func buildAllot(ctx context.Context, dir string) (string, error) {
+func BuildAllot(ctx context.Context, dir string) (string, error) {
 	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("go env GOMOD: %w", err)

@@ -23,6 +23,9 @@ type stream struct {
 	Rate              float64
 	Start, Stop       time.Duration
 	Bin               time.Duration
+	// Window: Bin is the rule's fixed window, and an answer's window is
+	// the one its reset_after_seconds ends.
+	Window bool
 }
 
 // bin is what one key was offered and admitted in one bin of time.
@@ -169,13 +172,20 @@ func (g *generator) send(ctx context.Context, j job) {
 		return
 	}
 	sentAt := time.Now()
-	status := g.post(ctx, g.sidecars[j.sidecar].URL("/v1/check"), body)
-	at := sentAt.Add(time.Since(sentAt) / 2)
+	status, reset := g.post(ctx, g.sidecars[j.sidecar].URL("/v1/check"), body)
+	answered := time.Now()
 	width := j.s.Bin.Nanoseconds()
+	idx := sentAt.Add(answered.Sub(sentAt)/2).UnixNano() / width
+	if j.s.Window && reset > 0 && reset <= j.s.Bin.Seconds() {
+		// The sidecar's own timing: its window ends reset_after_seconds
+		// after its decision, a round trip at most before the answer.
+		end := answered.Add(time.Duration(reset * float64(time.Second))).UnixNano()
+		idx = (end+width/2)/width - 1
+	}
 	g.counts.mu.Lock()
 	defer g.counts.mu.Unlock()
 	g.counts.at(binKey{j.s.Key, sentAt.UnixNano() / width}).offered++
-	b := g.counts.at(binKey{j.s.Key, at.UnixNano() / width})
+	b := g.counts.at(binKey{j.s.Key, idx})
 	switch status {
 	case http.StatusOK:
 		b.admitted++
@@ -186,20 +196,27 @@ func (g *generator) send(ctx context.Context, j job) {
 	}
 }
 
-// post returns the answer's status, or 0 when there was none.
-func (g *generator) post(ctx context.Context, url string, body []byte) int {
+// post returns the answer's status, or 0 when there was none, and its
+// reset_after_seconds.
+func (g *generator) post(ctx context.Context, url string, body []byte) (int, float64) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := g.http.Do(req)
 	if err != nil {
-		return 0
+		return 0, 0
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-	resp.Body.Close()
-	return resp.StatusCode
+	defer resp.Body.Close()
+	var ans struct {
+		Reset float64 `json:"reset_after_seconds"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&ans); err != nil {
+		ans.Reset = 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, ans.Reset
 }
 
 // totals sums the bins: checks offered, admitted, denied and failed.

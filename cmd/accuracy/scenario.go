@@ -56,7 +56,7 @@ func scenarios(st settings, n int) []*scenario {
 			r.Intent = "quota"
 		}
 		return &scenario{name: name, rule: r, warmup: st.warmup, duration: d, sim: &simEvents{},
-			streams: []*stream{{Tenant: name + "-0", Plan: name, Key: name + "-0", Rate: rate, Stop: d, Bin: binOf(r)}}}
+			streams: []*stream{{Tenant: name + "-0", Plan: name, Key: name + "-0", Rate: rate, Stop: d, Bin: binOf(r), Window: r.Algorithm == "fixed_window"}}}
 	}
 	for _, alg := range []string{"fixed_window", "token_bucket", "sliding_window", "gcra"} {
 		out = append(out, one("steady-"+alg, fleet.Rule{Algorithm: alg, Limit: quotaLimit, Period: time.Second}, st.steady))
@@ -84,7 +84,7 @@ func scenarios(st settings, n int) []*scenario {
 		start := time.Duration(4*i) * time.Second
 		name := fmt.Sprintf("new-tenants-%d", i)
 		nt.streams = append(nt.streams, &stream{Tenant: name, Plan: "new-tenants", Key: name, Rate: rate,
-			Start: start, Stop: start + 7*time.Second, Bin: time.Second})
+			Start: start, Stop: start + 7*time.Second, Bin: time.Second, Window: true})
 		nt.duration = start + 7*time.Second
 	}
 	out = append(out, nt)

@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
+	"github.com/allot-io/allot/cmd/internal/fleet"
 	"io"
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -19,26 +19,6 @@ func shortConfig() config {
 	cfg.only = regexp.MustCompile(`^steady-(fixed_window|token_bucket)$`)
 	cfg.timeout = 4 * time.Minute
 	return cfg
-}
-
-// logWriter writes the run's output to the test log, line by line.
-type logWriter struct {
-	t   *testing.T
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (w *logWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf.Write(p)
-	s := w.buf.String()
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		w.t.Log(s[:i])
-		w.buf.Reset()
-		w.buf.WriteString(s[i+1:])
-	}
-	return len(p), nil
 }
 
 // TestAccuracyShort runs real allot processes and asserts what they meet
@@ -58,7 +38,7 @@ func TestAccuracyShort(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	rows, err := run(ctx, cfg, &logWriter{t: t})
+	rows, err := run(ctx, cfg, &fleet.LineWriter{Line: func(s string) { t.Log(s) }})
 	t.Logf("\n%s", table(rows))
 	if err != nil {
 		t.Fatalf("accuracy run: %v", err)

@@ -61,11 +61,12 @@ func parseFlags(args []string, stderr io.Writer, base config) (config, error) {
 	fs.IntVar(&cfg.workers, "workers", cfg.workers, "load generator's concurrent requests at most")
 	fs.DurationVar(&cfg.steady, "steady", cfg.steady, "load in each steady scenario")
 	fs.DurationVar(&cfg.warmup, "warmup", cfg.warmup, "left out of worst and average, from each tenant's first check")
-	if err := fs.Parse(args); err != nil {
-		return cfg, err
+	err := fs.Parse(args)
+	if err == nil && fs.NArg() > 0 {
+		err = fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	if err != nil {
+		return cfg, err
 	}
 	re, err := regexp.Compile(only)
 	if err != nil {
@@ -94,28 +95,33 @@ func joinInts(xs []int) string {
 	return strings.Join(s, ",")
 }
 
-func main() {
-	cfg, err := parseFlags(os.Args[1:], os.Stderr, defaultConfig())
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "accuracy:", err)
-		os.Exit(2)
+func main() { os.Exit(accuracyMain(os.Args[1:], os.Stdout, os.Stderr)) }
+
+// accuracyMain runs the command and returns its exit status: 2 for bad
+// flags, 1 when the run failed or, with -strict, a target was missed.
+func accuracyMain(args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr, defaultConfig())
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case err != nil:
+		fmt.Fprintln(stderr, "accuracy:", err)
+		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	start := time.Now()
-	rows, err := run(ctx, cfg, os.Stdout)
-	stop()
-	fmt.Printf("\n%s\ntook %.0fs\n", table(rows), time.Since(start).Seconds())
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "accuracy:", err)
-		os.Exit(1)
+	rows, err := run(ctx, cfg, stdout)
+	fmt.Fprintf(stdout, "\n%s\ntook %.0fs\n", table(rows), time.Since(start).Seconds())
+	switch n := missed(rows); {
+	case err != nil:
+		fmt.Fprintln(stderr, "accuracy:", err)
+		return 1
+	case cfg.strict && n > 0:
+		fmt.Fprintf(stderr, "accuracy: %d targets missed (-strict)\n", n)
+		return 1
 	}
-	if cfg.strict && missed(rows) > 0 {
-		fmt.Fprintf(os.Stderr, "accuracy: %d targets missed\n", missed(rows))
-		os.Exit(1)
-	}
+	return 0
 }
 
 // row is one scenario on one fleet: the real figures and the simulator's.

@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
+	"github.com/allot-io/allot/cmd/internal/fleet"
 	"io"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -26,26 +26,6 @@ func shortConfig() config {
 	return cfg
 }
 
-// testWriter writes the harness's output to the test log, line by line.
-type testWriter struct {
-	t   *testing.T
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (w *testWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.buf.Write(p)
-	s := w.buf.String()
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		w.t.Log(s[:i])
-		w.buf.Reset()
-		w.buf.WriteString(s[i+1:])
-	}
-	return len(p), nil
-}
-
 // TestChaosShort runs the harness's short version against real allot
 // processes: the ledger must equal, per tenant and rule, what the
 // sidecars answered.
@@ -58,7 +38,7 @@ func TestChaosShort(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CHAOS_FLAGS: %v", err)
 	}
-	h := newHarness(cfg, &testWriter{t: t})
+	h := newHarness(cfg, &fleet.LineWriter{Line: func(s string) { t.Log(s) }})
 	t.Cleanup(h.close)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()

@@ -79,7 +79,7 @@ func TestMeasure(t *testing.T) {
 	for i, adm := range []int64{1200, 700, 600, 630, 590, 600} {
 		*c.at(binKey{st.Key, 1000 + int64(i)}) = bin{offered: 1200, admitted: adm}
 	}
-	f := measureReal(c, s, begin, 6*time.Second)
+	f := measureReal(c, s, s.streams, begin, 6*time.Second)
 	if f.bins != 4 || f.worst != 1.05 || f.first[0] != 2 {
 		t.Errorf("figures %+v", f)
 	}

@@ -68,14 +68,15 @@ func (t *tally) done() figures {
 }
 
 // measureReal reads the generator's bins: for each key, the whole bins
-// from its first check to its last (or the end of the load).
-func measureReal(c *counts, s *scenario, begin time.Time, end time.Duration) figures {
+// from its first check to its last (or the end of the load), as streams
+// (the scenario's, or their copies running until an event is over) sent.
+func measureReal(c *counts, s *scenario, streams []*stream, begin time.Time, end time.Duration) figures {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	limit := float64(s.limitOf())
 	var t tally
 	seen := map[string]bool{}
-	for _, st := range s.streams {
+	for _, st := range streams {
 		if seen[st.Key] {
 			continue // streams sharing a global key are measured once
 		}
@@ -107,10 +108,10 @@ warmup: %s
 interval: %s
 rate: %g
 seed: 1
-rule: {algorithm: %s, limit: %d, period: %s, scope: %s, intent: %s}
+rule: {algorithm: %s, limit: %d, period: %s, burst: %d, scope: %s, intent: %s}
 tenants: {count: %d}
 `, s.name, s.name, nodes, nodes, s.duration, s.warmup, interval, s.offeredRate(),
-		s.rule.Algorithm, s.rule.Limit, s.rule.Period, s.rule.Scope, s.rule.Intent, tenants)
+		s.rule.Algorithm, s.rule.Limit, s.rule.Period, s.rule.Burst, s.rule.Scope, s.rule.Intent, tenants)
 	if s.sim.failoverAt > 0 {
 		yaml += fmt.Sprintf("events:\n  - {at: %s, failover: true}\n", s.sim.failoverAt)
 	}

@@ -59,7 +59,15 @@ func scenarios(st settings, n int) []*scenario {
 			streams: []*stream{{Tenant: name + "-0", Plan: name, Key: name + "-0", Rate: rate, Stop: d, Bin: binOf(r), Window: r.Algorithm == "fixed_window"}}}
 	}
 	for _, alg := range []string{"fixed_window", "token_bucket", "sliding_window", "gcra"} {
-		out = append(out, one("steady-"+alg, fleet.Rule{Algorithm: alg, Limit: quotaLimit, Period: time.Second}, st.steady))
+		r := fleet.Rule{Algorithm: alg, Limit: quotaLimit, Period: time.Second}
+		if alg == "gcra" {
+			// Strictly spaced (burst 0), even one exact counter admits
+			// two thirds of the limit to random arrivals at twice it:
+			// every gap longer than the spacing is lost. A tenth of a
+			// second of burst is what a quota would be given.
+			r.Burst = quotaLimit / 10
+		}
+		out = append(out, one("steady-"+alg, r, st.steady))
 	}
 	// A 10 s window: three windows after a warm-up of one.
 	w10 := one("steady-fixed_window-10s", fleet.Rule{Algorithm: "fixed_window", Limit: 10 * quotaLimit, Period: 10 * time.Second}, 40*time.Second)
@@ -205,5 +213,5 @@ func (r *runner) run(ctx context.Context, s *scenario) (figures, error) {
 		return figures{}, fmt.Errorf("%s: %w", s.name, err)
 	}
 	r.log("%s: %.0fs of load: %s", s.name, end.Seconds(), r.gen.counts)
-	return measureReal(r.gen.counts, s, begin, end), nil
+	return measureReal(r.gen.counts, s, streams, begin, end), nil
 }

@@ -75,6 +75,10 @@ type pool struct {
 	// contended is set when the last allocation found more demand than
 	// the limit.
 	contended bool
+	// born is when the pool was created (ns). For its first report
+	// interval every node with the key may still be spending its unleased
+	// share unseen, having not reported it yet; see allocatePool.
+	born int64
 }
 
 type classKey struct {
@@ -246,6 +250,9 @@ func (a *allocator) report(node string, now int64, interval time.Duration, deman
 		a.next++
 	}
 	info.lastSeen = now
+	if leaving {
+		info.lastSeen = 0 // out of the fleet's count at once; its claims go below
+	}
 	epoch, learning := a.epoch, now < a.learnEnd
 	ruleMap := a.rules
 	a.mu.Unlock()
@@ -272,7 +279,7 @@ func (a *allocator) report(node string, now int64, interval time.Duration, deman
 		sh.mu.Lock()
 		p := sh.pools[k]
 		if p == nil {
-			p = &pool{rule: r, limit: r.RegionLimit(r.LimitFor(d.GetTenant(), d.GetPlan()), a.region)}
+			p = &pool{rule: r, limit: r.RegionLimit(r.LimitFor(d.GetTenant(), d.GetPlan()), a.region), born: now}
 			if r.Fair() {
 				p.limit = r.RegionLimit(r.Limit, a.region)
 				p.byClass = map[classKey]int{}
@@ -436,6 +443,24 @@ func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 	// lease.Pool.LearnFromBases).
 	pl := lease.Pool{Limit: p.limit, Tolerance: p.rule.Tol(), Learning: learning && window, LearnFromBases: learning && !window, Shares: window}
 	interval, ttl := a.interval.Load(), a.ttl.Load()
+	// A pool younger than a report interval may not have heard from
+	// every node with the key: those spend their unleased shares (limit ÷
+	// fleet) unseen, and dividing the whole limit among the nodes heard so
+	// far granted the first reporter all of it on top of them (a new
+	// tenant's first second reached 128–183% of its quota). Until every
+	// node has had its turn, the unleased shares of the nodes not heard
+	// from are kept out of the division. (A new leader's pools are young
+	// too; its learning mode covers what unseen nodes hold.)
+	if young := !p.rule.Fair() && !learning && now-p.born < interval; young {
+		heard := 0
+		for _, c := range p.classes {
+			heard += len(c.claims)
+		}
+		if fleet := a.nodeCount(now); fleet > heard {
+			unseen := float64(fleet-heard) * p.limit / float64(fleet)
+			pl.Limit = max(p.limit-unseen, 0)
+		}
+	}
 	present := func(cl *claim) bool { return cl.lastSeen > 0 && now-cl.lastSeen < 2*interval }
 	expired := func(cl claim) bool {
 		return now-cl.lastSeen >= ttl && !(cl.lastSeen == 0 && pl.LearnFromBases)

@@ -58,3 +58,54 @@ func TestFleetSizeSurvivesFailover(t *testing.T) {
 		t.Errorf("after learning, with one node left, the answer says %d nodes; want 1", got)
 	}
 }
+
+// TestNewKeyFirstGrantIsUnleasedShare: the first node to report a key new
+// to the cluster is granted no more than its unleased share until every
+// node has had a report interval to report it. The others spend their
+// unleased shares meanwhile, unseen; granting the first reporter the
+// whole limit put a new tenant's first second at 128–183% of its quota
+// (issue 11; the simulator's new-tenants scenario).
+func TestNewKeyFirstGrantIsUnleasedShare(t *testing.T) {
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	r := rules.Rule{Name: "quota", Scope: rules.Tenant, Algorithm: algo.TokenBucket, Limit: 600, Period: time.Second, Intent: lease.Quota}
+	e, err := NewEngine(EngineConfig{Region: "eu", Rules: []rules.Rule{r}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]float64{}
+	report := func(node string, demand float64) {
+		t.Helper()
+		req := &allotpb.ReportRequest{Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: node, Incarnation: 1, Region: "eu",
+			SentUnixNano: now.UnixNano(), IntervalNano: int64(time.Second)}
+		if demand > 0 {
+			req.Demand = []*allotpb.KeyDemand{{Rule: "quota", Key: "new", Tenant: "new", Admitted: demand, Held: held[node]}}
+		}
+		resp, err := e.Report(now, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range resp.GetLeases() {
+			held[node] = l.GetLimit()
+		}
+	}
+	for _, n := range []string{"a", "b", "c"} {
+		report(n, 0) // the fleet: three nodes
+	}
+	now = now.Add(300 * time.Millisecond)
+	report("a", 400)
+	if held["a"] > 200+1e-9 {
+		t.Errorf("the first reporter of a new key got %.1f of 600 with 3 nodes; want at most its unleased share, 200", held["a"])
+	}
+	// A report interval later every node has reported it, and the pool is
+	// divided by demand.
+	for _, n := range []string{"b", "c"} {
+		now = now.Add(300 * time.Millisecond)
+		report(n, 400)
+	}
+	now = now.Add(500 * time.Millisecond)
+	e.Round(now)
+	report("a", 400)
+	if held["a"] < 190 {
+		t.Errorf("after an interval node a holds %.1f; want its third of 600", held["a"])
+	}
+}

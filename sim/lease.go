@@ -202,6 +202,30 @@ func (q *quotaLease) report(at time.Duration, nd *simNode) {
 	heap.Push(&q.queue, event{at: next, fn: func() { q.report(next, nd) }})
 }
 
+// restart replaces a node's agent: the old one closes as a sidecar does on
+// SIGTERM (its usage flushed, its leases released); the new one, a new
+// incarnation knowing nothing, is answered once before it decides, as a
+// sidecar becomes ready on its first answer, then reports at the node's
+// phase.
+func (q *quotaLease) restart(at time.Duration, node int) {
+	old := q.nodes[node]
+	q.now.Store(int64(at))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = old.agent.Close(ctx)
+	cancel()
+	old.gone = true
+	q.msgs += 2
+	if err := q.addNode(at, node); err != nil {
+		panic(err) // the scenario's rule was validated
+	}
+	nd := q.nodes[node]
+	for x := nd.agent.PrepareReport(false); x != nil; x = x.Next() {
+		resp, err := q.engine.Report(q.e.time(at), x.Request)
+		nd.agent.Deliver(x, resp, err)
+		q.msgs += 2
+	}
+}
+
 // failover makes the coordinator elect a new leader at a time.
 func (q *quotaLease) failover(at time.Duration) { q.engine.Failover(q.e.time(at)) }
 

@@ -132,6 +132,9 @@ func runOne(ctx context.Context, s *Scenario, name string, progress func(float64
 			case ev.Skew != nil:
 				st.advance(ev.At)
 				st.skew(ev.Skew.Node, ev.Skew.By)
+			case ev.Restart != nil:
+				st.advance(ev.At)
+				st.restart(ev.At, ev.Restart.Node)
 			}
 		}
 		for nextSample <= at {

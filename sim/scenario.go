@@ -64,6 +64,11 @@ type TenantSpec struct {
 	// Weights, for global rules, are the tenants' weights by index; the
 	// rest weigh 1.
 	Weights []float64 `yaml:"weights"`
+	// Arrival, when set, has tenant i start sending at i × Arrival, at
+	// its full rate from its first request, as a new customer does; the
+	// fleet's offered rate grows with the tenants sending (Rate is the
+	// rate with all of them).
+	Arrival time.Duration `yaml:"arrival"`
 }
 
 // TrafficSpec shapes the traffic in time and over nodes.
@@ -115,6 +120,16 @@ type Event struct {
 	Partition *PartitionEvent `yaml:"partition"`
 	// Skew sets a node's clock off.
 	Skew *SkewEvent `yaml:"skew"`
+	// Restart replaces a node's process, as a deploy does: the old one
+	// leaves cleanly (its usage flushed, its leases released), and a new
+	// one, knowing nothing, takes its traffic once its first report is
+	// answered, as a sidecar becomes ready.
+	Restart *RestartEvent `yaml:"restart"`
+}
+
+// RestartEvent restarts node Node.
+type RestartEvent struct {
+	Node int `yaml:"node"`
 }
 
 // ShiftEvent moves a tenant's traffic to Sticky other nodes.
@@ -232,14 +247,14 @@ func (s *Scenario) Validate() error {
 	for i, e := range s.Events {
 		field := fmt.Sprintf("events[%d]", i)
 		set := 0
-		for _, on := range []bool{e.Shift != nil, e.Join != 0, e.Leave != 0, e.Outage != 0, e.Failover, e.Partition != nil, e.Skew != nil} {
+		for _, on := range []bool{e.Shift != nil, e.Join != 0, e.Leave != 0, e.Outage != 0, e.Failover, e.Partition != nil, e.Skew != nil, e.Restart != nil} {
 			if on {
 				set++
 			}
 		}
 		switch {
 		case set != 1:
-			return bad(field, "must set exactly one of shift, join, leave, outage, failover, partition, skew")
+			return bad(field, "must set exactly one of shift, join, leave, outage, failover, partition, skew, restart")
 		case e.At < 0 || e.At >= s.Duration:
 			return bad(field+".at", "must be within the run (0 to %v), got %v", s.Duration, e.At)
 		case e.Shift != nil && (e.Shift.Tenant < 0 || e.Shift.Tenant >= s.Tenants.Count):
@@ -254,6 +269,8 @@ func (s *Scenario) Validate() error {
 			return bad(field+".partition", "nodes must be between 1 and %d and for positive", nodes)
 		case e.Skew != nil && (e.Skew.Node < 0 || e.Skew.Node >= nodes):
 			return bad(field+".skew.node", "no node %d", e.Skew.Node)
+		case e.Restart != nil && (e.Restart.Node < 0 || e.Restart.Node >= nodes):
+			return bad(field+".restart.node", "no node %d", e.Restart.Node)
 		}
 		nodes += e.Join - e.Leave
 	}

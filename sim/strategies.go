@@ -23,6 +23,9 @@ type strategy interface {
 	// off. Only strategies with a coordinator or per-node clocks care.
 	failover(at time.Duration)
 	skew(node int, by time.Duration)
+	// restart replaces a node's process: whatever it held in memory is
+	// gone.
+	restart(at time.Duration, node int)
 	// messages counts messages off the request path; trips, calls on it.
 	messages() int64
 	trips() int64
@@ -148,10 +151,14 @@ func (c *central) fleet(at time.Duration, n int) {
 	c.local = evenStores(c.e, at, n, c.local)
 }
 
-func (c *central) failover(time.Duration)  {}
-func (c *central) skew(int, time.Duration) {}
-func (c *central) messages() int64         { return 0 }
-func (c *central) trips() int64            { return c.requests }
+func (c *central) failover(time.Duration) {}
+
+// restart gives the node a fresh fallback store; the central store, which
+// decides while it is reachable, keeps its state.
+func (c *central) restart(_ time.Duration, node int) { c.local[node] = freshStore(c.local[node]) }
+func (c *central) skew(int, time.Duration)           {}
+func (c *central) messages() int64                   { return 0 }
+func (c *central) trips() int64                      { return c.requests }
 func (c *central) shares(time.Duration) []float64 {
 	return []float64{float64(c.e.rule.Limit)}
 }
@@ -173,6 +180,13 @@ func evenStores(e *env, at time.Duration, n int, old []*algo.Keyed) []*algo.Keye
 	return out
 }
 
+// freshStore is a new store enforcing what old does, with none of its
+// state: a restarted process's.
+func freshStore(old *algo.Keyed) *algo.Keyed {
+	s, _ := algo.NewKeyed(old.Config(), old.Options())
+	return s
+}
+
 // evenSplit gives every node limit ÷ nodes, whatever the demand: what a
 // fleet gets with no coordination at all.
 type evenSplit struct {
@@ -189,13 +203,14 @@ func newEvenSplit(e *env) *evenSplit {
 func (s *evenSplit) decide(at time.Duration, node, tenant int) bool {
 	return s.stores[node].AllowAt(s.e.keyOf(tenant), s.e.time(at), 1).Allowed
 }
-func (s *evenSplit) advance(time.Duration)         {}
-func (s *evenSplit) fleet(at time.Duration, n int) { s.stores = evenStores(s.e, at, n, s.stores) }
-func (s *evenSplit) failover(time.Duration)        {}
-func (s *evenSplit) skew(int, time.Duration)       {}
-func (s *evenSplit) messages() int64               { return 0 }
-func (s *evenSplit) trips() int64                  { return 0 }
-func (s *evenSplit) close()                        {}
+func (s *evenSplit) advance(time.Duration)             {}
+func (s *evenSplit) fleet(at time.Duration, n int)     { s.stores = evenStores(s.e, at, n, s.stores) }
+func (s *evenSplit) failover(time.Duration)            {}
+func (s *evenSplit) restart(_ time.Duration, node int) { s.stores[node] = freshStore(s.stores[node]) }
+func (s *evenSplit) skew(int, time.Duration)           {}
+func (s *evenSplit) messages() int64                   { return 0 }
+func (s *evenSplit) trips() int64                      { return 0 }
+func (s *evenSplit) close()                            {}
 func (s *evenSplit) shares(time.Duration) []float64 {
 	out := make([]float64, len(s.stores))
 	for i := range out {
@@ -293,7 +308,13 @@ func (g *asyncGlobal) fleet(_ time.Duration, n int) {
 	g.hits, g.cache = g.hits[:n], g.cache[:n]
 }
 
-func (g *asyncGlobal) failover(time.Duration)  {}
+func (g *asyncGlobal) failover(time.Duration) {}
+
+// restart loses the node's unsent hits and its cached counts; the owner's
+// counts, on another node, stay.
+func (g *asyncGlobal) restart(_ time.Duration, node int) {
+	g.hits[node], g.cache[node] = map[int]int64{}, map[int]int64{}
+}
 func (g *asyncGlobal) skew(int, time.Duration) {}
 func (g *asyncGlobal) messages() int64         { return g.msgs }
 func (g *asyncGlobal) trips() int64            { return 0 }

@@ -93,9 +93,21 @@ func (t *traffic) pin(tenant int, avoid []int) {
 	t.nodes[tenant], t.cum[tenant] = chosen, cumulative(weights)
 }
 
-// rate is the offered rate at a time, with bursts and the diurnal swing.
+// arrived is how many tenants send at a time (Tenants.Arrival).
+func (t *traffic) arrived(at time.Duration) int {
+	if a := t.s.Tenants.Arrival; a > 0 {
+		return min(int(at/a)+1, len(t.share))
+	}
+	return len(t.share)
+}
+
+// rate is the offered rate at a time, with bursts and the diurnal swing,
+// and the part of it the tenants sending by then offer.
 func (t *traffic) rate(at time.Duration) float64 {
 	r := t.s.Rate
+	if n := t.arrived(at); n < len(t.share) {
+		r *= t.share[n-1] // the cumulative share of the tenants sending
+	}
 	if b := t.s.Traffic.Bursts; b != nil && at%b.Every < b.Length {
 		r *= b.Factor
 	}
@@ -115,7 +127,7 @@ func (t *traffic) peek() time.Duration { return t.next }
 // pop returns the next request.
 func (t *traffic) pop() request {
 	at := t.next
-	tenant := sort.SearchFloat64s(t.share, t.rng.Float64())
+	tenant := sort.SearchFloat64s(t.share, t.rng.Float64()*t.share[t.arrived(at)-1])
 	tenant = min(tenant, len(t.share)-1)
 	i := min(sort.SearchFloat64s(t.cum[tenant], t.rng.Float64()), len(t.nodes[tenant])-1)
 	t.next = t.gap(at)

@@ -39,8 +39,8 @@ type allocator struct {
 	// periods. A new leader has heard from none of them yet, and agents
 	// divide their unleased shares by the count it answers.
 	fleet int
-	nodes    map[string]*nodeInfo
-	next     int32 // index of the next new node; indexes are not reused
+	nodes map[string]*nodeInfo
+	next  int32 // index of the next new node; indexes are not reused
 
 	seq atomic.Uint64 // allocations, numbering grants
 

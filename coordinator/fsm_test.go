@@ -171,18 +171,7 @@ func TestFSMSnapshotRestore(t *testing.T) {
 	}
 	f.Apply(entry(t, 60, cmdMaintain, &allotpb.MaintainCommand{NowUnixNano: hour0.Add(5 * time.Hour).UnixNano(), AgentTimeoutNano: int64(time.Minute)}))
 
-	snap, err := f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sink memSink
-	if err := snap.Persist(&sink); err != nil {
-		t.Fatal(err)
-	}
-	g := testFSM()
-	if err := g.Restore(io.NopCloser(&sink)); err != nil {
-		t.Fatal(err)
-	}
+	g := roundTrip(t, f)
 	var a, b string
 	f.read(func(s *state) { a = dumpState(s) })
 	g.read(func(s *state) { b = dumpState(s) })
@@ -202,4 +191,22 @@ func TestFSMSnapshotRestore(t *testing.T) {
 
 func rawEntry(index uint64, data []byte) *raft.Log {
 	return &raft.Log{Index: index, Type: raft.LogCommand, Data: data}
+}
+
+// roundTrip snapshots f and restores the snapshot into a new FSM.
+func roundTrip(t *testing.T, f *fsm) *fsm {
+	t.Helper()
+	snap, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sink memSink
+	if err := snap.Persist(&sink); err != nil {
+		t.Fatal(err)
+	}
+	g := testFSM()
+	if err := g.Restore(io.NopCloser(&sink)); err != nil {
+		t.Fatal(err)
+	}
+	return g
 }

@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -158,18 +157,7 @@ func TestLedgerIndexFollowsTheLedger(t *testing.T) {
 			t.Fatal("retention dropped every window")
 		}
 	})
-	snap, err := f.Snapshot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sink memSink
-	if err := snap.Persist(&sink); err != nil {
-		t.Fatal(err)
-	}
-	g := testFSM()
-	if err := g.Restore(io.NopCloser(&sink)); err != nil {
-		t.Fatal(err)
-	}
+	g := roundTrip(t, f)
 	checkIndex(t, g, "after restore")
 }
 

@@ -112,6 +112,13 @@ type claim struct {
 	// no more than the bases add up to.
 	base     float64
 	reported bool
+	// left is when the node left (ns), 0 while it serves. A leaving node
+	// spends nothing more, but what it held stays counted, granted to
+	// nobody, for leaveHold report intervals: in a deploy its replacement
+	// starts on its unleased share meanwhile, and handing the share to
+	// the others at once put both on top of each other (a rolling deploy
+	// peaked at 138% of a quota on real processes).
+	left int64
 }
 
 func newAllocator(region string, interval, ttl time.Duration) *allocator {
@@ -348,9 +355,10 @@ func (a *allocator) report(node string, now int64, interval time.Duration, deman
 func (a *allocator) observe(p *pool, cl *claim, d *allotpb.KeyDemand, now int64, interval time.Duration, urgent, leaving, learning bool) {
 	cl.lastSeen = now
 	if leaving {
-		cl.est, cl.held, cl.lastSeen = 0, 0, 0
+		cl.est, cl.left = 0, now
 		return
 	}
+	cl.left = 0 // back, or its replacement under the same name
 	if iv := d.GetIntervalNano(); iv > 0 && time.Duration(iv) < interval {
 		interval = time.Duration(iv)
 	}
@@ -429,6 +437,11 @@ func (c *class) claim(node int32) *claim {
 	return &c.claims[i]
 }
 
+// leaveHold is how many report intervals a leaving node's holding stays
+// counted: one for its replacement to report, one for the lease to reach
+// it.
+const leaveHold = 2
+
 // allocatePool divides one pool's allowance among its present claims.
 // Claims silent for longer than a lease period are dropped: their leases
 // have expired; so are claims of nodes that left, except while learning,
@@ -461,8 +474,11 @@ func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 			pl.Limit = max(p.limit-unseen, 0)
 		}
 	}
-	present := func(cl *claim) bool { return cl.lastSeen > 0 && now-cl.lastSeen < 2*interval }
+	present := func(cl *claim) bool { return cl.lastSeen > 0 && now-cl.lastSeen < 2*interval && cl.left == 0 }
 	expired := func(cl claim) bool {
+		if cl.left > 0 {
+			return now-cl.left >= leaveHold*interval
+		}
 		return now-cl.lastSeen >= ttl && !(cl.lastSeen == 0 && pl.LearnFromBases)
 	}
 	sh.claims, sh.classes = sh.claims[:0], sh.classes[:0]

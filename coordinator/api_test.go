@@ -152,10 +152,18 @@ func TestLeavingReleasesLeases(t *testing.T) {
 		Demand: []*allotpb.KeyDemand{demand("api", "acme", 0, 0, 0)}}); err != nil {
 		t.Fatal(err)
 	}
-	resp, _ := b.report(ctx, "", 0, []*allotpb.KeyDemand{demand("api", "acme", 200, 200, held)})
-	if got := resp.GetLeases()[0].GetLimit(); got < 990 {
-		t.Fatalf("after gw-a left, gw-b holds %.1f; want the whole limit", got)
-	}
+	// What gw-a held is kept for two report intervals (for a replacement
+	// to be leased, in a deploy), then goes to gw-b.
+	waitFor(t, 10*time.Second, "gw-b to hold the whole limit after gw-a left", func() bool {
+		resp, err := b.report(ctx, "", 0, []*allotpb.KeyDemand{demand("api", "acme", 200, 200, held)})
+		if err != nil {
+			return false
+		}
+		for _, l := range resp.GetLeases() {
+			held = l.GetLimit()
+		}
+		return held >= 990
+	})
 }
 
 // TestHTTPEndpoints checks /metrics, /healthz, /readyz, /v1/status and

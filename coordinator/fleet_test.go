@@ -109,3 +109,59 @@ func TestNewKeyFirstGrantIsUnleasedShare(t *testing.T) {
 		t.Errorf("after an interval node a holds %.1f; want its third of 600", held["a"])
 	}
 }
+
+// TestLeaverShareHeldForReplacement: what a leaving node held is granted
+// to nobody for two report intervals, then to the nodes that want it. In
+// a rolling deploy the replacement serves on its unleased share before
+// its first lease; handing the leaver's share to the others at once put
+// both on top of each other (138% of a quota on real processes, issue 11).
+func TestLeaverShareHeldForReplacement(t *testing.T) {
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	r := rules.Rule{Name: "quota", Scope: rules.Tenant, Algorithm: algo.TokenBucket, Limit: 600, Period: time.Second, Intent: lease.Quota}
+	e, err := NewEngine(EngineConfig{Region: "eu", Rules: []rules.Rule{r}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]float64{}
+	report := func(node string, leaving bool) {
+		t.Helper()
+		resp, err := e.Report(now, &allotpb.ReportRequest{Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: node, Incarnation: 1, Region: "eu",
+			SentUnixNano: now.UnixNano(), IntervalNano: int64(time.Second), Leaving: leaving,
+			Demand: []*allotpb.KeyDemand{{Rule: "quota", Key: "t", Tenant: "t", Admitted: 400, Denied: 400, Held: held[node]}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range resp.GetLeases() {
+			held[node] = l.GetLimit()
+		}
+	}
+	step := func() {
+		now = now.Add(time.Second)
+		report("a", false)
+		report("b", false)
+		e.Round(now)
+	}
+	for range 5 {
+		step()
+	}
+	if held["a"] < 250 || held["b"] < 250 {
+		t.Fatalf("a and b hold %.0f and %.0f; want about 300 each", held["a"], held["b"])
+	}
+	now = now.Add(100 * time.Millisecond)
+	report("a", true)
+	delete(held, "a")
+	e.Round(now)
+	now = now.Add(900 * time.Millisecond)
+	report("b", false)
+	if held["b"] > 330 {
+		t.Errorf("an interval after a left, b holds %.0f; a's share must wait for a replacement", held["b"])
+	}
+	for range 3 {
+		now = now.Add(time.Second)
+		report("b", false)
+		e.Round(now)
+	}
+	if held["b"] < 570 {
+		t.Errorf("three intervals after a left, b holds %.0f; want the whole 600", held["b"])
+	}
+}

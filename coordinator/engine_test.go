@@ -21,17 +21,40 @@ type engineNode struct {
 // lease held, and applies the lease that comes back.
 func (n *engineNode) report(t *testing.T, e *Engine, now time.Time, rate float64) {
 	t.Helper()
-	resp, err := e.Report(now, &allotpb.ReportRequest{
+	n.send(t, e, now, &allotpb.KeyDemand{Rule: "quota", Key: "acme", Tenant: "acme", Admitted: rate}, false)
+}
+
+// send reports a second of demand d (nil: none) with the lease held,
+// leaving or not, and applies the lease that comes back.
+func (n *engineNode) send(t *testing.T, e *Engine, now time.Time, d *allotpb.KeyDemand, leaving bool) {
+	t.Helper()
+	req := &allotpb.ReportRequest{
 		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: n.name, Incarnation: 1, Region: "eu",
-		SentUnixNano: now.UnixNano(), IntervalNano: int64(time.Second),
-		Demand: []*allotpb.KeyDemand{{Rule: "quota", Key: "acme", Tenant: "acme", Admitted: rate, Held: n.held, HeldEpoch: n.epoch, HeldSeq: n.seq}},
-	})
+		SentUnixNano: now.UnixNano(), IntervalNano: int64(time.Second), Leaving: leaving,
+	}
+	if d != nil {
+		d.Held, d.HeldEpoch, d.HeldSeq = n.held, n.epoch, n.seq
+		req.Demand = []*allotpb.KeyDemand{d}
+	}
+	resp, err := e.Report(now, req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range resp.GetLeases() {
 		n.held, n.epoch, n.seq = l.GetLimit(), l.GetEpoch(), l.GetSeq()
 	}
+}
+
+// quotaEngine is an engine, leading since now, with one tenant-scope quota
+// rule named "quota": limit per second by alg.
+func quotaEngine(t *testing.T, alg algo.Algorithm, limit int64, now time.Time) *Engine {
+	t.Helper()
+	r := rules.Rule{Name: "quota", Scope: rules.Tenant, Algorithm: alg, Limit: limit, Period: time.Second, Intent: lease.Quota}
+	e, err := NewEngine(EngineConfig{Region: "eu", Rules: []rules.Rule{r}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
 
 // TestLearningRedividesWithinWhatWasHeld: after a failover the new leader
@@ -43,11 +66,7 @@ func (n *engineNode) report(t *testing.T, e *Engine, now time.Time, rate float64
 // quota's 5% tolerance for shares changing hands.
 func TestLearningRedividesWithinWhatWasHeld(t *testing.T) {
 	now := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
-	r := rules.Rule{Name: "quota", Scope: rules.Tenant, Algorithm: algo.TokenBucket, Limit: 1000, Period: time.Second, Intent: lease.Quota}
-	e, err := NewEngine(EngineConfig{Region: "eu", Rules: []rules.Rule{r}}, now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := quotaEngine(t, algo.TokenBucket, 1000, now)
 	a, b := &engineNode{name: "a"}, &engineNode{name: "b"}
 	step := func(rateA, rateB float64) {
 		now = now.Add(time.Second)

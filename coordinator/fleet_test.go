@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/algo"
-	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
@@ -17,11 +15,7 @@ import (
 // every unleased key for about an interval (issue 11).
 func TestFleetSizeSurvivesFailover(t *testing.T) {
 	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	r := rules.Rule{Name: "quota", Scope: rules.Tenant, Algorithm: algo.TokenBucket, Limit: 600, Period: time.Second, Intent: lease.Quota}
-	e, err := NewEngine(EngineConfig{Region: "eu", Rules: []rules.Rule{r}}, now)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := quotaEngine(t, algo.TokenBucket, 600, now)
 	seq := map[string]uint64{}
 	report := func(node string) uint32 {
 		t.Helper()
@@ -67,46 +61,31 @@ func TestFleetSizeSurvivesFailover(t *testing.T) {
 // (issue 11; the simulator's new-tenants scenario).
 func TestNewKeyFirstGrantIsUnleasedShare(t *testing.T) {
 	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	r := rules.Rule{Name: "quota", Scope: rules.Tenant, Algorithm: algo.TokenBucket, Limit: 600, Period: time.Second, Intent: lease.Quota}
-	e, err := NewEngine(EngineConfig{Region: "eu", Rules: []rules.Rule{r}}, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	held := map[string]float64{}
-	report := func(node string, demand float64) {
+	e := quotaEngine(t, algo.TokenBucket, 600, now)
+	nodes := map[string]*engineNode{"a": {name: "a"}, "b": {name: "b"}, "c": {name: "c"}}
+	report := func(node string) {
 		t.Helper()
-		req := &allotpb.ReportRequest{Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: node, Incarnation: 1, Region: "eu",
-			SentUnixNano: now.UnixNano(), IntervalNano: int64(time.Second)}
-		if demand > 0 {
-			req.Demand = []*allotpb.KeyDemand{{Rule: "quota", Key: "new", Tenant: "new", Admitted: demand, Held: held[node]}}
-		}
-		resp, err := e.Report(now, req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range resp.GetLeases() {
-			held[node] = l.GetLimit()
-		}
+		nodes[node].send(t, e, now, &allotpb.KeyDemand{Rule: "quota", Key: "new", Tenant: "new", Admitted: 400}, false)
 	}
 	for _, n := range []string{"a", "b", "c"} {
-		report(n, 0) // the fleet: three nodes
+		nodes[n].send(t, e, now, nil, false) // the fleet: three nodes
 	}
 	now = now.Add(300 * time.Millisecond)
-	report("a", 400)
-	if held["a"] > 200+1e-9 {
-		t.Errorf("the first reporter of a new key got %.1f of 600 with 3 nodes; want at most its unleased share, 200", held["a"])
+	report("a")
+	if held := nodes["a"].held; held > 200+1e-9 {
+		t.Errorf("the first reporter of a new key got %.1f of 600 with 3 nodes; want at most its unleased share, 200", held)
 	}
 	// A report interval later every node has reported it, and the pool is
 	// divided by demand.
 	for _, n := range []string{"b", "c"} {
 		now = now.Add(300 * time.Millisecond)
-		report(n, 400)
+		report(n)
 	}
 	now = now.Add(500 * time.Millisecond)
 	e.Round(now)
-	report("a", 400)
-	if held["a"] < 190 {
-		t.Errorf("after an interval node a holds %.1f; want its third of 600", held["a"])
+	report("a")
+	if held := nodes["a"].held; held < 190 {
+		t.Errorf("after an interval node a holds %.1f; want its third of 600", held)
 	}
 }
 
@@ -117,51 +96,35 @@ func TestNewKeyFirstGrantIsUnleasedShare(t *testing.T) {
 // both on top of each other (138% of a quota on real processes, issue 11).
 func TestLeaverShareHeldForReplacement(t *testing.T) {
 	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	r := rules.Rule{Name: "quota", Scope: rules.Tenant, Algorithm: algo.TokenBucket, Limit: 600, Period: time.Second, Intent: lease.Quota}
-	e, err := NewEngine(EngineConfig{Region: "eu", Rules: []rules.Rule{r}}, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	held := map[string]float64{}
-	report := func(node string, leaving bool) {
+	e := quotaEngine(t, algo.TokenBucket, 600, now)
+	a, b := &engineNode{name: "a"}, &engineNode{name: "b"}
+	report := func(n *engineNode, leaving bool) {
 		t.Helper()
-		resp, err := e.Report(now, &allotpb.ReportRequest{Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: node, Incarnation: 1, Region: "eu",
-			SentUnixNano: now.UnixNano(), IntervalNano: int64(time.Second), Leaving: leaving,
-			Demand: []*allotpb.KeyDemand{{Rule: "quota", Key: "t", Tenant: "t", Admitted: 400, Denied: 400, Held: held[node]}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, l := range resp.GetLeases() {
-			held[node] = l.GetLimit()
-		}
-	}
-	step := func() {
-		now = now.Add(time.Second)
-		report("a", false)
-		report("b", false)
-		e.Round(now)
+		n.send(t, e, now, &allotpb.KeyDemand{Rule: "quota", Key: "t", Tenant: "t", Admitted: 400, Denied: 400}, leaving)
 	}
 	for range 5 {
-		step()
+		now = now.Add(time.Second)
+		report(a, false)
+		report(b, false)
+		e.Round(now)
 	}
-	if held["a"] < 250 || held["b"] < 250 {
-		t.Fatalf("a and b hold %.0f and %.0f; want about 300 each", held["a"], held["b"])
+	if a.held < 250 || b.held < 250 {
+		t.Fatalf("a and b hold %.0f and %.0f; want about 300 each", a.held, b.held)
 	}
 	now = now.Add(100 * time.Millisecond)
-	report("a", true)
-	delete(held, "a")
+	report(a, true)
 	e.Round(now)
 	now = now.Add(900 * time.Millisecond)
-	report("b", false)
-	if held["b"] > 330 {
-		t.Errorf("an interval after a left, b holds %.0f; a's share must wait for a replacement", held["b"])
+	report(b, false)
+	if b.held > 330 {
+		t.Errorf("an interval after a left, b holds %.0f; a's share must wait for a replacement", b.held)
 	}
 	for range 3 {
 		now = now.Add(time.Second)
-		report("b", false)
+		report(b, false)
 		e.Round(now)
 	}
-	if held["b"] < 570 {
-		t.Errorf("three intervals after a left, b holds %.0f; want the whole 600", held["b"])
+	if b.held < 570 {
+		t.Errorf("three intervals after a left, b holds %.0f; want the whole 600", b.held)
 	}
 }

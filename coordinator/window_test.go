@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/algo"
-	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
@@ -74,11 +72,7 @@ func TestWindowHandoverWithinTolerance(t *testing.T) {
 func runWindows(t *testing.T, alg algo.Algorithm, rates []float64, shift bool) (worst, avg float64) {
 	const limit = 600.0
 	start := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
-	r := rules.Rule{Name: "quota", Scope: rules.Tenant, Algorithm: alg, Limit: int64(limit), Period: time.Second, Intent: lease.Quota}
-	e, err := NewEngine(EngineConfig{Region: "eu", Rules: []rules.Rule{r}}, start)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := quotaEngine(t, alg, int64(limit), start)
 	rng := rand.New(rand.NewPCG(1, 2))
 	nodes := make([]*windowNode, len(rates))
 	for i, rate := range rates {

@@ -106,16 +106,21 @@ func (q *quotaLease) fleet(at time.Duration, n int) {
 	}
 	for id := n; id < len(q.nodes); id++ {
 		if nd := q.nodes[id]; nd != nil && !nd.gone {
-			// A node leaving cleanly: its last report releases its leases.
-			q.now.Store(int64(at))
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = nd.agent.Close(ctx)
-			cancel()
-			nd.gone = true
-			q.msgs += 2
+			q.leave(at, nd)
 		}
 	}
 	q.active = n
+}
+
+// leave closes a node's agent cleanly: its last report releases its
+// leases.
+func (q *quotaLease) leave(at time.Duration, nd *simNode) {
+	q.now.Store(int64(at))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = nd.agent.Close(ctx)
+	cancel()
+	nd.gone = true
+	q.msgs += 2
 }
 
 func (q *quotaLease) decide(at time.Duration, node, tenant int) bool {
@@ -206,23 +211,25 @@ func (q *quotaLease) report(at time.Duration, nd *simNode) {
 // SIGTERM (its usage flushed, its leases released); the new one, a new
 // incarnation knowing nothing, is answered once before it decides, as a
 // sidecar becomes ready on its first answer, then reports at the node's
-// phase.
+// phase. The machine stays: its clock keeps its skew, and a node cut off
+// from the coordinator gets no answer.
 func (q *quotaLease) restart(at time.Duration, node int) {
 	old := q.nodes[node]
-	q.now.Store(int64(at))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	_ = old.agent.Close(ctx)
-	cancel()
-	old.gone = true
-	q.msgs += 2
+	q.leave(at, old)
 	if err := q.addNode(at, node); err != nil {
 		panic(err) // the scenario's rule was validated
 	}
 	nd := q.nodes[node]
+	nd.clock.skew.Store(old.clock.skew.Load())
 	for x := nd.agent.PrepareReport(false); x != nil; x = x.Next() {
+		q.msgs++
+		if !q.e.reachable(at, node) {
+			nd.agent.Deliver(x, nil, errUnreachable)
+			continue
+		}
 		resp, err := q.engine.Report(q.e.time(at), x.Request)
 		nd.agent.Deliver(x, resp, err)
-		q.msgs += 2
+		q.msgs++
 	}
 }
 

@@ -218,6 +218,8 @@ func (s *Scenario) Validate() error {
 		return bad("rate", "must be positive and at most 1e8 requests per second, got %v", s.Rate)
 	case s.Tenants.Count < 1 || s.Tenants.Count > 100000:
 		return bad("tenants.count", "must be between 1 and 100000, got %d", s.Tenants.Count)
+	case s.Tenants.Arrival < 0:
+		return bad("tenants.arrival", "must not be negative, got %v", s.Tenants.Arrival)
 	case s.Tenants.Zipf != 0 && !(s.Tenants.Zipf > 1):
 		return bad("tenants.zipf", "must be 0 (even) or above 1, got %v", s.Tenants.Zipf)
 	case s.Traffic.Sticky < 0 || s.Traffic.Sticky > s.Nodes:

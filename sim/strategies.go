@@ -314,6 +314,13 @@ func (g *asyncGlobal) failover(time.Duration) {}
 // counts, on another node, stay.
 func (g *asyncGlobal) restart(_ time.Duration, node int) {
 	g.hits[node], g.cache[node] = map[int]int64{}, map[int]int64{}
+	// A tenant's counts live on its owner (tenant mod nodes); a restarted
+	// owner starts them afresh.
+	for tenant := range g.owned {
+		if tenant%len(g.hits) == node {
+			delete(g.owned, tenant)
+		}
+	}
 }
 func (g *asyncGlobal) skew(int, time.Duration) {}
 func (g *asyncGlobal) messages() int64         { return g.msgs }

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	allotpb "github.com/allot-io/allot/proto"
 	"math"
 	"sync/atomic"
 	"time"
@@ -170,28 +169,26 @@ func (f *fairState) undo(a *Agent, rs *ruleState, st *limitStore, req *Request, 
 	}
 }
 
-// promoteClasses turns classes that showed traffic into reported classes.
-// Their limiters enforce nothing until a lease arrives (leased is false):
-// until then the node's total alone applies.
-// class finds the class a lease names. A tenant name over the protocol's
-// limit travels in its bounded form (allotpb.BoundName), which does not
-// hash like the name; such classes are found by comparing bounded names.
+// class finds the class a lease names. A tenant name the protocol cannot
+// carry as it is travels in its bounded form (allotpb.BoundName), which
+// does not hash like the name; such classes are found by that form, kept
+// in each class's wireTenant.
 func (f *fairState) class(a *Agent, tenant string, priority uint32) *hotKey {
 	classes := *f.classes.Load()
 	if hk := classes[classKey{a.hasher.String(tenant), priority}]; hk != nil {
 		return hk
 	}
-	if len(tenant) < allotpb.MaxNameLen {
-		return nil
-	}
 	for k, hk := range classes {
-		if k.priority == priority && allotpb.BoundName(hk.tenant) == tenant {
+		if k.priority == priority && hk.wireTenant == tenant {
 			return hk
 		}
 	}
 	return nil
 }
 
+// promoteClasses turns classes that showed traffic into reported classes.
+// Their limiters enforce nothing until a lease arrives (leased is false):
+// until then the node's total alone applies.
 func (f *fairState) promoteClasses(a *Agent, rs *ruleState) {
 	waiting := f.pending.take()
 	if len(waiting) == 0 {

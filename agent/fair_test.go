@@ -163,3 +163,39 @@ func TestRegionWithoutShare(t *testing.T) {
 		t.Fatalf("New = %v; want an error naming the region", err)
 	}
 }
+
+// TestGlobalRuleClassOfBoundedTenant: a tenant whose name reports carry in
+// its bounded form (not valid UTF-8 here, so bounded to far fewer than 256
+// bytes) still gets its class's lease. The lookup once assumed a bounded
+// name is 256 bytes long and dropped such leases.
+func TestGlobalRuleClassOfBoundedTenant(t *testing.T) {
+	clk := newManualClock()
+	r := rule("capacity", rules.Global, algo.GCRA, 100, time.Second, lease.Capacity)
+	r.Burst = 20
+	eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Config{NodeID: "gw-1", Region: "eu-west", Rules: []rules.Rule{r}, Clock: clk, ReportInterval: time.Second,
+		Transport: engineTransport{eng, clk}, ManualReports: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(context.Background()) })
+	req := Request{Tenant: "\xff"}
+	for range 5 {
+		for range 50 {
+			clk.Advance(20 * time.Millisecond)
+			a.Check(req)
+		}
+		x := a.PrepareReport(false)
+		resp, err := eng.Report(clk.Now(), x.Request)
+		a.Deliver(x, resp, err)
+		eng.Round(clk.Now())
+	}
+	rs := a.rules.Load().rules[0]
+	hk := (*rs.fair.classes.Load())[classKey{a.hasher.String(req.Tenant), classPriority(rs, &req)}]
+	if hk == nil || !hk.leased.Load() {
+		t.Fatalf("the class of a tenant reported as %q holds no lease", allotpb.BoundName(req.Tenant))
+	}
+}

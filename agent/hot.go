@@ -9,18 +9,22 @@ import (
 
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/lease"
+	allotpb "github.com/allot-io/allot/proto"
 )
 
 // hotKey is a key that needs more than an even share, or the class of a
 // global rule: it has its own limiter, sized by its lease, and counts what
 // it admits and denies for the next report.
 type hotKey struct {
-	key      string
-	tenant   string
-	plan     string
-	priority uint32
-	store    *limitStore
-	lim      *algo.Limiter
+	key    string
+	tenant string
+	plan   string
+	// wireTenant and wirePlan are tenant and plan as reports carry them
+	// (allotpb.BoundName), worked out once.
+	wireTenant, wirePlan string
+	priority             uint32
+	store                *limitStore
+	lim                  *algo.Limiter
 
 	admitted atomic.Int64 // cost since the last report
 	denied   atomic.Int64
@@ -35,6 +39,9 @@ type hotKey struct {
 	// the next window's start: the first check there (or the reporter)
 	// makes it. Nil when nothing is due.
 	next atomic.Pointer[windowSwitch]
+	// limMu orders the changes of the limiter's configuration: a lease
+	// applied, a window switch made. Checks take it only to make a switch.
+	limMu sync.Mutex
 
 	// Lease state, touched only by the reporter goroutine.
 	held     float64 // the lease's limit, per period
@@ -203,7 +210,8 @@ func newHotKey(rs *ruleState, st *limitStore, pk pendingKey, since int64, seed f
 	if seed != nil {
 		seed(lim)
 	}
-	return &hotKey{key: pk.key, tenant: pk.tenant, plan: pk.plan, priority: pk.priority, store: st, lim: lim, since: since}, nil
+	return &hotKey{key: pk.key, tenant: pk.tenant, plan: pk.plan, wireTenant: allotpb.BoundName(pk.tenant), wirePlan: allotpb.BoundName(pk.plan),
+		priority: pk.priority, store: st, lim: lim, since: since}, nil
 }
 
 // windowSwitch is a window lease's next count, due at a window start.
@@ -218,10 +226,16 @@ type windowSwitch struct {
 // nothing is due.
 func (hk *hotKey) switchWindow(now time.Time) {
 	sw := hk.next.Load()
-	if sw == nil || now.UnixNano() < sw.at || !hk.next.CompareAndSwap(sw, nil) {
+	if sw == nil || now.UnixNano() < sw.at {
 		return
 	}
-	_ = hk.lim.Reconfigure(sw.cfg, now)
+	// Under limMu, so that a lease the reporter applies at the same moment
+	// is never overwritten by the count it replaced.
+	hk.limMu.Lock()
+	defer hk.limMu.Unlock()
+	if hk.next.CompareAndSwap(sw, nil) {
+		_ = hk.lim.Reconfigure(sw.cfg, now)
+	}
 }
 
 // applyLease makes a lease the key's limit, if it is newer than the one
@@ -239,6 +253,8 @@ func (hk *hotKey) applyLease(rs *ruleState, l lease.Lease, restored bool, now ti
 		hk.epoch, hk.seq = l.Epoch, l.Seq
 		return
 	}
+	hk.limMu.Lock()
+	defer hk.limMu.Unlock()
 	limit, next := l.Limit, l.Limit
 	hk.next.Store(nil)
 	if rs.rule.Algorithm.Windowed() && l.Next > 0 {
@@ -302,6 +318,8 @@ func (hk *hotKey) expire(rs *ruleState, now int64) {
 
 // unlease reverts a key whose lease expired to the unleased share.
 func (hk *hotKey) unlease(rs *ruleState, now time.Time) {
+	hk.limMu.Lock()
+	defer hk.limMu.Unlock()
 	hk.leased.Store(false)
 	hk.next.Store(nil)
 	hk.shown.Store(0)

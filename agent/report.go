@@ -327,7 +327,7 @@ func (r *reporter) request(c *compiled, now int64, urgent, leaving bool) (*allot
 		if (urgent && !hk.urgent.Load()) || hk.refused {
 			return
 		}
-		d := &allotpb.KeyDemand{Rule: rs.rule.Name, Key: hk.key, Tenant: allotpb.BoundName(hk.tenant), Plan: allotpb.BoundName(hk.plan), Priority: hk.priority}
+		d := &allotpb.KeyDemand{Rule: rs.rule.Name, Key: hk.key, Tenant: hk.wireTenant, Plan: hk.wirePlan, Priority: hk.priority}
 		if urgent {
 			d.Admitted, d.Denied = float64(hk.admitted.Load()), float64(hk.denied.Load())
 		} else {
@@ -390,9 +390,8 @@ func (r *reporter) answered(resp *allotpb.ReportResponse, held []*hotKey, t0, t1
 	r.lastOK = now
 	r.lastAnswer.Store(now)
 	for len(r.pending) > 0 && resp.GetAckedSeq() >= r.pending[0].GetSeq() {
-		r.pending = r.pending[1:]
+		r.setPending(r.pending[1:])
 	}
-	r.pendingCount.Store(int64(len(r.pending)))
 	if iv := resp.GetReportIntervalNano(); iv > 0 {
 		a.intervalNs.Store(iv)
 	}

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 )
 
 // What one report carries at most, well inside the coordinators' defaults
@@ -60,8 +59,13 @@ func (r *reporter) seal(now int64) {
 	if v := allotpb.ValidateReport(probe, allotpb.ReportLimits{}); len(v) > 0 {
 		counts = r.quarantineCounts(counts, v, "refused by the agent's own check")
 	}
-	r.pending = r.split(counts, now)
-	r.pendingCount.Store(int64(len(r.pending)))
+	r.setPending(r.split(counts, now))
+}
+
+// setPending replaces the sealed batches, keeping Status's count in step.
+func (r *reporter) setPending(p []*allotpb.UsageBatch) {
+	r.pending = p
+	r.pendingCount.Store(int64(len(p)))
 }
 
 // split cuts counts into batches within the limits, numbering them from
@@ -98,7 +102,7 @@ func (r *reporter) resplit() {
 		r.seq++
 		b.Seq = r.seq
 	}
-	r.pending = append(parts, rest...)
+	r.setPending(append(parts, rest...))
 }
 
 // splitDemand divides a report's demand into parts within the limits:
@@ -118,8 +122,8 @@ func (r *reporter) splitDemand(x *Exchange) {
 		if cut == len(d) {
 			continue
 		}
-		rest := proto.Clone(part.Request).(*allotpb.ReportRequest)
-		rest.Usage, rest.Demand = nil, d[cut:]
+		rest := header(part.Request)
+		rest.Demand = d[cut:]
 		part.Request.Demand = d[:cut]
 		part.next = &Exchange{Request: rest, held: part.held[cut:], sent: part.sent, urgent: part.urgent, next: part.next}
 		part.held = part.held[:cut]
@@ -153,12 +157,13 @@ func (r *reporter) mendRefusal(x *Exchange, err error) bool {
 	if !ok {
 		return false
 	}
-	switch st.Code() {
-	case codes.ResourceExhausted:
+	if st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "larger than max") {
+		// gRPC refused the message for its size; other exhaustion
+		// (overload, a proxy's limit) is not the report's fault.
 		r.shrink(x, st.Message())
 		return true
-	case codes.InvalidArgument:
-	default:
+	}
+	if st.Code() != codes.InvalidArgument {
 		return false
 	}
 	var vs []allotpb.Violation
@@ -176,7 +181,7 @@ func (r *reporter) mendRefusal(x *Exchange, err error) bool {
 		// coordinator, and sending it again would wedge every later one.
 		if x.Request.GetUsage() != nil && len(r.pending) > 0 && x.Request.GetUsage() == r.pending[0] {
 			r.quarantineCounts(r.pending[0].GetCounts(), allCounts(len(r.pending[0].GetCounts()), st.Message()), "refused by the coordinator")
-			r.pending = r.pending[1:]
+			r.setPending(r.pending[1:])
 			x.Request.Usage = nil
 			return true
 		}
@@ -263,6 +268,16 @@ func (r *reporter) mend(x *Exchange, vs []allotpb.Violation, why string) bool {
 		x.Request.Demand, x.held = keep, held
 	}
 	return true
+}
+
+// header is a report's header without its usage or demand: for the
+// further parts of a split report.
+func header(req *allotpb.ReportRequest) *allotpb.ReportRequest {
+	return &allotpb.ReportRequest{
+		Protocol: req.GetProtocol(), Node: req.GetNode(), Incarnation: req.GetIncarnation(), Region: req.GetRegion(),
+		SentUnixNano: req.GetSentUnixNano(), IntervalNano: req.GetIntervalNano(), RulesVersion: req.GetRulesVersion(),
+		Leaving: req.GetLeaving(), Urgent: req.GetUrgent(),
+	}
 }
 
 // shrink halves the report limits, or lowers them to the count a refusal

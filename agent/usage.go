@@ -241,7 +241,8 @@ func (t *usageTable) live() []int64 {
 	sums := make([]int64, 2*t.rules)
 	add := func(tu *tenantUsage) {
 		for i := range sums {
-			sums[i] += tu.counts[i].Load()
+			// A dropped tenant's counters hold closed: drained already.
+			sums[i] += max(tu.counts[i].Load(), 0)
 		}
 	}
 	for _, tu := range *t.snap.Load() {

@@ -211,12 +211,6 @@ func BoundName(s string) string {
 		_, size := utf8.DecodeLastRuneInString(prefix)
 		prefix = prefix[:len(prefix)-size]
 	}
-	for len(prefix) > 0 {
-		if r, size := utf8.DecodeLastRuneInString(prefix); r != utf8.RuneError || size > 1 {
-			break
-		}
-		prefix = prefix[:len(prefix)-1] // a rune cut in two at the end
-	}
 	return prefix + "#" + hex.EncodeToString(sum[:])
 }
 

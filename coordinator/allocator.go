@@ -211,13 +211,6 @@ func appliesIn(r *rules.Rule, region string) bool {
 	return ok
 }
 
-// ruleCount is how many rules the allocator divides.
-func (a *allocator) ruleCount() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.rules)
-}
-
 func (a *allocator) shard(k poolKey) *allocShard {
 	var h maphash.Hash
 	h.SetSeed(a.seed)
@@ -340,10 +333,13 @@ func (a *allocator) report(node string, now int64, interval time.Duration, deman
 		k := poolKey{d.GetRule(), d.GetKey()}
 		sh := a.shard(k)
 		sh.mu.Lock()
+		// Found, never created: a pool a round or a rule change rebuilt
+		// since the first pass gets this node's claim at its next report.
 		if p := sh.pools[k]; p != nil {
-			c := p.class(classKey{d.GetTenant(), d.GetPriority()}, r, d.GetPlan())
-			if l := a.answer(p, c, c.claim(info.index), d, epoch, now); l != nil {
-				leases = append(leases, l)
+			if c, cl := p.find(classKey{d.GetTenant(), d.GetPriority()}, r, info.index); cl != nil {
+				if l := a.answer(p, c, cl, d, epoch, now); l != nil {
+					leases = append(leases, l)
+				}
 			}
 		}
 		sh.mu.Unlock()
@@ -407,6 +403,11 @@ func (a *allocator) observe(p *pool, cl *claim, d *allotpb.KeyDemand, now int64,
 			cl.held, cl.committed = d.GetHeld(), d.GetCommitted()
 		case w == p.window:
 			cl.committed = d.GetCommitted()
+		default:
+			// A node whose clock lags reports its count for a window that
+			// is over here; at its own boundary it switches to its next
+			// count, which may be more.
+			cl.held = max(cl.held, cl.nextHeld)
 		}
 		// A report about an earlier window (a node whose clock lags) says
 		// nothing of what it spent in this one.
@@ -429,6 +430,24 @@ func (p *pool) class(k classKey, r *rules.Rule, plan string) *class {
 	return c
 }
 
+// find returns a class's claim of a node, or nil, creating neither.
+func (p *pool) find(k classKey, r *rules.Rule, node int32) (*class, *claim) {
+	var c *class
+	if !r.Fair() && len(p.classes) > 0 {
+		c = p.classes[0]
+	} else if i, ok := p.byClass[k]; ok && r.Fair() {
+		c = p.classes[i]
+	}
+	if c == nil {
+		return nil, nil
+	}
+	i, found := slices.BinarySearchFunc(c.claims, node, func(cl claim, n int32) int { return int(cl.node - n) })
+	if !found {
+		return c, nil
+	}
+	return c, &c.claims[i]
+}
+
 func (c *class) claim(node int32) *claim {
 	i, found := slices.BinarySearchFunc(c.claims, node, func(cl claim, n int32) int { return int(cl.node - n) })
 	if !found {
@@ -444,8 +463,9 @@ const leaveHold = 2
 
 // allocatePool divides one pool's allowance among its present claims.
 // Claims silent for longer than a lease period are dropped: their leases
-// have expired; so are claims of nodes that left, except while learning,
-// when what they held still counts among the bases.
+// have expired; so are claims of nodes that left, leaveHold intervals
+// after they did, except while learning, when what they held still counts
+// among the bases.
 func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bool) {
 	seq := a.seq.Add(1)
 	window := p.rule.Algorithm.Windowed()
@@ -477,7 +497,9 @@ func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 	present := func(cl *claim) bool { return cl.lastSeen > 0 && now-cl.lastSeen < 2*interval && cl.left == 0 }
 	expired := func(cl claim) bool {
 		if cl.left > 0 {
-			return now-cl.left >= leaveHold*interval
+			// While learning, what a leaver held still counts among the
+			// bases, as for a node not heard from.
+			return now-cl.left >= leaveHold*interval && !pl.LearnFromBases
 		}
 		return now-cl.lastSeen >= ttl && !(cl.lastSeen == 0 && pl.LearnFromBases)
 	}

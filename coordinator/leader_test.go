@@ -85,3 +85,10 @@ func TestDeposedLeaderDoesNotAnswer(t *testing.T) {
 		t.Errorf("a leader without a quorum divided %d pools", n)
 	}
 }
+
+// ruleCount is how many rules the allocator divides.
+func (a *allocator) ruleCount() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.rules)
+}

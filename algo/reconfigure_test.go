@@ -160,3 +160,25 @@ func TestPropertyReconfigureGrantsNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestGCRARateRiseTakesEffect: a GCRA limiter that has just spent its
+// capacity at a slow rate, then is given a faster one, next admits at the
+// new rate's spacing. Its TAT stayed where the old rate had put it, so a
+// node whose lease rose waited out the old, slower spacing on every
+// change: with a lease changing at every report, a global GCRA rule over
+// 50 gateways used 93% of its limit in the simulator (issue 11).
+func TestGCRARateRiseTakesEffect(t *testing.T) {
+	l := mustNew(t, Config{Algorithm: GCRA, Limit: 1, Period: time.Second})
+	if !l.AllowAt(t0, 1).Allowed {
+		t.Fatal("first request refused")
+	}
+	if err := l.Reconfigure(Config{Algorithm: GCRA, Limit: 100, Period: time.Second}, t0); err != nil {
+		t.Fatal(err)
+	}
+	if l.AllowAt(t0, 1).Allowed {
+		t.Error("admitted at once after the change: the capacity spent is still spent")
+	}
+	if !l.AllowAt(t0.Add(20*time.Millisecond), 1).Allowed {
+		t.Error("refused 20 ms after the rate rose to 100/s; want the new 10 ms spacing, not the old 1 s")
+	}
+}

@@ -94,33 +94,6 @@ type class struct {
 	claims []claim // sorted by node index
 }
 
-// claim is one node's part in a class.
-type claim struct {
-	node      int32
-	est       float64 // smoothed demand
-	held      float64
-	committed float64
-	lastSeen  int64
-	grant     float64
-	// Window pools: next is the node's share of the windows after the
-	// current one, and nextHeld what it will switch to at the next
-	// boundary (as it reported, or as last sent if that was less).
-	next, nextHeld float64
-	seq            uint64 // allocation that produced grant; 0 = none yet
-	// base is what the node held when it first reported to this leader:
-	// a lease from the previous leader, or nothing. Learning mode divides
-	// no more than the bases add up to.
-	base     float64
-	reported bool
-	// left is when the node left (ns), 0 while it serves. A leaving node
-	// spends nothing more, but what it held stays counted, granted to
-	// nobody, for leaveHold report intervals: in a deploy its replacement
-	// starts on its unleased share meanwhile, and handing the share to
-	// the others at once put both on top of each other (a rolling deploy
-	// peaked at 138% of a quota on real processes).
-	left int64
-}
-
 func newAllocator(region string, interval, ttl time.Duration) *allocator {
 	a := &allocator{
 		est:    lease.DefaultEstimator(),
@@ -241,7 +214,10 @@ func (a *allocator) nodeCount(now int64) int {
 
 // report takes one node's demands and returns the leases it now holds for
 // the keys it reported. A node leaving releases everything it held.
-func (a *allocator) report(node string, now int64, interval time.Duration, demands []*allotpb.KeyDemand, urgent, leaving bool) []*allotpb.Lease {
+func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lease {
+	node, inc, demands := req.GetNode(), req.GetIncarnation(), req.GetDemand()
+	urgent, leaving := req.GetUrgent(), req.GetLeaving()
+	interval := time.Duration(req.GetIntervalNano())
 	a.mu.Lock()
 	info := a.nodes[node]
 	if info == nil {
@@ -295,11 +271,14 @@ func (a *allocator) report(node string, now int64, interval time.Duration, deman
 		// node is simply at its share, and the next round will do; when it
 		// is not, the node's demand rose and spare capacity can follow it
 		// now.
-		topUp := urgent && (!p.contended || cl.est == 0)
+		// A claim coming back (left, or a new process under the node's
+		// name) is always taken in: its last grant was its predecessor's.
+		back := cl.left != 0 || (cl.reported && cl.inc != inc)
+		topUp := urgent && (!p.contended || cl.est == 0 || back)
 		moved := false
 		if !urgent || topUp {
 			before := cl.est
-			a.observe(p, cl, d, now, interval, urgent, leaving, learning)
+			a.observe(p, cl, d, inc, now, interval, urgent, leaving, learning)
 			p.dirty = true
 			// Demand that moved (beyond the estimator's noise band) is
 			// re-divided now, not at the next round: the node hears of
@@ -314,7 +293,10 @@ func (a *allocator) report(node string, now int64, interval time.Duration, deman
 		} else {
 			cl.lastSeen = now
 		}
-		if leaving || topUp || moved || cl.seq == 0 {
+		// A dirty pool holds room back (a decrease given up since its last
+		// division, increases the hand-over guard deferred): divided now,
+		// the node hears of its share in this answer, not a round later.
+		if leaving || topUp || moved || cl.seq == 0 || p.dirty {
 			due[dueKey{sh, p}] = struct{}{} // a leaving node's share is freed at once
 		}
 		sh.mu.Unlock()
@@ -347,115 +329,6 @@ func (a *allocator) report(node string, now int64, interval time.Duration, deman
 	return leases
 }
 
-// observe folds one demand report into a claim.
-func (a *allocator) observe(p *pool, cl *claim, d *allotpb.KeyDemand, now int64, interval time.Duration, urgent, leaving, learning bool) {
-	cl.lastSeen = now
-	if leaving {
-		cl.est, cl.left = 0, now
-		return
-	}
-	cl.left = 0 // back, or its replacement under the same name
-	if iv := d.GetIntervalNano(); iv > 0 && time.Duration(iv) < interval {
-		interval = time.Duration(iv)
-	}
-	obs := lease.Observation{Admitted: d.GetAdmitted(), Denied: d.GetDenied(), Interval: interval}
-	if urgent {
-		// An early report covers part of an interval: it may raise the
-		// estimate (the node is running low) but not lower it; the next
-		// regular report does that.
-		cl.est = max(cl.est, a.est.Next(0, obs, p.rule.Period))
-	} else {
-		cl.est = a.est.Next(cl.est, obs, p.rule.Period)
-	}
-	cl.held = d.GetHeld()
-	cl.nextHeld = d.GetNextHeld()
-	if cl.nextHeld == 0 {
-		cl.nextHeld = cl.held // an agent applying its lease to every window
-	}
-	if !cl.reported {
-		cl.base, cl.reported = cl.held, true
-		if learning && !p.rule.Algorithm.Windowed() {
-			// A new leader's first look at a node is one interval's count,
-			// noisy, and dividing by it would move shares back and forth
-			// (each decrease applied at once, each increase a report
-			// later). The lease the node holds is its predecessor's
-			// estimate of its demand: start from the larger of the two.
-			cl.est = max(cl.est, cl.held)
-		}
-	}
-	if p.rule.Algorithm.Windowed() {
-		// At a window boundary every node switches to the share it was
-		// told for the next windows (next_limit), and keeps applying it
-		// until told otherwise: what each holds still counts in the new
-		// window, for the hand-over guard, and only what they spent in the
-		// old one is forgotten. Zeroing the others' leases at the first
-		// report of a window let the guard grant one node more while the
-		// others went on spending theirs (issue 11: 104–128% of a quota).
-		switch w := d.GetWindowUnixNano(); {
-		case w > p.window:
-			p.window = w
-			for _, c := range p.classes {
-				for i := range c.claims {
-					c.claims[i].committed = 0
-					c.claims[i].held = c.claims[i].nextHeld
-				}
-			}
-			cl.held, cl.committed = d.GetHeld(), d.GetCommitted()
-		case w == p.window:
-			cl.committed = d.GetCommitted()
-		default:
-			// A node whose clock lags reports its count for a window that
-			// is over here; at its own boundary it switches to its next
-			// count, which may be more.
-			cl.held = max(cl.held, cl.nextHeld)
-		}
-		// A report about an earlier window (a node whose clock lags) says
-		// nothing of what it spent in this one.
-	}
-}
-
-func (p *pool) class(k classKey, r *rules.Rule, plan string) *class {
-	if !r.Fair() {
-		if len(p.classes) == 0 {
-			p.classes = []*class{{key: classKey{tenant: k.tenant}, weight: 1}}
-		}
-		return p.classes[0]
-	}
-	if i, ok := p.byClass[k]; ok {
-		return p.classes[i]
-	}
-	c := &class{key: k, weight: r.WeightFor(k.tenant, plan)}
-	p.byClass[k] = len(p.classes)
-	p.classes = append(p.classes, c)
-	return c
-}
-
-// find returns a class's claim of a node, or nil, creating neither.
-func (p *pool) find(k classKey, r *rules.Rule, node int32) (*class, *claim) {
-	var c *class
-	if !r.Fair() && len(p.classes) > 0 {
-		c = p.classes[0]
-	} else if i, ok := p.byClass[k]; ok && r.Fair() {
-		c = p.classes[i]
-	}
-	if c == nil {
-		return nil, nil
-	}
-	i, found := slices.BinarySearchFunc(c.claims, node, func(cl claim, n int32) int { return int(cl.node - n) })
-	if !found {
-		return c, nil
-	}
-	return c, &c.claims[i]
-}
-
-func (c *class) claim(node int32) *claim {
-	i, found := slices.BinarySearchFunc(c.claims, node, func(cl claim, n int32) int { return int(cl.node - n) })
-	if !found {
-		c.claims = slices.Insert(c.claims, i, claim{node: node})
-	}
-	return &c.claims[i]
-}
-
 // leaveHold is how many report intervals a leaving node's holding stays
 // counted: one for its replacement to report, one for the lease to reach
 // it.
@@ -484,15 +357,29 @@ func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 	// node has had its turn, the unleased shares of the nodes not heard
 	// from are kept out of the division. (A new leader's pools are young
 	// too; its learning mode covers what unseen nodes hold.)
-	if young := !p.rule.Fair() && !learning && now-p.born < interval; young {
-		heard := 0
-		for _, c := range p.classes {
-			heard += len(c.claims)
-		}
+	if young := !learning && now-p.born < interval; young {
+		heard := p.nodesHeard()
 		if fleet := a.nodeCount(now); fleet > heard {
 			unseen := float64(fleet-heard) * p.limit / float64(fleet)
 			pl.Limit = max(p.limit-unseen, 0)
 		}
+	}
+	// What a node that left held is its replacement's for leaveHold
+	// intervals (see claim.left): kept out of the others' division, not
+	// only counted by the hand-over guard, which would otherwise hand its
+	// tolerance to the others meanwhile and, with the replacement back,
+	// have the window reach the limit plus the whole tolerance (105.2% in
+	// a rolling deploy of 10 sidecars on real processes).
+	if !learning {
+		reserved := 0.0
+		for _, c := range p.classes {
+			for i := range c.claims {
+				if cl := &c.claims[i]; cl.left > 0 && now-cl.left < leaveHold*interval {
+					reserved += max(cl.held, cl.committed)
+				}
+			}
+		}
+		pl.Limit = max(pl.Limit-reserved, 0)
 	}
 	present := func(cl *claim) bool { return cl.lastSeen > 0 && now-cl.lastSeen < 2*interval && cl.left == 0 }
 	expired := func(cl claim) bool {
@@ -600,15 +487,6 @@ func (a *allocator) round(now int64, full bool) (active int) {
 		a.mu.Unlock()
 	}
 	return active
-}
-
-func (p *pool) empty() bool {
-	for _, c := range p.classes {
-		if len(c.claims) > 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // learning reports whether the allocator is in learning mode at now.

@@ -97,7 +97,7 @@ func (e *Engine) Report(now time.Time, req *allotpb.ReportRequest) (*allotpb.Rep
 		}})
 		applied, acked = true, res.GetAckedSeq()[0]
 	}
-	leases := e.alloc.report(req.GetNode(), now.UnixNano(), time.Duration(req.GetIntervalNano()), req.GetDemand(), req.GetUrgent(), req.GetLeaving())
+	leases := e.alloc.report(req, now.UnixNano())
 	return respond(e.st, e.alloc, req, now, e.settings(), leases, applied, acked), nil
 }
 

@@ -13,7 +13,8 @@ import (
 // engineNode is one agent's side of the exchange, held by hand.
 type engineNode struct {
 	name       string
-	held       float64
+	inc        uint64 // its process's incarnation; 0 stands for 1
+	held, next float64
 	epoch, seq uint64
 }
 
@@ -29,7 +30,7 @@ func (n *engineNode) report(t *testing.T, e *Engine, now time.Time, rate float64
 func (n *engineNode) send(t *testing.T, e *Engine, now time.Time, d *allotpb.KeyDemand, leaving bool) {
 	t.Helper()
 	req := &allotpb.ReportRequest{
-		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: n.name, Incarnation: 1, Region: "eu",
+		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: n.name, Incarnation: max(n.inc, 1), Region: "eu",
 		SentUnixNano: now.UnixNano(), IntervalNano: int64(time.Second), Leaving: leaving,
 	}
 	if d != nil {
@@ -41,7 +42,7 @@ func (n *engineNode) send(t *testing.T, e *Engine, now time.Time, d *allotpb.Key
 		t.Fatal(err)
 	}
 	for _, l := range resp.GetLeases() {
-		n.held, n.epoch, n.seq = l.GetLimit(), l.GetEpoch(), l.GetSeq()
+		n.held, n.next, n.epoch, n.seq = l.GetLimit(), l.GetNextLimit(), l.GetEpoch(), l.GetSeq()
 	}
 }
 

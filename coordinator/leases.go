@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"math"
+
 	"github.com/allot-io/allot/lease"
 	allotpb "github.com/allot-io/allot/proto"
 )
@@ -22,13 +24,18 @@ func (a *allocator) answer(p *pool, c *class, cl *claim, d *allotpb.KeyDemand, e
 		cl.held = cl.grant
 		p.dirty = true // what it gives up can go to others next round
 	}
-	// In a window pool what a node may hold is never counted below what it
-	// was sent: an increase counts at once (if the answer is lost, the node
-	// holds less than counted, which is safe), and so does the next count
-	// it switches to at the boundary, where what each holds becomes what
-	// it will hold next.
+	// What a node may hold is never counted below what it was sent: an
+	// increase counts at once (if the answer is lost, the node holds less
+	// than counted, which is safe), until the node's next report says what
+	// it holds. Counting an increase only once reported let every division
+	// until then hand the same room out again: a global rule's first
+	// divisions granted the first reporters the shares the other nodes
+	// held unreported, and ten gateways admitted 160% of a capacity limit
+	// for a second on real processes (issue 11). In a window pool so does
+	// the next count a node switches to at the boundary, where what each
+	// holds becomes what it will hold next.
+	cl.held = max(cl.held, cl.grant)
 	if p.rule.Algorithm.Windowed() {
-		cl.held = max(cl.held, cl.grant)
 		if cl.next < cl.nextHeld && p.rule.Tol() > 0 {
 			cl.nextHeld = cl.next
 			p.dirty = true
@@ -54,9 +61,21 @@ func (a *allocator) leaseFor(p *pool, c *class, cl *claim, d *allotpb.KeyDemand,
 	}
 	if p.rule.Algorithm.Windowed() {
 		l.WindowUnixNano, l.NextLimit = p.window, cl.next
+		if cl.prior > 0 {
+			// The node's process counts from zero: what its predecessor
+			// spent is not its to spend again. Nothing left is the
+			// smallest lease there is, not none: a node without a lease
+			// goes back to its unleased share.
+			l.Limit = math.Max(cl.grant-cl.prior, minWindowLease)
+			l.Burst = burstShare(p, l.Limit)
+		}
 	}
 	return l
 }
+
+// minWindowLease stands for "nothing more this window" in a window lease.
+// Counts are whole, so a node holding it admits at most one unit more.
+const minWindowLease = 1e-6
 
 // burstShare is a grant's part of the pool's burst: the rule's burst,
 // scaled like the pool's limit (by plan and region), in proportion to the

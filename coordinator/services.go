@@ -90,7 +90,7 @@ func (s *agentServer) Report(ctx context.Context, req *allotpb.ReportRequest) (*
 		return nil, c.notLeader(ctx)
 	}
 	now := c.now()
-	leases := c.alloc.report(req.GetNode(), now.UnixNano(), time.Duration(req.GetIntervalNano()), req.GetDemand(), req.GetUrgent(), req.GetLeaving())
+	leases := c.alloc.report(req, now.UnixNano())
 	c.metrics.leasesGranted.Add(float64(len(leases)))
 	var resp *allotpb.ReportResponse
 	c.fsm.read(func(st *state) {

@@ -1,0 +1,198 @@
+package coordinator
+
+import (
+	"slices"
+	"time"
+
+	"github.com/allot-io/allot/lease"
+	"github.com/allot-io/allot/lease/rules"
+	allotpb "github.com/allot-io/allot/proto"
+)
+
+// claim is one node's part in a class.
+type claim struct {
+	node      int32
+	est       float64 // smoothed demand
+	held      float64
+	committed float64
+	lastSeen  int64
+	grant     float64
+	// Window pools: next is the node's share of the windows after the
+	// current one, and nextHeld what it will switch to at the next
+	// boundary (as it reported, or as last sent if that was less).
+	next, nextHeld float64
+	seq            uint64 // allocation that produced grant; 0 = none yet
+	// base is what the node held when it first reported to this leader:
+	// a lease from the previous leader, or nothing. Learning mode divides
+	// no more than the bases add up to.
+	base     float64
+	reported bool
+	// inc is the incarnation of the node's process that last reported,
+	// and prior, in a window pool, what the node's earlier incarnations
+	// spent in the current window: a process restarted mid-window counts
+	// from zero, so what the node holds and has spent is prior plus what
+	// it reports, and its lease is its grant less prior. Forgetting what
+	// the process it replaced had spent granted the window that much
+	// twice (a rolling deploy reached 108% of a quota on real processes).
+	inc   uint64
+	prior float64
+	// left is when the node left (ns), 0 while it serves. A leaving node
+	// spends nothing more, but what it held stays counted, granted to
+	// nobody, for leaveHold report intervals: in a deploy its replacement
+	// starts on its unleased share meanwhile, and handing the share to
+	// the others at once put both on top of each other (a rolling deploy
+	// peaked at 138% of a quota on real processes).
+	left int64
+}
+
+// observe folds one demand report into a claim.
+func (a *allocator) observe(p *pool, cl *claim, d *allotpb.KeyDemand, inc uint64, now int64, interval time.Duration, urgent, leaving, learning bool) {
+	cl.lastSeen = now
+	window := p.rule.Algorithm.Windowed()
+	w := d.GetWindowUnixNano()
+	if window && w > p.window {
+		// At a window boundary every node switches to the share it was
+		// told for the next windows (next_limit), and keeps applying it
+		// until told otherwise: what each holds still counts in the new
+		// window, for the hand-over guard, and only what they spent in the
+		// old one is forgotten. Zeroing the others' leases at the first
+		// report of a window let the guard grant one node more while the
+		// others went on spending theirs (issue 11: 104–128% of a quota).
+		p.window = w
+		for _, c := range p.classes {
+			for i := range c.claims {
+				c.claims[i].committed, c.claims[i].prior = 0, 0
+				c.claims[i].held = c.claims[i].nextHeld
+			}
+		}
+	}
+	// current: the report is about the pool's window.
+	current := window && w == p.window
+	if current && cl.reported && inc != cl.inc {
+		// A new process under the node's name, in the window its
+		// predecessor spent in: it counts from zero.
+		cl.prior = cl.committed
+	}
+	cl.inc = inc
+	if leaving {
+		// A leaver's demand is no more, but its final count stays
+		// counted: its replacement, if it comes in this window, starts
+		// after it.
+		cl.left = now
+		if current {
+			cl.committed = max(cl.committed, cl.prior+d.GetCommitted())
+		}
+		return
+	}
+	cl.left = 0 // back, or its replacement under the same name
+	if iv := d.GetIntervalNano(); iv > 0 && time.Duration(iv) < interval {
+		interval = time.Duration(iv)
+	}
+	obs := lease.Observation{Admitted: d.GetAdmitted(), Denied: d.GetDenied(), Interval: interval}
+	if urgent {
+		// An early report covers part of an interval: it may raise the
+		// estimate (the node is running low) but not lower it; the next
+		// regular report does that.
+		cl.est = max(cl.est, a.est.Next(0, obs, p.rule.Period))
+	} else {
+		cl.est = a.est.Next(cl.est, obs, p.rule.Period)
+	}
+	cl.held = d.GetHeld()
+	if current {
+		cl.held += cl.prior
+	}
+	cl.nextHeld = d.GetNextHeld()
+	if cl.nextHeld == 0 {
+		cl.nextHeld = cl.held // an agent applying its lease to every window
+	}
+	if !cl.reported {
+		cl.base, cl.reported = cl.held, true
+		if learning && !window {
+			// A new leader's first look at a node is one interval's count,
+			// noisy, and dividing by it would move shares back and forth
+			// (each decrease applied at once, each increase a report
+			// later). The lease the node holds is its predecessor's
+			// estimate of its demand: start from the larger of the two.
+			cl.est = max(cl.est, cl.held)
+		}
+	}
+	switch {
+	case current:
+		cl.committed = cl.prior + d.GetCommitted()
+	case window:
+		// A node whose clock lags reports its count for a window that is
+		// over here, which says nothing of what it spent in this one; at
+		// its own boundary it switches to its next count, which may be
+		// more.
+		cl.held = max(cl.held, cl.nextHeld)
+	}
+}
+
+// class returns the pool's class for a tenant and priority, creating it.
+func (p *pool) class(k classKey, r *rules.Rule, plan string) *class {
+	if !r.Fair() {
+		if len(p.classes) == 0 {
+			p.classes = []*class{{key: classKey{tenant: k.tenant}, weight: 1}}
+		}
+		return p.classes[0]
+	}
+	if i, ok := p.byClass[k]; ok {
+		return p.classes[i]
+	}
+	c := &class{key: k, weight: r.WeightFor(k.tenant, plan)}
+	p.byClass[k] = len(p.classes)
+	p.classes = append(p.classes, c)
+	return c
+}
+
+// find returns a class's claim of a node, or nil, creating neither.
+func (p *pool) find(k classKey, r *rules.Rule, node int32) (*class, *claim) {
+	var c *class
+	if !r.Fair() && len(p.classes) > 0 {
+		c = p.classes[0]
+	} else if i, ok := p.byClass[k]; ok && r.Fair() {
+		c = p.classes[i]
+	}
+	if c == nil {
+		return nil, nil
+	}
+	i, found := slices.BinarySearchFunc(c.claims, node, func(cl claim, n int32) int { return int(cl.node - n) })
+	if !found {
+		return c, nil
+	}
+	return c, &c.claims[i]
+}
+
+// claim returns the class's claim of a node, creating it.
+func (c *class) claim(node int32) *claim {
+	i, found := slices.BinarySearchFunc(c.claims, node, func(cl claim, n int32) int { return int(cl.node - n) })
+	if !found {
+		c.claims = slices.Insert(c.claims, i, claim{node: node})
+	}
+	return &c.claims[i]
+}
+
+// nodesHeard is how many nodes have a claim in the pool: in any class of
+// a fair rule (a node that reported one tenant of a global rule is no
+// longer spending its unleased share of the rule's total unseen).
+func (p *pool) nodesHeard() int {
+	if len(p.classes) == 1 {
+		return len(p.classes[0].claims)
+	}
+	seen := map[int32]struct{}{}
+	for _, c := range p.classes {
+		for i := range c.claims {
+			seen[c.claims[i].node] = struct{}{}
+		}
+	}
+	return len(seen)
+}
+
+func (p *pool) empty() bool {
+	for _, c := range p.classes {
+		if len(c.claims) > 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -45,6 +45,11 @@ type Agent struct {
 	metrics   *metrics
 	// invalid counts checks refused for a cost above MaxCost.
 	invalid atomic.Int64
+	// joining is set while a coordinated agent's process is new to the
+	// fleet, its first few reports not yet answered; born is when it
+	// started (local clock). See joinReports.
+	joining atomic.Bool
+	born    int64
 }
 
 // compiled is a rule set ready to enforce, with its usage counters.
@@ -97,6 +102,8 @@ func New(config Config) (*Agent, error) {
 		if a.rep, err = newReporter(a); err != nil {
 			return nil, err
 		}
+		a.born = a.clock.local()
+		a.joining.Store(true)
 	}
 	if cfg.ManualReports {
 		return a, nil // the caller drives everything

@@ -172,9 +172,10 @@ func (rs *ruleState) promote(a *Agent, now time.Time) {
 		}
 		req := Request{Tenant: pk.tenant, Plan: pk.plan}
 		st := rs.store(&req)
+		var used int64
 		hk, err := newHotKey(rs, st, pk, a.clock.local(), func(lim *algo.Limiter) {
 			d := st.keyed.AllowHashAt(h, now, 0)
-			if used := d.Limit - d.Remaining; used > 0 {
+			if used = d.Limit - d.Remaining; used > 0 {
 				lim.AllowAt(now, used)
 			}
 		})
@@ -182,10 +183,23 @@ func (rs *ruleState) promote(a *Agent, now time.Time) {
 			a.log.Warn("cannot make a key hot", "rule", rs.rule.Name, "error", err)
 			continue
 		}
-		if pk.seeded {
+		switch {
+		case pk.seeded:
 			hk.admitted.Store(pk.admitted)
 			hk.denied.Store(pk.denied)
 			hk.since = pk.since
+		case a.joining.Load():
+			// Asked for at its first check on a new process: the report
+			// that promotes it carries it, with what its unleased share
+			// counted so far (since the process started, or since its
+			// window did) as the rate the coordinators start from.
+			hk.admitted.Store(max(used, 0))
+			hk.since = a.born
+			if rs.rule.Algorithm.Windowed() {
+				hk.since = max(hk.since, now.Truncate(rs.rule.Period).UnixNano()-a.rep.offset())
+			}
+			hk.askedAt.Store(a.clock.local())
+			hk.urgent.Store(true)
 		}
 		next[h] = hk
 		if rs.byKey == nil {
@@ -202,7 +216,7 @@ func newHotKey(rs *ruleState, st *limitStore, pk pendingKey, since int64, seed f
 	st.mu.Lock()
 	share := st.share
 	st.mu.Unlock()
-	cfg, _ := nodeConfig(&rs.rule, share, rs.rule.BurstFor(float64(st.limit))*share/float64(st.limit))
+	cfg, _ := nodeConfig(&rs.rule, share, rs.rule.BurstFor(float64(st.limit))*share/float64(st.limit), true)
 	lim, err := algo.New(cfg)
 	if err != nil {
 		return nil, err
@@ -262,7 +276,7 @@ func (hk *hotKey) applyLease(rs *ruleState, l lease.Lease, restored bool, now ti
 		at := l.Window.Add(rs.rule.Period)
 		if !now.Before(at) {
 			limit = next // the lease's window is over: its next count holds now
-		} else if cfg, ok := nodeConfig(&rs.rule, next, l.Burst*next/limit); ok && next != limit {
+		} else if cfg, ok := nodeConfig(&rs.rule, next, l.Burst*next/limit, true); ok && next != limit {
 			hk.next.Store(&windowSwitch{at: at.UnixNano(), cfg: cfg})
 		}
 	}
@@ -294,7 +308,7 @@ func (hk *hotKey) leaseLimit() float64 {
 
 // resize changes the key's limiter to a share, keeping its state.
 func (hk *hotKey) resize(rs *ruleState, share, burst float64, now time.Time) {
-	if cfg, ok := nodeConfig(&rs.rule, share, burst); ok {
+	if cfg, ok := nodeConfig(&rs.rule, share, burst, true); ok {
 		_ = hk.lim.Reconfigure(cfg, now)
 	}
 }

@@ -54,6 +54,9 @@ type reporter struct {
 	lastAnswer    atomic.Int64
 	pendingCount  atomic.Int64
 	exited        chan struct{}
+	// regularAnswers counts answered regular reports while the process
+	// joins the fleet (see joinReports).
+	regularAnswers int
 }
 
 func newReporter(a *Agent) (*reporter, error) {
@@ -304,7 +307,23 @@ func (r *reporter) deliver(x *Exchange, resp *allotpb.ReportResponse, err error)
 		return
 	}
 	r.answered(resp, x.held, x.sent, received)
+	if !x.urgent && a.joining.Load() {
+		if r.regularAnswers++; r.regularAnswers >= joinReports {
+			a.joining.Store(false)
+		}
+	}
 }
+
+// joinReports is how many regular reports a new process has answered
+// before it stops joining. While it joins, a key of a coordinated rule
+// asks for a lease at its first check, and the report that makes it hot
+// carries it at once: a process that replaces another under the same node
+// name (a deploy, a crash) cannot know what its predecessor spent in the
+// current window, and every unit it admits on an unleased share is on top
+// of it; the coordinators know, and the lease they answer with within a
+// round trip accounts for it. The first answer brings the rules, the
+// second the fleet's leases; one more covers a report lost on the way.
+const joinReports = 3
 
 // request builds a report: the pending usage batch and the demand of every
 // hot key and class (an urgent one: only those running low).
@@ -351,9 +370,6 @@ func (r *reporter) request(c *compiled, now int64, urgent, leaving bool) (*allot
 			peek := hk.lim.AllowAt(nowT, 0)
 			d.Committed = float64(peek.Limit - peek.Remaining)
 			d.WindowUnixNano = nowT.Truncate(rs.rule.Period).UnixNano()
-			if leaving {
-				d.Committed = 0
-			}
 		}
 		req.Demand = append(req.Demand, d)
 		held = append(held, hk)

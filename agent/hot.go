@@ -200,6 +200,20 @@ func (rs *ruleState) promote(a *Agent, now time.Time) {
 			}
 			hk.askedAt.Store(a.clock.local())
 			hk.urgent.Store(true)
+			if !rs.rule.Algorithm.Windowed() {
+				// Its predecessor's bucket is unknown: the process is
+				// credited what its share earned since it started, not a
+				// full burst, which went on top of the one the process it
+				// replaced had spent (123% of a token-bucket quota in the
+				// second of a restart, TestRestartStaysWithinQuota).
+				st.mu.Lock()
+				share := st.share
+				st.mu.Unlock()
+				earned := int64(share * float64(a.clock.local()-a.born) / float64(rs.rule.Period))
+				if d := hk.lim.AllowAt(now, 0); d.Remaining > earned {
+					hk.lim.AllowAt(now, d.Remaining-earned)
+				}
+			}
 		}
 		next[h] = hk
 		if rs.byKey == nil {

@@ -2,13 +2,15 @@ package main
 
 import (
 	"context"
-	"github.com/allot-io/allot/cmd/internal/fleet"
 	"io"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/sim"
 )
 
 // shortConfig is the short version `make test` runs: the steady fixed
@@ -85,5 +87,38 @@ func TestMeasure(t *testing.T) {
 	}
 	if want := (600.0 + 630 + 590 + 600) / 2400; f.avg != want || f.under != 0.25 {
 		t.Errorf("avg %v under %v, want %v and 0.25", f.avg, f.under, want)
+	}
+}
+
+// TestSimYAML: every scenario with a simulator counterpart writes one the
+// simulator accepts, with the same fleet and rule, the rolling deploy's
+// restarts and the new tenants' arrivals.
+func TestSimYAML(t *testing.T) {
+	for _, n := range []int{3, 10} {
+		for _, s := range scenarios(defaultConfig().settings, n) {
+			if s.sim == nil {
+				continue
+			}
+			sc, err := sim.Parse(s.name, []byte(simYAML(s, n, time.Second)))
+			if err != nil {
+				t.Errorf("%s, %d sidecars: %v", s.name, n, err)
+				continue
+			}
+			if sc.Nodes != n || sc.Rule.Limit != s.rule.Limit {
+				t.Errorf("%s: simulator runs %d nodes and a limit of %d; want %d and %d", s.name, sc.Nodes, sc.Rule.Limit, n, s.rule.Limit)
+			}
+			restarts := 0
+			for _, e := range sc.Events {
+				if e.Restart != nil {
+					restarts++
+				}
+			}
+			if s.name == "rolling-deploy" && restarts != n {
+				t.Errorf("rolling-deploy: %d restarts in the simulator; want every one of %d nodes", restarts, n)
+			}
+			if s.name == "new-tenants" && sc.Tenants.Arrival != 4*time.Second {
+				t.Errorf("new-tenants: arrival %v in the simulator; want 4s", sc.Tenants.Arrival)
+			}
+		}
 	}
 }

@@ -2,11 +2,18 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,6 +81,11 @@ type generator struct {
 	http     *http.Client
 	workers  int
 	counts   *counts
+	// random spreads checks uniformly at random over the sidecars that
+	// are up (a least-request or random load balancer), instead of in
+	// turn; rnd is its source, used by run's goroutine only.
+	random bool
+	rnd    *rand.Rand
 }
 
 func newGenerator(sidecars []*fleet.Sidecar, workers int) *generator {
@@ -153,8 +165,12 @@ func (g *generator) run(ctx context.Context, begin time.Time, streams []*stream,
 	}
 }
 
-// pick is the next sidecar that is up after *pos, or -1.
+// pick is the next sidecar that is up after *pos (or, spreading at
+// random, one at random), or -1.
 func (g *generator) pick(pos *int) int {
+	if g.random {
+		*pos = g.rnd.IntN(len(g.sidecars))
+	}
 	for range len(g.sidecars) {
 		n := *pos % len(g.sidecars)
 		*pos++
@@ -235,4 +251,37 @@ func (c *counts) totals() (off, adm, den, fail int64) {
 func (c *counts) String() string {
 	off, adm, den, fail := c.totals()
 	return fmt.Sprintf("sent %d (not sent: %d, workers busy), admitted %d, denied %d, failed %d", off, c.dropped.Load(), adm, den, fail)
+}
+
+// appendBins adds one scenario's bins to a CSV file, writing its header
+// when the file is new: what -bins keeps for a look at each second.
+func appendBins(path string, nodes int, scenario string, c *counts) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("-bins: %w", err)
+	}
+	defer f.Close()
+	w := csv.NewWriter(f)
+	if st, err := f.Stat(); err == nil && st.Size() == 0 {
+		_ = w.Write([]string{"sidecars", "scenario", "key", "bin", "offered", "admitted", "denied", "failed"})
+	}
+	c.mu.Lock()
+	keys := make([]binKey, 0, len(c.bins))
+	for k := range c.bins {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b binKey) int {
+		return cmp.Or(strings.Compare(a.key, b.key), cmp.Compare(a.idx, b.idx))
+	})
+	for _, k := range keys {
+		b := c.bins[k]
+		_ = w.Write([]string{strconv.Itoa(nodes), scenario, k.key, strconv.FormatInt(k.idx, 10),
+			strconv.FormatInt(b.offered, 10), strconv.FormatInt(b.admitted, 10), strconv.FormatInt(b.denied, 10), strconv.FormatInt(b.failed, 10)})
+	}
+	c.mu.Unlock()
+	w.Flush()
+	if err := w.Error(); err != nil {
+		return fmt.Errorf("-bins: writing %s: %w", path, err)
+	}
+	return f.Close()
 }

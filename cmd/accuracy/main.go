@@ -15,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -30,6 +31,8 @@ import (
 // config is one run's settings: the flags.
 type config struct {
 	allot, workDir string
+	binsPath       string
+	spread         string
 	keep, strict   bool
 	fleets         []int
 	only           *regexp.Regexp
@@ -53,6 +56,8 @@ func parseFlags(args []string, stderr io.Writer, base config) (config, error) {
 	fs.StringVar(&cfg.allot, "allot", "", "use this allot binary instead of building ./cmd/allot")
 	fs.StringVar(&cfg.workDir, "workdir", "", "directory for data and logs (default: a new temporary directory)")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep data and logs")
+	fs.StringVar(&cfg.binsPath, "bins", "", "also write every key's bins (offered, admitted, denied, failed) to this CSV file")
+	fs.StringVar(&cfg.spread, "spread", "round-robin", "how checks are spread over the sidecars: round-robin, or random (each check to a sidecar drawn at random)")
 	fs.BoolVar(&cfg.strict, "strict", false, "exit 1 when a target is missed (default: report only)")
 	fs.StringVar(&fleets, "sidecars", fleets, "fleet sizes to run, comma-separated")
 	fs.StringVar(&only, "scenarios", only, "run only the scenarios whose name matches this regular expression")
@@ -80,6 +85,9 @@ func parseFlags(args []string, stderr io.Writer, base config) (config, error) {
 			return cfg, fmt.Errorf("-sidecars: %q is not a fleet size from 1 to 50", f)
 		}
 		cfg.fleets = append(cfg.fleets, n)
+	}
+	if cfg.spread != "round-robin" && cfg.spread != "random" {
+		return cfg, fmt.Errorf("-spread: %q is neither round-robin nor random", cfg.spread)
 	}
 	if cfg.workers < 1 || cfg.steady <= cfg.warmup {
 		return cfg, errors.New("-workers must be positive and -steady longer than -warmup")
@@ -206,13 +214,20 @@ func runFleet(ctx context.Context, cfg config, bin, dir string, n int, logf func
 	if err := cl.Start(ctx); err != nil {
 		return nil, fmt.Errorf("starting the cluster: %w", err)
 	}
-	r := &runner{cl: cl, gen: newGenerator(cl.Sidecars, cfg.workers), log: logf}
+	gen := newGenerator(cl.Sidecars, cfg.workers)
+	gen.random, gen.rnd = cfg.spread == "random", rand.New(rand.NewPCG(uint64(n), 1))
+	r := &runner{cl: cl, gen: gen, log: logf}
 	var rows []row
 	for _, s := range todo {
 		logf("%d sidecars: %s (%s %s %d per %s, %.0f checks/s offered)", n, s.name, s.rule.Scope, s.rule.Algorithm, s.rule.Limit, s.rule.Period, s.offeredRate())
 		real, err := r.run(ctx, s)
 		if err != nil {
 			return rows, err
+		}
+		if cfg.binsPath != "" {
+			if err := appendBins(cfg.binsPath, n, s.name, r.gen.counts); err != nil {
+				return rows, err
+			}
 		}
 		rw := row{nodes: n, s: s, real: real, simNote: "no comparable built-in"}
 		if s.sim != nil {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/allot-io/allot/cmd/internal/spawn"
@@ -99,7 +100,16 @@ func measureReal(c *counts, s *scenario, streams []*stream, begin time.Time, end
 // simYAML is an `allot sim` scenario with the real scenario's fleet,
 // offered rate, rule, duration and warm-up.
 func simYAML(s *scenario, nodes int, interval time.Duration) string {
-	tenants := len(s.streams)
+	tenants, rate := len(s.streams), s.offeredRate()
+	duration, warmup, arrival := s.duration, s.warmup, ""
+	if ev := s.sim; ev.arrival > 0 {
+		// Every tenant at its stream's rate, arriving in turn after a
+		// tenant of the warm-up's own.
+		tenants++
+		rate = float64(tenants) * s.streams[0].Rate
+		duration, warmup = ev.lead+s.duration, ev.lead
+		arrival = fmt.Sprintf(", arrival: %s", ev.arrival)
+	}
 	yaml := fmt.Sprintf(`name: %s
 description: cmd/accuracy's %s scenario with %d sidecars, for the real processes' figures.
 nodes: %d
@@ -109,11 +119,18 @@ interval: %s
 rate: %g
 seed: 1
 rule: {algorithm: %s, limit: %d, period: %s, burst: %d, scope: %s, intent: %s}
-tenants: {count: %d}
-`, s.name, s.name, nodes, nodes, s.duration, s.warmup, interval, s.offeredRate(),
-		s.rule.Algorithm, s.rule.Limit, s.rule.Period, s.rule.Burst, s.rule.Scope, s.rule.Intent, tenants)
+tenants: {count: %d%s}
+`, s.name, s.name, nodes, nodes, duration, warmup, interval, rate,
+		s.rule.Algorithm, s.rule.Limit, s.rule.Period, s.rule.Burst, s.rule.Scope, s.rule.Intent, tenants, arrival)
+	var events []string
 	if s.sim.failoverAt > 0 {
-		yaml += fmt.Sprintf("events:\n  - {at: %s, failover: true}\n", s.sim.failoverAt)
+		events = append(events, fmt.Sprintf("  - {at: %s, failover: true}\n", s.sim.failoverAt))
+	}
+	for i, at := range s.sim.restarts {
+		events = append(events, fmt.Sprintf("  - {at: %s, restart: {node: %d}}\n", at, i))
+	}
+	if len(events) > 0 {
+		yaml += "events:\n" + strings.Join(events, "")
 	}
 	return yaml
 }
@@ -154,7 +171,11 @@ func runSim(ctx context.Context, bin, dir string, s *scenario, nodes int, interv
 	}
 	var t tally
 	period := binOf(s.rule).Seconds()
-	warm := int(math.Ceil(s.warmup.Seconds() / period))
+	warmup := s.warmup
+	if s.sim.arrival > 0 {
+		warmup = s.sim.lead // each later tenant counts from its arrival, as the real ones do
+	}
+	warm := int(math.Ceil(warmup.Seconds() / period))
 	for _, row := range rows[1:] {
 		pos := int(math.Round(num(row, "window_start_s") / period))
 		limit, adm := num(row, "limit"), num(row, "admitted")

@@ -32,6 +32,12 @@ type scenario struct {
 // simEvents is what the simulator is told besides the rule and the rate.
 type simEvents struct {
 	failoverAt time.Duration // 0: none
+	// restarts: node i's process is replaced at restarts[i].
+	restarts []time.Duration
+	// arrival: tenant i starts at lead + i × arrival, after lead, a
+	// warm-up with one tenant of its own that the simulator's fleet (cold
+	// at its start, unlike the real one) spends learning its size.
+	arrival, lead time.Duration
 }
 
 // quota is the rule every scenario's limit derives from: 600 per second.
@@ -87,7 +93,8 @@ func scenarios(st settings, n int) []*scenario {
 	// New tenants: one every 4 s, each at twice its quota for 7 s from its
 	// first check (at most two at once).
 	nt := one("new-tenants", fleet.Rule{Algorithm: "fixed_window", Limit: quotaLimit, Period: time.Second}, 0)
-	nt.streams, nt.sim, nt.newTenants = nil, nil, true
+	nt.streams, nt.newTenants = nil, true
+	nt.sim = &simEvents{arrival: 4 * time.Second, lead: 4 * time.Second}
 	for i := range 6 {
 		start := time.Duration(4*i) * time.Second
 		name := fmt.Sprintf("new-tenants-%d", i)
@@ -104,11 +111,26 @@ func scenarios(st settings, n int) []*scenario {
 	kill.event = func(ctx context.Context, r *runner) error { return r.cl.KillLeader(ctx, st.killDown) }
 	out = append(out, kill)
 
-	dep := one("rolling-deploy", fleet.Rule{Algorithm: "fixed_window", Limit: quotaLimit, Period: time.Second}, 0)
-	dep.eventAt, dep.tail, dep.sim = 5*time.Second, 6*time.Second, nil
-	dep.duration = dep.eventAt + time.Duration(n)*3*time.Second + dep.tail
-	dep.event = func(ctx context.Context, r *runner) error { return r.rollingDeploy(ctx) }
-	out = append(out, dep)
+	// A rolling deploy under a fixed-window quota, and under a token
+	// bucket's (whose replacement process cannot know its predecessor's
+	// bucket).
+	for _, alg := range []string{"fixed_window", "token_bucket"} {
+		name := "rolling-deploy"
+		if alg != "fixed_window" {
+			name += "-" + alg
+		}
+		dep := one(name, fleet.Rule{Algorithm: alg, Limit: quotaLimit, Period: time.Second}, 0)
+		dep.eventAt, dep.tail = 5*time.Second, 6*time.Second
+		dep.duration = dep.eventAt + time.Duration(n)*3*time.Second + dep.tail
+		// The real deploy takes about 1.4 s a sidecar: 200 ms out of the
+		// load balancer's rotation, its restart, a second back in before
+		// the next.
+		for i := range n {
+			dep.sim.restarts = append(dep.sim.restarts, dep.eventAt+time.Duration(i)*1400*time.Millisecond)
+		}
+		dep.event = func(ctx context.Context, r *runner) error { return r.rollingDeploy(ctx) }
+		out = append(out, dep)
+	}
 	return out
 }
 

@@ -45,8 +45,21 @@ type claim struct {
 	left int64
 }
 
+// sighting is what observe needs of the report a demand came in.
+type sighting struct {
+	inc                       uint64 // the reporting process's incarnation
+	now                       int64
+	interval                  time.Duration
+	urgent, leaving, learning bool
+	// spentOnly folds in what the node spent and holds, not its demand:
+	// an early report of a contended pool, whose node is simply at its
+	// share.
+	spentOnly bool
+}
+
 // observe folds one demand report into a claim.
-func (a *allocator) observe(p *pool, cl *claim, d *allotpb.KeyDemand, inc uint64, now int64, interval time.Duration, urgent, leaving, learning bool) {
+func (a *allocator) observe(p *pool, cl *claim, d *allotpb.KeyDemand, r sighting) {
+	inc, now, interval, urgent, leaving, learning := r.inc, r.now, r.interval, r.urgent, r.leaving, r.learning
 	cl.lastSeen = now
 	window := p.rule.Algorithm.Windowed()
 	w := d.GetWindowUnixNano()
@@ -89,12 +102,14 @@ func (a *allocator) observe(p *pool, cl *claim, d *allotpb.KeyDemand, inc uint64
 		interval = time.Duration(iv)
 	}
 	obs := lease.Observation{Admitted: d.GetAdmitted(), Denied: d.GetDenied(), Interval: interval}
-	if urgent {
+	switch {
+	case r.spentOnly:
+	case urgent:
 		// An early report covers part of an interval: it may raise the
 		// estimate (the node is running low) but not lower it; the next
 		// regular report does that.
 		cl.est = max(cl.est, a.est.Next(0, obs, p.rule.Period))
-	} else {
+	default:
 		cl.est = a.est.Next(cl.est, obs, p.rule.Period)
 	}
 	cl.held = d.GetHeld()

@@ -203,6 +203,19 @@ func (p *pool) nodesHeard() int {
 	return len(seen)
 }
 
+// leasedBefore reports whether a node reported holding a lease when it
+// first reported to the pool: one the pool did not grant.
+func (p *pool) leasedBefore() bool {
+	for _, c := range p.classes {
+		for i := range c.claims {
+			if c.claims[i].base > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (p *pool) empty() bool {
 	for _, c := range p.classes {
 		if len(c.claims) > 0 {

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -266,5 +267,53 @@ func TestEarlyReportKeepsSpentCurrent(t *testing.T) {
 	}
 	if out := max(a.held, 160) + b.held + c.held; out > 630+1e-6 {
 		t.Errorf("a may spend %.1f (160 spent), b %.1f, c %.1f: %.1f in all, over the quota's 5%% tolerance", max(a.held, 160), b.held, c.held, out)
+	}
+}
+
+// TestPoolMadeAgainLearnsFromHeld: a key whose claims all expired while
+// its nodes kept serving their leases (the coordinators were out of their
+// reach for a lease period) is not a new key when they report again:
+// they hold leases, not unleased shares. Its pool learns from what they
+// report holding. Treating it as new reserved the unleased shares of the
+// whole fleet and held a tenant on 2 of 10 gateways to a tenth of its
+// quota for the second after the outage (16% of the fleet's quotas in the
+// simulator's outage scenario).
+func TestPoolMadeAgainLearnsFromHeld(t *testing.T) {
+	now := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	e := quotaEngine(t, algo.TokenBucket, 1000, now)
+	var fleet []*engineNode
+	for i := range 10 {
+		fleet = append(fleet, &engineNode{name: fmt.Sprintf("gw-%d", i)})
+	}
+	a, b := fleet[0], fleet[1]
+	for range 8 { // the tenant's traffic is on a and b only
+		now = now.Add(time.Second)
+		for _, n := range fleet[2:] {
+			n.send(t, e, now, nil, false)
+		}
+		a.report(t, e, now, 1500)
+		b.report(t, e, now, 1500)
+		e.Round(now)
+	}
+	if a.held < 450 || b.held < 450 {
+		t.Fatalf("a and b hold %.0f and %.0f; want about half of 1000 each", a.held, b.held)
+	}
+	// The tenant's reports stop reaching the coordinators for a lease
+	// period and more; the other nodes keep reporting.
+	for range 8 {
+		now = now.Add(time.Second)
+		for _, n := range fleet[2:] {
+			n.send(t, e, now, nil, false)
+		}
+		e.Round(now)
+	}
+	now = now.Add(time.Second)
+	a.report(t, e, now, 1500)
+	if a.held < 450 {
+		t.Errorf("back after the outage, a was cut from its lease to %.0f; b has not reported yet and holds its own", a.held)
+	}
+	b.report(t, e, now.Add(50*time.Millisecond), 1500)
+	if sum := a.held + b.held; sum > 1050+1e-6 {
+		t.Errorf("a and b hold %.0f of 1000 after the outage; at most the 5%% tolerance over", sum)
 	}
 }

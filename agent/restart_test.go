@@ -196,3 +196,35 @@ func TestGlobalCapacityColdStart(t *testing.T) {
 		}
 	}
 }
+
+// TestJoiningHotKeysBounded: a process joining the fleet asks for leases
+// at a key's first check, but not for more keys than half of MaxHotKeys:
+// a gateway restarted into a flood of new keys does not fill its hot set
+// with keys it saw once.
+func TestJoiningHotKeysBounded(t *testing.T) {
+	clk := newManualClock()
+	r := rule("quota", rules.Tenant, algo.FixedWindow, 600, time.Second, lease.Quota)
+	eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(Config{NodeID: "gw-1", Region: "eu", Rules: []rules.Rule{r}, Clock: clk, ReportInterval: time.Second,
+		Transport: engineTransport{eng, clk}, ManualReports: true, MaxHotKeys: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(context.Background()) })
+	for i := range 200 {
+		a.Check(Request{Tenant: fmt.Sprintf("t%d", i)})
+		if a.WantsEarlyReport() || i%10 == 9 {
+			for x := a.PrepareReport(true); x != nil; x = x.Next() {
+				resp, err := eng.Report(clk.Now(), x.Request)
+				a.Deliver(x, resp, err)
+			}
+		}
+		clk.Advance(time.Millisecond)
+	}
+	if hot := len(*a.rules.Load().rules[0].hot.Load()); hot == 0 || hot > 10+1 {
+		t.Errorf("a joining agent made %d of 200 keys seen once hot; want some, and no more than half of MaxHotKeys (10)", hot)
+	}
+}

@@ -282,8 +282,11 @@ func (rs *ruleState) check(a *Agent, req *Request, rh *reqHashes, now time.Time,
 	r := fromAlgo(&d)
 	// A key that has used half its unleased share, or been refused, may
 	// need more than an even share: ask for a lease in the background. A
-	// process joining the fleet asks at once (see joinReports).
-	if rs.coordinated && (!d.Allowed || 2*d.Remaining < d.Limit || a.joining.Load()) && !rs.pending.seen(h) {
+	// process joining the fleet asks at once (see joinReports), while its
+	// hot keys take up at most half of MaxHotKeys: a gateway restarted
+	// under a flood of keys does not fill its hot set with keys it saw
+	// once.
+	if rs.coordinated && (!d.Allowed || 2*d.Remaining < d.Limit || a.joining.Load() && len(*rs.hot.Load()) < a.cfg.MaxHotKeys/2) && !rs.pending.seen(h) {
 		var buf keyBuf
 		rs.pending.add(h, encodeKey(&buf, rs.attrs, req), req, 0)
 		a.askEarly() // to make it hot soon

@@ -209,9 +209,9 @@ func (rs *ruleState) promote(a *Agent, now time.Time) {
 				st.mu.Lock()
 				share := st.share
 				st.mu.Unlock()
-				earned := int64(share * float64(a.clock.local()-a.born) / float64(rs.rule.Period))
-				if d := hk.lim.AllowAt(now, 0); d.Remaining > earned {
-					hk.lim.AllowAt(now, d.Remaining-earned)
+				earned := int64(share*float64(a.clock.local()-a.born)/float64(rs.rule.Period)) - max(used, 0)
+				if d := hk.lim.AllowAt(now, 0); d.Remaining > max(earned, 0) {
+					hk.lim.AllowAt(now, d.Remaining-max(earned, 0))
 				}
 			}
 		}

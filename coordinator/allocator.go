@@ -276,7 +276,7 @@ func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lea
 		// name) is always taken in: its last grant was its predecessor's.
 		back := cl.left != 0 || (cl.reported && cl.inc != inc)
 		topUp := urgent && (!p.contended || cl.est == 0 || back)
-		moved := false
+		moved, dirty := false, p.dirty
 		seen := sighting{inc: inc, now: now, interval: interval, urgent: urgent, leaving: leaving, learning: learning}
 		if !urgent || topUp {
 			before := cl.est
@@ -311,7 +311,7 @@ func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lea
 		// A dirty pool holds room back (a decrease given up since its last
 		// division, increases the hand-over guard deferred): divided now,
 		// the node hears of its share in this answer, not a round later.
-		if leaving || topUp || moved || cl.seq == 0 || p.dirty {
+		if leaving || topUp || moved || cl.seq == 0 || dirty {
 			due[dueKey{sh, p}] = struct{}{} // a leaving node's share is freed at once
 		}
 		sh.mu.Unlock()
@@ -400,23 +400,36 @@ func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 	// tolerance to the others meanwhile and, with the replacement back,
 	// have the window reach the limit plus the whole tolerance (105.2% in
 	// a rolling deploy of 10 sidecars on real processes).
-	if !learning {
-		reserved := 0.0
-		for _, c := range p.classes {
-			for i := range c.claims {
-				if cl := &c.claims[i]; cl.left > 0 && now-cl.left < leaveHold*interval {
-					reserved += max(cl.held, cl.committed)
-				}
-			}
+	// What a leaver spent in the current window stays spent until the
+	// window ends, however long its replacement takes. The reservation
+	// stands in for the leaver's claim, which the division then counts as
+	// holding nothing (counting it in both left nothing to divide once
+	// leavers had spent the limit, and the others were sent leases of 0,
+	// which return a node to its unleased share).
+	reserve := func(cl *claim) (float64, bool) {
+		switch {
+		case cl.left == 0 || learning:
+			return 0, false
+		case now-cl.left < leaveHold*interval:
+			return max(cl.held, cl.committed), true
 		}
-		pl.Limit = max(pl.Limit-reserved, 0)
+		return cl.committed, true
 	}
+	reserved := 0.0
+	for _, c := range p.classes {
+		for i := range c.claims {
+			r, _ := reserve(&c.claims[i])
+			reserved += r
+		}
+	}
+	pl.Limit = max(pl.Limit-reserved, 0)
 	present := func(cl *claim) bool { return cl.lastSeen > 0 && now-cl.lastSeen < 2*interval && cl.left == 0 }
 	expired := func(cl claim) bool {
 		if cl.left > 0 {
 			// While learning, what a leaver held still counts among the
-			// bases, as for a node not heard from.
-			return now-cl.left >= leaveHold*interval && !pl.LearnFromBases
+			// bases, as for a node not heard from; in a window pool, what
+			// it spent counts until the window ends.
+			return now-cl.left >= leaveHold*interval && !pl.LearnFromBases && !(window && cl.committed > 0)
 		}
 		return now-cl.lastSeen >= ttl && !(cl.lastSeen == 0 && pl.LearnFromBases)
 	}
@@ -427,6 +440,9 @@ func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 		for i := range c.claims {
 			cl := &c.claims[i]
 			lc := lease.Claim{Node: cl.node, Present: present(cl), Demand: cl.est, Held: cl.held, Committed: cl.committed, Base: cl.base}
+			if _, ok := reserve(cl); ok {
+				lc.Held, lc.Committed = 0, 0 // in the reservation
+			}
 			if lc.Present {
 				demand += cl.est + cl.committed
 			}

@@ -81,7 +81,7 @@ func (a *allocator) observe(p *pool, cl *claim, d *allotpb.KeyDemand, r sighting
 	}
 	// current: the report is about the pool's window.
 	current := window && w == p.window
-	if current && cl.reported && inc != cl.inc {
+	if current && cl.inc != 0 && inc != cl.inc {
 		// A new process under the node's name, in the window its
 		// predecessor spent in: it counts from zero.
 		cl.prior = cl.committed

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/lease"
+	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
@@ -315,5 +317,124 @@ func TestPoolMadeAgainLearnsFromHeld(t *testing.T) {
 	b.report(t, e, now.Add(50*time.Millisecond), 1500)
 	if sum := a.held + b.held; sum > 1050+1e-6 {
 		t.Errorf("a and b hold %.0f of 1000 after the outage; at most the 5%% tolerance over", sum)
+	}
+}
+
+// windowReport sends one fixed-window demand for key t: admitted and
+// denied as given, what the node has spent in the window, the lease it
+// holds; and applies the lease that comes back.
+func (n *engineNode) windowReport(t *testing.T, e *Engine, now time.Time, period time.Duration, demand, committed float64, leaving bool) {
+	t.Helper()
+	req := &allotpb.ReportRequest{
+		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: n.name, Incarnation: max(n.inc, 1), Region: "eu",
+		SentUnixNano: now.UnixNano(), IntervalNano: int64(time.Second), Leaving: leaving,
+		Demand: []*allotpb.KeyDemand{{Rule: "quota", Key: "t", Tenant: "t", Admitted: demand, Denied: demand,
+			Held: n.held, HeldEpoch: n.epoch, HeldSeq: n.seq, NextHeld: n.next, Committed: committed,
+			WindowUnixNano: now.Truncate(period).UnixNano()}},
+	}
+	resp, err := e.Report(now, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range resp.GetLeases() {
+		n.held, n.next, n.epoch, n.seq = l.GetLimit(), l.GetNextLimit(), l.GetEpoch(), l.GetSeq()
+	}
+}
+
+// TestLeaverWhoSpentTheLimitLeavesNothing: a node that spent its tenant's
+// whole window and left leaves the others nothing more in that window,
+// and tells them so with the smallest lease, not a lease of 0, which
+// would return them to their unleased shares (the leaver's reservation
+// was counted twice, and b and c were sent 0: up to 200% of the quota).
+func TestLeaverWhoSpentTheLimitLeavesNothing(t *testing.T) {
+	w := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	e := quotaEngine(t, algo.FixedWindow, 600, w)
+	a, b, c := &engineNode{name: "a"}, &engineNode{name: "b"}, &engineNode{name: "c"}
+	for range 5 { // a carries nearly all the traffic
+		w = w.Add(time.Second)
+		for _, n := range []*engineNode{a, b, c} {
+			n.held = n.next
+		}
+		a.windowReport(t, e, w.Add(100*time.Millisecond), time.Second, 2000, 0, false)
+		b.windowReport(t, e, w.Add(100*time.Millisecond), time.Second, 0.001, 0, false)
+		c.windowReport(t, e, w.Add(100*time.Millisecond), time.Second, 0.001, 0, false)
+		e.Round(w.Add(200 * time.Millisecond))
+	}
+	w = w.Add(time.Second)
+	for _, n := range []*engineNode{a, b, c} {
+		n.held = n.next
+	}
+	a.windowReport(t, e, w.Add(100*time.Millisecond), time.Second, 2000, 550, false)
+	a.windowReport(t, e, w.Add(300*time.Millisecond), time.Second, 2000, 600, true)
+	b.seq, c.seq = 0, 0 // so that their leases are sent again
+	b.windowReport(t, e, w.Add(350*time.Millisecond), time.Second, 50, 0, false)
+	c.windowReport(t, e, w.Add(360*time.Millisecond), time.Second, 50, 0, false)
+	for _, n := range []*engineNode{b, c} {
+		if !(n.held > 0) || n.held > 1 {
+			t.Errorf("after a spent the window's 600 and left, %s holds %g; want the smallest lease (not 0, which means its unleased share)", n.name, n.held)
+		}
+	}
+}
+
+// TestReplacementAfterALongRestartStartsAfterItsPredecessor: what a
+// leaver spent in a window counts until the window ends, however long its
+// replacement takes to come back. It was forgotten two report intervals
+// after the leave, when a minute's window had most of its time to run.
+func TestReplacementAfterALongRestartStartsAfterItsPredecessor(t *testing.T) {
+	w := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	r := rules.Rule{Name: "quota", Scope: rules.Tenant, Algorithm: algo.FixedWindow, Limit: 600, Period: time.Minute, Intent: lease.Quota}
+	e, err := NewEngine(EngineConfig{Region: "eu", Rules: []rules.Rule{r}}, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes := []*engineNode{{name: "a"}, {name: "b"}, {name: "c"}}
+	for _, n := range nodes {
+		n.windowReport(t, e, w, time.Minute, 0, 0, false)
+	}
+	now := w.Add(time.Second)
+	for range 5 {
+		now = now.Add(time.Second)
+		for _, n := range nodes {
+			n.windowReport(t, e, now, time.Minute, 20, 0, false)
+		}
+		e.Round(now)
+	}
+	a := nodes[0]
+	now = now.Add(time.Second)
+	a.windowReport(t, e, now, time.Minute, 20, 180, true) // spent 180, leaves
+	for range 5 {                                         // a restart of 5 s
+		now = now.Add(time.Second)
+		for _, n := range nodes[1:] {
+			n.windowReport(t, e, now, time.Minute, 20, 0, false)
+		}
+		e.Round(now)
+	}
+	a2 := &engineNode{name: "a", inc: 2}
+	a2.windowReport(t, e, now.Add(100*time.Millisecond), time.Minute, 20, 0, false)
+	if out := 180 + a2.held + nodes[1].held + nodes[2].held; out > 630+1e-6 {
+		t.Errorf("a's predecessor spent 180 and a's new process may spend %.1f more, b %.1f, c %.1f: %.1f of 600 in the window", a2.held, nodes[1].held, nodes[2].held, out)
+	}
+}
+
+// TestLeavingFirstReportKeepsItsCount: when the first report a pool hears
+// from a node is the node's leaving one (the pool had just been made
+// again), the count it carries still counts for the node's replacement.
+func TestLeavingFirstReportKeepsItsCount(t *testing.T) {
+	w := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	e := quotaEngine(t, algo.FixedWindow, 600, w)
+	nodes := []*engineNode{{name: "a"}, {name: "b"}, {name: "c"}}
+	for _, n := range nodes {
+		n.send(t, e, w, nil, false) // the fleet: three nodes
+	}
+	w = w.Add(3 * time.Second)
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	a.windowReport(t, e, w.Add(100*time.Millisecond), time.Second, 400, 200, true) // spent its unleased 200, leaves
+	a2 := &engineNode{name: "a", inc: 2}
+	a2.windowReport(t, e, w.Add(200*time.Millisecond), time.Second, 400, 0, false)
+	b.windowReport(t, e, w.Add(300*time.Millisecond), time.Second, 400, 150, false)
+	c.windowReport(t, e, w.Add(400*time.Millisecond), time.Second, 400, 150, false)
+	a2.windowReport(t, e, w.Add(500*time.Millisecond), time.Second, 400, 0, false)
+	if out := 200 + a2.held + max(b.held, 150) + max(c.held, 150); out > 630+1e-6 {
+		t.Errorf("a's predecessor spent 200, a's new process may spend %.1f more, b %.1f, c %.1f: %.1f of 600", a2.held, b.held, c.held, out)
 	}
 }

@@ -1,8 +1,6 @@
 package coordinator
 
 import (
-	"math"
-
 	"github.com/allot-io/allot/lease"
 	allotpb "github.com/allot-io/allot/proto"
 )
@@ -54,28 +52,30 @@ func (a *allocator) leaseFor(p *pool, c *class, cl *claim, d *allotpb.KeyDemand,
 		Tenant:          c.key.tenant,
 		Priority:        c.key.priority,
 		Limit:           cl.grant,
-		Burst:           burstShare(p, cl.grant),
 		ExpiresUnixNano: now + a.ttl.Load(),
 		Epoch:           epoch,
 		Seq:             cl.seq,
 	}
 	if p.rule.Algorithm.Windowed() {
 		l.WindowUnixNano, l.NextLimit = p.window, cl.next
-		if cl.prior > 0 {
-			// The node's process counts from zero: what its predecessor
-			// spent is not its to spend again. Nothing left is the
-			// smallest lease there is, not none: a node without a lease
-			// goes back to its unleased share.
-			l.Limit = math.Max(cl.grant-cl.prior, minWindowLease)
-			l.Burst = burstShare(p, l.Limit)
-		}
+		// The node's process counts from zero: what its predecessor spent
+		// is not its to spend again.
+		l.Limit = cl.grant - cl.prior
 	}
+	if l.Limit < minLease && (cl.held > 0 || cl.committed > 0) {
+		// Nothing more for a node that holds a lease or has spent is the
+		// smallest lease there is, not none: a lease of 0 returns a node
+		// to its unleased share.
+		l.Limit = minLease
+	}
+	l.Burst = burstShare(p, l.Limit)
 	return l
 }
 
-// minWindowLease stands for "nothing more this window" in a window lease.
-// Counts are whole, so a node holding it admits at most one unit more.
-const minWindowLease = 1e-6
+// minLease stands for "nothing more" in a lease. A window's counts are
+// whole, so a node holding it admits at most one unit more in the window;
+// a rate's share this small admits about one unit in a hundred years.
+const minLease = 1e-6
 
 // burstShare is a grant's part of the pool's burst: the rule's burst,
 // scaled like the pool's limit (by plan and region), in proportion to the

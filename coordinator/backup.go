@@ -133,10 +133,7 @@ func (s *clusterServer) Restore(stream grpc.ClientStreamingServer[allotpb.Restor
 	if err := c.fixSettings(); err != nil {
 		return status.Errorf(codes.Unavailable, "restored, but %v", err)
 	}
-	set := c.settings()
-	c.alloc.setTiming(set.reportInterval, set.leaseTTL)
-	c.alloc.lead(res.(uint64), c.now().UnixNano(), c.recentFleet(c.now(), set.leaseTTL))
-	c.alloc.setRules(c.currentRules())
+	c.startTerm(res.(uint64), c.now())
 	c.metrics.adminRequests.WithLabelValues("Restore", "ok").Inc()
 	c.log.Warn("cluster state replaced from a backup", "bytes", size, "index", c.raft.AppliedIndex(), "epoch", res)
 	return stream.SendAndClose(&allotpb.RestoreResponse{Index: c.raft.AppliedIndex()})

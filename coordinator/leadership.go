@@ -124,11 +124,8 @@ func (c *Coordinator) lead(ctx context.Context) {
 	}
 	// The cluster's settings, fixed above and unchanged for the term (a
 	// restore resets the allocator with the backup's; see Restore).
-	set := c.settings()
-	now := c.now()
-	c.alloc.setTiming(set.reportInterval, set.leaseTTL)
-	c.alloc.lead(epoch, now.UnixNano(), c.recentFleet(now, set.leaseTTL))
-	c.alloc.setRules(c.currentRules())
+	set, now := c.settings(), c.now()
+	c.startTerm(epoch, now)
 	c.leading.Store(true)
 	if c.alloc.learning(now.UnixNano()) {
 		c.metrics.learning.Set(1)
@@ -304,6 +301,15 @@ func (c *Coordinator) members() []*allotpb.Member {
 		}
 	})
 	return out
+}
+
+// startTerm resets the allocator for a term of leadership at epoch: the
+// cluster's settings, the fleet the replicated state shows, and the rules.
+func (c *Coordinator) startTerm(epoch uint64, now time.Time) {
+	set := c.settings()
+	c.alloc.setTiming(set.reportInterval, set.leaseTTL)
+	c.alloc.lead(epoch, now.UnixNano(), c.recentFleet(now, set.leaseTTL))
+	c.alloc.setRules(c.currentRules())
 }
 
 // recentFleet is the number of nodes whose usage the replicated state

@@ -100,8 +100,15 @@ func (o *oversizeCounter) HandleConn(context.Context, stats.ConnStats) {}
 
 // invalid builds an INVALID_ARGUMENT status naming the offending field.
 func invalid(field, desc string) error {
-	st := status.New(codes.InvalidArgument, field+": "+desc)
-	if d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{{Field: field, Description: desc}}}); err == nil {
+	return badRequest(field+": "+desc, &errdetails.BadRequest_FieldViolation{Field: field, Description: desc})
+}
+
+// badRequest is an INVALID_ARGUMENT status with msg and a BadRequest
+// detail listing every violation, the one shape every refused input
+// takes.
+func badRequest(msg string, vs ...*errdetails.BadRequest_FieldViolation) error {
+	st := status.New(codes.InvalidArgument, msg)
+	if d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: vs}); err == nil {
 		return d.Err()
 	}
 	return st.Err()
@@ -119,19 +126,15 @@ func rulesError(err error) error {
 	default:
 		return status.Error(codes.Internal, err.Error())
 	}
-	br := &errdetails.BadRequest{}
-	for _, e := range es {
+	vs := make([]*errdetails.BadRequest_FieldViolation, len(es))
+	for i, e := range es {
 		field := e.Field
 		if e.Rule != "" {
 			field = "rules[" + e.Rule + "]." + e.Field
 		}
-		br.FieldViolations = append(br.FieldViolations, &errdetails.BadRequest_FieldViolation{Field: field, Description: e.Msg})
+		vs[i] = &errdetails.BadRequest_FieldViolation{Field: field, Description: e.Msg}
 	}
-	st := status.New(codes.InvalidArgument, err.Error())
-	if d, derr := st.WithDetails(br); derr == nil {
-		return d.Err()
-	}
-	return st.Err()
+	return badRequest(err.Error(), vs...)
 }
 
 // notLeader tells an agent where the leader is.

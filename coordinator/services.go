@@ -142,19 +142,15 @@ func reportError(vs []allotpb.Violation) error {
 	if len(vs) == 0 {
 		return nil
 	}
-	br := &errdetails.BadRequest{FieldViolations: make([]*errdetails.BadRequest_FieldViolation, len(vs))}
+	fvs := make([]*errdetails.BadRequest_FieldViolation, len(vs))
 	for i, v := range vs {
-		br.FieldViolations[i] = &errdetails.BadRequest_FieldViolation{Field: v.Field, Description: v.Description}
+		fvs[i] = &errdetails.BadRequest_FieldViolation{Field: v.Field, Description: v.Description}
 	}
 	msg := vs[0].Field + ": " + vs[0].Description
 	if len(vs) > 1 {
 		msg = fmt.Sprintf("%s (and %d more violations, listed in the BadRequest details)", msg, len(vs)-1)
 	}
-	st := status.New(codes.InvalidArgument, msg)
-	if d, err := st.WithDetails(br); err == nil {
-		return d.Err()
-	}
-	return st.Err()
+	return badRequest(msg, fvs...)
 }
 
 // GetRules returns the rule set; any member answers from its replica.

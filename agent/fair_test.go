@@ -24,6 +24,23 @@ func (t engineTransport) Report(_ context.Context, req *allotpb.ReportRequest) (
 	return t.e.Report(t.clk.Now(), req)
 }
 
+// engineAgent starts an agent that reports by hand to eng at clk's time,
+// with r as its rule, a 1 s interval, and whatever tweak changes.
+func engineAgent(t *testing.T, eng *coordinator.Engine, clk *manualClock, id, region string, r rules.Rule, tweak func(*Config)) *Agent {
+	t.Helper()
+	cfg := Config{NodeID: id, Region: region, Rules: []rules.Rule{r}, Clock: clk, ReportInterval: time.Second,
+		Transport: engineTransport{eng, clk}, ManualReports: true}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(context.Background()) })
+	return a
+}
+
 // TestGlobalRuleLendsIdleShare: weighted max-min fairness is work-
 // conserving. When one tenant of a global rule stops, the capacity its
 // class lease leaves idle on the node goes to the tenant that wants more
@@ -37,12 +54,7 @@ func TestGlobalRuleLendsIdleShare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(Config{NodeID: "gw-1", Region: "eu-west", Rules: []rules.Rule{r}, Clock: clk, ReportInterval: time.Second,
-		Transport: engineTransport{eng, clk}, ManualReports: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close(context.Background()) })
+	a := engineAgent(t, eng, clk, "gw-1", "eu-west", r, nil)
 	report := func() {
 		x := a.PrepareReport(false)
 		resp, err := eng.Report(clk.Now(), x.Request)
@@ -176,12 +188,7 @@ func TestGlobalRuleClassOfBoundedTenant(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(Config{NodeID: "gw-1", Region: "eu-west", Rules: []rules.Rule{r}, Clock: clk, ReportInterval: time.Second,
-		Transport: engineTransport{eng, clk}, ManualReports: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close(context.Background()) })
+	a := engineAgent(t, eng, clk, "gw-1", "eu-west", r, nil)
 	req := Request{Tenant: "\xff"}
 	for range 5 {
 		for range 50 {

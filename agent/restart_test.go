@@ -51,13 +51,7 @@ func newEngineFleet(t *testing.T, r rules.Rule, gateways, perStep int) *engineFl
 // start starts a gateway's agent process.
 func (f *engineFleet) start(id string) *Agent {
 	f.t.Helper()
-	a, err := New(Config{NodeID: id, Region: "eu", Rules: []rules.Rule{f.rule}, Clock: f.clk, ReportInterval: time.Second,
-		Transport: engineTransport{f.eng, f.clk}, ManualReports: true})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	f.t.Cleanup(func() { a.Close(context.Background()) })
-	return a
+	return engineAgent(f.t, f.eng, f.clk, id, "eu", f.rule, nil)
 }
 
 func (f *engineFleet) exchange(a *Agent, urgent bool) {
@@ -208,12 +202,7 @@ func TestJoiningHotKeysBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(Config{NodeID: "gw-1", Region: "eu", Rules: []rules.Rule{r}, Clock: clk, ReportInterval: time.Second,
-		Transport: engineTransport{eng, clk}, ManualReports: true, MaxHotKeys: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close(context.Background()) })
+	a := engineAgent(t, eng, clk, "gw-1", "eu", r, func(c *Config) { c.MaxHotKeys = 20 })
 	for i := range 200 {
 		a.Check(Request{Tenant: fmt.Sprintf("t%d", i)})
 		if a.WantsEarlyReport() || i%10 == 9 {

@@ -273,7 +273,8 @@ func (rs *ruleState) check(a *Agent, req *Request, rh *reqHashes, now time.Time,
 		return rs.fair.check(a, rs, rs.store(req), req, rh, now, cost)
 	}
 	h := rs.keyHash(a, rh, req)
-	if hm := *rs.hot.Load(); len(hm) > 0 {
+	hm := *rs.hot.Load()
+	if len(hm) > 0 {
 		if hk := hm[h]; hk != nil {
 			return hk.allow(a, now, cost) // a leased key needs no store
 		}
@@ -286,7 +287,7 @@ func (rs *ruleState) check(a *Agent, req *Request, rh *reqHashes, now time.Time,
 	// hot keys take up at most half of MaxHotKeys: a gateway restarted
 	// under a flood of keys does not fill its hot set with keys it saw
 	// once.
-	if rs.coordinated && (!d.Allowed || 2*d.Remaining < d.Limit || a.joining.Load() && len(*rs.hot.Load()) < a.cfg.MaxHotKeys/2) && !rs.pending.seen(h) {
+	if rs.coordinated && (!d.Allowed || 2*d.Remaining < d.Limit || a.joining.Load() && len(hm) < a.cfg.MaxHotKeys/2) && !rs.pending.seen(h) {
 		var buf keyBuf
 		rs.pending.add(h, encodeKey(&buf, rs.attrs, req), req, 0)
 		a.askEarly() // to make it hot soon

@@ -146,8 +146,7 @@ func TestRestartedNodeStartsAfterItsPredecessor(t *testing.T) {
 	a, b := nodes[0], nodes[1]
 	report := func(n *engineNode, now time.Time, committed float64, leaving bool) {
 		t.Helper()
-		n.send(t, e, now, &allotpb.KeyDemand{Rule: "quota", Key: "t", Tenant: "t", Admitted: 400, Denied: 400,
-			NextHeld: n.next, Committed: committed, WindowUnixNano: now.Truncate(time.Second).UnixNano()}, leaving)
+		n.windowReport(t, e, now, time.Second, 400, committed, leaving)
 	}
 	for range 5 {
 		w = w.Add(time.Second)

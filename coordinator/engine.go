@@ -86,7 +86,7 @@ func (e *Engine) SetRules(rs []rules.Rule) error {
 func (e *Engine) Report(now time.Time, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	lim := reportLimits(DefaultMaxReportKeys, KeepLedger, time.Duration(e.st.billingWindowSeconds())*time.Second, now)
+	lim := reportLimits(DefaultMaxReportKeys, 0, KeepLedger, time.Duration(e.st.billingWindowSeconds())*time.Second, now)
 	if err := reportError(allotpb.ValidateReport(req, lim)); err != nil {
 		return nil, err
 	}

@@ -114,7 +114,7 @@ func (c *Coordinator) roundInterval(set settings) time.Duration {
 // entries, and usage in billing windows from what retention still keeps
 // (or MaxUsageAge when the ledger keeps everything) up to MaxClockAhead
 // after now.
-func reportLimits(maxKeys int, retention, billingWindow time.Duration, now time.Time) allotpb.ReportLimits {
+func reportLimits(maxKeys int, maxUnits float64, retention, billingWindow time.Duration, now time.Time) allotpb.ReportLimits {
 	age := retention
 	if age <= 0 {
 		age = MaxUsageAge
@@ -122,5 +122,6 @@ func reportLimits(maxKeys int, retention, billingWindow time.Duration, now time.
 	// A window whose end is within the retention is kept: its start may
 	// be a window earlier.
 	lo, hi := allotpb.WindowBounds(now, age+billingWindow, MaxClockAhead)
-	return allotpb.ReportLimits{MaxKeys: maxKeys, MinWindowUnix: lo, MaxWindowUnix: hi}
+	return allotpb.ReportLimits{MaxKeys: maxKeys, MinWindowUnix: lo, MaxWindowUnix: hi,
+		NowUnixNano: now.UnixNano(), MaxSkew: MaxClockAhead, MaxUnitsPerSecond: maxUnits, BillingWindow: billingWindow}
 }

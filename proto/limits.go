@@ -55,6 +55,18 @@ type ReportLimits struct {
 	// MinWindowUnix and MaxWindowUnix bound a usage count's billing
 	// window, in Unix seconds; zero leaves that side unchecked.
 	MinWindowUnix, MaxWindowUnix int64
+	// NowUnixNano is the coordinator's clock. With MaxSkew, a report's
+	// sent_unix_nano must be within MaxSkew of it, and a batch's
+	// cut_unix_nano no later than MaxSkew after it: a cut in the future
+	// would close billing windows early.
+	NowUnixNano int64
+	MaxSkew     time.Duration
+	// MaxUnitsPerSecond, when positive, bounds the units one node may
+	// report: a key's admitted and denied demand over the report's
+	// interval (at least a second), and a usage count's over its billing
+	// window (BillingWindow).
+	MaxUnitsPerSecond float64
+	BillingWindow     time.Duration
 }
 
 // WindowBounds returns the billing windows a coordinator at now accepts:
@@ -89,6 +101,14 @@ func ValidateReport(req *ReportRequest, lim ReportLimits) []Violation {
 		_, desc, _ := cut(m)
 		whole("region", desc)
 	}
+	if sent := req.GetSentUnixNano(); lim.MaxSkew > 0 && sent != 0 && math.Abs(float64(sent-lim.NowUnixNano)) > float64(lim.MaxSkew) {
+		whole("sent_unix_nano", fmt.Sprintf("the agent's clock is %v from the coordinator's; at most %v is accepted (check NTP on the gateway)",
+			time.Duration(sent-lim.NowUnixNano).Round(time.Second), lim.MaxSkew))
+	}
+	if cut := req.GetUsage().GetCutUnixNano(); lim.MaxSkew > 0 && cut > lim.NowUnixNano+int64(lim.MaxSkew) {
+		whole("usage.cut_unix_nano", fmt.Sprintf("is %v ahead of the coordinator's clock; at most %v is accepted",
+			time.Duration(cut-lim.NowUnixNano).Round(time.Second), lim.MaxSkew))
+	}
 	if lim.MaxKeys > 0 && len(req.GetDemand()) > lim.MaxKeys {
 		whole("demand", fmt.Sprintf("has %d keys; at most %d per report", len(req.GetDemand()), lim.MaxKeys))
 	}
@@ -98,8 +118,17 @@ func ValidateReport(req *ReportRequest, lim ReportLimits) []Violation {
 	if len(out) > 0 {
 		return out // entries are not worth reading in a report refused whole
 	}
+	demandCap := math.Inf(1)
+	if lim.MaxUnitsPerSecond > 0 {
+		demandCap = lim.MaxUnitsPerSecond * max(time.Duration(req.GetIntervalNano()), time.Second).Seconds()
+	}
 	for i, d := range req.GetDemand() {
-		if msg := checkDemand(d); msg != "" {
+		msg := checkDemand(d)
+		if msg == "" && d.GetAdmitted()+d.GetDenied() > demandCap {
+			msg = fmt.Sprintf("admitted: admitted and denied add up to %v units in one report interval; this coordinator accepts at most %v per node per second",
+				d.GetAdmitted()+d.GetDenied(), lim.MaxUnitsPerSecond)
+		}
+		if msg != "" {
 			f, desc, _ := cut(msg)
 			if !add("demand["+strconv.Itoa(i)+"]."+f, desc, -1, i) {
 				return out
@@ -190,6 +219,11 @@ func checkCount(c *UsageCount, lim ReportLimits) string {
 	}
 	if c.GetDenied() > MaxCount {
 		return fmt.Sprintf("denied: must be at most 2^53, got %d", c.GetDenied())
+	}
+	if lim.MaxUnitsPerSecond > 0 && lim.BillingWindow > 0 {
+		if n, most := float64(c.GetAdmitted())+float64(c.GetDenied()), lim.MaxUnitsPerSecond*lim.BillingWindow.Seconds(); n > most {
+			return fmt.Sprintf("admitted: admitted and denied add up to %v units in one billing window; this coordinator accepts at most %v per node per second", n, lim.MaxUnitsPerSecond)
+		}
 	}
 	return ""
 }

@@ -4,8 +4,10 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/proto"
 	"pgregory.net/rapid"
 )
 
@@ -61,4 +63,64 @@ func TestSaturatingAdd(t *testing.T) {
 	if got := SaturatingAdd(3, 4); got != 7 {
 		t.Errorf("SaturatingAdd(3, 4) = %d", got)
 	}
+}
+
+// FuzzValidateReport decodes any bytes as a report and validates it: it
+// never panics, lists at most MaxViolations, names a field in each, and a
+// report it passes holds only numbers and names within the limits.
+func FuzzValidateReport(f *testing.F) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	lim := ReportLimits{MaxKeys: 50, MinWindowUnix: now.Add(-48 * time.Hour).Unix(), MaxWindowUnix: now.Add(time.Hour).Unix(),
+		NowUnixNano: now.UnixNano(), MaxSkew: time.Hour, MaxUnitsPerSecond: 1e6, BillingWindow: time.Hour}
+	seed := func(r *ReportRequest) {
+		b, err := proto.Marshal(r)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	seed(&ReportRequest{Node: "gw-1", Incarnation: 1, SentUnixNano: now.UnixNano(), IntervalNano: int64(time.Second),
+		Demand: []*KeyDemand{{Rule: "r", Key: "k", Tenant: "t", Priority: 3, Admitted: 10, Denied: 2, Held: 4, Weight: 1}},
+		Usage:  &UsageBatch{Seq: 1, CutUnixNano: now.UnixNano(), Counts: []*UsageCount{{Rule: "r", Tenant: "t", WindowUnix: now.Unix(), Admitted: 9}}}})
+	seed(&ReportRequest{Node: "gw-1", Incarnation: 1, Demand: []*KeyDemand{{Rule: "r", Priority: 300, Admitted: math.Inf(1)}}})
+	seed(&ReportRequest{Node: strings.Repeat("n", 300), SentUnixNano: math.MinInt64, Usage: &UsageBatch{CutUnixNano: math.MaxInt64}})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var req ReportRequest
+		if proto.Unmarshal(data, &req) != nil {
+			return
+		}
+		vs := ValidateReport(&req, lim)
+		if len(vs) > MaxViolations {
+			t.Fatalf("%d violations", len(vs))
+		}
+		for _, v := range vs {
+			if v.Field == "" || v.Description == "" {
+				t.Fatalf("a violation without a field or a description: %+v", v)
+			}
+		}
+		if len(vs) > 0 {
+			return
+		}
+		if req.GetNode() == "" || len(req.GetNode()) > MaxNameLen || req.GetIncarnation() == 0 {
+			t.Fatalf("passed node %q incarnation %d", req.GetNode(), req.GetIncarnation())
+		}
+		if s := req.GetSentUnixNano(); s != 0 && (s < now.Add(-time.Hour).UnixNano() || s > now.Add(time.Hour).UnixNano()) {
+			t.Fatalf("passed sent_unix_nano %d", s)
+		}
+		for _, d := range req.GetDemand() {
+			for _, x := range []float64{d.GetAdmitted(), d.GetDenied(), d.GetHeld(), d.GetCommitted(), d.GetWeight()} {
+				if !(x >= 0) || x > MaxCount {
+					t.Fatalf("passed demand number %v", x)
+				}
+			}
+			if d.GetPriority() > MaxPriority || d.GetAdmitted()+d.GetDenied() > 1e6*math.Max(float64(req.GetIntervalNano())/1e9, 1) {
+				t.Fatalf("passed demand %+v", d)
+			}
+		}
+		for _, c := range req.GetUsage().GetCounts() {
+			if c.GetWindowUnix() < lim.MinWindowUnix || c.GetWindowUnix() > lim.MaxWindowUnix || float64(c.GetAdmitted())+float64(c.GetDenied()) > 1e6*3600 {
+				t.Fatalf("passed count %+v", c)
+			}
+		}
+	})
 }

@@ -31,6 +31,7 @@ func TestAdvertiseHost(t *testing.T) {
 	}
 	cfg.RaftAddr = "0.0.0.0:" + strconv.Itoa(freePort(t))
 	cfg.AdvertiseHost = "127.0.0.1"
+	cfg.Insecure = true // no credentials in this test
 	c := start(t, cfg)
 	waitLeader(t, []*Coordinator{c})
 	waitFor(t, 10*time.Second, "the member to record itself", func() bool { return len(c.members()) == 1 })

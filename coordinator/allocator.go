@@ -213,6 +213,13 @@ func (a *allocator) nodeCount(now int64) int {
 	return n
 }
 
+// knows reports whether node has reported to this leader.
+func (a *allocator) knows(node string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.nodes[node] != nil
+}
+
 // report takes one node's demands and returns the leases it now holds for
 // the keys it reported. A node leaving releases everything it held.
 func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lease {

@@ -2,29 +2,16 @@ package coordinator
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"io"
 	"math"
-	"math/big"
-	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	allotpb "github.com/allot-io/allot/proto"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
@@ -271,93 +258,6 @@ func TestUsagePagination(t *testing.T) {
 	}
 }
 
-// TestMutualTLS runs a cluster over TLS with client certificates: Raft and
-// gRPC are encrypted, and an agent may report only as the node its
-// certificate names.
-func TestMutualTLS(t *testing.T) {
-	dir := t.TempDir()
-	pki := newPKI(t, dir)
-	coordCert := pki.issue(t, "coordinator", "localhost")
-	nodes := cluster(t, 2, func(c *Config) {
-		c.TLS = TLSConfig{CertFile: coordCert.cert, KeyFile: coordCert.key, CAFile: pki.caFile}
-	})
-	l := waitLeader(t, nodes)
-	agentCert := pki.issue(t, "gw-7", "gw-7")
-	pair, err := tls.LoadX509KeyPair(agentCert.cert, agentCert.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pki.pool, ServerName: "localhost"})
-	cc, err := grpc.NewClient(l.GRPCAddr(), grpc.WithTransportCredentials(creds))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	client := allotpb.NewAgentServiceClient(cc)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := client.Report(ctx, &allotpb.ReportRequest{Node: "gw-7", Incarnation: 1}); err != nil {
-		t.Fatalf("reporting as itself: %v", err)
-	}
-	if _, err := client.Report(ctx, &allotpb.ReportRequest{Node: "gw-8", Incarnation: 1}); status.Code(err) != codes.PermissionDenied {
-		t.Fatalf("reporting as another node: %v", err)
-	}
-	plain, _ := grpc.NewClient(l.GRPCAddr(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pki.pool, ServerName: "localhost"})))
-	defer plain.Close()
-	if _, err := allotpb.NewAgentServiceClient(plain).Report(ctx, &allotpb.ReportRequest{Node: "gw-7", Incarnation: 1}); err == nil {
-		t.Fatal("a client without a certificate was served")
-	}
-}
-
-type pki struct {
-	caFile string
-	ca     *x509.Certificate
-	key    *ecdsa.PrivateKey
-	pool   *x509.CertPool
-	dir    string
-}
-
-type issued struct{ cert, key string }
-
-func newPKI(t *testing.T, dir string) *pki {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "allot test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(der)
-	p := &pki{caFile: filepath.Join(dir, "ca.pem"), ca: ca, key: key, pool: x509.NewCertPool(), dir: dir}
-	p.pool.AddCert(ca)
-	writePEM(t, p.caFile, "CERTIFICATE", der)
-	return p
-}
-
-func (p *pki) issue(t *testing.T, cn string, dns string) issued {
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		DNSNames: []string{dns}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, _ := x509.MarshalECPrivateKey(key)
-	out := issued{cert: filepath.Join(p.dir, cn+".pem"), key: filepath.Join(p.dir, cn+"-key.pem")}
-	writePEM(t, out.cert, "CERTIFICATE", der)
-	writePEM(t, out.key, "EC PRIVATE KEY", kder)
-	return out
-}
-
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestConfigErrors checks that a bad configuration names its field.
 func TestConfigErrors(t *testing.T) {
 	for _, tt := range []struct {
@@ -393,7 +293,7 @@ func TestBackupRestore(t *testing.T) {
 	}
 	agent := newAgentSim(t, "gw-1", []string{src.GRPCAddr()})
 	for i := 0; i < 40; i++ {
-		if _, err := agent.report(context.Background(), "tenant-"+string(rune('a'+i%6)), uint64(i+1), nil); err != nil {
+		if _, err := agent.report(ctx, "tenant-"+string(rune('a'+i%6)), uint64(i+1), nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -176,25 +174,6 @@ func (c *Coordinator) restoreMembers(known []*allotpb.Member) error {
 		}
 	}
 	return nil
-}
-
-// authStreamInterceptor applies the admin token to streaming calls.
-func (c *Coordinator) authStreamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, next grpc.StreamHandler) error {
-	if c.cfg.AdminToken == "" || !streamAdminMethods[info.FullMethod] {
-		return next(srv, ss)
-	}
-	md, _ := metadata.FromIncomingContext(ss.Context())
-	if tokenOK(md, c.cfg.AdminToken) {
-		return next(srv, ss)
-	}
-	method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
-	c.metrics.adminRequests.WithLabelValues(method, "unauthenticated").Inc()
-	return status.Error(codes.Unauthenticated, "backups hold the whole ledger and restores replace it: send \"authorization: Bearer <token>\"")
-}
-
-var streamAdminMethods = map[string]bool{
-	allotpb.ClusterService_Backup_FullMethodName:  true,
-	allotpb.ClusterService_Restore_FullMethodName: true,
 }
 
 // BackupTo writes a backup of the member at addr to w; for operator tools

@@ -169,8 +169,8 @@ func TestClusterRejectsBadRules(t *testing.T) {
 	}
 }
 
-// TestClusterAdminToken: with a token configured, writes without it are
-// UNAUTHENTICATED, and reads stay open.
+// TestClusterAdminToken: with only an admin token configured, every call
+// but health checks needs it: UNAUTHENTICATED without.
 func TestClusterAdminToken(t *testing.T) {
 	nodes := cluster(t, 1, func(c *Config) { c.AdminToken = "s3cret" })
 	client := allotpb.NewRulesServiceClient(dial(t, nodes[0].GRPCAddr()))
@@ -186,8 +186,11 @@ func TestClusterAdminToken(t *testing.T) {
 	if _, err := client.PutRules(withToken(ctx, "s3cret"), req); err != nil {
 		t.Fatalf("with the token: %v", err)
 	}
-	if _, err := client.ListRules(ctx, &allotpb.ListRulesRequest{}); err != nil {
-		t.Fatalf("reads need no token: %v", err)
+	if _, err := client.ListRules(ctx, &allotpb.ListRulesRequest{}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("a read without the token: %v", err)
+	}
+	if _, err := client.ListRules(withToken(ctx, "s3cret"), &allotpb.ListRulesRequest{}); err != nil {
+		t.Fatalf("a read with the token: %v", err)
 	}
 }
 

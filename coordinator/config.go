@@ -3,10 +3,12 @@ package coordinator
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strings"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/auth"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -39,6 +41,12 @@ const (
 	// MaxBillingWindow is the longest billing window; a window must also
 	// divide a day evenly, so that windows align on every day.
 	MaxBillingWindow = 24 * time.Hour
+	// DefaultMaxNewNodesPerMinute is how many unknown node IDs may join
+	// each minute by default: a fleet of a thousand gateways restarting
+	// at once waits a minute at most.
+	DefaultMaxNewNodesPerMinute = 1000
+	// DefaultMaxConnectionAge bounds how long a client connection lives.
+	DefaultMaxConnectionAge = 30 * time.Minute
 )
 
 // ErrInvalidConfig is wrapped by every configuration error.
@@ -75,11 +83,47 @@ type Config struct {
 	// RulesFile, when set, is loaded and put as the whole rule set by the
 	// leader when it differs from the replicated one.
 	RulesFile string
-	// AdminToken, when set, must be presented as a bearer token to change
-	// rules or membership.
+	// AuthTokensFile names the bearer tokens this cluster accepts, each
+	// with its role (agent, reader, admin) and, for agents, the nodes it
+	// may report as (auth.ParseTokens has the format). It is re-read when
+	// it changes.
+	AuthTokensFile string
+	// AdminToken, when set, is accepted as an admin's bearer token, in
+	// addition to AuthTokensFile's.
 	AdminToken string
-	// TLS configures TLS on gRPC and on the Raft transport.
+	// TokenFile holds the bearer token this member presents to the others
+	// when it joins; not needed when member certificates are used.
+	TokenFile string
+	// TLS configures TLS on gRPC, HTTP and the Raft transport. With a CA,
+	// client certificates are verified and grant the role they name
+	// (docs/security.md); the Raft transport takes member certificates
+	// only.
 	TLS TLSConfig
+	// Insecure lets a coordinator without credentials (no tokens, no CA)
+	// listen on addresses other than loopback, where anyone who reaches
+	// it could write the ledger.
+	Insecure bool
+	// RaftPrivateNetwork states that the Raft address is reachable by
+	// the members only (a private interface or a firewalled port): needed
+	// for a non-loopback Raft address without mutual TLS, whose transport
+	// authenticates nobody.
+	RaftPrivateNetwork bool
+	// MetricsNeedAuth makes /metrics need the reader role; /healthz and
+	// /readyz are always open.
+	MetricsNeedAuth bool
+	// MaxNewNodesPerMinute bounds the node IDs never heard from before
+	// that may join the fleet each minute (default
+	// DefaultMaxNewNodesPerMinute; negative: unbounded), so that a flood
+	// of invented nodes cannot dilute every real node's share.
+	MaxNewNodesPerMinute int
+	// MaxUnitsPerSecond, when positive, bounds the units one node may
+	// report per second of its report interval or billing window: a
+	// tripwire for a compromised agent inflating a bill.
+	MaxUnitsPerSecond float64
+	// MaxConnectionAge closes client connections this old (default
+	// DefaultMaxConnectionAge), so that a rotated CA or a revoked
+	// certificate stops being accepted within it; clients reconnect.
+	MaxConnectionAge time.Duration
 
 	// ReportInterval is how often agents report; LeaseTTL how long a lease
 	// holds (default 5 × ReportInterval); RoundInterval how often the
@@ -141,6 +185,28 @@ func unspecifiedHost(addr string) bool {
 	return ip != nil && ip.IsUnspecified()
 }
 
+// authEnabled reports whether callers must prove who they are.
+func (c *Config) authEnabled() bool {
+	return c.AuthTokensFile != "" || c.AdminToken != "" || c.TLS.CAFile != ""
+}
+
+// exposed returns the first listen address that is not loopback, or "".
+func (c *Config) exposed() string {
+	for _, a := range []string{c.GRPCAddr, c.HTTPAddr, c.RaftAddr} {
+		if a != "" && !isLoopback(a) {
+			return a
+		}
+	}
+	return ""
+}
+
+// isLoopback reports whether a listen address binds the loopback
+// interface only.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	return err == nil && auth.IsLoopback(host)
+}
+
 // advertised is the address others dial for a listener at addr: addr, or
 // AdvertiseHost with addr's port when addr binds every interface.
 func (c *Config) advertised(addr string) string {
@@ -189,11 +255,15 @@ func (c *Config) withDefaults() (Config, error) {
 		return cfg, bad("TLS", "CertFile and KeyFile go together")
 	case cfg.TLS.CAFile != "" && cfg.TLS.CertFile == "":
 		return cfg, bad("TLS", "CAFile needs CertFile and KeyFile")
+	case !cfg.authEnabled() && !cfg.Insecure && cfg.exposed() != "":
+		return cfg, bad("Insecure", "%s is not a loopback address and no credential is configured: anyone who reaches it could write the ledger; configure tokens (--auth-tokens) or a client CA (--tls-ca), or pass --insecure", cfg.exposed())
+	case cfg.TLS.CAFile == "" && !cfg.RaftPrivateNetwork && !cfg.Insecure && !isLoopback(cfg.RaftAddr):
+		return cfg, bad("RaftAddr", "%s is not a loopback address and the Raft transport authenticates members only with mutual TLS (--tls-ca); configure it, or pass --raft-private-network if only members can reach that address", cfg.RaftAddr)
 	}
 	for name, d := range map[string]time.Duration{
 		"ReportInterval": cfg.ReportInterval, "LeaseTTL": cfg.LeaseTTL, "RoundInterval": cfg.RoundInterval,
 		"ApplyWindow": cfg.ApplyWindow, "BillingWindow": cfg.BillingWindow, "AgentTimeout": cfg.AgentTimeout,
-		"HeartbeatTimeout": cfg.HeartbeatTimeout, "ElectionTimeout": cfg.ElectionTimeout, "SnapshotInterval": cfg.SnapshotInterval,
+		"HeartbeatTimeout": cfg.HeartbeatTimeout, "MaxConnectionAge": cfg.MaxConnectionAge, "ElectionTimeout": cfg.ElectionTimeout, "SnapshotInterval": cfg.SnapshotInterval,
 	} {
 		if d < 0 {
 			return cfg, bad(name, "must not be negative, got %v", d)
@@ -237,6 +307,15 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.MaxReportBytes < 0 || cfg.MaxReportKeys < 0 {
 		return cfg, bad("MaxReportBytes", "limits must not be negative")
+	}
+	if cfg.MaxNewNodesPerMinute == 0 {
+		cfg.MaxNewNodesPerMinute = DefaultMaxNewNodesPerMinute
+	}
+	if cfg.MaxConnectionAge == 0 {
+		cfg.MaxConnectionAge = DefaultMaxConnectionAge
+	}
+	if !(cfg.MaxUnitsPerSecond >= 0) || math.IsInf(cfg.MaxUnitsPerSecond, 0) {
+		return cfg, bad("MaxUnitsPerSecond", "must be a finite number, 0 or more, got %v", cfg.MaxUnitsPerSecond)
 	}
 	if cfg.HeartbeatTimeout == 0 {
 		cfg.HeartbeatTimeout = time.Second

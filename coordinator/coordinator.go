@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -13,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/auth"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/hashicorp/go-hclog"
@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/protobuf/proto"
 )
@@ -54,15 +55,19 @@ type Coordinator struct {
 	// cluster's report interval.
 	roundEvery time.Duration
 
-	grpc     *grpc.Server
-	grpcLis  net.Listener
-	health   *health.Server
-	http     *http.Server
-	httpLis  net.Listener
-	clientTL *tls.Config
-	// serverTLS is built once, with clientTL, so Raft and gRPC start with
-	// the same certificates.
-	serverTLS *tls.Config
+	grpc    *grpc.Server
+	grpcLis net.Listener
+	health  *health.Server
+	http    *http.Server
+	httpLis net.Listener
+	// tls serves this member's certificate and verifies peers' against
+	// the CA, re-reading the files when they change; nil without TLS.
+	tls *auth.Reloader
+	// authz decides who may call what; memberToken is what this member
+	// presents to join, nil without a token.
+	authz       *authorizer
+	memberToken *auth.TokenCredentials
+	newNodes    *nodeGate
 
 	notify  chan bool   // Raft's leadership notifications
 	leading atomic.Bool // leader, and ready to serve agents
@@ -97,6 +102,15 @@ func New(config Config) (*Coordinator, error) {
 		ctx:        ctx, cancel: cancel,
 	}
 	c.fsm = newFSM(c.log.Named("fsm"), c.onApplied)
+	c.newNodes = newNodeGate(cfg.MaxNewNodesPerMinute, cfg.Now())
+	if c.tls, err = cfg.TLS.reloader(c.log); err != nil {
+		cancel()
+		return nil, err
+	}
+	if c.authz, c.memberToken, err = newAuthorizer(&cfg, c.log, c.metrics.authRefusals); err != nil {
+		cancel()
+		return nil, err
+	}
 	if err := c.startRaft(); err != nil {
 		cancel()
 		return nil, err
@@ -133,14 +147,16 @@ func (c *Coordinator) startRaft() error {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("coordinator: data dir: %w", err)
 	}
-	serverTLS, clientTLS, err := cfg.TLS.configs()
-	if err != nil {
-		return err
-	}
-	c.serverTLS, c.clientTL = serverTLS, clientTLS
 	rlog := cfg.Logger.Named("raft")
-	if serverTLS != nil {
-		stream, err := newTLSStreamLayer(cfg.RaftAddr, cfg.advertised(cfg.RaftAddr), serverTLS, clientTLS)
+	var err error
+	if c.tls != nil {
+		// Members only: with a CA, the transport takes certificates that
+		// name a member, not an agent's or an admin's the CA also signed.
+		server := c.tls.ServerConfig(c.tls.HasCA())
+		if c.tls.HasCA() {
+			auth.RequirePeerRole(server, auth.Member, c.now)
+		}
+		stream, err := newTLSStreamLayer(cfg.RaftAddr, cfg.advertised(cfg.RaftAddr), server, c.tls.ClientConfig)
 		if err != nil {
 			return err
 		}
@@ -205,15 +221,18 @@ func (c *Coordinator) startRaft() error {
 }
 
 func (c *Coordinator) startGRPC() error {
-	serverTLS := c.serverTLS
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(c.cfg.MaxReportBytes),
-		grpc.ChainUnaryInterceptor(c.authInterceptor),
-		grpc.ChainStreamInterceptor(c.authStreamInterceptor),
+		grpc.ChainUnaryInterceptor(markHandled, c.authz.unary),
+		grpc.ChainStreamInterceptor(c.authz.stream),
 		grpc.StatsHandler(&oversizeCounter{reports: c.metrics.reports}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: c.cfg.MaxConnectionAge, MaxConnectionAgeGrace: time.Minute}),
 	}
-	if serverTLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(serverTLS)))
+	if c.tls != nil {
+		// Client certificates are verified when given; callers without
+		// one authenticate by token, and each refusal is counted by
+		// method rather than lost in a failed handshake.
+		opts = append(opts, grpc.Creds(credentials.NewTLS(c.tls.ServerConfig(false))))
 	}
 	c.grpc = grpc.NewServer(opts...)
 	allotpb.RegisterAgentServiceServer(c.grpc, &agentServer{c: c})
@@ -239,8 +258,8 @@ func (c *Coordinator) startGRPC() error {
 
 // grpcDialOptions are how this member dials other members.
 func (c *Coordinator) grpcDialOptions() []grpc.DialOption {
-	if c.clientTL != nil {
-		return []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(c.clientTL))}
+	if c.tls != nil {
+		return []grpc.DialOption{grpc.WithTransportCredentials(c.tls.ClientCredentials())}
 	}
 	return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 }

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -8,8 +9,10 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/auth"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -23,12 +26,21 @@ import (
 //	/readyz      200 once a leader is known, 503 before
 //	/v1/status   this member and the cluster, as JSON
 //	/v1/usage    the ledger, as JSON: ?from=&to= (RFC 3339) &tenant= &rule= &region= &page_size= &page_token=
+//
+// With TLS configured it serves HTTPS, verifying client certificates
+// when given. With credentials configured, /v1/status and /v1/usage need
+// the reader role (a bearer token or a client certificate), and /metrics
+// too with MetricsNeedAuth; the health endpoints are always open.
 func (c *Coordinator) startHTTP() error {
 	if c.cfg.HTTPAddr == "" {
 		return nil
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(c.gather, promhttp.HandlerOpts{}))
+	var metrics http.Handler = promhttp.HandlerFor(c.gather, promhttp.HandlerOpts{})
+	if c.cfg.MetricsNeedAuth {
+		metrics = c.readerOnly("metrics", metrics)
+	}
+	mux.Handle("GET /metrics", metrics)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
@@ -42,10 +54,10 @@ func (c *Coordinator) startHTTP() error {
 		}
 		fmt.Fprintln(w, "ready")
 	})
-	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {
+	mux.Handle("GET /v1/status", c.readerOnly("status", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeProto(w, http.StatusOK, c.Status())
-	})
-	mux.HandleFunc("GET /v1/usage", func(w http.ResponseWriter, r *http.Request) {
+	})))
+	mux.Handle("GET /v1/usage", c.readerOnly("usage", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q, err := usageQueryFromURL(r)
 		if err != nil {
 			writeError(w, http.StatusBadRequest, err)
@@ -57,13 +69,17 @@ func (c *Coordinator) startHTTP() error {
 			return
 		}
 		writeProto(w, http.StatusOK, resp)
-	})
+	})))
 	var err error
 	c.httpLis, err = net.Listen("tcp", c.cfg.HTTPAddr)
 	if err != nil {
 		return fmt.Errorf("coordinator: http listener: %w", err)
 	}
 	c.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if c.tls != nil {
+		c.http.TLSConfig = c.tls.ServerConfig(false)
+		c.httpLis = tls.NewListener(c.httpLis, c.http.TLSConfig)
+	}
 	go func() {
 		if err := c.http.Serve(c.httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			c.log.Error("http server stopped", "error", err)
@@ -71,6 +87,38 @@ func (c *Coordinator) startHTTP() error {
 	}()
 	return nil
 }
+
+// readerOnly lets through callers with the reader role (or admin), when
+// credentials are configured.
+func (c *Coordinator) readerOnly(name string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a := c.authz
+		if !a.enabled() {
+			h.ServeHTTP(w, r)
+			return
+		}
+		id, reason := a.identify(r.Header.Values("Authorization"), r.TLS)
+		p := &peer.Peer{Addr: remoteAddr(r.RemoteAddr)}
+		switch {
+		case reason != "":
+			a.refuse(p, "http:"+name, reason, "")
+			w.Header().Set("WWW-Authenticate", `Bearer realm="allot"`)
+			writeError(w, http.StatusUnauthorized, errors.New("authentication required: present a valid bearer token or client certificate"))
+		case !id.Permits(auth.Reader):
+			a.refuse(p, "http:"+name, reasonWrongRole, id.Name())
+			writeError(w, http.StatusForbidden, errors.New("permission denied: this endpoint needs the reader role"))
+		default:
+			h.ServeHTTP(w, r)
+		}
+	})
+}
+
+type addrString string
+
+func (a addrString) Network() string { return "tcp" }
+func (a addrString) String() string  { return string(a) }
+
+func remoteAddr(s string) net.Addr { return addrString(s) }
 
 func usageQueryFromURL(r *http.Request) (*allotpb.UsageQuery, error) {
 	v := r.URL.Query()

@@ -219,7 +219,7 @@ func (c *Coordinator) joinCluster(ctx context.Context) {
 	for attempt := 1; ; attempt++ {
 		for _, addr := range c.cfg.Join {
 			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err := c.peers.cluster(addr).Join(withToken(cctx, c.cfg.AdminToken), req)
+			_, err := c.peers.cluster(addr).Join(withToken(cctx, c.joinToken()), req)
 			cancel()
 			if err == nil {
 				c.log.Info("joined the cluster", "via", addr)
@@ -236,6 +236,15 @@ func (c *Coordinator) joinCluster(ctx context.Context) {
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
+}
+
+// joinToken is the bearer token this member joins with: its token file's,
+// or the admin token; none with member certificates.
+func (c *Coordinator) joinToken() string {
+	if c.memberToken != nil {
+		return c.memberToken.Token()
+	}
+	return c.cfg.AdminToken
 }
 
 // addMember adds a node to the Raft configuration and records its

@@ -23,6 +23,8 @@ type metrics struct {
 	rulesVersion   prometheus.Gauge
 	adminRequests  *prometheus.CounterVec
 	forwardedCalls prometheus.Counter
+	authRefusals   *prometheus.CounterVec
+	newNodes       *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -79,7 +81,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		forwardedCalls: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "allot_coordinator_forwarded_calls_total", Help: "Administrative writes this follower forwarded to the leader.",
 		}),
+		authRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_coordinator_auth_refusals_total",
+			Help: "Calls refused for their credential, by method and reason (no_credential, bad_token, expired_certificate, wrong_role, wrong_node).",
+		}, []string{"method", "reason"}),
+		newNodes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "allot_coordinator_new_nodes_total", Help: "Node IDs never heard from before, by result (admitted, refused: over the per-minute bound).",
+		}, []string{"result"}),
 	}
+	m.newNodes.WithLabelValues("admitted")
+	m.newNodes.WithLabelValues("refused")
+	reg.MustRegister(m.authRefusals, m.newNodes)
 	reg.MustRegister(m.raftState, m.leaderChanges, m.reports, m.reportBytes, m.reportKeys, m.roundSeconds,
 		m.applySeconds, m.activeKeys, m.activeAgents, m.leasesGranted, m.learning, m.ledgerRecords,
 		m.commands, m.rulesVersion, m.adminRequests, m.forwardedCalls)

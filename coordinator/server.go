@@ -2,9 +2,8 @@ package coordinator
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
-	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/allot-io/allot/lease/rules"
@@ -13,9 +12,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 )
@@ -26,39 +23,7 @@ const LeaderTrailer = "allot-leader"
 
 var errBadRequest = errors.New("coordinator: bad request")
 
-// adminMethods need the admin token when one is configured.
-var adminMethods = map[string]bool{
-	allotpb.RulesService_PutRules_FullMethodName:   true,
-	allotpb.RulesService_DeleteRule_FullMethodName: true,
-	allotpb.ClusterService_Join_FullMethodName:     true,
-	allotpb.ClusterService_Remove_FullMethodName:   true,
-}
-
-// authInterceptor refuses administrative writes without the admin token.
-func (c *Coordinator) authInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
-	if !adminMethods[info.FullMethod] || c.cfg.AdminToken == "" {
-		return next(ctx, req)
-	}
-	method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
-	md, _ := metadata.FromIncomingContext(ctx)
-	if tokenOK(md, c.cfg.AdminToken) {
-		return next(ctx, req)
-	}
-	c.metrics.adminRequests.WithLabelValues(method, "unauthenticated").Inc()
-	return nil, status.Error(codes.Unauthenticated, "this call changes the cluster and needs the admin token: send \"authorization: Bearer <token>\"")
-}
-
-// tokenOK reports whether the metadata carries the admin token.
-func tokenOK(md metadata.MD, token string) bool {
-	for _, v := range md.Get("authorization") {
-		if tok, ok := strings.CutPrefix(v, "Bearer "); ok && subtle.ConstantTimeCompare([]byte(tok), []byte(token)) == 1 {
-			return true
-		}
-	}
-	return false
-}
-
-// withToken attaches the admin token to an outgoing call.
+// withToken attaches a bearer token to an outgoing call.
 func withToken(ctx context.Context, token string) context.Context {
 	if token == "" {
 		return ctx
@@ -79,19 +44,35 @@ func forwardToken(ctx context.Context) context.Context {
 // MaxReportBytes; they never reach a handler.
 type oversizeCounter struct{ reports *prometheus.CounterVec }
 
-type rpcMethodKey struct{}
+// rpcTag follows a call from the stats handler to the interceptors.
+type rpcTag struct {
+	method  string
+	handled atomic.Bool // an interceptor saw the call: its message was read
+}
+
+type rpcTagKey struct{}
 
 func (o *oversizeCounter) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
-	return context.WithValue(ctx, rpcMethodKey{}, info.FullMethodName)
+	return context.WithValue(ctx, rpcTagKey{}, &rpcTag{method: info.FullMethodName})
 }
 func (o *oversizeCounter) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	end, ok := s.(*stats.End)
-	if !ok || end.Error == nil || ctx.Value(rpcMethodKey{}) != allotpb.AgentService_Report_FullMethodName {
+	tag, _ := ctx.Value(rpcTagKey{}).(*rpcTag)
+	if !ok || end.Error == nil || tag == nil || tag.method != allotpb.AgentService_Report_FullMethodName || tag.handled.Load() {
 		return
 	}
 	if status.Code(end.Error) == codes.ResourceExhausted {
 		o.reports.WithLabelValues("too_large").Inc()
 	}
+}
+
+// markHandled notes that a call reached the interceptors, so that its
+// refusals are not taken for a message gRPC found too large.
+func markHandled(ctx context.Context, req any, _ *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	if tag, ok := ctx.Value(rpcTagKey{}).(*rpcTag); ok {
+		tag.handled.Store(true)
+	}
+	return next(ctx, req)
 }
 func (o *oversizeCounter) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
 	return ctx
@@ -145,28 +126,6 @@ func (c *Coordinator) notLeader(ctx context.Context) error {
 		return status.Errorf(codes.Unavailable, "not the leader; the leader is at %s", addr)
 	}
 	return status.Error(codes.Unavailable, "no leader elected yet; retry shortly")
-}
-
-// checkIdentity enforces, under mutual TLS, that an agent reports only as
-// the node its certificate names.
-func (c *Coordinator) checkIdentity(ctx context.Context, node string) error {
-	if c.cfg.TLS.CAFile == "" {
-		return nil
-	}
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return errIdentity
-	}
-	info, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok {
-		return errIdentity
-	}
-	for _, name := range identities(info.State) {
-		if name == node {
-			return nil
-		}
-	}
-	return errIdentity
 }
 
 // grpcError maps internal errors onto gRPC codes.

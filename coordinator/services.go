@@ -42,18 +42,22 @@ func (s *agentServer) Report(ctx context.Context, req *allotpb.ReportRequest) (*
 	c.metrics.reportBytes.Observe(float64(proto.Size(req)))
 	c.metrics.reportKeys.Observe(float64(len(req.GetDemand())))
 	set := c.settings()
-	lim := reportLimits(c.cfg.MaxReportKeys, c.cfg.LedgerRetention, set.billingWindow, c.now())
+	lim := reportLimits(c.cfg.MaxReportKeys, c.cfg.MaxUnitsPerSecond, c.cfg.LedgerRetention, set.billingWindow, c.now())
 	if err := reportError(allotpb.ValidateReport(req, lim)); err != nil {
 		c.metrics.reports.WithLabelValues("invalid").Inc()
 		return nil, err
 	}
-	if err := c.checkIdentity(ctx, req.GetNode()); err != nil {
+	if err := c.authz.mayReportAs(ctx, req.GetNode(), req.GetRegion()); err != nil {
 		c.metrics.reports.WithLabelValues("forbidden").Inc()
-		return nil, status.Errorf(codes.PermissionDenied, "an agent may report only as itself: the client certificate does not name node %q", req.GetNode())
+		return nil, err
 	}
 	if !c.leading.Load() {
 		c.metrics.reports.WithLabelValues("redirected").Inc()
 		return nil, c.notLeader(ctx)
+	}
+	if err := c.admitNode(req.GetNode()); err != nil {
+		c.metrics.reports.WithLabelValues("new_node_limit").Inc()
+		return nil, err
 	}
 	committed, acked := false, uint64(0)
 	if b := req.GetUsage(); b != nil && b.GetSeq() > 0 {
@@ -99,6 +103,27 @@ func (s *agentServer) Report(ctx context.Context, req *allotpb.ReportRequest) (*
 	resp.CoordinatorUnixNano = c.now().UnixNano()
 	c.metrics.reports.WithLabelValues("ok").Inc()
 	return resp, nil
+}
+
+// admitNode lets a node never heard from before join the fleet, within
+// MaxNewNodesPerMinute. A node is known if this leader has its demand or
+// the replicated state its usage, so a failover does not make the fleet
+// new again.
+func (c *Coordinator) admitNode(node string) error {
+	if c.alloc.knows(node) {
+		return nil
+	}
+	known := false
+	c.fsm.read(func(st *state) { known = st.hasNode(node) })
+	if known {
+		return nil
+	}
+	if c.newNodes.admit(c.now()) {
+		c.metrics.newNodes.WithLabelValues("admitted").Inc()
+		return nil
+	}
+	c.metrics.newNodes.WithLabelValues("refused").Inc()
+	return status.Errorf(codes.ResourceExhausted, "too many new node IDs this minute (at most %d): this node is refused until the fleet's growth slows; retry later", c.cfg.MaxNewNodesPerMinute)
 }
 
 // respond builds the answer to a report from the replicated state: the

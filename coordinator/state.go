@@ -66,6 +66,16 @@ func (s *state) recentNodes(since int64) int {
 	return len(seen)
 }
 
+// hasNode reports whether any incarnation of node has usage in the state.
+func (s *state) hasNode(node string) bool {
+	for k := range s.incarnations {
+		if k.node == node {
+			return true
+		}
+	}
+	return false
+}
+
 // ledgerKey is one line of the bill: a tenant's usage under one rule, in
 // one region, in one billing window (its start, in Unix seconds).
 type ledgerKey struct {

@@ -1,0 +1,291 @@
+package coordinator
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/allot-io/allot/coordinator/auth"
+	allotpb "github.com/allot-io/allot/proto"
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// methodRoles are the roles each method is open to; admins and members
+// may call every method. A method not listed is open to admins only.
+var methodRoles = map[string]auth.Role{
+	allotpb.AgentService_Report_FullMethodName:                       auth.Agent,
+	allotpb.AgentService_GetRules_FullMethodName:                     auth.Agent | auth.Reader,
+	allotpb.RulesService_ListRules_FullMethodName:                    auth.Agent | auth.Reader,
+	allotpb.RulesService_GetRule_FullMethodName:                      auth.Agent | auth.Reader,
+	allotpb.ClusterService_Status_FullMethodName:                     auth.Reader,
+	allotpb.UsageService_QueryUsage_FullMethodName:                   auth.Reader,
+	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      auth.Reader,
+	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": auth.Reader,
+}
+
+// openPrefix is the service every caller may use: health checks, for
+// load balancers that hold no credential.
+const openPrefix = "/grpc.health.v1.Health/"
+
+// Refusal reasons, the reason label of allot_coordinator_auth_refusals_total.
+const (
+	reasonNoCredential = "no_credential"
+	reasonBadToken     = "bad_token"
+	reasonExpired      = "expired_certificate"
+	reasonWrongRole    = "wrong_role"
+	reasonWrongNode    = "wrong_node"
+)
+
+// authorizer decides whether a call may proceed: it identifies the caller
+// by bearer token and client certificate and checks the method's roles.
+// With no credential configured it lets everything through (a loopback or
+// --insecure coordinator).
+type authorizer struct {
+	tokens   []func() *auth.Tokens
+	certs    bool // client certificates are verified against a CA
+	now      func() time.Time
+	refusals *prometheus.CounterVec
+	logs     *peerLog
+}
+
+func (a *authorizer) enabled() bool { return len(a.tokens) > 0 || a.certs }
+
+type identityKey struct{}
+
+// identify returns what a caller proved with its authorization headers
+// and its TLS connection, or the reason it proved nothing.
+func (a *authorizer) identify(authz []string, state *tls.ConnectionState) (auth.Identity, string) {
+	var id auth.Identity
+	reason := reasonNoCredential
+	for _, v := range authz {
+		tok, ok := strings.CutPrefix(v, "Bearer ")
+		if !ok {
+			reason = reasonBadToken
+			continue
+		}
+		found := false
+		for _, tokens := range a.tokens {
+			if g, ok := tokens().Lookup(tok); ok {
+				id.Grants, found = append(id.Grants, g), true
+			}
+		}
+		if !found {
+			reason = reasonBadToken
+		}
+	}
+	if a.certs && state != nil && len(state.VerifiedChains) > 0 {
+		grants, err := auth.CertGrants(state.VerifiedChains[0][0], a.now())
+		if err != nil {
+			reason = reasonExpired
+		}
+		id.Grants = append(id.Grants, grants...)
+	}
+	if len(id.Grants) == 0 {
+		return id, reason
+	}
+	return id, ""
+}
+
+// authorize checks a call to method, returning the context carrying the
+// caller's identity or the refusal.
+func (a *authorizer) authorize(ctx context.Context, method string) (context.Context, error) {
+	if !a.enabled() || strings.HasPrefix(method, openPrefix) {
+		return ctx, nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	var state *tls.ConnectionState
+	p, _ := peer.FromContext(ctx)
+	if p != nil {
+		if info, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			state = &info.State
+		}
+	}
+	id, reason := a.identify(md.Get("authorization"), state)
+	short := method[strings.LastIndexByte(method, '/')+1:]
+	if reason != "" {
+		a.refuse(p, short, reason, "")
+		return ctx, status.Error(codes.Unauthenticated, "authentication required: present a valid bearer token or client certificate")
+	}
+	roles, ok := methodRoles[method]
+	if !ok {
+		roles = auth.Admin
+	}
+	if !id.Permits(roles) {
+		a.refuse(p, short, reasonWrongRole, id.Name())
+		return ctx, status.Errorf(codes.PermissionDenied, "permission denied: %s needs the %v role", short, roles)
+	}
+	return context.WithValue(ctx, identityKey{}, id), nil
+}
+
+// mayReportAs checks that the caller of a report may report as node in
+// region: an agent reports only as itself.
+func (a *authorizer) mayReportAs(ctx context.Context, node, region string) error {
+	if !a.enabled() {
+		return nil
+	}
+	id, _ := ctx.Value(identityKey{}).(auth.Identity)
+	if id.MayReportAs(node, region) {
+		return nil
+	}
+	p, _ := peer.FromContext(ctx)
+	a.refuse(p, "Report", reasonWrongNode, id.Name())
+	return status.Error(codes.PermissionDenied, "permission denied: an agent may report only as the node and region its credential names")
+}
+
+// refuse counts a refusal and logs it, at most once a minute per peer.
+func (a *authorizer) refuse(p *peer.Peer, method, reason, who string) {
+	a.refusals.WithLabelValues(method, reason).Inc()
+	host := "unknown"
+	if p != nil && p.Addr != nil {
+		host = p.Addr.String()
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+	}
+	a.logs.warn(host, "refused a call", "peer", host, "method", method, "reason", reason, "credential", who)
+}
+
+func (a *authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	ctx, err := a.authorize(ctx, info.FullMethod)
+	if err != nil {
+		return nil, err
+	}
+	return next(ctx, req)
+}
+
+func (a *authorizer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, next grpc.StreamHandler) error {
+	ctx, err := a.authorize(ss.Context(), info.FullMethod)
+	if err != nil {
+		return err
+	}
+	return next(srv, &identifiedStream{ServerStream: ss, ctx: ctx})
+}
+
+type identifiedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *identifiedStream) Context() context.Context { return s.ctx }
+
+// peerLog logs at most once a minute per peer, so that a flood of refused
+// calls cannot flood the log; the metrics count every one.
+type peerLog struct {
+	log   hclog.Logger
+	every time.Duration
+	now   func() time.Time
+
+	mu   sync.Mutex
+	last map[string]time.Time
+}
+
+// maxLoggedPeers bounds the peers remembered; beyond it, peers not yet
+// seen this minute are not logged.
+const maxLoggedPeers = 10_000
+
+func newPeerLog(log hclog.Logger, now func() time.Time) *peerLog {
+	return &peerLog{log: log, every: time.Minute, now: now, last: map[string]time.Time{}}
+}
+
+func (l *peerLog) warn(peer, msg string, args ...any) {
+	now := l.now()
+	l.mu.Lock()
+	if t, ok := l.last[peer]; ok && now.Sub(t) < l.every {
+		l.mu.Unlock()
+		return
+	}
+	if len(l.last) >= maxLoggedPeers {
+		for p, t := range l.last {
+			if now.Sub(t) >= l.every {
+				delete(l.last, p)
+			}
+		}
+		if len(l.last) >= maxLoggedPeers {
+			l.mu.Unlock()
+			return
+		}
+	}
+	l.last[peer] = now
+	l.mu.Unlock()
+	l.log.Warn(msg, args...)
+}
+
+// newAuthorizer reads the credentials cfg configures: the tokens callers
+// may present, and the token this member presents when it joins.
+func newAuthorizer(cfg *Config, log hclog.Logger, refusals *prometheus.CounterVec) (*authorizer, *auth.TokenCredentials, error) {
+	a := &authorizer{certs: cfg.TLS.CAFile != "", now: cfg.Now, refusals: refusals, logs: newPeerLog(log.Named("auth"), cfg.Now)}
+	onError := func(what string) func(error) {
+		return func(err error) { log.Error("a changed "+what+" could not be loaded", "error", err) }
+	}
+	if cfg.AdminToken != "" {
+		static := auth.StaticToken("admin-token", auth.Admin, cfg.AdminToken)
+		a.tokens = append(a.tokens, func() *auth.Tokens { return static })
+	}
+	if cfg.AuthTokensFile != "" {
+		f, err := auth.WatchTokens(cfg.AuthTokensFile, onError("tokens file"))
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: AuthTokensFile: %w", ErrInvalidConfig, err)
+		}
+		a.tokens = append(a.tokens, f.Tokens)
+	}
+	var own *auth.TokenCredentials
+	if cfg.TokenFile != "" {
+		var err error
+		if own, err = auth.NewTokenCredentials(cfg.TokenFile, onError("token file")); err != nil {
+			return nil, nil, fmt.Errorf("%w: TokenFile: %w", ErrInvalidConfig, err)
+		}
+	}
+	if !a.enabled() {
+		log.Warn("no credentials configured: every caller may report usage, read the ledger and change rules; listening on loopback only, or with --insecure")
+	}
+	for m := range methodRoles {
+		for _, r := range []string{reasonNoCredential, reasonBadToken, reasonExpired, reasonWrongRole} {
+			refusals.WithLabelValues(m[strings.LastIndexByte(m, '/')+1:], r)
+		}
+	}
+	refusals.WithLabelValues("Report", reasonWrongNode)
+	return a, own, nil
+}
+
+// nodeGate bounds the node IDs never seen before that may join each
+// minute: a token bucket of perMinute, full at the start.
+type nodeGate struct {
+	perMinute float64 // negative: unbounded
+
+	mu     sync.Mutex
+	tokens float64
+	last   time.Time
+}
+
+func newNodeGate(perMinute int, now time.Time) *nodeGate {
+	return &nodeGate{perMinute: float64(perMinute), tokens: float64(perMinute), last: now}
+}
+
+// admit takes one new node's place, if there is one.
+func (g *nodeGate) admit(now time.Time) bool {
+	if g.perMinute < 0 {
+		return true
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if d := now.Sub(g.last); d > 0 {
+		g.tokens = min(g.perMinute, g.tokens+d.Minutes()*g.perMinute)
+		g.last = now
+	}
+	if g.tokens < 1 {
+		return false
+	}
+	g.tokens--
+	return true
+}

@@ -3,10 +3,12 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/auth"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
@@ -30,10 +32,26 @@ type client struct {
 	opts  []grpc.DialOption
 }
 
-func newClient(cfg *Config) *client {
+// newClient dials the coordinators with the credentials cfg names.
+func newClient(cfg *Config) (*client, error) {
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	if cfg.TLS != nil {
+	onError := func(err error) { cfg.Logger.Error("a changed credential file could not be loaded", "error", err) }
+	switch {
+	case cfg.TLS != nil:
 		opts = []grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(cfg.TLS))}
+	case cfg.CAFile != "" || cfg.CertFile != "":
+		r, err := auth.NewReloader(auth.TLSFiles{CAFile: cfg.CAFile, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile}, onError)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(r.ClientCredentials())}
+	}
+	if cfg.TokenFile != "" {
+		tok, err := auth.NewTokenCredentials(cfg.TokenFile, onError)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+		opts = append(opts, grpc.WithPerRPCCredentials(tok))
 	}
 	// Reconnect within a couple of seconds of a coordinator coming back,
 	// not gRPC's default of up to two minutes: an agent cut off is running
@@ -42,7 +60,7 @@ func newClient(cfg *Config) *client {
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second}, MinConnectTimeout: time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(64<<20), grpc.MaxCallRecvMsgSize(64<<20)))
 	opts = append(opts, cfg.DialOptions...)
-	return &client{addrs: slices.Clone(cfg.Coordinators), conns: map[string]*grpc.ClientConn{}, opts: opts}
+	return &client{addrs: slices.Clone(cfg.Coordinators), conns: map[string]*grpc.ClientConn{}, opts: opts}, nil
 }
 
 func (c *client) stub(addr string) (allotpb.AgentServiceClient, error) {

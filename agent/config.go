@@ -64,9 +64,19 @@ type Config struct {
 	// simulators driving agents in virtual time.
 	ManualReports bool
 
-	// TLS, when set, is used to reach the coordinators; with a client
-	// certificate, it must name NodeID.
+	// TLS, when set, is used to reach the coordinators as it is; with a
+	// client certificate, it must name NodeID. CAFile, CertFile and
+	// KeyFile are the alternative that follows rotation: the files are
+	// re-read when they change.
 	TLS *tls.Config
+	// CAFile verifies the coordinators' certificates (TLS without it
+	// verifies against the system's roots); CertFile and KeyFile are the
+	// agent's client certificate, for mutual TLS.
+	CAFile, CertFile, KeyFile string
+	// TokenFile holds the agent's bearer token, bound to its NodeID by
+	// the coordinators; re-read when it changes. It is sent only over TLS
+	// or to a loopback address.
+	TokenFile string
 	// DialOptions are added to every coordinator connection.
 	DialOptions []grpc.DialOption
 
@@ -97,6 +107,12 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if !cfg.coordinated() && len(cfg.Rules) == 0 {
 		return cfg, bad("Rules", "a standalone agent (no Coordinators) needs static Rules")
+	}
+	if cfg.TLS != nil && (cfg.CAFile != "" || cfg.CertFile != "") {
+		return cfg, bad("TLS", "give either TLS or CAFile/CertFile/KeyFile, not both")
+	}
+	if (cfg.CertFile == "") != (cfg.KeyFile == "") {
+		return cfg, bad("CertFile", "CertFile and KeyFile go together")
 	}
 	if cfg.ManualReports && cfg.Transport == nil {
 		return cfg, bad("ManualReports", "needs a Transport to carry the reports")

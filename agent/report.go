@@ -73,7 +73,10 @@ func newReporter(a *Agent) (*reporter, error) {
 		quit: make(chan struct{}), exited: make(chan struct{}),
 	}
 	if r.transport == nil {
-		r.client = newClient(&a.cfg)
+		var err error
+		if r.client, err = newClient(&a.cfg); err != nil {
+			return nil, err
+		}
 		r.transport = r.client
 	}
 	return r, nil

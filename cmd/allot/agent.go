@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/agent"
+	"github.com/allot-io/allot/coordinator/auth"
 	"github.com/allot-io/allot/lease/rules"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -37,7 +39,8 @@ func runAgent(ctx context.Context, e *env) error {
 	var (
 		coords, rulesFile, httpAddr string
 		cfg                         agent.Config
-		tf                          tlsFlags
+		httpCert, httpKey           string
+		cf                          credFlags
 		lf                          logFlags
 	)
 	host, _ := os.Hostname()
@@ -49,7 +52,9 @@ func runAgent(ctx context.Context, e *env) error {
 	f.DurationVar(&cfg.ReportInterval, "report-interval", agent.DefaultReportInterval, "how often to report until the cluster sets it")
 	f.IntVar(&cfg.MaxKeys, "max-keys", agent.DefaultMaxKeys, "keys held per rule and limit; beyond it each intent's bound applies")
 	lf.register(f)
-	tf.register(f)
+	f.StringVar(&httpCert, "http-cert", "", "PEM certificate (with --http-key): serve --http-addr over TLS; re-read when it changes")
+	f.StringVar(&httpKey, "http-key", "", "PEM private key of --http-cert")
+	cf.register(f)
 	if err := f.parse(e); err != nil {
 		return err
 	}
@@ -74,11 +79,11 @@ func runAgent(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	tc, err := tf.clientConfig()
-	if err != nil {
-		return &usageError{err: err}
+	if (httpCert == "") != (httpKey == "") {
+		return usagef("agent", "--http-cert and --http-key go together")
 	}
-	cfg.TLS, cfg.Logger = tc, logger
+	cfg.CAFile, cfg.CertFile, cfg.KeyFile, cfg.TokenFile = cf.ca, cf.cert, cf.key, cf.tokenFile
+	cfg.Logger = logger
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg.Registerer = reg
@@ -86,6 +91,17 @@ func runAgent(ctx context.Context, e *env) error {
 	lis, err := net.Listen("tcp", httpAddr)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", httpAddr, err)
+	}
+	scheme := "http"
+	if httpCert != "" {
+		r, err := auth.NewReloader(auth.TLSFiles{CertFile: httpCert, KeyFile: httpKey}, func(err error) {
+			logger.Error("a changed --http-cert could not be loaded", "error", err)
+		})
+		if err != nil {
+			lis.Close()
+			return &usageError{err: err}
+		}
+		lis, scheme = tls.NewListener(lis, r.ServerConfig(false)), "https"
 	}
 	a, err := agent.New(cfg)
 	if err != nil {
@@ -114,7 +130,7 @@ func runAgent(ctx context.Context, e *env) error {
 	if len(cfg.Coordinators) == 0 {
 		mode = "standalone"
 	}
-	cfg.Logger.Info("agent sidecar running", "node", cfg.NodeID, "http", lis.Addr().String(), "mode", mode)
+	cfg.Logger.Info("agent sidecar running", "node", cfg.NodeID, "http", scheme+"://"+lis.Addr().String(), "mode", mode)
 	select {
 	case <-ctx.Done():
 	case err = <-served:

@@ -269,15 +269,47 @@ type member struct {
 	proc                 *process
 }
 
+// cliTokens makes tokens with `allot token`, for the roles given as
+// name=role[:nodes], and returns the tokens file the coordinators take and
+// each token's file.
+func cliTokens(t *testing.T, specs ...string) (tokensFile string, files map[string]string) {
+	t.Helper()
+	dir := t.TempDir()
+	files = map[string]string{}
+	entries := "tokens:\n"
+	for _, spec := range specs {
+		name, role, _ := strings.Cut(spec, "=")
+		role, nodes, _ := strings.Cut(role, ":")
+		files[name] = filepath.Join(dir, name+".token")
+		args := []string{"token", "--name", name, "--role", role, "--out", files[name]}
+		if nodes != "" {
+			args = append(args, "--nodes", nodes)
+		}
+		code, stdout, stderr := runAllot(t, cliEnv(), args...)
+		_, entry, ok := strings.Cut(stdout, "tokens:\n")
+		if code != exitOK || !ok {
+			t.Fatalf("allot token: exit %d, %q, %q", code, stdout, stderr)
+		}
+		entries += entry
+	}
+	tokensFile = filepath.Join(dir, "tokens.yaml")
+	if err := os.WriteFile(tokensFile, []byte(entries), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return tokensFile, files
+}
+
 // TestCLICluster runs a three-member cluster and an agent sidecar as
-// processes, and operates them with the CLI: status, rules, traffic until
-// a 429, exact usage after the agent's last report, and a backup.
+// processes, secured with tokens made by `allot token`, and operates them
+// with the CLI: status, rules, traffic until a 429, exact usage after the
+// agent's last report, and a backup.
 func TestCLICluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cluster of processes")
 	}
-	const token = "cli-test-token"
-	admin := cliEnv("ALLOT_ADMIN_TOKEN=" + token)
+	tokensFile, tokens := cliTokens(t, "admin=admin", "billing=reader", "gw-1=agent:gw-1")
+	admin := cliEnv("ALLOT_TOKEN_FILE=" + tokens["admin"])
+	reader := cliEnv("ALLOT_TOKEN_FILE=" + tokens["billing"])
 	addrs := loopbackAddrs(t, 10)
 	members := make([]*member, 3)
 	var grpcAddrs []string
@@ -285,7 +317,7 @@ func TestCLICluster(t *testing.T) {
 	for i := range members {
 		m := &member{id: fmt.Sprintf("c%d", i+1), raft: addrs[3*i], grpc: addrs[3*i+1], http: addrs[3*i+2]}
 		args := []string{"coordinator", "--node-id", m.id, "--data-dir", t.TempDir(),
-			"--raft-addr", m.raft, "--grpc-addr", m.grpc, "--http-addr", m.http, "--report-interval", "200ms"}
+			"--raft-addr", m.raft, "--grpc-addr", m.grpc, "--http-addr", m.http, "--report-interval", "200ms", "--auth-tokens", tokensFile}
 		if i == 0 {
 			args = append(args, "--bootstrap")
 		} else {
@@ -303,7 +335,7 @@ func TestCLICluster(t *testing.T) {
 
 	t.Run("status", func(t *testing.T) {
 		eventually(t, "three voting members, each answering", procs, func() (bool, string) {
-			code, stdout, stderr := runAllot(t, cliEnv(), "status", "--format", "json", "--coordinator", all)
+			code, stdout, stderr := runAllot(t, reader, "status", "--format", "json", "--coordinator", all)
 			var cs clusterStatus
 			if code != exitOK || json.Unmarshal([]byte(stdout), &cs) != nil {
 				return false, fmt.Sprintf("exit %d: %s%s", code, stdout, stderr)
@@ -321,7 +353,7 @@ func TestCLICluster(t *testing.T) {
 		})
 		// A follower's view may lag the leader's by a heartbeat.
 		eventually(t, "the status table on "+members[1].id, procs, func() (bool, string) {
-			code, stdout, stderr := runAllot(t, cliEnv(), "status", "--coordinator", members[1].grpc)
+			code, stdout, stderr := runAllot(t, reader, "status", "--coordinator", members[1].grpc)
 			return code == exitOK && strings.Contains(stdout, "MEMBER  LEADER  VOTER  STATE") && strings.Contains(stdout, "(as c2 sees it)") &&
 				len(leaderRow.FindAllString(stdout, -1)) == 1 && len(followerRow.FindAllString(stdout, -1)) == 2, stdout + stderr
 		})
@@ -338,8 +370,12 @@ func TestCLICluster(t *testing.T) {
 `)
 	t.Run("rules", func(t *testing.T) {
 		code, _, stderr := runAllot(t, cliEnv(), "rules", "put", rulesFile, "--coordinator", all)
-		if code != exitFailure || !strings.Contains(stderr, "not allowed") {
-			t.Errorf("put without the admin token: exit %d, %q", code, stderr)
+		if code != exitFailure || !strings.Contains(stderr, "not allowed") || !strings.Contains(stderr, "ALLOT_TOKEN_FILE") {
+			t.Errorf("put without a token: exit %d, %q", code, stderr)
+		}
+		code, _, stderr = runAllot(t, reader, "rules", "put", rulesFile, "--coordinator", all)
+		if code != exitFailure || !strings.Contains(stderr, "needs the admin role") {
+			t.Errorf("put with a reader's token: exit %d, %q", code, stderr)
 		}
 		code, stdout, stderr := runAllot(t, admin, "rules", "put", rulesFile, "--coordinator", members[0].grpc)
 		if code != exitOK || !strings.Contains(stdout, "created tenant-quota") {
@@ -347,13 +383,13 @@ func TestCLICluster(t *testing.T) {
 		}
 		// Another member answers from its replica, once it has applied the put.
 		eventually(t, "the rule on "+members[2].id, procs, func() (bool, string) {
-			code, stdout, stderr := runAllot(t, cliEnv(), "rules", "get", "--coordinator", members[2].grpc)
+			code, stdout, stderr := runAllot(t, reader, "rules", "get", "--coordinator", members[2].grpc)
 			return code == exitOK && strings.Contains(stdout, "- name: tenant-quota\n") && strings.Contains(stdout, "limit: 5\n"), stdout + stderr
 		})
 	})
 
 	agentAddr := addrs[9]
-	gw := startProcess(t, cliEnv(), "gw-1", "agent", "--coordinators", all, "--node-id", "gw-1", "--http-addr", agentAddr)
+	gw := startProcess(t, cliEnv("ALLOT_TOKEN_FILE="+tokens["gw-1"]), "gw-1", "agent", "--coordinators", all, "--node-id", "gw-1", "--http-addr", agentAddr)
 	procs = append(procs, gw)
 	eventually(t, "the agent's rules", procs, func() (bool, string) { return httpOK("http://" + agentAddr + "/healthz") })
 
@@ -398,7 +434,7 @@ func TestCLICluster(t *testing.T) {
 		// From two hours back: the billing window is an hour, and a run
 		// that crosses the hour has usage in the window before.
 		eventually(t, fmt.Sprintf("a ledger of exactly %d admitted and %d denied", admitted, denied), procs, func() (bool, string) {
-			code, stdout, stderr := runAllot(t, cliEnv(), "usage", "--format", "csv", "--from", "2h", "--to", "now", "--coordinator", all)
+			code, stdout, stderr := runAllot(t, reader, "usage", "--format", "csv", "--from", "2h", "--to", "now", "--coordinator", all)
 			if code != exitOK {
 				return false, stderr
 			}

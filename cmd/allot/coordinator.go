@@ -21,7 +21,7 @@ func runCoordinator(ctx context.Context, e *env) error {
 	var (
 		cfg  coordinator.Config
 		join string
-		tf   tlsFlags
+		cf   credFlags
 		lf   logFlags
 	)
 	f.StringVar(&cfg.NodeID, "node-id", "", "this member's name, unique and stable across restarts (required)")
@@ -34,7 +34,14 @@ func runCoordinator(ctx context.Context, e *env) error {
 	f.StringVar(&join, "join", "", "gRPC addresses of existing members to join through, comma-separated")
 	f.StringVar(&cfg.Region, "region", "default", "the region this cluster serves; usage is recorded under it")
 	f.StringVar(&cfg.RulesFile, "rules", "", "rules file the leader installs when it differs from the replicated rules")
-	f.StringVar(&cfg.AdminToken, "admin-token", "", "bearer token required for rule and membership changes (prefer ALLOT_ADMIN_TOKEN)")
+	f.StringVar(&cfg.AuthTokensFile, "auth-tokens", "", "tokens file: the bearer tokens accepted, with their roles (docs/security.md); re-read when it changes")
+	f.StringVar(&cfg.AdminToken, "admin-token", "", "one admin bearer token, accepted besides --auth-tokens (prefer ALLOT_ADMIN_TOKEN)")
+	f.BoolVar(&cfg.Insecure, "insecure", false, "allow listening beyond loopback with no credential configured: anyone who reaches it may write the ledger")
+	f.BoolVar(&cfg.RaftPrivateNetwork, "raft-private-network", false, "the --raft-addr is reachable by members only; needed for a non-loopback Raft address without mutual TLS (--ca)")
+	f.BoolVar(&cfg.MetricsNeedAuth, "metrics-auth", false, "/metrics needs the reader role too (health endpoints stay open)")
+	f.IntVar(&cfg.MaxNewNodesPerMinute, "max-new-nodes-per-minute", coordinator.DefaultMaxNewNodesPerMinute, "node IDs never heard from before that may join each minute (negative: unbounded)")
+	f.Float64Var(&cfg.MaxUnitsPerSecond, "max-units-per-second", 0, "refuse usage above this many units per second from one node (0: only the protocol's 2^53 bound)")
+	f.DurationVar(&cfg.MaxConnectionAge, "max-connection-age", coordinator.DefaultMaxConnectionAge, "close client connections this old, so rotated CAs take effect; clients reconnect")
 	f.DurationVar(&cfg.ReportInterval, "report-interval", coordinator.DefaultReportInterval, "how often agents report; fixed by a cluster's first leader, later values are ignored with a warning")
 	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "how long a lease holds (default 5 × report interval); fixed by a cluster's first leader")
 	f.DurationVar(&cfg.BillingWindow, "billing-window", coordinator.DefaultBillingWindow, "the ledger's window: whole seconds from 1s to 24h dividing a day (e.g. 1m, 15m, 1h, 24h); fixed by a cluster's first leader")
@@ -43,7 +50,7 @@ func runCoordinator(ctx context.Context, e *env) error {
 	f.IntVar(&cfg.MaxReportBytes, "max-report-bytes", coordinator.DefaultMaxReportBytes, "refuse agent reports larger than this")
 	f.IntVar(&cfg.MaxReportKeys, "max-report-keys", coordinator.DefaultMaxReportKeys, "refuse agent reports with more keys than this")
 	lf.register(f)
-	tf.register(f)
+	cf.register(f)
 	if err := f.parse(e); err != nil {
 		return err
 	}
@@ -58,7 +65,8 @@ func runCoordinator(ctx context.Context, e *env) error {
 		return err
 	}
 	cfg.Join = splitList(join)
-	cfg.TLS = coordinator.TLSConfig{CertFile: tf.cert, KeyFile: tf.key, CAFile: tf.ca}
+	cfg.TLS = coordinator.TLSConfig{CertFile: cf.cert, KeyFile: cf.key, CAFile: cf.ca}
+	cfg.TokenFile = cf.tokenFile
 	cfg.Logger = logger
 	c, err := coordinator.New(cfg)
 	if errors.Is(err, coordinator.ErrInvalidConfig) {

@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/auth"
 	"github.com/hashicorp/go-hclog"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
@@ -198,44 +197,52 @@ func (l *logFlags) logger(cmd, name string, w io.Writer) (hclog.Logger, error) {
 	return hclog.New(&hclog.LoggerOptions{Name: name, Level: level, JSONFormat: l.json, Output: w}), nil
 }
 
-// tlsFlags are the certificate flags shared by every command that dials
-// or serves gRPC.
-type tlsFlags struct {
-	cert, key, ca string
+// credFlags are the credential flags shared by every command that calls
+// or serves coordinators. Every file is re-read when it changes.
+type credFlags struct {
+	cert, key, ca, tokenFile string
 }
 
-func (t *tlsFlags) register(f *flags) {
-	f.StringVar(&t.cert, "tls-cert", "", "PEM certificate for TLS (with --tls-key)")
-	f.StringVar(&t.key, "tls-key", "", "PEM private key for TLS")
-	f.StringVar(&t.ca, "tls-ca", "", "PEM CA bundle: verify peers against it (mutual TLS when serving)")
+func (t *credFlags) register(f *flags) {
+	f.StringVar(&t.cert, "cert", "", "PEM certificate (with --key): served, and presented for mutual TLS")
+	f.StringVar(&t.key, "key", "", "PEM private key of --cert")
+	f.StringVar(&t.ca, "ca", "", "PEM CA bundle peers are verified against (client certificates too, when serving)")
+	f.StringVar(&t.tokenFile, "token-file", "", "file holding the bearer token to present (sent only over TLS or to loopback)")
+	// The names before roles existed.
+	f.StringVar(&t.cert, "tls-cert", "", "old name of --cert")
+	f.StringVar(&t.key, "tls-key", "", "old name of --key")
+	f.StringVar(&t.ca, "tls-ca", "", "old name of --ca")
 }
 
-// clientConfig is the TLS configuration for dialling coordinators, or nil
-// for plaintext.
-func (t *tlsFlags) clientConfig() (*tls.Config, error) {
+// transport is the transport credentials for dialling coordinators:
+// TLS when a CA or certificate is given, plaintext otherwise.
+func (t *credFlags) transport(onError func(error)) (credentials.TransportCredentials, error) {
 	if t.cert == "" && t.ca == "" {
-		return nil, nil
+		return insecure.NewCredentials(), nil
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if t.cert != "" {
-		cert, err := tls.LoadX509KeyPair(t.cert, t.key)
+	r, err := auth.NewReloader(auth.TLSFiles{CertFile: t.cert, KeyFile: t.key, CAFile: t.ca}, onError)
+	if err != nil {
+		return nil, err
+	}
+	return r.ClientCredentials(), nil
+}
+
+// dialOptions are the options to dial coordinators with these
+// credentials.
+func (t *credFlags) dialOptions(onError func(error)) ([]grpc.DialOption, error) {
+	creds, err := t.transport(onError)
+	if err != nil {
+		return nil, err
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	if t.tokenFile != "" {
+		tok, err := auth.NewTokenCredentials(t.tokenFile, onError)
 		if err != nil {
-			return nil, fmt.Errorf("loading TLS certificate: %w", err)
+			return nil, err
 		}
-		cfg.Certificates = []tls.Certificate{cert}
+		opts = append(opts, grpc.WithPerRPCCredentials(tok))
 	}
-	if t.ca != "" {
-		pem, err := os.ReadFile(t.ca)
-		if err != nil {
-			return nil, fmt.Errorf("reading TLS CA: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("TLS CA file %s holds no certificates", t.ca)
-		}
-		cfg.RootCAs = pool
-	}
-	return cfg, nil
+	return opts, nil
 }
 
 // clientFlags are the flags of the operator commands: which coordinators
@@ -244,7 +251,7 @@ type clientFlags struct {
 	coordinators string
 	token        string
 	timeout      time.Duration
-	tls          tlsFlags
+	creds        credFlags
 }
 
 func (c *clientFlags) register(f *flags) {
@@ -255,9 +262,9 @@ func (c *clientFlags) register(f *flags) {
 // registerAccess adds every client flag but --coordinator: how to call,
 // not whom.
 func (c *clientFlags) registerAccess(f *flags) {
-	f.StringVar(&c.token, "admin-token", "", "admin bearer token for changes (prefer ALLOT_ADMIN_TOKEN)")
+	f.StringVar(&c.token, "admin-token", "", "a bearer token given as a value (prefer --token-file)")
 	f.DurationVar(&c.timeout, "timeout", 10*time.Second, "how long to wait for the cluster")
-	c.tls.register(f)
+	c.creds.register(f)
 }
 
 // coordinatorClient calls a coordinator cluster, trying each address in
@@ -273,17 +280,14 @@ func (c *clientFlags) dial() (*coordinatorClient, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("no --coordinator address")
 	}
-	creds := insecure.NewCredentials()
-	tc, err := c.tls.clientConfig()
+	opts, err := c.creds.dialOptions(nil)
 	if err != nil {
 		return nil, err
 	}
-	if tc != nil {
-		creds = credentials.NewTLS(tc)
-	}
+	opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
 	cl := &coordinatorClient{addrs: addrs, token: c.token}
 	for _, a := range addrs {
-		cc, err := grpc.NewClient(a, grpc.WithTransportCredentials(creds), grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
+		cc, err := grpc.NewClient(a, opts...)
 		if err != nil {
 			cl.Close()
 			return nil, fmt.Errorf("coordinator address %q: %w", a, err)
@@ -333,8 +337,10 @@ func grpcErr(err error) error {
 	switch st.Code() {
 	case codes.InvalidArgument:
 		return fmt.Errorf("%w: %s", errRejected, st.Message())
-	case codes.Unauthenticated, codes.PermissionDenied:
-		return fmt.Errorf("not allowed: %s (set --admin-token or ALLOT_ADMIN_TOKEN)", st.Message())
+	case codes.Unauthenticated:
+		return fmt.Errorf("not allowed: %s (set --token-file or ALLOT_TOKEN_FILE, or --cert and --key)", st.Message())
+	case codes.PermissionDenied:
+		return fmt.Errorf("not allowed: %s (this credential's role may not do it)", st.Message())
 	case codes.NotFound:
 		return fmt.Errorf("not found: %s", st.Message())
 	}

@@ -56,6 +56,7 @@ func commands() []command {
 		{"status", "show the coordinator cluster", runStatus},
 		{"usage", "export reconciled usage for billing", runUsage},
 		{"cluster", "remove members, back up and restore the cluster", runCluster},
+		{"token", "make a bearer token for an agent, a reader or an admin", runToken},
 		{"version", "print the version", runVersion},
 	}
 }

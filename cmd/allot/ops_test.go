@@ -20,6 +20,7 @@ import (
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -520,8 +521,9 @@ func TestParseArgsInterspersed(t *testing.T) {
 
 // testCluster is a one-member coordinator cluster in this process.
 type testCluster struct {
-	c    *coordinator.Coordinator
-	addr string
+	c     *coordinator.Coordinator
+	addr  string
+	token string // the admin token, if the cluster has one
 }
 
 func startTestCluster(t *testing.T, id, region, token string) *testCluster {
@@ -544,7 +546,7 @@ func startTestCluster(t *testing.T, id, region, token string) *testCluster {
 		_ = c.Close(ctx)
 	})
 	waitUntil(t, 30*time.Second, id+" to lead", c.IsLeader)
-	return &testCluster{c: c, addr: c.GRPCAddr()}
+	return &testCluster{c: c, addr: c.GRPCAddr(), token: token}
 }
 
 // report sends one agent report carrying one usage count.
@@ -557,6 +559,9 @@ func (tc *testCluster) report(t *testing.T, node, region string, count *allotpb.
 	defer cc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	if tc.token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tc.token)
+	}
 	_, err = allotpb.NewAgentServiceClient(cc).Report(ctx, &allotpb.ReportRequest{
 		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: node, Incarnation: 1, Region: region,
 		IntervalNano: int64(200 * time.Millisecond),
@@ -594,7 +599,7 @@ func TestOpsInProcess(t *testing.T) {
 
 	t.Run("rules", func(t *testing.T) {
 		code, _, stderr := runIn(t, nil, "rules", "put", rulesPath, "--coordinator", eu.addr)
-		if code != exitFailure || !strings.Contains(stderr, "not allowed") || !strings.Contains(stderr, "ALLOT_ADMIN_TOKEN") {
+		if code != exitFailure || !strings.Contains(stderr, "not allowed") || !strings.Contains(stderr, "ALLOT_TOKEN_FILE") {
 			t.Errorf("put without the token: exit %d, %q", code, stderr)
 		}
 		for _, tc := range []*testCluster{eu, us} {
@@ -603,7 +608,7 @@ func TestOpsInProcess(t *testing.T) {
 				t.Fatalf("put: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 			}
 		}
-		code, stdout, stderr := runIn(t, nil, "rules", "get", "--coordinator", eu.addr)
+		code, stdout, stderr := runIn(t, admin, "rules", "get", "--coordinator", eu.addr)
 		if code != exitOK || !strings.HasPrefix(stdout, "# Allot rules at version 1: 1 rule.\n") {
 			t.Fatalf("get: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 		}
@@ -611,11 +616,11 @@ func TestOpsInProcess(t *testing.T) {
 		if want, _ := rules.Load(rulesPath); err != nil || !reflect.DeepEqual(got, want) {
 			t.Errorf("get printed rules that read back as %+v, %v; want %+v", got, err, want)
 		}
-		code, stdout, stderr = runIn(t, nil, "rules", "get", "quota", "--format", "json", "--coordinator", eu.addr)
+		code, stdout, stderr = runIn(t, admin, "rules", "get", "quota", "--format", "json", "--coordinator", eu.addr)
 		if code != exitOK || !json.Valid([]byte(stdout)) || stderr != "rules version 1\n" {
 			t.Errorf("get quota --format json: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 		}
-		code, _, stderr = runIn(t, nil, "rules", "get", "nope", "--coordinator", eu.addr)
+		code, _, stderr = runIn(t, admin, "rules", "get", "nope", "--coordinator", eu.addr)
 		if code != exitFailure || !strings.Contains(stderr, `no rule named "nope"`) {
 			t.Errorf("get nope: exit %d, %q", code, stderr)
 		}
@@ -646,7 +651,7 @@ func TestOpsInProcess(t *testing.T) {
 	})
 
 	t.Run("status", func(t *testing.T) {
-		code, stdout, stderr := runIn(t, nil, "status", "--format", "json", "--coordinator", eu.addr)
+		code, stdout, stderr := runIn(t, admin, "status", "--format", "json", "--coordinator", eu.addr)
 		var cs clusterStatus
 		if code != exitOK || json.Unmarshal([]byte(stdout), &cs) != nil {
 			t.Fatalf("status: exit %d, stdout %q, stderr %q", code, stdout, stderr)
@@ -655,7 +660,7 @@ func TestOpsInProcess(t *testing.T) {
 			len(cs.Members) != 1 || !cs.Members[0].Leader || !cs.Members[0].Voter || cs.Members[0].State != "leader" || cs.Members[0].AppliedIndex == 0 {
 			t.Errorf("status: %s", stdout)
 		}
-		code, stdout, _ = runIn(t, nil, "status", "--coordinator", eu.addr)
+		code, stdout, _ = runIn(t, admin, "status", "--coordinator", eu.addr)
 		if code != exitOK || !strings.Contains(stdout, "region eu: leader eu-1 at "+eu.addr) || !strings.Contains(stdout, "rules: 1 at version 5") ||
 			!regexp.MustCompile(`(?m)^eu-1\s+\*\s+yes\s+leader\s+\d+\s+\d+\s+\d+\s+`+regexp.QuoteMeta(eu.addr)).MatchString(stdout) {
 			t.Errorf("status table:\n%s", stdout)
@@ -678,7 +683,7 @@ func TestOpsInProcess(t *testing.T) {
 		var stdout, stderr string
 		waitUntil(t, 30*time.Second, "eu's window to be final", func() bool {
 			var code int
-			code, stdout, stderr = runIn(t, nil, args...)
+			code, stdout, stderr = runIn(t, admin, args...)
 			if code != exitOK {
 				t.Fatalf("usage: exit %d, %q", code, stderr)
 			}
@@ -699,16 +704,16 @@ func TestOpsInProcess(t *testing.T) {
 			{at(-time.Second), at(0), false},
 			{at(500 * time.Millisecond), at(2 * time.Second), false},
 		} {
-			code, stdout, stderr := runIn(t, nil, "usage", "--coordinator", eu.addr, "--from", b.from, "--to", b.to, "--format", "jsonl")
+			code, stdout, stderr := runIn(t, admin, "usage", "--coordinator", eu.addr, "--from", b.from, "--to", b.to, "--format", "jsonl")
 			if code != exitOK || strings.Contains(stdout, `"tenant":"acme"`) != b.in {
 				t.Errorf("usage from %s to %s: exit %d, %q, %q; want the window included: %v", b.from, b.to, code, stdout, stderr, b.in)
 			}
 		}
-		code, _, stderr := runIn(t, nil, "usage", "--coordinator", eu.addr, "--coordinator", eu.addr, "--from", "2h")
+		code, _, stderr := runIn(t, admin, "usage", "--coordinator", eu.addr, "--coordinator", eu.addr, "--from", "2h")
 		if code != exitUsage || !strings.Contains(stderr, "counted by two clusters") {
 			t.Errorf("the same cluster twice: exit %d, %q", code, stderr)
 		}
-		code, stdout, _ = runIn(t, map[string]string{"ALLOT_COORDINATOR": eu.addr + ";" + us.addr}, "usage", "--from", "2h", "--tenant", "acme", "--region", "us")
+		code, stdout, _ = runIn(t, map[string]string{"ALLOT_COORDINATOR": eu.addr + ";" + us.addr, "ALLOT_ADMIN_TOKEN": token}, "usage", "--from", "2h", "--tenant", "acme", "--region", "us")
 		if code != exitOK || !strings.Contains(stdout, " us ") || strings.Contains(stdout, " eu ") {
 			t.Errorf("usage --region us, clusters from ALLOT_COORDINATOR: exit %d\n%s", code, stdout)
 		}

@@ -31,7 +31,12 @@ SIGKILL (no shutdown, no leadership transfer), times the election of a
 new one, and restarts the killed member from its data directory. At the
 end it checks the figures and the billing ledger against the agents' own
 counts, and exits 1 if any check fails; a failed run shows the end of
-every log.`
+every log.
+
+It runs secured, as a deployment should: a throwaway CA in the temporary
+directory signs each member's certificate (mutual TLS between members),
+and the gateways and the demo's own calls use TLS and bearer tokens (an
+agent token bound to the gateways' node IDs, an admin token).`
 
 // demoRules is the demo's rule file: a global capacity rule shared by
 // weight, a per-tenant plan quota, and a per-user abuse limit.
@@ -112,6 +117,7 @@ type demo struct {
 	log      hclog.Logger
 	logFile  *os.File
 
+	creds    *demoCreds
 	cluster  *demoCluster
 	nodes    []*demoNode
 	tenants  []*demoTenant
@@ -179,7 +185,13 @@ func runDemo(ctx context.Context, e *env) error {
 
 func (d *demo) run(ctx context.Context, nodes int) error {
 	fmt.Fprintf(d.out, "allot demo: starting 3 coordinator processes and %d gateways on loopback (data and logs in %s)\n", nodes, d.dir)
-	cluster, err := newDemoCluster(d.dir)
+	creds, err := demoSecurity(d.dir, demoMemberIDs, demoNodePrefix+"*")
+	if err != nil {
+		return fmt.Errorf("setting up the demo's credentials: %w", err)
+	}
+	d.creds = creds
+	fmt.Fprintln(d.out, creds.describe())
+	cluster, err := newDemoCluster(d.dir, creds)
 	if err != nil {
 		return fmt.Errorf("setting up the cluster: %w", err)
 	}
@@ -264,8 +276,11 @@ func (d *demo) startAgents(ctx context.Context, n int) error {
 	addrs := d.cluster.grpcAddrs()
 	for i := 0; i < n; i++ {
 		reg := prometheus.NewRegistry()
-		id := fmt.Sprintf("gw-%d", i+1)
-		a, err := agent.New(agent.Config{Coordinators: addrs, NodeID: id, Region: "demo", Logger: d.log.Named(id), Registerer: reg})
+		id := fmt.Sprintf("%s%d", demoNodePrefix, i+1)
+		// TLS verified against the demo's CA, and the token that lets
+		// the gateways report as gw-* only.
+		a, err := agent.New(agent.Config{Coordinators: addrs, NodeID: id, Region: "demo", Logger: d.log.Named(id), Registerer: reg,
+			CAFile: d.creds.caFile, TokenFile: d.creds.agentTokenFile})
 		if err != nil {
 			return fmt.Errorf("%s: %w", id, err)
 		}

@@ -17,7 +17,6 @@ import (
 	"github.com/allot-io/allot/cmd/internal/spawn"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // demoExecutable is the binary the demo runs its coordinators from: this
@@ -52,30 +51,45 @@ type demoMember struct {
 	killing bool          // the current run is being killed on purpose
 }
 
+// demoMemberIDs are the coordinators' node IDs; c1 bootstraps.
+var demoMemberIDs = []string{"c1", "c2", "c3"}
+
 // newDemoCluster lays out three members in dir (c1 bootstraps, the others
-// join it) on free loopback ports. Nothing runs until start.
-func newDemoCluster(dir string) (*demoCluster, error) {
+// join it) on free loopback ports, each serving and dialled with creds.
+// Nothing runs until start.
+func newDemoCluster(dir string, creds *demoCreds) (*demoCluster, error) {
 	bin, err := demoExecutable()
 	if err != nil {
 		return nil, fmt.Errorf("finding this binary to run the coordinators: %w", err)
 	}
-	ports, err := spawn.LoopbackPorts(6)
+	ports, err := spawn.LoopbackPorts(2 * len(demoMemberIDs))
+	if err != nil {
+		return nil, fmt.Errorf("picking loopback ports: %w", err)
+	}
+	// The demo's own calls (status, rules) go over TLS with the admin
+	// token, as an operator's would.
+	dial, err := creds.dialOptions()
 	if err != nil {
 		return nil, err
 	}
 	c := &demoCluster{}
-	for i := range 3 {
-		id := fmt.Sprintf("c%d", i+1)
+	for i, id := range demoMemberIDs {
+		secure, err := creds.memberArgs(id)
+		if err != nil {
+			c.stop()
+			return nil, err
+		}
 		raftAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2*i]))
 		grpcAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[2*i+1]))
 		args := []string{"coordinator", "--node-id", id, "--data-dir", filepath.Join(dir, id),
 			"--raft-addr", raftAddr, "--grpc-addr", grpcAddr, "--http-addr=", "--region", "demo"}
+		args = append(args, secure...)
 		if i == 0 {
 			args = append(args, "--bootstrap")
 		} else {
 			args = append(args, "--join", c.members[0].grpcAddr)
 		}
-		cc, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(grpcAddr, dial...)
 		if err != nil {
 			c.stop()
 			return nil, fmt.Errorf("%s: dialling %s: %w", id, grpcAddr, err)

@@ -150,7 +150,7 @@ func (d *demo) checkRejoined(ctx context.Context, leader map[[2]string]usageCoun
 // rule.
 func (d *demo) readLedger(ctx context.Context, m *demoMember) (map[[2]string]usageCount, error) {
 	q := &allotpb.UsageQuery{From: timestamppb.New(d.start.Add(-2 * time.Hour)), To: timestamppb.New(time.Now().Add(2 * time.Hour))}
-	lines, err := fetchLedger(ctx, &clientFlags{coordinators: m.grpcAddr, timeout: 10 * time.Second}, q, 0)
+	lines, err := fetchLedger(ctx, &clientFlags{coordinators: m.grpcAddr, timeout: 10 * time.Second, creds: d.creds.operator()}, q, 0)
 	if err != nil {
 		return nil, err
 	}

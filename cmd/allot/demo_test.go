@@ -5,12 +5,16 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/allot-io/allot/coordinator/auth"
 )
 
 // useAllotBinary points the demo's coordinators at a built allot: this
@@ -84,7 +88,7 @@ func TestDemo(t *testing.T) {
 	}
 	useAllotBinary(t)
 	code, text, errs := runDemoFor(t, 3*time.Minute, "--duration", "16s", "--nodes", "4", "--no-tty")
-	for _, want := range []string{"SIGKILL to the Raft leader", "elected leader", "rejoined as a follower", "ledger acme/plan-quota"} {
+	for _, want := range []string{"secured: mutual TLS between members", "SIGKILL to the Raft leader", "elected leader", "rejoined as a follower", "ledger acme/plan-quota"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("output lacks %q", want)
 		}
@@ -156,5 +160,62 @@ func TestDemoFlags(t *testing.T) {
 		if code != exitUsage {
 			t.Errorf("demo %v: exit %d, want %d (usage); stderr %s", args, code, exitUsage, errs.String())
 		}
+	}
+}
+
+// TestDemoSecurity checks the demo's credentials without a cluster: the
+// files exist, secrets are private, the tokens file parses and grants
+// the admin token everything and the agent token the gateways' node IDs
+// only, and each member's flags name its own certificate.
+func TestDemoSecurity(t *testing.T) {
+	dir := t.TempDir()
+	c, err := demoSecurity(dir, demoMemberIDs, demoNodePrefix+"*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{c.caFile, c.tokensFile, c.adminTokenFile, c.agentTokenFile} {
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f != c.caFile && fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v, want 0600", f, fi.Mode().Perm())
+		}
+	}
+	data, err := os.ReadFile(c.tokensFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := auth.ParseTokens(c.tokensFile, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(path string) string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	if g, ok := tokens.Lookup(read(c.adminTokenFile)); !ok || g.Role != auth.Admin {
+		t.Errorf("admin token: grant %+v, found %v; want the admin role", g, ok)
+	}
+	g, ok := tokens.Lookup(read(c.agentTokenFile))
+	if !ok || g.Role != auth.Agent || !g.MayReportAs(demoNodePrefix+"1", "demo") || g.MayReportAs("c1", "demo") {
+		t.Errorf("agent token: grant %+v, found %v; want an agent for %s* only", g, ok, demoNodePrefix)
+	}
+	for _, id := range demoMemberIDs {
+		args, err := c.memberArgs(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"--cert", filepath.Join(dir, id+".pem"), "--key", "--ca", c.caFile, "--auth-tokens", "--token-file", c.adminTokenFile} {
+			if !slices.Contains(args, want) {
+				t.Errorf("%s's flags %q lack %q", id, args, want)
+			}
+		}
+	}
+	if _, err := c.memberArgs("c9"); err == nil {
+		t.Error("memberArgs of an unknown member: no error")
 	}
 }

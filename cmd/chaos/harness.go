@@ -158,7 +158,8 @@ func (h *harness) setup(ctx context.Context) error {
 		return err
 	}
 	h.cl, err = fleet.New(fleet.Options{Bin: bin, Dir: h.dir, RulesPath: rulesPath, Sidecars: 3,
-		ReportInterval: cfg.reportInterval, LeaseTTL: cfg.leaseTTL, BillingWindow: cfg.billingWindow, Logf: h.log.logf})
+		ReportInterval: cfg.reportInterval, LeaseTTL: cfg.leaseTTL, BillingWindow: cfg.billingWindow, Logf: h.log.logf,
+		Secure: !cfg.insecure, MaxNewNodesPerMinute: forgedNewNodes})
 	if err != nil {
 		return err
 	}
@@ -231,6 +232,12 @@ func (h *harness) faults(ctx context.Context, ld *load, client *client) (*tally,
 	if cfg.hostile {
 		h.log.logf("phase: hostile input (the over-long tenant to sidecar %d only)", cfg.longTenantSidecar)
 		hostile = sendHostile(ctx, client, cfg.longTenantSidecar, regexp.MustCompile(cfg.hostileOnly), h.log)
+		if cl.Creds != nil {
+			h.log.logf("phase: forged reports to the coordinators")
+			if err := h.forge(ctx); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if err := phase("cooldown", cfg.cooldown); err != nil {
 		return nil, err
@@ -295,7 +302,11 @@ func (h *harness) settledLedger(ctx context.Context, rules *ruleSet) (ledger, er
 	}
 	var prev ledger
 	for range 10 {
-		led, err := readLedger(ctx, h.cl.Coords[0].Bin, addrs, rules)
+		var creds []string
+		if h.cl.Creds != nil {
+			creds = h.cl.Creds.ClientArgs()
+		}
+		led, err := readLedger(ctx, h.cl.Coords[0].Bin, addrs, creds, rules)
 		if err != nil {
 			return nil, err
 		}
@@ -361,7 +372,7 @@ func leaderMetrics(ctx context.Context, c *fleet.Cluster) string {
 	if leader == nil {
 		return "no leader"
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+leader.HTTPAddr+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, leader.URL("/metrics"), nil)
 	if err != nil {
 		return err.Error()
 	}

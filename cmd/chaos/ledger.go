@@ -28,12 +28,13 @@ type ledger map[tenantRule]*units
 
 // readLedger exports the whole ledger with `allot usage --format jsonl`,
 // as a billing job would, asking the leader first.
-func readLedger(ctx context.Context, bin string, addrs []string, rules *ruleSet) (ledger, error) {
+func readLedger(ctx context.Context, bin string, addrs, creds []string, rules *ruleSet) (ledger, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	now := time.Now().UTC()
-	cmd := exec.CommandContext(ctx, bin, "usage", "--coordinator", strings.Join(addrs, ","), "--format", "jsonl",
-		"--from", now.Add(-48*time.Hour).Format(time.RFC3339), "--to", now.Add(48*time.Hour).Format(time.RFC3339), "--timeout", "60s")
+	args := append([]string{"usage", "--coordinator", strings.Join(addrs, ","), "--format", "jsonl",
+		"--from", now.Add(-48 * time.Hour).Format(time.RFC3339), "--to", now.Add(48 * time.Hour).Format(time.RFC3339), "--timeout", "60s"}, creds...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = spawn.Env()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -47,6 +47,7 @@ type config struct {
 	outage, outageRecover time.Duration
 	flood                 int64
 	hostile               bool
+	insecure              bool
 	hostileOnly           string
 	longTenantSidecar     int
 	maxLines              int
@@ -71,6 +72,7 @@ func parseFlags(args []string, stderr io.Writer, base config) (config, error) {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.allot, "allot", "", "use this allot binary instead of building ./cmd/allot")
+	fs.BoolVar(&cfg.insecure, "insecure", false, "run the cluster without credentials (and skip the forged reports)")
 	fs.StringVar(&cfg.workDir, "workdir", "", "directory for data and logs (default: a new temporary directory)")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep data and logs even when the run passes")
 	fs.Uint64Var(&cfg.seed, "seed", cfg.seed, "seed of the load generator")

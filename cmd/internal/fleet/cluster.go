@@ -20,7 +20,11 @@ type Coordinator struct {
 	*Proc
 	ID                   string
 	Raft, GRPC, HTTPAddr string
+	scheme               string
 }
+
+// URL is the member's HTTP address for path: HTTPS in a secured cluster.
+func (c *Coordinator) URL(path string) string { return c.scheme + "://" + c.HTTPAddr + path }
 
 // Sidecar is one `allot agent` sidecar.
 type Sidecar struct {
@@ -41,6 +45,13 @@ type Options struct {
 	ReportInterval, LeaseTTL, BillingWindow time.Duration
 	// Logf logs the cluster's events (default: nowhere).
 	Logf func(format string, args ...any)
+	// Secure runs the cluster with security on (Creds): mutual TLS
+	// between members, TLS and a token per sidecar for reports, and
+	// HTTPS with a reader token for status.
+	Secure bool
+	// MaxNewNodesPerMinute, when set, is the coordinators' bound on new
+	// node IDs a minute.
+	MaxNewNodesPerMinute int
 }
 
 // Cluster is three coordinators and the sidecars, on loopback.
@@ -48,7 +59,9 @@ type Cluster struct {
 	Coords   []*Coordinator
 	Sidecars []*Sidecar
 	HTTP     *http.Client // for status and health, with a short timeout
-	logf     func(format string, args ...any)
+	// Creds are the credentials of a secured cluster, nil otherwise.
+	Creds *Creds
+	logf  func(format string, args ...any)
 }
 
 // New lays out three coordinators and the sidecars on loopback ports,
@@ -69,15 +82,34 @@ func New(o Options) (*Cluster, error) {
 		c.logf = func(string, ...any) {}
 	}
 	dir := o.Dir
-	var grpcs []string
+	var grpcs, coordIDs, sidecarIDs []string
 	for i := range members {
 		grpcs = append(grpcs, addr(3*i+1))
+		coordIDs = append(coordIDs, fmt.Sprintf("c%d", i+1))
 	}
-	for i := range members {
-		id := fmt.Sprintf("c%d", i+1)
-		co := &Coordinator{ID: id, Raft: addr(3 * i), GRPC: addr(3*i + 1), HTTPAddr: addr(3*i + 2)}
+	for i := range gateways {
+		sidecarIDs = append(sidecarIDs, fmt.Sprintf("gw%d", i+1))
+	}
+	scheme := "http"
+	if o.Secure {
+		if c.Creds, err = newCreds(dir, coordIDs, sidecarIDs); err != nil {
+			return nil, fmt.Errorf("issuing credentials: %w", err)
+		}
+		if c.HTTP, err = c.Creds.httpClient(time.Second); err != nil {
+			return nil, err
+		}
+		scheme = "https"
+	}
+	for i, id := range coordIDs {
+		co := &Coordinator{ID: id, Raft: addr(3 * i), GRPC: addr(3*i + 1), HTTPAddr: addr(3*i + 2), scheme: scheme}
 		args := []string{"coordinator", "--node-id", id, "--data-dir", filepath.Join(dir, "data", id),
 			"--raft-addr", co.Raft, "--grpc-addr", co.GRPC, "--http-addr", co.HTTPAddr, "--rules", o.RulesPath}
+		if c.Creds != nil {
+			args = append(args, c.Creds.coordinatorArgs(id)...)
+		}
+		if o.MaxNewNodesPerMinute != 0 {
+			args = append(args, "--max-new-nodes-per-minute", strconv.Itoa(o.MaxNewNodesPerMinute))
+		}
 		if o.ReportInterval > 0 {
 			args = append(args, "--report-interval", o.ReportInterval.String())
 		}
@@ -96,10 +128,12 @@ func New(o Options) (*Cluster, error) {
 		co.Proc = &Proc{Name: id, Bin: o.Bin, Args: args, LogPath: filepath.Join(dir, "logs", id+".log")}
 		c.Coords = append(c.Coords, co)
 	}
-	for i := range gateways {
-		id := fmt.Sprintf("gw%d", i+1)
+	for i, id := range sidecarIDs {
 		s := &Sidecar{ID: id, HTTPAddr: addr(3*members + i)}
 		args := []string{"agent", "--coordinators", strings.Join(grpcs, ","), "--node-id", id, "--http-addr", s.HTTPAddr}
+		if c.Creds != nil {
+			args = append(args, c.Creds.sidecarArgs(id)...)
+		}
 		if o.ReportInterval > 0 {
 			args = append(args, "--report-interval", o.ReportInterval.String())
 		}
@@ -165,7 +199,7 @@ type MemberStatus struct {
 }
 
 func (c *Cluster) Status(ctx context.Context, co *Coordinator) (*MemberStatus, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+co.HTTPAddr+"/v1/status", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, co.URL("/v1/status"), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -280,7 +314,7 @@ func (c *Cluster) Restart(ctx context.Context, co *Coordinator) error {
 	if err := co.Start(); err != nil {
 		return err
 	}
-	if err := c.WaitHTTP(ctx, co.Proc, "http://"+co.HTTPAddr+"/healthz", 60*time.Second); err != nil {
+	if err := c.WaitHTTP(ctx, co.Proc, co.URL("/healthz"), 60*time.Second); err != nil {
 		return err
 	}
 	_, err := c.WaitLeader(ctx, 60*time.Second)

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -315,11 +316,29 @@ func closeAndCompare(t *testing.T, a *Agent, addr, ruleName string, want func(st
 	if err := a.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
+	got := ledgerAdmitted(ctx, t, addr, "", ruleName)
+	if len(got) != n {
+		t.Errorf("ledger has %d tenants under %s, want %d", len(got), ruleName, n)
+	}
+	for tenant, g := range got {
+		if w := want(tenant); g != w {
+			t.Errorf("ledger %.40s/%s: admitted %d, the agent admitted %d", tenant, ruleName, g, w)
+		}
+	}
+}
+
+// ledgerAdmitted reads the units admitted under a rule, by tenant, from
+// the coordinator at addr, presenting token if set.
+func ledgerAdmitted(ctx context.Context, t *testing.T, addr, token, ruleName string) map[string]uint64 {
+	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cc.Close()
+	if token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	}
 	got := map[string]uint64{}
 	q := &allotpb.UsageQuery{Rule: ruleName, From: timestamppb.New(time.Now().Add(-2 * time.Hour)), PageSize: 1000}
 	for {
@@ -331,15 +350,7 @@ func closeAndCompare(t *testing.T, a *Agent, addr, ruleName string, want func(st
 			got[r.GetTenant()] += r.GetAdmitted()
 		}
 		if q.PageToken = resp.GetNextPageToken(); q.PageToken == "" {
-			break
-		}
-	}
-	if len(got) != n {
-		t.Errorf("ledger has %d tenants under %s, want %d", len(got), ruleName, n)
-	}
-	for tenant, g := range got {
-		if w := want(tenant); g != w {
-			t.Errorf("ledger %.40s/%s: admitted %d, the agent admitted %d", tenant, ruleName, g, w)
+			return got
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -271,6 +272,17 @@ func TestConfigErrors(t *testing.T) {
 		{func(c *Config) { c.TLS.CertFile = "c.pem" }, "TLS"},
 		{func(c *Config) { c.BillingWindow = time.Millisecond }, "BillingWindow"},
 		{func(c *Config) { c.ApplyWindow = -1 }, "ApplyWindow"},
+		// Secure by default: beyond loopback, credentials or a flag
+		// saying why not. Refused before anything listens.
+		{func(c *Config) { c.GRPCAddr, c.AdvertiseHost = "10.1.2.3:7400", "10.1.2.3" }, "--insecure"},
+		{func(c *Config) { c.HTTPAddr = "0.0.0.0:7500" }, "--insecure"},
+		{func(c *Config) { c.AdminToken, c.RaftAddr = "tok", "10.1.2.3:7300" }, "--raft-private-network"},
+		{func(c *Config) {
+			c.AuthTokensFile, c.GRPCAddr, c.RaftPrivateNetwork = "tokens.yaml", "10.1.2.3:7400", true
+		}, "in the clear"},
+		{func(c *Config) { c.AuthTokensFile = filepath.Join(t.TempDir(), "missing.yaml") }, "AuthTokensFile"},
+		{func(c *Config) { c.TokenFile = filepath.Join(t.TempDir(), "missing.token") }, "TokenFile"},
+		{func(c *Config) { c.MaxUnitsPerSecond = -1 }, "MaxUnitsPerSecond"},
 	} {
 		cfg := testConfig(t, "n1", t.TempDir())
 		cfg.Bootstrap = true

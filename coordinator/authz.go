@@ -69,7 +69,7 @@ func (a *authorizer) identify(authz []string, state *tls.ConnectionState) (auth.
 	var id auth.Identity
 	reason := reasonNoCredential
 	for _, v := range authz {
-		tok, ok := strings.CutPrefix(v, "Bearer ")
+		tok, ok := bearerToken(v)
 		if !ok {
 			reason = reasonBadToken
 			continue
@@ -95,6 +95,16 @@ func (a *authorizer) identify(authz []string, state *tls.ConnectionState) (auth.
 		return id, reason
 	}
 	return id, ""
+}
+
+// bearerToken reads an authorization value: "Bearer <token>", the scheme
+// in any case (RFC 6750).
+func bearerToken(v string) (string, bool) {
+	const scheme = "bearer "
+	if len(v) <= len(scheme) || !strings.EqualFold(v[:len(scheme)], scheme) {
+		return "", false
+	}
+	return strings.TrimSpace(v[len(scheme):]), true
 }
 
 // authorize checks a call to method, returning the context carrying the

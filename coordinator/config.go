@@ -256,9 +256,11 @@ func (c *Config) withDefaults() (Config, error) {
 	case cfg.TLS.CAFile != "" && cfg.TLS.CertFile == "":
 		return cfg, bad("TLS", "CAFile needs CertFile and KeyFile")
 	case !cfg.authEnabled() && !cfg.Insecure && cfg.exposed() != "":
-		return cfg, bad("Insecure", "%s is not a loopback address and no credential is configured: anyone who reaches it could write the ledger; configure tokens (--auth-tokens) or a client CA (--tls-ca), or pass --insecure", cfg.exposed())
+		return cfg, bad("Insecure", "%s is not a loopback address and no credential is configured: anyone who reaches it could write the ledger; configure tokens (--auth-tokens) or a client CA (--ca), or pass --insecure", cfg.exposed())
+	case cfg.AuthTokensFile != "" && !cfg.TLS.Enabled() && !cfg.Insecure && !isLoopback(cfg.GRPCAddr):
+		return cfg, bad("TLS", "%s is not a loopback address and bearer tokens would cross the network in the clear: configure a certificate (--cert, --key), or pass --insecure", cfg.GRPCAddr)
 	case cfg.TLS.CAFile == "" && !cfg.RaftPrivateNetwork && !cfg.Insecure && !isLoopback(cfg.RaftAddr):
-		return cfg, bad("RaftAddr", "%s is not a loopback address and the Raft transport authenticates members only with mutual TLS (--tls-ca); configure it, or pass --raft-private-network if only members can reach that address", cfg.RaftAddr)
+		return cfg, bad("RaftAddr", "%s is not a loopback address and the Raft transport authenticates members only with mutual TLS (--ca); configure it, or pass --raft-private-network if only members can reach that address", cfg.RaftAddr)
 	}
 	for name, d := range map[string]time.Duration{
 		"ReportInterval": cfg.ReportInterval, "LeaseTTL": cfg.LeaseTTL, "RoundInterval": cfg.RoundInterval,

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -156,7 +157,15 @@ func (c *Coordinator) startRaft() error {
 		if c.tls.HasCA() {
 			auth.RequirePeerRole(server, auth.Member, c.now)
 		}
-		stream, err := newTLSStreamLayer(cfg.RaftAddr, cfg.advertised(cfg.RaftAddr), server, c.tls.ClientConfig)
+		// And the other way: a member dials members only.
+		client := func() *tls.Config {
+			cfg := c.tls.ClientConfig()
+			if c.tls.HasCA() {
+				auth.RequirePeerRole(cfg, auth.Member, c.now)
+			}
+			return cfg
+		}
+		stream, err := newTLSStreamLayer(cfg.RaftAddr, cfg.advertised(cfg.RaftAddr), server, client)
 		if err != nil {
 			return err
 		}

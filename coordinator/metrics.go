@@ -36,7 +36,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "allot_coordinator_leader_changes_total", Help: "Times this member saw the cluster's leader change.",
 		}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "allot_coordinator_reports_total", Help: "Agent reports received, by result (ok, invalid, too_large, redirected, failed, forbidden).",
+			Name: "allot_coordinator_reports_total", Help: "Agent reports received, by result (ok, invalid, too_large, redirected, failed, forbidden, new_node_limit).",
 		}, []string{"result"}),
 		reportBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "allot_coordinator_report_size_bytes", Help: "Size of agent reports.",
@@ -86,7 +86,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Calls refused for their credential, by method and reason (no_credential, bad_token, expired_certificate, wrong_role, wrong_node).",
 		}, []string{"method", "reason"}),
 		newNodes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "allot_coordinator_new_nodes_total", Help: "Node IDs never heard from before, by result (admitted, refused: over the per-minute bound).",
+			Name: "allot_coordinator_new_nodes_total", Help: "Reports from node IDs never heard from before, by result (admitted; refused: over the per-minute bound, each retry counted).",
 		}, []string{"result"}),
 	}
 	m.newNodes.WithLabelValues("admitted")

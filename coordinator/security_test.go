@@ -15,6 +15,7 @@ import (
 
 	"github.com/allot-io/allot/coordinator/auth"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -292,7 +293,7 @@ func TestSecurityHTTP(t *testing.T) {
 	get := func(path, token string) int {
 		req, _ := http.NewRequest(http.MethodGet, "https://"+l.HTTPAddr()+path, nil)
 		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
+			req.Header.Set("Authorization", "bearer "+token) // the scheme is case-insensitive (RFC 6750)
 		}
 		resp, err := client.Do(req)
 		if err != nil {
@@ -567,5 +568,28 @@ func TestReportNumbersChecked(t *testing.T) {
 		if ledgerText(c) != before {
 			t.Errorf("%s: the refused report wrote to the ledger", tc.field)
 		}
+	}
+}
+
+// TestRefusalsLoggedOncePerPeerPerMinute: a flood of refused calls from
+// one peer logs once a minute; the peers remembered are bounded.
+func TestRefusalsLoggedOncePerPeerPerMinute(t *testing.T) {
+	var buf strings.Builder
+	now := time.Unix(1_700_000_000, 0)
+	l := newPeerLog(hclog.New(&hclog.LoggerOptions{Output: &buf}), func() time.Time { return now })
+	for range 100 {
+		l.warn("10.0.0.1", "refused a call")
+	}
+	l.warn("10.0.0.2", "refused a call")
+	now = now.Add(time.Minute)
+	l.warn("10.0.0.1", "refused a call")
+	if n := strings.Count(buf.String(), "refused a call"); n != 3 {
+		t.Errorf("%d lines logged, want 3:\n%s", n, buf.String())
+	}
+	for i := range 2 * maxLoggedPeers {
+		l.warn(fmt.Sprintf("peer-%d", i), "refused a call")
+	}
+	if len(l.last) > maxLoggedPeers {
+		t.Errorf("%d peers remembered, bound %d", len(l.last), maxLoggedPeers)
 	}
 }

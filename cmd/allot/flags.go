@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -272,7 +271,6 @@ func (c *clientFlags) registerAccess(f *flags) {
 type coordinatorClient struct {
 	addrs []string
 	conns []*grpc.ClientConn
-	token string
 }
 
 func (c *clientFlags) dial() (*coordinatorClient, error) {
@@ -285,7 +283,10 @@ func (c *clientFlags) dial() (*coordinatorClient, error) {
 		return nil, err
 	}
 	opts = append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))
-	cl := &coordinatorClient{addrs: addrs, token: c.token}
+	if c.token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(auth.StaticTokenCredentials(c.token)))
+	}
+	cl := &coordinatorClient{addrs: addrs}
 	for _, a := range addrs {
 		cc, err := grpc.NewClient(a, opts...)
 		if err != nil {
@@ -306,9 +307,6 @@ func (cl *coordinatorClient) Close() {
 // call runs fn against each coordinator in turn until one answers with
 // something other than Unavailable or a timeout.
 func (cl *coordinatorClient) call(ctx context.Context, fn func(ctx context.Context, cc *grpc.ClientConn) error) error {
-	if cl.token != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+cl.token)
-	}
 	var errs []string
 	for i, cc := range cl.conns {
 		err := fn(ctx, cc)

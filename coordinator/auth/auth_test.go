@@ -102,9 +102,11 @@ func TestCertGrants(t *testing.T) {
 		!gs[0].MayReportAs("gw-7", "") || !gs[0].MayReportAs("gw-7.internal", "") || gs[0].MayReportAs("gw-8", "") {
 		t.Errorf("legacy certificate: %+v", gs)
 	}
-	u, _ := url.Parse("spiffe://example.org/ns/prod/sa/gateway")
-	if _, ok := uriGrant(u); ok {
-		t.Error("a SPIFFE ID without a role read as one")
+	for _, id := range []string{"spiffe://example.org/ns/prod/sa/gateway", "spiffe://example.org/ns/prod/admin/gateway", "spiffe://example.org/admin/x"} {
+		u, _ := url.Parse(id)
+		if g, ok := uriGrant(u); ok {
+			t.Errorf("%s read as %+v", id, g)
+		}
 	}
 	out, _ := ca.Issue(Leaf{File: "old", Role: Agent, Name: "gw-1", NotBefore: time.Now().Add(-2 * time.Hour), NotAfter: time.Now().Add(-time.Hour)})
 	r, _ := NewReloader(TLSFiles{CertFile: out.CertFile, KeyFile: out.KeyFile}, nil)
@@ -125,12 +127,13 @@ func TestWatchedKeepsLastGood(t *testing.T) {
 	}
 	write("first-token\n")
 	var errs []error
-	c, err := NewTokenCredentials(path, func(err error) { errs = append(errs, err) })
+	w, err := watch([]string{path}, parseTokenFile(path), func(err error) { errs = append(errs, err) })
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := &TokenCredentials{token: w.get}
 	now := time.Now()
-	c.w.now = func() time.Time { return now }
+	w.now = func() time.Time { return now }
 	step := func(s string) string {
 		write(s)
 		now = now.Add(CheckEvery)

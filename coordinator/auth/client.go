@@ -27,7 +27,7 @@ func parseTokenFile(name string) func(d [][]byte) (string, error) {
 // when it changes, with every call. It refuses to send it in the clear to
 // anything but a loopback address: a token on the network needs TLS.
 type TokenCredentials struct {
-	w *watched[string]
+	token func() string
 }
 
 // NewTokenCredentials reads the token file.
@@ -36,11 +36,17 @@ func NewTokenCredentials(path string, onError func(error)) (*TokenCredentials, e
 	if err != nil {
 		return nil, fmt.Errorf("auth: reading token file: %w", err)
 	}
-	return &TokenCredentials{w: w}, nil
+	return &TokenCredentials{token: w.get}, nil
+}
+
+// StaticTokenCredentials sends a token given as a value, under the same
+// rule: over TLS, or to loopback.
+func StaticTokenCredentials(token string) *TokenCredentials {
+	return &TokenCredentials{token: func() string { return token }}
 }
 
 // Token is the current token.
-func (t *TokenCredentials) Token() string { return t.w.get() }
+func (t *TokenCredentials) Token() string { return t.token() }
 
 // GetRequestMetadata implements credentials.PerRPCCredentials.
 func (t *TokenCredentials) GetRequestMetadata(ctx context.Context, uri ...string) (map[string]string, error) {

@@ -20,7 +20,7 @@
 // as; several can be valid at once, so a token is rotated by adding the
 // new one, moving clients over, and removing the old. A client
 // certificate carries its role and name in a URI SAN whose path ends in
-// /<role>/<name> (spiffe://example.org/allot/agent/gw-17); a certificate
+// /allot/<role>/<name> (spiffe://example.org/allot/agent/gw-17); a certificate
 // without one is an agent for the names in its common name and DNS
 // names, as before roles existed.
 //

@@ -162,7 +162,7 @@ func (c *reloadingCreds) OverrideServerName(name string) error {
 
 // CertGrants returns what a verified client certificate grants, checking
 // it is still valid at now (a connection outlives the handshake). The
-// role comes from a URI SAN whose path ends in /<role>/<name>; a
+// role comes from a URI SAN whose path ends in /allot/<role>/<name>; a
 // certificate without one is an agent for its common name and DNS names.
 func CertGrants(leaf *x509.Certificate, now time.Time) ([]Grant, error) {
 	if now.After(leaf.NotAfter) {
@@ -184,10 +184,10 @@ func CertGrants(leaf *x509.Certificate, now time.Time) ([]Grant, error) {
 var errExpired = errors.New("certificate expired")
 
 // uriGrant reads a role URI: any scheme and host (a SPIFFE trust domain),
-// a path ending in /<role>/<name>.
+// a path ending in /allot/<role>/<name>.
 func uriGrant(u *url.URL) (Grant, bool) {
 	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
-	if len(parts) < 2 {
+	if len(parts) < 3 || parts[len(parts)-3] != "allot" {
 		return Grant{}, false
 	}
 	role, err := ParseRole(parts[len(parts)-2])
@@ -212,13 +212,13 @@ func RoleURI(domain string, role Role, name string) *url.URL {
 	return &url.URL{Scheme: "spiffe", Host: domain, Path: "/allot/" + r + "/" + name}
 }
 
-// RequirePeerRole makes a server configuration accept only clients whose
-// verified certificate grants role: the Raft transport takes members
+// RequirePeerRole makes a configuration accept only peers whose verified
+// certificate grants role: the Raft transport takes and dials members
 // only, whatever else the CA signs.
 func RequirePeerRole(c *tls.Config, role Role, now func() time.Time) {
 	c.VerifyConnection = func(cs tls.ConnectionState) error {
 		if len(cs.VerifiedChains) == 0 {
-			return errors.New("auth: a client certificate is required")
+			return errors.New("auth: a verified peer certificate is required")
 		}
 		grants, err := CertGrants(cs.VerifiedChains[0][0], now())
 		if err != nil {

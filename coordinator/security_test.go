@@ -16,10 +16,12 @@ import (
 	"github.com/allot-io/allot/coordinator/auth"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -66,11 +68,17 @@ func newSecured(t *testing.T, n int, mod func(*Config)) *secured {
 // would: a new file renamed over the old.
 func (s *secured) writeTokens(t *testing.T, body string) {
 	t.Helper()
-	tmp := s.file + ".new"
-	if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
+	replaceFile(t, s.file, []byte(body))
+}
+
+// replaceFile replaces path whole: a new file renamed over it, as
+// certificate and token tooling does.
+func replaceFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	if err := os.WriteFile(path+".new", data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Rename(tmp, s.file); err != nil {
+	if err := os.Rename(path+".new", path); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -398,12 +406,7 @@ func TestTokenRotation(t *testing.T) {
 		return fmt.Sprintf("  - {name: %s, role: reader, token: %q}\n", name, tok)
 	}
 	s.writeTokens(t, "tokens:\n"+entry("reader-old", oldTok)+entry("reader-new", newTok))
-	if err := os.WriteFile(clientFile+".new", []byte(newTok+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(clientFile+".new", clientFile); err != nil {
-		t.Fatal(err)
-	}
+	replaceFile(t, clientFile, []byte(newTok+"\n"))
 	waitFor(t, 10*time.Second, "the client to send the new token and be served", func() bool {
 		return creds.Token() == newTok && callStatus(ctx) == nil
 	})
@@ -472,14 +475,7 @@ func TestCertificateRotation(t *testing.T) {
 		_, err := allotpb.NewAgentServiceClient(cc).Report(ctx, usageReport(node, "eu-west", seq))
 		return err
 	}
-	serverCA := func(pem []byte) {
-		if err := os.WriteFile(s.ca.File+".new", pem, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(s.ca.File+".new", s.ca.File); err != nil {
-			t.Fatal(err)
-		}
-	}
+	serverCA := func(pem []byte) { replaceFile(t, s.ca.File, pem) }
 	if err := reportOn(oldConn, "gw-1"); err != nil {
 		t.Fatalf("the old CA's agent before rotation: %v", err)
 	}
@@ -591,5 +587,37 @@ func TestRefusalsLoggedOncePerPeerPerMinute(t *testing.T) {
 	}
 	if len(l.last) > maxLoggedPeers {
 		t.Errorf("%d peers remembered, bound %d", len(l.last), maxLoggedPeers)
+	}
+}
+
+// BenchmarkAuthorize is what a credential check adds to each call: one
+// token looked up among 50 entries (a SHA-256 and 50 constant-time
+// compares), the method's roles, and the node binding of a report.
+//
+//	go test -run '^$' -bench Authorize -benchmem ./coordinator
+func BenchmarkAuthorize(b *testing.B) {
+	var body strings.Builder
+	body.WriteString("tokens:\n")
+	var tok string
+	for i := range 50 {
+		tok = auth.NewToken()
+		fmt.Fprintf(&body, "  - {name: gw%d, role: agent, nodes: gw-%d, token: %s}\n", i, i, tok)
+	}
+	table, err := auth.ParseTokens("bench", []byte(body.String()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	a := &authorizer{tokens: []func() *auth.Tokens{func() *auth.Tokens { return table }}, now: time.Now,
+		refusals: newMetrics(prometheus.NewRegistry()).authRefusals, logs: newPeerLog(hclog.NewNullLogger(), time.Now)}
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer "+tok))
+	b.ReportAllocs()
+	for b.Loop() {
+		cctx, err := a.authorize(ctx, allotpb.AgentService_Report_FullMethodName)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := a.mayReportAs(cctx, "gw-49", "eu-west"); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/agent"
+	"github.com/allot-io/allot/coordinator/auth"
 )
 
 // The tests in this file run the allot binary as a user does. It is built
@@ -509,4 +510,54 @@ func ledgerTotals(text, tenant string) (admitted, denied uint64, err error) {
 		denied += d
 	}
 	return admitted, denied, nil
+}
+
+// TestSidecarTLS runs the sidecar process with --http-cert: it answers
+// checks over HTTPS only, and serves a replaced certificate without a
+// restart.
+func TestSidecarTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a sidecar process")
+	}
+	dir := t.TempDir()
+	ca, err := auth.NewCA(dir, "ca", "allot.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := auth.Leaf{File: "sidecar", CommonName: "sidecar", IPs: []net.IP{net.ParseIP("127.0.0.1")}}
+	cert, err := ca.Issue(leaf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rulesFile := writeTemp(t, "rules.yaml", "rules:\n"+ruleText("quota"))
+	addr := loopbackAddrs(t, 1)[0]
+	p := startProcess(t, cliEnv(), "sidecar", "agent", "--rules", rulesFile, "--node-id", "gw-1", "--http-addr", addr,
+		"--http-cert", cert.CertFile, "--http-key", cert.KeyFile)
+	r, err := auth.NewReloader(auth.TLSFiles{CAFile: ca.File}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serial string
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: r.ClientConfig(), DisableKeepAlives: true}}
+	check := func() (bool, string) {
+		resp, err := client.Post("https://"+addr+"/v1/check", "application/json", strings.NewReader(`{"tenant":"acme"}`))
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		serial = resp.TLS.PeerCertificates[0].SerialNumber.String()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	}
+	eventually(t, "a check over HTTPS", []*process{p}, check)
+	first := serial
+	if ok, _ := httpOK("http://" + addr + "/healthz"); ok {
+		t.Error("plain HTTP answered on the TLS listener")
+	}
+	if _, err := ca.Issue(leaf); err != nil { // over the same files
+		t.Fatal(err)
+	}
+	eventually(t, "the replaced certificate to be served", []*process{p}, func() (bool, string) {
+		ok, why := check()
+		return ok && serial != first, why
+	})
 }

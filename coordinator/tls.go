@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// tlsFiles reads the TLS files, kept current as they change, or nil
+// reloader reads the TLS files, kept current as they change, or nil
 // without TLS.
 func (t TLSConfig) reloader(log hclog.Logger) (*auth.Reloader, error) {
 	if !t.Enabled() {

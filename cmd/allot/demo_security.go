@@ -2,9 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
-	"os"
-	"path/filepath"
 
 	"github.com/allot-io/allot/coordinator/auth"
 	"google.golang.org/grpc"
@@ -45,40 +42,19 @@ func demoSecurity(dir string, members []string, agentNodes string) (*demoCreds, 
 	if err != nil {
 		return nil, fmt.Errorf("making the demo's CA: %w", err)
 	}
-	c := &demoCreds{dir: dir, caFile: ca.File, members: map[string]auth.Issued{},
-		tokensFile:     filepath.Join(dir, "tokens.yaml"),
-		adminTokenFile: filepath.Join(dir, "admin.token"),
-		agentTokenFile: filepath.Join(dir, "agent.token"),
-	}
+	c := &demoCreds{dir: dir, caFile: ca.File, members: map[string]auth.Issued{}}
 	for _, id := range members {
-		issued, err := ca.Issue(auth.Leaf{File: id, Role: auth.Member, Name: id, CommonName: id,
-			DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
-		if err != nil {
+		if c.members[id], err = ca.IssueMember(id); err != nil {
 			return nil, fmt.Errorf("issuing %s's member certificate: %w", id, err)
 		}
-		c.members[id] = issued
 	}
-	admin, agentTok := auth.NewToken(), auth.NewToken()
-	tokens := fmt.Sprintf(`# allot demo: the bearer tokens the coordinators accept.
-tokens:
-  - name: demo-operator
-    role: admin
-    sha256: %s
-  - name: demo-gateways
-    role: agent
-    nodes: %q
-    sha256: %s
-`, auth.TokenSHA256(admin), agentNodes, auth.TokenSHA256(agentTok))
-	// Checked here so that a mistake shows as one error, not as three
-	// coordinators that will not start.
-	if _, err := auth.ParseTokens(c.tokensFile, []byte(tokens)); err != nil {
-		return nil, fmt.Errorf("the demo's tokens file: %w", err)
+	tokens, files, err := auth.IssueTokens(dir,
+		auth.TokenSpec{Name: "demo-operator", Role: auth.Admin},
+		auth.TokenSpec{Name: "demo-gateways", Role: auth.Agent, Nodes: agentNodes})
+	if err != nil {
+		return nil, fmt.Errorf("the demo's tokens: %w", err)
 	}
-	for path, data := range map[string]string{c.tokensFile: tokens, c.adminTokenFile: admin + "\n", c.agentTokenFile: agentTok + "\n"} {
-		if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
-			return nil, fmt.Errorf("writing %s: %w", path, err)
-		}
-	}
+	c.tokensFile, c.adminTokenFile, c.agentTokenFile = tokens, files["demo-operator"], files["demo-gateways"]
 	return c, nil
 }
 

@@ -120,3 +120,44 @@ func writePEM(path, typ string, der []byte) error {
 	}
 	return os.Rename(tmp, path)
 }
+
+// IssueMember signs a member certificate for coordinator id, for the
+// loopback addresses throwaway clusters listen on.
+func (ca *CA) IssueMember(id string) (Issued, error) {
+	return ca.Issue(Leaf{File: id, Role: Member, Name: id, CommonName: id,
+		DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+}
+
+// TokenSpec is a token to make: its name, role and, for an agent, the
+// node IDs it may report as.
+type TokenSpec struct {
+	Name  string
+	Role  Role
+	Nodes string
+}
+
+// IssueTokens makes a random token for each spec, writes it to
+// dir/<name>.token (mode 0600), and writes the coordinators' tokens file,
+// dir/tokens.yaml, listing their SHA-256s, checked as the coordinators
+// check it. It returns the tokens file and each token's file by name.
+func IssueTokens(dir string, specs ...TokenSpec) (tokensFile string, files map[string]string, err error) {
+	files = map[string]string{}
+	body := "tokens:\n"
+	for _, s := range specs {
+		tok := NewToken()
+		files[s.Name] = filepath.Join(dir, s.Name+".token")
+		if err := os.WriteFile(files[s.Name], []byte(tok+"\n"), 0o600); err != nil {
+			return "", nil, err
+		}
+		body += fmt.Sprintf("  - {name: %q, role: %s, sha256: %s", s.Name, s.Role, TokenSHA256(tok))
+		if s.Nodes != "" {
+			body += fmt.Sprintf(", nodes: %q", s.Nodes)
+		}
+		body += "}\n"
+	}
+	tokensFile = filepath.Join(dir, "tokens.yaml")
+	if _, err := ParseTokens(tokensFile, []byte(body)); err != nil {
+		return "", nil, err
+	}
+	return tokensFile, files, os.WriteFile(tokensFile, []byte(body), 0o600)
+}

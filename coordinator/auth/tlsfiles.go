@@ -22,17 +22,13 @@ type TLSFiles struct {
 	CAFile   string
 }
 
-// keyPair is a certificate parsed with its leaf.
-type keyPair struct {
-	cert *tls.Certificate
-}
-
-func parseKeyPair(d [][]byte) (keyPair, error) {
+// parseKeyPair reads a certificate and its key, with the leaf parsed.
+func parseKeyPair(d [][]byte) (*tls.Certificate, error) {
 	cert, err := tls.X509KeyPair(d[0], d[1])
 	if err != nil {
-		return keyPair{}, err
+		return nil, err
 	}
-	return keyPair{cert: &cert}, nil
+	return &cert, nil
 }
 
 func parsePool(name string) func(d [][]byte) (*x509.CertPool, error) {
@@ -47,7 +43,7 @@ func parsePool(name string) func(d [][]byte) (*x509.CertPool, error) {
 
 // Reloader serves a TLS identity from files, re-read when they change.
 type Reloader struct {
-	pair *watched[keyPair]
+	pair *watched[*tls.Certificate]
 	ca   *watched[*x509.CertPool]
 }
 
@@ -79,7 +75,7 @@ func (r *Reloader) certificate() (*tls.Certificate, error) {
 	if r.pair == nil {
 		return nil, errors.New("auth: no TLS certificate configured")
 	}
-	return r.pair.get().cert, nil
+	return r.pair.get(), nil
 }
 
 // ServerConfig serves the current certificate. With a CA, client

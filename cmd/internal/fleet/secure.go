@@ -1,8 +1,6 @@
 package fleet
 
 import (
-	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -49,42 +47,23 @@ func newCreds(dir string, coords, sidecars []string) (*Creds, error) {
 	}
 	c.CA = ca.File
 	for _, id := range coords {
-		if _, err := ca.Issue(auth.Leaf{File: id, Role: auth.Member, Name: id, CommonName: id,
-			DNSNames: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1")}}); err != nil {
+		if _, err := ca.IssueMember(id); err != nil {
 			return nil, err
 		}
 	}
-	var entries strings.Builder
-	entries.WriteString("tokens:\n")
-	token := func(name, role, nodes string) (string, error) {
-		tok := auth.NewToken()
-		path := filepath.Join(c.Dir, name+".token")
-		if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
-			return "", err
-		}
-		fmt.Fprintf(&entries, "  - {name: %s, role: %s, sha256: %s", name, role, auth.TokenSHA256(tok))
-		if nodes != "" {
-			fmt.Fprintf(&entries, ", nodes: %q", nodes)
-		}
-		entries.WriteString("}\n")
-		return path, nil
-	}
-	if c.Admin, err = token("admin", "admin", ""); err != nil {
-		return nil, err
-	}
-	if c.Reader, err = token("reader", "reader", ""); err != nil {
-		return nil, err
-	}
+	specs := []auth.TokenSpec{{Name: "admin", Role: auth.Admin}, {Name: "reader", Role: auth.Reader}}
 	for _, id := range sidecars {
-		if c.Agents[id], err = token(id, "agent", id); err != nil {
-			return nil, err
-		}
+		specs = append(specs, auth.TokenSpec{Name: id, Role: auth.Agent, Nodes: id})
 	}
-	c.TokensFile = filepath.Join(c.Dir, "tokens.yaml")
-	if _, err := auth.ParseTokens(c.TokensFile, []byte(entries.String())); err != nil {
+	tokensFile, files, err := auth.IssueTokens(c.Dir, specs...)
+	if err != nil {
 		return nil, err
 	}
-	return c, os.WriteFile(c.TokensFile, []byte(entries.String()), 0o600)
+	c.TokensFile, c.Admin, c.Reader = tokensFile, files["admin"], files["reader"]
+	for _, id := range sidecars {
+		c.Agents[id] = files[id]
+	}
+	return c, nil
 }
 
 // coordinatorArgs are a member's credential flags.

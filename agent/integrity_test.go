@@ -98,6 +98,9 @@ func TestRefusedUsageQuarantined(t *testing.T) {
 	tr := newLedgerTransport()
 	reg := prometheus.NewRegistry()
 	a := transportAgent(t, tr, reg, rule("quota", rules.Tenant, algo.TokenBucket, 1000, time.Second, lease.Quota))
+	// While it joins, an agent reports a new key's first check at once
+	// (an urgent report), which would split the three into two batches.
+	eventually(t, 10*time.Second, "the agent to have joined", func() bool { return !a.joining.Load() })
 	for i := 0; i < 3; i++ {
 		a.Check(Request{Tenant: "poison"})
 	}

@@ -255,7 +255,7 @@ func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lea
 	due := map[dueKey]struct{}{}
 	for _, d := range demands {
 		r := ruleMap[d.GetRule()]
-		if r == nil || r.Local {
+		if r == nil || r.Local || r.Unlimited {
 			continue
 		}
 		k := poolKey{d.GetRule(), d.GetKey()}
@@ -331,7 +331,7 @@ func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lea
 	var leases []*allotpb.Lease
 	for _, d := range demands {
 		r := ruleMap[d.GetRule()]
-		if r == nil || r.Local || leaving {
+		if r == nil || r.Local || r.Unlimited || leaving {
 			continue
 		}
 		k := poolKey{d.GetRule(), d.GetKey()}

@@ -30,7 +30,7 @@ type Rule struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is unique within a rule set.
 	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// scope is one of global, ip, tenant, user, route. It sets the order of
+	// scope is one of global, ip, tenant, user, route, descriptor. It sets the order of
 	// evaluation (cheapest first) and the default key.
 	Scope string `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
 	// key lists the request attributes that form the key (tenant, user,
@@ -55,8 +55,16 @@ type Rule struct {
 	// local rules are enforced by each node alone, never coordinated.
 	Local bool `protobuf:"varint,14,opt,name=local,proto3" json:"local,omitempty"`
 	// regions divide a global allowance among regions: region → fraction.
-	Regions       map[string]float64 `protobuf:"bytes,15,rep,name=regions,proto3" json:"regions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
-	Description   string             `protobuf:"bytes,16,opt,name=description,proto3" json:"description,omitempty"`
+	Regions     map[string]float64 `protobuf:"bytes,15,rep,name=regions,proto3" json:"regions,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"fixed64,2,opt,name=value"`
+	Description string             `protobuf:"bytes,16,opt,name=description,proto3" json:"description,omitempty"`
+	// shadow rules count and report what they would refuse, but admit.
+	Shadow bool `protobuf:"varint,17,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	// unlimited descriptor rules limit nothing: they exempt what they match
+	// from more general descriptor rules.
+	Unlimited bool `protobuf:"varint,18,opt,name=unlimited,proto3" json:"unlimited,omitempty"`
+	// replaces names descriptor rules that do not apply to an Envoy request
+	// when this one does.
+	Replaces      []string `protobuf:"bytes,19,rep,name=replaces,proto3" json:"replaces,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -203,13 +211,38 @@ func (x *Rule) GetDescription() string {
 	return ""
 }
 
+func (x *Rule) GetShadow() bool {
+	if x != nil {
+		return x.Shadow
+	}
+	return false
+}
+
+func (x *Rule) GetUnlimited() bool {
+	if x != nil {
+		return x.Unlimited
+	}
+	return false
+}
+
+func (x *Rule) GetReplaces() []string {
+	if x != nil {
+		return x.Replaces
+	}
+	return nil
+}
+
 // Match restricts a rule to some requests; empty matches all.
 type Match struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// routes are path patterns; a trailing * matches any suffix.
-	Routes        []string `protobuf:"bytes,1,rep,name=routes,proto3" json:"routes,omitempty"`
-	Tenants       []string `protobuf:"bytes,2,rep,name=tenants,proto3" json:"tenants,omitempty"`
-	Plans         []string `protobuf:"bytes,3,rep,name=plans,proto3" json:"plans,omitempty"`
+	Routes  []string `protobuf:"bytes,1,rep,name=routes,proto3" json:"routes,omitempty"`
+	Tenants []string `protobuf:"bytes,2,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	Plans   []string `protobuf:"bytes,3,rep,name=plans,proto3" json:"plans,omitempty"`
+	// domain and descriptors match Envoy rate limit descriptors (scope
+	// descriptor): the domain, and the descriptor's entries in order.
+	Domain        string             `protobuf:"bytes,4,opt,name=domain,proto3" json:"domain,omitempty"`
+	Descriptors   []*DescriptorEntry `protobuf:"bytes,5,rep,name=descriptors,proto3" json:"descriptors,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -265,6 +298,74 @@ func (x *Match) GetPlans() []string {
 	return nil
 }
 
+func (x *Match) GetDomain() string {
+	if x != nil {
+		return x.Domain
+	}
+	return ""
+}
+
+func (x *Match) GetDescriptors() []*DescriptorEntry {
+	if x != nil {
+		return x.Descriptors
+	}
+	return nil
+}
+
+// DescriptorEntry matches one entry of an Envoy descriptor: its key, and
+// its value (empty: any value; a trailing *: any value with the prefix).
+type DescriptorEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Value         string                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DescriptorEntry) Reset() {
+	*x = DescriptorEntry{}
+	mi := &file_rules_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DescriptorEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DescriptorEntry) ProtoMessage() {}
+
+func (x *DescriptorEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_rules_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DescriptorEntry.ProtoReflect.Descriptor instead.
+func (*DescriptorEntry) Descriptor() ([]byte, []int) {
+	return file_rules_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *DescriptorEntry) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *DescriptorEntry) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
 // Plan is a tenant plan's limit, weight and rank.
 type Plan struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -280,7 +381,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_rules_proto_msgTypes[2]
+	mi := &file_rules_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -292,7 +393,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[2]
+	mi := &file_rules_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -305,7 +406,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{2}
+	return file_rules_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Plan) GetLimit() int64 {
@@ -340,7 +441,7 @@ type TenantOverride struct {
 
 func (x *TenantOverride) Reset() {
 	*x = TenantOverride{}
-	mi := &file_rules_proto_msgTypes[3]
+	mi := &file_rules_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -352,7 +453,7 @@ func (x *TenantOverride) String() string {
 func (*TenantOverride) ProtoMessage() {}
 
 func (x *TenantOverride) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[3]
+	mi := &file_rules_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -365,7 +466,7 @@ func (x *TenantOverride) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantOverride.ProtoReflect.Descriptor instead.
 func (*TenantOverride) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{3}
+	return file_rules_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TenantOverride) GetLimit() int64 {
@@ -393,7 +494,7 @@ type RuleSet struct {
 
 func (x *RuleSet) Reset() {
 	*x = RuleSet{}
-	mi := &file_rules_proto_msgTypes[4]
+	mi := &file_rules_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -405,7 +506,7 @@ func (x *RuleSet) String() string {
 func (*RuleSet) ProtoMessage() {}
 
 func (x *RuleSet) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[4]
+	mi := &file_rules_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -418,7 +519,7 @@ func (x *RuleSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuleSet.ProtoReflect.Descriptor instead.
 func (*RuleSet) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{4}
+	return file_rules_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RuleSet) GetVersion() uint64 {
@@ -443,7 +544,7 @@ type ListRulesRequest struct {
 
 func (x *ListRulesRequest) Reset() {
 	*x = ListRulesRequest{}
-	mi := &file_rules_proto_msgTypes[5]
+	mi := &file_rules_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -455,7 +556,7 @@ func (x *ListRulesRequest) String() string {
 func (*ListRulesRequest) ProtoMessage() {}
 
 func (x *ListRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[5]
+	mi := &file_rules_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -468,7 +569,7 @@ func (x *ListRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRulesRequest.ProtoReflect.Descriptor instead.
 func (*ListRulesRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{5}
+	return file_rules_proto_rawDescGZIP(), []int{6}
 }
 
 type GetRuleRequest struct {
@@ -480,7 +581,7 @@ type GetRuleRequest struct {
 
 func (x *GetRuleRequest) Reset() {
 	*x = GetRuleRequest{}
-	mi := &file_rules_proto_msgTypes[6]
+	mi := &file_rules_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +593,7 @@ func (x *GetRuleRequest) String() string {
 func (*GetRuleRequest) ProtoMessage() {}
 
 func (x *GetRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[6]
+	mi := &file_rules_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +606,7 @@ func (x *GetRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRuleRequest.ProtoReflect.Descriptor instead.
 func (*GetRuleRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{6}
+	return file_rules_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetRuleRequest) GetName() string {
@@ -527,7 +628,7 @@ type PutRulesRequest struct {
 
 func (x *PutRulesRequest) Reset() {
 	*x = PutRulesRequest{}
-	mi := &file_rules_proto_msgTypes[7]
+	mi := &file_rules_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -539,7 +640,7 @@ func (x *PutRulesRequest) String() string {
 func (*PutRulesRequest) ProtoMessage() {}
 
 func (x *PutRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[7]
+	mi := &file_rules_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -552,7 +653,7 @@ func (x *PutRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRulesRequest.ProtoReflect.Descriptor instead.
 func (*PutRulesRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{7}
+	return file_rules_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *PutRulesRequest) GetRules() []*Rule {
@@ -578,7 +679,7 @@ type DeleteRuleRequest struct {
 
 func (x *DeleteRuleRequest) Reset() {
 	*x = DeleteRuleRequest{}
-	mi := &file_rules_proto_msgTypes[8]
+	mi := &file_rules_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +691,7 @@ func (x *DeleteRuleRequest) String() string {
 func (*DeleteRuleRequest) ProtoMessage() {}
 
 func (x *DeleteRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[8]
+	mi := &file_rules_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +704,7 @@ func (x *DeleteRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRuleRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRuleRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{8}
+	return file_rules_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeleteRuleRequest) GetName() string {
@@ -617,7 +718,7 @@ var File_rules_proto protoreflect.FileDescriptor
 
 const file_rules_proto_rawDesc = "" +
 	"\n" +
-	"\vrules.proto\x12\ballot.v1\x1a\x1egoogle/protobuf/duration.proto\"\xff\x05\n" +
+	"\vrules.proto\x12\ballot.v1\x1a\x1egoogle/protobuf/duration.proto\"\xd1\x06\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x10\n" +
@@ -635,7 +736,10 @@ const file_rules_proto_rawDesc = "" +
 	"\atenants\x18\r \x03(\v2\x1b.allot.v1.Rule.TenantsEntryR\atenants\x12\x14\n" +
 	"\x05local\x18\x0e \x01(\bR\x05local\x125\n" +
 	"\aregions\x18\x0f \x03(\v2\x1b.allot.v1.Rule.RegionsEntryR\aregions\x12 \n" +
-	"\vdescription\x18\x10 \x01(\tR\vdescription\x1aH\n" +
+	"\vdescription\x18\x10 \x01(\tR\vdescription\x12\x16\n" +
+	"\x06shadow\x18\x11 \x01(\bR\x06shadow\x12\x1c\n" +
+	"\tunlimited\x18\x12 \x01(\bR\tunlimited\x12\x1a\n" +
+	"\breplaces\x18\x13 \x03(\tR\breplaces\x1aH\n" +
 	"\n" +
 	"PlansEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12$\n" +
@@ -647,11 +751,16 @@ const file_rules_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01B\f\n" +
 	"\n" +
-	"_tolerance\"O\n" +
+	"_tolerance\"\xa4\x01\n" +
 	"\x05Match\x12\x16\n" +
 	"\x06routes\x18\x01 \x03(\tR\x06routes\x12\x18\n" +
 	"\atenants\x18\x02 \x03(\tR\atenants\x12\x14\n" +
-	"\x05plans\x18\x03 \x03(\tR\x05plans\"H\n" +
+	"\x05plans\x18\x03 \x03(\tR\x05plans\x12\x16\n" +
+	"\x06domain\x18\x04 \x01(\tR\x06domain\x12;\n" +
+	"\vdescriptors\x18\x05 \x03(\v2\x19.allot.v1.DescriptorEntryR\vdescriptors\"9\n" +
+	"\x0fDescriptorEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"H\n" +
 	"\x04Plan\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x03R\x05limit\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\x01R\x06weight\x12\x12\n" +
@@ -690,45 +799,47 @@ func file_rules_proto_rawDescGZIP() []byte {
 	return file_rules_proto_rawDescData
 }
 
-var file_rules_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_rules_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_rules_proto_goTypes = []any{
 	(*Rule)(nil),                // 0: allot.v1.Rule
 	(*Match)(nil),               // 1: allot.v1.Match
-	(*Plan)(nil),                // 2: allot.v1.Plan
-	(*TenantOverride)(nil),      // 3: allot.v1.TenantOverride
-	(*RuleSet)(nil),             // 4: allot.v1.RuleSet
-	(*ListRulesRequest)(nil),    // 5: allot.v1.ListRulesRequest
-	(*GetRuleRequest)(nil),      // 6: allot.v1.GetRuleRequest
-	(*PutRulesRequest)(nil),     // 7: allot.v1.PutRulesRequest
-	(*DeleteRuleRequest)(nil),   // 8: allot.v1.DeleteRuleRequest
-	nil,                         // 9: allot.v1.Rule.PlansEntry
-	nil,                         // 10: allot.v1.Rule.TenantsEntry
-	nil,                         // 11: allot.v1.Rule.RegionsEntry
-	(*durationpb.Duration)(nil), // 12: google.protobuf.Duration
+	(*DescriptorEntry)(nil),     // 2: allot.v1.DescriptorEntry
+	(*Plan)(nil),                // 3: allot.v1.Plan
+	(*TenantOverride)(nil),      // 4: allot.v1.TenantOverride
+	(*RuleSet)(nil),             // 5: allot.v1.RuleSet
+	(*ListRulesRequest)(nil),    // 6: allot.v1.ListRulesRequest
+	(*GetRuleRequest)(nil),      // 7: allot.v1.GetRuleRequest
+	(*PutRulesRequest)(nil),     // 8: allot.v1.PutRulesRequest
+	(*DeleteRuleRequest)(nil),   // 9: allot.v1.DeleteRuleRequest
+	nil,                         // 10: allot.v1.Rule.PlansEntry
+	nil,                         // 11: allot.v1.Rule.TenantsEntry
+	nil,                         // 12: allot.v1.Rule.RegionsEntry
+	(*durationpb.Duration)(nil), // 13: google.protobuf.Duration
 }
 var file_rules_proto_depIdxs = []int32{
-	12, // 0: allot.v1.Rule.period:type_name -> google.protobuf.Duration
+	13, // 0: allot.v1.Rule.period:type_name -> google.protobuf.Duration
 	1,  // 1: allot.v1.Rule.match:type_name -> allot.v1.Match
-	9,  // 2: allot.v1.Rule.plans:type_name -> allot.v1.Rule.PlansEntry
-	10, // 3: allot.v1.Rule.tenants:type_name -> allot.v1.Rule.TenantsEntry
-	11, // 4: allot.v1.Rule.regions:type_name -> allot.v1.Rule.RegionsEntry
-	0,  // 5: allot.v1.RuleSet.rules:type_name -> allot.v1.Rule
-	0,  // 6: allot.v1.PutRulesRequest.rules:type_name -> allot.v1.Rule
-	2,  // 7: allot.v1.Rule.PlansEntry.value:type_name -> allot.v1.Plan
-	3,  // 8: allot.v1.Rule.TenantsEntry.value:type_name -> allot.v1.TenantOverride
-	5,  // 9: allot.v1.RulesService.ListRules:input_type -> allot.v1.ListRulesRequest
-	6,  // 10: allot.v1.RulesService.GetRule:input_type -> allot.v1.GetRuleRequest
-	7,  // 11: allot.v1.RulesService.PutRules:input_type -> allot.v1.PutRulesRequest
-	8,  // 12: allot.v1.RulesService.DeleteRule:input_type -> allot.v1.DeleteRuleRequest
-	4,  // 13: allot.v1.RulesService.ListRules:output_type -> allot.v1.RuleSet
-	0,  // 14: allot.v1.RulesService.GetRule:output_type -> allot.v1.Rule
-	4,  // 15: allot.v1.RulesService.PutRules:output_type -> allot.v1.RuleSet
-	4,  // 16: allot.v1.RulesService.DeleteRule:output_type -> allot.v1.RuleSet
-	13, // [13:17] is the sub-list for method output_type
-	9,  // [9:13] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	10, // 2: allot.v1.Rule.plans:type_name -> allot.v1.Rule.PlansEntry
+	11, // 3: allot.v1.Rule.tenants:type_name -> allot.v1.Rule.TenantsEntry
+	12, // 4: allot.v1.Rule.regions:type_name -> allot.v1.Rule.RegionsEntry
+	2,  // 5: allot.v1.Match.descriptors:type_name -> allot.v1.DescriptorEntry
+	0,  // 6: allot.v1.RuleSet.rules:type_name -> allot.v1.Rule
+	0,  // 7: allot.v1.PutRulesRequest.rules:type_name -> allot.v1.Rule
+	3,  // 8: allot.v1.Rule.PlansEntry.value:type_name -> allot.v1.Plan
+	4,  // 9: allot.v1.Rule.TenantsEntry.value:type_name -> allot.v1.TenantOverride
+	6,  // 10: allot.v1.RulesService.ListRules:input_type -> allot.v1.ListRulesRequest
+	7,  // 11: allot.v1.RulesService.GetRule:input_type -> allot.v1.GetRuleRequest
+	8,  // 12: allot.v1.RulesService.PutRules:input_type -> allot.v1.PutRulesRequest
+	9,  // 13: allot.v1.RulesService.DeleteRule:input_type -> allot.v1.DeleteRuleRequest
+	5,  // 14: allot.v1.RulesService.ListRules:output_type -> allot.v1.RuleSet
+	0,  // 15: allot.v1.RulesService.GetRule:output_type -> allot.v1.Rule
+	5,  // 16: allot.v1.RulesService.PutRules:output_type -> allot.v1.RuleSet
+	5,  // 17: allot.v1.RulesService.DeleteRule:output_type -> allot.v1.RuleSet
+	14, // [14:18] is the sub-list for method output_type
+	10, // [10:14] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_rules_proto_init() }
@@ -743,7 +854,7 @@ func file_rules_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rules_proto_rawDesc), len(file_rules_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -428,23 +428,39 @@ type ruleDoc struct {
 	Scope       string               `yaml:"scope" json:"scope"`
 	Key         []string             `yaml:"key,omitempty,flow" json:"key,omitempty"`
 	Match       *matchDoc            `yaml:"match,omitempty" json:"match,omitempty"`
-	Algorithm   string               `yaml:"algorithm" json:"algorithm"`
-	Limit       int64                `yaml:"limit" json:"limit"`
-	Period      string               `yaml:"period" json:"period"`
+	Algorithm   string               `yaml:"algorithm,omitempty" json:"algorithm,omitempty"`
+	Limit       int64                `yaml:"limit,omitempty" json:"limit,omitempty"`
+	Period      string               `yaml:"period,omitempty" json:"period,omitempty"`
 	Burst       int64                `yaml:"burst,omitempty" json:"burst,omitempty"`
-	Intent      string               `yaml:"intent" json:"intent"`
+	Intent      string               `yaml:"intent,omitempty" json:"intent,omitempty"`
 	Tolerance   *float64             `yaml:"tolerance,omitempty" json:"tolerance,omitempty"`
 	FailMode    string               `yaml:"fail_mode,omitempty" json:"fail_mode,omitempty"`
 	Local       bool                 `yaml:"local,omitempty" json:"local,omitempty"`
 	Plans       map[string]planDoc   `yaml:"plans,omitempty" json:"plans,omitempty"`
 	Tenants     map[string]tenantDoc `yaml:"tenants,omitempty" json:"tenants,omitempty"`
 	Regions     map[string]float64   `yaml:"regions,omitempty,flow" json:"regions,omitempty"`
+	Shadow      bool                 `yaml:"shadow,omitempty" json:"shadow,omitempty"`
+	Unlimited   bool                 `yaml:"unlimited,omitempty" json:"unlimited,omitempty"`
+	Replaces    []string             `yaml:"replaces,omitempty,flow" json:"replaces,omitempty"`
 }
 
 type matchDoc struct {
-	Routes  []string `yaml:"routes,omitempty,flow" json:"routes,omitempty"`
-	Tenants []string `yaml:"tenants,omitempty,flow" json:"tenants,omitempty"`
-	Plans   []string `yaml:"plans,omitempty,flow" json:"plans,omitempty"`
+	Routes      []string        `yaml:"routes,omitempty,flow" json:"routes,omitempty"`
+	Tenants     []string        `yaml:"tenants,omitempty,flow" json:"tenants,omitempty"`
+	Plans       []string        `yaml:"plans,omitempty,flow" json:"plans,omitempty"`
+	Domain      string          `yaml:"domain,omitempty" json:"domain,omitempty"`
+	Descriptors []descriptorDoc `yaml:"descriptors,omitempty" json:"descriptors,omitempty"`
+}
+
+type descriptorDoc struct {
+	Key   string `yaml:"key" json:"key"`
+	Value string `yaml:"value,omitempty" json:"value,omitempty"`
+}
+
+// MarshalYAML writes a descriptor entry on one line.
+func (e descriptorDoc) MarshalYAML() (any, error) {
+	type fields descriptorDoc
+	return flowNode(fields(e))
 }
 
 type planDoc struct {
@@ -485,12 +501,18 @@ func flowNode(v any) (*yaml.Node, error) {
 func docOf(r *allotpb.Rule) ruleDoc {
 	d := ruleDoc{
 		Name: r.GetName(), Description: r.GetDescription(), Scope: r.GetScope(), Key: r.GetKey(),
-		Algorithm: r.GetAlgorithm(), Limit: r.GetLimit(), Period: formatDuration(r.GetPeriod().AsDuration()),
+		Algorithm: r.GetAlgorithm(), Limit: r.GetLimit(),
 		Burst: r.GetBurst(), Intent: r.GetIntent(), Tolerance: r.Tolerance, FailMode: r.GetFailMode(),
-		Local: r.GetLocal(), Regions: r.GetRegions(),
+		Local: r.GetLocal(), Regions: r.GetRegions(), Shadow: r.GetShadow(), Unlimited: r.GetUnlimited(), Replaces: r.GetReplaces(),
 	}
-	if m := r.GetMatch(); len(m.GetRoutes())+len(m.GetTenants())+len(m.GetPlans()) > 0 {
-		d.Match = &matchDoc{Routes: m.GetRoutes(), Tenants: m.GetTenants(), Plans: m.GetPlans()}
+	if p := r.GetPeriod().AsDuration(); p != 0 {
+		d.Period = formatDuration(p)
+	}
+	if m := r.GetMatch(); len(m.GetRoutes())+len(m.GetTenants())+len(m.GetPlans())+len(m.GetDescriptors()) > 0 || m.GetDomain() != "" {
+		d.Match = &matchDoc{Routes: m.GetRoutes(), Tenants: m.GetTenants(), Plans: m.GetPlans(), Domain: m.GetDomain()}
+		for _, e := range m.GetDescriptors() {
+			d.Match.Descriptors = append(d.Match.Descriptors, descriptorDoc{Key: e.GetKey(), Value: e.GetValue()})
+		}
 	}
 	if len(r.GetPlans()) > 0 {
 		d.Plans = make(map[string]planDoc, len(r.GetPlans()))

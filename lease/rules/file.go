@@ -143,7 +143,7 @@ func locateValueError(data []byte) *Error {
 		field, what, want string
 		parse             func(string) error
 	}{
-		{"scope", "scope", "global, ip, tenant, user or route", func(s string) error { _, err := ParseScope(s); return err }},
+		{"scope", "scope", "global, ip, tenant, user, route or descriptor", func(s string) error { _, err := ParseScope(s); return err }},
 		{"algorithm", "algorithm", "fixed_window, sliding_log, sliding_window, token_bucket or gcra", func(s string) error { _, err := algo.ParseAlgorithm(s); return err }},
 		{"intent", "intent", "capacity, quota or abuse", func(s string) error { _, err := lease.ParseIntent(s); return err }},
 		{"fail_mode", "fail mode", "fallback, open or closed", func(s string) error { _, err := lease.ParseFailMode(s); return err }},

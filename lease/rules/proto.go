@@ -19,8 +19,14 @@ func ToProto(r *Rule) *allotpb.Rule {
 		Burst:       r.Burst,
 		Tolerance:   r.Tolerance,
 		Local:       r.Local,
-		Match:       &allotpb.Match{Routes: r.Match.Routes, Tenants: r.Match.Tenants, Plans: r.Match.Plans},
+		Match:       &allotpb.Match{Routes: r.Match.Routes, Tenants: r.Match.Tenants, Plans: r.Match.Plans, Domain: r.Match.Domain},
 		Regions:     r.Regions,
+		Shadow:      r.Shadow,
+		Unlimited:   r.Unlimited,
+		Replaces:    r.Replaces,
+	}
+	for _, e := range r.Match.Descriptors {
+		p.Match.Descriptors = append(p.Match.Descriptors, &allotpb.DescriptorEntry{Key: e.Key, Value: e.Value})
 	}
 	if r.Scope.valid() {
 		p.Scope = r.Scope.String()
@@ -62,7 +68,13 @@ func FromProto(p *allotpb.Rule) (Rule, error) {
 		Tolerance:   p.Tolerance,
 		Local:       p.GetLocal(),
 		Regions:     p.GetRegions(),
-		Match:       Match{Routes: p.GetMatch().GetRoutes(), Tenants: p.GetMatch().GetTenants(), Plans: p.GetMatch().GetPlans()},
+		Match:       Match{Routes: p.GetMatch().GetRoutes(), Tenants: p.GetMatch().GetTenants(), Plans: p.GetMatch().GetPlans(), Domain: p.GetMatch().GetDomain()},
+		Shadow:      p.GetShadow(),
+		Unlimited:   p.GetUnlimited(),
+		Replaces:    p.GetReplaces(),
+	}
+	for _, e := range p.GetMatch().GetDescriptors() {
+		r.Match.Descriptors = append(r.Match.Descriptors, DescriptorEntry{Key: e.GetKey(), Value: e.GetValue()})
 	}
 	var errs Errors
 	bad := func(field string, err error) {

@@ -21,11 +21,14 @@ const (
 	Tenant                  // per tenant: plan quotas
 	User                    // per user of a tenant
 	Route                   // per route of a tenant
+	// Descriptor rules limit Envoy rate limit descriptors: they match a
+	// domain and descriptor entries, and are keyed by the entries' values.
+	Descriptor
 )
 
-var scopeNames = [...]string{Global: "global", IP: "ip", Tenant: "tenant", User: "user", Route: "route"}
+var scopeNames = [...]string{Global: "global", IP: "ip", Tenant: "tenant", User: "user", Route: "route", Descriptor: "descriptor"}
 
-func (s Scope) valid() bool { return s >= Global && s <= Route }
+func (s Scope) valid() bool { return s >= Global && s <= Descriptor }
 
 func (s Scope) String() string {
 	if s.valid() {
@@ -36,12 +39,12 @@ func (s Scope) String() string {
 
 // ParseScope returns the scope a rule file names.
 func ParseScope(s string) (Scope, error) {
-	for i := Global; i <= Route; i++ {
+	for i := Global; i <= Descriptor; i++ {
 		if scopeNames[i] == s {
 			return i, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown scope %q (want global, ip, tenant, user or route)", s)
+	return 0, fmt.Errorf("unknown scope %q (want global, ip, tenant, user, route or descriptor)", s)
 }
 
 // MarshalText implements encoding.TextMarshaler.
@@ -71,11 +74,14 @@ const (
 	AttrUser   Attr = "user"
 	AttrRoute  Attr = "route"
 	AttrIP     Attr = "ip"
+	// AttrDescriptor is the values of an Envoy descriptor's entries, in
+	// order: the key of a descriptor rule.
+	AttrDescriptor Attr = "descriptor"
 )
 
 func (a Attr) valid() bool {
 	switch a {
-	case AttrTenant, AttrUser, AttrRoute, AttrIP:
+	case AttrTenant, AttrUser, AttrRoute, AttrIP, AttrDescriptor:
 		return true
 	}
 	return false
@@ -92,6 +98,8 @@ func (s Scope) DefaultKey() []Attr {
 		return []Attr{AttrTenant, AttrUser}
 	case Route:
 		return []Attr{AttrTenant, AttrRoute}
+	case Descriptor:
+		return []Attr{AttrDescriptor}
 	}
 	return nil
 }
@@ -123,6 +131,16 @@ type Rule struct {
 	Local bool `yaml:"local,omitempty" json:"local,omitempty"`
 	// Regions divide a global allowance among regions: region → fraction.
 	Regions map[string]float64 `yaml:"regions,omitempty" json:"regions,omitempty"`
+	// Shadow rules count and report what they would refuse, but admit
+	// every request: a new limit is tried on live traffic this way.
+	Shadow bool `yaml:"shadow,omitempty" json:"shadow,omitempty"`
+	// Unlimited descriptor rules limit nothing: a descriptor they match
+	// is admitted without counting. They exempt specific values from a
+	// more general rule (envoyproxy/ratelimit's unlimited).
+	Unlimited bool `yaml:"unlimited,omitempty" json:"unlimited,omitempty"`
+	// Replaces names descriptor rules that this one replaces: when both
+	// match descriptors of one Envoy request, only this one applies.
+	Replaces []string `yaml:"replaces,omitempty" json:"replaces,omitempty"`
 }
 
 // Match restricts a rule to some requests. Empty lists match everything.
@@ -131,6 +149,49 @@ type Match struct {
 	Routes  []string `yaml:"routes,omitempty" json:"routes,omitempty"`
 	Tenants []string `yaml:"tenants,omitempty" json:"tenants,omitempty"`
 	Plans   []string `yaml:"plans,omitempty" json:"plans,omitempty"`
+	// Domain and Descriptors match Envoy rate limit descriptors; only
+	// descriptor rules have them. A descriptor matches when its domain is
+	// Domain and its entries, in order, are Descriptors.
+	Domain      string            `yaml:"domain,omitempty" json:"domain,omitempty"`
+	Descriptors []DescriptorEntry `yaml:"descriptors,omitempty" json:"descriptors,omitempty"`
+}
+
+// DescriptorEntry matches one entry of an Envoy descriptor.
+type DescriptorEntry struct {
+	Key string `yaml:"key" json:"key"`
+	// Value is the value to match: empty matches any value, and a
+	// trailing * any value with that prefix. Each distinct value has a
+	// key (a counter) of its own.
+	Value string `yaml:"value,omitempty" json:"value,omitempty"`
+}
+
+// Matches reports whether an entry matches a descriptor entry's key and
+// value.
+func (e *DescriptorEntry) Matches(key, value string) bool {
+	if key != e.Key {
+		return false
+	}
+	if e.Value == "" {
+		return true
+	}
+	if prefix, ok := strings.CutSuffix(e.Value, "*"); ok {
+		return strings.HasPrefix(value, prefix)
+	}
+	return value == e.Value
+}
+
+// Specificity ranks how an entry matches: 0 for an exact value, 1 for a
+// prefix, 2 for any value. Where several descriptor rules match, the one
+// with the most specific first entry applies, then the next entry, as
+// envoyproxy/ratelimit walks its descriptor tree.
+func (e *DescriptorEntry) Specificity() int {
+	switch {
+	case e.Value == "":
+		return 2
+	case strings.HasSuffix(e.Value, "*"):
+		return 1
+	}
+	return 0
 }
 
 // Plan is a tenant plan's limit, weight and shedding rank.

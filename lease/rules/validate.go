@@ -92,7 +92,7 @@ func (r *Rule) Validate() Errors {
 		bad("name", "%q must be 1–128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit", r.Name)
 	}
 	if !r.Scope.valid() {
-		bad("scope", "is required (global, ip, tenant, user or route)")
+		bad("scope", "is required (global, ip, tenant, user, route or descriptor)")
 	}
 	if len(r.Key) > 4 {
 		bad("key", "names %d attributes; at most 4 (tenant, user, route, ip)", len(r.Key))
@@ -102,11 +102,32 @@ func (r *Rule) Validate() Errors {
 			bad(fmt.Sprintf("key[%d]", i), "unknown attribute %q (want tenant, user, route or ip)", a)
 		} else if slices.Index(r.Key, a) != i {
 			bad(fmt.Sprintf("key[%d]", i), "attribute %q listed twice", a)
+		} else if (a == AttrDescriptor) != (r.Scope == Descriptor) {
+			bad(fmt.Sprintf("key[%d]", i), "a descriptor rule is keyed by its descriptor alone, and only a descriptor rule by it")
 		}
 	}
 	if r.Scope == Global && len(r.Key) > 0 {
 		bad("key", "a global rule has one key for the whole service; use scope tenant, user, route or ip to key by attributes")
 	}
+	if r.Unlimited {
+		r.validateUnlimited(bad)
+	} else {
+		r.validateLimit(bad)
+	}
+	if r.Tolerance != nil && !(*r.Tolerance >= 0 && *r.Tolerance <= 1) {
+		bad("tolerance", "must be between 0 and 1 (a fraction of the limit), got %v", *r.Tolerance)
+	}
+	if len(r.Description) > 4*maxStringLen {
+		bad("description", "is longer than %d bytes", 4*maxStringLen)
+	}
+	r.validateMatch(bad)
+	r.validatePlans(bad)
+	r.validateRegions(bad)
+	return errs
+}
+
+// validateLimit checks the fields that set a limit.
+func (r *Rule) validateLimit(bad func(string, string, ...any)) {
 	switch {
 	case r.Limit == 0:
 		bad("limit", "is required and must be positive")
@@ -135,16 +156,22 @@ func (r *Rule) Validate() Errors {
 	if r.Intent == 0 {
 		bad("intent", "is required (capacity, quota or abuse)")
 	}
-	if r.Tolerance != nil && !(*r.Tolerance >= 0 && *r.Tolerance <= 1) {
-		bad("tolerance", "must be between 0 and 1 (a fraction of the limit), got %v", *r.Tolerance)
+}
+
+// validateUnlimited checks an unlimited rule: a descriptor rule that sets
+// no limit.
+func (r *Rule) validateUnlimited(bad func(string, string, ...any)) {
+	if r.Scope != Descriptor {
+		bad("unlimited", "only a descriptor rule can be unlimited")
 	}
-	if len(r.Description) > 4*maxStringLen {
-		bad("description", "is longer than %d bytes", 4*maxStringLen)
+	for _, f := range []struct {
+		field string
+		set   bool
+	}{{"limit", r.Limit != 0}, {"period", r.Period != 0}, {"burst", r.Burst != 0}, {"algorithm", r.Algorithm != 0}, {"shadow", r.Shadow}, {"tolerance", r.Tolerance != nil}, {"fail_mode", r.FailMode != 0}} {
+		if f.set {
+			bad(f.field, "an unlimited rule sets no limit, so no %s", f.field)
+		}
 	}
-	r.validateMatch(bad)
-	r.validatePlans(bad)
-	r.validateRegions(bad)
-	return errs
 }
 
 func (r *Rule) validateMatch(bad func(string, string, ...any)) {
@@ -159,6 +186,60 @@ func (r *Rule) validateMatch(bad func(string, string, ...any)) {
 			if name == "match.routes" && strings.Contains(strings.TrimSuffix(s, "*"), "*") {
 				bad(fmt.Sprintf("%s[%d]", name, i), "%q: '*' is allowed only at the end", s)
 			}
+		}
+	}
+	r.validateDescriptors(bad)
+}
+
+// MaxDescriptorEntries bounds the entries a descriptor rule matches.
+const MaxDescriptorEntries = 16
+
+// validateDescriptors checks a descriptor rule's match, and that no other
+// rule has descriptor fields.
+func (r *Rule) validateDescriptors(bad func(string, string, ...any)) {
+	m := &r.Match
+	if r.Scope != Descriptor {
+		if m.Domain != "" || len(m.Descriptors) > 0 {
+			bad("match.domain", "only a descriptor rule (scope: descriptor) matches a domain and descriptors")
+		}
+		if len(r.Replaces) > 0 {
+			bad("replaces", "only a descriptor rule replaces others")
+		}
+		return
+	}
+	switch {
+	case m.Domain == "":
+		bad("match.domain", "is required for a descriptor rule (the domain Envoy sends)")
+	case len(m.Domain) > maxStringLen:
+		bad("match.domain", "must be at most %d bytes", maxStringLen)
+	}
+	if len(m.Descriptors) == 0 || len(m.Descriptors) > MaxDescriptorEntries {
+		bad("match.descriptors", "must list 1–%d entries, got %d", MaxDescriptorEntries, len(m.Descriptors))
+	}
+	for i, e := range m.Descriptors {
+		field := fmt.Sprintf("match.descriptors[%d]", i)
+		if e.Key == "" || len(e.Key) > maxStringLen {
+			bad(field+".key", "must be 1–%d bytes", maxStringLen)
+		}
+		if len(e.Value) > maxStringLen {
+			bad(field+".value", "must be at most %d bytes", maxStringLen)
+		}
+		if strings.Contains(strings.TrimSuffix(e.Value, "*"), "*") {
+			bad(field+".value", "%q: '*' is allowed only at the end", e.Value)
+		}
+	}
+	if len(m.Routes)+len(m.Tenants)+len(m.Plans) > 0 {
+		bad("match", "a descriptor rule matches descriptors only, not routes, tenants or plans")
+	}
+	if len(r.Plans)+len(r.Tenants) > 0 {
+		bad("plans", "a descriptor rule has no tenants, so no plans or tenant overrides")
+	}
+	if len(r.Replaces) > maxListLen {
+		bad("replaces", "has %d entries; at most %d", len(r.Replaces), maxListLen)
+	}
+	for i, name := range r.Replaces {
+		if !namePattern.MatchString(name) || name == r.Name {
+			bad(fmt.Sprintf("replaces[%d]", i), "%q must name another rule", name)
 		}
 	}
 }

@@ -61,6 +61,8 @@ type compiled struct {
 	totals []ruleTotals
 	// problems are the set's rules not enforced here, and why.
 	problems []RuleProblem
+	// domains holds the descriptor rules by Envoy domain.
+	domains map[string][]descRule
 }
 
 // New starts an agent. A standalone agent (no Coordinators) enforces its
@@ -220,10 +222,14 @@ func (a *Agent) install(set *rules.Set, problems []RuleProblem, strict bool) err
 	nodes := int(a.nodes.Load())
 	c := &compiled{set: set, problems: problems}
 	for _, r := range set.Rules() {
+		if r.Unlimited {
+			continue // limits nothing: found by CheckDescriptors alone
+		}
 		i := len(c.rules)
 		rs := &ruleState{
 			rule: r, scope: r.Scope.String(), index: i, attrs: r.KeyAttrs(),
 			coordinated: !r.Local && a.cfg.coordinated(), mode: r.Mode(),
+			descriptor: r.Scope == rules.Descriptor,
 		}
 		if len(r.Regions) > 0 && !(r.Regions[a.cfg.Region] > 0) {
 			err := fmt.Errorf("agent: rule %s divides its limit among regions %v, and this node's region %q has no share: add the region to the rule or run the node in one of those", r.Name, sortedRegions(r.Regions), a.cfg.Region)
@@ -265,6 +271,7 @@ func (a *Agent) install(set *rules.Set, problems []RuleProblem, strict bool) err
 		}
 	}
 	c.usage = newUsageTable(len(c.rules), a.cfg.MaxTenants)
+	c.indexDescriptors()
 	a.rules.Store(c)
 	a.readyOnce.Do(func() { close(a.ready) })
 	return nil
@@ -350,12 +357,20 @@ func (a *Agent) Check(req Request) (d Decision) {
 	tu := c.usage.get(th, req.Tenant, req.Plan)
 	best, bestFrac := -1, math.Inf(1)
 	var bestR result
-	var passed uint64 // rules 0–63 passed; later ones are found again by matching
+	var passed uint64   // rules 0–63 passed; later ones are found again by matching
+	var shadowed uint64 // shadow rules 0–63 that would have refused
 	for i, rs := range c.rules {
 		if !rs.matches(&req) {
 			continue
 		}
 		r := rs.check(a, &req, &rh, now, cost)
+		if !r.allowed() && rs.rule.Shadow {
+			rs.shadowed.Add(1) // admitted: nothing was spent, so nothing to undo
+			if i < 64 {
+				shadowed |= 1 << i
+			}
+			continue
+		}
 		if !r.allowed() {
 			for j := range i {
 				if passed&(1<<j) != 0 || (j >= 64 && c.rules[j].matches(&req)) {
@@ -376,7 +391,7 @@ func (a *Agent) Check(req Request) (d Decision) {
 		}
 	}
 	for i, rs := range c.rules {
-		if passed&(1<<i) != 0 || (i >= 64 && rs.matches(&req)) {
+		if (passed|shadowed)&(1<<i) != 0 || (i >= 64 && rs.matches(&req)) {
 			for !tu.add(2*i, cost) {
 				tu = c.usage.get(th, req.Tenant, req.Plan)
 			}

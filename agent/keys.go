@@ -1,24 +1,12 @@
 package agent
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"unicode/utf8"
-
 	"github.com/allot-io/allot/lease/rules"
 )
 
-// maxAttrLen bounds each attribute in a key. A longer value (a hostile
-// user name, a long route), or one that is not valid UTF-8, is replaced by
-// a hash of it written in hex, so keys stay small while distinct values
-// stay distinct, and every key is valid UTF-8: keys travel in protobuf
-// strings, which gRPC refuses to send otherwise, and a report it cannot
-// send would stop the node's reporting.
-const maxAttrLen = 128
-
-// maxPartLen bounds an attribute kept as is in a key of several: its
-// length prefix is one byte below 0x7f, which marks a hashed attribute.
-const maxPartLen = 126
+// maxAttrLen bounds each attribute kept as is in a key of one: see
+// rules.AppendKey.
+const maxAttrLen = rules.MaxKeyAttrLen
 
 // keyBuf holds one encoded key on the stack: at most four attributes, each
 // at most maxAttrLen bytes plus a length prefix.
@@ -39,34 +27,25 @@ func (r *Request) attrValue(a rules.Attr) string {
 	return ""
 }
 
-// encodeKey writes the key a rule's attributes give a request into buf. A
-// single attribute is its value as is; several are each prefixed by their
-// length, so that ("a\x00b", "c") and ("a", "b\x00c") stay apart. It runs
-// when a key becomes hot, never per request.
+// encodeKey writes the key a rule's attributes give a request into buf,
+// as rules.AppendKey (or, for a descriptor rule, AppendDescriptorKey)
+// writes it. It runs when a key becomes hot, never per request.
 func encodeKey(buf *keyBuf, attrs []rules.Attr, req *Request) []byte {
-	if len(attrs) == 1 {
-		v := req.attrValue(attrs[0])
-		if len(v) <= maxAttrLen && utf8.ValidString(v) {
-			return append(buf[:0], v...)
+	if attrs[0] == rules.AttrDescriptor {
+		var vals [rules.MaxDescriptorEntries]string
+		n := 0
+		for _, e := range req.desc.Entries {
+			if n == len(vals) {
+				break
+			}
+			vals[n] = e.Value
+			n++
 		}
-		return appendLong(append(buf[:0], "\x00#"...), v)
+		return rules.AppendDescriptorKey(buf[:0], vals[:n]...)
 	}
-	b := buf[:0]
-	for _, a := range attrs {
-		v := req.attrValue(a)
-		if len(v) > maxPartLen || !utf8.ValidString(v) {
-			b = appendLong(append(b, 0x7f), v)
-			continue
-		}
-		b = append(b, byte(len(v)))
-		b = append(b, v...)
+	var vals [4]string
+	for i, a := range attrs {
+		vals[i] = req.attrValue(a)
 	}
-	return b
-}
-
-// appendLong appends 128 bits of a value's SHA-256, in hex: the same on
-// every node, so the coordinators see one key for one value fleet-wide.
-func appendLong(b []byte, v string) []byte {
-	sum := sha256.Sum256([]byte(v))
-	return hex.AppendEncode(b, sum[:16])
+	return rules.AppendKey(buf[:0], vals[:len(attrs)]...)
 }

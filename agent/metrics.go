@@ -77,6 +77,7 @@ type collector struct{ a *Agent }
 var (
 	descDecisions = prometheus.NewDesc("allot_agent_decisions_total", "Requests decided, by the rule and result (admitted: passed the rule; denied: refused by it).", []string{"rule", "result"}, nil)
 	descFallback  = prometheus.NewDesc("allot_agent_fallback", "1 while the rule runs on its fail mode because no coordinator answered.", []string{"rule", "fail_mode"}, nil)
+	descShadowed  = prometheus.NewDesc("allot_agent_shadow_refusals_total", "Requests a shadow rule would have refused and admitted instead.", []string{"rule"}, nil)
 	descFellBack  = prometheus.NewDesc("allot_agent_fallback_decisions_total", "Requests decided while the rule ran on its fail mode.", []string{"rule"}, nil)
 	descKeys      = prometheus.NewDesc("allot_agent_keys", "Keys the rule holds state for.", []string{"rule"}, nil)
 	descHot       = prometheus.NewDesc("allot_agent_hot_keys", "Keys (or classes) of the rule that hold or ask for a lease.", []string{"rule"}, nil)
@@ -89,7 +90,7 @@ var (
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDecisions, descFallback, descFellBack, descKeys, descHot, descOverflow, descTenants, descOffset, descNodes, descInvalid, descProblems} {
+	for _, d := range []*prometheus.Desc{descDecisions, descFallback, descFellBack, descShadowed, descKeys, descHot, descOverflow, descTenants, descOffset, descNodes, descInvalid, descProblems} {
 		ch <- d
 	}
 }
@@ -118,6 +119,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descFallback, prometheus.GaugeValue, fb, name, rs.mode.String())
 		ch <- prometheus.MustNewConstMetric(descFellBack, prometheus.CounterValue, float64(rs.fellBack.Load()), name)
+		if rs.rule.Shadow {
+			ch <- prometheus.MustNewConstMetric(descShadowed, prometheus.CounterValue, float64(rs.shadowed.Load()), name)
+		}
 		keys, evicted, rejected, untracked := 0, uint64(0), uint64(0), uint64(0)
 		for _, st := range rs.stores() {
 			if st.keyed != nil {

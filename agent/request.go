@@ -122,6 +122,10 @@ type Request struct {
 	Priority Priority
 	// Cost is the request's weight; zero means 1.
 	Cost int64
+
+	// desc is set by CheckDescriptors only. A pointer keeps Request
+	// comparable.
+	desc *Descriptor
 }
 
 // Decision is the agent's answer for one request.

@@ -20,6 +20,7 @@ type ruleState struct {
 	index       int // position in the rule set, for usage counters
 	attrs       []rules.Attr
 	coordinated bool
+	descriptor  bool // an Envoy descriptor rule
 	mode        lease.FailMode
 	*ruleData
 }
@@ -42,6 +43,7 @@ type ruleData struct {
 
 	fallback atomic.Bool  // running on the fail mode
 	fellBack atomic.Int64 // decisions made on the fail mode
+	shadowed atomic.Int64 // refusals a shadow rule admitted
 }
 
 // limitStore enforces one effective limit of a rule.
@@ -185,6 +187,9 @@ func (rs *ruleState) stores() []*limitStore {
 
 // matches reports whether the rule covers the request.
 func (rs *ruleState) matches(req *Request) bool {
+	if rs.descriptor {
+		return false // decided by CheckDescriptors only
+	}
 	m := &rs.rule.Match
 	if len(m.Tenants) == 0 && len(m.Plans) == 0 && len(m.Routes) == 0 {
 		return true
@@ -221,7 +226,7 @@ func refused(retry time.Duration) result { return result{limit: 1, retry: retry}
 // hashed at most once per Check however many rules use it.
 type reqHashes struct {
 	done uint8
-	h    [4]algo.Hash // tenant, user, route, ip
+	h    [5]algo.Hash // tenant, user, route, ip, descriptor
 }
 
 func attrIndex(a rules.Attr) int {
@@ -232,6 +237,8 @@ func attrIndex(a rules.Attr) int {
 		return 2
 	case rules.AttrIP:
 		return 3
+	case rules.AttrDescriptor:
+		return 4
 	}
 	return 0
 }
@@ -239,7 +246,11 @@ func attrIndex(a rules.Attr) int {
 func (rh *reqHashes) get(a *Agent, req *Request, attr rules.Attr) algo.Hash {
 	i := attrIndex(attr)
 	if rh.done&(1<<i) == 0 {
-		rh.h[i] = a.hasher.String(req.attrValue(attr))
+		if i == 4 {
+			rh.h[i] = a.descriptorHash(req.desc.Entries)
+		} else {
+			rh.h[i] = a.hasher.String(req.attrValue(attr))
+		}
 		rh.done |= 1 << i
 	}
 	return rh.h[i]

@@ -1,0 +1,251 @@
+package agent
+
+import (
+	"time"
+
+	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/lease/rules"
+)
+
+// Entry is one entry of an Envoy rate limit descriptor.
+type Entry struct {
+	Key, Value string
+}
+
+// Descriptor is one Envoy rate limit descriptor: ordered entries, and its
+// own cost (Envoy's per-descriptor hits_addend), zero meaning the
+// request's.
+type Descriptor struct {
+	Entries []Entry
+	Cost    int64
+}
+
+// descRule is a descriptor rule as the agent looks it up: by domain, then
+// by matching entries level by level.
+type descRule struct {
+	match     []rules.DescriptorEntry
+	name      string
+	replaces  []string
+	index     int // in compiled.rules; -1 for an unlimited rule
+	unlimited bool
+}
+
+// indexDescriptors groups the set's descriptor rules by domain. Unlimited
+// rules are not enforced, so they are found only here.
+func (c *compiled) indexDescriptors() {
+	for i, rs := range c.rules {
+		if r := &rs.rule; r.Scope == rules.Descriptor {
+			c.addDescriptor(r, i)
+		}
+	}
+	for _, r := range c.set.Rules() {
+		if r.Unlimited {
+			c.addDescriptor(&r, -1)
+		}
+	}
+}
+
+func (c *compiled) addDescriptor(r *rules.Rule, index int) {
+	if c.domains == nil {
+		c.domains = map[string][]descRule{}
+	}
+	c.domains[r.Match.Domain] = append(c.domains[r.Match.Domain], descRule{
+		match: r.Match.Descriptors, name: r.Name, replaces: r.Replaces, index: index, unlimited: r.Unlimited,
+	})
+}
+
+// resolve finds the rule that applies to a descriptor, as
+// envoyproxy/ratelimit walks its tree of descriptors: at each entry, the
+// rules whose entry matches most specifically (an exact value, then the
+// longest prefix, then any value) stay candidates, and a rule with as many
+// entries as the descriptor is the answer. It returns nil for none.
+func (c *compiled) resolve(domain string, entries []Entry) *descRule {
+	cands := c.domains[domain]
+	if len(cands) == 0 || len(entries) == 0 {
+		return nil
+	}
+	// A bit per candidate still in the walk; descriptor rules of one
+	// domain beyond 64 take the slower path below.
+	if len(cands) > 64 {
+		return resolveSlow(cands, entries)
+	}
+	live := uint64(1)<<len(cands) - 1
+	if len(cands) == 64 {
+		live = ^uint64(0)
+	}
+	for level, e := range entries {
+		best, bestRank, bestLen := -1, 3, -1
+		for i := range cands {
+			m := cands[i].match
+			if live&(1<<i) == 0 || len(m) <= level || !m[level].Matches(e.Key, e.Value) {
+				live &^= 1 << i
+				continue
+			}
+			rank, n := m[level].Specificity(), len(m[level].Value)
+			if rank < bestRank || rank == bestRank && n > bestLen {
+				best, bestRank, bestLen = i, rank, n
+			}
+		}
+		if best < 0 {
+			return nil
+		}
+		want := cands[best].match[level]
+		for i := range cands {
+			if live&(1<<i) != 0 && cands[i].match[level] != want {
+				live &^= 1 << i
+			}
+		}
+	}
+	for i := range cands {
+		if live&(1<<i) != 0 && len(cands[i].match) == len(entries) {
+			return &cands[i]
+		}
+	}
+	return nil
+}
+
+func resolveSlow(cands []descRule, entries []Entry) *descRule {
+	live := make([]bool, len(cands))
+	for i := range live {
+		live[i] = true
+	}
+	for level, e := range entries {
+		best, bestRank, bestLen := -1, 3, -1
+		for i := range cands {
+			m := cands[i].match
+			if !live[i] || len(m) <= level || !m[level].Matches(e.Key, e.Value) {
+				live[i] = false
+				continue
+			}
+			rank, n := m[level].Specificity(), len(m[level].Value)
+			if rank < bestRank || rank == bestRank && n > bestLen {
+				best, bestRank, bestLen = i, rank, n
+			}
+		}
+		if best < 0 {
+			return nil
+		}
+		for i := range cands {
+			live[i] = live[i] && cands[i].match[level] == cands[best].match[level]
+		}
+	}
+	for i := range cands {
+		if live[i] && len(cands[i].match) == len(entries) {
+			return &cands[i]
+		}
+	}
+	return nil
+}
+
+// CheckDescriptors decides the descriptors of one Envoy rate limit request
+// in domain, appending one decision per descriptor to out. Each descriptor
+// is decided by the one rule that applies to it (see rules.Descriptor),
+// independently of the others, as envoyproxy/ratelimit does: a descriptor
+// admitted is charged even when another is refused. A descriptor no rule
+// applies to is admitted with no rule named; one an unlimited rule applies
+// to is admitted under that rule with Limit 0. A rule named in the Replaces
+// of a rule applying to another descriptor of the request does not apply.
+// A descriptor's Cost of zero means cost, and a cost of zero means 1.
+//
+// The request is refused when any decision is. Only descriptor rules
+// apply; Check never applies them.
+func (a *Agent) CheckDescriptors(domain string, descs []Descriptor, cost int64, out []Decision) []Decision {
+	c := a.rules.Load()
+	if c == nil || len(c.domains[domain]) == 0 {
+		for range descs {
+			out = append(out, Decision{Allowed: true})
+		}
+		return out
+	}
+	var stack [8]*descRule
+	found := stack[:0]
+	replaced := false
+	for _, d := range descs {
+		dr := c.resolve(domain, d.Entries)
+		found = append(found, dr)
+		replaced = replaced || dr != nil && len(dr.replaces) > 0
+	}
+	if replaced {
+		dropReplaced(found)
+	}
+	now := time.Unix(0, a.clock.now())
+	for i, d := range descs {
+		dr := found[i]
+		switch {
+		case dr == nil:
+			out = append(out, Decision{Allowed: true})
+			continue
+		case dr.unlimited:
+			out = append(out, Decision{Allowed: true, Rule: dr.name, Scope: "descriptor"})
+			continue
+		}
+		n := d.Cost
+		if n <= 0 {
+			n = cost
+		}
+		out = append(out, a.checkDescriptor(c, c.rules[dr.index], &descs[i], n, now))
+	}
+	return out
+}
+
+// dropReplaced clears the rules that another found rule replaces.
+func dropReplaced(found []*descRule) {
+	var gone []string
+	for _, dr := range found {
+		if dr != nil {
+			gone = append(gone, dr.replaces...)
+		}
+	}
+	for i, dr := range found {
+		if dr == nil {
+			continue
+		}
+		for _, name := range gone {
+			if dr.name == name {
+				found[i] = nil
+				break
+			}
+		}
+	}
+}
+
+// checkDescriptor decides one descriptor under its rule and counts it.
+func (a *Agent) checkDescriptor(c *compiled, rs *ruleState, desc *Descriptor, cost int64, now time.Time) (d Decision) {
+	if cost <= 0 {
+		cost = 1
+	}
+	if cost > MaxCost {
+		a.invalid.Add(1)
+		d.RetryAfter = -1
+		return d
+	}
+	req := Request{desc: desc}
+	var rh reqHashes
+	r := rs.check(a, &req, &rh, now, cost)
+	if !r.allowed() && rs.rule.Shadow {
+		rs.shadowed.Add(1)
+		r = result{remaining: 0, limit: r.limit, reset: r.reset}
+	}
+	th := rh.get(a, &req, rules.AttrTenant)
+	slot := 2 * rs.index
+	if !r.allowed() {
+		slot++
+	}
+	for tu := c.usage.get(th, "", ""); !tu.add(slot, cost); {
+		tu = c.usage.get(th, "", "")
+	}
+	a.fill(&d, rs, &req, r)
+	return d
+}
+
+// descriptorHash hashes a descriptor's values in order.
+func (a *Agent) descriptorHash(entries []Entry) algo.Hash {
+	if len(entries) == 0 {
+		return a.hasher.String("")
+	}
+	h := a.hasher.String(entries[0].Value)
+	for _, e := range entries[1:] {
+		h = h.Then(a.hasher.String(e.Value))
+	}
+	return h
+}

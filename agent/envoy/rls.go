@@ -1,0 +1,197 @@
+package envoy
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/allot-io/allot/agent"
+	"github.com/allot-io/allot/lease/rules"
+)
+
+// Bounds on one request, so that a hostile or broken client cannot make
+// the sidecar hash without end. envoyproxy/ratelimit has none; Envoy's own
+// configurations stay far below them.
+const (
+	// MaxDescriptors bounds the descriptors of one request.
+	MaxDescriptors = 64
+	// MaxEntries bounds the entries of one descriptor: a descriptor rule
+	// matches at most as many.
+	MaxEntries = rules.MaxDescriptorEntries
+	// MaxValueLen bounds a descriptor entry's key and value.
+	MaxValueLen = agent.MaxAttrLen
+)
+
+// Options configures a RateLimitServer.
+type Options struct {
+	// Headers adds RateLimit-Limit, RateLimit-Remaining and
+	// RateLimit-Reset to every response Envoy sends, and Retry-After to
+	// refusals (envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED).
+	// Envoy can instead make x-ratelimit-* headers itself from the
+	// statuses (the filter's enable_x_ratelimit_headers).
+	Headers bool
+}
+
+// RateLimitServer serves envoy.service.ratelimit.v3.RateLimitService from
+// an agent.
+type RateLimitServer struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	a    *agent.Agent
+	opts Options
+}
+
+// NewRateLimitServer returns a server answering from a.
+func NewRateLimitServer(a *agent.Agent, opts Options) *RateLimitServer {
+	return &RateLimitServer{a: a, opts: opts}
+}
+
+// Register registers the service on s.
+func (s *RateLimitServer) Register(g *grpc.Server) { rlsv3.RegisterRateLimitServiceServer(g, s) }
+
+// ShouldRateLimit decides a request's descriptors. A request without a
+// domain or descriptors, or beyond the bounds above, is INVALID_ARGUMENT,
+// which Envoy treats by its failure_mode_deny setting.
+func (s *RateLimitServer) ShouldRateLimit(_ context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	descs, err := descriptors(req)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	decisions := s.a.CheckDescriptors(req.GetDomain(), descs, int64(req.GetHitsAddend()), make([]agent.Decision, 0, len(descs)))
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(decisions))}
+	tightest := -1
+	for i, d := range decisions {
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		if !d.Allowed {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		}
+		if d.Limit > 0 {
+			st.CurrentLimit = currentLimit(d)
+			st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
+			st.DurationUntilReset = durationpb.New(d.ResetAfter)
+			if tightest < 0 || tighter(d, decisions[tightest]) {
+				tightest = i
+			}
+		}
+		resp.Statuses[i] = st
+	}
+	if s.opts.Headers && tightest >= 0 {
+		resp.ResponseHeadersToAdd = headers(decisions[tightest])
+	}
+	return resp, nil
+}
+
+// tighter reports whether d is closer to its limit than e: a refusal
+// before an admission, then the smaller fraction remaining.
+func tighter(d, e agent.Decision) bool {
+	if d.Allowed != e.Allowed {
+		return !d.Allowed
+	}
+	return float64(d.Remaining)/float64(d.Limit) < float64(e.Remaining)/float64(e.Limit)
+}
+
+// descriptors converts and bounds a request's descriptors.
+func descriptors(req *rlsv3.RateLimitRequest) ([]agent.Descriptor, error) {
+	if req.GetDomain() == "" {
+		return nil, fmt.Errorf("domain: must not be empty")
+	}
+	if len(req.GetDomain()) > MaxValueLen {
+		return nil, fmt.Errorf("domain: must be at most %d bytes", MaxValueLen)
+	}
+	ds := req.GetDescriptors()
+	switch {
+	case len(ds) == 0:
+		return nil, fmt.Errorf("descriptors: must not be empty")
+	case len(ds) > MaxDescriptors:
+		return nil, fmt.Errorf("descriptors: %d; at most %d", len(ds), MaxDescriptors)
+	}
+	n := 0
+	for _, d := range ds {
+		n += len(d.GetEntries())
+	}
+	entries := make([]agent.Entry, 0, n)
+	out := make([]agent.Descriptor, len(ds))
+	for i, d := range ds {
+		es := d.GetEntries()
+		if len(es) > MaxEntries {
+			return nil, fmt.Errorf("descriptors[%d]: %d entries; at most %d", i, len(es), MaxEntries)
+		}
+		start := len(entries)
+		for j, e := range es {
+			if len(e.GetKey()) > MaxValueLen || len(e.GetValue()) > MaxValueLen {
+				return nil, fmt.Errorf("descriptors[%d].entries[%d]: key and value must be at most %d bytes", i, j, MaxValueLen)
+			}
+			entries = append(entries, agent.Entry{Key: e.GetKey(), Value: e.GetValue()})
+		}
+		out[i].Entries = entries[start:len(entries):len(entries)]
+		if h := d.GetHitsAddend(); h != nil {
+			if h.GetValue() > agent.MaxCost {
+				return nil, fmt.Errorf("descriptors[%d].hits_addend: %d; at most %d", i, h.GetValue(), int64(agent.MaxCost))
+			}
+			out[i].Cost = int64(h.GetValue())
+		}
+		if d.GetIsNegativeHits() {
+			// Refilling a budget is not a decision: such a descriptor
+			// matches no rule and is admitted uncounted.
+			out[i].Entries = nil
+		}
+	}
+	return out, nil
+}
+
+// units are the periods Envoy can name, longest first.
+var units = []struct {
+	d    time.Duration
+	unit rlsv3.RateLimitResponse_RateLimit_Unit
+}{
+	{7 * 24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_WEEK},
+	{24 * time.Hour, rlsv3.RateLimitResponse_RateLimit_DAY},
+	{time.Hour, rlsv3.RateLimitResponse_RateLimit_HOUR},
+	{time.Minute, rlsv3.RateLimitResponse_RateLimit_MINUTE},
+	{time.Second, rlsv3.RateLimitResponse_RateLimit_SECOND},
+}
+
+// currentLimit expresses a decision's limit as Envoy's: requests per a
+// whole number of units, or, for a period that is no whole number of
+// seconds, the rate per second rounded.
+func currentLimit(d agent.Decision) *rlsv3.RateLimitResponse_RateLimit {
+	rl := &rlsv3.RateLimitResponse_RateLimit{Name: d.Rule}
+	for _, u := range units {
+		if d.Period >= u.d && d.Period%u.d == 0 {
+			rl.RequestsPerUnit = uint32(min(d.Limit, math.MaxUint32))
+			rl.Unit = u.unit
+			if m := d.Period / u.d; m > 1 {
+				rl.UnitMultiplier = wrapperspb.UInt32(uint32(min(m, math.MaxUint32)))
+			}
+			return rl
+		}
+	}
+	rl.RequestsPerUnit = uint32(min(math.Round(float64(d.Limit)*float64(time.Second)/float64(d.Period)), math.MaxUint32))
+	rl.Unit = rlsv3.RateLimitResponse_RateLimit_SECOND
+	return rl
+}
+
+// headers are the RateLimit headers of the tightest descriptor, as
+// envoyproxy/ratelimit writes them, with Retry-After on a refusal.
+func headers(d agent.Decision) []*corev3.HeaderValue {
+	reset := int64(math.Ceil(d.ResetAfter.Seconds()))
+	hs := []*corev3.HeaderValue{
+		{Key: "RateLimit-Limit", Value: strconv.FormatInt(d.Limit, 10)},
+		{Key: "RateLimit-Remaining", Value: strconv.FormatInt(max(d.Remaining, 0), 10)},
+		{Key: "RateLimit-Reset", Value: strconv.FormatInt(reset, 10)},
+	}
+	if !d.Allowed && d.RetryAfter > 0 {
+		hs = append(hs, &corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(int64(math.Ceil(d.RetryAfter.Seconds())), 10)})
+	}
+	return hs
+}

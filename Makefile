@@ -1,5 +1,6 @@
 # Allot's build. The two commands the README promises are `make demo` and
-# `make test`; both work on a fresh machine with only Go installed.
+# `make test`; both work on a fresh machine with only Go installed (make
+# test installs nginx and Caddy from Debian for its gateway tests).
 
 GO          ?= go
 PKGS        := ./...
@@ -13,7 +14,7 @@ PROTOC_GEN_GO      := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 BIN                := $(CURDIR)/bin
 
-.PHONY: all build test bench lint fuzz demo chaos chaos-short accuracy accuracy-short proto clean
+.PHONY: all build test gateways-deps bench lint fuzz demo chaos chaos-short accuracy accuracy-short proto clean
 
 all: build test
 
@@ -27,10 +28,30 @@ build:
 # TestAccuracyShort, about 60 s: steady quotas through real processes);
 # -short skips both. Then the demo runs as `make demo` does,
 # without the race detector (which slows each check tenfold), and every
-# one of its checks must pass (TestDemoChecks, about 35 s).
-test:
-	$(GO) test -race -count=1 $(PKGS)
+# one of its checks must pass (TestDemoChecks, about 35 s). The real
+# nginx and Caddy in front of a sidecar (cmd/allot TestGatewayForwardAuth)
+# must run too: gateways-deps installs them, and ALLOT_GATEWAY_TESTS=1
+# makes a missing one a failure rather than a skip.
+test: gateways-deps
+	ALLOT_GATEWAY_TESTS=1 $(GO) test -race -count=1 $(PKGS)
 	$(GO) test -count=1 -run '^TestDemoChecks$$' ./cmd/allot
+
+# nginx and Caddy from Debian, for TestGatewayForwardAuth, when missing:
+# as root, or through sudo. Debian may start the system nginx or Caddy on
+# port 80; they are stopped (the tests run their own on free loopback
+# ports, with their own pid files and directories, so they never touch
+# them).
+gateways-deps:
+	@missing=; \
+	command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
+	command -v caddy >/dev/null 2>&1 || [ -x /usr/bin/caddy ] || missing="$$missing caddy"; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" -eq 0 ]; then sudo=; else sudo=sudo; fi; \
+		echo "installing$$missing from Debian"; \
+		$$sudo apt-get update -qq && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing && \
+		for s in $$missing; do $$sudo service $$s stop >/dev/null 2>&1 || true; done; \
+	fi
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) $(PKGS)

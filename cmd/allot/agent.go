@@ -26,7 +26,11 @@ gateway asks before serving each request:
   {"tenant":"acme","user":"u1","route":"/search","ip":"203.0.113.7","priority":"interactive","cost":1}
 
 and gets 200 (admitted) or 429 (refused) with the decision as JSON and
-the RateLimit and Retry-After headers to pass on to its client. It also
+the RateLimit and Retry-After headers to pass on to its client. Gateways
+with forward-auth (nginx auth_request, Caddy forward_auth, Traefik
+ForwardAuth) point it at /v1/authz instead, which reads the attributes
+from request headers (the --authz-* flags; docs/gateways.md) and answers
+200, or 429 (--authz-deny-status) with the same headers. It also
 serves /metrics (Prometheus), /healthz, and /v1/status (the rules
 enforced, those left out and why, rules on their fail mode, usage waiting
 to be reported).
@@ -42,23 +46,31 @@ func runAgent(ctx context.Context, e *env) error {
 		httpCert, httpKey           string
 		cf                          credFlags
 		lf                          logFlags
+		az                          authzFlags
+		ef                          envoyFlags
 	)
 	host, _ := os.Hostname()
 	f.StringVar(&coords, "coordinators", "", "gRPC addresses of the coordinator cluster, comma-separated (empty: standalone)")
 	f.StringVar(&cfg.NodeID, "node-id", host, "this gateway's name, unique in the fleet")
 	f.StringVar(&cfg.Region, "region", "default", "the region this gateway runs in; usage is billed under it")
-	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:7600", "address for /v1/check, /metrics and /healthz")
+	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:7600", "address for /v1/check, /v1/authz, /metrics and /healthz")
 	f.StringVar(&rulesFile, "rules", "", "rules file: enforced as given instead of the cluster's rules (required standalone)")
 	f.DurationVar(&cfg.ReportInterval, "report-interval", agent.DefaultReportInterval, "how often to report until the cluster sets it")
 	f.IntVar(&cfg.MaxKeys, "max-keys", agent.DefaultMaxKeys, "keys held per rule and limit; beyond it each intent's bound applies")
 	lf.register(f)
-	f.StringVar(&httpCert, "http-cert", "", "PEM certificate (with --http-key): serve --http-addr over TLS; re-read when it changes")
+	f.StringVar(&httpCert, "http-cert", "", "PEM certificate (with --http-key): serve --http-addr and --envoy-rls-addr over TLS; re-read when it changes")
 	f.StringVar(&httpKey, "http-key", "", "PEM private key of --http-cert")
 	cf.register(f)
+	az.register(f)
+	ef.register(f)
 	if err := f.parse(e); err != nil {
 		return err
 	}
 	if err := f.noArgs(); err != nil {
+		return err
+	}
+	authzCfg, err := az.config("agent")
+	if err != nil {
 		return err
 	}
 	cfg.Coordinators = splitList(coords)
@@ -93,6 +105,7 @@ func runAgent(ctx context.Context, e *env) error {
 		return fmt.Errorf("listening on %s: %w", httpAddr, err)
 	}
 	scheme := "http"
+	var serverTLS *tls.Config
 	if httpCert != "" {
 		r, err := auth.NewReloader(auth.TLSFiles{CertFile: httpCert, KeyFile: httpKey}, func(err error) {
 			logger.Error("a changed --http-cert could not be loaded", "error", err)
@@ -101,7 +114,8 @@ func runAgent(ctx context.Context, e *env) error {
 			lis.Close()
 			return &usageError{err: err}
 		}
-		lis, scheme = tls.NewListener(lis, r.ServerConfig(false)), "https"
+		serverTLS = r.ServerConfig(false)
+		lis, scheme = tls.NewListener(lis, serverTLS), "https"
 	}
 	a, err := agent.New(cfg)
 	if err != nil {
@@ -113,6 +127,7 @@ func runAgent(ctx context.Context, e *env) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/check", agent.CheckHandler(a))
+	mux.Handle("/v1/authz", agent.ForwardAuthHandler(a, authzCfg))
 	mux.Handle("/v1/status", agent.StatusHandler(a))
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -123,6 +138,12 @@ func runAgent(ctx context.Context, e *env) error {
 			http.Error(w, "waiting for rules from the coordinators", http.StatusServiceUnavailable)
 		}
 	})
+	stopEnvoy, err := ef.serve(a, serverTLS, logger)
+	if err != nil {
+		lis.Close()
+		_ = a.Close(context.Background())
+		return err
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
@@ -138,6 +159,7 @@ func runAgent(ctx context.Context, e *env) error {
 	closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(closeCtx)
+	stopEnvoy()
 	// Close sends a last report, so the cluster counts everything admitted.
 	if cerr := a.Close(closeCtx); cerr != nil && err == nil {
 		err = cerr

@@ -1,0 +1,253 @@
+package agent
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/lease"
+	"github.com/allot-io/allot/lease/rules"
+)
+
+// authz builds a forward-auth subrequest as a gateway sends it: to the
+// authorization endpoint, whatever the original request's method.
+func authz(method string, headers ...string) *http.Request {
+	r := httptest.NewRequest(method, "/v1/authz", nil)
+	r.RemoteAddr = "192.0.2.9:51000"
+	for i := 0; i+1 < len(headers); i += 2 {
+		r.Header.Add(headers[i], headers[i+1])
+	}
+	return r
+}
+
+func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// TestForwardAuthAttributes checks where each attribute is read from, with
+// the default header names and with configured ones.
+func TestForwardAuthAttributes(t *testing.T) {
+	def := newForwardAuth(ForwardAuthConfig{})
+	custom := newForwardAuth(ForwardAuthConfig{TenantHeader: "x-org", PlanHeader: "X-Tier", UserHeader: "X-Auth-User",
+		RouteHeaders: []string{"X-Path"}, IPHeader: NoHeader, PriorityHeader: "X-Prio", CostHeader: "X-Weight", TrustedHops: 1})
+	keyed := newForwardAuth(ForwardAuthConfig{APIKeyHeader: "X-Api-Key"})
+	sum := sha256.Sum256([]byte("sk_live_secret"))
+	keyTenant := hex.EncodeToString(sum[:])[:16]
+	for _, tc := range []struct {
+		name    string
+		f       *forwardAuth
+		r       *http.Request
+		want    Request
+		wantErr string
+	}{
+		{"defaults", def, authz("GET", "X-Tenant", "acme", "X-Plan", "pro", "X-User", "alice",
+			"X-Original-URI", "/v1/search?q=x&page=2", "X-Real-IP", "203.0.113.7", "X-Priority", "batch", "X-Cost", "5"),
+			Request{Tenant: "acme", Plan: "pro", User: "alice", Route: "/v1/search", IP: "203.0.113.7", Priority: Batch, Cost: 5}, ""},
+		{"any method", def, authz("DELETE", "X-Tenant", "acme"), Request{Tenant: "acme", IP: "192.0.2.9"}, ""},
+		{"route from X-Forwarded-Uri", def, authz("GET", "X-Forwarded-Uri", "/v1/items?id=3"), Request{Route: "/v1/items", IP: "192.0.2.9"}, ""},
+		{"X-Original-URI first", def, authz("GET", "X-Forwarded-Uri", "/b", "X-Original-URI", "/a"), Request{Route: "/a", IP: "192.0.2.9"}, ""},
+		{"own path is not the route", def, authz("GET"), Request{IP: "192.0.2.9"}, ""},
+		{"right-most X-Forwarded-For", def, authz("GET", "X-Forwarded-For", "198.51.100.1, 198.51.100.2 ,198.51.100.3"), Request{IP: "198.51.100.3"}, ""},
+		{"X-Real-IP wins", def, authz("GET", "X-Real-IP", "203.0.113.7", "X-Forwarded-For", "198.51.100.3"), Request{IP: "203.0.113.7"}, ""},
+		{"trusted hop skipped", custom, authz("GET", "X-Real-IP", "203.0.113.7", "X-Forwarded-For", "198.51.100.1, 198.51.100.2", "X-Forwarded-For", "10.0.0.1"),
+			Request{IP: "198.51.100.2"}, ""},
+		{"fewer entries than hops", newForwardAuth(ForwardAuthConfig{TrustedHops: 3}), authz("GET", "X-Forwarded-For", "198.51.100.1, 10.0.0.1"),
+			Request{IP: "198.51.100.1"}, ""},
+		{"custom headers", custom, authz("PUT", "X-Org", "globex", "X-Tier", "free", "X-Auth-User", "bob", "X-Path", "/p?x", "X-Prio", "critical", "X-Weight", "0",
+			"X-Tenant", "ignored", "X-Original-URI", "/ignored"),
+			Request{Tenant: "globex", Plan: "free", User: "bob", Route: "/p", IP: "192.0.2.9", Priority: Critical}, ""},
+		{"api key", keyed, authz("GET", "X-Api-Key", "sk_live_secret", "X-Tenant", "spoofed"), Request{Tenant: keyTenant, IP: "192.0.2.9"}, ""},
+		{"no api key, no tenant", keyed, authz("GET", "X-Tenant", "spoofed"), Request{IP: "192.0.2.9"}, ""},
+		{"unknown priority", def, authz("GET", "X-Priority", "urgent"), Request{}, `X-Priority: "urgent" is not batch`},
+		{"cost not a number", def, authz("GET", "X-Cost", "1.5"), Request{}, "X-Cost: must be an integer from 0 to 4294967295"},
+		{"negative cost", def, authz("GET", "X-Cost", "-1"), Request{}, "X-Cost: must be an integer"},
+		{"cost over MaxCost", def, authz("GET", "X-Cost", strconv.FormatInt(MaxCost+1, 10)), Request{}, "X-Cost: must be an integer"},
+		{"tenant too long", def, authz("GET", "X-Tenant", strings.Repeat("t", MaxNameLen+1)), Request{}, "tenant: must be at most 256 bytes"},
+		{"route too long", def, authz("GET", "X-Original-URI", "/"+strings.Repeat("r", MaxAttrLen)), Request{}, "route: must be at most 1024 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.f.request(tc.r)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	if APIKeyTenant("sk_live_secret") != keyTenant {
+		t.Errorf("APIKeyTenant = %q, want %q", APIKeyTenant("sk_live_secret"), keyTenant)
+	}
+}
+
+// TestForwardAuthHandler checks the answers: 200 with the RateLimit
+// headers while admitted, then the refusal with the middleware's headers
+// and body under the configured status, and 400 for unreadable headers,
+// which are not counted.
+func TestForwardAuthHandler(t *testing.T) {
+	for _, deny := range []int{0, http.StatusForbidden} {
+		t.Run("deny="+strconv.Itoa(deny), func(t *testing.T) {
+			clk := newManualClock()
+			clk.Advance(15 * time.Second) // 45 s before the window ends
+			a := standalone(t, clk, rule("plan-quota", rules.Tenant, algo.FixedWindow, 3, time.Minute, lease.Quota))
+			h := ForwardAuthHandler(a, ForwardAuthConfig{DenyStatus: deny})
+			wantDeny := deny
+			if deny == 0 {
+				wantDeny = http.StatusTooManyRequests
+			}
+			bad := serve(h, authz("GET", "X-Tenant", "acme", "X-Cost", "lots"))
+			if bad.Code != http.StatusBadRequest || !strings.Contains(bad.Body.String(), "X-Cost") {
+				t.Fatalf("bad cost: %d %s", bad.Code, bad.Body)
+			}
+			for i, method := range []string{"GET", "POST", "HEAD"} {
+				w := serve(h, authz(method, "X-Tenant", "acme", "X-Original-URI", "/v1/items"))
+				if w.Code != http.StatusOK {
+					t.Fatalf("%s %d: %d %s", method, i, w.Code, w.Body)
+				}
+				hd := w.Header()
+				for k, v := range map[string]string{
+					"RateLimit-Policy":    `"plan-quota";q=3;w=60`,
+					"RateLimit":           `"plan-quota";r=` + strconv.Itoa(2-i) + ";t=45",
+					"RateLimit-Limit":     "3",
+					"RateLimit-Remaining": strconv.Itoa(2 - i),
+					"RateLimit-Reset":     "45",
+					"Retry-After":         "",
+				} {
+					if hd.Get(k) != v {
+						t.Errorf("admitted %d: %s %q, want %q", i, k, hd.Get(k), v)
+					}
+				}
+			}
+			w := serve(h, authz("PATCH", "X-Tenant", "acme"))
+			if w.Code != wantDeny {
+				t.Fatalf("refusal: %d, want %d", w.Code, wantDeny)
+			}
+			// The same refusal through the middleware, on an agent in the same state.
+			a2 := standalone(t, clk, rule("plan-quota", rules.Tenant, algo.FixedWindow, 3, time.Minute, lease.Quota))
+			mw := Middleware(a2, func(*http.Request) Request { return Request{Tenant: "acme"} })(http.NotFoundHandler())
+			var ref *httptest.ResponseRecorder
+			for range 4 {
+				ref = serve(mw, authz("GET"))
+			}
+			if ref.Code != http.StatusTooManyRequests {
+				t.Fatalf("middleware: %d", ref.Code)
+			}
+			for _, k := range []string{"Retry-After", "RateLimit-Policy", "RateLimit", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset", "Content-Type", "Cache-Control"} {
+				if got, want := w.Header().Get(k), ref.Header().Get(k); got != want || want == "" {
+					t.Errorf("refusal %s %q, middleware's %q", k, got, want)
+				}
+			}
+			if w.Header().Get("Retry-After") != "45" {
+				t.Errorf("Retry-After %q, want 45", w.Header().Get("Retry-After"))
+			}
+			if w.Body.String() != ref.Body.String() {
+				t.Errorf("body %s, middleware's %s", w.Body, ref.Body)
+			}
+			var body struct {
+				Error             string `json:"error"`
+				Scope             string `json:"scope"`
+				Rule              string `json:"rule"`
+				RetryAfterSeconds *int64 `json:"retry_after_seconds"`
+			}
+			if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+				t.Fatal(err)
+			}
+			if body.Error != "rate_limited" || body.Scope != "tenant" || body.Rule != "plan-quota" || body.RetryAfterSeconds == nil || *body.RetryAfterSeconds != 45 {
+				t.Errorf("body %+v", body)
+			}
+			// Another tenant is unaffected; a cost that never fits has no Retry-After.
+			if w := serve(h, authz("GET", "X-Tenant", "globex")); w.Code != http.StatusOK {
+				t.Errorf("other tenant: %d", w.Code)
+			}
+			never := serve(h, authz("GET", "X-Tenant", "initech", "X-Cost", "4"))
+			if never.Code != wantDeny || never.Header().Get("Retry-After") != "" || !strings.Contains(never.Body.String(), `"retry_after_seconds":null`) {
+				t.Errorf("cost over the limit: %d Retry-After %q %s", never.Code, never.Header().Get("Retry-After"), never.Body)
+			}
+		})
+	}
+}
+
+// TestForwardAuthBadNotCounted: a 400 spends nothing.
+func TestForwardAuthBadNotCounted(t *testing.T) {
+	a := standalone(t, newManualClock(), rule("q", rules.Tenant, algo.FixedWindow, 1, time.Minute, lease.Quota))
+	h := ForwardAuthHandler(a, ForwardAuthConfig{})
+	for _, hv := range [][]string{{"X-Priority", "URGENT"}, {"X-Cost", "-3"}, {"X-User", strings.Repeat("u", MaxAttrLen+1)}} {
+		w := serve(h, authz("GET", "X-Tenant", "acme", hv[0], hv[1]))
+		if w.Code != http.StatusBadRequest || w.Header().Get("Content-Type") != "application/json" {
+			t.Errorf("%s: %d %q", hv[0], w.Code, w.Header().Get("Content-Type"))
+		}
+	}
+	if w := serve(h, authz("GET", "X-Tenant", "acme")); w.Code != http.StatusOK {
+		t.Errorf("after three 400s: %d, want 200", w.Code)
+	}
+}
+
+// TestForwardAuthDenyStatusRange: a status outside 4xx and 5xx is 429.
+func TestForwardAuthDenyStatusRange(t *testing.T) {
+	for _, s := range []int{-1, 200, 302, 600} {
+		if got := newForwardAuth(ForwardAuthConfig{DenyStatus: s}).deny; got != http.StatusTooManyRequests {
+			t.Errorf("DenyStatus %d: %d", s, got)
+		}
+	}
+	if got := newForwardAuth(ForwardAuthConfig{DenyStatus: 503}).deny; got != 503 {
+		t.Errorf("DenyStatus 503: %d", got)
+	}
+}
+
+// discardWriter is a reusable http.ResponseWriter for the benchmark.
+type discardWriter struct {
+	h    http.Header
+	code int
+}
+
+func (d *discardWriter) Header() http.Header         { return d.h }
+func (d *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (d *discardWriter) WriteHeader(code int)        { d.code = code }
+
+// BenchmarkForwardAuth measures /v1/authz as the sidecar serves it, less
+// the HTTP server: headers read, Check, the answer's headers written.
+//
+//	go test -run '^$' -bench ForwardAuth -benchmem ./agent
+func BenchmarkForwardAuth(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		limit int64
+		want  int
+	}{{"admitted", 1 << 40, http.StatusOK}, {"refused", 1, http.StatusTooManyRequests}} {
+		b.Run(bc.name, func(b *testing.B) {
+			a, err := New(Config{Rules: []rules.Rule{rule("plan-quota", rules.Tenant, algo.FixedWindow, bc.limit, time.Hour, lease.Quota)}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer a.Close(b.Context())
+			h := ForwardAuthHandler(a, ForwardAuthConfig{})
+			r := authz("GET", "X-Tenant", "acme", "X-User", "alice", "X-Plan", "pro", "X-Original-URI", "/v1/search?q=allot",
+				"X-Forwarded-For", "203.0.113.7, 10.0.0.2", "X-Priority", "interactive", "X-Cost", "1")
+			w := &discardWriter{h: http.Header{}}
+			h.ServeHTTP(w, r) // the refused case's one admission
+			b.ReportAllocs()
+			for b.Loop() {
+				clear(w.h)
+				h.ServeHTTP(w, r)
+			}
+			if w.code != bc.want {
+				b.Fatalf("status %d, want %d", w.code, bc.want)
+			}
+		})
+	}
+}

@@ -29,6 +29,7 @@ rule files offline.
   put FILE           create or replace the file's rules (--replace-all: and delete the rest)
   delete NAME        delete one rule
   validate FILE      check a rules file without a cluster
+  import FILE...     convert envoyproxy/ratelimit configuration (--from envoy-ratelimit)
 
 Changes need the admin token when the cluster has one: --admin-token or,
 better, ALLOT_ADMIN_TOKEN. Run 'allot rules <subcommand> --help' for its
@@ -115,6 +116,7 @@ func runRules(ctx context.Context, e *env) error {
 		{"put", runRulesPut},
 		{"delete", runRulesDelete},
 		{"validate", runRulesValidate},
+		{"import", runRulesImport},
 	})
 }
 

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+
 	"github.com/allot-io/allot/coordinator/auth"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/hashicorp/go-hclog"
@@ -24,14 +26,15 @@ import (
 // methodRoles are the roles each method is open to; admins and members
 // may call every method. A method not listed is open to admins only.
 var methodRoles = map[string]auth.Role{
-	allotpb.AgentService_Report_FullMethodName:                       auth.Agent,
-	allotpb.AgentService_GetRules_FullMethodName:                     auth.Agent | auth.Reader,
-	allotpb.RulesService_ListRules_FullMethodName:                    auth.Agent | auth.Reader,
-	allotpb.RulesService_GetRule_FullMethodName:                      auth.Agent | auth.Reader,
-	allotpb.ClusterService_Status_FullMethodName:                     auth.Reader,
-	allotpb.UsageService_QueryUsage_FullMethodName:                   auth.Reader,
-	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":      auth.Reader,
-	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo": auth.Reader,
+	allotpb.AgentService_Report_FullMethodName:                        auth.Agent,
+	allotpb.AgentService_GetRules_FullMethodName:                      auth.Agent | auth.Reader,
+	rlqsv3.RateLimitQuotaService_StreamRateLimitQuotas_FullMethodName: auth.Agent,
+	allotpb.RulesService_ListRules_FullMethodName:                     auth.Agent | auth.Reader,
+	allotpb.RulesService_GetRule_FullMethodName:                       auth.Agent | auth.Reader,
+	allotpb.ClusterService_Status_FullMethodName:                      auth.Reader,
+	allotpb.UsageService_QueryUsage_FullMethodName:                    auth.Reader,
+	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":       auth.Reader,
+	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo":  auth.Reader,
 }
 
 // openPrefix is the service every caller may use: health checks, for

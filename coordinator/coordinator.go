@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+
 	"github.com/allot-io/allot/coordinator/auth"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
@@ -74,8 +76,10 @@ type Coordinator struct {
 	leading atomic.Bool // leader, and ready to serve agents
 	ctx     context.Context
 	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	closed  atomic.Bool
+	// draining is closed when Close begins.
+	draining chan struct{}
+	wg       sync.WaitGroup
+	closed   atomic.Bool
 }
 
 // New starts a coordinator: it opens or creates the Raft state in
@@ -100,7 +104,7 @@ func New(config Config) (*Coordinator, error) {
 		cfg: cfg, log: cfg.Logger.Named("coordinator"), metrics: newMetrics(reg), gather: gather,
 		alloc:      newAllocator(cfg.Region, cfg.ReportInterval, cfg.LeaseTTL),
 		roundEvery: config.RoundInterval,
-		ctx:        ctx, cancel: cancel,
+		ctx:        ctx, cancel: cancel, draining: make(chan struct{}),
 	}
 	c.fsm = newFSM(c.log.Named("fsm"), c.onApplied)
 	c.newNodes = newNodeGate(cfg.MaxNewNodesPerMinute, cfg.Now())
@@ -248,6 +252,7 @@ func (c *Coordinator) startGRPC() error {
 	allotpb.RegisterRulesServiceServer(c.grpc, &rulesServer{c: c})
 	allotpb.RegisterClusterServiceServer(c.grpc, &clusterServer{c: c})
 	allotpb.RegisterUsageServiceServer(c.grpc, &usageServer{c: c})
+	rlqsv3.RegisterRateLimitQuotaServiceServer(c.grpc, &rlqsServer{c: c})
 	c.health = health.NewServer()
 	healthpb.RegisterHealthServer(c.grpc, c.health)
 	reflection.Register(c.grpc)
@@ -390,6 +395,7 @@ func (c *Coordinator) Close(ctx context.Context) error {
 		return nil
 	}
 	c.health.Shutdown()
+	close(c.draining) // Envoy streams end, so that the gRPC server can stop
 	if c.http != nil {
 		_ = c.http.Shutdown(ctx)
 	}

@@ -25,6 +25,8 @@ type metrics struct {
 	forwardedCalls prometheus.Counter
 	authRefusals   *prometheus.CounterVec
 	newNodes       *prometheus.CounterVec
+	rlqsStreams    prometheus.Gauge
+	rlqsRequests   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -91,7 +93,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m.newNodes.WithLabelValues("admitted")
 	m.newNodes.WithLabelValues("refused")
-	reg.MustRegister(m.authRefusals, m.newNodes)
+	m.rlqsStreams = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "allot_coordinator_rlqs_streams", Help: "Envoy RLQS streams open on this member; each is served as one node.",
+	})
+	m.rlqsRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "allot_coordinator_rlqs_requests_total", Help: "Requests Envoys reported over RLQS streams to this member, by result: allowed and denied (billed), unmapped (under buckets that map to no rule: not billed).",
+	}, []string{"result"})
+	for _, r := range []string{"allowed", "denied", "unmapped"} {
+		m.rlqsRequests.WithLabelValues(r)
+	}
+	reg.MustRegister(m.authRefusals, m.newNodes, m.rlqsStreams, m.rlqsRequests)
 	reg.MustRegister(m.raftState, m.leaderChanges, m.reports, m.reportBytes, m.reportKeys, m.roundSeconds,
 		m.applySeconds, m.activeKeys, m.activeAgents, m.leasesGranted, m.learning, m.ledgerRecords,
 		m.commands, m.rulesVersion, m.adminRequests, m.forwardedCalls)

@@ -71,6 +71,10 @@ func (h *harness) run(ctx context.Context) (*verdict, error) {
 	client := newClient(h.cl.Sidecars, rules, cfg.workers)
 	h.log.logf("traffic: %d workers, %d checks/s, at most %d checks; new tenants at %.0f%% of checks", cfg.workers, cfg.rate, cfg.maxRequests, 100*cfg.newTenantRate)
 	ld := startLoad(ctx, cfg, client)
+	envoys, err := h.startEnvoys(ctx)
+	if err != nil {
+		return nil, err
+	}
 	finished := false
 	defer func() {
 		if !finished {
@@ -83,6 +87,7 @@ func (h *harness) run(ctx context.Context) (*verdict, error) {
 	}
 	got := ld.finish()
 	finished = true
+	envoys.stop()
 	got.merge(hostile)
 	h.log.logf("traffic stopped: %d checks sent, %d new tenants", got.stats.sent, ld.newSeq.Load())
 	for _, n := range got.notes {
@@ -107,9 +112,10 @@ func (h *harness) run(ctx context.Context) (*verdict, error) {
 	if err != nil {
 		return nil, err
 	}
+	envoysOK := h.envoyVerdict(envoys, led, rules)
 	v := compare(got, led, rules)
 	h.report(got, v, rules, counts)
-	h.passed, h.anomalies = v.pass() && got.stats.anomalies == 0, got.stats.anomalies
+	h.passed, h.anomalies = v.pass() && envoysOK && got.stats.anomalies == 0, got.stats.anomalies
 	var wg sync.WaitGroup
 	for _, co := range h.cl.Coords {
 		wg.Go(func() {

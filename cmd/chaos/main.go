@@ -50,6 +50,7 @@ type config struct {
 	insecure              bool
 	hostileOnly           string
 	longTenantSidecar     int
+	envoys                int
 	maxLines              int
 }
 
@@ -62,7 +63,7 @@ func defaultConfig() config {
 		kills: 6, killDown: 3 * time.Second, killGap: 6 * time.Second,
 		pauses: 2, pause: 8 * time.Second, pauseGap: 6 * time.Second,
 		outage: 40 * time.Second, outageRecover: 10 * time.Second,
-		flood: 30_000, hostile: true, longTenantSidecar: 3, maxLines: 40,
+		flood: 30_000, hostile: true, longTenantSidecar: 3, maxLines: 40, envoys: 3,
 	}
 }
 
@@ -97,6 +98,7 @@ func parseFlags(args []string, stderr io.Writer, base config) (config, error) {
 	fs.Int64Var(&cfg.flood, "flood", cfg.flood, "after the warmup, this many new tenants at once, one check each, as fast as the workers go (0: none)")
 	fs.BoolVar(&cfg.hostile, "hostile", cfg.hostile, "send hostile input to the sidecars")
 	fs.StringVar(&cfg.hostileOnly, "hostile-only", "", "send only the hostile inputs whose name matches this regular expression")
+	fs.IntVar(&cfg.envoys, "envoys", cfg.envoys, "Envoys speaking RLQS to the coordinators throughout (0: none)")
 	fs.IntVar(&cfg.longTenantSidecar, "long-tenant-sidecar", cfg.longTenantSidecar, "send the over-long tenant to this sidecar (1–3; 0: to none)")
 	fs.DurationVar(&cfg.cooldown, "cooldown", cfg.cooldown, "traffic after the last fault")
 	fs.IntVar(&cfg.maxLines, "max-lines", cfg.maxLines, "mismatching lines printed (all are written to a file)")

@@ -33,6 +33,8 @@ func chaosRules() []ruleDef {
 			Limit: 6, Period: time.Second, Burst: 12},
 		{Name: "export-route", Scope: "route", Algorithm: "sliding_window", Intent: "capacity",
 			Limit: 20, Period: 10 * time.Second, Routes: []string{"/v1/export*"}, Plans: []string{"free"}},
+		{Name: envoyRule, Scope: "tenant", Algorithm: "token_bucket", Intent: "capacity",
+			Limit: envoyLimit, Period: time.Second, Tenants: []string{envoyTenant}},
 	}
 }
 

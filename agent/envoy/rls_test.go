@@ -19,6 +19,7 @@ import (
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/agent/envoy"
 	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/lease/rules/envoyconf"
 )
 
 type manualClock struct {
@@ -46,6 +47,11 @@ func serve(t *testing.T, yaml string, opts envoy.Options) (rlsv3.RateLimitServic
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveRules(t, rs, opts)
+}
+
+func serveRules(t *testing.T, rs []rules.Rule, opts envoy.Options) (rlsv3.RateLimitServiceClient, *manualClock) {
+	t.Helper()
 	clk := &manualClock{t: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
 	a, err := agent.New(agent.Config{Rules: rs, Clock: clk})
 	if err != nil {
@@ -121,9 +127,68 @@ rules:
   - {name: everyone, scope: global, algorithm: fixed_window, limit: 1, period: 1h, intent: capacity}
 `
 
+// readmeConfig is readmeRules as envoyproxy/ratelimit's configuration,
+// one file per domain.
+var readmeConfig = []envoyconf.File{
+	{Name: "mongo_cps.yaml", Data: []byte(`domain: mongo_cps
+descriptors:
+  - {key: database, value: users, rate_limit: {unit: second, requests_per_unit: 500}}
+  - {key: database, value: default, rate_limit: {unit: second, requests_per_unit: 500}}
+`)},
+	{Name: "messaging.yaml", Data: []byte(`domain: messaging
+descriptors:
+  - key: message_type
+    value: marketing
+    descriptors:
+      - {key: to_number, rate_limit: {unit: day, requests_per_unit: 5}}
+  - {key: to_number, rate_limit: {unit: day, requests_per_unit: 100}}
+`)},
+	{Name: "edge.yaml", Data: []byte(`domain: edge_proxy_per_ip
+descriptors:
+  - {key: remote_address, rate_limit: {unit: second, requests_per_unit: 10}}
+  - {key: remote_address, value: 10.0.0.1, rate_limit: {unlimited: true}}
+  - {key: remote_address, value: 10.0.0.2, rate_limit: {unit: second, requests_per_unit: 50}}
+`)},
+	{Name: "paths.yaml", Data: []byte(`domain: paths
+descriptors:
+  - {key: path, value: /foo/*, rate_limit: {unit: minute, requests_per_unit: 2}}
+  - {key: path, value: /foo/bar, rate_limit: {unit: minute, requests_per_unit: 1}}
+`)},
+	{Name: "trial.yaml", Data: []byte(`domain: trial
+descriptors:
+  - {key: user, shadow_mode: true, rate_limit: {unit: minute, requests_per_unit: 1}}
+`)},
+	{Name: "replaces.yaml", Data: []byte(`domain: replaces
+descriptors:
+  - {key: api_key, rate_limit: {name: per-api-key, unit: minute, requests_per_unit: 1}}
+  - {key: plan, value: premium, rate_limit: {name: premium, unit: minute, requests_per_unit: 3, replaces: [{name: per-api-key}]}}
+`)},
+}
+
 // TestShouldRateLimitAsEnvoyproxyRatelimit: descriptors get the answers
-// envoyproxy/ratelimit gives for the same configuration.
+// envoyproxy/ratelimit gives for the same configuration, with rules
+// written by hand and with rules imported from ratelimit's configuration
+// (allot rules import --from envoy-ratelimit).
 func TestShouldRateLimitAsEnvoyproxyRatelimit(t *testing.T) {
+	handWritten, err := rules.Parse("rules.yaml", []byte(readmeRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	imported, warnings, err := envoyconf.Import(readmeConfig, envoyconf.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range warnings {
+		t.Logf("import warning: %v", w)
+	}
+	everyone, _ := rules.Parse("everyone.yaml", []byte("rules:\n  - {name: everyone, scope: global, algorithm: fixed_window, limit: 1, period: 1h, intent: capacity}\n"))
+	imported = append(imported, everyone...)
+	for name, rs := range map[string][]rules.Rule{"hand-written": handWritten, "imported": imported} {
+		t.Run(name, func(t *testing.T) { asRatelimit(t, rs) })
+	}
+}
+
+func asRatelimit(t *testing.T, rs []rules.Rule) {
 	type step struct {
 		domain string
 		descs  [][]string
@@ -181,7 +246,7 @@ func TestShouldRateLimitAsEnvoyproxyRatelimit(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, _ := serve(t, readmeRules, envoy.Options{})
+			c, _ := serveRules(t, rs, envoy.Options{})
 			for _, s := range tc.steps {
 				var ds []*commonv3.RateLimitDescriptor
 				for _, d := range s.descs {

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"runtime"
 
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
@@ -36,7 +37,9 @@ func (ef *envoyFlags) serve(a *agent.Agent, tlsConfig *tls.Config, log hclog.Log
 	if err != nil {
 		return nil, fmt.Errorf("listening on --envoy-rls-addr %s: %w", ef.addr, err)
 	}
-	var opts []grpc.ServerOption
+	// Workers reuse goroutines across calls: one short call per request
+	// otherwise starts a goroutine each.
+	opts := []grpc.ServerOption{grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))}
 	if tlsConfig != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)))
 	}

@@ -64,48 +64,13 @@ func (c *compiled) resolve(domain string, entries []Entry) *descRule {
 	if len(cands) == 0 || len(entries) == 0 {
 		return nil
 	}
-	// A bit per candidate still in the walk; descriptor rules of one
-	// domain beyond 64 take the slower path below.
-	if len(cands) > 64 {
-		return resolveSlow(cands, entries)
+	var buf [64]bool // the candidates still in the walk
+	live := buf[:0]
+	if len(cands) <= len(buf) {
+		live = buf[:len(cands)]
+	} else {
+		live = make([]bool, len(cands))
 	}
-	live := uint64(1)<<len(cands) - 1
-	if len(cands) == 64 {
-		live = ^uint64(0)
-	}
-	for level, e := range entries {
-		best, bestRank, bestLen := -1, 3, -1
-		for i := range cands {
-			m := cands[i].match
-			if live&(1<<i) == 0 || len(m) <= level || !m[level].Matches(e.Key, e.Value) {
-				live &^= 1 << i
-				continue
-			}
-			rank, n := m[level].Specificity(), len(m[level].Value)
-			if rank < bestRank || rank == bestRank && n > bestLen {
-				best, bestRank, bestLen = i, rank, n
-			}
-		}
-		if best < 0 {
-			return nil
-		}
-		want := cands[best].match[level]
-		for i := range cands {
-			if live&(1<<i) != 0 && cands[i].match[level] != want {
-				live &^= 1 << i
-			}
-		}
-	}
-	for i := range cands {
-		if live&(1<<i) != 0 && len(cands[i].match) == len(entries) {
-			return &cands[i]
-		}
-	}
-	return nil
-}
-
-func resolveSlow(cands []descRule, entries []Entry) *descRule {
-	live := make([]bool, len(cands))
 	for i := range live {
 		live[i] = true
 	}

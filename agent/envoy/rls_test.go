@@ -2,6 +2,7 @@ package envoy_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -395,5 +396,22 @@ rules:
 	}
 	if got := codesOf(ask(t, c, "d", desc("k=a"))); got != "OK" {
 		t.Fatalf("after the invalid requests: %s; they must not have counted", got)
+	}
+}
+
+// TestManyRulesOneDomain: a domain with more descriptor rules than fit
+// one word of candidates still finds the right one.
+func TestManyRulesOneDomain(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("rules:\n")
+	for i := range 100 {
+		fmt.Fprintf(&b, "  - {name: r%d, scope: descriptor, match: {domain: d, descriptors: [{key: k, value: v%d}]}, algorithm: fixed_window, limit: %d, period: 1m, intent: capacity}\n", i, i, i+1)
+	}
+	c, _ := serve(t, b.String(), envoy.Options{})
+	for _, i := range []int{0, 63, 64, 99} {
+		st := ask(t, c, "d", desc(fmt.Sprintf("k=v%d", i))).GetStatuses()[0]
+		if st.GetCurrentLimit().GetName() != fmt.Sprintf("r%d", i) || st.GetCurrentLimit().GetRequestsPerUnit() != uint32(i+1) {
+			t.Errorf("k=v%d decided by %v", i, st.GetCurrentLimit())
+		}
 	}
 }

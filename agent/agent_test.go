@@ -38,7 +38,7 @@ func rule(name string, scope rules.Scope, alg algo.Algorithm, limit int64, perio
 	return rules.Rule{Name: name, Scope: scope, Algorithm: alg, Limit: limit, Period: period, Intent: intent}
 }
 
-func standalone(t *testing.T, clk Clock, rs ...rules.Rule) *Agent {
+func standalone(t testing.TB, clk Clock, rs ...rules.Rule) *Agent {
 	t.Helper()
 	a, err := New(Config{Rules: rs, Clock: clk})
 	if err != nil {

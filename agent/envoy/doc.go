@@ -14,4 +14,8 @@
 // by the entries' values. Which rule applies to a descriptor follows
 // envoyproxy/ratelimit, so that a migrated configuration (allot rules
 // import --from envoy-ratelimit) answers the same requests the same way.
+//
+// Envoys that call an external authorizer (the ext_authz filter) get the
+// sidecar's forward-auth decision instead: the attributes read from the
+// request's headers, as /v1/authz reads them for nginx and Caddy.
 package envoy

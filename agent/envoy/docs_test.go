@@ -9,6 +9,7 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
@@ -69,8 +70,8 @@ func TestGatewayDocsEnvoyConfigs(t *testing.T) {
 			}
 		}
 	}
-	if found < 2 {
-		t.Fatalf("found %d Envoy configurations in docs/gateways.md; want the RLS and the RLQS ones", found)
+	if found < 3 {
+		t.Fatalf("found %d Envoy configurations in docs/gateways.md; want the RLS, ext_authz and RLQS ones", found)
 	}
 }
 

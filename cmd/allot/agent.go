@@ -138,7 +138,7 @@ func runAgent(ctx context.Context, e *env) error {
 			http.Error(w, "waiting for rules from the coordinators", http.StatusServiceUnavailable)
 		}
 	})
-	stopEnvoy, err := ef.serve(a, serverTLS, logger)
+	stopEnvoy, err := ef.serve(a, authzCfg, serverTLS, logger)
 	if err != nil {
 		lis.Close()
 		_ = a.Close(context.Background())

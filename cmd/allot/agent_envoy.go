@@ -23,13 +23,13 @@ type envoyFlags struct {
 }
 
 func (ef *envoyFlags) register(f *flags) {
-	f.StringVar(&ef.addr, "envoy-rls-addr", "", "serve Envoy's rate limit service (envoy.service.ratelimit.v3, gRPC) on this address, e.g. 127.0.0.1:8081; empty: off")
+	f.StringVar(&ef.addr, "envoy-rls-addr", "", "serve Envoy's rate limit service (envoy.service.ratelimit.v3) and ext_authz (envoy.service.auth.v3, read as --authz-* say) over gRPC on this address, e.g. 127.0.0.1:8081; empty: off")
 	f.BoolVar(&ef.headers, "envoy-rls-headers", false, "add RateLimit-Limit/-Remaining/-Reset (and Retry-After on refusals) to the responses Envoy sends")
 }
 
 // serveEnvoy starts the rate limit service on its own gRPC listener, over
 // TLS when tlsConfig is set, and returns a function that stops it.
-func (ef *envoyFlags) serve(a *agent.Agent, tlsConfig *tls.Config, log hclog.Logger) (stop func(), err error) {
+func (ef *envoyFlags) serve(a *agent.Agent, authz agent.ForwardAuthConfig, tlsConfig *tls.Config, log hclog.Logger) (stop func(), err error) {
 	if ef.addr == "" {
 		return func() {}, nil
 	}
@@ -45,6 +45,7 @@ func (ef *envoyFlags) serve(a *agent.Agent, tlsConfig *tls.Config, log hclog.Log
 	}
 	g := grpc.NewServer(opts...)
 	envoy.NewRateLimitServer(a, envoy.Options{Headers: ef.headers}).Register(g)
+	envoy.NewAuthorizationServer(a, authz).Register(g)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(g, hs)
 	go func() {

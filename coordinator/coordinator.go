@@ -78,8 +78,10 @@ type Coordinator struct {
 	cancel  context.CancelFunc
 	// draining is closed when Close begins.
 	draining chan struct{}
-	wg       sync.WaitGroup
-	closed   atomic.Bool
+	// rlqsStreams counts the Envoy streams served, for their bound.
+	rlqsStreams atomic.Int64
+	wg          sync.WaitGroup
+	closed      atomic.Bool
 }
 
 // New starts a coordinator: it opens or creates the Raft state in

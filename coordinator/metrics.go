@@ -97,9 +97,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		Name: "allot_coordinator_rlqs_streams", Help: "Envoy RLQS streams open on this member; each is served as one node.",
 	})
 	m.rlqsRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "allot_coordinator_rlqs_requests_total", Help: "Requests Envoys reported over RLQS streams to this member, by result: allowed and denied (billed), unmapped (under buckets that map to no rule: not billed).",
+		Name: "allot_coordinator_rlqs_requests_total", Help: "Requests Envoys reported over RLQS streams to this member, by result: allowed and denied (received), unmapped (under no rule of the cluster: not billed), refused (in a report the coordinators refused as invalid: not billed).",
 	}, []string{"result"})
-	for _, r := range []string{"allowed", "denied", "unmapped"} {
+	for _, r := range []string{"allowed", "denied", "unmapped", "refused"} {
 		m.rlqsRequests.WithLabelValues(r)
 	}
 	reg.MustRegister(m.authRefusals, m.newNodes, m.rlqsStreams, m.rlqsRequests)

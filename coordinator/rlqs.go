@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/allot-io/allot/coordinator/auth"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 )
@@ -36,15 +38,29 @@ import (
 // from entries named as its descriptor keys; "tenant" and "plan" are
 // billed and select plan limits. A bucket whose rule is unknown, global,
 // or whose id is malformed gets no assignment: Envoy applies its
-// no_assignment_behavior; its usage is still billed under the rule it
-// names, if any. docs/gateways.md has the Envoy configuration.
+// no_assignment_behavior. Its usage is billed under the rule it names
+// once the rule is known; docs/gateways.md has the Envoy configuration.
+//
+// Nothing an Envoy sends ends its stream: the values of a bucket id come
+// from request headers, so a malformed or oversized bucket is left without
+// an assignment rather than costing the Envoy every bucket's.
 
-// Bounds on what one stream may hold.
+// Bounds on what Envoys may hold on a member.
 const (
-	// maxQuotaBuckets bounds the buckets one stream may report.
-	maxQuotaBuckets = 10_000
-	// maxBucketEntries bounds the entries of one bucket id.
+	// maxQuotaBuckets bounds the buckets one stream tracks: its report
+	// then stays well under the coordinators' message size. Beyond it a
+	// new bucket gets no assignment; its usage is still billed.
+	maxQuotaBuckets = 5_000
+	// maxBucketEntries bounds the entries of a bucket id that is mapped.
 	maxBucketEntries = 16
+	// maxHeld bounds the usage lines held for rules not known yet.
+	maxHeld = 10_000
+	// maxRLQSStreams bounds the streams one member serves: each is a node.
+	maxRLQSStreams = 10_000
+	// minExchangeGap spaces the exchanges that new buckets bring forward,
+	// so that an Envoy announcing buckets one by one costs one report per
+	// gap, not one per bucket.
+	minExchangeGap = 100 * time.Millisecond
 )
 
 type rlqsServer struct {
@@ -56,7 +72,13 @@ type rlqsServer struct {
 func (s *rlqsServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
 	c := s.c
 	ctx := stream.Context()
-	q := newQuotaStream(c)
+	if n := c.rlqsStreams.Add(1); n > maxRLQSStreams {
+		c.rlqsStreams.Add(-1)
+		return status.Errorf(codes.ResourceExhausted, "this coordinator serves %d RLQS streams already; connect to another", maxRLQSStreams)
+	}
+	defer c.rlqsStreams.Add(-1)
+	id, _ := ctx.Value(identityKey{}).(auth.Identity)
+	q := newQuotaStream(c, id.Name())
 	c.fsm.read(func(st *state) { q.rulesVersion = st.rules.Version() })
 	c.metrics.rlqsStreams.Inc()
 	defer c.metrics.rlqsStreams.Dec()
@@ -78,19 +100,14 @@ func (s *rlqsServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_S
 			}
 		}
 	}()
-	tick := time.NewTicker(c.settings().reportInterval)
+	tick := time.NewTicker(max(c.settings().reportInterval/4, 50*time.Millisecond))
 	defer tick.Stop()
 	defer q.flush()
 	for {
 		select {
 		case m := <-msgs:
-			if err := q.absorb(m); err != nil {
-				return err
-			}
+			q.absorb(m)
 		case <-tick.C:
-			if !q.due() {
-				continue
-			}
 		case err := <-recvErr:
 			c.log.Debug("RLQS stream closed", "node", q.node, "error", err)
 			return nil
@@ -98,6 +115,9 @@ func (s *rlqsServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_S
 			return nil
 		case <-c.draining:
 			return status.Error(codes.Unavailable, "coordinator shutting down; reconnect")
+		}
+		if !q.due() {
+			continue
 		}
 		actions := q.exchange(ctx)
 		if len(actions) == 0 {
@@ -118,11 +138,20 @@ type quotaStream struct {
 	seq         uint64
 	pending     *allotpb.UsageBatch // sent, not yet acknowledged
 	counts      map[usageCountKey]*allotpb.UsageCount
-	last        time.Time // the last exchange
+	// held is usage under rules this member does not know yet: billed
+	// once they are, dropped once the leader's rules are known here and
+	// still lack them.
+	held  map[usageCountKey]*allotpb.UsageCount
+	last  time.Time // the last exchange that was answered
+	tried time.Time // the last exchange tried
+	// urgent is set when a new bucket waits for its first assignment,
+	// fresh when usage came since the last exchange.
+	urgent, fresh bool
 	// rulesVersion is the rule set the buckets are mapped under; ttl and
 	// interval are the cluster's lease TTL and report interval.
 	rulesVersion  uint64
 	ttl, interval time.Duration
+	failures      int // exchanges failed in a row
 }
 
 type usageCountKey struct {
@@ -133,13 +162,15 @@ type usageCountKey struct {
 // quotaBucket is one bucket and the lease behind its assignment.
 type quotaBucket struct {
 	id              *rlqsv3.BucketId
+	def             rules.Rule // the rule mapped to, when rule is set
 	rule, key       string
 	tenant, plan    string
-	allowed, denied uint64 // since the last exchange
+	allowed, denied uint64        // since the last exchange
+	elapsed         time.Duration // what Envoy's reports since then cover
 	lease           *allotpb.Lease
 	expiresAt       time.Time
-	sent            string    // the assignment last sent, as text
-	sentExpires     time.Time // when Envoy's copy of it expires
+	sent            *assignment // the assignment Envoy holds
+	sentExpires     time.Time   // when Envoy's copy of it expires
 
 	// Window rules: what Envoy admitted in the rule's current window.
 	windowed  bool
@@ -148,12 +179,25 @@ type quotaBucket struct {
 	committed uint64
 }
 
-func newQuotaStream(c *Coordinator) *quotaStream {
+var nodeChars = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
+
+// newQuotaStream names the stream's node after the credential that opened
+// it, so that the ledger and logs say whose Envoy it was.
+func newQuotaStream(c *Coordinator, credential string) *quotaStream {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
+	who := nodeChars.ReplaceAllString(credential, "_")
+	if len(who) > 64 {
+		who = who[:64]
+	}
+	node := "rlqs-" + hex.EncodeToString(b[:4])
+	if who != "" {
+		node = "rlqs-" + who + "-" + hex.EncodeToString(b[:4])
+	}
 	return &quotaStream{
-		c: c, node: "rlqs-" + hex.EncodeToString(b[:4]), incarnation: binary.LittleEndian.Uint64(b[:]) | 1,
-		buckets: map[string]*quotaBucket{}, counts: map[usageCountKey]*allotpb.UsageCount{}, last: c.now(),
+		c: c, node: node, incarnation: binary.LittleEndian.Uint64(b[:]) | 1,
+		buckets: map[string]*quotaBucket{}, counts: map[usageCountKey]*allotpb.UsageCount{},
+		held: map[usageCountKey]*allotpb.UsageCount{}, last: c.now(),
 	}
 }
 
@@ -167,100 +211,119 @@ func bucketName(id *rlqsv3.BucketId) string {
 	return b.String()
 }
 
-// absorb takes one usage report. A malformed report ends the stream with
-// INVALID_ARGUMENT; a bucket that maps to no rule is kept, so that its
-// next report is not mistaken for a new bucket, but gets no assignment.
-func (q *quotaStream) absorb(m *rlqsv3.RateLimitQuotaUsageReports) error {
-	if len(m.GetBucketQuotaUsages()) > maxQuotaBuckets {
-		return status.Errorf(codes.InvalidArgument, "bucket_quota_usages: %d buckets; at most %d", len(m.GetBucketQuotaUsages()), maxQuotaBuckets)
-	}
+// absorb takes one usage report: each bucket's demand, and its usage for
+// the ledger.
+func (q *quotaStream) absorb(m *rlqsv3.RateLimitQuotaUsageReports) {
 	var set *rules.Set
 	q.c.fsm.read(func(st *state) { set = st.rules })
 	window := q.c.settings().billingWindow
 	now := q.c.now()
-	for i, u := range m.GetBucketQuotaUsages() {
-		id := u.GetBucketId()
-		if len(id.GetBucket()) == 0 || len(id.GetBucket()) > maxBucketEntries {
-			return status.Errorf(codes.InvalidArgument, "bucket_quota_usages[%d].bucket_id: must have 1–%d entries", i, maxBucketEntries)
-		}
-		for k, v := range id.GetBucket() {
-			if len(k) > allotpb.MaxNameLen || len(v) > allotpb.MaxNameLen {
-				return status.Errorf(codes.InvalidArgument, "bucket_quota_usages[%d].bucket_id: keys and values must be at most %d bytes", i, allotpb.MaxNameLen)
-			}
-		}
-		if u.GetNumRequestsAllowed() > allotpb.MaxCost*1024 || u.GetNumRequestsDenied() > allotpb.MaxCost*1024 {
-			return status.Errorf(codes.InvalidArgument, "bucket_quota_usages[%d]: request counts beyond %d", i, uint64(allotpb.MaxCost*1024))
-		}
-		name := bucketName(id)
-		b := q.buckets[name]
-		if b == nil {
-			if len(q.buckets) >= maxQuotaBuckets {
-				return status.Errorf(codes.ResourceExhausted, "this stream reports more than %d buckets", maxQuotaBuckets)
-			}
-			b = &quotaBucket{id: id}
-			b.map_(set)
-			q.buckets[name] = b
-		}
-		// Usage is billed under the rule the bucket names even while this
-		// member does not know it: it may be catching up after a restart,
-		// or the rule may have been deleted after Envoy enforced it.
-		billed := id.GetBucket()["rule"]
-		if billed == "" {
-			q.c.metrics.rlqsRequests.WithLabelValues("unmapped").Add(float64(u.GetNumRequestsAllowed() + u.GetNumRequestsDenied()))
+	for _, u := range m.GetBucketQuotaUsages() {
+		allowed, denied := min(u.GetNumRequestsAllowed(), allotpb.MaxCount), min(u.GetNumRequestsDenied(), allotpb.MaxCount)
+		q.c.metrics.rlqsRequests.WithLabelValues("allowed").Add(float64(allowed))
+		q.c.metrics.rlqsRequests.WithLabelValues("denied").Add(float64(denied))
+		ids := u.GetBucketId().GetBucket()
+		ruleName := ids["rule"]
+		if ruleName == "" || len(ruleName) > allotpb.MaxNameLen {
+			q.c.metrics.rlqsRequests.WithLabelValues("unmapped").Add(float64(allowed + denied))
 			continue
 		}
-		if b.rule != "" {
-			b.allowed += u.GetNumRequestsAllowed()
-			b.denied += u.GetNumRequestsDenied()
-			if b.windowed {
-				if w := now.Truncate(b.period); !w.Equal(b.window) {
-					b.window, b.committed = w, 0
+		tenant := allotpb.BoundName(ids["tenant"])
+		if len(ids) <= maxBucketEntries {
+			if b := q.bucket(u.GetBucketId(), set); b != nil && b.rule != "" {
+				b.allowed += allowed
+				b.denied += denied
+				b.elapsed += min(max(u.GetTimeElapsed().AsDuration(), 0), time.Hour)
+				if b.windowed {
+					if w := now.Truncate(b.period); !w.Equal(b.window) {
+						b.window, b.committed = w, 0
+					}
+					b.committed += allowed
 				}
-				b.committed += u.GetNumRequestsAllowed()
 			}
 		}
-		if u.GetNumRequestsAllowed()+u.GetNumRequestsDenied() > 0 {
-			k := usageCountKey{billed, b.tenant, now.Truncate(window).Unix()}
-			uc := q.counts[k]
-			if uc == nil {
-				uc = &allotpb.UsageCount{Rule: billed, Tenant: b.tenant, WindowUnix: k.window}
-				q.counts[k] = uc
-			}
-			uc.Admitted += u.GetNumRequestsAllowed()
-			q.c.metrics.rlqsRequests.WithLabelValues("allowed").Add(float64(u.GetNumRequestsAllowed()))
-			q.c.metrics.rlqsRequests.WithLabelValues("denied").Add(float64(u.GetNumRequestsDenied()))
-			uc.Denied += u.GetNumRequestsDenied()
+		if allowed+denied == 0 {
+			continue
 		}
+		q.fresh = true
+		k := usageCountKey{ruleName, tenant, now.Truncate(window).Unix()}
+		into := q.counts
+		if _, known := set.Get(ruleName); !known {
+			into = q.held
+			if _, ok := into[k]; !ok && len(into) >= maxHeld {
+				q.c.metrics.rlqsRequests.WithLabelValues("unmapped").Add(float64(allowed + denied))
+				continue
+			}
+		}
+		addCount(into, k, allowed, denied)
 	}
-	return nil
 }
 
-// map_ finds a bucket's rule and key in set.
+func addCount(into map[usageCountKey]*allotpb.UsageCount, k usageCountKey, allowed, denied uint64) {
+	uc := into[k]
+	if uc == nil {
+		uc = &allotpb.UsageCount{Rule: k.rule, Tenant: k.tenant, WindowUnix: k.window}
+		into[k] = uc
+	}
+	uc.Admitted = min(uc.Admitted+allowed, allotpb.MaxCount)
+	uc.Denied = min(uc.Denied+denied, allotpb.MaxCount)
+}
+
+// bucket returns the bucket of an id, tracking it if there is room.
+func (q *quotaStream) bucket(id *rlqsv3.BucketId, set *rules.Set) *quotaBucket {
+	name := bucketName(id)
+	b := q.buckets[name]
+	if b == nil && len(q.buckets) < maxQuotaBuckets {
+		b = &quotaBucket{id: id}
+		b.map_(set)
+		q.buckets[name] = b
+		q.urgent = q.urgent || b.rule != ""
+	}
+	return b
+}
+
+// map_ finds a bucket's rule and key in set. A rule that changed, or a
+// key that did, leaves nothing of the lease held under the old one.
 func (b *quotaBucket) map_(set *rules.Set) {
 	m := b.id.GetBucket()
-	b.rule, b.key, b.tenant, b.plan = "", "", m["tenant"], m["plan"]
+	rule, key := "", ""
 	r, ok := set.Get(m["rule"])
-	if !ok || r.Fair() || r.Local || r.Unlimited {
-		return
-	}
-	var vals []string
-	if r.Scope == rules.Descriptor {
-		for _, e := range r.Match.Descriptors {
-			vals = append(vals, m[e.Key])
+	if ok && !r.Fair() && !r.Local && !r.Unlimited {
+		var vals []string
+		if r.Scope == rules.Descriptor {
+			for _, e := range r.Match.Descriptors {
+				vals = append(vals, m[e.Key])
+			}
+			key = string(rules.AppendDescriptorKey(nil, vals...))
+		} else {
+			for _, a := range r.KeyAttrs() {
+				vals = append(vals, m[string(a)])
+			}
+			key = string(rules.AppendKey(nil, vals...))
 		}
-		b.key = string(rules.AppendDescriptorKey(nil, vals...))
-	} else {
-		for _, a := range r.KeyAttrs() {
-			vals = append(vals, m[string(a)])
-		}
-		b.key = string(rules.AppendKey(nil, vals...))
+		rule = r.Name
 	}
-	b.rule = r.Name
+	if rule != b.rule || key != b.key || (rule != "" && !rules.Equal(&r, &b.def)) {
+		b.lease, b.expiresAt, b.sent, b.window, b.committed = nil, time.Time{}, nil, time.Time{}, 0
+	}
+	b.rule, b.key, b.def = rule, key, r
+	b.tenant, b.plan = allotpb.BoundName(m["tenant"]), allotpb.BoundName(m["plan"])
 	b.windowed, b.period = r.Algorithm.Windowed(), r.Period
 }
 
-// due reports whether a tick should exchange: Envoy has not reported for
-// a whole interval, so leases must be renewed and its demand seen to fall.
+// due reports whether to exchange now, at most once per minExchangeGap:
+// usage came, to be in the ledger at once (RLQS has no acknowledgement,
+// so what a member holds uncommitted is lost if it crashes); a new bucket
+// waits for its first assignment; or an interval has passed since the
+// last exchange answered, so leases need renewing.
 func (q *quotaStream) due() bool {
-	return q.c.now().Sub(q.last) >= q.c.settings().reportInterval
+	now := q.c.now()
+	gap := minExchangeGap
+	if q.failures > 0 { // retry as agents do, not at every report
+		gap = max(q.c.settings().reportInterval/2, gap)
+	}
+	if now.Sub(q.tried) < gap {
+		return false
+	}
+	return q.fresh || q.urgent || now.Sub(q.last) >= q.c.settings().reportInterval
 }

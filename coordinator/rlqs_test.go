@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -11,12 +12,12 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/coordinator/rlqstest"
+	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
@@ -171,10 +172,10 @@ func TestRLQSFailover(t *testing.T) {
 
 var plain = grpc.WithTransportCredentials(insecure.NewCredentials())
 
-// TestRLQSBuckets: a bucket naming no rule, or an unknown one, gets no
-// assignment; the first is not billed, the second is, under the name it
-// gives; deleting a rule abandons its buckets; a malformed report ends
-// the stream with INVALID_ARGUMENT.
+// TestRLQSBuckets: a bucket naming no rule, or one the cluster does not
+// have, gets no assignment and is not billed; usage under a rule deleted
+// after Envoy enforced it still is; deleting a rule abandons its buckets;
+// malformed buckets leave the stream and its other buckets working.
 func TestRLQSBuckets(t *testing.T) {
 	c := cluster(t, 1, nil)[0]
 	putRules(t, c, rlqsRule)
@@ -200,36 +201,57 @@ func TestRLQSBuckets(t *testing.T) {
 	waitFor(t, 10*time.Second, "the deleted rule's bucket to be abandoned", func() bool { return good.Abandons() > 0 })
 	cancel()
 	wg.Wait()
-	if got, _ := ledgerTotal(c.fsm, "acme"); got != good.Reported() {
-		t.Fatalf("acme's ledger %d; its bucket reported %d (the bucket naming no rule is not billed)", got, good.Reported())
+	// What the good bucket reported before its rule was deleted is billed;
+	// what came after, under no rule, is not; the bucket naming no rule
+	// never is.
+	if got, _ := ledgerTotal(c.fsm, "acme"); got == 0 || got > good.Reported() {
+		t.Fatalf("acme's ledger %d; its bucket reported %d", got, good.Reported())
 	}
-	if got, _ := ledgerTotal(c.fsm, "other"); got != unknown.Reported() {
-		t.Fatalf("the unknown rule's ledger %d; its bucket reported %d", got, unknown.Reported())
+	if got, _ := ledgerTotal(c.fsm, "other"); got != 0 {
+		t.Fatalf("the unknown rule's ledger %d; want nothing billed", got)
 	}
 
-	for _, tc := range []struct {
-		name string
-		msg  *rlqsv3.RateLimitQuotaUsageReports
-	}{
-		{"an empty bucket id", &rlqsv3.RateLimitQuotaUsageReports{BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{BucketId: &rlqsv3.BucketId{}}}}},
-		{"a long value", &rlqsv3.RateLimitQuotaUsageReports{BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"rule": strings.Repeat("x", 300)}}}}}},
-		{"a huge count", &rlqsv3.RateLimitQuotaUsageReports{BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{{BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"rule": "api"}}, NumRequestsAllowed: math.MaxUint64}}}},
-	} {
-		s, err := rlqsv3.NewRateLimitQuotaServiceClient(dial(t, c.GRPCAddr())).StreamRateLimitQuotas(context.Background())
-		if err != nil {
-			t.Fatal(err)
+	// Malformed buckets from hostile headers beside good ones: the good
+	// ones are assigned, and the stream goes on.
+	putRules(t, c, rlqsRule)
+	many := map[string]string{"rule": "api"}
+	for i := range 20 {
+		many[fmt.Sprint("k", i)] = "v"
+	}
+	usage := func(bucket map[string]string, allowed uint64) *rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage {
+		return &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{BucketId: &rlqsv3.BucketId{Bucket: bucket}, NumRequestsAllowed: allowed}
+	}
+	s, err := rlqsv3.NewRateLimitQuotaServiceClient(dial(t, c.GRPCAddr())).StreamRateLimitQuotas(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&rlqsv3.RateLimitQuotaUsageReports{BucketQuotaUsages: []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+		{BucketId: &rlqsv3.BucketId{}},
+		usage(map[string]string{"rule": strings.Repeat("x", 300)}, 1),
+		usage(many, 1),
+		usage(map[string]string{"rule": "api", "tenant": strings.Repeat("t", 5000)}, math.MaxUint64),
+		usage(map[string]string{"rule": "api", "tenant": "good"}, 1),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := s.Recv()
+	if err != nil {
+		t.Fatalf("the stream ended: %v", err)
+	}
+	assigned := map[string]bool{}
+	for _, a := range resp.GetBucketAction() {
+		if a.GetQuotaAssignmentAction() != nil {
+			assigned[a.GetBucketId().GetBucket()["tenant"]] = true
 		}
-		if err := s.Send(tc.msg); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Recv(); status.Code(err) != codes.InvalidArgument {
-			t.Errorf("%s: %v, want INVALID_ARGUMENT", tc.name, err)
-		}
+	}
+	if !assigned["good"] || len(assigned) != 2 {
+		t.Fatalf("assigned %v; want the good bucket and the long tenant's", assigned)
 	}
 }
 
 // TestRLQSSharesAgentsKeys: a bucket names its key as an agent does, so
-// an Envoy and an agent enforcing one tenant's rule share one allowance.
+// an Envoy and an agent enforcing one tenant's rule, with the same demand,
+// share one allowance evenly.
 func TestRLQSSharesAgentsKeys(t *testing.T) {
 	c := cluster(t, 1, nil)[0]
 	putRules(t, c, rlqsRule)
@@ -238,20 +260,88 @@ func TestRLQSSharesAgentsKeys(t *testing.T) {
 	e := rlqstest.New([]string{c.GRPCAddr()}, map[string]string{"rule": "api", "tenant": "acme"}, 400, plain)
 	go func() { _ = e.Run(ctx) }()
 	agent := allotpb.NewAgentServiceClient(dial(t, c.GRPCAddr()))
-	demand := func() *allotpb.ReportRequest {
-		return &allotpb.ReportRequest{Protocol: 1, Node: "gw-1", Incarnation: 7, Region: "eu-west", SentUnixNano: time.Now().UnixNano(),
-			IntervalNano: int64(200 * time.Millisecond), Demand: []*allotpb.KeyDemand{{Rule: "api", Key: "acme", Tenant: "acme", Admitted: 80, Denied: 0}}}
-	}
-	var agentShare float64
-	waitFor(t, 20*time.Second, "the Envoy and the agent to divide 300/s between them", func() bool {
-		resp, err := agent.Report(ctx, demand())
-		if err != nil {
-			return false
+	var held *allotpb.Lease
+	var mu sync.Mutex
+	go func() { // an agent offered 400/s, reporting every interval, admitting what its lease lets through
+		for ctx.Err() == nil {
+			time.Sleep(200 * time.Millisecond)
+			mu.Lock()
+			d := &allotpb.KeyDemand{Rule: "api", Key: "acme", Tenant: "acme", Admitted: 80}
+			if held != nil {
+				d.Admitted = math.Min(80, held.GetLimit()*0.2)
+				d.Denied = 80 - d.Admitted
+				d.Held, d.HeldEpoch, d.HeldSeq = held.GetLimit(), held.GetEpoch(), held.GetSeq()
+			}
+			mu.Unlock()
+			resp, err := agent.Report(ctx, &allotpb.ReportRequest{Protocol: 1, Node: "gw-1", Incarnation: 7, Region: "eu-west",
+				SentUnixNano: time.Now().UnixNano(), IntervalNano: int64(200 * time.Millisecond), Demand: []*allotpb.KeyDemand{d}})
+			if err != nil {
+				continue
+			}
+			mu.Lock()
+			for _, l := range resp.GetLeases() {
+				held = l
+			}
+			mu.Unlock()
 		}
-		for _, l := range resp.GetLeases() {
-			agentShare = l.GetLimit()
-		}
-		return agentShare > 0 && e.Assigned() > 0 && agentShare+e.Assigned() <= 300*1.05 && agentShare+e.Assigned() > 250
+	}()
+	share := func() float64 { mu.Lock(); defer mu.Unlock(); return held.GetLimit() }
+	waitFor(t, 20*time.Second, "the Envoy and the agent to split 300/s evenly", func() bool {
+		a, b := share(), e.Assigned()
+		return math.Abs(a-150) < 25 && math.Abs(b-150) < 25 && a+b <= 300*1.05
 	})
-	t.Logf("agent %.0f/s, Envoy %.0f/s", agentShare, e.Assigned())
+	t.Logf("agent %.0f/s, Envoy %.0f/s", share(), e.Assigned())
+}
+
+// TestRLQSAssignment: a lease becomes the token bucket Envoy enforces at
+// the lease's rate, in whole tokens over whole seconds.
+func TestRLQSAssignment(t *testing.T) {
+	for _, tc := range []struct {
+		algorithm     string
+		limit, burst  float64
+		period        time.Duration
+		wantRate      float64 // per second, as Envoy reads it
+		tol           float64
+		wantMaxTokens uint32
+		deny          bool
+	}{
+		{"token_bucket", 300, 50, time.Second, 300, 0, 300, false},
+		{"token_bucket", 300, 600, time.Second, 300, 0, 600, false},
+		{"gcra", 7.5, 0, time.Second, 7.5, 0, 15, false},
+		{"token_bucket", 0.3, 0, time.Second, 0.3, 0, 3, false},
+		{"fixed_window", 1000, 0, time.Minute, 1000.0 / 60, 0.01, 0, false},
+		{"sliding_window", 3, 0, time.Minute, 0.05, 0, 1, false},
+		{"token_bucket", 1, 0, 48 * time.Hour, 0, 0, 0, true},
+		{"token_bucket", 0, 0, time.Second, 0, 0, 0, true},
+		{"token_bucket", 1e12, 0, time.Second, math.MaxUint32, 0, math.MaxUint32, false},
+	} {
+		r := rules.Rule{Algorithm: mustAlgorithm(t, tc.algorithm), Period: tc.period}
+		a := newAssignment(&r, &allotpb.Lease{Limit: tc.limit, Burst: tc.burst})
+		s := a.strategy()
+		got := rlqstest.Rate(s)
+		if tc.deny {
+			if got != 0 {
+				t.Errorf("%s %v per %v: rate %v, want DENY_ALL", tc.algorithm, tc.limit, tc.period, got)
+			}
+			continue
+		}
+		if math.Abs(got-tc.wantRate) > tc.tol*tc.wantRate+1e-9 {
+			t.Errorf("%s %v per %v: Envoy enforces %v/s, want %v/s", tc.algorithm, tc.limit, tc.period, got, tc.wantRate)
+		}
+		if tb := s.GetTokenBucket(); tc.wantMaxTokens != 0 && tb.GetMaxTokens() != tc.wantMaxTokens {
+			t.Errorf("%s %v per %v: max_tokens %d, want %d", tc.algorithm, tc.limit, tc.period, tb.GetMaxTokens(), tc.wantMaxTokens)
+		}
+		if tb := s.GetTokenBucket(); tb.GetFillInterval().GetNanos() != 0 || tb.GetFillInterval().GetSeconds() < 1 {
+			t.Errorf("%s %v per %v: fill interval %v is no whole number of seconds", tc.algorithm, tc.limit, tc.period, tb.GetFillInterval().AsDuration())
+		}
+	}
+}
+
+func mustAlgorithm(t *testing.T, s string) algo.Algorithm {
+	t.Helper()
+	a, err := algo.ParseAlgorithm(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }

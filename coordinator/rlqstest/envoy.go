@@ -170,7 +170,8 @@ func (e *Envoy) take(resp *rlqsv3.RateLimitQuotaResponse) {
 	for _, a := range resp.GetBucketAction() {
 		if qa := a.GetQuotaAssignmentAction(); qa != nil {
 			e.rate = Rate(qa.GetRateLimitStrategy())
-			e.expires = time.Now().Add(qa.GetAssignmentTimeToLive().AsDuration())
+			// Envoy reads the TTL's whole seconds.
+			e.expires = time.Now().Add(time.Duration(qa.GetAssignmentTimeToLive().GetSeconds()) * time.Second)
 			e.got = time.Now()
 		} else if a.GetAbandonAction() != nil {
 			e.rate, e.abandons = -1, e.abandons+1
@@ -178,15 +179,21 @@ func (e *Envoy) take(resp *rlqsv3.RateLimitQuotaResponse) {
 	}
 }
 
-// Rate is a strategy's rate per second: 0 for DENY_ALL, +Inf for
-// ALLOW_ALL.
+// Rate is the rate per second Envoy enforces for a strategy, as Envoy's
+// rate_limit_quota filter reads it: a token bucket's tokens per fill over
+// the whole seconds of its fill interval (a fill under a second divides
+// by zero: no limit), 0 for DENY_ALL, +Inf for ALLOW_ALL, and -1 (no
+// assignment) for requests_per_time_unit, which Envoy does not implement.
 func Rate(s *typev3.RateLimitStrategy) float64 {
 	if tb := s.GetTokenBucket(); tb != nil {
-		return float64(tb.GetTokensPerFill().GetValue()) / tb.GetFillInterval().AsDuration().Seconds()
+		secs := tb.GetFillInterval().GetSeconds()
+		if secs <= 0 {
+			return math.Inf(1)
+		}
+		return float64(tb.GetTokensPerFill().GetValue()) / float64(secs)
 	}
-	if r := s.GetRequestsPerTimeUnit(); r != nil {
-		secs := map[typev3.RateLimitUnit]float64{typev3.RateLimitUnit_SECOND: 1, typev3.RateLimitUnit_MINUTE: 60, typev3.RateLimitUnit_HOUR: 3600, typev3.RateLimitUnit_DAY: 86400}
-		return float64(r.GetRequestsPerTimeUnit()) / secs[r.GetTimeUnit()]
+	if s.GetRequestsPerTimeUnit() != nil {
+		return -1
 	}
 	if s.GetBlanketRule() == typev3.RateLimitStrategy_ALLOW_ALL {
 		return math.Inf(1)

@@ -373,7 +373,9 @@ func (a *Agent) Check(req Request) (d Decision) {
 		}
 		if !r.allowed() {
 			for j := range i {
-				if passed&(1<<j) != 0 || (j >= 64 && c.rules[j].matches(&req)) {
+				// Beyond the 64th rule a shadow rule is not given back: it
+				// may not have spent (it refused), and it refuses nothing.
+				if passed&(1<<j) != 0 || (j >= 64 && !c.rules[j].rule.Shadow && c.rules[j].matches(&req)) {
 					c.rules[j].undo(a, &req, &rh, now, cost)
 				}
 			}

@@ -18,6 +18,9 @@ type Entry struct {
 type Descriptor struct {
 	Entries []Entry
 	Cost    int64
+	// Peek decides without spending: Envoy's per-descriptor hits_addend
+	// of 0, a question whether the descriptor is over its limit.
+	Peek bool
 }
 
 // descRule is a descriptor rule as the agent looks it up: by domain, then
@@ -26,22 +29,29 @@ type descRule struct {
 	match     []rules.DescriptorEntry
 	name      string
 	replaces  []string
-	index     int // in compiled.rules; -1 for an unlimited rule
-	unlimited bool
+	index     int  // in compiled.rules; -1 when not enforced here
+	unlimited bool // unlimited, or not enforced here: admits uncounted
 }
 
 // indexDescriptors groups the set's descriptor rules by domain. Unlimited
-// rules are not enforced, so they are found only here.
+// rules are not enforced, so they are found only here, as are the rules
+// this agent does not enforce (another region's, or one it cannot build):
+// what they match is admitted uncounted, not passed on to a more general
+// rule that was never meant for it.
 func (c *compiled) indexDescriptors() {
+	enforced := make(map[string]int, len(c.rules))
 	for i, rs := range c.rules {
-		if r := &rs.rule; r.Scope == rules.Descriptor {
-			c.addDescriptor(r, i)
-		}
+		enforced[rs.rule.Name] = i
 	}
 	for _, r := range c.set.Rules() {
-		if r.Unlimited {
-			c.addDescriptor(&r, -1)
+		if r.Scope != rules.Descriptor {
+			continue
 		}
+		i, ok := enforced[r.Name]
+		if !ok {
+			i = -1
+		}
+		c.addDescriptor(&r, i)
 	}
 }
 
@@ -50,7 +60,7 @@ func (c *compiled) addDescriptor(r *rules.Rule, index int) {
 		c.domains = map[string][]descRule{}
 	}
 	c.domains[r.Match.Domain] = append(c.domains[r.Match.Domain], descRule{
-		match: r.Match.Descriptors, name: r.Name, replaces: r.Replaces, index: index, unlimited: r.Unlimited,
+		match: r.Match.Descriptors, name: r.Name, replaces: r.Replaces, index: index, unlimited: index < 0,
 	})
 }
 
@@ -110,7 +120,8 @@ func (c *compiled) resolve(domain string, entries []Entry) *descRule {
 // applies to is admitted with no rule named; one an unlimited rule applies
 // to is admitted under that rule with Limit 0. A rule named in the Replaces
 // of a rule applying to another descriptor of the request does not apply.
-// A descriptor's Cost of zero means cost, and a cost of zero means 1.
+// A descriptor's Cost of zero means cost, and a cost of zero means 1; a
+// descriptor with Peek is decided without spending.
 //
 // The request is refused when any decision is. Only descriptor rules
 // apply; Check never applies them.
@@ -148,6 +159,12 @@ func (a *Agent) CheckDescriptors(domain string, descs []Descriptor, cost int64, 
 		if n <= 0 {
 			n = cost
 		}
+		if n <= 0 {
+			n = 1
+		}
+		if d.Peek {
+			n = 0
+		}
 		out = append(out, a.checkDescriptor(c, c.rules[dr.index], &descs[i], n, now))
 	}
 	return out
@@ -176,9 +193,6 @@ func dropReplaced(found []*descRule) {
 
 // checkDescriptor decides one descriptor under its rule and counts it.
 func (a *Agent) checkDescriptor(c *compiled, rs *ruleState, desc *Descriptor, cost int64, now time.Time) (d Decision) {
-	if cost <= 0 {
-		cost = 1
-	}
 	if cost > MaxCost {
 		a.invalid.Add(1)
 		d.RetryAfter = -1

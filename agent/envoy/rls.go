@@ -19,17 +19,19 @@ import (
 	"github.com/allot-io/allot/lease/rules"
 )
 
-// Bounds on one request, so that a hostile or broken client cannot make
-// the sidecar hash without end. envoyproxy/ratelimit has none; Envoy's own
-// configurations stay far below them.
+// Bounds on what Envoy's configuration puts in a request (the number of
+// descriptors and entries, the domain), beyond which it is refused as
+// INVALID_ARGUMENT. Values, which clients control through headers, are
+// never refused: gRPC's message size bounds them. envoyproxy/ratelimit has
+// no bounds; Envoy's own configurations stay far below these.
 const (
 	// MaxDescriptors bounds the descriptors of one request.
 	MaxDescriptors = 64
 	// MaxEntries bounds the entries of one descriptor: a descriptor rule
 	// matches at most as many.
 	MaxEntries = rules.MaxDescriptorEntries
-	// MaxValueLen bounds a descriptor entry's key and value.
-	MaxValueLen = agent.MaxAttrLen
+	// MaxDomainLen bounds the domain.
+	MaxDomainLen = agent.MaxAttrLen
 )
 
 // Options configures a RateLimitServer.
@@ -105,8 +107,8 @@ func descriptors(req *rlsv3.RateLimitRequest) ([]agent.Descriptor, error) {
 	if req.GetDomain() == "" {
 		return nil, fmt.Errorf("domain: must not be empty")
 	}
-	if len(req.GetDomain()) > MaxValueLen {
-		return nil, fmt.Errorf("domain: must be at most %d bytes", MaxValueLen)
+	if len(req.GetDomain()) > MaxDomainLen {
+		return nil, fmt.Errorf("domain: must be at most %d bytes", MaxDomainLen)
 	}
 	ds := req.GetDescriptors()
 	switch {
@@ -127,10 +129,11 @@ func descriptors(req *rlsv3.RateLimitRequest) ([]agent.Descriptor, error) {
 			return nil, fmt.Errorf("descriptors[%d]: %d entries; at most %d", i, len(es), MaxEntries)
 		}
 		start := len(entries)
-		for j, e := range es {
-			if len(e.GetKey()) > MaxValueLen || len(e.GetValue()) > MaxValueLen {
-				return nil, fmt.Errorf("descriptors[%d].entries[%d]: key and value must be at most %d bytes", i, j, MaxValueLen)
-			}
+		for _, e := range es {
+			// Values come from request headers: any length is decided
+			// (a long one is hashed into the key), so that no client can
+			// make a request invalid, and Envoy fail it open, by sending
+			// a long header.
 			entries = append(entries, agent.Entry{Key: e.GetKey(), Value: e.GetValue()})
 		}
 		out[i].Entries = entries[start:len(entries):len(entries)]
@@ -138,7 +141,7 @@ func descriptors(req *rlsv3.RateLimitRequest) ([]agent.Descriptor, error) {
 			if h.GetValue() > agent.MaxCost {
 				return nil, fmt.Errorf("descriptors[%d].hits_addend: %d; at most %d", i, h.GetValue(), int64(agent.MaxCost))
 			}
-			out[i].Cost = int64(h.GetValue())
+			out[i].Cost, out[i].Peek = int64(h.GetValue()), h.GetValue() == 0
 		}
 		if d.GetIsNegativeHits() {
 			// Refilling a budget is not a decision: such a descriptor

@@ -358,6 +358,15 @@ rules:
 	if err != nil || codesOf(resp) != "OVER_LIMIT" {
 		t.Fatalf("descriptor hits_addend 41 of 40 left: %v %v", resp, err)
 	}
+	// A descriptor's hits_addend of 0 asks without spending.
+	peek := desc("k=a")
+	peek.HitsAddend = wrapperspb.UInt64(0)
+	for range 3 {
+		resp, err = c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{peek}, HitsAddend: 50})
+		if err != nil || codesOf(resp) != "OK" || resp.GetStatuses()[0].GetLimitRemaining() != 40 {
+			t.Fatalf("a peek: %v %v; want OK with 40 left, nothing spent", resp, err)
+		}
+	}
 }
 
 // TestInvalidRequests: malformed requests are INVALID_ARGUMENT naming
@@ -386,7 +395,6 @@ rules:
 		{"no descriptors", &rlsv3.RateLimitRequest{Domain: "d"}, "descriptors"},
 		{"too many descriptors", &rlsv3.RateLimitRequest{Domain: "d", Descriptors: many}, "at most 64"},
 		{"too many entries", &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{desc(long...)}}, "entries"},
-		{"long value", &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{desc("k=" + strings.Repeat("v", envoy.MaxValueLen+1))}}, "entries[0]"},
 		{"huge hits_addend", &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*commonv3.RateLimitDescriptor{huge}}, "hits_addend"},
 	} {
 		_, err := c.ShouldRateLimit(context.Background(), tc.req)
@@ -396,6 +404,12 @@ rules:
 	}
 	if got := codesOf(ask(t, c, "d", desc("k=a"))); got != "OK" {
 		t.Fatalf("after the invalid requests: %s; they must not have counted", got)
+	}
+	// A value of any length, from a header a client controls, is decided
+	// under its own key.
+	big := desc("k=" + strings.Repeat("v", 100_000))
+	if got := codesOf(ask(t, c, "d", big, big)); got != "OK OVER_LIMIT" {
+		t.Fatalf("a 100 kB value twice: %s, want OK OVER_LIMIT", got)
 	}
 }
 

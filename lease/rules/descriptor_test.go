@@ -54,6 +54,8 @@ func TestDescriptorRules(t *testing.T) {
 		{"domain on a tenant rule", "rules:\n  - name: t\n    scope: tenant\n    match: {domain: e}\n" + limit, "match.domain", "only a descriptor rule"},
 		{"unlimited tenant rule", "rules:\n  - name: t\n    scope: tenant\n    unlimited: true\n", "unlimited", "only a descriptor rule"},
 		{"descriptor key on a tenant rule", "rules:\n  - name: t\n    scope: tenant\n    key: [descriptor]\n" + limit, "key[0]", "only a descriptor rule"},
+		{"replaces no rule", head + "    match: {domain: e, descriptors: [{key: a}]}\n" + limit + "    replaces: [ghost]\n", "replaces[0]", "names no rule"},
+		{"the same match twice", head + "    match: {domain: e, descriptors: [{key: a, value: x}]}\n" + limit + "  - name: d2\n    scope: descriptor\n    match: {domain: e, descriptors: [{key: a, value: x}]}\n" + limit, "match.descriptors", "same domain and descriptors"},
 	} {
 		_, err := Parse("bad.yaml", []byte(tc.src))
 		if err == nil {

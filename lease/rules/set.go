@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strings"
 )
 
 // Set is a validated rule set, ordered for evaluation: by scope, cheapest
@@ -35,6 +36,7 @@ func NewSet(version uint64, rules []Rule) (*Set, error) {
 			seen[r.Name] = i
 		}
 	}
+	errs = append(errs, checkDescriptorSet(rules, seen)...)
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -76,4 +78,35 @@ func (s *Set) Get(name string) (Rule, bool) {
 		}
 	}
 	return Rule{}, false
+}
+
+// checkDescriptorSet finds what only the whole set shows: two descriptor
+// rules matching the same descriptors (which would apply is undefined),
+// and replaces naming no rule.
+func checkDescriptorSet(rs []Rule, names map[string]int) Errors {
+	var errs Errors
+	type match struct{ domain, entries string }
+	first := map[match]string{}
+	for i := range rs {
+		r := &rs[i]
+		if r.Scope != Descriptor || r.Name == "" {
+			continue
+		}
+		var b strings.Builder
+		for _, e := range r.Match.Descriptors {
+			fmt.Fprintf(&b, "%d:%s=%d:%s;", len(e.Key), e.Key, len(e.Value), e.Value)
+		}
+		m := match{r.Match.Domain, b.String()}
+		if other, dup := first[m]; dup {
+			errs = append(errs, &Error{Rule: r.Name, Field: "match.descriptors", Msg: fmt.Sprintf("rule %s matches the same domain and descriptors; which would apply is undefined", other)})
+		} else {
+			first[m] = r.Name
+		}
+		for j, name := range r.Replaces {
+			if _, ok := names[name]; !ok {
+				errs = append(errs, &Error{Rule: r.Name, Field: fmt.Sprintf("replaces[%d]", j), Msg: fmt.Sprintf("%q names no rule of the set", name)})
+			}
+		}
+	}
+	return errs
 }

@@ -75,7 +75,7 @@ func (c *compiled) resolve(domain string, entries []Entry) *descRule {
 		return nil
 	}
 	var buf [64]bool // the candidates still in the walk
-	live := buf[:0]
+	var live []bool
 	if len(cands) <= len(buf) {
 		live = buf[:len(cands)]
 	} else {

@@ -2,15 +2,12 @@ package envoy_test
 
 import (
 	"context"
-	"net"
 	"testing"
-	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/agent/envoy"
@@ -29,25 +26,9 @@ func TestExtAuthz(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk := &manualClock{t: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
-	a, err := agent.New(agent.Config{Rules: rs, Clock: clk})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { a.Close(context.Background()) })
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	envoy.NewAuthorizationServer(a, agent.ForwardAuthConfig{}).Register(g)
-	go g.Serve(lis)
-	t.Cleanup(g.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
+	conn, _, a := start(t, rs, func(g *grpc.Server, a *agent.Agent) {
+		envoy.NewAuthorizationServer(a, agent.ForwardAuthConfig{}).Register(g)
+	})
 	client := authv3.NewAuthorizationClient(conn)
 	check := func(headers map[string]string) *authv3.CheckResponse {
 		t.Helper()

@@ -53,6 +53,15 @@ func serve(t *testing.T, yaml string, opts envoy.Options) (rlsv3.RateLimitServic
 
 func serveRules(t *testing.T, rs []rules.Rule, opts envoy.Options) (rlsv3.RateLimitServiceClient, *manualClock) {
 	t.Helper()
+	conn, clk, _ := start(t, rs, func(g *grpc.Server, a *agent.Agent) { envoy.NewRateLimitServer(a, opts).Register(g) })
+	return rlsv3.NewRateLimitServiceClient(conn), clk
+}
+
+// start starts a standalone agent on rs, with a manual clock, and a gRPC
+// server on a loopback port with what register puts on it; it returns a
+// connection to the server.
+func start(t *testing.T, rs []rules.Rule, register func(*grpc.Server, *agent.Agent)) (*grpc.ClientConn, *manualClock, *agent.Agent) {
+	t.Helper()
 	clk := &manualClock{t: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
 	a, err := agent.New(agent.Config{Rules: rs, Clock: clk})
 	if err != nil {
@@ -64,7 +73,7 @@ func serveRules(t *testing.T, rs []rules.Rule, opts envoy.Options) (rlsv3.RateLi
 		t.Fatal(err)
 	}
 	g := grpc.NewServer()
-	envoy.NewRateLimitServer(a, opts).Register(g)
+	register(g, a)
 	go g.Serve(lis)
 	t.Cleanup(g.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -72,7 +81,7 @@ func serveRules(t *testing.T, rs []rules.Rule, opts envoy.Options) (rlsv3.RateLi
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return rlsv3.NewRateLimitServiceClient(conn), clk
+	return conn, clk, a
 }
 
 // desc builds a descriptor from "key=value" pairs.

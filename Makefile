@@ -14,7 +14,7 @@ PROTOC_GEN_GO      := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 BIN                := $(CURDIR)/bin
 
-.PHONY: all build test gateways-deps bench lint fuzz demo chaos chaos-short accuracy accuracy-short proto clean
+.PHONY: all build test gateways-deps bench bench-peers lint fuzz demo chaos chaos-short accuracy accuracy-short proto clean
 
 all: build test
 
@@ -33,18 +33,19 @@ build:
 # must run too: gateways-deps installs them, and ALLOT_GATEWAY_TESTS=1
 # makes a missing one a failure rather than a skip.
 test: gateways-deps
-	ALLOT_GATEWAY_TESTS=1 $(GO) test -race -count=1 $(PKGS)
+	ALLOT_GATEWAY_TESTS=1 ALLOT_PEER_TESTS=1 $(GO) test -race -count=1 $(PKGS)
 	$(GO) test -count=1 -run '^TestDemoChecks$$' ./cmd/allot
 
-# nginx and Caddy from Debian, for TestGatewayForwardAuth, when missing:
-# as root, or through sudo. Debian may start the system nginx or Caddy on
-# port 80; they are stopped (the tests run their own on free loopback
-# ports, with their own pid files and directories, so they never touch
-# them).
+# nginx, Caddy and Redis from Debian, for TestGatewayForwardAuth and
+# bench-peers, when missing: as root, or through sudo. Debian may start the
+# system's on their usual ports; they are stopped (the tests run their own
+# on free loopback ports, with their own pid files and directories, so
+# they never touch them).
 gateways-deps:
 	@missing=; \
 	command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
 	command -v caddy >/dev/null 2>&1 || [ -x /usr/bin/caddy ] || missing="$$missing caddy"; \
+	command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || missing="$$missing redis-server"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" -eq 0 ]; then sudo=; else sudo=sudo; fi; \
 		echo "installing$$missing from Debian"; \
@@ -55,6 +56,13 @@ gateways-deps:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) $(PKGS)
+
+# Allot against its peers in one run, one table (cmd/benchpeers): the
+# sidecar against Redis with a Lua token bucket, the library against
+# x/time/rate. Installs Debian's redis-server when missing (gateways-deps)
+# and runs its own on a loopback port. About a minute.
+bench-peers: gateways-deps
+	$(GO) run ./cmd/benchpeers $(BENCH_PEERS_FLAGS)
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \

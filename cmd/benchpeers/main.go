@@ -1,0 +1,175 @@
+// Command benchpeers measures Allot against its peers in one run, on one
+// workload, and prints one table of ratios: the sidecar's POST /v1/check
+// against Redis with a Lua token bucket (one and four rules, pipelined),
+// both over loopback, and the library's Check against x/time/rate. Every
+// row counts admissions, so no figure comes from a path that only
+// refuses. make bench-peers installs Debian's redis-server when it is
+// missing, builds allot and runs this; docs/agent.md explains the table.
+//
+//	go run ./cmd/benchpeers [-duration 5s] [-seq 20000] [-allot PATH]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/allot-io/allot/cmd/internal/fleet"
+)
+
+type config struct {
+	duration time.Duration
+	seq      int
+	warm     int // calls before measuring, to create the workload's keys
+	allot    string
+	clients  []int
+}
+
+func main() {
+	cfg := config{clients: []int{32, 128}, warm: len(workload().all)}
+	flag.DurationVar(&cfg.duration, "duration", 5*time.Second, "each throughput run")
+	flag.IntVar(&cfg.seq, "seq", 20_000, "calls in each sequential (latency) run")
+	flag.StringVar(&cfg.allot, "allot", "", "the allot binary (default: build it)")
+	flag.Parse()
+	if err := run(context.Background(), cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "benchpeers:", err)
+		os.Exit(1)
+	}
+}
+
+// row is one line of the table.
+type row struct {
+	measure, allot, peer, goal, verdict string
+}
+
+func run(ctx context.Context, cfg config, w io.Writer) error {
+	dir, err := os.MkdirTemp("", "allot-benchpeers-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if cfg.allot == "" {
+		if cfg.allot, err = fleet.BuildAllot(ctx, dir); err != nil {
+			return err
+		}
+	}
+	rds, err := startRedis(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer rds.stop()
+	sc, err := startSidecar(ctx, cfg.allot, dir, 4)
+	if err != nil {
+		return err
+	}
+	defer sc.stop()
+	fmt.Fprintf(w, "benchpeers: %d CPUs, %s; workload: 4 token-bucket rules, %d tenants, %d users Zipf(1.1)\n", runtime.NumCPU(), runtime.Version(), tenants, users)
+
+	redis4 := func(q *request) (bool, error) { return rds.check(ctx, q, 4) }
+	redis1 := func(q *request) (bool, error) { return rds.check(ctx, q, 1) }
+	// Warm both: every key of the workload exists before measuring.
+	for _, do := range []func(*request) (bool, error){sc.check, redis4} {
+		if _, err := drive(32, 0, max(cfg.warm/32, 1), do); err != nil {
+			return err
+		}
+	}
+	var rows []row
+	seqSide, err := drive(1, 0, cfg.seq, sc.check)
+	if err != nil {
+		return err
+	}
+	seqRedis, err := drive(1, 0, cfg.seq, redis4)
+	if err != nil {
+		return err
+	}
+	us := func(d time.Duration) string { return fmt.Sprintf("%.0f µs", float64(d.Nanoseconds())/1e3) }
+	for _, q := range []struct {
+		name string
+		q    float64
+		goal string
+		max  time.Duration
+	}{{"p50", 0.5, "under Redis's", 0}, {"p99", 0.99, "under Redis's", 0}, {"p99.9", 0.999, "under 500 µs", 500 * time.Microsecond}} {
+		a, r := seqSide.quantile(q.q), seqRedis.quantile(q.q)
+		ok := a < r
+		if q.max > 0 {
+			ok = a < q.max
+		}
+		rows = append(rows, row{"sidecar /v1/check vs Redis 4 rules pipelined, sequential, " + q.name, us(a), us(r), q.goal, verdict(ok)})
+	}
+	rows = append(rows, row{"  admitted (sidecar / Redis)", share(seqSide), share(seqRedis), "", ""})
+	for _, n := range cfg.clients {
+		c0, _ := cpuSeconds(sc.cmd.Process.Pid)
+		side, err := drive(n, cfg.duration, 0, sc.check)
+		if err != nil {
+			return err
+		}
+		c1, _ := cpuSeconds(sc.cmd.Process.Pid)
+		r0, _ := cpuSeconds(rds.cmd.Process.Pid)
+		r4, err := drive(n, cfg.duration, 0, redis4)
+		if err != nil {
+			return err
+		}
+		r1cpu, _ := cpuSeconds(rds.cmd.Process.Pid)
+		r1, err := drive(n, cfg.duration, 0, redis1)
+		if err != nil {
+			return err
+		}
+		rows = append(rows,
+			row{fmt.Sprintf("checks/s, %d clients: sidecar vs Redis 4 rules", n), fmt.Sprintf("%.0f", side.rate()), fmt.Sprintf("%.0f (%.2f×)", r4.rate(), side.rate()/r4.rate()), "≥ 2×", verdict(side.rate() >= 2*r4.rate())},
+			row{fmt.Sprintf("checks/s, %d clients: sidecar vs Redis 1 rule", n), fmt.Sprintf("%.0f", side.rate()), fmt.Sprintf("%.0f (%.2f×)", r1.rate(), side.rate()/r1.rate()), "≥ 1×", verdict(side.rate() >= r1.rate())},
+			row{fmt.Sprintf("  admitted, %d clients (sidecar / Redis 4 rules)", n), share(side), share(r4), "", ""},
+			row{fmt.Sprintf("server CPU per check, %d clients: sidecar vs Redis 4 rules", n), fmt.Sprintf("%.1f µs", (c1-c0)/float64(len(side.d))*1e6), fmt.Sprintf("%.1f µs", (r1cpu-r0)/float64(len(r4.d))*1e6), "≤ 8 µs", verdict((c1-c0)/float64(len(side.d))*1e6 <= 8)},
+		)
+	}
+	lib, err := library()
+	if err != nil {
+		return err
+	}
+	one, xr := lib["1 rule, hot tenant"], lib["x/time/rate"]
+	four := lib["4 rules, hot key"]
+	z1 := lib["4 rules, zipf, 1 goroutine"]
+	zn := lib[fmt.Sprintf("4 rules, zipf, %d goroutines", runtime.GOMAXPROCS(0))]
+	rows = append(rows,
+		row{"library Check, 1 rule, hot tenant vs x/time/rate Allow", fmt.Sprintf("%.0f ns, %d allocs", one.nsPerOp, one.allocs), fmt.Sprintf("%.0f ns (%.2f×)", xr.nsPerOp, one.nsPerOp/xr.nsPerOp), "≤ 50 ns, 0 allocs", verdict(one.nsPerOp <= 50 && one.allocs == 0)},
+		row{"  admitted (Allot / x/time/rate)", pct(one.admittedShare), pct(xr.admittedShare), "", ""},
+		row{"library Check, 4 rules, hot key", fmt.Sprintf("%.0f ns, %d allocs", four.nsPerOp, four.allocs), "", "≤ 150 ns", verdict(four.nsPerOp <= 150)},
+		row{"  admitted", pct(four.admittedShare), "", "", ""},
+		row{fmt.Sprintf("library Check, 4 rules, %d users Zipf(1.1): 1 → %d goroutines", users, runtime.GOMAXPROCS(0)), fmt.Sprintf("%.0f ns → %.0f ns (%.2f×)", z1.nsPerOp, zn.nsPerOp, z1.nsPerOp/zn.nsPerOp), "", "≥ 1.7×", verdict(z1.nsPerOp/zn.nsPerOp >= 1.7)},
+		row{"  admitted (1 / many goroutines)", pct(z1.admittedShare), pct(zn.admittedShare), "", ""},
+	)
+	printTable(w, rows)
+	return nil
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "MISSED"
+}
+
+func share(l *latencies) string {
+	return pct(float64(l.admitted) / float64(max(l.admitted+l.refused, 1)))
+}
+
+func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
+
+func printTable(w io.Writer, rows []row) {
+	fmt.Fprintln(w, "| measure | Allot | peer | goal | |")
+	fmt.Fprintln(w, "|---|---|---|---|---|")
+	for _, r := range rows {
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", r.measure, r.allot, r.peer, r.goal, r.verdict)
+	}
+	missed := 0
+	for _, r := range rows {
+		if strings.HasPrefix(r.verdict, "MISSED") {
+			missed++
+		}
+	}
+	fmt.Fprintf(w, "\n%d goals missed\n", missed)
+}

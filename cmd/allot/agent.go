@@ -42,6 +42,7 @@ func runAgent(ctx context.Context, e *env) error {
 	f := newFlags(e, "agent", "[--coordinators A,B,C] --node-id ID [--rules FILE] [flags]", agentAbout)
 	var (
 		coords, rulesFile, httpAddr string
+		httpSocket                  string
 		cfg                         agent.Config
 		httpCert, httpKey           string
 		cf                          credFlags
@@ -54,6 +55,7 @@ func runAgent(ctx context.Context, e *env) error {
 	f.StringVar(&cfg.NodeID, "node-id", host, "this gateway's name, unique in the fleet")
 	f.StringVar(&cfg.Region, "region", "default", "the region this gateway runs in; usage is billed under it")
 	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:7600", "address for /v1/check, /v1/authz, /metrics and /healthz")
+	f.StringVar(&httpSocket, "http-socket", "", "also serve the HTTP endpoints, in plain HTTP, on this Unix-domain socket (mode 0660): for gateways on the same host")
 	f.StringVar(&rulesFile, "rules", "", "rules file: enforced as given instead of the cluster's rules (required standalone)")
 	f.DurationVar(&cfg.ReportInterval, "report-interval", agent.DefaultReportInterval, "how often to report until the cluster sets it")
 	f.IntVar(&cfg.MaxKeys, "max-keys", agent.DefaultMaxKeys, "keys held per rule and limit; beyond it each intent's bound applies")
@@ -117,9 +119,23 @@ func runAgent(ctx context.Context, e *env) error {
 		serverTLS = r.ServerConfig(false)
 		lis, scheme = tls.NewListener(lis, serverTLS), "https"
 	}
+	var sock net.Listener
+	if httpSocket != "" {
+		if sock, err = listenSocket(httpSocket); err != nil {
+			lis.Close()
+			return err
+		}
+		defer os.Remove(httpSocket)
+	}
+	closeListeners := func() {
+		lis.Close()
+		if sock != nil {
+			sock.Close()
+		}
+	}
 	a, err := agent.New(cfg)
 	if err != nil {
-		lis.Close()
+		closeListeners()
 		if errors.Is(err, agent.ErrInvalidConfig) {
 			return &usageError{err: err}
 		}
@@ -140,18 +156,21 @@ func runAgent(ctx context.Context, e *env) error {
 	})
 	stopEnvoy, err := ef.serve(a, authzCfg, serverTLS, logger)
 	if err != nil {
-		lis.Close()
+		closeListeners()
 		_ = a.Close(context.Background())
 		return err
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
-	served := make(chan error, 1)
+	served := make(chan error, 2)
 	go func() { served <- srv.Serve(lis) }()
+	if sock != nil {
+		go func() { served <- srv.Serve(sock) }()
+	}
 	mode := "coordinated"
 	if len(cfg.Coordinators) == 0 {
 		mode = "standalone"
 	}
-	cfg.Logger.Info("agent sidecar running", "node", cfg.NodeID, "http", scheme+"://"+lis.Addr().String(), "mode", mode)
+	cfg.Logger.Info("agent sidecar running", "node", cfg.NodeID, "http", scheme+"://"+lis.Addr().String(), "socket", httpSocket, "mode", mode)
 	select {
 	case <-ctx.Done():
 	case err = <-served:

@@ -102,6 +102,17 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		rows = append(rows, row{"sidecar /v1/check vs Redis 4 rules pipelined, sequential, " + q.name, us(a), us(r), q.goal, verdict(ok)})
 	}
 	rows = append(rows, row{"  admitted (sidecar / Redis)", share(seqSide), share(seqRedis), "", ""})
+	seqUnix, err := drive(1, 0, cfg.seq, sc.checkUnix)
+	if err != nil {
+		return err
+	}
+	for _, q := range []struct {
+		name string
+		q    float64
+	}{{"p50", 0.5}, {"p99", 0.99}} {
+		a, r := seqUnix.quantile(q.q), seqRedis.quantile(q.q)
+		rows = append(rows, row{"sidecar over its Unix socket (--http-socket) vs Redis 4 rules, sequential, " + q.name, us(a), us(r), "under Redis's", verdict(a < r)})
+	}
 	for _, n := range cfg.clients {
 		c0, _ := cpuSeconds(sc.cmd.Process.Pid)
 		side, err := drive(n, cfg.duration, 0, sc.check)
@@ -119,7 +130,12 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		if err != nil {
 			return err
 		}
+		unix, err := drive(n, cfg.duration, 0, sc.checkUnix)
+		if err != nil {
+			return err
+		}
 		rows = append(rows,
+			row{fmt.Sprintf("checks/s, %d clients: sidecar over its Unix socket vs Redis 4 rules", n), fmt.Sprintf("%.0f", unix.rate()), fmt.Sprintf("%.0f (%.2f×)", r4.rate(), unix.rate()/r4.rate()), "≥ 2×", verdict(unix.rate() >= 2*r4.rate())},
 			row{fmt.Sprintf("checks/s, %d clients: sidecar vs Redis 4 rules", n), fmt.Sprintf("%.0f", side.rate()), fmt.Sprintf("%.0f (%.2f×)", r4.rate(), side.rate()/r4.rate()), "≥ 2×", verdict(side.rate() >= 2*r4.rate())},
 			row{fmt.Sprintf("checks/s, %d clients: sidecar vs Redis 1 rule", n), fmt.Sprintf("%.0f", side.rate()), fmt.Sprintf("%.0f (%.2f×)", r1.rate(), side.rate()/r1.rate()), "≥ 1×", verdict(side.rate() >= r1.rate())},
 			row{fmt.Sprintf("  admitted, %d clients (sidecar / Redis 4 rules)", n), share(side), share(r4), "", ""},

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -22,6 +23,7 @@ type sidecar struct {
 	cmd  *exec.Cmd
 	url  string
 	http *http.Client
+	unix *http.Client // the same endpoints over --http-socket
 }
 
 func startSidecar(ctx context.Context, bin, dir string, rules int) (*sidecar, error) {
@@ -34,14 +36,19 @@ func startSidecar(ctx context.Context, bin, dir string, rules int) (*sidecar, er
 		return nil, err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
-	cmd := exec.Command(bin, "agent", "--rules", path, "--node-id", "bench", "--http-addr", addr, "--log-level", "error")
+	sock := filepath.Join(dir, "sidecar.sock")
+	cmd := exec.Command(bin, "agent", "--rules", path, "--node-id", "bench", "--http-addr", addr, "--http-socket", sock, "--log-level", "error")
 	cmd.Env = spawn.Env()
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
 	s := &sidecar{cmd: cmd, url: "http://" + addr,
-		http: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxIdleConns: 1024}}}
+		http: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxIdleConns: 1024}},
+		unix: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxIdleConns: 1024,
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+			}}}}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		resp, err := s.http.Get(s.url + "/healthz")
@@ -71,9 +78,14 @@ func (s *sidecar) stop() {
 	}
 }
 
-// check posts one request to /v1/check.
-func (s *sidecar) check(q *request) (bool, error) {
-	resp, err := s.http.Post(s.url+"/v1/check", "application/json", bytes.NewReader(q.body))
+// check posts one request to /v1/check over TCP.
+func (s *sidecar) check(q *request) (bool, error) { return s.post(s.http, q) }
+
+// checkUnix posts one request to /v1/check over the Unix socket.
+func (s *sidecar) checkUnix(q *request) (bool, error) { return s.post(s.unix, q) }
+
+func (s *sidecar) post(c *http.Client, q *request) (bool, error) {
+	resp, err := c.Post(s.url+"/v1/check", "application/json", bytes.NewReader(q.body))
 	if err != nil {
 		return false, err
 	}

@@ -18,11 +18,10 @@ const (
 )
 
 type ruleSpec struct {
-	name         string
-	rate, burst  float64 // per second
-	key          func(r *request) string
-	allotScope   string
-	allotKeyAttr string
+	name        string
+	rate, burst float64 // per second
+	key         func(r *request) string
+	allotScope  string
 }
 
 var ruleSpecs = []ruleSpec{

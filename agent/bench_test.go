@@ -91,9 +91,13 @@ func BenchmarkCheck(b *testing.B) {
 		b.Run(set.name+"/hot/serial", func(b *testing.B) {
 			req := f.reqs[0]
 			b.ReportAllocs()
+			var adm int
 			for i := 0; i < b.N; i++ {
-				a.Check(req)
+				if a.Check(req).Allowed {
+					adm++
+				}
 			}
+			reportAdmitted(b, adm)
 		})
 		for _, dist := range []struct {
 			name string
@@ -102,18 +106,28 @@ func BenchmarkCheck(b *testing.B) {
 			mask := len(dist.seq) - 1
 			b.Run(set.name+"/"+dist.name+"/serial", func(b *testing.B) {
 				b.ReportAllocs()
+				var adm int
 				for i := 0; i < b.N; i++ {
-					a.Check(f.reqs[dist.seq[i&mask]])
+					if a.Check(f.reqs[dist.seq[i&mask]]).Allowed {
+						adm++
+					}
 				}
+				reportAdmitted(b, adm)
 			})
 			var offset atomic.Int64
 			b.Run(set.name+"/"+dist.name+"/parallel", func(b *testing.B) {
 				b.ReportAllocs()
+				var adm atomic.Int64
 				b.RunParallel(func(pb *testing.PB) {
+					var n int64
 					for i := int(offset.Add(1 << 20)); pb.Next(); i++ {
-						a.Check(f.reqs[dist.seq[i&mask]])
+						if a.Check(f.reqs[dist.seq[i&mask]]).Allowed {
+							n++
+						}
 					}
+					adm.Add(n)
 				})
+				reportAdmitted(b, int(adm.Load()))
 			})
 		}
 	}
@@ -127,6 +141,12 @@ func BenchmarkCheck(b *testing.B) {
 			mm.allow(f.reqs[f.zipf[i&(len(f.zipf)-1)]].User)
 		}
 	})
+}
+
+// reportAdmitted reports the share of checks admitted: a figure from a
+// run that mostly refused measures the refusal path.
+func reportAdmitted(b *testing.B, admitted int) {
+	b.ReportMetric(100*float64(admitted)/float64(max(b.N, 1)), "%admitted")
 }
 
 // mutexMap is what a Go service writes first: one mutex around a map of

@@ -81,13 +81,18 @@ func (s *redisServer) stop() {
 	if s.client != nil {
 		s.client.Close()
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	terminate(s.cmd, 5*time.Second)
+}
+
+// terminate stops a process by its PID: SIGTERM, then SIGKILL after grace.
+func terminate(cmd *exec.Cmd, grace time.Duration) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(done) }()
+	go func() { _ = cmd.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(5 * time.Second):
-		_ = s.cmd.Process.Kill()
+	case <-time.After(grace):
+		_ = cmd.Process.Kill()
 		<-done
 	}
 }

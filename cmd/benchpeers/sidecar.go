@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/allot-io/allot/cmd/internal/spawn"
@@ -66,17 +65,7 @@ func startSidecar(ctx context.Context, bin, dir string, rules int) (*sidecar, er
 	}
 }
 
-func (s *sidecar) stop() {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-done
-	}
-}
+func (s *sidecar) stop() { terminate(s.cmd, 10*time.Second) }
 
 // check posts one request to /v1/check over TCP.
 func (s *sidecar) check(q *request) (bool, error) { return s.post(s.http, q) }

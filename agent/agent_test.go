@@ -90,8 +90,8 @@ func TestHierarchyAllOrNothing(t *testing.T) {
 	if d := a.Check(Request{Tenant: "other", User: "x"}); !d.Allowed || d.Rule != "per-user" {
 		t.Fatalf("another tenant: %+v", d)
 	}
-	limit, remaining := a.rules.Load().rules[0].def.total.peek(clk.Now())
-	if used := limit - remaining; used != 6 {
+	g := a.rules.Load().rules[0].def.single.AllowAt(clk.Now(), 0)
+	if used := g.Limit - g.Remaining; used != 6 {
 		t.Fatalf("global rule charged %d, want 6 (5 + 1 admitted, none refused)", used)
 	}
 }

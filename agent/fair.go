@@ -11,8 +11,7 @@ import (
 )
 
 // fairState enforces a global rule, shared by tenants at priorities. The
-// node holds one limiter for its whole share (the store's total, split
-// into shards: see total),
+// node holds one limiter for its whole share (the store's single limiter),
 // and one per class (tenant at a priority) that the coordinator has granted
 // a lease: a request must pass its class's lease, if any, and the node's
 // total. The node's total also sheds by priority on its own: batch
@@ -62,10 +61,8 @@ func classPriority(rs *ruleState, req *Request) uint32 {
 
 func (f *fairState) check(a *Agent, rs *ruleState, st *limitStore, req *Request, rh *reqHashes, now time.Time, cost int64) result {
 	var class *hotKey
-	th := rh.get(a, req, rules.AttrTenant)
-	hint := th.Uint64() // the tenant's shard of the node's total
 	if classes := *f.classes.Load(); len(classes) > 0 || rs.coordinated {
-		ck := classKey{th, classPriority(rs, req)}
+		ck := classKey{rh.get(a, req, rules.AttrTenant), classPriority(rs, req)}
 		class = classes[ck]
 		if class == nil && rs.coordinated {
 			h := ck.tenant.Then(a.prioHash[ck.priority&0xff])
@@ -76,7 +73,7 @@ func (f *fairState) check(a *Agent, rs *ruleState, st *limitStore, req *Request,
 	}
 	if req.Priority == Exempt {
 		// Never refused; what it uses is still taken from the node's total.
-		d := st.total.allow(hint, now, cost)
+		d := st.single.AllowAt(now, cost)
 		if class != nil {
 			class.admitted.Add(cost)
 		}
@@ -88,7 +85,7 @@ func (f *fairState) check(a *Agent, rs *ruleState, st *limitStore, req *Request,
 	leased := class != nil && class.leased.Load()
 	if leased {
 		if cd = class.allow(a, now, cost); !cd.allowed() {
-			return f.borrow(class, st, req, hint, now, cost, cd)
+			return f.borrow(class, st, req, now, cost, cd)
 		}
 	}
 	refuse := func(r result) result {
@@ -101,7 +98,7 @@ func (f *fairState) check(a *Agent, rs *ruleState, st *limitStore, req *Request,
 		}
 		return r
 	}
-	d := st.total.allow(hint, now, cost)
+	d := st.single.AllowAt(now, cost)
 	if !d.Allowed {
 		return refuse(fromAlgo(&d))
 	}
@@ -109,7 +106,7 @@ func (f *fairState) check(a *Agent, rs *ruleState, st *limitStore, req *Request,
 	// node's total. Checked after spending, so the usual case costs one
 	// call; a request that dipped into the reserve is given back.
 	if d.Remaining < reserveUnits(req.Priority, d.Limit) {
-		st.total.give(hint, now, cost)
+		st.single.ReturnAt(now, cost)
 		return refuse(result{d.Remaining + cost, d.Limit, max(a.interval()/10, time.Millisecond), d.ResetAfter})
 	}
 	if class != nil && !leased {
@@ -141,13 +138,13 @@ const minBorrowLimit = 4
 // the rule is under its limit. Borrowing never exceeds the node's total,
 // so the rule's limit holds; it only stops short of the floor, so a class
 // within its lease always finds the total open.
-func (f *fairState) borrow(class *hotKey, st *limitStore, req *Request, hint uint64, now time.Time, cost int64, refused result) result {
-	d := st.total.allow(hint, now, cost)
+func (f *fairState) borrow(class *hotKey, st *limitStore, req *Request, now time.Time, cost int64, refused result) result {
+	d := st.single.AllowAt(now, cost)
 	if !d.Allowed {
 		return refused
 	}
 	if floor := max(int64(math.Ceil(borrowFloor*float64(d.Limit))), reserveUnits(req.Priority, d.Limit)); d.Limit < minBorrowLimit || d.Remaining < floor {
-		st.total.give(hint, now, cost)
+		st.single.ReturnAt(now, cost)
 		return refused
 	}
 	class.denied.Add(-cost)
@@ -160,7 +157,7 @@ func (f *fairState) borrow(class *hotKey, st *limitStore, req *Request, hint uin
 // tell, and the class gains at most the cost, within its lease's burst.
 func (f *fairState) undo(a *Agent, rs *ruleState, st *limitStore, req *Request, rh *reqHashes, now time.Time, cost int64) {
 	if req.Priority != Exempt {
-		st.total.give(rh.get(a, req, rules.AttrTenant).Uint64(), now, cost)
+		st.single.ReturnAt(now, cost)
 	}
 	if classes := *f.classes.Load(); len(classes) > 0 {
 		if class := classes[classKey{rh.get(a, req, rules.AttrTenant), classPriority(rs, req)}]; class != nil {

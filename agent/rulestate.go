@@ -48,11 +48,11 @@ type ruleData struct {
 
 // limitStore enforces one effective limit of a rule.
 type limitStore struct {
-	limit int64 // the rule's limit for these tenants, per period
-	keyed *algo.Keyed
-	total *total     // global rules: the node's total
-	mu    sync.Mutex // guards share
-	share float64    // the node's unleased share, per period
+	limit  int64 // the rule's limit for these tenants, per period
+	keyed  *algo.Keyed
+	single *algo.Limiter // global rules: the node's total
+	mu     sync.Mutex    // guards share
+	share  float64       // the node's unleased share, per period
 }
 
 // nodeConfig is the algo configuration that enforces a node's share of a
@@ -131,7 +131,7 @@ func (rs *ruleState) newLimitStore(limit int64, region string, nodes int, opts a
 	cfg, _ := nodeConfig(&rs.rule, st.share, rs.rule.BurstFor(float64(limit))*st.share/float64(limit), rs.coordinated)
 	var err error
 	if rs.rule.Scope == rules.Global {
-		st.total, err = newTotal(cfg)
+		st.single, err = algo.New(cfg)
 	} else {
 		st.keyed, err = algo.NewKeyed(cfg, opts)
 	}
@@ -151,8 +151,8 @@ func (st *limitStore) setShare(r *rules.Rule, share float64, now time.Time) {
 		return
 	}
 	st.share = share
-	if st.total != nil {
-		_ = st.total.reconfigure(cfg, now)
+	if st.single != nil {
+		_ = st.single.Reconfigure(cfg, now)
 	} else {
 		_ = st.keyed.Reconfigure(cfg, now)
 	}

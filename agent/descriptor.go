@@ -29,8 +29,9 @@ type descRule struct {
 	match     []rules.DescriptorEntry
 	name      string
 	replaces  []string
-	index     int  // in compiled.rules; -1 when not enforced here
-	unlimited bool // unlimited, or not enforced here: admits uncounted
+	// index is the rule's in compiled.rules; -1 when it is not enforced
+	// here (unlimited, another region's, or broken): it admits uncounted.
+	index int
 }
 
 // indexDescriptors groups the set's descriptor rules by domain. Unlimited
@@ -60,7 +61,7 @@ func (c *compiled) addDescriptor(r *rules.Rule, index int) {
 		c.domains = map[string][]descRule{}
 	}
 	c.domains[r.Match.Domain] = append(c.domains[r.Match.Domain], descRule{
-		match: r.Match.Descriptors, name: r.Name, replaces: r.Replaces, index: index, unlimited: index < 0,
+		match: r.Match.Descriptors, name: r.Name, replaces: r.Replaces, index: index,
 	})
 }
 
@@ -151,7 +152,7 @@ func (a *Agent) CheckDescriptors(domain string, descs []Descriptor, cost int64, 
 		case dr == nil:
 			out = append(out, Decision{Allowed: true})
 			continue
-		case dr.unlimited:
+		case dr.index < 0:
 			out = append(out, Decision{Allowed: true, Rule: dr.name, Scope: "descriptor"})
 			continue
 		}

@@ -152,24 +152,6 @@ func ForwardAuthHandler(a *Agent, cfg ForwardAuthConfig) http.Handler {
 	return f
 }
 
-// HeaderReader reads a request's attributes from forwarded headers, as
-// ForwardAuthHandler does: for other front ends of the same convention,
-// such as Envoy's ext_authz.
-type HeaderReader struct{ f *forwardAuth }
-
-// NewHeaderReader returns a reader of the headers cfg names.
-func NewHeaderReader(cfg ForwardAuthConfig) *HeaderReader {
-	return &HeaderReader{f: newForwardAuth(cfg)}
-}
-
-// Read returns r's attributes, or an error wrapping ErrBadForwardAuth
-// naming the header that cannot be read. r's header keys must be in
-// canonical form (http.CanonicalHeaderKey), as net/http makes them.
-func (h *HeaderReader) Read(r *http.Request) (Request, error) { return h.f.request(r) }
-
-// DenyStatus is the HTTP status a refusal is answered with.
-func (h *HeaderReader) DenyStatus() int { return h.f.deny }
-
 func (f *forwardAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req, err := f.request(r)
 	if err != nil {

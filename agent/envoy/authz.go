@@ -3,7 +3,6 @@ package envoy
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"net"
 	"net/http"
 	"slices"
@@ -31,43 +30,35 @@ import (
 // 400 and not counted.
 type AuthorizationServer struct {
 	authv3.UnimplementedAuthorizationServer
-	a    *agent.Agent
-	read *agent.HeaderReader
+	forwardAuth http.Handler
 }
 
 // NewAuthorizationServer returns a server deciding with a, reading the
 // headers cfg names.
 func NewAuthorizationServer(a *agent.Agent, cfg agent.ForwardAuthConfig) *AuthorizationServer {
-	return &AuthorizationServer{a: a, read: agent.NewHeaderReader(cfg)}
+	return &AuthorizationServer{forwardAuth: agent.ForwardAuthHandler(a, cfg)}
 }
 
 // Register registers the service on g.
 func (s *AuthorizationServer) Register(g *grpc.Server) { authv3.RegisterAuthorizationServer(g, s) }
 
-// Check decides one request.
+// Check decides one request: the sidecar's forward-auth handler answers
+// the request Envoy describes, and its answer becomes Envoy's.
 func (s *AuthorizationServer) Check(_ context.Context, req *authv3.CheckRequest) (*authv3.CheckResponse, error) {
-	r := httpRequest(req.GetAttributes())
-	ar, err := s.read.Read(r)
-	if err != nil {
-		w := newRecorder()
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusBadRequest)
-		body, _ := json.Marshal(map[string]string{"error": err.Error()})
-		w.body.Write(body)
-		return denied(codes.InvalidArgument, w), nil
-	}
-	d := s.a.Check(ar)
-	if d.Allowed {
-		h := http.Header{}
-		agent.SetHeaders(h, d)
+	w := newRecorder()
+	s.forwardAuth.ServeHTTP(w, httpRequest(req.GetAttributes()))
+	switch w.code {
+	case http.StatusOK:
+		// The RateLimit headers go on the upstream's response; its caching
+		// is the upstream's own business.
+		w.header.Del("Cache-Control")
 		return &authv3.CheckResponse{
 			Status:       &rpcstatus.Status{Code: int32(codes.OK)},
-			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{ResponseHeadersToAdd: headerOptions(h)}},
+			HttpResponse: &authv3.CheckResponse_OkResponse{OkResponse: &authv3.OkHttpResponse{ResponseHeadersToAdd: headerOptions(w.header)}},
 		}, nil
+	case http.StatusBadRequest:
+		return denied(codes.InvalidArgument, w), nil
 	}
-	w := newRecorder()
-	agent.WriteRefusal(w, d)
-	w.code = s.read.DenyStatus()
 	return denied(codes.ResourceExhausted, w), nil
 }
 

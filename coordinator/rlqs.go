@@ -147,11 +147,9 @@ type quotaStream struct {
 	// urgent is set when a new bucket waits for its first assignment,
 	// fresh when usage came since the last exchange.
 	urgent, fresh bool
-	// rulesVersion is the rule set the buckets are mapped under; ttl and
-	// interval are the cluster's lease TTL and report interval.
-	rulesVersion  uint64
-	ttl, interval time.Duration
-	failures      int // exchanges failed in a row
+	// rulesVersion is the rule set the buckets are mapped under.
+	rulesVersion uint64
+	failures     int // exchanges failed in a row
 }
 
 type usageCountKey struct {
@@ -173,8 +171,6 @@ type quotaBucket struct {
 	sentExpires     time.Time   // when Envoy's copy of it expires
 
 	// Window rules: what Envoy admitted in the rule's current window.
-	windowed  bool
-	period    time.Duration
 	window    time.Time
 	committed uint64
 }
@@ -234,8 +230,8 @@ func (q *quotaStream) absorb(m *rlqsv3.RateLimitQuotaUsageReports) {
 				b.allowed += allowed
 				b.denied += denied
 				b.elapsed += min(max(u.GetTimeElapsed().AsDuration(), 0), time.Hour)
-				if b.windowed {
-					if w := now.Truncate(b.period); !w.Equal(b.window) {
+				if b.def.Algorithm.Windowed() {
+					if w := now.Truncate(b.def.Period); !w.Equal(b.window) {
 						b.window, b.committed = w, 0
 					}
 					b.committed += allowed
@@ -308,7 +304,6 @@ func (b *quotaBucket) map_(set *rules.Set) {
 	}
 	b.rule, b.key, b.def = rule, key, r
 	b.tenant, b.plan = allotpb.BoundName(m["tenant"]), allotpb.BoundName(m["plan"])
-	b.windowed, b.period = r.Algorithm.Windowed(), r.Period
 }
 
 // due reports whether to exchange now, at most once per minExchangeGap:

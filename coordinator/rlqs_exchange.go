@@ -90,7 +90,7 @@ func (q *quotaStream) request(now time.Time, version uint64, leaving bool) *allo
 		if l := b.lease; l != nil && now.Before(b.expiresAt) && !leaving {
 			d.Held, d.HeldEpoch, d.HeldSeq, d.NextHeld = l.GetLimit(), l.GetEpoch(), l.GetSeq(), l.GetNextLimit()
 		}
-		if b.windowed && !b.window.IsZero() {
+		if b.def.Algorithm.Windowed() && !b.window.IsZero() {
 			d.Committed, d.WindowUnixNano = float64(b.committed), b.window.UnixNano()
 		}
 		req.Demand = append(req.Demand, d)
@@ -127,8 +127,6 @@ func (q *quotaStream) settle(now time.Time, resp *allotpb.ReportResponse) {
 	if q.pending != nil && resp.GetAckedSeq() >= q.pending.GetSeq() {
 		q.pending = nil
 	}
-	q.ttl = time.Duration(resp.GetLeaseTtlNano())
-	q.interval = time.Duration(resp.GetReportIntervalNano())
 	if resp.GetRulesVersion() <= q.rulesVersion && len(q.held) > 0 {
 		for k, uc := range q.held {
 			q.c.metrics.rlqsRequests.WithLabelValues("unmapped").Add(float64(uc.GetAdmitted() + uc.GetDenied()))
@@ -160,7 +158,7 @@ func (q *quotaStream) settle(now time.Time, resp *allotpb.ReportResponse) {
 // a new bucket, full, so it is sent only when it matters.
 func (q *quotaStream) assignments(now time.Time) []*rlqsv3.RateLimitQuotaResponse_BucketAction {
 	var out []*rlqsv3.RateLimitQuotaResponse_BucketAction
-	margin := 2*max(q.interval, time.Second) + time.Second
+	margin := 2*max(q.c.settings().reportInterval, time.Second) + time.Second
 	for _, b := range q.buckets {
 		if b.rule == "" || b.lease == nil {
 			continue

@@ -79,7 +79,7 @@ func (s *rlqsServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_S
 	defer c.rlqsStreams.Add(-1)
 	id, _ := ctx.Value(identityKey{}).(auth.Identity)
 	q := newQuotaStream(c, id.Name())
-	c.fsm.read(func(st *state) { q.rulesVersion = st.rules.Version() })
+	q.rulesVersion = c.currentRules().Version()
 	c.metrics.rlqsStreams.Inc()
 	defer c.metrics.rlqsStreams.Dec()
 	c.log.Debug("RLQS stream opened", "node", q.node)
@@ -210,8 +210,7 @@ func bucketName(id *rlqsv3.BucketId) string {
 // absorb takes one usage report: each bucket's demand, and its usage for
 // the ledger.
 func (q *quotaStream) absorb(m *rlqsv3.RateLimitQuotaUsageReports) {
-	var set *rules.Set
-	q.c.fsm.read(func(st *state) { set = st.rules })
+	set := q.c.currentRules()
 	window := q.c.settings().billingWindow
 	now := q.c.now()
 	for _, u := range m.GetBucketQuotaUsages() {

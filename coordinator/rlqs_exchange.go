@@ -28,8 +28,7 @@ import (
 // it once; one the coordinators refuse as invalid is dropped, counted and
 // logged, so that it cannot stop the stream's reporting for good.
 func (q *quotaStream) exchange(ctx context.Context) []*rlqsv3.RateLimitQuotaResponse_BucketAction {
-	var set *rules.Set
-	q.c.fsm.read(func(st *state) { set = st.rules })
+	set := q.c.currentRules()
 	var actions []*rlqsv3.RateLimitQuotaResponse_BucketAction
 	if set.Version() != q.rulesVersion {
 		actions = q.remap(set)
@@ -230,8 +229,7 @@ func (q *quotaStream) flush() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for ctx.Err() == nil {
-		var set *rules.Set
-		q.c.fsm.read(func(st *state) { set = st.rules })
+		set := q.c.currentRules()
 		if set.Version() != q.rulesVersion {
 			q.remap(set)
 		}

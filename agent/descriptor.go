@@ -26,9 +26,9 @@ type Descriptor struct {
 // descRule is a descriptor rule as the agent looks it up: by domain, then
 // by matching entries level by level.
 type descRule struct {
-	match     []rules.DescriptorEntry
-	name      string
-	replaces  []string
+	match    []rules.DescriptorEntry
+	name     string
+	replaces []string
 	// index is the rule's in compiled.rules; -1 when it is not enforced
 	// here (unlimited, another region's, or broken): it admits uncounted.
 	index int

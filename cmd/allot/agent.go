@@ -48,7 +48,7 @@ func runAgent(ctx context.Context, e *env) error {
 		cf                          credFlags
 		lf                          logFlags
 		az                          authzFlags
-		ef                          envoyFlags
+		gf                          grpcFlags
 	)
 	host, _ := os.Hostname()
 	f.StringVar(&coords, "coordinators", "", "gRPC addresses of the coordinator cluster, comma-separated (empty: standalone)")
@@ -60,11 +60,11 @@ func runAgent(ctx context.Context, e *env) error {
 	f.DurationVar(&cfg.ReportInterval, "report-interval", agent.DefaultReportInterval, "how often to report until the cluster sets it")
 	f.IntVar(&cfg.MaxKeys, "max-keys", agent.DefaultMaxKeys, "keys held per rule and limit; beyond it each intent's bound applies")
 	lf.register(f)
-	f.StringVar(&httpCert, "http-cert", "", "PEM certificate (with --http-key): serve --http-addr and --envoy-rls-addr over TLS; re-read when it changes")
+	f.StringVar(&httpCert, "http-cert", "", "PEM certificate (with --http-key): serve --http-addr and --grpc-addr over TLS; re-read when it changes")
 	f.StringVar(&httpKey, "http-key", "", "PEM private key of --http-cert")
 	cf.register(f)
 	az.register(f)
-	ef.register(f)
+	gf.register(f)
 	if err := f.parse(e); err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func runAgent(ctx context.Context, e *env) error {
 	}
 	var sock net.Listener
 	if httpSocket != "" {
-		if sock, err = listenSocket(httpSocket); err != nil {
+		if sock, err = listenSocket("--http-socket", httpSocket); err != nil {
 			lis.Close()
 			return err
 		}
@@ -154,7 +154,7 @@ func runAgent(ctx context.Context, e *env) error {
 			http.Error(w, "waiting for rules from the coordinators", http.StatusServiceUnavailable)
 		}
 	})
-	stopEnvoy, err := ef.serve(a, authzCfg, serverTLS, logger)
+	stopGRPC, err := gf.serve(a, authzCfg, serverTLS, logger)
 	if err != nil {
 		closeListeners()
 		_ = a.Close(context.Background())
@@ -178,7 +178,7 @@ func runAgent(ctx context.Context, e *env) error {
 	closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = srv.Shutdown(closeCtx)
-	stopEnvoy()
+	stopGRPC()
 	// Close sends a last report, so the cluster counts everything admitted.
 	if cerr := a.Close(closeCtx); cerr != nil && err == nil {
 		err = cerr

@@ -31,7 +31,7 @@ func TestBenchPeersShort(t *testing.T) {
 	if err := run(ctx, cfg, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	for _, want := range []string{"sequential, p99 |", "checks/s, 8 clients: sidecar vs Redis 4 rules", "server CPU per check", "x/time/rate", "Zipf(1.1): 1 →", "goals missed"} {
+	for _, want := range []string{"HTTP POST /v1/check, sequential, p50 / p99 / p99.9", "gRPC CheckStream (--grpc-addr), 8 clients: checks/s", "server CPU per check", "x/time/rate", "Zipf(1.1): 1 →", "goals missed"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("no %q in:\n%s", want, out.String())
 		}

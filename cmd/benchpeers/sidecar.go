@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/allot-io/allot/agent"
+	"github.com/allot-io/allot/agent/sidecarclient"
 	"github.com/allot-io/allot/cmd/internal/spawn"
 )
 
@@ -23,6 +25,9 @@ type sidecar struct {
 	url  string
 	http *http.Client
 	unix *http.Client // the same endpoints over --http-socket
+	// stream and streamUnix ask over gRPC CheckStream (--grpc-addr and
+	// --grpc-socket), coalescing concurrent checks into batches.
+	stream, streamUnix *sidecarclient.Client
 }
 
 func startSidecar(ctx context.Context, bin, dir string, rules int) (*sidecar, error) {
@@ -30,13 +35,16 @@ func startSidecar(ctx context.Context, bin, dir string, rules int) (*sidecar, er
 	if err := os.WriteFile(path, []byte(rulesYAML(rules)), 0o600); err != nil {
 		return nil, err
 	}
-	ports, err := spawn.LoopbackPorts(1)
+	ports, err := spawn.LoopbackPorts(2)
 	if err != nil {
 		return nil, err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
+	grpcAddr := "127.0.0.1:" + strconv.Itoa(ports[1])
 	sock := filepath.Join(dir, "sidecar.sock")
-	cmd := exec.Command(bin, "agent", "--rules", path, "--node-id", "bench", "--http-addr", addr, "--http-socket", sock, "--log-level", "error")
+	grpcSock := filepath.Join(dir, "sidecar-grpc.sock")
+	cmd := exec.Command(bin, "agent", "--rules", path, "--node-id", "bench", "--http-addr", addr, "--http-socket", sock,
+		"--grpc-addr", grpcAddr, "--grpc-socket", grpcSock, "--log-level", "error")
 	cmd.Env = spawn.Env()
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -48,6 +56,14 @@ func startSidecar(ctx context.Context, bin, dir string, rules int) (*sidecar, er
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 				return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 			}}}}
+	if s.stream, err = sidecarclient.New(grpcAddr); err != nil {
+		s.stop()
+		return nil, err
+	}
+	if s.streamUnix, err = sidecarclient.New("unix://" + grpcSock); err != nil {
+		s.stop()
+		return nil, err
+	}
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		resp, err := s.http.Get(s.url + "/healthz")
@@ -65,7 +81,25 @@ func startSidecar(ctx context.Context, bin, dir string, rules int) (*sidecar, er
 	}
 }
 
-func (s *sidecar) stop() { terminate(s.cmd, 10*time.Second) }
+func (s *sidecar) stop() {
+	for _, c := range []*sidecarclient.Client{s.stream, s.streamUnix} {
+		if c != nil {
+			c.Close()
+		}
+	}
+	terminate(s.cmd, 10*time.Second)
+}
+
+// checkStream asks over gRPC CheckStream, on TCP.
+func (s *sidecar) checkStream(q *request) (bool, error) { return streamCheck(s.stream, q) }
+
+// checkStreamUnix asks over gRPC CheckStream, on the Unix socket.
+func (s *sidecar) checkStreamUnix(q *request) (bool, error) { return streamCheck(s.streamUnix, q) }
+
+func streamCheck(c *sidecarclient.Client, q *request) (bool, error) {
+	d, err := c.Check(context.Background(), agent.Request{Tenant: q.tenant, User: q.user, Route: q.route})
+	return d.Allowed, err
+}
 
 // check posts one request to /v1/check over TCP.
 func (s *sidecar) check(q *request) (bool, error) { return s.post(s.http, q) }

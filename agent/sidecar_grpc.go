@@ -1,0 +1,183 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	allotpb "github.com/allot-io/allot/proto"
+)
+
+// MaxCheckBatch bounds the checks in one CheckStream batch. A larger
+// batch is answered with an error and nothing in it is decided.
+const MaxCheckBatch = 1024
+
+// SidecarServer serves allot.v1.SidecarService from an agent: Check for
+// one request a call, and CheckStream for gateways that pipeline, where
+// one long-lived stream carries batches of checks with no per-call cost.
+type SidecarServer struct {
+	allotpb.UnimplementedSidecarServiceServer
+	a        *Agent
+	draining chan struct{}
+	once     sync.Once
+}
+
+// NewSidecarServer returns the sidecar's gRPC service for a.
+func NewSidecarServer(a *Agent) *SidecarServer {
+	return &SidecarServer{a: a, draining: make(chan struct{})}
+}
+
+// Drain ends every CheckStream once the batch it is deciding is answered,
+// so that a server's GracefulStop is not held up by streams that never
+// end. Batches received and not yet decided are neither decided nor
+// counted: the client sees its stream end and asks again elsewhere.
+func (s *SidecarServer) Drain() { s.once.Do(func() { close(s.draining) }) }
+
+// Register adds the service to a gRPC server.
+func (s *SidecarServer) Register(g *grpc.Server) { allotpb.RegisterSidecarServiceServer(g, s) }
+
+// Check decides one request. A malformed one fails with INVALID_ARGUMENT
+// and is not counted.
+func (s *SidecarServer) Check(_ context.Context, in *allotpb.CheckRequest) (*allotpb.CheckResponse, error) {
+	req, err := requestFromProto(in)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	out := &allotpb.CheckResponse{}
+	decisionToProto(s.a.Check(req), out)
+	return out, nil
+}
+
+// CheckStream answers each batch with its results, in order. Malformed
+// checks get an error each and the batch's others are decided; a batch
+// over MaxCheckBatch gets one error; neither ends the stream. A receiving
+// goroutine reads the next batch while one is decided; the messages are
+// reused from batch to batch, so a stream's steady state allocates only
+// what decoding a batch does.
+func (s *SidecarServer) CheckStream(stream allotpb.SidecarService_CheckStreamServer) error {
+	const buffers = 2
+	received := make(chan *allotpb.CheckBatch, buffers)
+	free := make(chan *allotpb.CheckBatch, buffers)
+	for range buffers {
+		free <- &allotpb.CheckBatch{}
+	}
+	recvErr := make(chan error, 1)
+	go func() {
+		// Ends when the stream does: the handler's return makes RecvMsg fail.
+		for in := range free {
+			in.Reset()
+			if err := stream.RecvMsg(in); err != nil {
+				recvErr <- err
+				return
+			}
+			received <- in
+		}
+	}()
+	out := &allotpb.CheckResults{}
+	var spare []*allotpb.CheckResponse
+	for {
+		var in *allotpb.CheckBatch
+		select {
+		case in = <-received:
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case <-s.draining:
+			return nil
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		}
+		out.Id, out.Error = in.Id, ""
+		out.Results = out.Results[:0]
+		if n := len(in.Checks); n > MaxCheckBatch {
+			out.Error = fmt.Sprintf("a batch of %d checks: at most %d are taken in one batch", n, MaxCheckBatch)
+		} else {
+			for len(spare) < n {
+				spare = append(spare, &allotpb.CheckResponse{})
+			}
+			for i, c := range in.Checks {
+				r := spare[i]
+				req, err := requestFromProto(c)
+				if err != nil {
+					*r = allotpb.CheckResponse{Error: err.Error()}
+				} else {
+					decisionToProto(s.a.Check(req), r)
+				}
+				out.Results = append(out.Results, r)
+			}
+		}
+		free <- in
+		if err := stream.Send(out); err != nil {
+			return err
+		}
+	}
+}
+
+// requestFromProto converts and validates a wire request.
+func requestFromProto(in *allotpb.CheckRequest) (Request, error) {
+	var p Priority
+	switch in.GetPriority() {
+	case allotpb.Priority_PRIORITY_UNSPECIFIED, allotpb.Priority_PRIORITY_INTERACTIVE:
+		p = Interactive
+	case allotpb.Priority_PRIORITY_BATCH:
+		p = Batch
+	case allotpb.Priority_PRIORITY_CRITICAL:
+		p = Critical
+	case allotpb.Priority_PRIORITY_EXEMPT:
+		p = Exempt
+	default:
+		return Request{}, fmt.Errorf("%w: priority: unknown value %d", ErrInvalidRequest, in.GetPriority())
+	}
+	req := Request{Tenant: in.GetTenant(), Plan: in.GetPlan(), User: in.GetUser(), Route: in.GetRoute(),
+		IP: in.GetIp(), Priority: p, Cost: in.GetCost()}
+	if err := ValidateRequest(req); err != nil {
+		return Request{}, err
+	}
+	return req, nil
+}
+
+// decisionToProto writes a decision into a wire response, in place.
+func decisionToProto(d Decision, out *allotpb.CheckResponse) {
+	retry := int64(0)
+	if !d.Allowed {
+		retry = int64(d.RetryAfter)
+		if d.RetryAfter < 0 {
+			retry = -1
+		}
+	}
+	out.Allowed, out.Rule, out.Scope = d.Allowed, d.Rule, d.Scope
+	out.Limit, out.PeriodNanos, out.Remaining = d.Limit, int64(d.Period), max(d.Remaining, 0)
+	out.RetryAfterNanos, out.ResetAfterNanos, out.Fallback, out.Error = retry, int64(d.ResetAfter), d.Fallback, ""
+}
+
+// DecisionFromProto is the Decision a wire response carries, for clients.
+func DecisionFromProto(r *allotpb.CheckResponse) Decision {
+	return Decision{Allowed: r.GetAllowed(), Rule: r.GetRule(), Scope: r.GetScope(), Limit: r.GetLimit(),
+		Period: time.Duration(r.GetPeriodNanos()), Remaining: r.GetRemaining(),
+		RetryAfter: time.Duration(r.GetRetryAfterNanos()), ResetAfter: time.Duration(r.GetResetAfterNanos()),
+		Fallback: r.GetFallback()}
+}
+
+// RequestToProto is a request as the wire carries it, for clients.
+func RequestToProto(r Request, out *allotpb.CheckRequest) {
+	p := allotpb.Priority_PRIORITY_INTERACTIVE
+	switch r.Priority {
+	case Batch:
+		p = allotpb.Priority_PRIORITY_BATCH
+	case Critical:
+		p = allotpb.Priority_PRIORITY_CRITICAL
+	case Exempt:
+		p = allotpb.Priority_PRIORITY_EXEMPT
+	}
+	out.Tenant, out.Plan, out.User, out.Route, out.Ip = r.Tenant, r.Plan, r.User, r.Route, r.IP
+	out.Priority, out.Cost = p, r.Cost
+}

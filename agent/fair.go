@@ -98,16 +98,30 @@ func (f *fairState) check(a *Agent, rs *ruleState, st *limitStore, req *Request,
 		}
 		return r
 	}
+	closed := &st.closed[req.Priority&3]
+	if c := closed.Load(); c != 0 && now.UnixNano() < c {
+		wait := time.Duration(c - now.UnixNano())
+		return refuse(result{0, 1, wait, wait})
+	}
 	d := st.single.AllowAt(now, cost)
 	if !d.Allowed {
 		return refuse(fromAlgo(&d))
 	}
 	// The priority's reserve: what a lower priority may not take of the
 	// node's total. Checked after spending, so the usual case costs one
-	// call; a request that dipped into the reserve is given back.
-	if d.Remaining < reserveUnits(req.Priority, d.Limit) {
+	// call; a request that dipped into the reserve is given back, and the
+	// priority is closed until the total has refilled past its reserve,
+	// so that while it is in the reserve its refusals take no lock.
+	if reserve := reserveUnits(req.Priority, d.Limit); d.Remaining < reserve {
 		st.single.ReturnAt(now, cost)
-		return refuse(result{d.Remaining + cost, d.Limit, max(a.interval()/10, time.Millisecond), d.ResetAfter})
+		retry := max(a.interval()/10, time.Millisecond)
+		if probe := st.single.AllowAt(now, reserve+cost); probe.Allowed {
+			st.single.ReturnAt(now, reserve+cost) // refilled meanwhile
+		} else if probe.RetryAfter > 0 {
+			retry = probe.RetryAfter
+			closed.Store(now.UnixNano() + int64(retry))
+		}
+		return refuse(result{d.Remaining + cost, d.Limit, retry, d.ResetAfter})
 	}
 	if class != nil && !leased {
 		class.admitted.Add(cost)

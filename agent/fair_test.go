@@ -206,3 +206,50 @@ func TestGlobalRuleClassOfBoundedTenant(t *testing.T) {
 		t.Fatalf("the class of a tenant reported as %q holds no lease", allotpb.BoundName(req.Tenant))
 	}
 }
+
+// TestGlobalRuleReserveWhileSaturated: a saturated global rule keeps its
+// priority reserves. Once interactive requests meet the reserve they are
+// refused, with a Retry-After saying when the total is past it again,
+// while critical ones still take the reserve; at that time interactive
+// requests are admitted again. The striped total admits, over the test,
+// no more than its capacity and what it earned.
+func TestGlobalRuleReserveWhileSaturated(t *testing.T) {
+	clk := newManualClock()
+	r := rule("capacity", rules.Global, algo.TokenBucket, 1000, time.Second, lease.Capacity)
+	r.Burst = 1000
+	a, err := New(Config{Rules: []rules.Rule{r}, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(context.Background())
+	admitted := 0
+	var refusal Decision
+	for range 2000 {
+		d := a.Check(Request{Tenant: "acme"})
+		if !d.Allowed {
+			refusal = d
+			break
+		}
+		admitted++
+	}
+	// Interactive requests may not take the last 5%; stripes may hold up
+	// to the rule's tolerance (3%) beyond the total.
+	if admitted < 940 || admitted > 960+30 {
+		t.Fatalf("interactive admitted %d of 1000 before the reserve, want about 950", admitted)
+	}
+	if refusal.RetryAfter <= 0 || refusal.Rule != "capacity" {
+		t.Fatalf("refusal: %+v", refusal)
+	}
+	for i := range 10 {
+		if d := a.Check(Request{Tenant: "acme"}); d.Allowed {
+			t.Fatalf("interactive request %d admitted inside the reserve: %+v after %+v (%d admitted)", i, d, refusal, admitted)
+		}
+		if d := a.Check(Request{Tenant: "acme", Priority: Critical}); !d.Allowed {
+			t.Fatalf("critical request %d refused while the reserve lasts: %+v", i, d)
+		}
+	}
+	clk.Advance(refusal.RetryAfter + 20*time.Millisecond)
+	if d := a.Check(Request{Tenant: "acme"}); !d.Allowed {
+		t.Fatalf("interactive refused after its Retry-After, and the critical ones' refill: %+v", d)
+	}
+}

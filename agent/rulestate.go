@@ -2,6 +2,7 @@ package agent
 
 import (
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,9 +51,13 @@ type ruleData struct {
 type limitStore struct {
 	limit  int64 // the rule's limit for these tenants, per period
 	keyed  *algo.Keyed
-	single *algo.Limiter // global rules: the node's total
-	mu     sync.Mutex    // guards share
-	share  float64       // the node's unleased share, per period
+	single *algo.Striped // global rules: the node's total, shared by every core
+	// closed holds, per priority, until when (ns, the agent's clock) the
+	// node's total is known to be inside that priority's reserve: its
+	// requests are refused with one atomic load (global rules).
+	closed [4]atomic.Int64
+	mu     sync.Mutex // guards share
+	share  float64    // the node's unleased share, per period
 }
 
 // nodeConfig is the algo configuration that enforces a node's share of a
@@ -114,6 +119,24 @@ func nodeConfig(r *rules.Rule, share, burst float64, part bool) (algo.Config, bo
 	return cfg, true
 }
 
+// stripeChunk is how many units each of a global rule's stripes takes from
+// the node's total at once (algo.Striped): as many as keep everything the
+// stripes hold within the rule's tolerance of what the total admits at
+// once, and at most 64 (one call to the total in 64 requests is already
+// too few to contend). Stripes can admit what they hold on top of a full
+// total, so a rule that tolerates no overshoot is not striped; nor is a
+// total too small for a chunk of 2 per stripe, which is exact.
+func stripeChunk(r *rules.Rule, cfg algo.Config, stripes int) int64 {
+	if stripes < 2 || r.Algorithm.Windowed() || !(r.Tol() > 0) {
+		return 0
+	}
+	capacity := cfg.Burst // the token bucket's capacity
+	if r.Algorithm == algo.GCRA {
+		capacity = 1 + cfg.Burst
+	}
+	return min(int64(r.Tol()*float64(capacity)/float64(stripes)), 64)
+}
+
 // shareOf is a node's share of an effective limit when it holds no lease:
 // the region's part, divided evenly among the nodes. A rule that is not
 // coordinated (a local rule, or any rule of a standalone agent) gives
@@ -131,7 +154,10 @@ func (rs *ruleState) newLimitStore(limit int64, region string, nodes int, opts a
 	cfg, _ := nodeConfig(&rs.rule, st.share, rs.rule.BurstFor(float64(limit))*st.share/float64(limit), rs.coordinated)
 	var err error
 	if rs.rule.Scope == rules.Global {
-		st.single, err = algo.New(cfg)
+		var lim *algo.Limiter
+		if lim, err = algo.New(cfg); err == nil {
+			st.single = algo.NewStriped(lim, 4*runtime.GOMAXPROCS(0), stripeChunk(&rs.rule, cfg, 4*runtime.GOMAXPROCS(0)))
+		}
 	} else {
 		st.keyed, err = algo.NewKeyed(cfg, opts)
 	}
@@ -153,6 +179,10 @@ func (st *limitStore) setShare(r *rules.Rule, share float64, now time.Time) {
 	st.share = share
 	if st.single != nil {
 		_ = st.single.Reconfigure(cfg, now)
+		st.single.SetChunk(stripeChunk(r, cfg, st.single.Stripes()))
+		for i := range st.closed {
+			st.closed[i].Store(0) // worked out at the old share
+		}
 	} else {
 		_ = st.keyed.Reconfigure(cfg, now)
 	}

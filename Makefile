@@ -76,6 +76,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./lease/rules
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRetryAfter$$' -fuzztime $(FUZZTIME) ./agent/retry
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCheck$$' -fuzztime $(FUZZTIME) ./agent
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckResponseJSON$$' -fuzztime $(FUZZTIME) ./agent
 
 # Regenerate proto/*.pb.go. The generated files are committed, so only
 # changing a .proto file needs this.

@@ -54,13 +54,17 @@ func SetHeaders(h http.Header, d Decision) {
 	}
 	reset := ceilSeconds(d.ResetAfter)
 	name := sfString(d.Rule)
-	h.Set("RateLimit-Policy", name+";q="+strconv.FormatInt(d.Limit, 10)+";w="+strconv.FormatInt(ceilSeconds(d.Period), 10))
-	h.Set("RateLimit", name+";r="+strconv.FormatInt(max(d.Remaining, 0), 10)+";t="+strconv.FormatInt(reset, 10))
-	h.Set("RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
-	h.Set("RateLimit-Remaining", strconv.FormatInt(max(d.Remaining, 0), 10))
-	h.Set("RateLimit-Reset", strconv.FormatInt(reset, 10))
+	// The keys are written in their canonical form (textproto's, "RateLimit"
+	// is "Ratelimit"), as Header.Set would: Set allocates the canonical
+	// copy of a name not already canonical, on every request.
+	limit, remaining, resetS := strconv.FormatInt(d.Limit, 10), strconv.FormatInt(max(d.Remaining, 0), 10), strconv.FormatInt(reset, 10)
+	h["Ratelimit-Policy"] = []string{name + ";q=" + limit + ";w=" + strconv.FormatInt(ceilSeconds(d.Period), 10)}
+	h["Ratelimit"] = []string{name + ";r=" + remaining + ";t=" + resetS}
+	h["Ratelimit-Limit"] = []string{limit}
+	h["Ratelimit-Remaining"] = []string{remaining}
+	h["Ratelimit-Reset"] = []string{resetS}
 	if !d.Allowed && d.RetryAfter >= 0 {
-		h.Set("Retry-After", strconv.FormatInt(RetryAfterSeconds(d), 10))
+		h["Retry-After"] = []string{strconv.FormatInt(RetryAfterSeconds(d), 10)}
 	}
 }
 

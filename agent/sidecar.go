@@ -47,7 +47,21 @@ var ErrBadCheck = errors.New("agent: bad check request")
 // DecodeCheck reads a check request strictly: one JSON object, no unknown
 // fields, no trailing data, a known priority, and the bounds of
 // ValidateRequest (names, attributes, a cost from 0 to MaxCost).
+//
+// It decides exactly as encoding/json does (see checkjson.go): the body
+// is read into a pooled buffer and a common one is scanned by hand, any
+// other handed to decodeCheckJSON.
 func DecodeCheck(r io.Reader) (Request, error) {
+	bp := getBuf()
+	defer putBuf(bp)
+	return decodeCheckBuffered(r, bp)
+}
+
+// decodeCheckJSON is DecodeCheck through encoding/json: the reference the
+// hand-written scanner must agree with, and its fallback for any body it
+// does not decide itself, so such bodies get encoding/json's result and
+// error, word for word.
+func decodeCheckJSON(r io.Reader) (Request, error) {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	var c CheckRequest
@@ -57,6 +71,12 @@ func DecodeCheck(r io.Reader) (Request, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return Request{}, fmt.Errorf("%w: unexpected data after the JSON object", ErrBadCheck)
 	}
+	return checkRequest(&c)
+}
+
+// checkRequest turns a decoded body into a Request: its priority parsed
+// and its bounds checked, as both decoding paths do.
+func checkRequest(c *CheckRequest) (Request, error) {
 	p, err := ParsePriority(c.Priority)
 	if err != nil {
 		return Request{}, fmt.Errorf("%w: priority: %q is not batch, interactive, critical or exempt", ErrBadCheck, c.Priority)
@@ -80,7 +100,11 @@ func CheckHandler(a *Agent) http.Handler {
 			writeJSONError(w, http.StatusMethodNotAllowed, "use POST with a JSON body")
 			return
 		}
-		req, err := DecodeCheck(http.MaxBytesReader(w, r.Body, MaxCheckBody))
+		// One pooled buffer serves the body and then the answer: the
+		// decoded Request holds no reference to it.
+		bp := getBuf()
+		defer putBuf(bp)
+		req, err := decodeCheckBuffered(http.MaxBytesReader(w, r.Body, MaxCheckBody), bp)
 		if err != nil {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
@@ -106,8 +130,14 @@ func CheckHandler(a *Agent) http.Handler {
 				resp.RetryAfterSeconds = &s
 			}
 		}
+		// As json.NewEncoder(w).Encode(resp) did, a response that cannot
+		// be encoded (never, from a Decision) gets the status alone.
+		body, err := appendCheckResponse((*bp)[:0], &resp)
+		*bp = body
 		w.WriteHeader(code)
-		_ = json.NewEncoder(w).Encode(resp)
+		if err == nil {
+			_, _ = w.Write(body)
+		}
 	})
 }
 

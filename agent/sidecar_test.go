@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -81,14 +83,29 @@ func TestCheckHandler(t *testing.T) {
 }
 
 // FuzzDecodeCheck: any body is either a request or an ErrBadCheck, never
-// a panic, and a decoded request re-encodes to the same request.
+// a panic, and a decoded request re-encodes to the same request. The
+// hand-written decoder agrees with encoding/json on every body, whole or
+// cut short by MaxBytesReader: the same request, the same error.
 func FuzzDecodeCheck(f *testing.F) {
 	f.Add([]byte(`{"tenant":"acme","user":"u1","route":"/search","ip":"203.0.113.7","priority":"interactive","cost":1}`))
 	f.Add([]byte(`{"tenant":"acme","cost":-1}`))
 	f.Add([]byte(`{"priority":"exempt"} `))
 	f.Add([]byte(`[]`))
+	f.Add([]byte(`{"tenant":"a","tenant":null,"cost":1e3}`))
+	f.Add([]byte(`{"Tenant":"\u00e9","cost":01}`))
+	f.Add([]byte("{\"user\":\"\xff\",\"plan\":\"caf\xc3\xa9\"}"))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, err := DecodeCheck(bytes.NewReader(body))
+		if want, wantErr := decodeCheckJSON(bytes.NewReader(body)); req != want || fmt.Sprint(err) != fmt.Sprint(wantErr) {
+			t.Fatalf("DecodeCheck: %+v, %v\nencoding/json: %+v, %v", req, err, want, wantErr)
+		}
+		limited := func() io.Reader {
+			return http.MaxBytesReader(nil, io.NopCloser(bytes.NewReader(body)), int64(len(body)*2/3))
+		}
+		cut, cutErr := DecodeCheck(limited())
+		if want, wantErr := decodeCheckJSON(limited()); cut != want || fmt.Sprint(cutErr) != fmt.Sprint(wantErr) {
+			t.Fatalf("cut short, DecodeCheck: %+v, %v\nencoding/json: %+v, %v", cut, cutErr, want, wantErr)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrBadCheck) {
 				t.Fatalf("error %v does not wrap ErrBadCheck", err)

@@ -86,6 +86,29 @@ func benchXRate() libraryResult {
 	return libraryResult{nsPerOp: float64(res.T.Nanoseconds()) / float64(res.N), allocs: res.AllocsPerOp(), admittedShare: float64(admitted) / float64(res.N)}
 }
 
+// benchXRateScaling times x/time/rate with one limiter per goroutine,
+// nothing shared, from one goroutine or GOMAXPROCS: how far this machine's
+// cores scale work that shares no memory at all, the ceiling for any
+// limiter.
+func benchXRateScaling(parallel bool) libraryResult {
+	res := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		run := func(pb func() bool) {
+			l := rate.NewLimiter(rate.Limit(ruleSpecs[1].rate), int(ruleSpecs[1].burst))
+			for pb() {
+				l.Allow()
+			}
+		}
+		if parallel {
+			b.RunParallel(func(pb *testing.PB) { run(pb.Next) })
+			return
+		}
+		i := 0
+		run(func() bool { i++; return i <= b.N })
+	})
+	return libraryResult{nsPerOp: float64(res.T.Nanoseconds()) / float64(res.N), allocs: res.AllocsPerOp()}
+}
+
 // library runs the library measurements.
 func library() (map[string]libraryResult, error) {
 	out := map[string]libraryResult{}
@@ -104,6 +127,8 @@ func library() (map[string]libraryResult, error) {
 	out["4 rules, hot key"] = benchLibrary(four, true, false)
 	out["4 rules, zipf, 1 goroutine"] = benchLibrary(four, false, false)
 	out[fmt.Sprintf("4 rules, zipf, %d goroutines", runtime.GOMAXPROCS(0))] = benchLibrary(four, false, true)
+	out["x/time/rate unshared, 1 goroutine"] = benchXRateScaling(false)
+	out["x/time/rate unshared, parallel"] = benchXRateScaling(true)
 	return out, nil
 }
 

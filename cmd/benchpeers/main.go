@@ -151,6 +151,7 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 	four := lib["4 rules, hot key"]
 	z1 := lib["4 rules, zipf, 1 goroutine"]
 	zn := lib[fmt.Sprintf("4 rules, zipf, %d goroutines", runtime.GOMAXPROCS(0))]
+	x1, xn := lib["x/time/rate unshared, 1 goroutine"], lib["x/time/rate unshared, parallel"]
 	rows = append(rows,
 		row{"library Check, 1 rule, hot tenant vs x/time/rate Allow", fmt.Sprintf("%.0f ns, %d allocs", one.nsPerOp, one.allocs), fmt.Sprintf("%.0f ns (%.2f×)", xr.nsPerOp, one.nsPerOp/xr.nsPerOp), "≤ 50 ns, 0 allocs", verdict(one.nsPerOp <= 50 && one.allocs == 0)},
 		row{"  admitted (Allot / x/time/rate)", pct(one.admittedShare), pct(xr.admittedShare), "", ""},
@@ -158,6 +159,8 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 		row{"  admitted", pct(four.admittedShare), "", "", ""},
 		row{fmt.Sprintf("library Check, 4 rules, %d users Zipf(1.1): 1 → %d goroutines", users, runtime.GOMAXPROCS(0)), fmt.Sprintf("%.0f ns → %.0f ns (%.2f×)", z1.nsPerOp, zn.nsPerOp, z1.nsPerOp/zn.nsPerOp), "", "≥ 1.7×", verdict(z1.nsPerOp/zn.nsPerOp >= 1.7)},
 		row{"  admitted (1 / many goroutines)", pct(z1.admittedShare), pct(zn.admittedShare), "", ""},
+		row{fmt.Sprintf("  this machine's ceiling: x/time/rate, one limiter per goroutine, nothing shared, 1 → %d goroutines", runtime.GOMAXPROCS(0)),
+			fmt.Sprintf("%.0f ns → %.0f ns (%.2f×)", x1.nsPerOp, xn.nsPerOp, x1.nsPerOp/xn.nsPerOp), "", "", ""},
 	)
 	printTable(w, rows)
 	return nil

@@ -25,6 +25,12 @@ import (
 type allocator struct {
 	est    lease.Estimator
 	region string
+	// global is set on a parent cluster: its nodes are regions, and it
+	// divides every rule's whole limit among them (see tier.go).
+	global bool
+	// parent holds a region cluster's leases from its parent; nil when
+	// the cluster leases from none and divides the static fractions.
+	parent *parentLeases
 	// interval and ttl are the cluster's report interval and lease TTL,
 	// in ns (see setTiming).
 	interval atomic.Int64
@@ -63,16 +69,25 @@ type poolKey struct{ rule, key string }
 type nodeInfo struct {
 	index    int32
 	lastSeen int64
+	region   string // the region it reported from (a parent's nodes are regions)
 }
 
 // pool is one key of one rule: the allowance being divided.
 type pool struct {
-	rule    *rules.Rule
-	limit   float64 // in the rule's units per period, for this region
-	window  int64   // window algorithms: the current window's start, ns
-	classes []*class
-	byClass map[classKey]int // fair rules only
-	dirty   bool
+	rule *rules.Rule
+	// limit is what the pool divides, in the rule's units per period:
+	// the region's part of ruleLimit (see allocator.poolLimit), the
+	// rule's limit for the key's tenant and plan, which are kept to
+	// report the key to a parent.
+	limit        float64
+	ruleLimit    int64
+	tenant, plan string
+	// regionSeen is, on a parent, when each region last reported the key.
+	regionSeen map[string]int64
+	window     int64 // window algorithms: the current window's start, ns
+	classes    []*class
+	byClass    map[classKey]int // fair rules only
+	dirty      bool
 	// contended is set when the last allocation found more demand than
 	// the limit.
 	contended bool
@@ -150,7 +165,7 @@ func (a *allocator) setRules(set *rules.Set) {
 	byName := make(map[string]*rules.Rule, set.Len())
 	for i := range set.Rules() {
 		r := set.Rules()[i]
-		if !appliesIn(&r, a.region) {
+		if !a.global && !appliesIn(&r, a.region) {
 			continue
 		}
 		byName[r.Name] = &r
@@ -233,7 +248,7 @@ func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lea
 		a.nodes[node] = info
 		a.next++
 	}
-	info.lastSeen = now
+	info.lastSeen, info.region = now, req.GetRegion()
 	if leaving {
 		info.lastSeen = 0 // out of the fleet's count at once; its claims go below
 	}
@@ -263,15 +278,19 @@ func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lea
 		sh.mu.Lock()
 		p := sh.pools[k]
 		if p == nil {
-			p = &pool{rule: r, limit: r.RegionLimit(r.LimitFor(d.GetTenant(), d.GetPlan()), a.region), born: now}
+			p = &pool{rule: r, born: now}
 			if r.Fair() {
-				p.limit = r.RegionLimit(r.Limit, a.region)
+				p.ruleLimit = r.Limit
 				p.byClass = map[classKey]int{}
 			}
 			sh.pools[k] = p
 		}
 		if !r.Fair() {
-			p.limit = r.RegionLimit(r.LimitFor(d.GetTenant(), d.GetPlan()), a.region)
+			p.ruleLimit, p.tenant, p.plan = r.LimitFor(d.GetTenant(), d.GetPlan()), d.GetTenant(), d.GetPlan()
+		}
+		p.limit = a.poolLimit(k, r, p.ruleLimit, max(p.window, d.GetWindowUnixNano()), now)
+		if a.global && !leaving {
+			p.sawRegion(req.GetRegion(), now)
 		}
 		c := p.class(classKey{d.GetTenant(), d.GetPriority()}, r, d.GetPlan())
 		cl := c.claim(info.index)
@@ -428,6 +447,9 @@ func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 			r, _ := reserve(&c.claims[i])
 			reserved += r
 		}
+	}
+	if a.global {
+		reserved += a.fallenRegions(p, now)
 	}
 	pl.Limit = max(pl.Limit-reserved, 0)
 	present := func(cl *claim) bool { return cl.lastSeen > 0 && now-cl.lastSeen < 2*interval && cl.left == 0 }

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -14,16 +15,24 @@ import (
 // process, with time passed in. The simulator drives it in virtual time to
 // study how leases converge; it is not a way to run Allot.
 type Engine struct {
-	cfg      EngineConfig
-	mu       sync.Mutex
-	st       *state
-	alloc    *allocator
-	lastFull time.Time
+	cfg         EngineConfig
+	incarnation uint64 // as a parent's node
+	mu          sync.Mutex
+	st          *state
+	alloc       *allocator
+	lastFull    time.Time
 }
 
 // EngineConfig configures an Engine.
 type EngineConfig struct {
-	Region         string
+	Region string
+	// Global makes the engine a parent: its nodes are regions' clusters,
+	// among which it divides every rule's whole limit (see tier.go).
+	Global bool
+	// Parent makes the engine a region's cluster that leases the rules
+	// divided among regions from a parent (RegionReport, ApplyParent),
+	// rather than dividing their static fractions.
+	Parent         bool
 	ReportInterval time.Duration // default 1s
 	LeaseTTL       time.Duration // default DefaultLeaseIntervals × ReportInterval
 	RoundInterval  time.Duration // default ReportInterval / 4, as Config's
@@ -49,7 +58,12 @@ func NewEngine(cfg EngineConfig, now time.Time) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: engine rules: %w", err)
 	}
-	e := &Engine{cfg: cfg, st: newState(), alloc: newAllocator(cfg.Region, cfg.ReportInterval, cfg.LeaseTTL), lastFull: now}
+	e := &Engine{cfg: cfg, st: newState(), alloc: newAllocator(cfg.Region, cfg.ReportInterval, cfg.LeaseTTL), lastFull: now,
+		incarnation: rand.Uint64()}
+	e.alloc.global = cfg.Global
+	if cfg.Parent {
+		e.alloc.parent = &parentLeases{m: map[poolKey]*parentLease{}}
+	}
 	e.st.rules = set
 	e.st.applySettings(&allotpb.SettingsCommand{
 		BillingWindowNano: int64(cfg.BillingWindow), ReportIntervalNano: int64(cfg.ReportInterval), LeaseTtlNano: int64(cfg.LeaseTTL),
@@ -66,6 +80,46 @@ func (e *Engine) Failover(now time.Time) {
 	epoch := e.st.applyEpoch(&allotpb.EpochCommand{})
 	e.alloc.lead(epoch, now.UnixNano(), e.st.recentNodes(now.Add(-2*e.cfg.LeaseTTL).UnixNano()))
 	e.alloc.setRules(e.st.rules)
+	if e.alloc.parent != nil {
+		// A new leader holds no lease from the parent: its first
+		// exchange brings them back.
+		e.alloc.parent.mu.Lock()
+		clear(e.alloc.parent.m)
+		e.alloc.parent.mu.Unlock()
+		e.alloc.refreshLimits(now.UnixNano())
+	}
+}
+
+// RegionReport is the report a region's engine (EngineConfig.Parent)
+// sends its parent at now, its demand counted over interval: it reports
+// as one node, named for the region.
+func (e *Engine) RegionReport(now time.Time, interval time.Duration) *allotpb.ReportRequest {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return &allotpb.ReportRequest{
+		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: RegionNode(e.cfg.Region), Incarnation: e.incarnation,
+		Region: e.cfg.Region, SentUnixNano: now.UnixNano(), IntervalNano: int64(interval),
+		RulesVersion: e.st.rules.Version(), Demand: e.alloc.regionDemand(now.UnixNano(), int64(interval)),
+	}
+}
+
+// RegionNode is the node name a region's cluster reports to its parent as.
+func RegionNode(region string) string { return "region-" + region }
+
+// ApplyParent takes the parent's answer to a RegionReport, at now.
+func (e *Engine) ApplyParent(now time.Time, resp *allotpb.ReportResponse) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.alloc.applyParent(resp, now.UnixNano())
+}
+
+// ParentFallbacks is how many keys divided among regions the engine
+// divides its static fraction of, holding no current lease from the
+// parent.
+func (e *Engine) ParentFallbacks(now time.Time) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.alloc.refreshLimits(now.UnixNano())
 }
 
 // SetRules replaces the rule set, as an operator's put does; agents get
@@ -110,6 +164,7 @@ func (e *Engine) Round(now time.Time) {
 	if full {
 		e.lastFull = now
 	}
+	e.alloc.refreshLimits(now.UnixNano()) // leases from the parent that expired
 	e.alloc.round(now.UnixNano(), full)
 }
 

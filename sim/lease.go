@@ -20,14 +20,17 @@ import (
 // and ledger, without Raft), over a network with the scenario's delay,
 // jitter and loss.
 type quotaLease struct {
-	e      *env
-	engine *coordinator.Engine
-	nodes  []*simNode
-	queue  eventQueue
-	rng    *rand.Rand
-	now    atomic.Int64 // virtual time since origin, read by the agents' clocks
-	msgs   int64
-	active int
+	e *env
+	// engines are the regions' clusters (one without regions); parent,
+	// when the regions lease from one, the cluster above them.
+	engines []*coordinator.Engine
+	parent  *coordinator.Engine
+	nodes   []*simNode
+	queue   eventQueue
+	rng     *rand.Rand
+	now     atomic.Int64 // virtual time since origin, read by the agents' clocks
+	msgs    int64
+	active  int
 }
 
 // simNode is one gateway.
@@ -51,34 +54,106 @@ func (c *simClock) Now() time.Time {
 // errUnreachable is what an agent sees when its report does not arrive.
 var errUnreachable = errors.New("sim: coordinator unreachable")
 
-func newQuotaLease(e *env) (*quotaLease, error) {
+// newQuotaLease makes the strategy; with tier set (and regions) the
+// regions' clusters lease from a parent.
+func newQuotaLease(e *env, tier bool) (*quotaLease, error) {
 	q := &quotaLease{e: e, rng: rand.New(rand.NewPCG(e.s.Seed, 77))}
-	eng, err := coordinator.NewEngine(coordinator.EngineConfig{
-		Region: "sim", ReportInterval: e.s.Interval, Rules: []rules.Rule{e.rule},
-	}, e.origin)
-	if err != nil {
-		return nil, err
+	regions := 1
+	if e.s.Regions != nil {
+		regions = e.s.Regions.Count
 	}
-	q.engine = eng
+	for r := range regions {
+		eng, err := coordinator.NewEngine(coordinator.EngineConfig{
+			Region: q.regionName(r), Parent: tier, ReportInterval: e.s.Interval, Rules: []rules.Rule{e.rule},
+		}, e.origin)
+		if err != nil {
+			return nil, err
+		}
+		q.engines = append(q.engines, eng)
+	}
+	if tier {
+		var err error
+		if q.parent, err = coordinator.NewEngine(coordinator.EngineConfig{
+			Global: true, ReportInterval: e.s.Regions.regionInterval(), Rules: []rules.Rule{e.rule},
+		}, e.origin); err != nil {
+			return nil, err
+		}
+		for r := range regions {
+			// Regions report at spread phases, as independent clusters do.
+			at := time.Duration(int64(e.s.Regions.regionInterval())*int64(r)/int64(regions)) + 2*time.Millisecond
+			heap.Push(&q.queue, event{at: at, fn: func() { q.regionReport(at, r) }})
+		}
+	}
 	q.fleet(0, e.s.Nodes)
 	heap.Push(&q.queue, event{at: 0, fn: func() { q.round(0) }})
 	return q, nil
 }
 
-// engineTransport carries a report straight to the engine at the current
-// virtual time; agents use it only when closing.
-type engineTransport struct{ q *quotaLease }
+// regionName is region r's name: "sim" without regions.
+func (q *quotaLease) regionName(r int) string {
+	if q.e.s.Regions == nil {
+		return "sim"
+	}
+	return regionName(r)
+}
+
+// engineOf is the cluster a node reports to: its region's.
+func (q *quotaLease) engineOf(node int) *coordinator.Engine { return q.engines[q.e.regionOf(node)] }
+
+// regionReport sends a region's report to the parent and schedules the
+// next: it arrives after the regions' network delay, unless lost or the
+// region is cut off, and its answer comes back after another.
+func (q *quotaLease) regionReport(at time.Duration, r int) {
+	g := q.e.s.Regions
+	eng := q.engines[r]
+	req := eng.RegionReport(q.e.time(at), g.regionInterval())
+	q.msgs++
+	if q.e.parentReachable(at, r) && !(q.rng.Float64() < g.Loss) {
+		arrive := at + q.regionDelay()
+		heap.Push(&q.queue, event{at: arrive, fn: func() {
+			resp, err := q.parent.Report(q.e.time(arrive), req)
+			if err != nil {
+				return
+			}
+			back := arrive + q.regionDelay()
+			q.msgs++
+			heap.Push(&q.queue, event{at: back, fn: func() {
+				if q.e.parentReachable(back, r) {
+					eng.ApplyParent(q.e.time(back), resp)
+				}
+			}})
+		}})
+	}
+	next := at + g.regionInterval()
+	heap.Push(&q.queue, event{at: next, fn: func() { q.regionReport(next, r) }})
+}
+
+func (q *quotaLease) regionDelay() time.Duration {
+	g := q.e.s.Regions
+	d := g.Delay
+	if g.Jitter > 0 {
+		d += time.Duration(q.rng.Int64N(int64(g.Jitter)))
+	}
+	return d
+}
+
+// engineTransport carries a report straight to the node's cluster at the
+// current virtual time; agents use it only when closing.
+type engineTransport struct {
+	q    *quotaLease
+	node int
+}
 
 func (t engineTransport) Report(_ context.Context, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
-	return t.q.engine.Report(t.q.e.time(time.Duration(t.q.now.Load())), req)
+	return t.q.engineOf(t.node).Report(t.q.e.time(time.Duration(t.q.now.Load())), req)
 }
 
 func (q *quotaLease) addNode(at time.Duration, id int) error {
 	clk := &simClock{q: q}
 	a, err := agent.New(agent.Config{
-		NodeID: "node-" + strconv.Itoa(id), Region: "sim",
+		NodeID: "node-" + strconv.Itoa(id), Region: q.regionName(q.e.regionOf(id)),
 		Rules:     []rules.Rule{q.e.rule},
-		Transport: engineTransport{q}, ManualReports: true, Clock: clk,
+		Transport: engineTransport{q, id}, ManualReports: true, Clock: clk,
 		ReportInterval: q.e.s.Interval,
 	})
 	if err != nil {
@@ -154,7 +229,7 @@ func (q *quotaLease) carry(at time.Duration, nd *simNode, x *agent.Exchange) {
 	}
 	arrive := at + q.delay()
 	heap.Push(&q.queue, event{at: arrive, fn: func() {
-		resp, err := q.engine.Report(q.e.time(arrive), x.Request)
+		resp, err := q.engineOf(nd.id).Report(q.e.time(arrive), x.Request)
 		back := arrive + q.delay()
 		q.msgs++
 		heap.Push(&q.queue, event{at: back, fn: func() {
@@ -191,8 +266,13 @@ func (q *quotaLease) advance(at time.Duration) {
 
 // round runs an allocation round and schedules the next.
 func (q *quotaLease) round(at time.Duration) {
-	q.engine.Round(q.e.time(at))
-	next := at + q.engine.RoundInterval()
+	for _, eng := range q.engines {
+		eng.Round(q.e.time(at))
+	}
+	if q.parent != nil {
+		q.parent.Round(q.e.time(at))
+	}
+	next := at + q.engines[0].RoundInterval()
 	heap.Push(&q.queue, event{at: next, fn: func() { q.round(next) }})
 }
 
@@ -227,14 +307,18 @@ func (q *quotaLease) restart(at time.Duration, node int) {
 			nd.agent.Deliver(x, nil, errUnreachable)
 			continue
 		}
-		resp, err := q.engine.Report(q.e.time(at), x.Request)
+		resp, err := q.engineOf(node).Report(q.e.time(at), x.Request)
 		nd.agent.Deliver(x, resp, err)
 		q.msgs++
 	}
 }
 
 // failover makes the coordinator elect a new leader at a time.
-func (q *quotaLease) failover(at time.Duration) { q.engine.Failover(q.e.time(at)) }
+func (q *quotaLease) failover(at time.Duration) {
+	for _, eng := range q.engines {
+		eng.Failover(q.e.time(at))
+	}
+}
 
 // skew sets a node's clock off by a duration from the virtual time.
 func (q *quotaLease) skew(node int, by time.Duration) { q.nodes[node].clock.skew.Store(int64(by)) }

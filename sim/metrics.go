@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math"
+	"slices"
 	"time"
 
 	"github.com/allot-io/allot/coordinator"
@@ -40,9 +41,14 @@ type Result struct {
 	// Leaked is what was admitted beyond the limit, summed over tenants
 	// and windows after the warm-up, as a fraction of the requests.
 	Leaked float64 `json:"leaked"`
-	// During covers the scenario's outage, partition or failover (to the
-	// end of the new leader's learning), when it has one.
+	// During covers the scenario's outage, partition, failover (to the
+	// end of the new leader's learning) or isolated region, when it has
+	// one.
 	During *Span `json:"during_event,omitempty"`
+	// Settled covers, in a scenario whose tenants move between regions,
+	// the run after the warm-up less the three region intervals after
+	// each move: the figures once the allowance has followed.
+	Settled *Span `json:"settled,omitempty"`
 
 	Requests int64 `json:"requests"`
 	Admitted int64 `json:"admitted"`
@@ -138,6 +144,14 @@ func newMeter(s *Scenario, r *rules.Rule) *meter {
 		if e.Shift != nil && m.shifted < 0 {
 			m.shifted, m.shiftAt = e.Shift.Tenant, e.At
 			m.slots = map[int64][2]int64{}
+		}
+		// A move after the start is a shift to another region.
+		if e.Move != nil && e.At > 0 && m.shifted < 0 {
+			m.shifted, m.shiftAt = e.Move.Tenant, e.At
+			m.slots = map[int64][2]int64{}
+		}
+		if e.Isolate != nil {
+			m.span = &spanMeter{from: e.At, to: e.At + e.Isolate.For}
 		}
 		if e.Outage > 0 {
 			m.span = &spanMeter{from: e.At, to: e.At + e.Outage}
@@ -241,10 +255,14 @@ type sums struct {
 	peak                               float64
 }
 
-// sum adds up the windows that lie wholly within [from, to).
-func (m *meter) sum(from, to time.Duration) (t sums) {
+// sum adds up the windows that lie wholly within [from, to), less any
+// that overlap a span in skip.
+func (m *meter) sum(from, to time.Duration, skip ...[2]time.Duration) (t sums) {
 	for _, w := range m.windows {
 		if w.Start < from || w.Start+m.period > to {
+			continue
+		}
+		if slices.ContainsFunc(skip, func(s [2]time.Duration) bool { return w.Start < s[1] && w.Start+m.period > s[0] }) {
 			continue
 		}
 		t.due += w.Due
@@ -279,6 +297,19 @@ func (m *meter) result(name string, duration time.Duration) *Result {
 	r.WrongfulDenials, r.Leaked = ratio(run.wrong, run.reqs), ratio(run.leaked, run.reqs)
 	if m.shifted >= 0 {
 		r.ConvergenceIntervals = m.convergence()
+	}
+	if g := m.s.Regions; g != nil {
+		var moves [][2]time.Duration
+		for _, e := range m.s.Events {
+			if e.Move != nil && e.At > 0 {
+				moves = append(moves, [2]time.Duration{e.At, e.At + 3*g.regionInterval()})
+			}
+		}
+		if len(moves) > 0 {
+			st := m.sum(m.s.Warmup, duration, moves...)
+			r.Settled = &Span{From: m.s.Warmup, To: duration, AdmittedRatio: ratio(st.admitted, st.due), PeakOvershoot: st.peak,
+				WrongfulDenials: ratio(st.wrong, st.reqs), Leaked: ratio(st.leaked, st.reqs)}
+		}
 	}
 	if sp := m.span; sp != nil {
 		// Wrongful denials are counted per request in the span itself;

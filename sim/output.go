@@ -36,6 +36,16 @@ func WriteTable(w io.Writer, s *Scenario, results []*Result) error {
 				d.From, d.To, r.Strategy, 100*d.AdmittedRatio, 100*d.PeakOvershoot, 100*d.WrongfulDenials, 100*d.Leaked)
 		}
 	}
+	for _, r := range results {
+		if d := r.Settled; d != nil {
+			fmt.Fprintf(w, "settled (three region intervals after each move left out), %s: admitted ÷ due %.2f%%, peak %.2f%%, wrongful %.4f%%, leaked %.4f%%\n",
+				r.Strategy, 100*d.AdmittedRatio, 100*d.PeakOvershoot, 100*d.WrongfulDenials, 100*d.Leaked)
+		}
+	}
+	if g := s.Regions; g != nil {
+		fmt.Fprintf(w, "regions: %d, reporting to the parent every %v, %v + up to %v each way, %.1f%% lost\n",
+			g.Count, g.regionInterval(), g.Delay, g.Jitter, 100*g.Loss)
+	}
 	return nil
 }
 

@@ -20,6 +20,8 @@ func strategyColor(name string) color.RGBA {
 		return color.RGBA{R: 0xdd, G: 0x84, B: 0x52, A: 0xff}
 	case "quota-lease":
 		return color.RGBA{R: 0x55, G: 0xa8, B: 0x68, A: 0xff}
+	case staticRegions:
+		return color.RGBA{R: 0x81, G: 0x72, B: 0xb3, A: 0xff}
 	}
 	return color.RGBA{R: 0xc4, G: 0x4e, B: 0x52, A: 0xff}
 }

@@ -13,6 +13,12 @@ import (
 // Strategies are the strategies the simulator knows, in report order.
 var strategyNames = []string{"central", "even-split", "quota-lease", "async-global"}
 
+// staticRegions is quota-lease with regions and no parent: every region
+// divides its static fraction, the baseline the tier between regions is
+// measured against. It runs only for scenarios with regions, and by
+// default for each of them.
+const staticRegions = "static-regions"
+
 // StrategyNames lists the strategies the simulator compares.
 func StrategyNames() []string { return slices.Clone(strategyNames) }
 
@@ -35,10 +41,16 @@ func Run(ctx context.Context, s *Scenario, opts Options) ([]*Result, error) {
 	names := opts.Strategies
 	if len(names) == 0 {
 		names = strategyNames
+		if s.Regions != nil {
+			names = append(slices.Clone(names), staticRegions)
+		}
 	}
 	for _, n := range names {
-		if !slices.Contains(strategyNames, n) {
-			return nil, fmt.Errorf("%w: unknown strategy %q (want %v)", ErrInvalidScenario, n, strategyNames)
+		switch {
+		case n == staticRegions && s.Regions == nil:
+			return nil, fmt.Errorf("%w: strategy %s needs a scenario with regions", ErrInvalidScenario, staticRegions)
+		case n != staticRegions && !slices.Contains(strategyNames, n):
+			return nil, fmt.Errorf("%w: unknown strategy %q (want %v, or %s with regions)", ErrInvalidScenario, n, strategyNames, staticRegions)
 		}
 	}
 	results := make([]*Result, len(names))
@@ -75,8 +87,9 @@ func Run(ctx context.Context, s *Scenario, opts Options) ([]*Result, error) {
 			return nil, err
 		}
 	}
+	order := append(slices.Clone(strategyNames), staticRegions)
 	sort.SliceStable(results, func(i, j int) bool {
-		return slices.Index(strategyNames, results[i].Strategy) < slices.Index(strategyNames, results[j].Strategy)
+		return slices.Index(order, results[i].Strategy) < slices.Index(order, results[j].Strategy)
 	})
 	return results, nil
 }
@@ -88,7 +101,9 @@ func newStrategy(name string, e *env) (strategy, error) {
 	case "even-split":
 		return newEvenSplit(e), nil
 	case "quota-lease":
-		return newQuotaLease(e)
+		return newQuotaLease(e, e.s.Regions != nil)
+	case staticRegions:
+		return newQuotaLease(e, false)
 	case "async-global":
 		return newAsyncGlobal(e), nil
 	}
@@ -135,6 +150,14 @@ func runOne(ctx context.Context, s *Scenario, name string, progress func(float64
 			case ev.Restart != nil:
 				st.advance(ev.At)
 				st.restart(ev.At, ev.Restart.Node)
+			case ev.Move != nil:
+				var in []int
+				for n := range nodes {
+					if n%s.Regions.Count == ev.Move.Region {
+						in = append(in, n)
+					}
+				}
+				gen.moveTo(ev.Move.Tenant, in)
 			}
 		}
 		for nextSample <= at {

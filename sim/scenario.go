@@ -40,8 +40,39 @@ type Scenario struct {
 	Tenants TenantSpec  `yaml:"tenants"`
 	Traffic TrafficSpec `yaml:"traffic"`
 	Network NetworkSpec `yaml:"network"`
-	Events  []Event     `yaml:"events"`
+	// Regions, when set, spreads the fleet over regions, each with its
+	// own coordinator cluster, and divides the rule's limit among them.
+	Regions *RegionsSpec `yaml:"regions"`
+	Events  []Event      `yaml:"events"`
 }
+
+// RegionsSpec spreads the fleet over Count regions (node i in region
+// i mod Count), each with an equal static fraction of the rule's limit.
+// Under quota-lease their clusters lease from a parent across a network
+// of its own; the static-regions strategy divides the fractions alone,
+// as a deployment without the tier does.
+type RegionsSpec struct {
+	Count int `yaml:"count"`
+	// Interval is how often a region's cluster reports to the parent
+	// (default 2s).
+	Interval time.Duration `yaml:"interval"`
+	// Delay, Jitter and Loss are the path between a region and the
+	// parent, one way.
+	Delay  time.Duration `yaml:"delay"`
+	Jitter time.Duration `yaml:"jitter"`
+	Loss   float64       `yaml:"loss"`
+}
+
+// regionInterval is how often a region reports to the parent.
+func (r *RegionsSpec) regionInterval() time.Duration {
+	if r.Interval > 0 {
+		return r.Interval
+	}
+	return 2 * time.Second
+}
+
+// regionName names region i.
+func regionName(i int) string { return fmt.Sprintf("region-%d", i) }
 
 // RuleSpec is the limit under study. With scope tenant each tenant has the
 // limit; with scope global the tenants share it.
@@ -125,6 +156,23 @@ type Event struct {
 	// one, knowing nothing, takes its traffic once its first report is
 	// answered, as a sidecar becomes ready.
 	Restart *RestartEvent `yaml:"restart"`
+	// Move moves a tenant's traffic to a region's gateways (with regions).
+	Move *MoveEvent `yaml:"move"`
+	// Isolate cuts a region's cluster off the parent for a while (with
+	// regions); its gateways still reach their own cluster.
+	Isolate *IsolateEvent `yaml:"isolate"`
+}
+
+// MoveEvent moves tenant Tenant's traffic to region Region's gateways.
+type MoveEvent struct {
+	Tenant int `yaml:"tenant"`
+	Region int `yaml:"region"`
+}
+
+// IsolateEvent cuts region Region's cluster off the parent For a while.
+type IsolateEvent struct {
+	Region int           `yaml:"region"`
+	For    time.Duration `yaml:"for"`
 }
 
 // RestartEvent restarts node Node.
@@ -242,6 +290,18 @@ func (s *Scenario) Validate() error {
 	if d := s.Traffic.Diurnal; d != nil && (d.Period <= 0 || d.Amplitude < 0 || d.Amplitude >= 1) {
 		return bad("traffic.diurnal", "period must be positive and amplitude in [0, 1)")
 	}
+	if g := s.Regions; g != nil {
+		switch {
+		case g.Count < 2 || g.Count > s.Nodes:
+			return bad("regions.count", "must be between 2 and nodes (%d), got %d", s.Nodes, g.Count)
+		case g.Interval < 0 || g.Interval > time.Minute:
+			return bad("regions.interval", "must be between 0 (2s) and 1m, got %v", g.Interval)
+		case g.Delay < 0 || g.Jitter < 0 || g.Delay+g.Jitter >= g.regionInterval():
+			return bad("regions.delay", "delay and jitter must be at least 0 and add up to less than the regions' interval")
+		case g.Loss < 0 || g.Loss >= 1:
+			return bad("regions.loss", "must be in [0, 1), got %v", g.Loss)
+		}
+	}
 	if _, err := s.rule(); err != nil {
 		return bad("rule", "%v", err)
 	}
@@ -249,14 +309,22 @@ func (s *Scenario) Validate() error {
 	for i, e := range s.Events {
 		field := fmt.Sprintf("events[%d]", i)
 		set := 0
-		for _, on := range []bool{e.Shift != nil, e.Join != 0, e.Leave != 0, e.Outage != 0, e.Failover, e.Partition != nil, e.Skew != nil, e.Restart != nil} {
+		for _, on := range []bool{e.Shift != nil, e.Join != 0, e.Leave != 0, e.Outage != 0, e.Failover, e.Partition != nil, e.Skew != nil, e.Restart != nil, e.Move != nil, e.Isolate != nil} {
 			if on {
 				set++
 			}
 		}
 		switch {
 		case set != 1:
-			return bad(field, "must set exactly one of shift, join, leave, outage, failover, partition, skew, restart")
+			return bad(field, "must set exactly one of shift, join, leave, outage, failover, partition, skew, restart, move, isolate")
+		case (e.Move != nil || e.Isolate != nil) && s.Regions == nil:
+			return bad(field, "move and isolate need regions")
+		case e.Move != nil && (e.Move.Tenant < 0 || e.Move.Tenant >= s.Tenants.Count || e.Move.Region < 0 || e.Move.Region >= s.Regions.Count):
+			return bad(field+".move", "no tenant %d or no region %d", e.Move.Tenant, e.Move.Region)
+		case e.Isolate != nil && (e.Isolate.Region < 0 || e.Isolate.Region >= s.Regions.Count || e.Isolate.For <= 0):
+			return bad(field+".isolate", "region must be between 0 and %d and for positive", s.Regions.Count-1)
+		case s.Regions != nil && (e.Join != 0 || e.Leave != 0):
+			return bad(field, "join and leave are not simulated with regions")
 		case e.At < 0 || e.At >= s.Duration:
 			return bad(field+".at", "must be within the run (0 to %v), got %v", s.Duration, e.At)
 		case e.Shift != nil && (e.Shift.Tenant < 0 || e.Shift.Tenant >= s.Tenants.Count):
@@ -302,6 +370,12 @@ func (s *Scenario) rule() (rules.Rule, error) {
 		}
 	default:
 		return r, fmt.Errorf("scope: %q (want tenant or global)", s.Rule.Scope)
+	}
+	if g := s.Regions; g != nil && g.Count >= 2 {
+		r.Regions = map[string]float64{}
+		for i := range g.Count {
+			r.Regions[regionName(i)] = 1 / float64(g.Count)
+		}
 	}
 	if errs := r.Validate(); len(errs) > 0 {
 		return r, errs[0]

@@ -42,9 +42,35 @@ type env struct {
 	origin  time.Time
 	outages [][2]time.Duration
 	parts   []partition
+	// isolated are the spans regions' clusters cannot reach the parent.
+	isolated []isolation
 	// tenants and plans name each tenant and its plan, made once so the
 	// request loop allocates nothing.
 	tenants, plans []string
+}
+
+type isolation struct {
+	from, to time.Duration
+	region   int
+}
+
+// parentReachable reports whether a region's cluster can reach the
+// parent at a time.
+func (e *env) parentReachable(at time.Duration, region int) bool {
+	for _, p := range e.isolated {
+		if at >= p.from && at < p.to && region == p.region {
+			return false
+		}
+	}
+	return true
+}
+
+// regionOf is the region node is in: 0 without regions.
+func (e *env) regionOf(node int) int {
+	if e.s.Regions == nil {
+		return 0
+	}
+	return node % e.s.Regions.Count
 }
 
 type partition struct {
@@ -68,6 +94,8 @@ func newEnv(s *Scenario) (*env, error) {
 			e.outages = append(e.outages, [2]time.Duration{ev.At, ev.At + ev.Outage})
 		case ev.Partition != nil:
 			e.parts = append(e.parts, partition{ev.At, ev.At + ev.Partition.For, ev.Partition.Nodes})
+		case ev.Isolate != nil:
+			e.isolated = append(e.isolated, isolation{ev.At, ev.At + ev.Isolate.For, ev.Isolate.Region})
 		}
 	}
 	return e, nil

@@ -134,6 +134,25 @@ func (t *traffic) pop() request {
 	return request{at: at, tenant: tenant, node: t.nodes[tenant][i]}
 }
 
+// moveTo pins a tenant's traffic to Sticky of the gateways in nodes (all
+// of them when Sticky is 0 or more than there are).
+func (t *traffic) moveTo(tenant int, nodes []int) {
+	k := t.s.Traffic.Sticky
+	if k == 0 || k > len(nodes) {
+		k = len(nodes)
+	}
+	pool := slices.Clone(nodes)
+	t.rng.Shuffle(len(pool), func(i, j int) { pool[i], pool[j] = pool[j], pool[i] })
+	weights := make([]float64, k)
+	for i := range weights {
+		weights[i] = 1
+		if t.s.Traffic.Skew > 1 {
+			weights[i] = 1 / math.Pow(float64(i+1), t.s.Traffic.Skew)
+		}
+	}
+	t.nodes[tenant], t.cum[tenant] = pool[:k], cumulative(weights)
+}
+
 // shift moves a tenant's traffic to other gateways.
 func (t *traffic) shift(tenant int) { t.pin(tenant, t.nodes[tenant]) }
 

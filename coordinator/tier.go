@@ -1,0 +1,233 @@
+package coordinator
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/allot-io/allot/lease/rules"
+	allotpb "github.com/allot-io/allot/proto"
+)
+
+// The tier between regions. A rule whose limit is divided among regions
+// (its regions fractions) is one allowance for the world, and a region
+// whose tenants moved elsewhere should not keep its fixed fraction idle
+// while another region refuses them. So each region's cluster leases its
+// part from a parent cluster, as agents lease theirs from the region's:
+// the region's leader reports, per key, the demand its nodes reported,
+// and the parent divides the whole limit among the regions in proportion
+// to it, with the same allocator, the same estimator and the same guards.
+// The region's cluster then divides its lease among its nodes instead of
+// the static fraction.
+//
+// A region that cannot reach the parent keeps its lease until it
+// expires, then returns to its static fraction. The parent keeps the
+// static fraction of every region it has not heard from about a key out
+// of what it divides, so a region on its fraction, or one whose nodes
+// spend their unleased shares of a key the parent has not heard of yet,
+// is never on top of what the parent granted the others.
+
+// parentLeases are a region cluster's leases from the parent: each key's
+// part of the allowance for this region. Like the allocator's, it is the
+// leader's soft state: a new leader starts on the static fractions until
+// its first exchange with the parent.
+type parentLeases struct {
+	mu sync.Mutex
+	m  map[poolKey]*parentLease
+}
+
+// parentLease is one key's lease from the parent.
+type parentLease struct {
+	limit   float64 // per period, for the region
+	next    float64 // window rules: the count from the next window on
+	window  int64   // window rules: the window limit is for, ns
+	expires int64   // ns, this cluster's clock
+	epoch   uint64
+	seq     uint64
+}
+
+// sawRegion records, on a parent, that a region reported a pool's key.
+func (p *pool) sawRegion(region string, now int64) {
+	if p.regionSeen == nil {
+		p.regionSeen = map[string]int64{}
+	}
+	p.regionSeen[region] = now
+}
+
+// tiered reports whether a rule's allowance is divided by the parent: it
+// is divided among regions, and this cluster leases from a parent.
+func (a *allocator) tiered(r *rules.Rule) bool {
+	return a.parent != nil && len(r.Regions) > 0 && !r.Local && !r.Unlimited
+}
+
+// poolLimit is what a pool divides among the cluster's nodes: a parent's
+// whole limit; else the region's lease from the parent while it holds one;
+// else the region's static fraction of limit.
+func (a *allocator) poolLimit(k poolKey, r *rules.Rule, limit int64, window, now int64) float64 {
+	if a.global {
+		return float64(limit)
+	}
+	static := r.RegionLimit(limit, a.region)
+	if !a.tiered(r) {
+		return static
+	}
+	a.parent.mu.Lock()
+	defer a.parent.mu.Unlock()
+	l := a.parent.m[k]
+	if l == nil || now >= l.expires {
+		return static
+	}
+	if r.Algorithm.Windowed() && window > l.window && l.next > 0 {
+		return l.next
+	}
+	return l.limit
+}
+
+// onFallback reports whether a tiered pool divides its static fraction
+// because it holds no current lease from the parent.
+func (a *allocator) onFallback(k poolKey, now int64) bool {
+	a.parent.mu.Lock()
+	defer a.parent.mu.Unlock()
+	l := a.parent.m[k]
+	return l == nil || now >= l.expires
+}
+
+// refreshLimits brings every tiered pool's limit up to date with the
+// parent's leases at now (a lease that arrived, or expired), and marks a
+// pool whose limit changed for division. It returns how many tiered pools
+// are on their static fraction.
+func (a *allocator) refreshLimits(now int64) (fallback int) {
+	if a.parent == nil {
+		return 0
+	}
+	for i := range a.shards {
+		sh := &a.shards[i]
+		sh.mu.Lock()
+		for k, p := range sh.pools {
+			if !a.tiered(p.rule) {
+				continue
+			}
+			limit := a.poolLimit(k, p.rule, p.ruleLimit, p.window, now)
+			if limit != p.limit {
+				p.limit, p.dirty = limit, true
+			}
+			if a.onFallback(k, now) {
+				fallback++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return fallback
+}
+
+// fallenRegions is, on a parent, the part of a pool's limit that regions
+// on their static fractions hold: the fractions of the regions that
+// reported the key and have been silent since for a lease period, whose
+// leases from the parent have expired. They divide their fractions
+// unseen; the parent divides only the rest. A region that never reported
+// the key reserves nothing: its nodes spend their unleased shares of it
+// until their cluster reports it, as nodes do in a region for a key its
+// cluster has not heard of (docs/regions.md).
+func (a *allocator) fallenRegions(p *pool, now int64) float64 {
+	fallen := 0.0
+	ttl := a.ttl.Load()
+	for name, seen := range p.regionSeen {
+		if now-seen >= ttl {
+			fallen += p.rule.Regions[name] * p.limit
+		}
+	}
+	return fallen
+}
+
+// regionDemand is the region's report to the parent: for every tiered
+// pool, the demand its nodes reported (their smoothed estimates, summed,
+// as a count over interval), what it holds from the parent, and, for
+// window rules, what its nodes have spent in the window. Fair rules are
+// reported as one class: within the region their tenants are divided by
+// weight; between regions, by demand.
+func (a *allocator) regionDemand(now, interval int64) []*allotpb.KeyDemand {
+	var out []*allotpb.KeyDemand
+	for i := range a.shards {
+		sh := &a.shards[i]
+		sh.mu.Lock()
+		for k, p := range sh.pools {
+			if !a.tiered(p.rule) {
+				continue
+			}
+			d := &allotpb.KeyDemand{Rule: k.rule, Key: k.key, Tenant: p.tenant, Plan: p.plan, WindowUnixNano: p.window, IntervalNano: interval}
+			est, committed := 0.0, 0.0
+			for _, c := range p.classes {
+				for _, cl := range c.claims {
+					if cl.lastSeen > 0 && now-cl.lastSeen < 2*a.interval.Load() {
+						est += cl.est
+					}
+					committed += cl.committed
+				}
+			}
+			d.Admitted = est * float64(interval) / float64(p.rule.Period)
+			if p.rule.Algorithm.Windowed() {
+				d.Committed = committed
+			}
+			a.parent.mu.Lock()
+			if l := a.parent.m[k]; l != nil && now < l.expires {
+				d.Held, d.HeldEpoch, d.HeldSeq, d.NextHeld = l.limit, l.epoch, l.seq, l.next
+			} else {
+				// On its static fraction the region holds that: a parent
+				// counting it as holding nothing would grant the others
+				// what the region divides until its lease comes back.
+				d.Held, d.NextHeld = p.limit, p.limit
+			}
+			a.parent.mu.Unlock()
+			out = append(out, d)
+		}
+		sh.mu.Unlock()
+	}
+	slices.SortFunc(out, func(x, y *allotpb.KeyDemand) int {
+		if x.GetRule() != y.GetRule() {
+			return compareStrings(x.GetRule(), y.GetRule())
+		}
+		return compareStrings(x.GetKey(), y.GetKey())
+	})
+	return out
+}
+
+func compareStrings(x, y string) int {
+	switch {
+	case x < y:
+		return -1
+	case x > y:
+		return 1
+	}
+	return 0
+}
+
+// applyParent takes the parent's answer at now: new leases replace those
+// held, and the answer's renewal extends those it did not resend. Times
+// in the answer are on the parent's clock and are carried over as spans
+// from its coordinator_unix_nano.
+func (a *allocator) applyParent(resp *allotpb.ReportResponse, now int64) {
+	a.parent.mu.Lock()
+	if renew := resp.GetRenewUnixNano(); renew > 0 {
+		// Renewal is on the parent's clock; this cluster's differs by the
+		// offset the exchange shows, which the caller has folded into now.
+		for _, l := range a.parent.m {
+			if l.epoch == resp.GetEpoch() {
+				l.expires = max(l.expires, now+(renew-resp.GetCoordinatorUnixNano()))
+			}
+		}
+	}
+	for _, l := range resp.GetLeases() {
+		k := poolKey{l.GetRule(), l.GetKey()}
+		old := a.parent.m[k]
+		if old != nil && old.epoch == l.GetEpoch() && old.seq >= l.GetSeq() {
+			continue
+		}
+		// A lease of nothing is the region's part while others have the
+		// demand: it holds, unlike an agent's, which returns the agent to
+		// its unleased share.
+		expires := now + (l.GetExpiresUnixNano() - resp.GetCoordinatorUnixNano())
+		a.parent.m[k] = &parentLease{limit: max(l.GetLimit(), 0), next: max(l.GetNextLimit(), 0), window: l.GetWindowUnixNano(),
+			expires: expires, epoch: l.GetEpoch(), seq: l.GetSeq()}
+	}
+	a.parent.mu.Unlock()
+	a.refreshLimits(now)
+}

@@ -1,0 +1,177 @@
+package coordinator
+
+import (
+	"testing"
+	"time"
+
+	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/lease"
+	"github.com/allot-io/allot/lease/rules"
+	allotpb "github.com/allot-io/allot/proto"
+)
+
+// world is a parent engine and three regions' engines, each region with
+// one node reporting tenant acme's demand, stepped by hand a second at a
+// time.
+type world struct {
+	t       *testing.T
+	now     time.Time
+	parent  *Engine
+	regions map[string]*Engine
+	nodes   map[string]*engineNode
+	// cut holds the regions that cannot reach the parent.
+	cut map[string]bool
+}
+
+var worldRegions = []string{"us", "eu", "ap"}
+
+func newWorld(t *testing.T, limit int64) *world {
+	t.Helper()
+	r := rules.Rule{Name: "quota", Scope: rules.Tenant, Algorithm: algo.TokenBucket, Limit: limit, Period: time.Second,
+		Intent: lease.Quota, Regions: map[string]float64{"us": 1.0 / 3, "eu": 1.0 / 3, "ap": 1.0 / 3}}
+	w := &world{t: t, now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), regions: map[string]*Engine{}, nodes: map[string]*engineNode{}, cut: map[string]bool{}}
+	var err error
+	if w.parent, err = NewEngine(EngineConfig{Global: true, Rules: []rules.Rule{r}}, w.now); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range worldRegions {
+		if w.regions[name], err = NewEngine(EngineConfig{Region: name, Parent: true, Rules: []rules.Rule{r}}, w.now); err != nil {
+			t.Fatal(err)
+		}
+		w.nodes[name] = &engineNode{name: "gw-" + name}
+	}
+	return w
+}
+
+// step advances a second: each region's node reports its demand (a
+// tenant's rate in that region), each region reports to the parent unless
+// cut off, and every engine runs its round.
+func (w *world) step(rates map[string]float64) {
+	w.t.Helper()
+	w.now = w.now.Add(time.Second)
+	for _, name := range worldRegions {
+		n := w.nodes[name]
+		req := &allotpb.ReportRequest{
+			Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: n.name, Incarnation: 1, Region: name,
+			SentUnixNano: w.now.UnixNano(), IntervalNano: int64(time.Second),
+			Demand: []*allotpb.KeyDemand{{Rule: "quota", Key: "acme", Tenant: "acme", Admitted: rates[name], Held: n.held, HeldEpoch: n.epoch, HeldSeq: n.seq}},
+		}
+		resp, err := w.regions[name].Report(w.now, req)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		for _, l := range resp.GetLeases() {
+			n.held, n.epoch, n.seq = l.GetLimit(), l.GetEpoch(), l.GetSeq()
+		}
+	}
+	for _, name := range worldRegions {
+		e := w.regions[name]
+		if !w.cut[name] {
+			resp, err := w.parent.Report(w.now, e.RegionReport(w.now, time.Second))
+			if err != nil {
+				w.t.Fatal(err)
+			}
+			e.ApplyParent(w.now, resp)
+		}
+		e.Round(w.now)
+	}
+	w.parent.Round(w.now)
+}
+
+// regionLimit is what a region's cluster divides for acme now.
+func (w *world) regionLimit(name string) float64 {
+	e := w.regions[name]
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	sh := e.alloc.shard(poolKey{"quota", "acme"})
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if p := sh.pools[poolKey{"quota", "acme"}]; p != nil {
+		return p.limit
+	}
+	return 0
+}
+
+// TestTierFollowsDemand: a tenant whose traffic is all in one region gets
+// the whole of its global quota there, not the region's third; when the
+// traffic moves to another region, the quota follows within a few
+// exchanges; and the regions' parts never add up to more than the quota
+// and its tolerance.
+func TestTierFollowsDemand(t *testing.T) {
+	w := newWorld(t, 900)
+	check := func(when string) {
+		t.Helper()
+		sum := 0.0
+		for _, name := range worldRegions {
+			sum += w.regionLimit(name)
+		}
+		if sum > 900*1.05+1e-6 {
+			t.Fatalf("%s: the regions divide %.1f of a quota of 900", when, sum)
+		}
+	}
+	for i := range 10 {
+		w.step(map[string]float64{"us": 2000})
+		check("us busy, second " + string(rune('0'+i)))
+	}
+	if got := w.regionLimit("us"); got < 0.95*900 {
+		t.Fatalf("us, where all the traffic is, divides %.1f of 900 (its static third is 300)", got)
+	}
+	if w.nodes["us"].held < 0.9*900 {
+		t.Fatalf("the busy node holds %.1f of 900", w.nodes["us"].held)
+	}
+	moved := -1
+	for i := range 10 {
+		w.step(map[string]float64{"eu": 2000})
+		check("after the move")
+		if moved < 0 && w.regionLimit("eu") >= 0.95*900 {
+			moved = i + 1
+		}
+	}
+	if moved < 0 || moved > 4 {
+		t.Fatalf("eu divides %.1f of 900 ten seconds after the traffic moved there (reached 95%% after %d)", w.regionLimit("eu"), moved)
+	}
+	if got := w.regionLimit("us"); got > 0.1*900 {
+		t.Fatalf("us still divides %.1f after its traffic left", got)
+	}
+}
+
+// TestTierPartition: a region cut off from the parent keeps its lease
+// until it expires, then divides its static fraction; the parent, having
+// heard nothing from it for a lease period, keeps that fraction out of
+// what it divides among the others, so the regions together stay within
+// the quota and its tolerance throughout.
+func TestTierPartition(t *testing.T) {
+	w := newWorld(t, 900)
+	busy := map[string]float64{"us": 1000, "eu": 1000, "ap": 1000}
+	for range 8 {
+		w.step(busy)
+	}
+	w.cut["ap"] = true
+	fallback := false
+	for i := range 30 {
+		w.step(busy)
+		sum := 0.0
+		for _, name := range worldRegions {
+			sum += w.regionLimit(name)
+		}
+		if sum > 900*1.05+1e-6 {
+			t.Fatalf("second %d of the partition: the regions divide %.1f of 900", i+1, sum)
+		}
+		if w.regions["ap"].ParentFallbacks(w.now) > 0 {
+			fallback = true
+			if got := w.regionLimit("ap"); got < 300-1e-6 {
+				t.Fatalf("ap on its fallback divides %.1f, below its static third", got)
+			}
+		}
+	}
+	if !fallback {
+		t.Fatal("ap never fell back to its static fraction")
+	}
+	delete(w.cut, "ap")
+	for range 8 {
+		w.step(busy)
+	}
+	if n := w.regions["ap"].ParentFallbacks(w.now); n != 0 {
+		t.Fatalf("ap still on its fallback after the partition healed (%d keys)", n)
+	}
+}

@@ -441,7 +441,7 @@ func (a *Agent) Close(ctx context.Context) error {
 	close(a.stop)
 	a.wg.Wait()
 	if a.rep != nil && a.rep.client != nil {
-		a.rep.client.close()
+		a.rep.client.Close()
 	}
 	if a.metrics != nil {
 		a.metrics.unregister()

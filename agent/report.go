@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/coordinator/clusterclient"
 	"github.com/allot-io/allot/lease"
 	allotpb "github.com/allot-io/allot/proto"
 )
@@ -27,7 +28,7 @@ import (
 type reporter struct {
 	a           *Agent
 	transport   Transport
-	client      *client // the default transport, when Coordinators are dialled
+	client      *clusterclient.Client // the default transport, when Coordinators are dialled
 	incarnation uint64
 
 	seq uint64
@@ -421,7 +422,7 @@ func (r *reporter) answered(resp *allotpb.ReportResponse, held []*hotKey, t0, t1
 		r.window = time.Duration(w)
 	}
 	if r.client != nil {
-		r.client.learn(resp.GetCoordinators())
+		r.client.Learn(resp.GetCoordinators())
 	}
 	if rs := resp.GetRules(); rs != nil && len(a.cfg.Rules) == 0 && rs.GetVersion() != r.version {
 		r.installRules(rs)

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -198,6 +199,7 @@ func TestClusterAdminToken(t *testing.T) {
 // is acknowledged, follows the leader, and fails over among members.
 type agentSim struct {
 	node        string
+	region      string // "" reports as eu-west
 	incarnation uint64
 	addrs       []string
 	conns       map[string]allotpb.AgentServiceClient
@@ -228,7 +230,7 @@ func (a *agentSim) report(ctx context.Context, tenant string, admitted uint64, d
 		}}
 	}
 	req := &allotpb.ReportRequest{
-		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: a.node, Incarnation: a.incarnation, Region: "eu-west",
+		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: a.node, Incarnation: a.incarnation, Region: cmp.Or(a.region, "eu-west"),
 		IntervalNano: int64(200 * time.Millisecond), Usage: a.pending, Demand: demand, SentUnixNano: time.Now().UnixNano(),
 	}
 	a.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/auth"
+	"github.com/allot-io/allot/coordinator/clusterclient"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -47,6 +48,11 @@ const (
 	DefaultMaxNewNodesPerMinute = 1000
 	// DefaultMaxConnectionAge bounds how long a client connection lives.
 	DefaultMaxConnectionAge = 30 * time.Minute
+	// DefaultParentInterval is how often a region's leader reports to its
+	// parent: inter-region round trips are ~100 ms and lossy, so less
+	// often than agents, and a lease there lasts DefaultLeaseIntervals of
+	// the parent's own interval.
+	DefaultParentInterval = 2 * time.Second
 )
 
 // ErrInvalidConfig is wrapped by every configuration error.
@@ -80,6 +86,18 @@ type Config struct {
 	// Region names the region this cluster serves; usage is recorded
 	// under it.
 	Region string
+	// Parent lists gRPC addresses of the parent cluster this region's
+	// cluster leases its part of every rule divided among regions from
+	// (docs/regions.md); empty: it divides their static fractions.
+	// ParentCredentials are what it presents there, as an agent does
+	// (the agent role, for node region-<Region>); ParentInterval is how
+	// often its leader reports (default DefaultParentInterval).
+	Parent            []string
+	ParentCredentials clusterclient.Credentials
+	ParentInterval    time.Duration
+	// Global makes this cluster a parent: its nodes are regions' clusters,
+	// among which it divides every rule's whole limit.
+	Global bool
 	// RulesFile, when set, is loaded and put as the whole rule set by the
 	// leader when it differs from the replicated one.
 	RulesFile string
@@ -259,6 +277,10 @@ func (c *Config) withDefaults() (Config, error) {
 		return cfg, bad("Insecure", "%s is not a loopback address and no credential is configured: anyone who reaches it could write the ledger; configure tokens (--auth-tokens) or a client CA (--ca), or pass --insecure", cfg.exposed())
 	case cfg.AuthTokensFile != "" && !cfg.TLS.Enabled() && !cfg.Insecure && !isLoopback(cfg.GRPCAddr):
 		return cfg, bad("TLS", "%s is not a loopback address and bearer tokens would cross the network in the clear: configure a certificate (--cert, --key), or pass --insecure", cfg.GRPCAddr)
+	case cfg.Global && len(cfg.Parent) > 0:
+		return cfg, bad("Parent", "a parent cluster (Global) leases from no parent: there is one tier between regions")
+	case cfg.ParentInterval < 0 || cfg.ParentInterval > time.Minute:
+		return cfg, bad("ParentInterval", "must be between 0 (%v) and 1m, got %v", DefaultParentInterval, cfg.ParentInterval)
 	case cfg.TLS.CAFile == "" && !cfg.RaftPrivateNetwork && !cfg.Insecure && !isLoopback(cfg.RaftAddr):
 		return cfg, bad("RaftAddr", "%s is not a loopback address and the Raft transport authenticates members only with mutual TLS (--ca); configure it, or pass --raft-private-network if only members can reach that address", cfg.RaftAddr)
 	}
@@ -273,6 +295,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.ReportInterval == 0 {
 		cfg.ReportInterval = DefaultReportInterval
+	}
+	if cfg.ParentInterval == 0 {
+		cfg.ParentInterval = DefaultParentInterval
 	}
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = DefaultLeaseIntervals * cfg.ReportInterval

@@ -51,7 +51,9 @@ type Coordinator struct {
 
 	alloc   *allocator
 	batcher *batcher
-	peers   *peers
+	// parent is a region cluster's link to its parent; nil without one.
+	parent *parentLink
+	peers  *peers
 	// check confirms leadership before a report is answered.
 	check *leaderCheck
 	// roundEvery is the configured RoundInterval; 0 derives it from the
@@ -107,6 +109,14 @@ func New(config Config) (*Coordinator, error) {
 		alloc:      newAllocator(cfg.Region, cfg.ReportInterval, cfg.LeaseTTL),
 		roundEvery: config.RoundInterval,
 		ctx:        ctx, cancel: cancel, draining: make(chan struct{}),
+	}
+	c.alloc.global = cfg.Global
+	if len(cfg.Parent) > 0 {
+		c.alloc.parent = &parentLeases{m: map[poolKey]*parentLease{}}
+		if c.parent, err = newParentLink(&cfg, func(err error) { c.log.Error("a changed parent credential file could not be loaded", "error", err) }); err != nil {
+			cancel()
+			return nil, fmt.Errorf("%w: Parent: %w", ErrInvalidConfig, err)
+		}
 	}
 	c.fsm = newFSM(c.log.Named("fsm"), c.onApplied)
 	c.newNodes = newNodeGate(cfg.MaxNewNodesPerMinute, cfg.Now())

@@ -134,6 +134,13 @@ func (c *Coordinator) lead(ctx context.Context) {
 		c.log.Info("leading", "epoch", epoch, "learning", false)
 	}
 
+	if c.parent != nil {
+		c.goRun(func(context.Context) { c.reportToParent(ctx) })
+		defer func() { // leader-only gauges: a follower holds no leases
+			c.metrics.parentLeased.Set(0)
+			c.metrics.parentFallback.Set(0)
+		}()
+	}
 	rounds := time.NewTicker(c.roundInterval(set))
 	defer rounds.Stop()
 	maintain := time.NewTicker(min(time.Minute, set.billingWindow/4))
@@ -150,6 +157,13 @@ func (c *Coordinator) lead(ctx context.Context) {
 				lastFull = now
 			}
 			start := time.Now()
+			if c.parent != nil {
+				// Leases from the parent that expired since the last round.
+				c.alloc.refreshLimits(now.UnixNano())
+				leased, fallback := c.alloc.tierCounts(now.UnixNano())
+				c.metrics.parentLeased.Set(float64(leased))
+				c.metrics.parentFallback.Set(float64(fallback))
+			}
 			active := c.alloc.round(now.UnixNano(), full)
 			c.metrics.roundSeconds.Observe(time.Since(start).Seconds())
 			c.metrics.activeKeys.Set(float64(active))

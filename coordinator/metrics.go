@@ -27,6 +27,9 @@ type metrics struct {
 	newNodes       *prometheus.CounterVec
 	rlqsStreams    prometheus.Gauge
 	rlqsRequests   *prometheus.CounterVec
+	parentReports  *prometheus.CounterVec
+	parentFallback prometheus.Gauge
+	parentLeased   prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -102,7 +105,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range []string{"allowed", "denied", "unmapped", "refused"} {
 		m.rlqsRequests.WithLabelValues(r)
 	}
-	reg.MustRegister(m.authRefusals, m.newNodes, m.rlqsStreams, m.rlqsRequests)
+	m.parentReports = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "allot_coordinator_parent_reports_total", Help: "A region leader's reports to its parent cluster, by result (ok, failed).",
+	}, []string{"result"})
+	for _, r := range []string{"ok", "failed"} {
+		m.parentReports.WithLabelValues(r)
+	}
+	m.parentFallback = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "allot_coordinator_parent_fallback_keys", Help: "Keys divided among regions that this region's leader divides its static fraction of, holding no current lease from the parent (leader only; 0 elsewhere).",
+	})
+	m.parentLeased = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "allot_coordinator_parent_leased_keys", Help: "Keys divided among regions that this region's leader holds a current lease from the parent for (leader only; 0 elsewhere).",
+	})
+	reg.MustRegister(m.authRefusals, m.newNodes, m.rlqsStreams, m.rlqsRequests, m.parentReports, m.parentFallback, m.parentLeased)
 	reg.MustRegister(m.raftState, m.leaderChanges, m.reports, m.reportBytes, m.reportKeys, m.roundSeconds,
 		m.applySeconds, m.activeKeys, m.activeAgents, m.leasesGranted, m.learning, m.ledgerRecords,
 		m.commands, m.rulesVersion, m.adminRequests, m.forwardedCalls)

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/clusterclient"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,7 +20,7 @@ import (
 
 // LeaderTrailer is the gRPC trailer in which a follower names the leader's
 // address when it refuses an agent's report.
-const LeaderTrailer = "allot-leader"
+const LeaderTrailer = clusterclient.LeaderTrailer
 
 var errBadRequest = errors.New("coordinator: bad request")
 

@@ -341,6 +341,7 @@ func (c *Coordinator) Status() *allotpb.StatusResponse {
 	c.fsm.read(func(s *state) {
 		st.Epoch, st.Rules, st.RulesVersion = s.epoch, uint32(s.rules.Len()), s.rules.Version()
 	})
+	st.Tier = c.tierStatus(now)
 	return st
 }
 

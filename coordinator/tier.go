@@ -231,3 +231,39 @@ func (a *allocator) applyParent(resp *allotpb.ReportResponse, now int64) {
 	a.parent.mu.Unlock()
 	a.refreshLimits(now)
 }
+
+// tierCounts is how many tiered pools hold a current lease from the
+// parent, and how many divide their static fraction.
+func (a *allocator) tierCounts(now int64) (leased, fallback int) {
+	for i := range a.shards {
+		sh := &a.shards[i]
+		sh.mu.Lock()
+		for k, p := range sh.pools {
+			if !a.tiered(p.rule) {
+				continue
+			}
+			if a.onFallback(k, now) {
+				fallback++
+			} else {
+				leased++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	return leased, fallback
+}
+
+// regionsHeard lists, on a parent, the regions that have reported, with
+// when each last did.
+func (a *allocator) regionsHeard() []*allotpb.TierRegion {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []*allotpb.TierRegion
+	for _, info := range a.nodes {
+		if info.region != "" {
+			out = append(out, &allotpb.TierRegion{Region: info.region, LastSeenUnixNano: info.lastSeen})
+		}
+	}
+	slices.SortFunc(out, func(x, y *allotpb.TierRegion) int { return compareStrings(x.GetRegion(), y.GetRegion()) })
+	return out
+}

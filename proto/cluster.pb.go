@@ -160,8 +160,11 @@ type StatusResponse struct {
 	Rules             uint32                 `protobuf:"varint,13,opt,name=rules,proto3" json:"rules,omitempty"`
 	RulesVersion      uint64                 `protobuf:"varint,14,opt,name=rules_version,json=rulesVersion,proto3" json:"rules_version,omitempty"`
 	ActiveKeys        uint64                 `protobuf:"varint,15,opt,name=active_keys,json=activeKeys,proto3" json:"active_keys,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// tier is this cluster's place between regions (docs/regions.md), as
+	// its leader sees it; unset when it has none.
+	Tier          *TierStatus `protobuf:"bytes,16,opt,name=tier,proto3" json:"tier,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -299,6 +302,165 @@ func (x *StatusResponse) GetActiveKeys() uint64 {
 	return 0
 }
 
+func (x *StatusResponse) GetTier() *TierStatus {
+	if x != nil {
+		return x.Tier
+	}
+	return nil
+}
+
+// TierStatus is a cluster's part in the tier between regions.
+type TierStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// role is "parent" (it divides whole limits among regions) or "region"
+	// (it leases its part from a parent).
+	Role string `protobuf:"bytes,1,opt,name=role,proto3" json:"role,omitempty"`
+	// A region's: the parent's addresses, its last answered exchange and
+	// last error, the keys it holds leases for and those on their static
+	// fraction.
+	Parent         []string `protobuf:"bytes,2,rep,name=parent,proto3" json:"parent,omitempty"`
+	LastOkUnixNano int64    `protobuf:"varint,3,opt,name=last_ok_unix_nano,json=lastOkUnixNano,proto3" json:"last_ok_unix_nano,omitempty"`
+	LastError      string   `protobuf:"bytes,4,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	LeasedKeys     uint32   `protobuf:"varint,5,opt,name=leased_keys,json=leasedKeys,proto3" json:"leased_keys,omitempty"`
+	FallbackKeys   uint32   `protobuf:"varint,6,opt,name=fallback_keys,json=fallbackKeys,proto3" json:"fallback_keys,omitempty"`
+	// A parent's: the regions heard from.
+	Regions       []*TierRegion `protobuf:"bytes,7,rep,name=regions,proto3" json:"regions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TierStatus) Reset() {
+	*x = TierStatus{}
+	mi := &file_cluster_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TierStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TierStatus) ProtoMessage() {}
+
+func (x *TierStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TierStatus.ProtoReflect.Descriptor instead.
+func (*TierStatus) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *TierStatus) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *TierStatus) GetParent() []string {
+	if x != nil {
+		return x.Parent
+	}
+	return nil
+}
+
+func (x *TierStatus) GetLastOkUnixNano() int64 {
+	if x != nil {
+		return x.LastOkUnixNano
+	}
+	return 0
+}
+
+func (x *TierStatus) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *TierStatus) GetLeasedKeys() uint32 {
+	if x != nil {
+		return x.LeasedKeys
+	}
+	return 0
+}
+
+func (x *TierStatus) GetFallbackKeys() uint32 {
+	if x != nil {
+		return x.FallbackKeys
+	}
+	return 0
+}
+
+func (x *TierStatus) GetRegions() []*TierRegion {
+	if x != nil {
+		return x.Regions
+	}
+	return nil
+}
+
+// TierRegion is one region as its parent sees it.
+type TierRegion struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	Region           string                 `protobuf:"bytes,1,opt,name=region,proto3" json:"region,omitempty"`
+	LastSeenUnixNano int64                  `protobuf:"varint,2,opt,name=last_seen_unix_nano,json=lastSeenUnixNano,proto3" json:"last_seen_unix_nano,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *TierRegion) Reset() {
+	*x = TierRegion{}
+	mi := &file_cluster_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TierRegion) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TierRegion) ProtoMessage() {}
+
+func (x *TierRegion) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TierRegion.ProtoReflect.Descriptor instead.
+func (*TierRegion) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TierRegion) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *TierRegion) GetLastSeenUnixNano() int64 {
+	if x != nil {
+		return x.LastSeenUnixNano
+	}
+	return 0
+}
+
 type JoinRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -314,7 +476,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_cluster_proto_msgTypes[3]
+	mi := &file_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -326,7 +488,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[3]
+	mi := &file_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -339,7 +501,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{3}
+	return file_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -386,7 +548,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_cluster_proto_msgTypes[4]
+	mi := &file_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -398,7 +560,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[4]
+	mi := &file_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -411,7 +573,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{4}
+	return file_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *JoinResponse) GetMembers() []*Member {
@@ -430,7 +592,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -442,7 +604,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -455,7 +617,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{5}
+	return file_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RemoveRequest) GetId() string {
@@ -474,7 +636,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -486,7 +648,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -499,7 +661,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{6}
+	return file_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RemoveResponse) GetMembers() []*Member {
@@ -517,7 +679,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -529,7 +691,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -542,7 +704,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{7}
+	return file_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 // BackupChunk is part of a backup: the coordinator's snapshot format.
@@ -557,7 +719,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -569,7 +731,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -582,7 +744,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{8}
+	return file_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -608,7 +770,7 @@ type RestoreChunk struct {
 
 func (x *RestoreChunk) Reset() {
 	*x = RestoreChunk{}
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -620,7 +782,7 @@ func (x *RestoreChunk) String() string {
 func (*RestoreChunk) ProtoMessage() {}
 
 func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -633,7 +795,7 @@ func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreChunk.ProtoReflect.Descriptor instead.
 func (*RestoreChunk) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{9}
+	return file_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RestoreChunk) GetData() []byte {
@@ -652,7 +814,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +826,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +839,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{10}
+	return file_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RestoreResponse) GetIndex() uint64 {
@@ -699,7 +861,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\fhttp_address\x18\x04 \x01(\tR\vhttpAddress\x12\x16\n" +
 	"\x06leader\x18\x05 \x01(\bR\x06leader\x12\x14\n" +
 	"\x05voter\x18\x06 \x01(\bR\x05voter\"\x0f\n" +
-	"\rStatusRequest\"\xc9\x03\n" +
+	"\rStatusRequest\"\xf3\x03\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x14\n" +
@@ -717,7 +879,23 @@ const file_cluster_proto_rawDesc = "" +
 	"\x05rules\x18\r \x01(\rR\x05rules\x12#\n" +
 	"\rrules_version\x18\x0e \x01(\x04R\frulesVersion\x12\x1f\n" +
 	"\vactive_keys\x18\x0f \x01(\x04R\n" +
-	"activeKeys\"\xa2\x01\n" +
+	"activeKeys\x12(\n" +
+	"\x04tier\x18\x10 \x01(\v2\x14.allot.v1.TierStatusR\x04tier\"\xf8\x01\n" +
+	"\n" +
+	"TierStatus\x12\x12\n" +
+	"\x04role\x18\x01 \x01(\tR\x04role\x12\x16\n" +
+	"\x06parent\x18\x02 \x03(\tR\x06parent\x12)\n" +
+	"\x11last_ok_unix_nano\x18\x03 \x01(\x03R\x0elastOkUnixNano\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\x04 \x01(\tR\tlastError\x12\x1f\n" +
+	"\vleased_keys\x18\x05 \x01(\rR\n" +
+	"leasedKeys\x12#\n" +
+	"\rfallback_keys\x18\x06 \x01(\rR\ffallbackKeys\x12.\n" +
+	"\aregions\x18\a \x03(\v2\x14.allot.v1.TierRegionR\aregions\"S\n" +
+	"\n" +
+	"TierRegion\x12\x16\n" +
+	"\x06region\x18\x01 \x01(\tR\x06region\x12-\n" +
+	"\x13last_seen_unix_nano\x18\x02 \x01(\x03R\x10lastSeenUnixNano\"\xa2\x01\n" +
 	"\vJoinRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12!\n" +
@@ -757,39 +935,43 @@ func file_cluster_proto_rawDescGZIP() []byte {
 	return file_cluster_proto_rawDescData
 }
 
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_cluster_proto_goTypes = []any{
 	(*Member)(nil),          // 0: allot.v1.Member
 	(*StatusRequest)(nil),   // 1: allot.v1.StatusRequest
 	(*StatusResponse)(nil),  // 2: allot.v1.StatusResponse
-	(*JoinRequest)(nil),     // 3: allot.v1.JoinRequest
-	(*JoinResponse)(nil),    // 4: allot.v1.JoinResponse
-	(*RemoveRequest)(nil),   // 5: allot.v1.RemoveRequest
-	(*RemoveResponse)(nil),  // 6: allot.v1.RemoveResponse
-	(*BackupRequest)(nil),   // 7: allot.v1.BackupRequest
-	(*BackupChunk)(nil),     // 8: allot.v1.BackupChunk
-	(*RestoreChunk)(nil),    // 9: allot.v1.RestoreChunk
-	(*RestoreResponse)(nil), // 10: allot.v1.RestoreResponse
+	(*TierStatus)(nil),      // 3: allot.v1.TierStatus
+	(*TierRegion)(nil),      // 4: allot.v1.TierRegion
+	(*JoinRequest)(nil),     // 5: allot.v1.JoinRequest
+	(*JoinResponse)(nil),    // 6: allot.v1.JoinResponse
+	(*RemoveRequest)(nil),   // 7: allot.v1.RemoveRequest
+	(*RemoveResponse)(nil),  // 8: allot.v1.RemoveResponse
+	(*BackupRequest)(nil),   // 9: allot.v1.BackupRequest
+	(*BackupChunk)(nil),     // 10: allot.v1.BackupChunk
+	(*RestoreChunk)(nil),    // 11: allot.v1.RestoreChunk
+	(*RestoreResponse)(nil), // 12: allot.v1.RestoreResponse
 }
 var file_cluster_proto_depIdxs = []int32{
 	0,  // 0: allot.v1.StatusResponse.members:type_name -> allot.v1.Member
-	0,  // 1: allot.v1.JoinResponse.members:type_name -> allot.v1.Member
-	0,  // 2: allot.v1.RemoveResponse.members:type_name -> allot.v1.Member
-	1,  // 3: allot.v1.ClusterService.Status:input_type -> allot.v1.StatusRequest
-	3,  // 4: allot.v1.ClusterService.Join:input_type -> allot.v1.JoinRequest
-	5,  // 5: allot.v1.ClusterService.Remove:input_type -> allot.v1.RemoveRequest
-	7,  // 6: allot.v1.ClusterService.Backup:input_type -> allot.v1.BackupRequest
-	9,  // 7: allot.v1.ClusterService.Restore:input_type -> allot.v1.RestoreChunk
-	2,  // 8: allot.v1.ClusterService.Status:output_type -> allot.v1.StatusResponse
-	4,  // 9: allot.v1.ClusterService.Join:output_type -> allot.v1.JoinResponse
-	6,  // 10: allot.v1.ClusterService.Remove:output_type -> allot.v1.RemoveResponse
-	8,  // 11: allot.v1.ClusterService.Backup:output_type -> allot.v1.BackupChunk
-	10, // 12: allot.v1.ClusterService.Restore:output_type -> allot.v1.RestoreResponse
-	8,  // [8:13] is the sub-list for method output_type
-	3,  // [3:8] is the sub-list for method input_type
-	3,  // [3:3] is the sub-list for extension type_name
-	3,  // [3:3] is the sub-list for extension extendee
-	0,  // [0:3] is the sub-list for field type_name
+	3,  // 1: allot.v1.StatusResponse.tier:type_name -> allot.v1.TierStatus
+	4,  // 2: allot.v1.TierStatus.regions:type_name -> allot.v1.TierRegion
+	0,  // 3: allot.v1.JoinResponse.members:type_name -> allot.v1.Member
+	0,  // 4: allot.v1.RemoveResponse.members:type_name -> allot.v1.Member
+	1,  // 5: allot.v1.ClusterService.Status:input_type -> allot.v1.StatusRequest
+	5,  // 6: allot.v1.ClusterService.Join:input_type -> allot.v1.JoinRequest
+	7,  // 7: allot.v1.ClusterService.Remove:input_type -> allot.v1.RemoveRequest
+	9,  // 8: allot.v1.ClusterService.Backup:input_type -> allot.v1.BackupRequest
+	11, // 9: allot.v1.ClusterService.Restore:input_type -> allot.v1.RestoreChunk
+	2,  // 10: allot.v1.ClusterService.Status:output_type -> allot.v1.StatusResponse
+	6,  // 11: allot.v1.ClusterService.Join:output_type -> allot.v1.JoinResponse
+	8,  // 12: allot.v1.ClusterService.Remove:output_type -> allot.v1.RemoveResponse
+	10, // 13: allot.v1.ClusterService.Backup:output_type -> allot.v1.BackupChunk
+	12, // 14: allot.v1.ClusterService.Restore:output_type -> allot.v1.RestoreResponse
+	10, // [10:15] is the sub-list for method output_type
+	5,  // [5:10] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -803,7 +985,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

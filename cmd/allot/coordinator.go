@@ -19,10 +19,10 @@ keep the same --node-id across restarts.`
 func runCoordinator(ctx context.Context, e *env) error {
 	f := newFlags(e, "coordinator", "--node-id ID --data-dir DIR [--bootstrap | --join ADDR] [flags]", coordinatorAbout)
 	var (
-		cfg  coordinator.Config
-		join string
-		cf   credFlags
-		lf   logFlags
+		cfg          coordinator.Config
+		join, parent string
+		cf           credFlags
+		lf           logFlags
 	)
 	f.StringVar(&cfg.NodeID, "node-id", "", "this member's name, unique and stable across restarts (required)")
 	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the Raft log, stable store and snapshots (required)")
@@ -33,6 +33,13 @@ func runCoordinator(ctx context.Context, e *env) error {
 	f.BoolVar(&cfg.Bootstrap, "bootstrap", false, "start a new cluster with this member, if it has no state yet")
 	f.StringVar(&join, "join", "", "gRPC addresses of existing members to join through, comma-separated")
 	f.StringVar(&cfg.Region, "region", "default", "the region this cluster serves; usage is recorded under it")
+	f.StringVar(&parent, "parent", "", "gRPC addresses of the parent cluster, comma-separated: lease this region's part of every rule divided among regions from it, by demand (docs/regions.md); empty: divide the static fractions")
+	f.DurationVar(&cfg.ParentInterval, "parent-interval", coordinator.DefaultParentInterval, "how often the leader reports to --parent")
+	f.StringVar(&cfg.ParentCredentials.CAFile, "parent-ca", "", "PEM CA that signed the parent's certificates (TLS to --parent)")
+	f.StringVar(&cfg.ParentCredentials.CertFile, "parent-cert", "", "PEM client certificate presented to --parent (agent role, node region-<region>)")
+	f.StringVar(&cfg.ParentCredentials.KeyFile, "parent-key", "", "PEM private key of --parent-cert")
+	f.StringVar(&cfg.ParentCredentials.TokenFile, "parent-token-file", "", "file holding the bearer token presented to --parent (agent role, node region-<region>)")
+	f.BoolVar(&cfg.Global, "global", false, "this cluster is the parent of regions' clusters: it divides every rule's whole limit among the regions that report to it")
 	f.StringVar(&cfg.RulesFile, "rules", "", "rules file the leader installs when it differs from the replicated rules")
 	f.StringVar(&cfg.AuthTokensFile, "auth-tokens", "", "tokens file: the bearer tokens accepted, with their roles (docs/security.md); re-read when it changes")
 	f.StringVar(&cfg.AdminToken, "admin-token", "", "one admin bearer token, accepted besides --auth-tokens (prefer ALLOT_ADMIN_TOKEN)")
@@ -65,6 +72,7 @@ func runCoordinator(ctx context.Context, e *env) error {
 		return err
 	}
 	cfg.Join = splitList(join)
+	cfg.Parent = splitList(parent)
 	cfg.TLS = coordinator.TLSConfig{CertFile: cf.cert, KeyFile: cf.key, CAFile: cf.ca}
 	cfg.TokenFile = cf.tokenFile
 	cfg.Logger = logger

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"text/tabwriter"
+	"time"
 
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/grpc"
@@ -35,10 +36,43 @@ type clusterStatus struct {
 	RulesVersion      uint64 `json:"rules_version"`
 	// Agents, ActiveKeys and Learning are the leader's: only it hears
 	// reports. They are absent when the leader did not answer.
-	Agents     *uint32        `json:"agents,omitempty"`
-	ActiveKeys *uint64        `json:"active_keys,omitempty"`
-	Learning   *bool          `json:"learning,omitempty"`
-	Members    []memberStatus `json:"members"`
+	Agents     *uint32 `json:"agents,omitempty"`
+	ActiveKeys *uint64 `json:"active_keys,omitempty"`
+	Learning   *bool   `json:"learning,omitempty"`
+	// Tier is the cluster's part in the tier between regions, as its
+	// leader sees it (docs/regions.md); absent without one.
+	Tier    *tierStatus    `json:"tier,omitempty"`
+	Members []memberStatus `json:"members"`
+}
+
+// tierStatus is a parent's regions, or a region's link to its parent.
+type tierStatus struct {
+	Role         string       `json:"role"`
+	Parent       []string     `json:"parent,omitempty"`
+	LastOK       string       `json:"last_ok,omitempty"`
+	LastError    string       `json:"last_error,omitempty"`
+	LeasedKeys   uint32       `json:"leased_keys"`
+	FallbackKeys uint32       `json:"fallback_keys"`
+	Regions      []tierRegion `json:"regions,omitempty"`
+}
+
+type tierRegion struct {
+	Region   string `json:"region"`
+	LastSeen string `json:"last_seen"`
+}
+
+func tierOf(t *allotpb.TierStatus) *tierStatus {
+	if t == nil {
+		return nil
+	}
+	ts := &tierStatus{Role: t.GetRole(), Parent: t.GetParent(), LastError: t.GetLastError(), LeasedKeys: t.GetLeasedKeys(), FallbackKeys: t.GetFallbackKeys()}
+	if ns := t.GetLastOkUnixNano(); ns > 0 {
+		ts.LastOK = time.Unix(0, ns).UTC().Format(time.RFC3339Nano)
+	}
+	for _, r := range t.GetRegions() {
+		ts.Regions = append(ts.Regions, tierRegion{Region: r.GetRegion(), LastSeen: time.Unix(0, r.GetLastSeenUnixNano()).UTC().Format(time.RFC3339Nano)})
+	}
+	return ts
 }
 
 type memberStatus struct {
@@ -156,6 +190,7 @@ func gatherStatus(ctx context.Context, cf *clientFlags, st *allotpb.StatusRespon
 		if s.GetId() == cs.LeaderID && s.GetState() == "Leader" {
 			agents, keys, learning := s.GetAgents(), s.GetActiveKeys(), s.GetLearning()
 			cs.Agents, cs.ActiveKeys, cs.Learning = &agents, &keys, &learning
+			cs.Tier = tierOf(s.GetTier())
 		}
 	}
 	return cs
@@ -194,6 +229,25 @@ func writeStatusTable(w io.Writer, cs *clusterStatus) error {
 		fmt.Fprintf(w, "agents: %d, active keys: %d, learning: %s\n", *cs.Agents, *cs.ActiveKeys, learning)
 	} else {
 		fmt.Fprintln(w, "agents: unknown (only the leader knows, and it did not answer)")
+	}
+	if t := cs.Tier; t != nil {
+		switch t.Role {
+		case "parent":
+			var rs []string
+			for _, r := range t.Regions {
+				rs = append(rs, r.Region+" (last report "+r.LastSeen+")")
+			}
+			fmt.Fprintf(w, "tier: parent of %d regions: %s\n", len(t.Regions), strings.Join(rs, ", "))
+		default:
+			state := "answered at " + t.LastOK
+			if t.LastError != "" {
+				state = "NOT ANSWERING: " + t.LastError
+			} else if t.LastOK == "" {
+				state = "not reached yet"
+			}
+			fmt.Fprintf(w, "tier: leases from parent %s, %s; keys leased: %d, on their static fraction: %d\n",
+				strings.Join(t.Parent, ","), state, t.LeasedKeys, t.FallbackKeys)
+		}
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

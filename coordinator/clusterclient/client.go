@@ -1,0 +1,147 @@
+// Package clusterclient reaches a coordinator cluster as its agents do:
+// it prefers the member that last answered, follows a follower's pointer
+// to the leader (the allot-leader trailer), and fails over to the next
+// member when one does not answer. Agents use it to report to their
+// region's cluster, and a region's leader to report to its parent.
+package clusterclient
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	allotpb "github.com/allot-io/allot/proto"
+)
+
+// LeaderTrailer is where a follower names the leader when it refuses a
+// report (coordinator.LeaderTrailer).
+const LeaderTrailer = "allot-leader"
+
+// ErrNoCoordinator is returned when no member could be tried.
+var ErrNoCoordinator = errors.New("clusterclient: no coordinator answered")
+
+// Client reports to one cluster. It is safe for concurrent use.
+type Client struct {
+	mu    sync.Mutex
+	addrs []string
+	cur   int
+	conns map[string]*grpc.ClientConn
+	opts  []grpc.DialOption
+}
+
+// New returns a client of the members at addrs, dialled with opts
+// (credentials, connect parameters), connecting as it first calls each.
+func New(addrs []string, opts []grpc.DialOption) *Client {
+	return &Client{addrs: slices.Clone(addrs), conns: map[string]*grpc.ClientConn{}, opts: slices.Clone(opts)}
+}
+
+func (c *Client) stub(addr string) (allotpb.AgentServiceClient, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cc := c.conns[addr]
+	if cc == nil {
+		var err error
+		if cc, err = grpc.NewClient(addr, c.opts...); err != nil {
+			return nil, err
+		}
+		c.conns[addr] = cc
+	}
+	return allotpb.NewAgentServiceClient(cc), nil
+}
+
+func (c *Client) current() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.addrs[c.cur%len(c.addrs)]
+}
+
+// prefer makes addr the member to call first, adding it if it is new.
+func (c *Client) prefer(addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := slices.Index(c.addrs, addr)
+	if i < 0 {
+		c.addrs = append(c.addrs, addr)
+		i = len(c.addrs) - 1
+	}
+	c.cur = i
+}
+
+func (c *Client) next() {
+	c.mu.Lock()
+	c.cur = (c.cur + 1) % len(c.addrs)
+	c.mu.Unlock()
+}
+
+// Learn adds members the cluster told us about (ReportResponse's
+// coordinators).
+func (c *Client) Learn(addrs []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, a := range addrs {
+		if a != "" && !slices.Contains(c.addrs, a) {
+			c.addrs = append(c.addrs, a)
+		}
+	}
+}
+
+// Report sends one report, trying every member at most once (and the
+// leader a follower points to), within ctx.
+func (c *Client) Report(ctx context.Context, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
+	c.mu.Lock()
+	tries := len(c.addrs) + 1
+	c.mu.Unlock()
+	lastErr := ErrNoCoordinator
+	for i := 0; i < tries && ctx.Err() == nil; i++ {
+		addr := c.current()
+		stub, err := c.stub(addr)
+		if err != nil {
+			lastErr = err
+			c.next()
+			continue
+		}
+		var trailer metadata.MD
+		actx, cancel := attemptContext(ctx, tries-i)
+		resp, err := stub.Report(actx, req, grpc.Trailer(&trailer))
+		cancel()
+		if err == nil {
+			return resp, nil
+		}
+		lastErr = err
+		if leader := trailer.Get(LeaderTrailer); len(leader) > 0 && leader[0] != addr {
+			c.prefer(leader[0])
+			continue
+		}
+		c.next()
+	}
+	return nil, lastErr
+}
+
+// attemptContext gives one attempt its part of what is left of ctx's time.
+func attemptContext(ctx context.Context, attemptsLeft int) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok || attemptsLeft <= 1 {
+		return context.WithCancel(ctx)
+	}
+	// Half of what is left, at least: the member tried first is most
+	// likely the leader, and a leader busy for a moment should not be
+	// given up on after a quarter of an interval; a member that is down
+	// refuses the connection at once, leaving the rest for the others.
+	left := time.Until(deadline)
+	return context.WithTimeout(ctx, max(left/time.Duration(attemptsLeft), left/2))
+}
+
+// Close closes every connection.
+func (c *Client) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cc := range c.conns {
+		cc.Close()
+	}
+	c.conns = map[string]*grpc.ClientConn{}
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestRegionsProcess runs the tier between regions as an operator would:
+// a parent cluster (allot coordinator --global) and three regions'
+// clusters (--parent), each with a sidecar, all real processes on
+// loopback. A tenant paying for 300 requests/s sends all its traffic to
+// one region and gets its whole quota there, not the region's third; its
+// traffic moves and the quota follows; the parent is SIGKILLed and the
+// region falls back to its third; and the regions' ledgers, merged by
+// allot usage, bill exactly what the sidecars admitted.
+func TestRegionsProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs four clusters and three sidecars")
+	}
+	rulesFile := writeTemp(t, "rules.yaml", `rules:
+  - name: plan-quota
+    scope: tenant
+    algorithm: token_bucket
+    limit: 300
+    period: 1s
+    burst: 300
+    intent: quota
+    regions: {us: 0.3333, eu: 0.3333, ap: 0.3334}
+`)
+	names := []string{"us", "eu", "ap"}
+	addrs := loopbackAddrs(t, 3+3*3+3)
+	env := cliEnv()
+	parent := &member{id: "parent", raft: addrs[0], grpc: addrs[1], http: addrs[2]}
+	parent.proc = startProcess(t, env, "parent", "coordinator", "--node-id", "p1", "--data-dir", t.TempDir(), "--bootstrap", "--global", "--region", "global",
+		"--raft-addr", parent.raft, "--grpc-addr", parent.grpc, "--http-addr", parent.http, "--report-interval", "400ms", "--rules", rulesFile)
+	procs := []*process{parent.proc}
+	regions := map[string]*member{}
+	sidecars := map[string]string{}
+	var coordArgs []string
+	for i, name := range names {
+		m := &member{id: name, raft: addrs[3+3*i], grpc: addrs[4+3*i], http: addrs[5+3*i]}
+		m.proc = startProcess(t, env, "coordinator-"+name, "coordinator", "--node-id", name+"1", "--data-dir", t.TempDir(), "--bootstrap",
+			"--region", name, "--parent", parent.grpc, "--parent-interval", "400ms",
+			"--raft-addr", m.raft, "--grpc-addr", m.grpc, "--http-addr", m.http, "--report-interval", "200ms", "--billing-window", "1m", "--rules", rulesFile)
+		regions[name] = m
+		procs = append(procs, m.proc)
+		sidecars[name] = addrs[12+i]
+		procs = append(procs, startProcess(t, env, "sidecar-"+name, "agent", "--coordinators", m.grpc, "--node-id", "gw-"+name,
+			"--region", name, "--http-addr", sidecars[name]))
+		coordArgs = append(coordArgs, "--coordinator", m.grpc)
+	}
+	for name, addr := range sidecars {
+		eventually(t, "sidecar "+name, procs, func() (bool, string) { return httpOK("http://" + addr + "/healthz") })
+	}
+
+	// load sends acme's checks to one region's sidecar from 16 goroutines,
+	// far over the quota, for d, and returns what was admitted each whole
+	// second after the first two (the lease's way to the region).
+	var admittedTotal atomic.Int64
+	load := func(region string, d time.Duration) []int64 {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		start := time.Now()
+		secs := make([]atomic.Int64, int(d/time.Second)+1)
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() {
+				for ctx.Err() == nil {
+					resp, err := httpClient.Post("http://"+sidecars[region]+"/v1/check", "application/json", strings.NewReader(`{"tenant":"acme"}`))
+					if err != nil {
+						continue
+					}
+					resp.Body.Close()
+					if resp.StatusCode == http.StatusOK {
+						admittedTotal.Add(1)
+						secs[int(time.Since(start)/time.Second)].Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		var out []int64
+		for i := 2; i < int(d/time.Second); i++ {
+			out = append(out, secs[i].Load())
+		}
+		return out
+	}
+	steady := func(what string, secs []int64, lo, hi int64) {
+		t.Helper()
+		for i, n := range secs {
+			if n < lo || n > hi {
+				t.Errorf("%s: %d admitted in second %d of %v; want %d to %d", what, n, i+3, secs, lo, hi)
+				return
+			}
+		}
+		t.Logf("%s: admitted per second %v", what, secs)
+	}
+	// The quota is 300/s, a region's static third 100/s. Rates allow for
+	// the token bucket's refill and the quota's 5% tolerance.
+	steady("all traffic in us", load("us", 7*time.Second), 270, 320)
+	steady("traffic moved to eu", load("eu", 7*time.Second), 270, 320)
+
+	status := func(region string) (tierStatus, string) {
+		code, stdout, stderr := runAllot(t, env, "status", "--format", "json", "--coordinator", regions[region].grpc)
+		var cs clusterStatus
+		if code != exitOK || json.Unmarshal([]byte(stdout), &cs) != nil || cs.Tier == nil {
+			return tierStatus{}, fmt.Sprintf("exit %d: %s%s", code, stdout, stderr)
+		}
+		return *cs.Tier, stdout
+	}
+	if ts, out := status("eu"); ts.Role != "region" || ts.LastError != "" || ts.LeasedKeys != 1 {
+		t.Errorf("eu's tier before the parent's crash: %s", out)
+	}
+
+	// The parent crashes: eu keeps its lease until it expires (five of
+	// the parent's 400 ms intervals), then divides its static third.
+	if err := parent.proc.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-parent.proc.done
+	procs = procs[1:]
+	eventually(t, "eu's status to show the parent down and the key on its fraction", procs, func() (bool, string) {
+		ts, out := status("eu")
+		return ts.LastError != "" && ts.FallbackKeys == 1, out
+	})
+	steady("eu with the parent gone", load("eu", 6*time.Second), 85, 115)
+
+	// The bill: the sidecars flush on SIGTERM; every unit they admitted is
+	// in the region that counted it, and allot usage merges them.
+	for _, p := range procs {
+		if strings.HasPrefix(p.name, "sidecar-") {
+			p.stop(t)
+		}
+	}
+	var billed uint64
+	eventually(t, "the merged bill to count every admitted request", procs, func() (bool, string) {
+		args := append([]string{"usage", "--from", "1h", "--tenant", "acme", "--format", "jsonl"}, coordArgs...)
+		code, stdout, stderr := runAllot(t, env, args...)
+		if code != exitOK {
+			return false, stderr
+		}
+		billed = 0
+		sc := bufio.NewScanner(strings.NewReader(stdout))
+		for sc.Scan() {
+			var line struct {
+				Region   string `json:"region"`
+				Admitted uint64 `json:"admitted"`
+			}
+			if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
+				return false, err.Error()
+			}
+			if line.Region != "*" {
+				billed += line.Admitted
+			}
+		}
+		return billed == uint64(admittedTotal.Load()), fmt.Sprintf("billed %d, admitted %d:\n%s", billed, admittedTotal.Load(), stdout)
+	})
+}

@@ -28,6 +28,9 @@ const (
 	cmdEpoch    commandType = 4
 	cmdMaintain commandType = 5
 	cmdSettings commandType = 6
+	// cmdGrants is proposed with the ignorable bit: a member too old to
+	// know it skips it and only loses the bill's granted shares.
+	cmdGrants commandType = 7
 
 	ignorable commandType = 0x80
 )
@@ -46,6 +49,8 @@ func (t commandType) String() string {
 		return "maintain"
 	case cmdSettings:
 		return "settings"
+	case cmdGrants:
+		return "grants"
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }
@@ -96,6 +101,10 @@ var handlers = map[commandType]handler{
 	cmdSettings: {
 		msg:   func() proto.Message { return &allotpb.SettingsCommand{} },
 		apply: func(s *state, m proto.Message) any { s.applySettings(m.(*allotpb.SettingsCommand)); return nil },
+	},
+	cmdGrants: {
+		msg:   func() proto.Message { return &allotpb.GrantsCommand{} },
+		apply: func(s *state, m proto.Message) any { s.applyGrants(m.(*allotpb.GrantsCommand)); return nil },
 	},
 }
 
@@ -168,6 +177,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 			Incarnations: uint64(len(s.incarnations)), LedgerRecords: uint64(len(s.ledger)),
 			Members: uint64(len(s.members)), Windows: uint64(len(s.open)),
 			BillingWindowNano: s.billingWindow, ReportIntervalNano: s.reportInterval, LeaseTtlNano: s.leaseTTL,
+			GrantEpoch: s.grantEpoch, GrantSeq: s.grantSeq,
 		},
 		rules: rules.SetToProto(s.rules),
 	}
@@ -185,7 +195,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 		u := s.ledger[k]
 		snap.ledger = append(snap.ledger, &allotpb.LedgerRecord{
 			Tenant: k.tenant, Rule: k.rule, Region: k.region, WindowUnix: k.window,
-			Admitted: u.admitted, Denied: u.denied, Final: s.final[k.window],
+			Admitted: u.admitted, Denied: u.denied, Final: s.final[k.window], Granted: u.granted,
 		})
 		return true
 	})
@@ -297,6 +307,7 @@ func readSnapshot(r *bufio.Reader) (*state, error) {
 	st := newState()
 	st.epoch, st.billingWindow = h.GetEpoch(), h.GetBillingWindowNano()
 	st.reportInterval, st.leaseTTL = h.GetReportIntervalNano(), h.GetLeaseTtlNano()
+	st.grantEpoch, st.grantSeq = h.GetGrantEpoch(), h.GetGrantSeq()
 	rs := &allotpb.RuleSet{}
 	if err := read(rs); err != nil {
 		return nil, fmt.Errorf("rules: %w", err)
@@ -331,7 +342,7 @@ func readSnapshot(r *bufio.Reader) (*state, error) {
 		if _, dup := st.ledger[k]; dup {
 			return nil, fmt.Errorf("ledger record %d: a second line for %s/%s/%s/%d", i, k.tenant, k.rule, k.region, k.window)
 		}
-		st.putLedger(k, &usage{m.GetAdmitted(), m.GetDenied()})
+		st.putLedger(k, &usage{admitted: m.GetAdmitted(), denied: m.GetDenied(), granted: m.Granted})
 		if m.GetFinal() {
 			st.final[m.GetWindowUnix()] = true
 		}

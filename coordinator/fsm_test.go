@@ -3,6 +3,8 @@ package coordinator
 import (
 	"bytes"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -170,6 +172,8 @@ func TestFSMSnapshotRestore(t *testing.T) {
 		f.Apply(entry(t, 4+i, cmdReports, usageCmd(hour0.Add(time.Duration(i)*3*time.Minute), "gw-"+string(rune('a'+i%5)), 1, i, "t"+string(rune('a'+i%7)), i, i%3)))
 	}
 	f.Apply(entry(t, 60, cmdMaintain, &allotpb.MaintainCommand{NowUnixNano: hour0.Add(5 * time.Hour).UnixNano(), AgentTimeoutNano: int64(time.Minute)}))
+	f.Apply(entry(t, 61, cmdGrants|ignorable, &allotpb.GrantsCommand{Epoch: 1, Seq: 1, Region: "eu-west", Grants: []*allotpb.GrantRecord{
+		{Tenant: "ta", Rule: "plan-quota", WindowUnix: hour0.Unix(), Granted: 1234.5}}}))
 
 	g := roundTrip(t, f)
 	var a, b string
@@ -209,4 +213,37 @@ func roundTrip(t *testing.T, f *fsm) *fsm {
 		t.Fatal(err)
 	}
 	return g
+}
+
+// TestFSMGrants: what a region's leader records of its leases from the
+// parent is added once per command (a command retried after a timeout,
+// or replayed by an earlier epoch, changes nothing), lands on the
+// region's line of the window, creates the line for a tenant with no
+// usage yet, and that window becomes final in its turn.
+func TestFSMGrants(t *testing.T) {
+	f := testFSM()
+	f.Apply(entry(t, 1, cmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
+	f.Apply(entry(t, 2, cmdReports, usageCmd(hour0.Add(time.Minute), "gw-1", 7, 1, "acme", 100, 5)))
+	grant := func(index, epoch, seq uint64, tenant string, g float64) {
+		f.Apply(entry(t, index, cmdGrants|ignorable, &allotpb.GrantsCommand{Epoch: epoch, Seq: seq, Region: "eu-west",
+			Grants: []*allotpb.GrantRecord{{Tenant: tenant, Rule: "plan-quota", WindowUnix: hour0.Unix(), Granted: g}}}))
+	}
+	grant(3, 2, 1, "acme", 1500)
+	grant(4, 2, 1, "acme", 1500) // the same command, retried
+	grant(5, 2, 2, "acme", 250)
+	grant(6, 1, 9, "acme", 999) // from an earlier leader, late
+	grant(7, 2, 3, "idle", 42)
+	var got []string
+	f.read(func(s *state) { got = dumpLedger(s) })
+	want := []string{"ledger acme/plan-quota/eu-west/" + strconv.FormatInt(hour0.Unix(), 10) + " 100 5 granted 1750",
+		"ledger idle/plan-quota/eu-west/" + strconv.FormatInt(hour0.Unix(), 10) + " 0 0 granted 42"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("ledger:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	f.Apply(entry(t, 8, cmdMaintain, &allotpb.MaintainCommand{NowUnixNano: hour0.Add(3 * time.Hour).UnixNano(), AgentTimeoutNano: int64(time.Minute)}))
+	f.read(func(s *state) {
+		if !s.final[hour0.Unix()] {
+			t.Error("the window with grants never became final")
+		}
+	})
 }

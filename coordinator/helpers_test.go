@@ -11,7 +11,7 @@ import (
 // dumpState renders a state deterministically, for comparing replicas.
 func dumpState(s *state) string {
 	var lines []string
-	lines = append(lines, fmt.Sprintf("epoch %d window %d interval %d ttl %d rules %s", s.epoch, s.billingWindow, s.reportInterval, s.leaseTTL, rules.SetToProto(s.rules)))
+	lines = append(lines, fmt.Sprintf("epoch %d window %d interval %d ttl %d grants %d/%d rules %s", s.epoch, s.billingWindow, s.reportInterval, s.leaseTTL, s.grantEpoch, s.grantSeq, rules.SetToProto(s.rules)))
 	for id, m := range s.members {
 		lines = append(lines, fmt.Sprintf("member %s %s", id, m))
 	}
@@ -37,7 +37,11 @@ func dumpState(s *state) string {
 func dumpLedger(s *state) []string {
 	var lines []string
 	for k, u := range s.ledger {
-		lines = append(lines, fmt.Sprintf("ledger %s/%s/%s/%d %d %d", k.tenant, k.rule, k.region, k.window, u.admitted, u.denied))
+		line := fmt.Sprintf("ledger %s/%s/%s/%d %d %d", k.tenant, k.rule, k.region, k.window, u.admitted, u.denied)
+		if u.granted != nil {
+			line += fmt.Sprintf(" granted %g", *u.granted)
+		}
+		lines = append(lines, line)
 	}
 	slices.Sort(lines)
 	return lines

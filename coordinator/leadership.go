@@ -134,7 +134,9 @@ func (c *Coordinator) lead(ctx context.Context) {
 		c.log.Info("leading", "epoch", epoch, "learning", false)
 	}
 
+	var grants *grantRecorder
 	if c.parent != nil {
+		grants = newGrantRecorder(epoch, now.UnixNano())
 		c.goRun(func(context.Context) { c.reportToParent(ctx) })
 		defer func() { // leader-only gauges: a follower holds no leases
 			c.metrics.parentLeased.Set(0)
@@ -163,6 +165,7 @@ func (c *Coordinator) lead(ctx context.Context) {
 				leased, fallback := c.alloc.tierCounts(now.UnixNano())
 				c.metrics.parentLeased.Set(float64(leased))
 				c.metrics.parentFallback.Set(float64(fallback))
+				c.recordGrants(grants, now.UnixNano(), set.billingWindow, c.roundInterval(set))
 			}
 			active := c.alloc.round(now.UnixNano(), full)
 			c.metrics.roundSeconds.Observe(time.Since(start).Seconds())

@@ -1,8 +1,10 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -113,4 +115,58 @@ func (c *Coordinator) tierStatus(now int64) *allotpb.TierStatus {
 		return st
 	}
 	return nil
+}
+
+// grantFlushEvery is how often a region's leader records what it counted
+// of its leases in the ledger: a leader lost loses at most this much of
+// the record (grants are a record for the bill, not what enforces).
+const grantFlushEvery = 5 * time.Second
+
+// grantRecorder is a region leader's record of its leases from the
+// parent, for the bill: what each tenant was allowed in the region, per
+// billing window, proposed to the ledger every grantFlushEvery.
+type grantRecorder struct {
+	acc       map[grantKey]float64
+	last      int64 // ns: counted up to here
+	lastFlush int64
+	epoch     uint64 // the leader's epoch and its commands' numbers
+	seq       uint64
+	// pending is a command proposed and not known applied: it is retried
+	// as it is, so that one applied twice is recognised and skipped.
+	pending *allotpb.GrantsCommand
+}
+
+func newGrantRecorder(epoch uint64, now int64) *grantRecorder {
+	return &grantRecorder{acc: map[grantKey]float64{}, last: now, lastFlush: now, epoch: epoch}
+}
+
+// recordGrants counts the leases up to now and, every grantFlushEvery,
+// proposes what was counted.
+func (c *Coordinator) recordGrants(g *grantRecorder, now int64, window, round time.Duration) {
+	c.alloc.meterGrants(g.acc, g.last, now, int64(window), int64(4*round))
+	g.last = now
+	if now-g.lastFlush < int64(grantFlushEvery) {
+		return
+	}
+	g.lastFlush = now
+	if g.pending == nil && len(g.acc) > 0 {
+		g.seq++
+		cmd := &allotpb.GrantsCommand{Epoch: g.epoch, Seq: g.seq, Region: c.cfg.Region}
+		for k, v := range g.acc {
+			cmd.Grants = append(cmd.Grants, &allotpb.GrantRecord{Tenant: k.tenant, Rule: k.rule, WindowUnix: k.window, Granted: v})
+		}
+		slices.SortFunc(cmd.Grants, func(x, y *allotpb.GrantRecord) int {
+			return cmp.Or(cmp.Compare(x.GetWindowUnix(), y.GetWindowUnix()), cmp.Compare(x.GetTenant(), y.GetTenant()), cmp.Compare(x.GetRule(), y.GetRule()))
+		})
+		g.pending = cmd
+		clear(g.acc)
+	}
+	if g.pending == nil {
+		return
+	}
+	if _, err := c.apply(cmdGrants|ignorable, g.pending, 5*time.Second); err != nil {
+		c.log.Warn("could not record the parent's grants in the ledger; retrying", "error", err)
+		return
+	}
+	g.pending = nil
 }

@@ -394,7 +394,7 @@ func (c *Coordinator) queryUsage(q *allotpb.UsageQuery) (*allotpb.UsageResponse,
 			resp.Records = append(resp.Records, &allotpb.UsageRecord{
 				Tenant: k.tenant, Rule: k.rule, Region: k.region,
 				WindowStart: timestamppb.New(time.Unix(k.window, 0)), WindowEnd: timestamppb.New(time.Unix(k.window+width, 0)),
-				Admitted: u.admitted, Denied: u.denied, Final: st.final[k.window],
+				Admitted: u.admitted, Denied: u.denied, Final: st.final[k.window], Granted: u.granted,
 			})
 		}
 		if more {

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/allot-io/allot/lease/rules"
@@ -36,6 +37,8 @@ type state struct {
 	open map[int64]map[incKey]struct{}
 	// final holds the windows that are final: they never change again.
 	final map[int64]bool
+	// grantEpoch and grantSeq number the last GrantsCommand applied.
+	grantEpoch, grantSeq uint64
 }
 
 // incKey identifies one run of one agent.
@@ -85,6 +88,9 @@ type ledgerKey struct {
 
 type usage struct {
 	admitted, denied uint64
+	// granted is what the parent leased the region over the window
+	// (GrantsCommand); nil when none was recorded.
+	granted *float64
 }
 
 func newState() *state {
@@ -275,6 +281,38 @@ func (s *state) maintain(cmd *allotpb.MaintainCommand) {
 			if windowEnd(window, width) < cutoff {
 				delete(s.final, window)
 			}
+		}
+	}
+}
+
+// applyGrants adds what a region's leader counted of its leases from the
+// parent to the ledger, once: a command whose epoch and seq are not past
+// the last applied is a repeat and changes nothing. A grant creates its
+// ledger line if no usage did (a tenant leased and idle).
+func (s *state) applyGrants(cmd *allotpb.GrantsCommand) {
+	if cmd.GetEpoch() < s.grantEpoch || cmd.GetEpoch() == s.grantEpoch && cmd.GetSeq() <= s.grantSeq {
+		return
+	}
+	s.grantEpoch, s.grantSeq = cmd.GetEpoch(), cmd.GetSeq()
+	for _, g := range cmd.GetGrants() {
+		if !(g.GetGranted() > 0) || math.IsInf(g.GetGranted(), 0) {
+			continue
+		}
+		k := ledgerKey{g.GetTenant(), g.GetRule(), cmd.GetRegion(), g.GetWindowUnix()}
+		u := s.ledger[k]
+		if u == nil {
+			u = &usage{}
+			s.putLedger(k, u)
+		}
+		sum := g.GetGranted()
+		if u.granted != nil {
+			sum += *u.granted
+		}
+		u.granted = &sum
+		// A window only grants reached is open until it ends, as any
+		// other, so that it becomes final (and expires) in its turn.
+		if w := g.GetWindowUnix(); !s.final[w] && s.open[w] == nil {
+			s.open[w] = map[incKey]struct{}{}
 		}
 	}
 }

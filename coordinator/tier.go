@@ -3,6 +3,7 @@ package coordinator
 import (
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
@@ -266,4 +267,42 @@ func (a *allocator) regionsHeard() []*allotpb.TierRegion {
 	}
 	slices.SortFunc(out, func(x, y *allotpb.TierRegion) int { return compareStrings(x.GetRegion(), y.GetRegion()) })
 	return out
+}
+
+// grantKey names what a region's leader counts of its leases: a tenant's
+// allowance under a rule in a billing window.
+type grantKey struct {
+	tenant, rule string
+	window       int64 // Unix seconds
+}
+
+// meterGrants adds, for every tiered pool keyed by the tenant, what the
+// region was allowed between then and now (its pool's limit × the span ÷
+// the rule's period) to acc, under the billing window of width windowNs
+// that now falls in. A span longer than maxSpan (the leader was busy, or
+// just started) counts only maxSpan: grants are a record, not a guess.
+func (a *allocator) meterGrants(acc map[grantKey]float64, then, now, windowNs, maxSpan int64) {
+	span := min(now-then, maxSpan)
+	if span <= 0 || windowNs <= 0 {
+		return
+	}
+	window := now / windowNs * windowNs / int64(time.Second)
+	for i := range a.shards {
+		sh := &a.shards[i]
+		sh.mu.Lock()
+		for k, p := range sh.pools {
+			if !a.tiered(p.rule) || p.rule.Fair() || !tenantKey(p.rule) || p.tenant == "" {
+				continue
+			}
+			acc[grantKey{p.tenant, k.rule, window}] += p.limit * float64(span) / float64(p.rule.Period)
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// tenantKey reports whether a rule's key is the tenant alone, so that a
+// pool's limit is the tenant's allowance.
+func tenantKey(r *rules.Rule) bool {
+	attrs := r.KeyAttrs()
+	return len(attrs) == 1 && attrs[0] == rules.AttrTenant
 }

@@ -442,8 +442,11 @@ type SnapshotHeader struct {
 	// fixes them.
 	ReportIntervalNano int64 `protobuf:"varint,9,opt,name=report_interval_nano,json=reportIntervalNano,proto3" json:"report_interval_nano,omitempty"`
 	LeaseTtlNano       int64 `protobuf:"varint,10,opt,name=lease_ttl_nano,json=leaseTtlNano,proto3" json:"lease_ttl_nano,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The last GrantsCommand applied: its epoch and seq.
+	GrantEpoch    uint64 `protobuf:"varint,11,opt,name=grant_epoch,json=grantEpoch,proto3" json:"grant_epoch,omitempty"`
+	GrantSeq      uint64 `protobuf:"varint,12,opt,name=grant_seq,json=grantSeq,proto3" json:"grant_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
@@ -546,6 +549,20 @@ func (x *SnapshotHeader) GetLeaseTtlNano() int64 {
 	return 0
 }
 
+func (x *SnapshotHeader) GetGrantEpoch() uint64 {
+	if x != nil {
+		return x.GrantEpoch
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetGrantSeq() uint64 {
+	if x != nil {
+		return x.GrantSeq
+	}
+	return 0
+}
+
 type IncarnationRecord struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
 	Node                string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -623,14 +640,17 @@ func (x *IncarnationRecord) GetLastCutUnixNano() int64 {
 }
 
 type LedgerRecord struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	Rule          string                 `protobuf:"bytes,2,opt,name=rule,proto3" json:"rule,omitempty"`
-	Region        string                 `protobuf:"bytes,3,opt,name=region,proto3" json:"region,omitempty"`
-	WindowUnix    int64                  `protobuf:"varint,4,opt,name=window_unix,json=windowUnix,proto3" json:"window_unix,omitempty"`
-	Admitted      uint64                 `protobuf:"varint,5,opt,name=admitted,proto3" json:"admitted,omitempty"`
-	Denied        uint64                 `protobuf:"varint,6,opt,name=denied,proto3" json:"denied,omitempty"`
-	Final         bool                   `protobuf:"varint,7,opt,name=final,proto3" json:"final,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Tenant     string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Rule       string                 `protobuf:"bytes,2,opt,name=rule,proto3" json:"rule,omitempty"`
+	Region     string                 `protobuf:"bytes,3,opt,name=region,proto3" json:"region,omitempty"`
+	WindowUnix int64                  `protobuf:"varint,4,opt,name=window_unix,json=windowUnix,proto3" json:"window_unix,omitempty"`
+	Admitted   uint64                 `protobuf:"varint,5,opt,name=admitted,proto3" json:"admitted,omitempty"`
+	Denied     uint64                 `protobuf:"varint,6,opt,name=denied,proto3" json:"denied,omitempty"`
+	Final      bool                   `protobuf:"varint,7,opt,name=final,proto3" json:"final,omitempty"`
+	// granted is what the parent leased this region of the tenant's
+	// allowance over the window (docs/regions.md), set when recorded.
+	Granted       *float64 `protobuf:"fixed64,8,opt,name=granted,proto3,oneof" json:"granted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -712,6 +732,13 @@ func (x *LedgerRecord) GetFinal() bool {
 		return x.Final
 	}
 	return false
+}
+
+func (x *LedgerRecord) GetGranted() float64 {
+	if x != nil && x.Granted != nil {
+		return *x.Granted
+	}
+	return 0
 }
 
 // WindowRecord lists the incarnations that reported in an open window.
@@ -879,6 +906,149 @@ func (x *FinalWindows) GetWindowUnix() []int64 {
 	return nil
 }
 
+// GrantsCommand records what the parent leased a region's cluster
+// (docs/regions.md): the leader integrates each tenant's lease (or its
+// static fraction while it held none) over time and proposes what it
+// counted since its last command. epoch and seq number the leader's
+// commands, so that one applied is never applied twice.
+type GrantsCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Region        string                 `protobuf:"bytes,3,opt,name=region,proto3" json:"region,omitempty"`
+	Grants        []*GrantRecord         `protobuf:"bytes,4,rep,name=grants,proto3" json:"grants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantsCommand) Reset() {
+	*x = GrantsCommand{}
+	mi := &file_fsm_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantsCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantsCommand) ProtoMessage() {}
+
+func (x *GrantsCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantsCommand.ProtoReflect.Descriptor instead.
+func (*GrantsCommand) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GrantsCommand) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *GrantsCommand) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *GrantsCommand) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *GrantsCommand) GetGrants() []*GrantRecord {
+	if x != nil {
+		return x.Grants
+	}
+	return nil
+}
+
+// GrantRecord is units of allowance granted to a tenant under a rule in a
+// billing window.
+type GrantRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Rule          string                 `protobuf:"bytes,2,opt,name=rule,proto3" json:"rule,omitempty"`
+	WindowUnix    int64                  `protobuf:"varint,3,opt,name=window_unix,json=windowUnix,proto3" json:"window_unix,omitempty"`
+	Granted       float64                `protobuf:"fixed64,4,opt,name=granted,proto3" json:"granted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GrantRecord) Reset() {
+	*x = GrantRecord{}
+	mi := &file_fsm_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GrantRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GrantRecord) ProtoMessage() {}
+
+func (x *GrantRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GrantRecord.ProtoReflect.Descriptor instead.
+func (*GrantRecord) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *GrantRecord) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *GrantRecord) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *GrantRecord) GetWindowUnix() int64 {
+	if x != nil {
+		return x.WindowUnix
+	}
+	return 0
+}
+
+func (x *GrantRecord) GetGranted() float64 {
+	if x != nil {
+		return x.Granted
+	}
+	return 0
+}
+
 var File_fsm_proto protoreflect.FileDescriptor
 
 const file_fsm_proto_rawDesc = "" +
@@ -909,7 +1079,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\x0fMaintainCommand\x12\"\n" +
 	"\rnow_unix_nano\x18\x01 \x01(\x03R\vnowUnixNano\x12,\n" +
 	"\x12agent_timeout_nano\x18\x02 \x01(\x03R\x10agentTimeoutNano\x12%\n" +
-	"\x0eretention_nano\x18\x03 \x01(\x03R\rretentionNano\"\xea\x02\n" +
+	"\x0eretention_nano\x18\x03 \x01(\x03R\rretentionNano\"\xa8\x03\n" +
 	"\x0eSnapshotHeader\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12#\n" +
@@ -921,13 +1091,16 @@ const file_fsm_proto_rawDesc = "" +
 	"\x13billing_window_nano\x18\b \x01(\x03R\x11billingWindowNano\x120\n" +
 	"\x14report_interval_nano\x18\t \x01(\x03R\x12reportIntervalNano\x12$\n" +
 	"\x0elease_ttl_nano\x18\n" +
-	" \x01(\x03R\fleaseTtlNano\"\xc6\x01\n" +
+	" \x01(\x03R\fleaseTtlNano\x12\x1f\n" +
+	"\vgrant_epoch\x18\v \x01(\x04R\n" +
+	"grantEpoch\x12\x1b\n" +
+	"\tgrant_seq\x18\f \x01(\x04R\bgrantSeq\"\xc6\x01\n" +
 	"\x11IncarnationRecord\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x19\n" +
 	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\x123\n" +
 	"\x16last_applied_unix_nano\x18\x04 \x01(\x03R\x13lastAppliedUnixNano\x12+\n" +
-	"\x12last_cut_unix_nano\x18\x05 \x01(\x03R\x0flastCutUnixNano\"\xbd\x01\n" +
+	"\x12last_cut_unix_nano\x18\x05 \x01(\x03R\x0flastCutUnixNano\"\xe8\x01\n" +
 	"\fLedgerRecord\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x16\n" +
@@ -936,7 +1109,10 @@ const file_fsm_proto_rawDesc = "" +
 	"windowUnix\x12\x1a\n" +
 	"\badmitted\x18\x05 \x01(\x04R\badmitted\x12\x16\n" +
 	"\x06denied\x18\x06 \x01(\x04R\x06denied\x12\x14\n" +
-	"\x05final\x18\a \x01(\bR\x05final\"M\n" +
+	"\x05final\x18\a \x01(\bR\x05final\x12\x1d\n" +
+	"\agranted\x18\b \x01(\x01H\x00R\agranted\x88\x01\x01B\n" +
+	"\n" +
+	"\b_granted\"M\n" +
 	"\fWindowRecord\x12\x1f\n" +
 	"\vwindow_unix\x18\x01 \x01(\x03R\n" +
 	"windowUnix\x12\x1c\n" +
@@ -947,7 +1123,18 @@ const file_fsm_proto_rawDesc = "" +
 	"\x0elease_ttl_nano\x18\x03 \x01(\x03R\fleaseTtlNano\"/\n" +
 	"\fFinalWindows\x12\x1f\n" +
 	"\vwindow_unix\x18\x01 \x03(\x03R\n" +
-	"windowUnixB)Z'github.com/allot-io/allot/proto;allotpbb\x06proto3"
+	"windowUnix\"~\n" +
+	"\rGrantsCommand\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x16\n" +
+	"\x06region\x18\x03 \x01(\tR\x06region\x12-\n" +
+	"\x06grants\x18\x04 \x03(\v2\x15.allot.v1.GrantRecordR\x06grants\"t\n" +
+	"\vGrantRecord\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x1f\n" +
+	"\vwindow_unix\x18\x03 \x01(\x03R\n" +
+	"windowUnix\x12\x18\n" +
+	"\agranted\x18\x04 \x01(\x01R\agrantedB)Z'github.com/allot-io/allot/proto;allotpbb\x06proto3"
 
 var (
 	file_fsm_proto_rawDescOnce sync.Once
@@ -961,7 +1148,7 @@ func file_fsm_proto_rawDescGZIP() []byte {
 	return file_fsm_proto_rawDescData
 }
 
-var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_fsm_proto_goTypes = []any{
 	(*ReportsCommand)(nil),    // 0: allot.v1.ReportsCommand
 	(*AgentUsage)(nil),        // 1: allot.v1.AgentUsage
@@ -976,20 +1163,23 @@ var file_fsm_proto_goTypes = []any{
 	(*WindowRecord)(nil),      // 10: allot.v1.WindowRecord
 	(*SettingsCommand)(nil),   // 11: allot.v1.SettingsCommand
 	(*FinalWindows)(nil),      // 12: allot.v1.FinalWindows
-	(*UsageBatch)(nil),        // 13: allot.v1.UsageBatch
-	(*Rule)(nil),              // 14: allot.v1.Rule
-	(*Member)(nil),            // 15: allot.v1.Member
+	(*GrantsCommand)(nil),     // 13: allot.v1.GrantsCommand
+	(*GrantRecord)(nil),       // 14: allot.v1.GrantRecord
+	(*UsageBatch)(nil),        // 15: allot.v1.UsageBatch
+	(*Rule)(nil),              // 16: allot.v1.Rule
+	(*Member)(nil),            // 17: allot.v1.Member
 }
 var file_fsm_proto_depIdxs = []int32{
 	1,  // 0: allot.v1.ReportsCommand.reports:type_name -> allot.v1.AgentUsage
-	13, // 1: allot.v1.AgentUsage.batch:type_name -> allot.v1.UsageBatch
-	14, // 2: allot.v1.RulesCommand.put:type_name -> allot.v1.Rule
-	15, // 3: allot.v1.MemberCommand.member:type_name -> allot.v1.Member
-	4,  // [4:4] is the sub-list for method output_type
-	4,  // [4:4] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	15, // 1: allot.v1.AgentUsage.batch:type_name -> allot.v1.UsageBatch
+	16, // 2: allot.v1.RulesCommand.put:type_name -> allot.v1.Rule
+	17, // 3: allot.v1.MemberCommand.member:type_name -> allot.v1.Member
+	14, // 4: allot.v1.GrantsCommand.grants:type_name -> allot.v1.GrantRecord
+	5,  // [5:5] is the sub-list for method output_type
+	5,  // [5:5] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_fsm_proto_init() }
@@ -1000,13 +1190,14 @@ func file_fsm_proto_init() {
 	file_agent_proto_init()
 	file_cluster_proto_init()
 	file_rules_proto_init()
+	file_fsm_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_proto_rawDesc), len(file_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

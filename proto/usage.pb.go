@@ -132,7 +132,11 @@ type UsageRecord struct {
 	Denied      uint64                 `protobuf:"varint,7,opt,name=denied,proto3" json:"denied,omitempty"`
 	// final windows have closed and every agent that reported in them has
 	// been acknowledged past their end: they never change again.
-	Final         bool `protobuf:"varint,8,opt,name=final,proto3" json:"final,omitempty"`
+	Final bool `protobuf:"varint,8,opt,name=final,proto3" json:"final,omitempty"`
+	// granted is, for a region whose cluster leases from a parent, the
+	// units of the tenant's allowance the parent leased it over the window;
+	// absent otherwise (docs/regions.md).
+	Granted       *float64 `protobuf:"fixed64,9,opt,name=granted,proto3,oneof" json:"granted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -223,6 +227,13 @@ func (x *UsageRecord) GetFinal() bool {
 	return false
 }
 
+func (x *UsageRecord) GetGranted() float64 {
+	if x != nil && x.Granted != nil {
+		return *x.Granted
+	}
+	return 0
+}
+
 type UsageResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Records       []*UsageRecord         `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
@@ -289,7 +300,7 @@ const file_usage_proto_rawDesc = "" +
 	"\x06region\x18\x05 \x01(\tR\x06region\x12\x1b\n" +
 	"\tpage_size\x18\x06 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\a \x01(\tR\tpageToken\"\x95\x02\n" +
+	"page_token\x18\a \x01(\tR\tpageToken\"\xc0\x02\n" +
 	"\vUsageRecord\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x16\n" +
@@ -299,7 +310,10 @@ const file_usage_proto_rawDesc = "" +
 	"window_end\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\twindowEnd\x12\x1a\n" +
 	"\badmitted\x18\x06 \x01(\x04R\badmitted\x12\x16\n" +
 	"\x06denied\x18\a \x01(\x04R\x06denied\x12\x14\n" +
-	"\x05final\x18\b \x01(\bR\x05final\"h\n" +
+	"\x05final\x18\b \x01(\bR\x05final\x12\x1d\n" +
+	"\agranted\x18\t \x01(\x01H\x00R\agranted\x88\x01\x01B\n" +
+	"\n" +
+	"\b_granted\"h\n" +
 	"\rUsageResponse\x12/\n" +
 	"\arecords\x18\x01 \x03(\v2\x15.allot.v1.UsageRecordR\arecords\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2K\n" +
@@ -346,6 +360,7 @@ func file_usage_proto_init() {
 	if File_usage_proto != nil {
 		return
 	}
+	file_usage_proto_msgTypes[1].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

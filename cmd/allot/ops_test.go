@@ -131,11 +131,14 @@ func billFixture() []ledgerLine {
 		return ledgerLine{start: start, end: start.Add(time.Hour), tenant: tenant, rule: rule, region: region,
 			admitted: admitted, denied: denied, final: final, source: source, def: def}
 	}
+	// Leasing from a parent, eu recorded what it was granted of acme's
+	// allowance in w1, us what it was in w2 (docs/regions.md).
+	granted := func(l ledgerLine, g float64) ledgerLine { l.granted = &g; return l }
 	return []ledgerLine{
 		// Given out of order, as two clusters would.
-		line(w1, "acme", "quota", "us", 100, 3, false, 1, billRule),
+		granted(line(w1, "acme", "quota", "us", 100, 3, false, 1, billRule), 110.5),
 		line(w2, "acme", "quota", "eu", 7, 0, false, 0, billRule),
-		line(w1, "acme", "quota", "eu", 150, 7, true, 0, billRule),
+		granted(line(w1, "acme", "quota", "eu", 150, 7, true, 0, billRule), 189.5),
 		line(w1, "beta", "quota", "eu", 9, 0, true, 0, billRule),
 		// Beyond what a float64 holds exactly: totals must stay exact.
 		line(w1, "huge", "gone", "eu", 1<<53+1, 0, true, 0, nil),
@@ -152,15 +155,15 @@ func TestMergeBillCSV(t *testing.T) {
 	if err := writeBillCSV(&out, bill); err != nil {
 		t.Fatal(err)
 	}
-	want := `window_start,window_end,final,tenant,rule,region,admitted,denied,share,region_fraction,allowance,used
-2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,acme,quota,eu,150,7,0.6000,0.6,180,0.8333
-2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,false,acme,quota,us,100,3,0.4000,0.4,120,0.8333
-2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,false,acme,quota,*,250,10,eu=0.6000;us=0.4000,,300,0.8333
-2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,beta,quota,eu,9,0,,0.6,180,0.0500
-2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,huge,gone,eu,9007199254740993,0,0.5000,,,
-2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,huge,gone,us,9007199254740993,1,0.5000,,,
-2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,huge,gone,*,18014398509481986,1,eu=0.5000;us=0.5000,,,
-2026-11-29T11:00:00Z,2026-11-29T12:00:00Z,false,acme,quota,eu,7,0,,0.6,180,0.0389
+	want := `window_start,window_end,final,tenant,rule,region,admitted,denied,share,region_fraction,allowance,used,granted
+2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,acme,quota,eu,150,7,0.6000,0.6,180,0.8333,189.500
+2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,false,acme,quota,us,100,3,0.4000,0.4,120,0.8333,110.500
+2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,false,acme,quota,*,250,10,eu=0.6000;us=0.4000,,300,0.8333,300.000
+2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,beta,quota,eu,9,0,,0.6,180,0.0500,
+2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,huge,gone,eu,9007199254740993,0,0.5000,,,,
+2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,huge,gone,us,9007199254740993,1,0.5000,,,,
+2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,huge,gone,*,18014398509481986,1,eu=0.5000;us=0.5000,,,,
+2026-11-29T11:00:00Z,2026-11-29T12:00:00Z,false,acme,quota,eu,7,0,,0.6,180,0.0389,
 `
 	if out.String() != want {
 		t.Errorf("CSV:\n%s\nwant:\n%s", out.String(), want)
@@ -195,6 +198,7 @@ func TestMergeBillJSONL(t *testing.T) {
 		Share     *float64           `json:"share"`
 		Shares    map[string]float64 `json:"shares"`
 		Allowance *json.Number       `json:"allowance"`
+		Granted   *json.Number       `json:"granted"`
 	}
 	var rows []row
 	for _, l := range lines {
@@ -208,13 +212,13 @@ func TestMergeBillJSONL(t *testing.T) {
 	}
 	total := rows[2]
 	if !total.Total || total.Region != "*" || total.Admitted != 250 || total.Denied != 10 || total.Final ||
-		total.Shares["eu"] != 0.6 || total.Shares["us"] != 0.4 || total.Allowance.String() != "300" {
+		total.Shares["eu"] != 0.6 || total.Shares["us"] != 0.4 || total.Allowance.String() != "300" || total.Granted.String() != "300.000" {
 		t.Errorf("acme total line: %+v", total)
 	}
-	if eu := rows[0]; eu.Region != "eu" || eu.Share == nil || *eu.Share != 0.6 || !eu.Final || eu.Allowance.String() != "180" {
+	if eu := rows[0]; eu.Region != "eu" || eu.Share == nil || *eu.Share != 0.6 || !eu.Final || eu.Allowance.String() != "180" || eu.Granted.String() != "189.500" {
 		t.Errorf("acme eu line: %+v", eu)
 	}
-	if huge := rows[6]; huge.Admitted != 1<<54+2 || huge.Allowance != nil {
+	if huge := rows[6]; huge.Admitted != 1<<54+2 || huge.Allowance != nil || huge.Granted != nil {
 		t.Errorf("huge total line: %+v (want 18014398509481986 exactly, no allowance)", huge)
 	}
 	if !strings.Contains(lines[6], `"admitted":18014398509481986`) {
@@ -236,8 +240,8 @@ func TestMergeBillTable(t *testing.T) {
 		line int
 		has  []string
 	}{
-		{0, []string{"WINDOW", "FINAL", "REGION", "ADMITTED", "SHARE", "ALLOWANCE"}},
-		{1, []string{"2026-11-29T10:00:00Z", "yes", "acme", "eu", "150", "60.00%", "180", "83.33%"}},
+		{0, []string{"WINDOW", "FINAL", "REGION", "ADMITTED", "SHARE", "ALLOWANCE", "GRANTED"}},
+		{1, []string{"2026-11-29T10:00:00Z", "yes", "acme", "eu", "150", "60.00%", "180", "83.33%", "189.500"}},
 		{2, []string{"no", "acme", "us", "100", "40.00%", "120"}},
 		{3, []string{"no", "acme", "*", "250", "10", "eu=60.00% us=40.00%", "300", "83.33%"}},
 		{7, []string{"18014398509481986"}},

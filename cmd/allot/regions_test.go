@@ -106,6 +106,7 @@ func TestRegionsProcess(t *testing.T) {
 	}
 	// The quota is 300/s, a region's static third 100/s. Rates allow for
 	// the token bucket's refill and the quota's 5% tolerance.
+	started := time.Now()
 	steady("all traffic in us", load("us", 7*time.Second), 270, 320)
 	steady("traffic moved to eu", load("eu", 7*time.Second), 270, 320)
 
@@ -142,6 +143,7 @@ func TestRegionsProcess(t *testing.T) {
 		}
 	}
 	var billed uint64
+	granted := map[string]float64{}
 	eventually(t, "the merged bill to count every admitted request", procs, func() (bool, string) {
 		args := append([]string{"usage", "--from", "1h", "--tenant", "acme", "--format", "jsonl"}, coordArgs...)
 		code, stdout, stderr := runAllot(t, env, args...)
@@ -149,19 +151,35 @@ func TestRegionsProcess(t *testing.T) {
 			return false, stderr
 		}
 		billed = 0
+		clear(granted)
 		sc := bufio.NewScanner(strings.NewReader(stdout))
 		for sc.Scan() {
 			var line struct {
-				Region   string `json:"region"`
-				Admitted uint64 `json:"admitted"`
+				Region   string   `json:"region"`
+				Admitted uint64   `json:"admitted"`
+				Granted  *float64 `json:"granted"`
 			}
 			if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
 				return false, err.Error()
 			}
 			if line.Region != "*" {
 				billed += line.Admitted
+				if line.Granted != nil {
+					granted[line.Region] += *line.Granted
+				}
 			}
 		}
 		return billed == uint64(admittedTotal.Load()), fmt.Sprintf("billed %d, admitted %d:\n%s", billed, admittedTotal.Load(), stdout)
 	})
+	// What the parent leased each region is on the bill: us held the
+	// whole quota for most of its 7 s, and the regions together never
+	// more than the quota (and its tolerance) over the run.
+	total := 0.0
+	for _, g := range granted {
+		total += g
+	}
+	if granted["us"] < 0.7*300*7 || total > 1.05*300*time.Since(started).Seconds() {
+		t.Errorf("granted on the bill: %v (%.0f in all over %.0f s of a 300/s quota)", granted, total, time.Since(started).Seconds())
+	}
+	t.Logf("granted on the bill, per region: %v", granted)
 }

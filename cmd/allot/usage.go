@@ -203,6 +203,7 @@ type ledgerLine struct {
 	tenant, rule, region string
 	admitted, denied     uint64
 	final                bool
+	granted              *float64      // what the parent leased the region (docs/regions.md), if recorded
 	source               int           // which --coordinator it came from
 	def                  *allotpb.Rule // nil when the cluster no longer has the rule
 }
@@ -247,7 +248,7 @@ func fetchLedger(ctx context.Context, cf *clientFlags, q *allotpb.UsageQuery, so
 			out = append(out, ledgerLine{
 				start: r.GetWindowStart().AsTime(), end: r.GetWindowEnd().AsTime(),
 				tenant: r.GetTenant(), rule: r.GetRule(), region: r.GetRegion(),
-				admitted: r.GetAdmitted(), denied: r.GetDenied(), final: r.GetFinal(),
+				admitted: r.GetAdmitted(), denied: r.GetDenied(), final: r.GetFinal(), granted: r.Granted,
 				source: source, def: defs[r.GetRule()],
 			})
 		}
@@ -282,6 +283,10 @@ type billLine struct {
 	// unknown).
 	Fraction  string
 	Allowance *big.Rat
+	// Granted is, for a region leasing from a parent, the units of the
+	// allowance the parent leased it over the window; on a total line,
+	// their sum. Nil when none was recorded.
+	Granted *float64
 }
 
 type regionShare struct {
@@ -342,10 +347,18 @@ func billGroup(group []ledgerLine) []billLine {
 	}
 	multi := len(group) > 1
 	out := make([]billLine, 0, len(group)+1)
+	var granted *float64
 	var shares []regionShare
 	for _, l := range group {
 		b := billLine{Start: l.start, End: l.end, Final: l.final, Tenant: l.tenant, Rule: l.rule, Region: l.region,
-			Admitted: l.admitted, Denied: l.denied}
+			Admitted: l.admitted, Denied: l.denied, Granted: l.granted}
+		if l.granted != nil {
+			sum := *l.granted
+			if granted != nil {
+				sum += *granted
+			}
+			granted = &sum
+		}
 		whole := allowance(l.def, l.tenant, l.end.Sub(l.start))
 		b.Fraction, b.Allowance = regionPart(l.def, l.region, whole)
 		if multi && admitted > 0 {
@@ -358,7 +371,7 @@ func billGroup(group []ledgerLine) []billLine {
 		first := group[0]
 		out = append(out, billLine{Start: first.start, End: first.end, Final: final, Tenant: first.tenant, Rule: first.rule,
 			Region: allRegions, Total: true, Admitted: admitted, Denied: denied, Shares: shares,
-			Allowance: allowance(def, first.tenant, first.end.Sub(first.start))})
+			Allowance: allowance(def, first.tenant, first.end.Sub(first.start)), Granted: granted})
 	}
 	return out
 }
@@ -473,7 +486,15 @@ func fraction4(r *big.Rat) string {
 	return r.FloatString(4)
 }
 
-var billCSVHeader = []string{"window_start", "window_end", "final", "tenant", "rule", "region", "admitted", "denied", "share", "region_fraction", "allowance", "used"}
+var billCSVHeader = []string{"window_start", "window_end", "final", "tenant", "rule", "region", "admitted", "denied", "share", "region_fraction", "allowance", "used", "granted"}
+
+// grantedText is a granted count to three places, or "" when none.
+func grantedText(g *float64) string {
+	if g == nil {
+		return ""
+	}
+	return strconv.FormatFloat(*g, 'f', 3, 64)
+}
 
 // writeBillCSV writes the bill with a header row. share is a region's part
 // of the admitted total (0.6000), or on a total line every region's
@@ -490,7 +511,7 @@ func writeBillCSV(w io.Writer, bill []billLine) error {
 		}
 		row := []string{b.Start.UTC().Format(time.RFC3339), b.End.UTC().Format(time.RFC3339), strconv.FormatBool(b.Final),
 			b.Tenant, b.Rule, b.Region, strconv.FormatUint(b.Admitted, 10), strconv.FormatUint(b.Denied, 10),
-			share, b.Fraction, ratText(b.Allowance, 3), fraction4(usedRatio(b.Admitted, b.Allowance))}
+			share, b.Fraction, ratText(b.Allowance, 3), fraction4(usedRatio(b.Admitted, b.Allowance)), grantedText(b.Granted)}
 		if err := cw.Write(row); err != nil {
 			return err
 		}
@@ -516,6 +537,7 @@ type billJSON struct {
 	RegionFraction *json.Number       `json:"region_fraction,omitempty"`
 	Allowance      *json.Number       `json:"allowance,omitempty"`
 	Used           *json.Number       `json:"used,omitempty"`
+	Granted        *json.Number       `json:"granted,omitempty"`
 }
 
 func jsonNumber(s string) *json.Number {
@@ -533,7 +555,8 @@ func writeBillJSONL(w io.Writer, bill []billLine) error {
 		j := billJSON{WindowStart: b.Start.UTC().Format(time.RFC3339), WindowEnd: b.End.UTC().Format(time.RFC3339), Final: b.Final,
 			Tenant: b.Tenant, Rule: b.Rule, Region: b.Region, Total: b.Total, Admitted: b.Admitted, Denied: b.Denied,
 			Share: jsonNumber(ratText(b.Share, 6)), RegionFraction: jsonNumber(b.Fraction),
-			Allowance: jsonNumber(ratText(b.Allowance, 3)), Used: jsonNumber(ratText(usedRatio(b.Admitted, b.Allowance), 6))}
+			Allowance: jsonNumber(ratText(b.Allowance, 3)), Used: jsonNumber(ratText(usedRatio(b.Admitted, b.Allowance), 6)),
+			Granted: jsonNumber(grantedText(b.Granted))}
 		if b.Total {
 			j.Shares = make(map[string]float64, len(b.Shares))
 			for _, s := range b.Shares {
@@ -555,7 +578,7 @@ func writeBillTable(w io.Writer, bill []billLine, from, to time.Time) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "WINDOW\tFINAL\tTENANT\tRULE\tREGION\tADMITTED\tDENIED\tSHARE\tFRACTION\tALLOWANCE\tUSED")
+	fmt.Fprintln(tw, "WINDOW\tFINAL\tTENANT\tRULE\tREGION\tADMITTED\tDENIED\tSHARE\tFRACTION\tALLOWANCE\tUSED\tGRANTED")
 	open := 0
 	for _, b := range bill {
 		share := ratPercent(b.Share)
@@ -565,8 +588,8 @@ func writeBillTable(w io.Writer, bill []billLine, from, to time.Time) error {
 		if !b.Final && !b.Total {
 			open++
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", b.Start.UTC().Format(time.RFC3339), finalText(b.Final),
-			b.Tenant, b.Rule, b.Region, b.Admitted, b.Denied, share, b.Fraction, ratText(b.Allowance, 3), ratPercent(usedRatio(b.Admitted, b.Allowance)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", b.Start.UTC().Format(time.RFC3339), finalText(b.Final),
+			b.Tenant, b.Rule, b.Region, b.Admitted, b.Denied, share, b.Fraction, ratText(b.Allowance, 3), ratPercent(usedRatio(b.Admitted, b.Allowance)), grantedText(b.Granted))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -499,32 +499,49 @@ func (a *Agent) askEarly() {
 // global rule (key ignored) it is the node's total. For dashboards and the
 // simulator.
 func (a *Agent) Share(rule, key string) float64 {
+	if l, ok := a.Lease(rule, key); ok {
+		return l
+	}
 	c := a.rules.Load()
 	if c == nil {
 		return 0
 	}
 	for _, rs := range c.rules {
-		if rs.rule.Name != rule {
-			continue
+		if rs.rule.Name == rule {
+			rs.def.mu.Lock()
+			defer rs.def.mu.Unlock()
+			return rs.def.share
 		}
-		if rs.fair == nil {
-			hot := *rs.hot.Load()
-			hk := hot[a.hasher.String(key)] // a single-attribute key hashes as itself
-			if hk == nil {
-				for _, h := range hot {
-					if h.key == key {
-						hk = h
-						break
-					}
-				}
-			}
-			if hk != nil && hk.leaseLimit() > 0 {
-				return hk.leaseLimit()
-			}
-		}
-		rs.def.mu.Lock()
-		defer rs.def.mu.Unlock()
-		return rs.def.share
 	}
 	return 0
+}
+
+// Lease returns the lease the node holds for a rule's key, per the rule's
+// period, and whether it holds one (a global rule's total is never
+// leased as a key). For dashboards and demos.
+func (a *Agent) Lease(rule, key string) (float64, bool) {
+	c := a.rules.Load()
+	if c == nil {
+		return 0, false
+	}
+	for _, rs := range c.rules {
+		if rs.rule.Name != rule || rs.fair != nil {
+			continue
+		}
+		hot := *rs.hot.Load()
+		hk := hot[a.hasher.String(key)] // a single-attribute key hashes as itself
+		if hk == nil {
+			for _, h := range hot {
+				if h.key == key {
+					hk = h
+					break
+				}
+			}
+		}
+		if hk != nil && hk.leaseLimit() > 0 {
+			return hk.leaseLimit(), true
+		}
+		return 0, false
+	}
+	return 0, false
 }

@@ -140,20 +140,28 @@ type demo struct {
 }
 
 func runDemo(ctx context.Context, e *env) error {
-	f := newFlags(e, "demo", "[--duration D] [--nodes N] [--no-tty]", demoAbout)
+	f := newFlags(e, "demo", "[--duration D] [--nodes N] [--no-tty] [--regions N]", demoAbout)
 	var (
 		duration time.Duration
 		nodes    int
 		noTTY    bool
+		regions  int
 	)
-	f.DurationVar(&duration, "duration", 30*time.Second, "how long to drive traffic (at least 10s)")
+	f.DurationVar(&duration, "duration", 30*time.Second, "how long to drive traffic (at least 10s; with --regions, 12s a region by default)")
 	f.IntVar(&nodes, "nodes", 8, "gateway agents (3 to 64)")
 	f.BoolVar(&noTTY, "no-tty", false, "print plain lines instead of refreshing the screen (for logs and CI)")
+	f.IntVar(&regions, "regions", 0, "instead, run a parent cluster and this many regions' clusters (2 to 5) in this process, two gateways each, with a tenant's traffic moving from region to region (docs/regions.md)")
 	if err := f.parse(e); err != nil {
 		return err
 	}
 	if err := f.noArgs(); err != nil {
 		return err
+	}
+	if regions != 0 && (regions < 2 || regions > len(demoRegionNames)) {
+		return usagef("demo", "--regions %d: want 2 to %d", regions, len(demoRegionNames))
+	}
+	if regions != 0 && !f.isSet("duration") {
+		duration = time.Duration(regions) * 12 * time.Second
 	}
 	if duration < 10*time.Second {
 		return usagef("demo", "--duration %v: want at least 10s", duration)
@@ -171,6 +179,14 @@ func runDemo(ctx context.Context, e *env) error {
 		return fmt.Errorf("creating the gateways' log: %w", err)
 	}
 	defer logFile.Close()
+	if regions > 0 {
+		log := hclog.New(&hclog.LoggerOptions{Name: "allot", Level: hclog.Info, Output: logFile})
+		err := runRegionsDemo(ctx, &syncWriter{w: e.stdout}, dir, log, regions, duration)
+		if err != nil && !errors.Is(err, context.Canceled) {
+			tailFile(e.stderr, "the clusters and gateways", logFile.Name(), 30)
+		}
+		return err
+	}
 	d := &demo{
 		out: &syncWriter{w: e.stdout}, tty: !noTTY && isTerminal(e.stdout), duration: duration, warmup: 5 * time.Second, dir: dir,
 		log:     hclog.New(&hclog.LoggerOptions{Name: "allot", Level: hclog.Info, Output: logFile}),

@@ -52,3 +52,16 @@ func TestDemoChecks(t *testing.T) {
 	checkDemoCleanedUp(t, text)
 	t.Logf("%d checks passed:\n%s", ok, text[strings.Index(text, "── summary"):])
 }
+
+// TestRegionsDemo runs `allot demo --regions 2` as a process: a parent
+// and two regions' clusters, the tenant's traffic moving from one region
+// to the other, and every check passing.
+func TestRegionsDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the regions demo")
+	}
+	code, stdout, stderr := runAllot(t, cliEnv(), "demo", "--regions", "2", "--duration", "16s")
+	if code != exitOK || !strings.Contains(stdout, "all 3 checks passed") {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+}

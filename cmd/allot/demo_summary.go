@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -74,6 +75,12 @@ func (d *demo) summary(ctx context.Context) error {
 			checks = append(checks, check{fmt.Sprintf("ledger %s/%s: admitted %d, denied %d; the agents counted %d and %d", t.name, r, got.admitted, got.denied, want.admitted, want.denied), got == want})
 		}
 	}
+	return reportChecks(w, checks)
+}
+
+// reportChecks prints each check, and fails with errChecksFailed when
+// any did.
+func reportChecks(w io.Writer, checks []check) error {
 	failed := 0
 	fmt.Fprintln(w)
 	for _, c := range checks {

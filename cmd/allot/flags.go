@@ -347,3 +347,11 @@ func grpcErr(err error) error {
 
 // errRejected is wrapped when the cluster refused what was sent as invalid.
 var errRejected = errors.New("rejected")
+
+// isSet reports whether a flag was given: on the command line, in the
+// environment or in the config file.
+func (f *flags) isSet(name string) bool {
+	set := false
+	f.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
+	return set
+}

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -173,5 +174,38 @@ func TestTierPartition(t *testing.T) {
 	}
 	if n := w.regions["ap"].ParentFallbacks(w.now); n != 0 {
 		t.Fatalf("ap still on its fallback after the partition healed (%d keys)", n)
+	}
+}
+
+// TestTierParentFailover: a new parent leader knows nothing of what its
+// predecessor granted. It learns for a lease period from what the regions
+// report holding, so that while demand moves between regions during its
+// learning the regions together never hold more than the quota and its
+// tolerance; afterwards the quota follows the demand again.
+func TestTierParentFailover(t *testing.T) {
+	w := newWorld(t, 900)
+	check := func(when string) {
+		t.Helper()
+		sum := 0.0
+		for _, name := range worldRegions {
+			sum += w.regionLimit(name)
+		}
+		if sum > 900*1.05+1e-6 {
+			t.Fatalf("%s: the regions divide %.1f of a quota of 900", when, sum)
+		}
+	}
+	for range 8 {
+		w.step(map[string]float64{"us": 1500, "eu": 500})
+		check("before the failover")
+	}
+	w.parent.Failover(w.now)
+	for i := range 10 {
+		w.step(map[string]float64{"us": 200, "eu": 1800})
+		check(fmt.Sprintf("second %d after the failover", i+1))
+	}
+	// Contended, the quota is divided in proportion beyond a floor each
+	// (lease.Allocate): eu's part of 900 is 754.2, us's 145.8.
+	if got := w.regionLimit("eu"); got < 740 {
+		t.Fatalf("ten seconds after the failover eu, with nine tenths of the demand, divides %.1f of 900; want its 754", got)
 	}
 }

@@ -60,6 +60,21 @@ func (a *allocator) tiered(r *rules.Rule) bool {
 	return a.parent != nil && len(r.Regions) > 0 && !r.Local && !r.Unlimited
 }
 
+// tieredPools calls fn for every pool the parent divides, each under its
+// shard's lock.
+func (a *allocator) tieredPools(fn func(k poolKey, p *pool)) {
+	for i := range a.shards {
+		sh := &a.shards[i]
+		sh.mu.Lock()
+		for k, p := range sh.pools {
+			if a.tiered(p.rule) {
+				fn(k, p)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
 // poolLimit is what a pool divides among the cluster's nodes: a parent's
 // whole limit; else the region's lease from the parent while it holds one;
 // else the region's static fraction of limit.
@@ -100,23 +115,15 @@ func (a *allocator) refreshLimits(now int64) (fallback int) {
 	if a.parent == nil {
 		return 0
 	}
-	for i := range a.shards {
-		sh := &a.shards[i]
-		sh.mu.Lock()
-		for k, p := range sh.pools {
-			if !a.tiered(p.rule) {
-				continue
-			}
-			limit := a.poolLimit(k, p.rule, p.ruleLimit, p.window, now)
-			if limit != p.limit {
-				p.limit, p.dirty = limit, true
-			}
-			if a.onFallback(k, now) {
-				fallback++
-			}
+	a.tieredPools(func(k poolKey, p *pool) {
+		limit := a.poolLimit(k, p.rule, p.ruleLimit, p.window, now)
+		if limit != p.limit {
+			p.limit, p.dirty = limit, true
 		}
-		sh.mu.Unlock()
-	}
+		if a.onFallback(k, now) {
+			fallback++
+		}
+	})
 	return fallback
 }
 
@@ -147,41 +154,33 @@ func (a *allocator) fallenRegions(p *pool, now int64) float64 {
 // weight; between regions, by demand.
 func (a *allocator) regionDemand(now, interval int64) []*allotpb.KeyDemand {
 	var out []*allotpb.KeyDemand
-	for i := range a.shards {
-		sh := &a.shards[i]
-		sh.mu.Lock()
-		for k, p := range sh.pools {
-			if !a.tiered(p.rule) {
-				continue
-			}
-			d := &allotpb.KeyDemand{Rule: k.rule, Key: k.key, Tenant: p.tenant, Plan: p.plan, WindowUnixNano: p.window, IntervalNano: interval}
-			est, committed := 0.0, 0.0
-			for _, c := range p.classes {
-				for _, cl := range c.claims {
-					if cl.lastSeen > 0 && now-cl.lastSeen < 2*a.interval.Load() {
-						est += cl.est
-					}
-					committed += cl.committed
+	a.tieredPools(func(k poolKey, p *pool) {
+		d := &allotpb.KeyDemand{Rule: k.rule, Key: k.key, Tenant: p.tenant, Plan: p.plan, WindowUnixNano: p.window, IntervalNano: interval}
+		est, committed := 0.0, 0.0
+		for _, c := range p.classes {
+			for _, cl := range c.claims {
+				if cl.lastSeen > 0 && now-cl.lastSeen < 2*a.interval.Load() {
+					est += cl.est
 				}
+				committed += cl.committed
 			}
-			d.Admitted = est * float64(interval) / float64(p.rule.Period)
-			if p.rule.Algorithm.Windowed() {
-				d.Committed = committed
-			}
-			a.parent.mu.Lock()
-			if l := a.parent.m[k]; l != nil && now < l.expires {
-				d.Held, d.HeldEpoch, d.HeldSeq, d.NextHeld = l.limit, l.epoch, l.seq, l.next
-			} else {
-				// On its static fraction the region holds that: a parent
-				// counting it as holding nothing would grant the others
-				// what the region divides until its lease comes back.
-				d.Held, d.NextHeld = p.limit, p.limit
-			}
-			a.parent.mu.Unlock()
-			out = append(out, d)
 		}
-		sh.mu.Unlock()
-	}
+		d.Admitted = est * float64(interval) / float64(p.rule.Period)
+		if p.rule.Algorithm.Windowed() {
+			d.Committed = committed
+		}
+		a.parent.mu.Lock()
+		if l := a.parent.m[k]; l != nil && now < l.expires {
+			d.Held, d.HeldEpoch, d.HeldSeq, d.NextHeld = l.limit, l.epoch, l.seq, l.next
+		} else {
+			// On its static fraction the region holds that: a parent
+			// counting it as holding nothing would grant the others
+			// what the region divides until its lease comes back.
+			d.Held, d.NextHeld = p.limit, p.limit
+		}
+		a.parent.mu.Unlock()
+		out = append(out, d)
+	})
 	slices.SortFunc(out, func(x, y *allotpb.KeyDemand) int {
 		if x.GetRule() != y.GetRule() {
 			return compareStrings(x.GetRule(), y.GetRule())
@@ -236,21 +235,13 @@ func (a *allocator) applyParent(resp *allotpb.ReportResponse, now int64) {
 // tierCounts is how many tiered pools hold a current lease from the
 // parent, and how many divide their static fraction.
 func (a *allocator) tierCounts(now int64) (leased, fallback int) {
-	for i := range a.shards {
-		sh := &a.shards[i]
-		sh.mu.Lock()
-		for k, p := range sh.pools {
-			if !a.tiered(p.rule) {
-				continue
-			}
-			if a.onFallback(k, now) {
-				fallback++
-			} else {
-				leased++
-			}
+	a.tieredPools(func(k poolKey, _ *pool) {
+		if a.onFallback(k, now) {
+			fallback++
+		} else {
+			leased++
 		}
-		sh.mu.Unlock()
-	}
+	})
 	return leased, fallback
 }
 
@@ -287,17 +278,11 @@ func (a *allocator) meterGrants(acc map[grantKey]float64, then, now, windowNs, m
 		return
 	}
 	window := now / windowNs * windowNs / int64(time.Second)
-	for i := range a.shards {
-		sh := &a.shards[i]
-		sh.mu.Lock()
-		for k, p := range sh.pools {
-			if !a.tiered(p.rule) || p.rule.Fair() || !tenantKey(p.rule) || p.tenant == "" {
-				continue
-			}
+	a.tieredPools(func(k poolKey, p *pool) {
+		if !p.rule.Fair() && tenantKey(p.rule) && p.tenant != "" {
 			acc[grantKey{p.tenant, k.rule, window}] += p.limit * float64(span) / float64(p.rule.Period)
 		}
-		sh.mu.Unlock()
-	}
+	})
 }
 
 // tenantKey reports whether a rule's key is the tenant alone, so that a

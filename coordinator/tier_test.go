@@ -93,6 +93,19 @@ func (w *world) regionLimit(name string) float64 {
 	return 0
 }
 
+// withinQuota fails the test when the regions together divide more than
+// the quota of 900 and its 5% tolerance.
+func (w *world) withinQuota(when string) {
+	w.t.Helper()
+	sum := 0.0
+	for _, name := range worldRegions {
+		sum += w.regionLimit(name)
+	}
+	if sum > 900*1.05+1e-6 {
+		w.t.Fatalf("%s: the regions divide %.1f of a quota of 900", when, sum)
+	}
+}
+
 // TestTierFollowsDemand: a tenant whose traffic is all in one region gets
 // the whole of its global quota there, not the region's third; when the
 // traffic moves to another region, the quota follows within a few
@@ -100,19 +113,9 @@ func (w *world) regionLimit(name string) float64 {
 // and its tolerance.
 func TestTierFollowsDemand(t *testing.T) {
 	w := newWorld(t, 900)
-	check := func(when string) {
-		t.Helper()
-		sum := 0.0
-		for _, name := range worldRegions {
-			sum += w.regionLimit(name)
-		}
-		if sum > 900*1.05+1e-6 {
-			t.Fatalf("%s: the regions divide %.1f of a quota of 900", when, sum)
-		}
-	}
 	for i := range 10 {
 		w.step(map[string]float64{"us": 2000})
-		check("us busy, second " + string(rune('0'+i)))
+		w.withinQuota(fmt.Sprintf("us busy, second %d", i+1))
 	}
 	if got := w.regionLimit("us"); got < 0.95*900 {
 		t.Fatalf("us, where all the traffic is, divides %.1f of 900 (its static third is 300)", got)
@@ -123,7 +126,7 @@ func TestTierFollowsDemand(t *testing.T) {
 	moved := -1
 	for i := range 10 {
 		w.step(map[string]float64{"eu": 2000})
-		check("after the move")
+		w.withinQuota("after the move")
 		if moved < 0 && w.regionLimit("eu") >= 0.95*900 {
 			moved = i + 1
 		}
@@ -151,13 +154,7 @@ func TestTierPartition(t *testing.T) {
 	fallback := false
 	for i := range 30 {
 		w.step(busy)
-		sum := 0.0
-		for _, name := range worldRegions {
-			sum += w.regionLimit(name)
-		}
-		if sum > 900*1.05+1e-6 {
-			t.Fatalf("second %d of the partition: the regions divide %.1f of 900", i+1, sum)
-		}
+		w.withinQuota(fmt.Sprintf("second %d of the partition", i+1))
 		if w.regions["ap"].ParentFallbacks(w.now) > 0 {
 			fallback = true
 			if got := w.regionLimit("ap"); got < 300-1e-6 {
@@ -184,24 +181,14 @@ func TestTierPartition(t *testing.T) {
 // tolerance; afterwards the quota follows the demand again.
 func TestTierParentFailover(t *testing.T) {
 	w := newWorld(t, 900)
-	check := func(when string) {
-		t.Helper()
-		sum := 0.0
-		for _, name := range worldRegions {
-			sum += w.regionLimit(name)
-		}
-		if sum > 900*1.05+1e-6 {
-			t.Fatalf("%s: the regions divide %.1f of a quota of 900", when, sum)
-		}
-	}
 	for range 8 {
 		w.step(map[string]float64{"us": 1500, "eu": 500})
-		check("before the failover")
+		w.withinQuota("before the failover")
 	}
 	w.parent.Failover(w.now)
 	for i := range 10 {
 		w.step(map[string]float64{"us": 200, "eu": 1800})
-		check(fmt.Sprintf("second %d after the failover", i+1))
+		w.withinQuota(fmt.Sprintf("second %d after the failover", i+1))
 	}
 	// Contended, the quota is divided in proportion beyond a floor each
 	// (lease.Allocate): eu's part of 900 is 754.2, us's 145.8.

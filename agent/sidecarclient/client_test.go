@@ -35,17 +35,25 @@ type sidecar struct {
 	g    *grpc.Server
 }
 
-func startSidecar(t testing.TB, yaml, addr string, a *agent.Agent) *sidecar {
+// quotaAgent is a standalone agent on quotaRules, closed at cleanup.
+func quotaAgent(t testing.TB) *agent.Agent {
+	t.Helper()
+	rs, err := rules.Parse("rules.yaml", []byte(quotaRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := agent.New(agent.Config{Rules: rs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(context.Background()) })
+	return a
+}
+
+func startSidecar(t testing.TB, addr string, a *agent.Agent) *sidecar {
 	t.Helper()
 	if a == nil {
-		rs, err := rules.Parse("rules.yaml", []byte(yaml))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if a, err = agent.New(agent.Config{Rules: rs}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { a.Close(context.Background()) })
+		a = quotaAgent(t)
 	}
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -69,7 +77,7 @@ func newClient(t testing.TB, addr string) *sidecarclient.Client {
 }
 
 func TestCheckMatchesTheLibrary(t *testing.T) {
-	s := startSidecar(t, quotaRules, "127.0.0.1:0", nil)
+	s := startSidecar(t, "127.0.0.1:0", nil)
 	c := newClient(t, s.addr)
 	ctx := context.Background()
 	for i := range 101 {
@@ -93,7 +101,7 @@ func TestCheckMatchesTheLibrary(t *testing.T) {
 // which the client coalesces into batches: every one is answered, and the
 // sidecar admits exactly the quota, no more and no fewer.
 func TestConcurrentChecksCountExactly(t *testing.T) {
-	s := startSidecar(t, quotaRules, "127.0.0.1:0", nil)
+	s := startSidecar(t, "127.0.0.1:0", nil)
 	c := newClient(t, s.addr)
 	var admitted, refused atomic.Int64
 	var wg sync.WaitGroup
@@ -121,7 +129,7 @@ func TestConcurrentChecksCountExactly(t *testing.T) {
 }
 
 func TestInvalidRequestIsNotCounted(t *testing.T) {
-	s := startSidecar(t, quotaRules, "127.0.0.1:0", nil)
+	s := startSidecar(t, "127.0.0.1:0", nil)
 	c := newClient(t, s.addr)
 	ctx := context.Background()
 	for _, req := range []agent.Request{
@@ -143,7 +151,7 @@ func TestInvalidRequestIsNotCounted(t *testing.T) {
 }
 
 func TestUnaryCheck(t *testing.T) {
-	s := startSidecar(t, quotaRules, "127.0.0.1:0", nil)
+	s := startSidecar(t, "127.0.0.1:0", nil)
 	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +175,7 @@ func TestUnaryCheck(t *testing.T) {
 // TestOversizedBatch sends a batch over MaxCheckBatch on a raw stream: it
 // is refused whole, nothing in it counted, and the stream goes on.
 func TestOversizedBatch(t *testing.T) {
-	s := startSidecar(t, quotaRules, "127.0.0.1:0", nil)
+	s := startSidecar(t, "127.0.0.1:0", nil)
 	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -214,16 +222,8 @@ func TestOversizedBatch(t *testing.T) {
 // TestSidecarRestart: checks in flight when the sidecar goes away fail
 // with ErrStream, and once it is back the client opens a new stream.
 func TestSidecarRestart(t *testing.T) {
-	rs, err := rules.Parse("rules.yaml", []byte(quotaRules))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(agent.Config{Rules: rs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close(context.Background())
-	s := startSidecar(t, "", "127.0.0.1:0", a)
+	a := quotaAgent(t)
+	s := startSidecar(t, "127.0.0.1:0", a)
 	c := newClient(t, s.addr)
 	ctx := context.Background()
 	if _, err := c.Check(ctx, agent.Request{Tenant: "acme"}); err != nil {
@@ -245,7 +245,7 @@ func TestSidecarRestart(t *testing.T) {
 			t.Fatal("checks still answered after the sidecar stopped")
 		}
 	}
-	startSidecar(t, "", s.addr, a)
+	startSidecar(t, s.addr, a)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		d, err := c.Check(cctx, agent.Request{Tenant: "acme"})
@@ -264,7 +264,7 @@ func TestSidecarRestart(t *testing.T) {
 }
 
 func TestCheckAfterClose(t *testing.T) {
-	s := startSidecar(t, quotaRules, "127.0.0.1:0", nil)
+	s := startSidecar(t, "127.0.0.1:0", nil)
 	c := newClient(t, s.addr)
 	c.Close()
 	if _, err := c.Check(context.Background(), agent.Request{Tenant: "acme"}); !errors.Is(err, sidecarclient.ErrClosed) {
@@ -275,15 +275,7 @@ func TestCheckAfterClose(t *testing.T) {
 // TestDrainEndsStreams: a server draining ends its open streams, so that
 // GracefulStop returns; the client's next check finds it gone.
 func TestDrainEndsStreams(t *testing.T) {
-	rs, err := rules.Parse("rules.yaml", []byte(quotaRules))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := agent.New(agent.Config{Rules: rs})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close(context.Background())
+	a := quotaAgent(t)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

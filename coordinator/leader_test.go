@@ -6,6 +6,7 @@ import (
 	"time"
 
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -91,4 +92,27 @@ func (a *allocator) ruleCount() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.rules)
+}
+
+// TestLeaderGaugesResetOnStepDown: the leader-only gauges (agents, keys,
+// learning) read 0 on a member once it has lost leadership, so that a
+// dashboard summing them over members does not count a former leader's
+// last values as a second leader's.
+func TestLeaderGaugesResetOnStepDown(t *testing.T) {
+	nodes := cluster(t, 3, nil)
+	l := waitLeader(t, nodes)
+	putRules(t, l, &allotpb.Rule{Name: "api", Scope: "tenant", Algorithm: "token_bucket", Limit: 1000, Period: durationpb.New(time.Second), Burst: 100, Intent: "capacity"})
+	a := newAgentSim(t, "gw-1", []string{l.GRPCAddr()})
+	waitFor(t, 10*time.Second, "the leader to count the agent and its key", func() bool {
+		if _, err := a.report(context.Background(), "", 0, []*allotpb.KeyDemand{demand("api", "acme", 10, 0, 0)}); err != nil {
+			return false
+		}
+		return testutil.ToFloat64(l.metrics.activeAgents) == 1 && testutil.ToFloat64(l.metrics.activeKeys) == 1
+	})
+	if err := l.raft.LeadershipTransfer().Error(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the former leader's gauges to read 0", func() bool {
+		return !l.IsLeader() && testutil.ToFloat64(l.metrics.activeAgents) == 0 && testutil.ToFloat64(l.metrics.activeKeys) == 0
+	})
 }

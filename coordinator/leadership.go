@@ -127,6 +127,13 @@ func (c *Coordinator) lead(ctx context.Context) {
 	set, now := c.settings(), c.now()
 	c.startTerm(epoch, now)
 	c.leading.Store(true)
+	defer func() {
+		// Leader-only gauges: a member that lost leadership hears no
+		// reports, and its last values would read as a second leader's.
+		c.metrics.activeKeys.Set(0)
+		c.metrics.activeAgents.Set(0)
+		c.metrics.learning.Set(0)
+	}()
 	if c.alloc.learning(now.UnixNano()) {
 		c.metrics.learning.Set(1)
 		c.log.Info("leading", "epoch", epoch, "learning_until", now.Add(set.leaseTTL).Format(time.RFC3339Nano))

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/allot-io/allot/agent"
@@ -31,9 +32,12 @@ with forward-auth (nginx auth_request, Caddy forward_auth, Traefik
 ForwardAuth) point it at /v1/authz instead, which reads the attributes
 from request headers (the --authz-* flags; docs/gateways.md) and answers
 200, or 429 (--authz-deny-status) with the same headers. It also
-serves /metrics (Prometheus), /healthz, and /v1/status (the rules
-enforced, those left out and why, rules on their fail mode, usage waiting
-to be reported).
+serves /metrics (Prometheus), /livez (the process serves), /readyz
+(it has rules and is not draining; /healthz is its earlier name), and
+/v1/status (the rules enforced, those left out and why, rules on their
+fail mode, usage waiting to be reported). On SIGTERM it drains: /readyz
+fails at once, requests are served for --drain-delay, then the requests
+in flight finish within --drain-timeout and the last report goes out.
 
 With --coordinators the agent takes its rules and leases from the cluster;
 without, it runs standalone on --rules, each node enforcing whole limits.`
@@ -43,6 +47,7 @@ func runAgent(ctx context.Context, e *env) error {
 	var (
 		coords, rulesFile, httpAddr string
 		httpSocket                  string
+		drainDelay, drainTimeout    time.Duration
 		cfg                         agent.Config
 		httpCert, httpKey           string
 		cf                          credFlags
@@ -54,7 +59,9 @@ func runAgent(ctx context.Context, e *env) error {
 	f.StringVar(&coords, "coordinators", "", "gRPC addresses of the coordinator cluster, comma-separated (empty: standalone)")
 	f.StringVar(&cfg.NodeID, "node-id", host, "this gateway's name, unique in the fleet")
 	f.StringVar(&cfg.Region, "region", "default", "the region this gateway runs in; usage is billed under it")
-	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:7600", "address for /v1/check, /v1/authz, /metrics and /healthz")
+	f.StringVar(&httpAddr, "http-addr", "127.0.0.1:7600", "address for /v1/check, /v1/authz, /metrics, /livez and /readyz")
+	f.DurationVar(&drainDelay, "drain-delay", 0, "on SIGTERM, keep serving this long with /readyz failing, so that load balancers stop sending first (e.g. 5s under Kubernetes)")
+	f.DurationVar(&drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, after --drain-delay, how long requests in flight may take to finish and the last report to reach the coordinators")
 	f.StringVar(&httpSocket, "http-socket", "", "also serve the HTTP endpoints, in plain HTTP, on this Unix-domain socket (mode 0660): for gateways on the same host")
 	f.StringVar(&rulesFile, "rules", "", "rules file: enforced as given instead of the cluster's rules (required standalone)")
 	f.DurationVar(&cfg.ReportInterval, "report-interval", agent.DefaultReportInterval, "how often to report until the cluster sets it")
@@ -99,7 +106,7 @@ func runAgent(ctx context.Context, e *env) error {
 	cfg.CAFile, cfg.CertFile, cfg.KeyFile, cfg.TokenFile = cf.ca, cf.cert, cf.key, cf.tokenFile
 	cfg.Logger = logger
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
 	cfg.Registerer = reg
 
 	lis, err := net.Listen("tcp", httpAddr)
@@ -146,14 +153,26 @@ func runAgent(ctx context.Context, e *env) error {
 	mux.Handle("/v1/authz", agent.ForwardAuthHandler(a, authzCfg))
 	mux.Handle("/v1/status", agent.StatusHandler(a))
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+	// /livez: the process serves (a liveness probe must not restart a
+	// sidecar whose coordinators are slow). /readyz: it has rules and is
+	// not draining. /healthz is /readyz, its earlier name.
+	var draining atomic.Bool
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	ready := func(w http.ResponseWriter, _ *http.Request) {
 		select {
 		case <-a.Ready():
-			fmt.Fprintln(w, "ok")
 		default:
 			http.Error(w, "waiting for rules from the coordinators", http.StatusServiceUnavailable)
+			return
 		}
-	})
+		if draining.Load() {
+			http.Error(w, "draining: shutting down", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	}
+	mux.HandleFunc("/readyz", ready)
+	mux.HandleFunc("/healthz", ready)
 	stopGRPC, err := gf.serve(a, authzCfg, serverTLS, logger)
 	if err != nil {
 		closeListeners()
@@ -175,7 +194,15 @@ func runAgent(ctx context.Context, e *env) error {
 	case <-ctx.Done():
 	case err = <-served:
 	}
-	closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// Drain: readiness fails first, and for --drain-delay everything is
+	// still served while load balancers notice; then no new connection is
+	// taken and the requests in flight finish, within --drain-timeout.
+	draining.Store(true)
+	if err == nil && drainDelay > 0 {
+		cfg.Logger.Info("draining: /readyz fails, still serving", "for", drainDelay)
+		time.Sleep(drainDelay)
+	}
+	closeCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
 	_ = srv.Shutdown(closeCtx)
 	stopGRPC()

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 const coordinatorAbout = `
@@ -76,6 +78,11 @@ func runCoordinator(ctx context.Context, e *env) error {
 	cfg.TLS = coordinator.TLSConfig{CertFile: cf.cert, KeyFile: cf.key, CAFile: cf.ca}
 	cfg.TokenFile = cf.tokenFile
 	cfg.Logger = logger
+	// The coordinator's metrics, with the Go runtime's, the process's and
+	// the build's, on its /metrics.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
+	cfg.Registerer = reg
 	c, err := coordinator.New(cfg)
 	if errors.Is(err, coordinator.ErrInvalidConfig) {
 		return usagef("coordinator", "%v", err)

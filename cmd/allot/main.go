@@ -57,7 +57,7 @@ func commands() []command {
 		{"usage", "export reconciled usage for billing", runUsage},
 		{"cluster", "remove members, back up and restore the cluster", runCluster},
 		{"token", "make a bearer token for an agent, a reader or an admin", runToken},
-		{"version", "print the version", runVersion},
+		{"version", "print the version, VCS revision and Go version (also allot --version)", runVersion},
 	}
 }
 
@@ -78,6 +78,9 @@ func run(ctx context.Context, e *env) int {
 		return exitOK
 	}
 	name := e.args[0]
+	if name == "--version" || name == "-version" {
+		name = "version"
+	}
 	for _, c := range commands() {
 		if c.name != name {
 			continue
@@ -145,11 +148,8 @@ var errHelp = errors.New("help requested")
 // failed (the demo's summary).
 var errChecksFailed = errors.New("checks failed")
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
 func runVersion(_ context.Context, e *env) error {
-	fmt.Fprintln(e.stdout, "allot", version)
+	fmt.Fprintln(e.stdout, readBuildInfo())
 	return nil
 }
 

@@ -52,7 +52,15 @@ func SetHeaders(h http.Header, d Decision) {
 	if d.Rule == "" {
 		return
 	}
+	// t is when quota is back: for a refusal, when this request fits,
+	// which is Retry-After (a rule refilling continuously is "back"
+	// long before it is full, and a t later than Retry-After told
+	// clients to wait longer than they need); otherwise when the rule is
+	// full again.
 	reset := ceilSeconds(d.ResetAfter)
+	if !d.Allowed && d.RetryAfter >= 0 {
+		reset = RetryAfterSeconds(d)
+	}
 	name := sfString(d.Rule)
 	// The keys are written in their canonical form (textproto's, "RateLimit"
 	// is "Ratelimit"), as Header.Set would: Set allocates the canonical

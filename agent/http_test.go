@@ -255,3 +255,50 @@ func TestConcurrency(t *testing.T) {
 		t.Error("zero limit accepted")
 	}
 }
+
+// TestRefusalHeadersAgreePerAlgorithm: for every algorithm a 429's
+// RateLimit t and RateLimit-Reset say what Retry-After says, so that no
+// header promises quota later than another (a GCRA refusal once said t=3
+// with Retry-After 1), and q is the rule's limit per w, its period.
+func TestRefusalHeadersAgreePerAlgorithm(t *testing.T) {
+	for _, alg := range algo.Algorithms() {
+		t.Run(alg.String(), func(t *testing.T) {
+			clk := newManualClock()
+			clk.Advance(15 * time.Second)
+			r := rule("plan-quota", rules.Tenant, alg, 3, time.Minute, lease.Quota)
+			if alg == algo.TokenBucket || alg == algo.GCRA {
+				r.Burst = 2
+			}
+			a := standalone(t, clk, r)
+			var d Decision
+			for range 10 {
+				if d = a.Check(Request{Tenant: "acme"}); !d.Allowed {
+					break
+				}
+			}
+			if d.Allowed {
+				t.Fatal("never refused")
+			}
+			h := http.Header{}
+			SetHeaders(h, d)
+			retryAfter := h.Get("Retry-After")
+			seconds, err := strconv.Atoi(retryAfter)
+			if err != nil || seconds < 1 {
+				t.Fatalf("Retry-After %q", retryAfter)
+			}
+			if got := h.Get("RateLimit-Reset"); got != retryAfter {
+				t.Errorf("RateLimit-Reset %s, Retry-After %s", got, retryAfter)
+			}
+			if got, want := h.Get("RateLimit"), `"plan-quota";r=0;t=`+retryAfter; got != want {
+				t.Errorf("RateLimit %q, want %q", got, want)
+			}
+			if got := h.Get("RateLimit-Policy"); got != `"plan-quota";q=3;w=60` {
+				t.Errorf("RateLimit-Policy %q", got)
+			}
+			// And the client helper waits exactly that long.
+			if wait, ok := retry.HeaderWait(h, time.Now()); !ok || wait.Round(time.Second) != time.Duration(seconds)*time.Second {
+				t.Errorf("retry.HeaderWait %v, %v; Retry-After %s", wait, ok, retryAfter)
+			}
+		})
+	}
+}

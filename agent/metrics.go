@@ -38,8 +38,13 @@ func newMetrics(a *Agent, reg prometheus.Registerer) (*metrics, error) {
 			Name: "allot_agent_quarantined_units_total", Help: "Units of usage quarantined, never billed, by result (admitted, denied). Anything above zero is a bug or a mismatch with the coordinators' limits.",
 		}, []string{"result"}),
 	}
+	// Every known label value starts at 0, so that increase() sees the
+	// first event too.
 	for _, r := range []string{"admitted", "denied"} {
 		m.quarantinedUnits.WithLabelValues(r)
+	}
+	for _, r := range []string{"ok", "failed"} {
+		m.reports.WithLabelValues(r)
 	}
 	if reg == nil {
 		return m, nil

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -115,4 +116,35 @@ func TestLeaderGaugesResetOnStepDown(t *testing.T) {
 	waitFor(t, 10*time.Second, "the former leader's gauges to read 0", func() bool {
 		return !l.IsLeader() && testutil.ToFloat64(l.metrics.activeAgents) == 0 && testutil.ToFloat64(l.metrics.activeKeys) == 0
 	})
+}
+
+// TestCountersStartAtZero: the counters alerts watch have every known
+// label value from the start, at 0, so that increase() over a window
+// sees the first invalid, too large or failed report.
+func TestCountersStartAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	newMetrics(reg)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	series := map[string]int{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				series[f.GetName()+"/"+l.GetValue()]++
+			}
+		}
+	}
+	for _, want := range []string{
+		"allot_coordinator_reports_total/invalid", "allot_coordinator_reports_total/too_large", "allot_coordinator_reports_total/failed",
+		"allot_coordinator_reports_total/forbidden", "allot_coordinator_reports_total/new_node_limit",
+		"allot_coordinator_commands_applied_total/reports", "allot_coordinator_commands_applied_total/grants",
+		"allot_coordinator_admin_requests_total/PutRules", "allot_coordinator_parent_reports_total/failed",
+		"allot_coordinator_rlqs_requests_total/refused", "allot_coordinator_new_nodes_total/refused",
+	} {
+		if series[want] == 0 {
+			t.Errorf("no %s series at start", want)
+		}
+	}
 }

@@ -96,6 +96,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m.newNodes.WithLabelValues("admitted")
 	m.newNodes.WithLabelValues("refused")
+	// Every known label value starts at 0, so that increase() sees the
+	// first event too: an alert on the first invalid report fires.
+	for _, r := range []string{"ok", "invalid", "too_large", "redirected", "failed", "forbidden", "new_node_limit"} {
+		m.reports.WithLabelValues(r)
+	}
+	for _, t := range []commandType{cmdReports, cmdRules, cmdMember, cmdEpoch, cmdMaintain, cmdSettings, cmdGrants} {
+		m.commands.WithLabelValues(t.String())
+	}
+	for _, method := range []string{"PutRules", "DeleteRule", "Join", "Remove", "Backup", "Restore"} {
+		for _, r := range []string{"ok", "invalid", "unavailable", "internal"} {
+			m.adminRequests.WithLabelValues(method, r)
+		}
+	}
 	m.rlqsStreams = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "allot_coordinator_rlqs_streams", Help: "Envoy RLQS streams open on this member; each is served as one node.",
 	})

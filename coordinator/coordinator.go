@@ -248,8 +248,8 @@ func (c *Coordinator) startRaft() error {
 func (c *Coordinator) startGRPC() error {
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(c.cfg.MaxReportBytes),
-		grpc.ChainUnaryInterceptor(markHandled, c.authz.unary),
-		grpc.ChainStreamInterceptor(c.authz.stream),
+		grpc.ChainUnaryInterceptor(c.metrics.grpc.UnaryServerInterceptor(), markHandled, c.authz.unary),
+		grpc.ChainStreamInterceptor(c.metrics.grpc.StreamServerInterceptor(), c.authz.stream),
 		grpc.StatsHandler(&oversizeCounter{reports: c.metrics.reports}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: c.cfg.MaxConnectionAge, MaxConnectionAgeGrace: time.Minute}),
 	}
@@ -268,6 +268,7 @@ func (c *Coordinator) startGRPC() error {
 	c.health = health.NewServer()
 	healthpb.RegisterHealthServer(c.grpc, c.health)
 	reflection.Register(c.grpc)
+	c.metrics.grpc.InitializeMetrics(c.grpc) // every method's series at 0
 	lis, err := net.Listen("tcp", c.cfg.GRPCAddr)
 	if err != nil {
 		return fmt.Errorf("coordinator: grpc listener: %w", err)

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -30,6 +31,9 @@ type metrics struct {
 	parentReports  *prometheus.CounterVec
 	parentFallback prometheus.Gauge
 	parentLeased   prometheus.Gauge
+	// grpc counts and times every gRPC call by service, method and code
+	// (grpc_server_*), from go-grpc-middleware's Prometheus provider.
+	grpc *grpcprom.ServerMetrics
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -130,9 +134,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.parentLeased = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "allot_coordinator_parent_leased_keys", Help: "Keys divided among regions that this region's leader holds a current lease from the parent for (leader only; 0 elsewhere).",
 	})
-	reg.MustRegister(m.authRefusals, m.newNodes, m.rlqsStreams, m.rlqsRequests, m.parentReports, m.parentFallback, m.parentLeased)
+	m.grpc = newGRPCMetrics()
+	reg.MustRegister(m.authRefusals, m.newNodes, m.rlqsStreams, m.rlqsRequests, m.parentReports, m.parentFallback, m.parentLeased, m.grpc)
 	reg.MustRegister(m.raftState, m.leaderChanges, m.reports, m.reportBytes, m.reportKeys, m.roundSeconds,
 		m.applySeconds, m.activeKeys, m.activeAgents, m.leasesGranted, m.learning, m.ledgerRecords,
 		m.commands, m.rulesVersion, m.adminRequests, m.forwardedCalls)
 	return m
+}
+
+// newGRPCMetrics are the gRPC server metrics, with a latency histogram
+// whose buckets run from 100 µs (a report answered from memory) to 10 s
+// (a backup page).
+func newGRPCMetrics() *grpcprom.ServerMetrics {
+	return grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
+		grpcprom.WithHistogramBuckets(prometheus.ExponentialBuckets(0.0001, 4, 9))))
 }

@@ -61,6 +61,14 @@ func TestMetricsLint(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
+	wants := map[string][]string{
+		// gRPC server metrics for every method, from the start.
+		"coordinator": {`grpc_server_handled_total{grpc_code="OK",grpc_method="Report",grpc_service="allot.v1.AgentService",grpc_type="unary"}`,
+			`allot_coordinator_reports_total{result="invalid"} 0`},
+		// The check just served, counted and timed.
+		"sidecar": {`allot_sidecar_http_requests_total{code="200",handler="check",method="post"} 1`,
+			`allot_sidecar_http_request_duration_seconds_count{handler="check",method="post"} 1`, `allot_agent_reports_total{result="failed"} `},
+	}
 	for name, url := range map[string]string{"coordinator": "http://" + addrs[2] + "/metrics", "sidecar": "http://" + addrs[3] + "/metrics"} {
 		resp, err := httpClient.Get(url)
 		if err != nil {
@@ -71,7 +79,7 @@ func TestMetricsLint(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, want := range []string{"allot_build_info{", "go_goroutines ", "process_cpu_seconds_total "} {
+		for _, want := range append([]string{"allot_build_info{", "go_goroutines ", "process_cpu_seconds_total "}, wants[name]...) {
 			if !bytes.Contains(page, []byte(want)) {
 				t.Errorf("%s's /metrics has no %s", name, want)
 			}

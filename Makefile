@@ -37,8 +37,8 @@ test: gateways-deps
 	$(GO) test -count=1 -run '^TestDemoChecks$$' ./cmd/allot
 
 # nginx, Caddy and Redis from Debian, for TestGatewayForwardAuth and
-# bench-peers, and Prometheus for its promtool (TestPrometheusAlerts,
-# TestMetricsLint), when missing: as root, or through sudo. Debian may
+# bench-peers, Prometheus (TestPrometheusAlerts, TestMetricsLint,
+# TestGrafanaDashboard) and Chromium (TestStatusPage), when missing: as root, or through sudo. Debian may
 # start the system's on their usual ports; they are stopped (the tests run
 # their own on free loopback ports, with their own pid files and
 # directories, so they never touch them).
@@ -48,6 +48,7 @@ gateways-deps:
 	command -v caddy >/dev/null 2>&1 || [ -x /usr/bin/caddy ] || missing="$$missing caddy"; \
 	command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || missing="$$missing redis-server"; \
 	command -v promtool >/dev/null 2>&1 || [ -x /usr/bin/promtool ] || missing="$$missing prometheus"; \
+	command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" -eq 0 ]; then sudo=; else sudo=sudo; fi; \
 		echo "installing$$missing from Debian"; \

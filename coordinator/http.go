@@ -26,6 +26,7 @@ import (
 //	/readyz      200 once a leader is known, 503 before
 //	/v1/status   this member and the cluster, as JSON
 //	/v1/usage    the ledger, as JSON: ?from=&to= (RFC 3339) &tenant= &rule= &region= &page_size= &page_token=
+//	/ui          the status page (ui.go), and /v1/ui its data
 //
 // With TLS configured it serves HTTPS, verifying client certificates
 // when given. With credentials configured, /v1/status and /v1/usage need
@@ -70,6 +71,7 @@ func (c *Coordinator) startHTTP() error {
 		}
 		writeProto(w, http.StatusOK, resp)
 	})))
+	c.uiHandlers(mux)
 	var err error
 	c.httpLis, err = net.Listen("tcp", c.cfg.HTTPAddr)
 	if err != nil {

@@ -80,7 +80,9 @@ func TestSystemdUnits(t *testing.T) {
 	}
 }
 
-func exec2(name string, args ...string) ([]byte, error) { return exec.Command(name, args...).CombinedOutput() }
+func exec2(name string, args ...string) ([]byte, error) {
+	return exec.Command(name, args...).CombinedOutput()
+}
 
 // k8sObject is the part of a manifest the checks read.
 type k8sObject struct {

@@ -166,10 +166,22 @@ func TestSidecarDrain(t *testing.T) {
 				}
 				at := termAt.Load()
 				switch {
-				case at == 0 || sent.UnixNano() < at+int64(time.Second):
+				// Sent well inside the 1 s delay (the delay starts when
+				// the sidecar handles the signal, a moment after it is
+				// sent): it must be answered.
+				case at == 0 || sent.UnixNano() < at+int64(800*time.Millisecond):
 					dropped.Add(1) // before the delay was over: must not happen
 					lateErrs.Store(err.Error(), true)
-				case strings.Contains(err.Error(), "connection refused"):
+				// After the delay the sidecar takes no new request, and
+				// what the client sees is at the connection level only: a
+				// new connection refused; an idle keep-alive connection
+				// that Shutdown closes as the client reuses it (EOF, the
+				// request unread: Shutdown closes only connections with
+				// no request in flight); a connection still in the
+				// kernel's accept queue when the listener closes (reset).
+				// None was read, so none was decided or counted.
+				case strings.Contains(err.Error(), "connection refused"), strings.HasSuffix(err.Error(), ": EOF"),
+					strings.Contains(err.Error(), "connection reset by peer"):
 					refused.Add(1)
 				default:
 					dropped.Add(1)

@@ -1,7 +1,6 @@
 package algo
 
 import (
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +39,7 @@ type Striped struct {
 	// atomic load, not a lock, so a saturated limit costs its refusals
 	// nothing. 0 when not known empty. resetAt goes with it.
 	empty, resetAt atomic.Int64
+	turn           atomic.Uint32 // the next stripe to try
 	// low is set while the limiter is under half full: requests go
 	// straight to it, without trying a stripe first.
 	low atomic.Bool
@@ -207,11 +207,13 @@ func (s *Striped) Reconfigure(cfg Config, now time.Time) error {
 	return err
 }
 
-// pick locks a stripe: a random one, or the next free one after it, so
-// that goroutines on different cores rarely meet on one lock.
+// pick locks a stripe: the next in turn, or the next free one after it,
+// so that goroutines on different cores rarely meet on one lock. The turn
+// is a counter, not a random draw, so that one goroutine's decisions are
+// the same on every run (the simulator's runs are byte-identical).
 func (s *Striped) pick() *stripe {
 	n := uint32(len(s.stripes))
-	i := rand.Uint32() % n
+	i := s.turn.Add(1) % n
 	for range n {
 		st := &s.stripes[i]
 		if st.mu.TryLock() {

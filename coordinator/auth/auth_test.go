@@ -30,6 +30,13 @@ func TestParseTokensErrors(t *testing.T) {
 		{"tokens:\n  - {name: a, role: admin, token: aaaaaaaaaaaaaaaaaaaa, colour: red}", `unknown field "colour"`},
 		{"tokens:\n  - {name: a, role: admin, token: aaaaaaaaaaaaaaaaaaaa}\n  - {name: a, role: admin, token: bbbbbbbbbbbbbbbbbbbb}", `:3: name "a" is already used on line 2`},
 		{"tokens:\n  - {name: [a], role: admin}", "name: want a string"},
+		// allot token's output appended with >>: the second list would
+		// silently replace the first, admin token and all.
+		{"tokens:\n  - {name: ops, role: admin, token: aaaaaaaaaaaaaaaaaaaa}\ntokens:\n  - {name: b, role: reader, token: bbbbbbbbbbbbbbbbbbbb}",
+			"tokens.yaml:3: tokens is given twice (first on line 1): a tokens file holds one tokens: list; put every entry under it (allot token --append tokens.yaml adds one)"},
+		{"tokens:\n  - name: a\n    role: admin\n    role: reader\n    token: aaaaaaaaaaaaaaaaaaaa", "tokens.yaml:4: tokens[0].role is given twice (first on line 3)"},
+		{"tokens:\n  - {name: a, role: reader, token: aaaaaaaaaaaaaaaaaaaa, token: bbbbbbbbbbbbbbbbbbbb}", "tokens.yaml:2: tokens[0].token is given twice (first on line 2)"},
+		{"tokens:\n  - {name: a, role: admin, token: aaaaaaaaaaaaaaaaaaaa}\n---\ntokens:\n  - {name: b, role: admin, token: bbbbbbbbbbbbbbbbbbbb}", "tokens.yaml:3: holds more than one YAML document"},
 	} {
 		_, err := ParseTokens("tokens.yaml", []byte(tc.body))
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "tokens.yaml") {

@@ -1,7 +1,6 @@
 package auth
 
 import (
-	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -9,10 +8,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"path"
 	"strings"
 
+	"github.com/allot-io/allot/internal/strictyaml"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -77,14 +76,14 @@ var tokenFields = map[string]bool{"name": true, "role": true, "nodes": true, "re
 //
 // name names the file in errors, with the line of each problem.
 func ParseTokens(name string, data []byte) (*Tokens, error) {
-	var root yaml.Node
-	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&root); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: %s: %v", ErrTokens, name, strings.TrimPrefix(err.Error(), "yaml: "))
+	root, err := strictyaml.Parse(data)
+	if err != nil {
+		return nil, tokensYAMLError(name, err)
 	}
 	bad := func(n *yaml.Node, format string, args ...any) error {
 		return fmt.Errorf("%w: %s:%d: %s", ErrTokens, name, n.Line, fmt.Sprintf(format, args...))
 	}
-	if len(root.Content) == 0 {
+	if root == nil || len(root.Content) == 0 {
 		return nil, fmt.Errorf("%w: %s: empty; want a tokens: list", ErrTokens, name)
 	}
 	top := root.Content[0]
@@ -115,6 +114,28 @@ func ParseTokens(name string, data []byte) (*Tokens, error) {
 		t.entries = append(t.entries, e)
 	}
 	return t, nil
+}
+
+// tokensYAMLError names the file and line of what strictyaml refused,
+// and says how to fix the mistakes people make with tokens files.
+func tokensYAMLError(name string, err error) error {
+	var dup *strictyaml.DuplicateKeyError
+	var doc *strictyaml.SecondDocumentError
+	switch {
+	case errors.As(err, &dup) && dup.Path == "" && dup.Key == "tokens":
+		// What appending `allot token` output with >> makes.
+		return fmt.Errorf("%w: %s:%d: %w: a tokens file holds one tokens: list; put every entry under it (allot token --append %s adds one)", ErrTokens, name, dup.Line, dup, name)
+	case errors.As(err, &dup) && strings.HasPrefix(dup.Path, "tokens["):
+		return fmt.Errorf("%w: %s:%d: %w: give each field of an entry once", ErrTokens, name, dup.Line, dup)
+	case errors.As(err, &dup):
+		return fmt.Errorf("%w: %s:%d: %w", ErrTokens, name, dup.Line, dup)
+	case errors.As(err, &doc):
+		return fmt.Errorf("%w: %s:%d: %w; put every entry under one tokens: list", ErrTokens, name, doc.Line, doc)
+	}
+	if line, msg := strictyaml.Location(err); line > 0 {
+		return fmt.Errorf("%w: %s:%d: %s", ErrTokens, name, line, msg)
+	}
+	return fmt.Errorf("%w: %s: %v", ErrTokens, name, err)
 }
 
 func parseEntry(item *yaml.Node, bad func(*yaml.Node, string, ...any) error) (tokenEntry, error) {

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/internal/duration"
+	"github.com/allot-io/allot/internal/strictyaml"
 	"github.com/allot-io/allot/lease"
 	"go.yaml.in/yaml/v3"
 )
@@ -31,22 +33,33 @@ func Parse(name string, data []byte) ([]Rule, error) {
 	if len(data) > MaxFileSize {
 		return nil, &Error{File: name, Msg: fmt.Sprintf("file is %d bytes; at most %d", len(data), MaxFileSize)}
 	}
+	root, err := strictyaml.Decode(data)
+	if err == nil {
+		err = strictyaml.Unique(root)
+	}
+	if err != nil {
+		e := structureError(root, err)
+		e.File = name
+		return nil, e
+	}
+	if root == nil {
+		return nil, nil // an empty file: no rules
+	}
+	if e := shapeError(root); e != nil {
+		e.File = name
+		return nil, e
+	}
+	durations := durationErrors(root)
 	var doc document
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
-		return nil, yamlError(name, data, err)
+		return nil, yamlError(name, root, err, durations)
 	}
-	var extra any
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, &Error{File: name, Msg: "holds more than one YAML document; put every rule under one top-level rules: list"}
-	}
-	var root yaml.Node
-	_ = yaml.Unmarshal(data, &root) // already decoded once; only used for line numbers
 	var errs Errors
 	for i := range doc.Rules {
 		for _, e := range doc.Rules[i].Validate() {
-			e.File, e.Line = name, fieldLine(&root, i, e.Field)
+			e.File, e.Line = name, fieldLine(root, i, e.Field)
 			if e.Rule == "" {
 				e.Rule = fmt.Sprintf("#%d", i+1)
 			}
@@ -64,7 +77,7 @@ func Parse(name string, data []byte) ([]Rule, error) {
 				e.File = name
 				for i, r := range doc.Rules {
 					if r.Name == e.Rule {
-						e.Line = fieldLine(&root, i, "name") // the last definition wins the line
+						e.Line = fieldLine(root, i, "name") // the last definition wins the line
 					}
 				}
 			}
@@ -90,14 +103,138 @@ func Load(path string) ([]Rule, error) {
 
 var yamlLine = regexp.MustCompile(`^line (\d+): (.*)$`)
 var unknownField = regexp.MustCompile(`^field (\S+) not found in type \S+$`)
+var itemPath = regexp.MustCompile(`^rules\[(\d+)\](?:\.(.+))?$`)
 
-// yamlError turns the YAML decoder's errors into Errors with lines.
-func yamlError(name string, data []byte, err error) error {
+// structureError is what strictyaml refused: a syntax error, a second
+// document, or a key given twice, named by rule and field when it is in a
+// rule.
+func structureError(root *yaml.Node, err error) *Error {
+	line, msg := strictyaml.Location(err)
+	e := &Error{Line: line, Msg: msg}
+	var dup *strictyaml.DuplicateKeyError
+	switch {
+	case errors.Is(err, strictyaml.ErrSecondDocument):
+		e.Line, e.Msg = 0, "holds more than one YAML document; put every rule under one top-level rules: list"
+	case errors.As(err, &dup) && dup.Path == "" && dup.Key == "rules":
+		e.Msg = fmt.Sprintf("rules is given twice (first on line %d); put every rule under one top-level rules: list", dup.First)
+	case errors.As(err, &dup):
+		e.Msg = fmt.Sprintf("is given twice (first on line %d)", dup.First)
+		e.Field = dup.Field()
+		if m := itemPath.FindStringSubmatch(dup.Path); m != nil {
+			// In a rule: the rule, and the field within it.
+			i, _ := strconv.Atoi(m[1])
+			e.Rule, e.Field = ruleName(root, i), dup.Key
+			if m[2] != "" {
+				e.Field = m[2] + "." + dup.Key
+			}
+		}
+	}
+	return e
+}
+
+// ruleFields are a rule's own fields, to recognise a rule written without
+// the rules: list around it.
+var ruleFields = map[string]bool{"name": true, "scope": true, "algorithm": true, "limit": true, "period": true, "intent": true}
+
+// shapeError checks the top level: a mapping whose rules: is a list.
+func shapeError(root *yaml.Node) *Error {
+	doc := root
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) > 0 {
+		doc = doc.Content[0]
+	}
+	if doc.Kind == yaml.ScalarNode && doc.Tag == "!!null" {
+		return nil // "---" or "~": no rules
+	}
+	const want = "want a top-level rules: list"
+	switch doc.Kind {
+	case yaml.SequenceNode:
+		return &Error{Line: doc.Line, Msg: want + ` (this file is a list: put "rules:" on a line of its own above it)`}
+	case yaml.MappingNode:
+	default:
+		return &Error{Line: doc.Line, Msg: want}
+	}
+	key, list := mappingEntry(doc, "rules")
+	if key == nil {
+		for i := 0; i+1 < len(doc.Content); i += 2 {
+			if k := doc.Content[i]; ruleFields[k.Value] {
+				return &Error{Line: doc.Line, Msg: fmt.Sprintf("%s (%s is a rule's field: put the rule under rules: as a list item, \"- name: ...\")", want, k.Value)}
+			}
+		}
+		return &Error{Line: doc.Line, Msg: want}
+	}
+	if list.Kind == yaml.AliasNode && list.Alias != nil {
+		list = list.Alias
+	}
+	switch {
+	case list.Kind == yaml.SequenceNode, list.Kind == yaml.ScalarNode && list.Tag == "!!null":
+		return nil
+	case list.Kind == yaml.MappingNode:
+		return &Error{Line: key.Line, Field: "rules", Msg: "want a list of rules, got a mapping: start each rule with \"- \""}
+	}
+	return &Error{Line: key.Line, Field: "rules", Msg: "want a list of rules"}
+}
+
+// ruleName is rule i's name as errors give it: its name, or its
+// position when it has none.
+func ruleName(root *yaml.Node, i int) string {
+	doc := root
+	if doc != nil && doc.Kind == yaml.DocumentNode && len(doc.Content) > 0 {
+		doc = doc.Content[0]
+	}
+	if list := mappingValue(doc, "rules"); list != nil && list.Kind == yaml.SequenceNode && i < len(list.Content) {
+		if n := mappingValue(list.Content[i], "name"); n != nil && n.Kind == yaml.ScalarNode && n.Value != "" {
+			return n.Value
+		}
+	}
+	return fmt.Sprintf("#%d", i+1)
+}
+
+// durationFields are the fields of a rule that hold a duration.
+var durationFields = []string{"period"}
+
+// durationErrors finds the durations in a rule file that do not parse,
+// by the line of their field: the decoder says only "cannot unmarshal",
+// naming no rule and saying nothing of days.
+func durationErrors(root *yaml.Node) map[int]*Error {
+	doc := root
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) > 0 {
+		doc = doc.Content[0]
+	}
+	list := mappingValue(doc, "rules")
+	if list == nil || list.Kind != yaml.SequenceNode {
+		return nil
+	}
+	out := map[int]*Error{}
+	for i, item := range list.Content {
+		rule := ruleName(root, i)
+		for _, f := range durationFields {
+			key, v := mappingEntry(item, f)
+			if v == nil || v.Kind != yaml.ScalarNode {
+				continue
+			}
+			var err error
+			switch v.Tag {
+			case "!!int", "!!float":
+				err = duration.Explain(v.Value) // a number: never a duration to the decoder
+			case "!!str":
+				_, err = duration.Parse(v.Value)
+			}
+			if err != nil {
+				out[key.Line] = &Error{Line: key.Line, Rule: rule, Field: f, Msg: err.Error()}
+			}
+		}
+	}
+	return out
+}
+
+// yamlError turns the YAML decoder's errors into Errors with lines,
+// putting the errors durationErrors found in place of the decoder's.
+func yamlError(name string, root *yaml.Node, err error, durations map[int]*Error) error {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
 		// A value's own parser (scope, algorithm, intent, fail mode)
 		// refused it; the decoder does not say where, so find it.
-		if e := locateValueError(data); e != nil {
+		if e := locateValueError(root); e != nil {
 			e.File = name
 			return e
 		}
@@ -116,6 +253,10 @@ func yamlError(name string, data []byte, err error) error {
 			e.Line, _ = strconv.Atoi(m[1])
 			e.Msg = m[2]
 		}
+		if d, ok := durations[e.Line]; ok && e.Line > 0 {
+			d.File = name
+			e = d
+		}
 		if m := unknownField.FindStringSubmatch(e.Msg); m != nil {
 			e.Field, e.Msg = m[1], "unknown field"
 		}
@@ -126,12 +267,8 @@ func yamlError(name string, data []byte, err error) error {
 
 // locateValueError finds the first enumerated value in a rule file that its
 // parser refuses, with its rule, field and line.
-func locateValueError(data []byte) *Error {
-	var root yaml.Node
-	if yaml.Unmarshal(data, &root) != nil {
-		return nil
-	}
-	doc := &root
+func locateValueError(root *yaml.Node) *Error {
+	doc := root
 	if doc.Kind == yaml.DocumentNode && len(doc.Content) > 0 {
 		doc = doc.Content[0]
 	}

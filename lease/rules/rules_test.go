@@ -59,7 +59,7 @@ func TestParseErrors(t *testing.T) {
 		{"unknown field", head + "    limit: 10\n    period: 1s\n    burstt: 5\n", 8, "burstt", "unknown field"},
 		{"missing limit", head + "    period: 1s\n", 2, "limit", "is required"},
 		{"negative period", head + "    limit: 10\n    period: -1s\n", 7, "period", "must be positive"},
-		{"period without unit", head + "    limit: 10\n    period: 60\n", 7, "", "cannot unmarshal"},
+		{"period without unit", head + "    limit: 10\n    period: 60\n", 7, "period", `"60": a duration needs a unit: 60s, 60m or 60h`},
 		{"unknown algorithm", "rules:\n  - name: r1\n    algorithm: leaky\n", 3, "algorithm", "unknown algorithm \"leaky\""},
 		{"unknown intent", head + "    limit: 10\n    period: 1s\n    fail_mode: sometimes\n", 8, "fail_mode", "unknown fail mode"},
 		{"burst on a window", "rules:\n  - name: w\n    scope: tenant\n    algorithm: fixed_window\n    limit: 5\n    period: 1s\n    burst: 3\n    intent: quota\n", 7, "burst", "applies only to token_bucket and gcra"},
@@ -94,8 +94,57 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
+// TestParseFirstDayMistakes: what people write the first time, reported
+// by rule and field with what to write instead, not as the YAML decoder's
+// errors.
+func TestParseFirstDayMistakes(t *testing.T) {
+	const rule = "  - name: daily\n    scope: tenant\n    algorithm: fixed_window\n    limit: 5\n    period: 1m\n    intent: quota\n"
+	tests := []struct {
+		name, src string
+		want      []string // every error, in order
+	}{
+		{"period in days", "rules:\n" + strings.Replace(rule, "1m", "1d", 1),
+			[]string{`rules: rules.yaml:6: rule daily: period: "1d": Go durations have no d; use 24h`}},
+		{"period in weeks", "rules:\n" + strings.Replace(rule, "1m", "2w", 1),
+			[]string{`rules: rules.yaml:6: rule daily: period: "2w": Go durations have no w; use 336h`}},
+		{"period in words", "rules:\n" + strings.Replace(rule, "1m", "1 minute", 1),
+			[]string{`rules: rules.yaml:6: rule daily: period: "1 minute": not a duration: write a number and a unit (ns, us, ms, s, m or h), such as 500ms, 90s, 1m or 24h`}},
+		{"two bad periods and an unknown field", "rules:\n" + strings.Replace(rule, "1m", "1d", 1) + strings.Replace(strings.Replace(rule, "daily", "weekly", 1), "1m", "7d", 1) + "    colour: red\n",
+			[]string{`rules: rules.yaml:6: rule daily: period: "1d": Go durations have no d; use 24h`,
+				`rules: rules.yaml:12: rule weekly: period: "7d": Go durations have no d; use 168h`,
+				`rules: rules.yaml:14: colour: unknown field`}},
+		{"no rules: above a list", rule,
+			[]string{`rules: rules.yaml:1: want a top-level rules: list (this file is a list: put "rules:" on a line of its own above it)`}},
+		{"one rule, no list", "name: daily\nscope: tenant\nlimit: 5\n",
+			[]string{`rules: rules.yaml:1: want a top-level rules: list (name is a rule's field: put the rule under rules: as a list item, "- name: ...")`}},
+		{"something else", "limits:\n" + rule, []string{`rules: rules.yaml:1: want a top-level rules: list`}},
+		{"a scalar", "hello\n", []string{`rules: rules.yaml:1: want a top-level rules: list`}},
+		{"rules a mapping", "rules:\n  name: daily\n", []string{`rules: rules.yaml:1: rules: want a list of rules, got a mapping: start each rule with "- "`}},
+		{"rules twice", "rules:\n" + rule + "rules:\n" + strings.Replace(rule, "daily", "other", 1),
+			[]string{`rules: rules.yaml:8: rules is given twice (first on line 1); put every rule under one top-level rules: list`}},
+		{"a field twice", "rules:\n" + strings.Replace(rule, "    limit: 5\n", "    limit: 5\n    limit: 50\n", 1),
+			[]string{`rules: rules.yaml:6: rule daily: limit: is given twice (first on line 5)`}},
+		{"a plan field twice", "rules:\n" + rule + "    plans:\n      pro: {limit: 9, limit: 10}\n",
+			[]string{`rules: rules.yaml:9: rule daily: plans.pro.limit: is given twice (first on line 9)`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("rules.yaml", []byte(tt.src))
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("%v does not wrap ErrInvalid", err)
+			}
+			if got := strings.Split(err.Error(), "\n"); strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("got\n%s\nwant\n%s", err, strings.Join(tt.want, "\n"))
+			}
+		})
+	}
+}
+
 func TestEmptyFileHasNoRules(t *testing.T) {
-	for _, src := range []string{"", "rules: []\n", "# nothing yet\n"} {
+	for _, src := range []string{"", "rules: []\n", "# nothing yet\n", "rules:\n", "---\n"} {
 		rs, err := Parse("empty.yaml", []byte(src))
 		if err != nil || len(rs) != 0 {
 			t.Errorf("%q: %v, %d rules", src, err, len(rs))

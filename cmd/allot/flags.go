@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/auth"
+	"github.com/allot-io/allot/internal/duration"
+	"github.com/allot-io/allot/internal/strictyaml"
 	"github.com/hashicorp/go-hclog"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
@@ -72,8 +73,11 @@ func envName(flagName string) string {
 // the environment and then from the config file. It returns errHelp for
 // --help and a usage error for anything malformed.
 func (f *flags) parse(e *env) error {
+	restore := explainDurations(f.FlagSet)
+	defer restore()
 	if err := f.Parse(e.args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			restore() // --help names a duration flag's type as the flag package does
 			f.help()
 			return errHelp
 		}
@@ -86,7 +90,7 @@ func (f *flags) parse(e *env) error {
 			f.config = v
 		}
 	}
-	var fromFile map[string]string
+	var fromFile map[string]configValue
 	if f.config != "" {
 		var err error
 		if fromFile, err = readConfig(f.config, f.FlagSet); err != nil {
@@ -102,11 +106,11 @@ func (f *flags) parse(e *env) error {
 		if val != "" {
 			ok = true
 		} else if v, in := fromFile[fl.Name]; in {
-			val, src, ok = v, f.config, true
+			val, src, ok = v.value, fmt.Sprintf("%s:%d", f.config, v.line), true
 		}
 		if ok {
 			if err := fl.Value.Set(val); err != nil {
-				errs = append(errs, fmt.Sprintf("%s (from %s): %v", fl.Name, src, err))
+				errs = append(errs, fmt.Sprintf("%s (from %s): %q: %v", fl.Name, src, val, err))
 			}
 		}
 	})
@@ -116,19 +120,65 @@ func (f *flags) parse(e *env) error {
 	return nil
 }
 
+// durationFlag is a duration flag that says what to write instead of a
+// value Go's durations refuse (1d: use 24h), where the flag package says
+// only "parse error".
+type durationFlag struct{ flag.Value }
+
+func (d durationFlag) Set(s string) error {
+	if _, err := duration.Parse(s); err != nil {
+		var de *duration.Error
+		if errors.As(err, &de) {
+			return errors.New(de.Hint)
+		}
+		return err
+	}
+	return d.Value.Set(s)
+}
+
+// explainDurations makes every duration flag of fs a durationFlag, and
+// returns the function that puts them back.
+func explainDurations(fs *flag.FlagSet) (restore func()) {
+	var wrapped []*flag.Flag
+	fs.VisitAll(func(fl *flag.Flag) {
+		if g, ok := fl.Value.(flag.Getter); ok {
+			if _, ok := g.Get().(time.Duration); ok {
+				fl.Value = durationFlag{fl.Value}
+				wrapped = append(wrapped, fl)
+			}
+		}
+	})
+	return func() {
+		for _, fl := range wrapped {
+			if d, ok := fl.Value.(durationFlag); ok {
+				fl.Value = d.Value
+			}
+		}
+	}
+}
+
+// configValue is a flag's value in a config file, and its line.
+type configValue struct {
+	value string
+	line  int
+}
+
 // readConfig reads a YAML mapping of flag names to values. An unknown
-// name is an error naming the file and line.
-func readConfig(path string, fs *flag.FlagSet) (map[string]string, error) {
+// name, or a name given twice, is an error naming the file and line.
+func readConfig(path string, fs *flag.FlagSet) (map[string]configValue, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	var root yaml.Node
-	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&root); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("config %s: %v", path, strings.TrimPrefix(err.Error(), "yaml: "))
+	root, err := strictyaml.Parse(data)
+	if err != nil {
+		if line, msg := strictyaml.Location(err); line > 0 {
+			return nil, fmt.Errorf("config %s:%d: %s", path, line, msg)
+		}
+		return nil, fmt.Errorf("config %s: %v", path, err)
 	}
-	out := map[string]string{}
-	if len(root.Content) == 0 {
+	out := map[string]configValue{}
+	if root == nil || len(root.Content) == 0 {
 		return out, nil
 	}
 	m := root.Content[0]
@@ -142,7 +192,7 @@ func readConfig(path string, fs *flag.FlagSet) (map[string]string, error) {
 		}
 		switch v.Kind {
 		case yaml.ScalarNode:
-			out[k.Value] = v.Value
+			out[k.Value] = configValue{v.Value, k.Line}
 		case yaml.SequenceNode:
 			var items []string
 			for _, it := range v.Content {
@@ -151,7 +201,7 @@ func readConfig(path string, fs *flag.FlagSet) (map[string]string, error) {
 				}
 				items = append(items, it.Value)
 			}
-			out[k.Value] = strings.Join(items, ",")
+			out[k.Value] = configValue{strings.Join(items, ","), k.Line}
 		default:
 			return nil, fmt.Errorf("config %s:%d: %s: want a value or a list", path, v.Line, k.Value)
 		}
@@ -261,7 +311,7 @@ func (c *clientFlags) register(f *flags) {
 // registerAccess adds every client flag but --coordinator: how to call,
 // not whom.
 func (c *clientFlags) registerAccess(f *flags) {
-	f.StringVar(&c.token, "admin-token", "", "a bearer token given as a value (prefer --token-file)")
+	f.StringVar(&c.token, "admin-token", "", "a bearer token as a value, which shows in ps and shell history: prefer --token-file (ALLOT_TOKEN_FILE)")
 	f.DurationVar(&c.timeout, "timeout", 10*time.Second, "how long to wait for the cluster")
 	c.creds.register(f)
 }

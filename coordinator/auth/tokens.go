@@ -26,6 +26,7 @@ var ErrTokens = errors.New("auth: invalid tokens file")
 type tokenEntry struct {
 	grant Grant
 	hash  [sha256.Size]byte
+	line  int // in the file it was read from
 }
 
 // Tokens is the table of accepted bearer tokens.
@@ -51,6 +52,26 @@ func (t *Tokens) Lookup(token string) (Grant, bool) {
 		return Grant{}, false
 	}
 	return t.entries[found].grant, true
+}
+
+// Named returns the grant of the entry called name, and the line of the
+// file it is on: for tools that edit a tokens file.
+func (t *Tokens) Named(name string) (g Grant, line int, ok bool) {
+	for _, e := range t.entries {
+		if e.grant.Name == name {
+			return e.grant, e.line, true
+		}
+	}
+	return Grant{}, 0, false
+}
+
+// Names are the entries' names, in the file's order.
+func (t *Tokens) Names() []string {
+	out := make([]string, len(t.entries))
+	for i, e := range t.entries {
+		out[i] = e.grant.Name
+	}
+	return out
 }
 
 // StaticToken is a table of one token, for a token given on the command
@@ -111,6 +132,7 @@ func ParseTokens(name string, data []byte) (*Tokens, error) {
 			return nil, bad(item, "name %q is already used on line %d", e.grant.Name, line)
 		}
 		names[e.grant.Name] = item.Line
+		e.line = item.Line
 		t.entries = append(t.entries, e)
 	}
 	return t, nil

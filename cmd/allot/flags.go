@@ -321,6 +321,7 @@ func (c *clientFlags) registerAccess(f *flags) {
 type coordinatorClient struct {
 	addrs []string
 	conns []*grpc.ClientConn
+	how   callCreds // what the calls present, to explain refusals
 }
 
 func (c *clientFlags) dial() (*coordinatorClient, error) {
@@ -336,7 +337,7 @@ func (c *clientFlags) dial() (*coordinatorClient, error) {
 	if c.token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(auth.StaticTokenCredentials(c.token)))
 	}
-	cl := &coordinatorClient{addrs: addrs}
+	cl := &coordinatorClient{addrs: addrs, how: callCreds{creds: c.creds, tokenValue: c.token != ""}}
 	for _, a := range addrs {
 		cc, err := grpc.NewClient(a, opts...)
 		if err != nil {
@@ -355,22 +356,36 @@ func (cl *coordinatorClient) Close() {
 }
 
 // call runs fn against each coordinator in turn until one answers with
-// something other than Unavailable or a timeout.
+// something other than Unavailable or a timeout. A failure that is the
+// caller's own configuration (TLS against plaintext, an unknown CA, a
+// missing or refused token) is returned as its cause and the flag that
+// fixes it.
 func (cl *coordinatorClient) call(ctx context.Context, fn func(ctx context.Context, cc *grpc.ClientConn) error) error {
 	var errs []string
+	var explained error
 	for i, cc := range cl.conns {
 		err := fn(ctx, cc)
-		switch status.Code(err) {
-		case codes.OK:
+		code := status.Code(err)
+		if code == codes.OK {
 			return nil
-		case codes.Unavailable, codes.DeadlineExceeded:
-			errs = append(errs, fmt.Sprintf("%s: %v", cl.addrs[i], status.Convert(err).Message()))
-			if ctx.Err() != nil {
-				return fmt.Errorf("no coordinator answered: %s", strings.Join(errs, "; "))
-			}
-			continue
 		}
-		return grpcErr(err)
+		ex := cl.how.explain(ctx, cl.addrs[i], err)
+		if code != codes.Unavailable && code != codes.DeadlineExceeded {
+			if ex != nil {
+				return ex // the cluster answered: the others would say the same
+			}
+			return grpcErr(err)
+		}
+		if explained == nil {
+			explained = ex
+		}
+		errs = append(errs, fmt.Sprintf("%s: %v", cl.addrs[i], status.Convert(err).Message()))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if explained != nil {
+		return explained
 	}
 	return fmt.Errorf("no coordinator answered: %s", strings.Join(errs, "; "))
 }
@@ -386,7 +401,7 @@ func grpcErr(err error) error {
 	case codes.InvalidArgument:
 		return fmt.Errorf("%w: %s", errRejected, st.Message())
 	case codes.Unauthenticated:
-		return fmt.Errorf("not allowed: %s (set --token-file or ALLOT_TOKEN_FILE, or --cert and --key)", st.Message())
+		return fmt.Errorf("not allowed: %s (pass --token-file FILE or ALLOT_TOKEN_FILE, or --cert and --key)", st.Message())
 	case codes.PermissionDenied:
 		return fmt.Errorf("not allowed: %s (this credential's role may not do it)", st.Message())
 	case codes.NotFound:

@@ -23,6 +23,11 @@ func parseTokenFile(name string) func(d [][]byte) (string, error) {
 	}
 }
 
+// ErrTokenNeedsTLS is the error of a call that would have sent a bearer
+// token in the clear to an address that is not loopback. gRPC reports it
+// as Unauthenticated, with this text in the message.
+var ErrTokenNeedsTLS = errors.New("auth: refusing to send a bearer token without TLS to a non-loopback address")
+
 // TokenCredentials sends a bearer token, read from a file and re-read
 // when it changes, with every call. It refuses to send it in the clear to
 // anything but a loopback address: a token on the network needs TLS.
@@ -52,7 +57,7 @@ func (t *TokenCredentials) Token() string { return t.token() }
 func (t *TokenCredentials) GetRequestMetadata(ctx context.Context, uri ...string) (map[string]string, error) {
 	ri, _ := credentials.RequestInfoFromContext(ctx)
 	if credentials.CheckSecurityLevel(ri.AuthInfo, credentials.PrivacyAndIntegrity) != nil && !loopbackURI(uri) {
-		return nil, errors.New("auth: refusing to send a bearer token without TLS to a non-loopback address")
+		return nil, ErrTokenNeedsTLS
 	}
 	return map[string]string{"authorization": "Bearer " + t.Token()}, nil
 }

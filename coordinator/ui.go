@@ -5,16 +5,20 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
+
+	"github.com/allot-io/allot/lease/rules"
 )
 
 // The status page: /ui is one HTML file with its script and styles in it
 // (no build step), which polls /v1/ui every two seconds and draws the
-// cluster, the rules, each busy tenant's admissions against its
-// allowance, how the busiest keys are divided among the gateways, the
-// gateways heard from, and the billing windows. The page itself holds no
-// data and is open; /v1/ui needs the reader role when credentials are
-// configured (the page asks for a token and keeps it for the tab).
+// cluster, the rules, a chart per rule of each busy tenant's admissions
+// against its allowance, how the busiest keys are divided among the
+// gateways, the gateways heard from, and the billing windows. The page
+// itself holds no data and is open; /v1/ui needs the reader role when
+// credentials are configured (the page asks for a token and keeps it for
+// the tab).
 
 //go:embed ui/index.html
 var uiPage []byte
@@ -54,6 +58,12 @@ type uiRule struct {
 	Limit     int64   `json:"limit"`
 	PeriodSec float64 `json:"period_seconds"`
 	Intent    string  `json:"intent"`
+	// Per says what one allowance covers: "all tenants" (a global rule,
+	// shared), "each tenant", "each gateway" (a local rule), or "each"
+	// and the key's attributes ("each tenant+user"); empty for an
+	// unlimited rule.
+	Per    string `json:"per"`
+	Shadow bool   `json:"shadow,omitempty"`
 }
 
 // uiUsage is one ledger line of the current billing window.
@@ -64,6 +74,11 @@ type uiUsage struct {
 	Window   int64  `json:"window"`
 	Admitted uint64 `json:"admitted"`
 	Denied   uint64 `json:"denied"`
+	// Allowance is the line's allowance per second, of what its rule's
+	// Per names: the tenant's own (its override, or on the leader the
+	// limit its key is divided by, plan and parent lease included), the
+	// one all tenants share, or one key's. 0 for an unlimited rule.
+	Allowance float64 `json:"allowance_per_second"`
 }
 
 // uiPool is one key's division among the gateways (leader only).
@@ -77,7 +92,10 @@ type uiPool struct {
 }
 
 type uiClaim struct {
-	Node   string  `json:"node"`
+	Node string `json:"node"`
+	// Tenant is the class's tenant on a global rule, whose pool is shared
+	// by tenants: one node has a claim for each.
+	Tenant string  `json:"tenant,omitempty"`
 	Lease  float64 `json:"lease"`
 	Demand float64 `json:"demand"`
 }
@@ -124,9 +142,10 @@ func (c *Coordinator) uiState() *uiState {
 	for _, m := range st.GetMembers() {
 		u.Members = append(u.Members, uiMember{ID: m.GetId(), GRPC: m.GetGrpcAddress(), Leader: m.GetLeader(), Voter: m.GetVoter()})
 	}
-	for _, r := range c.currentRules().Rules() {
+	ruleSet := c.currentRules()
+	for _, r := range ruleSet.Rules() {
 		u.Rules = append(u.Rules, uiRule{Name: r.Name, Scope: r.Scope.String(), Algorithm: r.Algorithm.String(), Limit: r.Limit,
-			PeriodSec: r.Period.Seconds(), Intent: r.Intent.String()})
+			PeriodSec: r.Period.Seconds(), Intent: r.Intent.String(), Per: allowancePer(&r), Shadow: r.Shadow})
 	}
 	if t := st.GetTier(); t != nil {
 		u.Tier = &tierSummary{Role: t.GetRole(), LastError: t.GetLastError(), LeasedKeys: t.GetLeasedKeys(), FallbackKeys: t.GetFallbackKeys(), Regions: len(t.GetRegions())}
@@ -150,6 +169,11 @@ func (c *Coordinator) uiState() *uiState {
 	slices.SortFunc(u.Windows.Open, func(a, b uiOpenWindow) int { return int(b.Start - a.Start) })
 	slices.SortFunc(u.Usage, func(a, b uiUsage) int { return int(int64(b.Admitted+b.Denied) - int64(a.Admitted+a.Denied)) })
 	u.Usage = u.Usage[:min(len(u.Usage), uiUsageLines)]
+	for i := range u.Usage {
+		if r, ok := ruleSet.Get(u.Usage[i].Rule); ok {
+			u.Usage[i].Allowance = c.uiAllowance(&r, u.Usage[i].Tenant, u.Usage[i].Region, u.Leading)
+		}
+	}
 	if u.Leading {
 		u.Pools, u.Agents = c.alloc.uiDivisions(now.UnixNano(), uiPools)
 	}
@@ -176,9 +200,13 @@ func (a *allocator) uiDivisions(now int64, n int) ([]uiPool, []uiAgent) {
 		for k, p := range sh.pools {
 			up := uiPool{Rule: k.rule, Key: k.key, Limit: p.limit, Contended: p.contended}
 			for _, cl := range p.classes {
+				tenant := ""
+				if p.rule != nil && p.rule.Fair() {
+					tenant = cl.key.tenant
+				}
 				for _, claim := range cl.claims {
 					up.Demand += claim.est
-					up.Claims = append(up.Claims, uiClaim{Node: names[claim.node], Lease: claim.grant, Demand: claim.est})
+					up.Claims = append(up.Claims, uiClaim{Node: names[claim.node], Tenant: tenant, Lease: claim.grant, Demand: claim.est})
 				}
 			}
 			pools = append(pools, up)
@@ -195,6 +223,59 @@ func (a *allocator) uiDivisions(now int64, n int) ([]uiPool, []uiAgent) {
 		return compareStrings(x.Rule+x.Key, y.Rule+y.Key)
 	})
 	return pools[:min(len(pools), n)], agents
+}
+
+// allowancePer says what one of a rule's allowances covers (uiRule.Per).
+func allowancePer(r *rules.Rule) string {
+	switch {
+	case r.Unlimited || r.Limit <= 0:
+		return ""
+	case r.Local:
+		return "each gateway"
+	case r.Fair():
+		return "all tenants"
+	}
+	attrs := make([]string, 0, 4)
+	for _, a := range r.KeyAttrs() {
+		attrs = append(attrs, string(a))
+	}
+	return "each " + strings.Join(attrs, "+")
+}
+
+// uiAllowance is a ledger line's allowance per second (uiUsage.Allowance).
+// The leader knows the limit each pool of its own region is divided by
+// (a plan's, a parent's lease); otherwise it is the rule's limit for the
+// tenant (its override) and region.
+func (c *Coordinator) uiAllowance(r *rules.Rule, tenant, region string, leading bool) float64 {
+	if allowancePer(r) == "" || r.Period <= 0 {
+		return 0
+	}
+	perSecond := func(units float64) float64 { return units / r.Period.Seconds() }
+	if leading && region == c.cfg.Region && !r.Local && (r.Fair() || tenantKey(r)) {
+		key := ""
+		if !r.Fair() {
+			key = string(rules.AppendKey(nil, tenant))
+		}
+		if limit, ok := c.alloc.uiPoolLimit(poolKey{r.Name, key}); ok {
+			return perSecond(limit)
+		}
+	}
+	if r.Fair() {
+		return perSecond(r.RegionLimit(r.Limit, region))
+	}
+	return perSecond(r.RegionLimit(r.LimitFor(tenant, ""), region))
+}
+
+// uiPoolLimit is the limit a pool is divided by, if the allocator has it.
+func (a *allocator) uiPoolLimit(k poolKey) (float64, bool) {
+	sh := a.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	p := sh.pools[k]
+	if p == nil {
+		return 0, false
+	}
+	return p.limit, true
 }
 
 // uiHandlers adds /ui and /v1/ui to mux.

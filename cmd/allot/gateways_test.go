@@ -8,37 +8,38 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
-	"text/template"
 	"time"
 )
 
 // The tests in this file put real gateways, nginx and Caddy, in front of
-// an allot sidecar through forward-auth (/v1/authz), with the configs of
-// testdata/gateways/, which docs/gateways.md shows. They skip when a
-// gateway's binary is missing, unless ALLOT_GATEWAY_TESTS=1 (set by
-// make test, whose gateways-deps target installs both), which makes a
+// an allot sidecar through forward-auth (/v1/authz), with the files
+// docs/gateways.md shows: every block marked "# file: NAME" there is read
+// out of the doc and run as written, its ports 8000 (the gateway), 8080
+// (the app) and 7600 (the sidecar) replaced with free ones. They skip
+// when a gateway's binary is missing, unless ALLOT_GATEWAY_TESTS=1 (set
+// by make test, whose gateways-deps target installs both), which makes a
 // missing binary a failure.
 
-// gatewayRules is the sidecar's rule: 3 requests per tenant, refilling one
-// every 20 minutes, so no window boundary can admit a fourth mid-test. It
-// covers only the route /api/items, exactly: it applies only if the
-// gateway passed the original path on and the sidecar dropped the query.
-const gatewayRules = `rules:
-  - name: gw-quota
-    scope: tenant
-    algorithm: token_bucket
-    limit: 3
-    period: 1h
-    intent: quota
-    match:
-      routes: [/api/items]
-`
+// gatewayDoc is the page whose files the tests run.
+const gatewayDoc = "../../docs/gateways.md"
+
+// gatewayDocBlocks reads gatewayDoc's files.
+func gatewayDocBlocks(t *testing.T) map[string]docBlock {
+	t.Helper()
+	blocks, err := readDocBlocks(gatewayDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return blocks
+}
 
 // gatewayBinary finds a gateway's binary: on PATH, or in the sbin
 // directories a user's PATH may leave out.
@@ -61,15 +62,25 @@ func gatewayBinary(t *testing.T, name string) string {
 }
 
 // startDaemon starts a long-running process in its own process group.
-// Cleanup stops it by its PID: SIGTERM, then, if it has not exited
-// within 10 s, SIGKILL to its group (so no nginx worker outlives its
-// master), and prints its output if the test failed.
 func startDaemon(t *testing.T, name string, environ []string, bin string, args ...string) *process {
 	t.Helper()
-	p := &process{name: name, cmd: exec.Command(bin, args...), out: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd.Env = environ
+	cmd := exec.Command(bin, args...)
+	cmd.Env = environ
+	return startDaemonCmd(t, name, cmd)
+}
+
+// startDaemonCmd starts cmd in its own process group. Cleanup stops it
+// by its PID: SIGTERM, then, if it has not exited within 10 s, SIGKILL
+// to its group (so no nginx worker outlives its master), and prints its
+// output if the test failed.
+func startDaemonCmd(t *testing.T, name string, cmd *exec.Cmd) *process {
+	t.Helper()
+	p := &process{name: name, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if p.cmd.SysProcAttr == nil {
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	p.cmd.SysProcAttr.Setpgid = true
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("starting %s: %v", name, err)
 	}
@@ -89,7 +100,7 @@ func startDaemon(t *testing.T, name string, environ []string, bin string, args .
 			}
 		}
 		if t.Failed() {
-			t.Logf("output of %s (%s %s):\n%s", name, bin, strings.Join(args, " "), p.out.String())
+			t.Logf("output of %s (%s):\n%s", name, strings.Join(p.cmd.Args, " "), p.out.String())
 		}
 	})
 	return p
@@ -103,34 +114,6 @@ func listening(addr string) (bool, string) {
 	}
 	c.Close()
 	return true, ""
-}
-
-// gatewayConfig is what the templates in testdata/gateways/ are filled with.
-type gatewayConfig struct {
-	Dir      string // the gateway's own directory: logs, pid, temp files
-	Listen   string // host:port the gateway serves
-	Host     string // Listen's host
-	Port     string // Listen's port
-	Sidecar  string // host:port of the sidecar
-	Upstream string // host:port of the app
-	User     string // nginx's user directive, when run as root
-}
-
-func writeGatewayConfig(t *testing.T, tmpl, out string, cfg gatewayConfig) string {
-	t.Helper()
-	tp, err := template.ParseFiles(filepath.Join("testdata", "gateways", tmpl))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Create(filepath.Join(cfg.Dir, out))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := tp.Execute(f, cfg); err != nil {
-		t.Fatal(err)
-	}
-	return f.Name()
 }
 
 // upstreamApp is the app behind the gateway: it counts what reaches it.
@@ -167,40 +150,39 @@ func (u *upstreamApp) last() (remaining, body string) {
 	return u.remaining[u.seen-1], u.bodies[u.seen-1]
 }
 
-// TestGatewayForwardAuth runs each gateway against its own sidecar and
-// app: under the limit the client gets 200 and the app sees the request;
-// past it the client gets 429 with Retry-After and the RateLimit headers,
-// and the app does not see it.
+// TestGatewayForwardAuth runs each gateway of docs/gateways.md with its
+// sidecar and an app, from the doc's files: under the limit the client
+// gets 200 and the app sees the request; past it the client gets 429
+// with Retry-After and the RateLimit headers, and the app does not see
+// it.
 func TestGatewayForwardAuth(t *testing.T) {
 	if testing.Short() && os.Getenv("ALLOT_GATEWAY_TESTS") != "1" {
 		t.Skip("runs nginx, Caddy and sidecar processes")
 	}
+	blocks := gatewayDocBlocks(t)
 	t.Run("nginx", func(t *testing.T) {
-		bin := gatewayBinary(t, "nginx")
-		g := startGateway(t, "403")
-		user := ""
-		if os.Geteuid() == 0 { // else the workers would run as nobody, who cannot enter the test's directory
-			user = "user root;"
-		}
-		g.cfg.User = user
-		conf := writeGatewayConfig(t, "nginx.conf.tmpl", "nginx.conf", g.cfg)
-		if out, err := exec.Command(bin, "-t", "-p", g.cfg.Dir, "-e", filepath.Join(g.cfg.Dir, "error.log"), "-c", conf).CombinedOutput(); err != nil {
-			t.Fatalf("nginx -t: %v\n%s", err, out)
-		}
-		p := startDaemon(t, "nginx", os.Environ(), bin, "-p", g.cfg.Dir, "-e", filepath.Join(g.cfg.Dir, "error.log"), "-c", conf)
+		g := startDocGateway(t, blocks, gatewayBinary(t, "nginx"), "sidecar-nginx.sh")
+		// As root, nginx would fall back on Debian's /run and /var/lib/nginx
+		// for whatever the file leaves out; as nobody it has the directory
+		// only, as the doc says.
+		g.unprivileged(t)
+		g.writeFile(t, "nginx.conf", g.ports...)
+		p := g.start(t, "nginx", "nginx.sh")
 		g.run(t, p, func(t *testing.T, i int, resp *http.Response) {
 			// nginx copies the sidecar's RateLimit headers onto the app's answer.
 			if got, want := resp.Header.Get("RateLimit-Remaining"), strconv.Itoa(2-i); got != want {
 				t.Errorf("admitted request %d: RateLimit-Remaining %q, want %q", i, got, want)
 			}
 		})
+		// The pid file is where the doc says, the directory's, not Debian's.
+		if pid, err := os.ReadFile(filepath.Join(g.dir, "nginx.pid")); err != nil || strings.TrimSpace(string(pid)) != strconv.Itoa(p.cmd.Process.Pid) {
+			t.Errorf("nginx.pid in the directory: %q, %v; want nginx's PID %d", pid, err, p.cmd.Process.Pid)
+		}
 	})
 	t.Run("caddy", func(t *testing.T) {
-		bin := gatewayBinary(t, "caddy")
-		g := startGateway(t, "")
-		conf := writeGatewayConfig(t, "Caddyfile.tmpl", "Caddyfile", g.cfg)
-		environ := append(cliEnv(), "HOME="+g.cfg.Dir, "XDG_DATA_HOME="+filepath.Join(g.cfg.Dir, "data"), "XDG_CONFIG_HOME="+filepath.Join(g.cfg.Dir, "config"))
-		p := startDaemon(t, "caddy", environ, bin, "run", "--config", conf, "--adapter", "caddyfile")
+		g := startDocGateway(t, blocks, gatewayBinary(t, "caddy"), "sidecar-caddy.sh")
+		g.writeFile(t, "Caddyfile", g.ports...)
+		p := g.start(t, "caddy", "caddy.sh")
 		g.run(t, p, func(t *testing.T, i int, _ *http.Response) {
 			// Caddy's copy_headers hands the sidecar's headers to the app.
 			if got, _ := g.app.last(); got != strconv.Itoa(2-i) {
@@ -208,47 +190,125 @@ func TestGatewayForwardAuth(t *testing.T) {
 				t.Errorf("admitted request %d: the app saw RateLimit-Remaining %q, want %q", i, got, want)
 			}
 		})
+		if out := p.out.String(); !strings.Contains(out, `"admin endpoint disabled"`) {
+			t.Errorf("Caddy opened its admin API; want the Caddyfile's admin off:\n%s", out)
+		}
 	})
 }
 
-// gatewayTest is one gateway's sidecar and app.
-type gatewayTest struct {
-	cfg     gatewayConfig
+// docGateway is one gateway's directory, holding the doc's files, with
+// its sidecar and app running.
+type docGateway struct {
+	blocks  map[string]docBlock
+	dir     string
+	env     []string            // the doc's commands run with it, from dir
+	cred    *syscall.Credential // and as this user, if set
+	listen  string              // where the gateway serves
+	ports   []docPort
 	app     *upstreamApp
 	sidecar *process
 }
 
-// startGateway starts a sidecar (with --authz-deny-status deny, unless
-// empty) and an app, and picks the gateway's address.
-func startGateway(t *testing.T, deny string) *gatewayTest {
+// startDocGateway makes the directory, picks the ports, starts an app
+// and starts the sidecar with the doc's rules.yaml and its command from
+// the doc's sidecar block. gateway is the gateway's binary, put on PATH.
+func startDocGateway(t *testing.T, blocks map[string]docBlock, gateway, sidecar string) *docGateway {
 	t.Helper()
 	dir := t.TempDir()
-	rulesFile := filepath.Join(dir, "rules.yaml")
-	if err := os.WriteFile(rulesFile, []byte(gatewayRules), 0o600); err != nil {
-		t.Fatal(err)
+	// nobody, whom a gateway may run as (unprivileged), or nginx's
+	// workers under a root master, must be able to enter the directory.
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
-	addrs := loopbackAddrs(t, 2)
-	args := []string{"agent", "--rules", rulesFile, "--node-id", "gw-1", "--http-addr", addrs[0]}
-	if deny != "" {
-		args = append(args, "--authz-deny-status", deny)
-	}
-	sidecar := startDaemon(t, "sidecar", cliEnv(), allotBinary(t), args...)
 	app := &upstreamApp{}
 	srv := httptest.NewServer(app)
 	t.Cleanup(srv.Close)
-	eventually(t, "the sidecar", []*process{sidecar}, func() (bool, string) { return httpOK("http://" + addrs[0] + "/healthz") })
-	host, port, _ := net.SplitHostPort(addrs[1])
-	return &gatewayTest{
-		cfg: gatewayConfig{Dir: dir, Listen: addrs[1], Host: host, Port: port, Sidecar: addrs[0],
-			Upstream: strings.TrimPrefix(srv.URL, "http://")},
-		app: app, sidecar: sidecar,
+	addrs := loopbackAddrs(t, 2)
+	port := func(addr string) string { _, p, _ := net.SplitHostPort(addr); return p }
+	g := &docGateway{blocks: blocks, dir: dir, listen: addrs[1], app: app, ports: []docPort{
+		{port: "8000", what: "the gateway", to: port(addrs[1])},
+		{port: "8080", what: "the app", to: port(srv.Listener.Addr().String())},
+		{port: "7600", what: "the sidecar", to: port(addrs[0])},
+	}}
+	path := filepath.Dir(allotBinary(t)) + string(os.PathListSeparator) + filepath.Dir(gateway) + string(os.PathListSeparator) + os.Getenv("PATH")
+	for _, kv := range cliEnv() {
+		if name, _, _ := strings.Cut(kv, "="); !slices.Contains([]string{"PATH", "PWD", "HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME"}, name) {
+			g.env = append(g.env, kv)
+		}
 	}
+	g.env = append(g.env, "PATH="+path, "PWD="+dir, "HOME="+dir)
+	g.writeFile(t, "rules.yaml")
+	g.sidecar = g.start(t, "sidecar", sidecar, g.ports[2])
+	eventually(t, "the sidecar", []*process{g.sidecar}, func() (bool, string) { return httpOK("http://" + addrs[0] + "/healthz") })
+	return g
+}
+
+// writeFile writes the doc's file name into the directory with ports
+// replaced (each must be in it), and returns what it wrote.
+func (g *docGateway) writeFile(t *testing.T, name string, ports ...docPort) string {
+	t.Helper()
+	b, ok := g.blocks[name]
+	if !ok {
+		t.Fatalf("%s has no block whose first line is %q", gatewayDoc, docFileMarker+name)
+	}
+	text, err := b.withPorts(ports...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(g.dir, name), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return text
+}
+
+// start writes the doc's script name and runs its one command from the
+// directory as a shell would, exec'd so that the process the test stops
+// by PID is the command itself.
+func (g *docGateway) start(t *testing.T, proc, name string, ports ...docPort) *process {
+	t.Helper()
+	line, err := g.blocks[name].command(g.writeFile(t, name, ports...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/bin/sh", "-c", "exec "+line)
+	cmd.Dir, cmd.Env = g.dir, g.env
+	if g.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: g.cred}
+	}
+	return startDaemonCmd(t, proc, cmd)
+}
+
+// unprivileged makes the commands started from now on run as nobody, who
+// owns the directory, when the test runs as root.
+func (g *docGateway) unprivileged(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return
+	}
+	nobody, err := user.Lookup("nobody")
+	if err != nil {
+		t.Fatalf("looking up nobody to run the gateway as: %v", err)
+	}
+	uid, err := strconv.ParseUint(nobody.Uid, 10, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gid, err := strconv.ParseUint(nobody.Gid, 10, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(g.dir, int(uid), int(gid)); err != nil {
+		t.Fatal(err)
+	}
+	g.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 }
 
 // send sends one request through the gateway and reads the answer.
-func (g *gatewayTest) send(t *testing.T, client *http.Client, method, path, tenant, body string) (*http.Response, string) {
+func (g *docGateway) send(t *testing.T, client *http.Client, method, path, tenant, body string) (*http.Response, string) {
 	t.Helper()
-	req, err := http.NewRequest(method, "http://"+g.cfg.Listen+path, strings.NewReader(body))
+	req, err := http.NewRequest(method, "http://"+g.listen+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,10 +328,10 @@ func (g *gatewayTest) send(t *testing.T, client *http.Client, method, path, tena
 // run waits for the gateway p, then sends tenant acme's three admitted
 // requests (admitted checks each answer further), the refused fourth, and
 // two the rule does not cover: another tenant's, and one to another route.
-func (g *gatewayTest) run(t *testing.T, p *process, admitted func(t *testing.T, i int, resp *http.Response)) {
+func (g *docGateway) run(t *testing.T, p *process, admitted func(t *testing.T, i int, resp *http.Response)) {
 	t.Helper()
 	watch := []*process{p, g.sidecar}
-	eventually(t, p.name+" to listen", watch, func() (bool, string) { return listening(g.cfg.Listen) })
+	eventually(t, p.name+" to listen", watch, func() (bool, string) { return listening(g.listen) })
 	client := &http.Client{Timeout: 10 * time.Second}
 	const path = "/api/items?page=2"
 	for i, method := range []string{"GET", "POST", "DELETE"} {
@@ -343,7 +403,7 @@ func (g *gatewayTest) run(t *testing.T, p *process, admitted func(t *testing.T, 
 // TestGatewayAuthzFlags: the --authz-* flags are checked before the
 // sidecar starts.
 func TestGatewayAuthzFlags(t *testing.T) {
-	rulesFile := writeTemp(t, "rules.yaml", gatewayRules)
+	rulesFile := writeTemp(t, "rules.yaml", gatewayDocBlocks(t)["rules.yaml"].text)
 	base := []string{"agent", "--rules", rulesFile, "--node-id", "gw-1", "--http-addr", "127.0.0.1:1"}
 	for _, tt := range []struct {
 		args   []string

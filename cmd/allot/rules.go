@@ -31,9 +31,9 @@ rule files offline.
   validate FILE      check a rules file without a cluster
   import FILE...     convert envoyproxy/ratelimit configuration (--from envoy-ratelimit)
 
-Changes need the admin token when the cluster has one: --admin-token or,
-better, ALLOT_ADMIN_TOKEN. Run 'allot rules <subcommand> --help' for its
-flags.`
+Changes need an admin credential when the cluster has credentials:
+--token-file FILE (or ALLOT_TOKEN_FILE) with an admin token, or --cert
+and --key. Run 'allot rules <subcommand> --help' for its flags.`
 
 // subcommand is one verb of a command with several (rules, cluster).
 type subcommand struct {
@@ -191,7 +191,9 @@ const rulesPutAbout = `
 Loads FILE, checks every rule in it as the cluster would (an error names
 the file, line and field, and nothing is sent), then creates or replaces
 its rules by name, all or none. With --replace-all, rules not in FILE are
-deleted. Prints the new version of the rule set and what changed.`
+deleted. Prints the new version of the rule set and what changed, and
+warns of each rule the cluster's region will not enforce (its regions
+give that region no share).`
 
 func runRulesPut(ctx context.Context, e *env) error {
 	const cmd = "rules put"
@@ -220,7 +222,7 @@ func runRulesPut(ctx context.Context, e *env) error {
 	req := putRequest(list, replaceAll)
 	// Sent to the leader, where the rules read before the put are current:
 	// a follower's may lag by a heartbeat, and would misreport the change.
-	cl, _, err := leaderClient(ctx, &cf)
+	cl, st, err := leaderClient(ctx, &cf)
 	if err != nil {
 		return err
 	}
@@ -246,6 +248,13 @@ func runRulesPut(ctx context.Context, e *env) error {
 		change += " (and other changes made meanwhile)"
 	}
 	fmt.Fprintf(e.stdout, "rules version %d (%s): %s\n", after.GetVersion(), nounCount(len(after.GetRules()), "rule"), change)
+	// A parent cluster divides limits among regions: it enforces every
+	// region's share, its own region's or not.
+	if region := st.GetRegion(); region != "" && st.GetTier().GetRole() != "parent" {
+		for _, w := range regionWarnings(file, list, region) {
+			fmt.Fprintf(e.stderr, "warning: %s\n", w)
+		}
+	}
 	return nil
 }
 
@@ -388,30 +397,6 @@ func putRequest(list []rules.Rule, replaceAll bool) *allotpb.PutRulesRequest {
 		req.Rules = append(req.Rules, rules.ToProto(&list[i]))
 	}
 	return req
-}
-
-const rulesValidateAbout = `
-Checks a rules file offline, exactly as the cluster and the agent would
-check it. Prints "ok: N rules", or every problem as file:line: field:
-message and exits with 2.`
-
-func runRulesValidate(_ context.Context, e *env) error {
-	const cmd = "rules validate"
-	f := newFlags(e, cmd, "FILE", rulesValidateAbout)
-	args, err := parseArgs(f, e)
-	if err != nil {
-		return err
-	}
-	file, err := exactlyOne(cmd, "rules file", args)
-	if err != nil {
-		return err
-	}
-	list, err := loadRules(e.stderr, file)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(e.stdout, "ok: %s\n", nounCount(len(list), "rule"))
-	return nil
 }
 
 func nounCount(n int, noun string) string {

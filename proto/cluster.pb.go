@@ -23,6 +23,62 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// DataState is what a member's data directory held when it started.
+type DataState int32
+
+const (
+	DataState_DATA_STATE_UNSPECIFIED DataState = 0
+	// FRESH: no Raft state and no identity; a new member.
+	DataState_DATA_STATE_FRESH DataState = 1
+	// EXISTING: a Raft log, term or snapshot.
+	DataState_DATA_STATE_EXISTING DataState = 2
+	// LOST: an identity but no Raft state: a member that lost its store.
+	DataState_DATA_STATE_LOST DataState = 3
+)
+
+// Enum value maps for DataState.
+var (
+	DataState_name = map[int32]string{
+		0: "DATA_STATE_UNSPECIFIED",
+		1: "DATA_STATE_FRESH",
+		2: "DATA_STATE_EXISTING",
+		3: "DATA_STATE_LOST",
+	}
+	DataState_value = map[string]int32{
+		"DATA_STATE_UNSPECIFIED": 0,
+		"DATA_STATE_FRESH":       1,
+		"DATA_STATE_EXISTING":    2,
+		"DATA_STATE_LOST":        3,
+	}
+)
+
+func (x DataState) Enum() *DataState {
+	p := new(DataState)
+	*p = x
+	return p
+}
+
+func (x DataState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (DataState) Descriptor() protoreflect.EnumDescriptor {
+	return file_cluster_proto_enumTypes[0].Descriptor()
+}
+
+func (DataState) Type() protoreflect.EnumType {
+	return &file_cluster_proto_enumTypes[0]
+}
+
+func (x DataState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use DataState.Descriptor instead.
+func (DataState) EnumDescriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{0}
+}
+
 type Member struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -162,7 +218,10 @@ type StatusResponse struct {
 	ActiveKeys        uint64                 `protobuf:"varint,15,opt,name=active_keys,json=activeKeys,proto3" json:"active_keys,omitempty"`
 	// tier is this cluster's place between regions (docs/regions.md), as
 	// its leader sees it; unset when it has none.
-	Tier          *TierStatus `protobuf:"bytes,16,opt,name=tier,proto3" json:"tier,omitempty"`
+	Tier *TierStatus `protobuf:"bytes,16,opt,name=tier,proto3" json:"tier,omitempty"`
+	// cluster_id identifies the cluster; fixed by its first leader, empty
+	// until then.
+	ClusterId     string `protobuf:"bytes,17,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -307,6 +366,13 @@ func (x *StatusResponse) GetTier() *TierStatus {
 		return x.Tier
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
 }
 
 // TierStatus is a cluster's part in the tier between regions.
@@ -467,9 +533,18 @@ type JoinRequest struct {
 	RaftAddress string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
 	GrpcAddress string                 `protobuf:"bytes,3,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
 	HttpAddress string                 `protobuf:"bytes,4,opt,name=http_address,json=httpAddress,proto3" json:"http_address,omitempty"`
-	// nonvoter joins without a vote (read replicas, or a first step before
-	// promotion).
-	Nonvoter      bool `protobuf:"varint,5,opt,name=nonvoter,proto3" json:"nonvoter,omitempty"`
+	// nonvoter joins without a vote, and stays so (a read replica).
+	Nonvoter bool `protobuf:"varint,5,opt,name=nonvoter,proto3" json:"nonvoter,omitempty"`
+	// state is what the joining member's data dir held when it started;
+	// unspecified from members of versions before it was sent, which join
+	// as voters at once, as they always did.
+	State DataState `protobuf:"varint,6,opt,name=state,proto3,enum=allot.v1.DataState" json:"state,omitempty"`
+	// cluster_id is the cluster the member's identity file names, if any:
+	// a member of another cluster is refused.
+	ClusterId string `protobuf:"bytes,7,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// applied_index is how far the joining member has applied the log: a
+	// member added without a vote is promoted once it has caught up.
+	AppliedIndex  uint64 `protobuf:"varint,8,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -539,9 +614,36 @@ func (x *JoinRequest) GetNonvoter() bool {
 	return false
 }
 
+func (x *JoinRequest) GetState() DataState {
+	if x != nil {
+		return x.State
+	}
+	return DataState_DATA_STATE_UNSPECIFIED
+}
+
+func (x *JoinRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetAppliedIndex() uint64 {
+	if x != nil {
+		return x.AppliedIndex
+	}
+	return 0
+}
+
 type JoinResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Members       []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Members []*Member              `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	// cluster_id is the cluster joined.
+	ClusterId string `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// catch_up_index is the leader's commit index when it added the member
+	// without a vote: once the member has applied it, it asks again and is
+	// promoted.
+	CatchUpIndex  uint64 `protobuf:"varint,3,opt,name=catch_up_index,json=catchUpIndex,proto3" json:"catch_up_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -583,6 +685,190 @@ func (x *JoinResponse) GetMembers() []*Member {
 	return nil
 }
 
+func (x *JoinResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *JoinResponse) GetCatchUpIndex() uint64 {
+	if x != nil {
+		return x.CatchUpIndex
+	}
+	return 0
+}
+
+// IdentifyRequest asks a member what it is, for members forming or joining
+// a cluster (--bootstrap-expect) and for one checking it is still a member.
+type IdentifyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FromId        string                 `protobuf:"bytes,1,opt,name=from_id,json=fromId,proto3" json:"from_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IdentifyRequest) Reset() {
+	*x = IdentifyRequest{}
+	mi := &file_cluster_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IdentifyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IdentifyRequest) ProtoMessage() {}
+
+func (x *IdentifyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IdentifyRequest.ProtoReflect.Descriptor instead.
+func (*IdentifyRequest) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *IdentifyRequest) GetFromId() string {
+	if x != nil {
+		return x.FromId
+	}
+	return ""
+}
+
+type IdentifyResponse struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RaftAddress string                 `protobuf:"bytes,2,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	GrpcAddress string                 `protobuf:"bytes,3,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
+	// cluster_id is the cluster it belongs to, empty while none has been
+	// fixed (no leader was ever elected) or it has no state.
+	ClusterId string `protobuf:"bytes,4,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// state is what it holds now: FRESH (never had state), EXISTING, LOST.
+	State DataState `protobuf:"varint,5,opt,name=state,proto3,enum=allot.v1.DataState" json:"state,omitempty"`
+	// bootstrap_expect is its --bootstrap-expect, 0 without one.
+	BootstrapExpect uint32 `protobuf:"varint,6,opt,name=bootstrap_expect,json=bootstrapExpect,proto3" json:"bootstrap_expect,omitempty"`
+	// forming lists, sorted, the fresh members it would form a new cluster
+	// with (itself included), while it has no state and waits for them.
+	Forming []string `protobuf:"bytes,7,rep,name=forming,proto3" json:"forming,omitempty"`
+	// leader_id is the leader it follows, empty when it knows none.
+	LeaderId string `protobuf:"bytes,8,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	// members is its Raft configuration (ids, addresses, voter flags).
+	Members       []*Member `protobuf:"bytes,9,rep,name=members,proto3" json:"members,omitempty"`
+	LastIndex     uint64    `protobuf:"varint,10,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IdentifyResponse) Reset() {
+	*x = IdentifyResponse{}
+	mi := &file_cluster_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IdentifyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IdentifyResponse) ProtoMessage() {}
+
+func (x *IdentifyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IdentifyResponse.ProtoReflect.Descriptor instead.
+func (*IdentifyResponse) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *IdentifyResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *IdentifyResponse) GetRaftAddress() string {
+	if x != nil {
+		return x.RaftAddress
+	}
+	return ""
+}
+
+func (x *IdentifyResponse) GetGrpcAddress() string {
+	if x != nil {
+		return x.GrpcAddress
+	}
+	return ""
+}
+
+func (x *IdentifyResponse) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *IdentifyResponse) GetState() DataState {
+	if x != nil {
+		return x.State
+	}
+	return DataState_DATA_STATE_UNSPECIFIED
+}
+
+func (x *IdentifyResponse) GetBootstrapExpect() uint32 {
+	if x != nil {
+		return x.BootstrapExpect
+	}
+	return 0
+}
+
+func (x *IdentifyResponse) GetForming() []string {
+	if x != nil {
+		return x.Forming
+	}
+	return nil
+}
+
+func (x *IdentifyResponse) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *IdentifyResponse) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *IdentifyResponse) GetLastIndex() uint64 {
+	if x != nil {
+		return x.LastIndex
+	}
+	return 0
+}
+
 type RemoveRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -592,7 +878,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +890,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +903,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{7}
+	return file_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RemoveRequest) GetId() string {
@@ -636,7 +922,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -648,7 +934,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -661,7 +947,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{8}
+	return file_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RemoveResponse) GetMembers() []*Member {
@@ -679,7 +965,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -691,7 +977,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -704,7 +990,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{9}
+	return file_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 // BackupChunk is part of a backup: the coordinator's snapshot format.
@@ -719,7 +1005,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -731,7 +1017,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -744,7 +1030,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{10}
+	return file_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -762,15 +1048,19 @@ func (x *BackupChunk) GetAppliedIndex() uint64 {
 }
 
 type RestoreChunk struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// force_cluster_id, in the first chunk, allows a restore into a cluster
+	// that already has state (rules, usage or agents): it must name that
+	// cluster's ID, which the refusal gives.
+	ForceClusterId string `protobuf:"bytes,2,opt,name=force_cluster_id,json=forceClusterId,proto3" json:"force_cluster_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RestoreChunk) Reset() {
 	*x = RestoreChunk{}
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -782,7 +1072,7 @@ func (x *RestoreChunk) String() string {
 func (*RestoreChunk) ProtoMessage() {}
 
 func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -795,7 +1085,7 @@ func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreChunk.ProtoReflect.Descriptor instead.
 func (*RestoreChunk) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{11}
+	return file_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RestoreChunk) GetData() []byte {
@@ -803,6 +1093,13 @@ func (x *RestoreChunk) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *RestoreChunk) GetForceClusterId() string {
+	if x != nil {
+		return x.ForceClusterId
+	}
+	return ""
 }
 
 type RestoreResponse struct {
@@ -814,7 +1111,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +1123,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +1136,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{12}
+	return file_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RestoreResponse) GetIndex() uint64 {
@@ -861,7 +1158,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\fhttp_address\x18\x04 \x01(\tR\vhttpAddress\x12\x16\n" +
 	"\x06leader\x18\x05 \x01(\bR\x06leader\x12\x14\n" +
 	"\x05voter\x18\x06 \x01(\bR\x05voter\"\x0f\n" +
-	"\rStatusRequest\"\xf3\x03\n" +
+	"\rStatusRequest\"\x92\x04\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x14\n" +
@@ -880,7 +1177,9 @@ const file_cluster_proto_rawDesc = "" +
 	"\rrules_version\x18\x0e \x01(\x04R\frulesVersion\x12\x1f\n" +
 	"\vactive_keys\x18\x0f \x01(\x04R\n" +
 	"activeKeys\x12(\n" +
-	"\x04tier\x18\x10 \x01(\v2\x14.allot.v1.TierStatusR\x04tier\"\xf8\x01\n" +
+	"\x04tier\x18\x10 \x01(\v2\x14.allot.v1.TierStatusR\x04tier\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x11 \x01(\tR\tclusterId\"\xf8\x01\n" +
 	"\n" +
 	"TierStatus\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x16\n" +
@@ -895,15 +1194,38 @@ const file_cluster_proto_rawDesc = "" +
 	"\n" +
 	"TierRegion\x12\x16\n" +
 	"\x06region\x18\x01 \x01(\tR\x06region\x12-\n" +
-	"\x13last_seen_unix_nano\x18\x02 \x01(\x03R\x10lastSeenUnixNano\"\xa2\x01\n" +
+	"\x13last_seen_unix_nano\x18\x02 \x01(\x03R\x10lastSeenUnixNano\"\x91\x02\n" +
 	"\vJoinRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12!\n" +
 	"\fgrpc_address\x18\x03 \x01(\tR\vgrpcAddress\x12!\n" +
 	"\fhttp_address\x18\x04 \x01(\tR\vhttpAddress\x12\x1a\n" +
-	"\bnonvoter\x18\x05 \x01(\bR\bnonvoter\":\n" +
+	"\bnonvoter\x18\x05 \x01(\bR\bnonvoter\x12)\n" +
+	"\x05state\x18\x06 \x01(\x0e2\x13.allot.v1.DataStateR\x05state\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\a \x01(\tR\tclusterId\x12#\n" +
+	"\rapplied_index\x18\b \x01(\x04R\fappliedIndex\"\x7f\n" +
 	"\fJoinResponse\x12*\n" +
-	"\amembers\x18\x01 \x03(\v2\x10.allot.v1.MemberR\amembers\"\x1f\n" +
+	"\amembers\x18\x01 \x03(\v2\x10.allot.v1.MemberR\amembers\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x02 \x01(\tR\tclusterId\x12$\n" +
+	"\x0ecatch_up_index\x18\x03 \x01(\x04R\fcatchUpIndex\"*\n" +
+	"\x0fIdentifyRequest\x12\x17\n" +
+	"\afrom_id\x18\x01 \x01(\tR\x06fromId\"\xdf\x02\n" +
+	"\x10IdentifyResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
+	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12!\n" +
+	"\fgrpc_address\x18\x03 \x01(\tR\vgrpcAddress\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x04 \x01(\tR\tclusterId\x12)\n" +
+	"\x05state\x18\x05 \x01(\x0e2\x13.allot.v1.DataStateR\x05state\x12)\n" +
+	"\x10bootstrap_expect\x18\x06 \x01(\rR\x0fbootstrapExpect\x12\x18\n" +
+	"\aforming\x18\a \x03(\tR\aforming\x12\x1b\n" +
+	"\tleader_id\x18\b \x01(\tR\bleaderId\x12*\n" +
+	"\amembers\x18\t \x03(\v2\x10.allot.v1.MemberR\amembers\x12\x1d\n" +
+	"\n" +
+	"last_index\x18\n" +
+	" \x01(\x04R\tlastIndex\"\x1f\n" +
 	"\rRemoveRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"<\n" +
 	"\x0eRemoveResponse\x12*\n" +
@@ -911,17 +1233,24 @@ const file_cluster_proto_rawDesc = "" +
 	"\rBackupRequest\"F\n" +
 	"\vBackupChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12#\n" +
-	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\"\"\n" +
+	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\"L\n" +
 	"\fRestoreChunk\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"'\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12(\n" +
+	"\x10force_cluster_id\x18\x02 \x01(\tR\x0eforceClusterId\"'\n" +
 	"\x0fRestoreResponse\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index2\xbd\x02\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index*k\n" +
+	"\tDataState\x12\x1a\n" +
+	"\x16DATA_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10DATA_STATE_FRESH\x10\x01\x12\x17\n" +
+	"\x13DATA_STATE_EXISTING\x10\x02\x12\x13\n" +
+	"\x0fDATA_STATE_LOST\x10\x032\x80\x03\n" +
 	"\x0eClusterService\x12;\n" +
 	"\x06Status\x12\x17.allot.v1.StatusRequest\x1a\x18.allot.v1.StatusResponse\x125\n" +
 	"\x04Join\x12\x15.allot.v1.JoinRequest\x1a\x16.allot.v1.JoinResponse\x12;\n" +
 	"\x06Remove\x12\x17.allot.v1.RemoveRequest\x1a\x18.allot.v1.RemoveResponse\x12:\n" +
 	"\x06Backup\x12\x17.allot.v1.BackupRequest\x1a\x15.allot.v1.BackupChunk0\x01\x12>\n" +
-	"\aRestore\x12\x16.allot.v1.RestoreChunk\x1a\x19.allot.v1.RestoreResponse(\x01B)Z'github.com/allot-io/allot/proto;allotpbb\x06proto3"
+	"\aRestore\x12\x16.allot.v1.RestoreChunk\x1a\x19.allot.v1.RestoreResponse(\x01\x12A\n" +
+	"\bIdentify\x12\x19.allot.v1.IdentifyRequest\x1a\x1a.allot.v1.IdentifyResponseB)Z'github.com/allot-io/allot/proto;allotpbb\x06proto3"
 
 var (
 	file_cluster_proto_rawDescOnce sync.Once
@@ -935,43 +1264,52 @@ func file_cluster_proto_rawDescGZIP() []byte {
 	return file_cluster_proto_rawDescData
 }
 
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_cluster_proto_goTypes = []any{
-	(*Member)(nil),          // 0: allot.v1.Member
-	(*StatusRequest)(nil),   // 1: allot.v1.StatusRequest
-	(*StatusResponse)(nil),  // 2: allot.v1.StatusResponse
-	(*TierStatus)(nil),      // 3: allot.v1.TierStatus
-	(*TierRegion)(nil),      // 4: allot.v1.TierRegion
-	(*JoinRequest)(nil),     // 5: allot.v1.JoinRequest
-	(*JoinResponse)(nil),    // 6: allot.v1.JoinResponse
-	(*RemoveRequest)(nil),   // 7: allot.v1.RemoveRequest
-	(*RemoveResponse)(nil),  // 8: allot.v1.RemoveResponse
-	(*BackupRequest)(nil),   // 9: allot.v1.BackupRequest
-	(*BackupChunk)(nil),     // 10: allot.v1.BackupChunk
-	(*RestoreChunk)(nil),    // 11: allot.v1.RestoreChunk
-	(*RestoreResponse)(nil), // 12: allot.v1.RestoreResponse
+	(DataState)(0),           // 0: allot.v1.DataState
+	(*Member)(nil),           // 1: allot.v1.Member
+	(*StatusRequest)(nil),    // 2: allot.v1.StatusRequest
+	(*StatusResponse)(nil),   // 3: allot.v1.StatusResponse
+	(*TierStatus)(nil),       // 4: allot.v1.TierStatus
+	(*TierRegion)(nil),       // 5: allot.v1.TierRegion
+	(*JoinRequest)(nil),      // 6: allot.v1.JoinRequest
+	(*JoinResponse)(nil),     // 7: allot.v1.JoinResponse
+	(*IdentifyRequest)(nil),  // 8: allot.v1.IdentifyRequest
+	(*IdentifyResponse)(nil), // 9: allot.v1.IdentifyResponse
+	(*RemoveRequest)(nil),    // 10: allot.v1.RemoveRequest
+	(*RemoveResponse)(nil),   // 11: allot.v1.RemoveResponse
+	(*BackupRequest)(nil),    // 12: allot.v1.BackupRequest
+	(*BackupChunk)(nil),      // 13: allot.v1.BackupChunk
+	(*RestoreChunk)(nil),     // 14: allot.v1.RestoreChunk
+	(*RestoreResponse)(nil),  // 15: allot.v1.RestoreResponse
 }
 var file_cluster_proto_depIdxs = []int32{
-	0,  // 0: allot.v1.StatusResponse.members:type_name -> allot.v1.Member
-	3,  // 1: allot.v1.StatusResponse.tier:type_name -> allot.v1.TierStatus
-	4,  // 2: allot.v1.TierStatus.regions:type_name -> allot.v1.TierRegion
-	0,  // 3: allot.v1.JoinResponse.members:type_name -> allot.v1.Member
-	0,  // 4: allot.v1.RemoveResponse.members:type_name -> allot.v1.Member
-	1,  // 5: allot.v1.ClusterService.Status:input_type -> allot.v1.StatusRequest
-	5,  // 6: allot.v1.ClusterService.Join:input_type -> allot.v1.JoinRequest
-	7,  // 7: allot.v1.ClusterService.Remove:input_type -> allot.v1.RemoveRequest
-	9,  // 8: allot.v1.ClusterService.Backup:input_type -> allot.v1.BackupRequest
-	11, // 9: allot.v1.ClusterService.Restore:input_type -> allot.v1.RestoreChunk
-	2,  // 10: allot.v1.ClusterService.Status:output_type -> allot.v1.StatusResponse
-	6,  // 11: allot.v1.ClusterService.Join:output_type -> allot.v1.JoinResponse
-	8,  // 12: allot.v1.ClusterService.Remove:output_type -> allot.v1.RemoveResponse
-	10, // 13: allot.v1.ClusterService.Backup:output_type -> allot.v1.BackupChunk
-	12, // 14: allot.v1.ClusterService.Restore:output_type -> allot.v1.RestoreResponse
-	10, // [10:15] is the sub-list for method output_type
-	5,  // [5:10] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	1,  // 0: allot.v1.StatusResponse.members:type_name -> allot.v1.Member
+	4,  // 1: allot.v1.StatusResponse.tier:type_name -> allot.v1.TierStatus
+	5,  // 2: allot.v1.TierStatus.regions:type_name -> allot.v1.TierRegion
+	0,  // 3: allot.v1.JoinRequest.state:type_name -> allot.v1.DataState
+	1,  // 4: allot.v1.JoinResponse.members:type_name -> allot.v1.Member
+	0,  // 5: allot.v1.IdentifyResponse.state:type_name -> allot.v1.DataState
+	1,  // 6: allot.v1.IdentifyResponse.members:type_name -> allot.v1.Member
+	1,  // 7: allot.v1.RemoveResponse.members:type_name -> allot.v1.Member
+	2,  // 8: allot.v1.ClusterService.Status:input_type -> allot.v1.StatusRequest
+	6,  // 9: allot.v1.ClusterService.Join:input_type -> allot.v1.JoinRequest
+	10, // 10: allot.v1.ClusterService.Remove:input_type -> allot.v1.RemoveRequest
+	12, // 11: allot.v1.ClusterService.Backup:input_type -> allot.v1.BackupRequest
+	14, // 12: allot.v1.ClusterService.Restore:input_type -> allot.v1.RestoreChunk
+	8,  // 13: allot.v1.ClusterService.Identify:input_type -> allot.v1.IdentifyRequest
+	3,  // 14: allot.v1.ClusterService.Status:output_type -> allot.v1.StatusResponse
+	7,  // 15: allot.v1.ClusterService.Join:output_type -> allot.v1.JoinResponse
+	11, // 16: allot.v1.ClusterService.Remove:output_type -> allot.v1.RemoveResponse
+	13, // 17: allot.v1.ClusterService.Backup:output_type -> allot.v1.BackupChunk
+	15, // 18: allot.v1.ClusterService.Restore:output_type -> allot.v1.RestoreResponse
+	9,  // 19: allot.v1.ClusterService.Identify:output_type -> allot.v1.IdentifyResponse
+	14, // [14:20] is the sub-list for method output_type
+	8,  // [8:14] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -984,13 +1322,14 @@ func file_cluster_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   13,
+			NumEnums:      1,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_cluster_proto_goTypes,
 		DependencyIndexes: file_cluster_proto_depIdxs,
+		EnumInfos:         file_cluster_proto_enumTypes,
 		MessageInfos:      file_cluster_proto_msgTypes,
 	}.Build()
 	File_cluster_proto = out.File

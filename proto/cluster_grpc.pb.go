@@ -21,11 +21,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ClusterService_Status_FullMethodName  = "/allot.v1.ClusterService/Status"
-	ClusterService_Join_FullMethodName    = "/allot.v1.ClusterService/Join"
-	ClusterService_Remove_FullMethodName  = "/allot.v1.ClusterService/Remove"
-	ClusterService_Backup_FullMethodName  = "/allot.v1.ClusterService/Backup"
-	ClusterService_Restore_FullMethodName = "/allot.v1.ClusterService/Restore"
+	ClusterService_Status_FullMethodName   = "/allot.v1.ClusterService/Status"
+	ClusterService_Join_FullMethodName     = "/allot.v1.ClusterService/Join"
+	ClusterService_Remove_FullMethodName   = "/allot.v1.ClusterService/Remove"
+	ClusterService_Backup_FullMethodName   = "/allot.v1.ClusterService/Backup"
+	ClusterService_Restore_FullMethodName  = "/allot.v1.ClusterService/Restore"
+	ClusterService_Identify_FullMethodName = "/allot.v1.ClusterService/Identify"
 )
 
 // ClusterServiceClient is the client API for ClusterService service.
@@ -36,13 +37,15 @@ const (
 // need the admin token when one is configured; a follower forwards Join and
 // Remove to the leader. Backup streams the state of the member called;
 // Restore replaces the whole cluster's state and must be sent to the
-// leader.
+// leader. Identify is for members (the admin or member role): the member
+// called says what it is, whether or not it has a leader.
 type ClusterServiceClient interface {
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusResponse, error)
 	Join(ctx context.Context, in *JoinRequest, opts ...grpc.CallOption) (*JoinResponse, error)
 	Remove(ctx context.Context, in *RemoveRequest, opts ...grpc.CallOption) (*RemoveResponse, error)
 	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupChunk], error)
 	Restore(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RestoreChunk, RestoreResponse], error)
+	Identify(ctx context.Context, in *IdentifyRequest, opts ...grpc.CallOption) (*IdentifyResponse, error)
 }
 
 type clusterServiceClient struct {
@@ -115,6 +118,16 @@ func (c *clusterServiceClient) Restore(ctx context.Context, opts ...grpc.CallOpt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ClusterService_RestoreClient = grpc.ClientStreamingClient[RestoreChunk, RestoreResponse]
 
+func (c *clusterServiceClient) Identify(ctx context.Context, in *IdentifyRequest, opts ...grpc.CallOption) (*IdentifyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(IdentifyResponse)
+	err := c.cc.Invoke(ctx, ClusterService_Identify_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServiceServer is the server API for ClusterService service.
 // All implementations must embed UnimplementedClusterServiceServer
 // for forward compatibility.
@@ -123,13 +136,15 @@ type ClusterService_RestoreClient = grpc.ClientStreamingClient[RestoreChunk, Res
 // need the admin token when one is configured; a follower forwards Join and
 // Remove to the leader. Backup streams the state of the member called;
 // Restore replaces the whole cluster's state and must be sent to the
-// leader.
+// leader. Identify is for members (the admin or member role): the member
+// called says what it is, whether or not it has a leader.
 type ClusterServiceServer interface {
 	Status(context.Context, *StatusRequest) (*StatusResponse, error)
 	Join(context.Context, *JoinRequest) (*JoinResponse, error)
 	Remove(context.Context, *RemoveRequest) (*RemoveResponse, error)
 	Backup(*BackupRequest, grpc.ServerStreamingServer[BackupChunk]) error
 	Restore(grpc.ClientStreamingServer[RestoreChunk, RestoreResponse]) error
+	Identify(context.Context, *IdentifyRequest) (*IdentifyResponse, error)
 	mustEmbedUnimplementedClusterServiceServer()
 }
 
@@ -154,6 +169,9 @@ func (UnimplementedClusterServiceServer) Backup(*BackupRequest, grpc.ServerStrea
 }
 func (UnimplementedClusterServiceServer) Restore(grpc.ClientStreamingServer[RestoreChunk, RestoreResponse]) error {
 	return status.Error(codes.Unimplemented, "method Restore not implemented")
+}
+func (UnimplementedClusterServiceServer) Identify(context.Context, *IdentifyRequest) (*IdentifyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Identify not implemented")
 }
 func (UnimplementedClusterServiceServer) mustEmbedUnimplementedClusterServiceServer() {}
 func (UnimplementedClusterServiceServer) testEmbeddedByValue()                        {}
@@ -248,6 +266,24 @@ func _ClusterService_Restore_Handler(srv interface{}, stream grpc.ServerStream) 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type ClusterService_RestoreServer = grpc.ClientStreamingServer[RestoreChunk, RestoreResponse]
 
+func _ClusterService_Identify_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(IdentifyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).Identify(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_Identify_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).Identify(ctx, req.(*IdentifyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ClusterService_ServiceDesc is the grpc.ServiceDesc for ClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -266,6 +302,10 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Remove",
 			Handler:    _ClusterService_Remove_Handler,
+		},
+		{
+			MethodName: "Identify",
+			Handler:    _ClusterService_Identify_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

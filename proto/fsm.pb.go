@@ -443,8 +443,10 @@ type SnapshotHeader struct {
 	ReportIntervalNano int64 `protobuf:"varint,9,opt,name=report_interval_nano,json=reportIntervalNano,proto3" json:"report_interval_nano,omitempty"`
 	LeaseTtlNano       int64 `protobuf:"varint,10,opt,name=lease_ttl_nano,json=leaseTtlNano,proto3" json:"lease_ttl_nano,omitempty"`
 	// The last GrantsCommand applied: its epoch and seq.
-	GrantEpoch    uint64 `protobuf:"varint,11,opt,name=grant_epoch,json=grantEpoch,proto3" json:"grant_epoch,omitempty"`
-	GrantSeq      uint64 `protobuf:"varint,12,opt,name=grant_seq,json=grantSeq,proto3" json:"grant_seq,omitempty"`
+	GrantEpoch uint64 `protobuf:"varint,11,opt,name=grant_epoch,json=grantEpoch,proto3" json:"grant_epoch,omitempty"`
+	GrantSeq   uint64 `protobuf:"varint,12,opt,name=grant_seq,json=grantSeq,proto3" json:"grant_seq,omitempty"`
+	// The cluster's ID (SettingsCommand); empty in older snapshots.
+	ClusterId     string `protobuf:"bytes,13,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -561,6 +563,13 @@ func (x *SnapshotHeader) GetGrantSeq() uint64 {
 		return x.GrantSeq
 	}
 	return 0
+}
+
+func (x *SnapshotHeader) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
 }
 
 type IncarnationRecord struct {
@@ -806,8 +815,11 @@ type SettingsCommand struct {
 	// long a lease holds, and how long a new leader learns.
 	ReportIntervalNano int64 `protobuf:"varint,2,opt,name=report_interval_nano,json=reportIntervalNano,proto3" json:"report_interval_nano,omitempty"`
 	LeaseTtlNano       int64 `protobuf:"varint,3,opt,name=lease_ttl_nano,json=leaseTtlNano,proto3" json:"lease_ttl_nano,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// cluster_id names the cluster; each member keeps it in its data dir's
+	// identity file.
+	ClusterId     string `protobuf:"bytes,4,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SettingsCommand) Reset() {
@@ -859,6 +871,13 @@ func (x *SettingsCommand) GetLeaseTtlNano() int64 {
 		return x.LeaseTtlNano
 	}
 	return 0
+}
+
+func (x *SettingsCommand) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
 }
 
 // FinalWindows lists the billing windows that are final.
@@ -1079,7 +1098,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\x0fMaintainCommand\x12\"\n" +
 	"\rnow_unix_nano\x18\x01 \x01(\x03R\vnowUnixNano\x12,\n" +
 	"\x12agent_timeout_nano\x18\x02 \x01(\x03R\x10agentTimeoutNano\x12%\n" +
-	"\x0eretention_nano\x18\x03 \x01(\x03R\rretentionNano\"\xa8\x03\n" +
+	"\x0eretention_nano\x18\x03 \x01(\x03R\rretentionNano\"\xc7\x03\n" +
 	"\x0eSnapshotHeader\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12#\n" +
@@ -1094,7 +1113,9 @@ const file_fsm_proto_rawDesc = "" +
 	" \x01(\x03R\fleaseTtlNano\x12\x1f\n" +
 	"\vgrant_epoch\x18\v \x01(\x04R\n" +
 	"grantEpoch\x12\x1b\n" +
-	"\tgrant_seq\x18\f \x01(\x04R\bgrantSeq\"\xc6\x01\n" +
+	"\tgrant_seq\x18\f \x01(\x04R\bgrantSeq\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\r \x01(\tR\tclusterId\"\xc6\x01\n" +
 	"\x11IncarnationRecord\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x19\n" +
@@ -1116,11 +1137,13 @@ const file_fsm_proto_rawDesc = "" +
 	"\fWindowRecord\x12\x1f\n" +
 	"\vwindow_unix\x18\x01 \x01(\x03R\n" +
 	"windowUnix\x12\x1c\n" +
-	"\treporters\x18\x02 \x03(\tR\treporters\"\x99\x01\n" +
+	"\treporters\x18\x02 \x03(\tR\treporters\"\xb8\x01\n" +
 	"\x0fSettingsCommand\x12.\n" +
 	"\x13billing_window_nano\x18\x01 \x01(\x03R\x11billingWindowNano\x120\n" +
 	"\x14report_interval_nano\x18\x02 \x01(\x03R\x12reportIntervalNano\x12$\n" +
-	"\x0elease_ttl_nano\x18\x03 \x01(\x03R\fleaseTtlNano\"/\n" +
+	"\x0elease_ttl_nano\x18\x03 \x01(\x03R\fleaseTtlNano\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x04 \x01(\tR\tclusterId\"/\n" +
 	"\fFinalWindows\x12\x1f\n" +
 	"\vwindow_unix\x18\x01 \x03(\x03R\n" +
 	"windowUnix\"~\n" +

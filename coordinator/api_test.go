@@ -319,10 +319,10 @@ func TestBackupRestore(t *testing.T) {
 	dst := cluster(t, 3, func(c *Config) { c.AdminToken = "tok" })
 	l := waitLeader(t, dst)
 	dstClient := allotpb.NewClusterServiceClient(dial(t, l.GRPCAddr()))
-	if _, err := RestoreFrom(ctx, dstClient, strings.NewReader("not a backup")); status.Code(err) != codes.InvalidArgument {
+	if _, err := RestoreFrom(ctx, dstClient, strings.NewReader("not a backup"), ""); status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("restoring garbage: %v", err)
 	}
-	if _, err := RestoreFrom(ctx, dstClient, strings.NewReader(backup.String())); err != nil {
+	if _, err := RestoreFrom(ctx, dstClient, strings.NewReader(backup.String()), ""); err != nil {
 		t.Fatal(err)
 	}
 	var want []string

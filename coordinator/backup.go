@@ -73,6 +73,14 @@ func (s *clusterServer) Restore(stream grpc.ClientStreamingServer[allotpb.Restor
 		_, addr := c.Leader()
 		return status.Errorf(codes.FailedPrecondition, "restore runs on the leader, which is at %q", addr)
 	}
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	if err := c.restoreAllowed(first.GetForceClusterId()); err != nil {
+		c.metrics.adminRequests.WithLabelValues("Restore", "refused").Inc()
+		return err
+	}
 	f, err := os.CreateTemp(c.cfg.DataDir, "restore-*.snap")
 	if err != nil {
 		return status.Errorf(codes.Internal, "restore: %v", err)
@@ -80,31 +88,46 @@ func (s *clusterServer) Restore(stream grpc.ClientStreamingServer[allotpb.Restor
 	defer os.Remove(f.Name())
 	defer f.Close()
 	size := int64(0)
-	for {
-		chunk, err := stream.Recv()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return err
-		}
+	for chunk := first; ; {
 		n, err := f.Write(chunk.GetData())
 		size += int64(n)
 		if err != nil {
 			return status.Errorf(codes.Internal, "restore: %v", err)
+		}
+		if chunk, err = stream.Recv(); err == io.EOF {
+			break
+		} else if err != nil {
+			return err
 		}
 	}
 	// Check the backup decodes before handing it to Raft.
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return status.Errorf(codes.Internal, "restore: %v", err)
 	}
-	if _, err := readSnapshot(bufio.NewReader(f)); err != nil {
+	restored, err := readSnapshot(bufio.NewReader(f))
+	if err != nil {
 		c.metrics.adminRequests.WithLabelValues("Restore", "invalid").Inc()
 		return status.Errorf(codes.InvalidArgument, "not a valid backup: %v", err)
 	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
+	// The cluster keeps its own identity: its members' identity files
+	// name it, whichever cluster the backup came from.
+	restored.clusterID = c.clusterID()
+	out, err := os.CreateTemp(c.cfg.DataDir, "restore-*.snap")
+	if err != nil {
 		return status.Errorf(codes.Internal, "restore: %v", err)
 	}
+	defer os.Remove(out.Name())
+	defer out.Close()
+	if err := writeState(restored, out); err != nil {
+		return status.Errorf(codes.Internal, "restore: %v", err)
+	}
+	if size, err = out.Seek(0, io.SeekCurrent); err != nil {
+		return status.Errorf(codes.Internal, "restore: %v", err)
+	}
+	if _, err := out.Seek(0, io.SeekStart); err != nil {
+		return status.Errorf(codes.Internal, "restore: %v", err)
+	}
+	f = out
 	var before uint64
 	var members []*allotpb.Member
 	c.fsm.read(func(s *state) {
@@ -135,6 +158,38 @@ func (s *clusterServer) Restore(stream grpc.ClientStreamingServer[allotpb.Restor
 	c.metrics.adminRequests.WithLabelValues("Restore", "ok").Inc()
 	c.log.Warn("cluster state replaced from a backup", "bytes", size, "index", c.raft.AppliedIndex(), "epoch", res)
 	return stream.SendAndClose(&allotpb.RestoreResponse{Index: c.raft.AppliedIndex()})
+}
+
+// restoreAllowed refuses a restore into a cluster that has state (rules,
+// usage lines or agents' report sequences) unless force names it: a
+// restore replaces all of it, and running it against the wrong address,
+// or twice, must not be one keystroke away.
+func (c *Coordinator) restoreAllowed(force string) error {
+	var rules, lines, agents int
+	c.fsm.read(func(s *state) { rules, lines, agents = s.rules.Len(), len(s.ledger), len(s.incarnations) })
+	cid := c.clusterID()
+	if rules == 0 && lines == 0 && agents == 0 {
+		return nil
+	}
+	if force != "" && force == cid {
+		c.log.Warn("restoring over a cluster with state, as forced", "cluster", cid, "rules", rules, "ledger_lines", lines, "agent_runs", agents)
+		return nil
+	}
+	msg := fmt.Sprintf("cluster %s (region %s) has state: %d rules, %d ledger lines, %d agent runs; a restore replaces all of it; to go ahead, pass --force %s", cid, c.cfg.Region, rules, lines, agents, cid)
+	if force != "" {
+		msg = fmt.Sprintf("--force %s does not name this cluster; %s", force, msg)
+	}
+	return status.Error(codes.FailedPrecondition, msg)
+}
+
+// writeState writes a state in the snapshot format.
+func writeState(st *state, w io.Writer) error {
+	snap, err := (&fsm{st: st}).Snapshot()
+	if err != nil {
+		return err
+	}
+	defer snap.Release()
+	return snap.Persist(streamSink{w})
 }
 
 // restoreMembers puts back this cluster's member records after a restore.
@@ -202,18 +257,26 @@ func BackupTo(ctx context.Context, client allotpb.ClusterServiceClient, w io.Wri
 }
 
 // RestoreFrom sends a backup read from r to the leader behind client.
-func RestoreFrom(ctx context.Context, client allotpb.ClusterServiceClient, r io.Reader) (uint64, error) {
+// force must name the cluster's ID when the cluster has state.
+func RestoreFrom(ctx context.Context, client allotpb.ClusterServiceClient, r io.Reader, force string) (uint64, error) {
 	stream, err := client.Restore(ctx)
 	if err != nil {
 		return 0, err
 	}
 	buf := make([]byte, backupChunk)
-	for {
-		n, err := r.Read(buf)
-		if n > 0 {
-			if serr := stream.Send(&allotpb.RestoreChunk{Data: append([]byte(nil), buf[:n]...)}); serr != nil {
+	for first := true; ; first = false {
+		n, err := io.ReadFull(r, buf)
+		if n > 0 || first {
+			chunk := &allotpb.RestoreChunk{Data: append([]byte(nil), buf[:n]...)}
+			if first {
+				chunk.ForceClusterId = force
+			}
+			if serr := stream.Send(chunk); serr != nil {
 				break // the server's reason comes from CloseAndRecv
 			}
+		}
+		if err == io.ErrUnexpectedEOF {
+			err = io.EOF
 		}
 		if err == io.EOF {
 			break

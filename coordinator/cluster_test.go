@@ -73,15 +73,25 @@ func cluster(t *testing.T, n int, mod func(*Config)) []*Coordinator {
 			waitLeader(t, nodes[:1])
 		}
 	}
-	waitFor(t, 30*time.Second, "every member to join and know the leader", func() bool {
+	waitFor(t, 30*time.Second, "every member to join as a voter and know the leader", func() bool {
 		for _, c := range nodes {
-			if id, addr := c.Leader(); id == "" || addr == "" || len(c.members()) != n {
+			if id, addr := c.Leader(); id == "" || addr == "" || voters(c.members()) != n {
 				return false
 			}
 		}
 		return leader(nodes) != nil
 	})
 	return nodes
+}
+
+// voters counts the voting members.
+func voters(ms []*allotpb.Member) (n int) {
+	for _, m := range ms {
+		if m.GetVoter() {
+			n++
+		}
+	}
+	return n
 }
 
 func waitLeader(t *testing.T, nodes []*Coordinator) *Coordinator {

@@ -79,9 +79,18 @@ type Config struct {
 	// then; ignored for addresses with a host.
 	AdvertiseHost string
 	// Bootstrap makes this node a one-member cluster if it has no state
-	// yet. Exactly one node of a new cluster bootstraps.
+	// yet: for a deliberate cluster of one. A member whose data dir shows
+	// it lost its state in a cluster refuses to (ErrWouldSplit). For a
+	// cluster of several members, use BootstrapExpect on every member.
 	Bootstrap bool
-	// Join lists gRPC addresses of existing members to join through.
+	// BootstrapExpect, with the same value and the gRPC addresses of all
+	// the members in Join on every member, forms a new cluster once that
+	// many fresh members have found each other and none already belongs
+	// to one (docs/operations.md#deploying-a-3-member-cluster). A member
+	// with state ignores it; a member that lost its state only rejoins.
+	BootstrapExpect int
+	// Join lists gRPC addresses of existing members to join through (with
+	// BootstrapExpect: of all the members, this one included or not).
 	Join []string
 	// Region names the region this cluster serves; usage is recorded
 	// under it.
@@ -268,7 +277,13 @@ func (c *Config) withDefaults() (Config, error) {
 	case unspecifiedHost(cfg.RaftAddr) && strings.HasSuffix(cfg.RaftAddr, ":0"):
 		return cfg, bad("RaftAddr", "%s: advertising a host needs a fixed port", cfg.RaftAddr)
 	case cfg.Bootstrap && len(cfg.Join) > 0:
-		return cfg, bad("Join", "a bootstrapping node starts a new cluster; it cannot also join one")
+		return cfg, bad("Join", "a bootstrapping node starts a new cluster; it cannot also join one (to form a cluster of several members, give each --bootstrap-expect N and --join with all of them)")
+	case cfg.Bootstrap && cfg.BootstrapExpect > 0:
+		return cfg, bad("BootstrapExpect", "--bootstrap starts a one-member cluster; --bootstrap-expect N forms one of N: give one of them")
+	case cfg.BootstrapExpect < 0:
+		return cfg, bad("BootstrapExpect", "must be 1 or more, got %d", cfg.BootstrapExpect)
+	case cfg.BootstrapExpect > 1 && len(cfg.Join) == 0:
+		return cfg, bad("Join", "--bootstrap-expect %d needs --join with the gRPC addresses of the members it forms the cluster with", cfg.BootstrapExpect)
 	case cfg.TLS.CertFile != "" && cfg.TLS.KeyFile == "", cfg.TLS.KeyFile != "" && cfg.TLS.CertFile == "":
 		return cfg, bad("TLS", "CertFile and KeyFile go together")
 	case cfg.TLS.CAFile != "" && cfg.TLS.CertFile == "":

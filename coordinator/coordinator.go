@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,11 +14,11 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 
 	"github.com/allot-io/allot/coordinator/auth"
+	"github.com/allot-io/allot/coordinator/datadir"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
@@ -36,6 +34,10 @@ import (
 // leader; the caller forwards to the leader or follows it.
 var ErrNotLeader = errors.New("coordinator: not the leader")
 
+// ErrWouldSplit is returned by New for a member told to bootstrap whose
+// data dir shows it already belonged to a cluster.
+var ErrWouldSplit = errors.New("coordinator: refusing to start a second cluster")
+
 // Coordinator is one member of a coordinator cluster.
 type Coordinator struct {
 	cfg     Config
@@ -46,8 +48,22 @@ type Coordinator struct {
 	fsm       *fsm
 	raft      *raft.Raft
 	transport *raft.NetworkTransport
-	store     *raftboltdb.BoltStore
+	gate      *voteGate
+	store     *datadir.Store
 	raftAddr  string
+	// startState is what the data dir held at start (fresh, existing or
+	// lost), and identity its identity file, once known.
+	startState allotpb.DataState
+	identityMu sync.Mutex
+	identity   *datadir.Identity
+	// forming is the view of a member forming a new cluster
+	// (--bootstrap-expect): the fresh members it would form with.
+	formingMu sync.Mutex
+	forming   []string
+	// failed is closed, with failErr, when this member must stop.
+	failed   chan struct{}
+	failErr  error
+	failOnce sync.Once
 
 	alloc   *allocator
 	batcher *batcher
@@ -108,7 +124,7 @@ func New(config Config) (*Coordinator, error) {
 		cfg: cfg, log: cfg.Logger.Named("coordinator"), metrics: newMetrics(reg), gather: gather,
 		alloc:      newAllocator(cfg.Region, cfg.ReportInterval, cfg.LeaseTTL),
 		roundEvery: config.RoundInterval,
-		ctx:        ctx, cancel: cancel, draining: make(chan struct{}),
+		ctx:        ctx, cancel: cancel, draining: make(chan struct{}), failed: make(chan struct{}),
 	}
 	c.alloc.global = cfg.Global
 	if len(cfg.Parent) > 0 {
@@ -144,7 +160,11 @@ func New(config Config) (*Coordinator, error) {
 	}
 	c.goRun(c.watchLeadership)
 	c.goRun(c.batcher.run)
-	if len(cfg.Join) > 0 {
+	c.goRun(c.watchMembership)
+	switch {
+	case cfg.BootstrapExpect > 0 && c.startState != allotpb.DataState_DATA_STATE_EXISTING:
+		c.goRun(c.formCluster)
+	case len(cfg.Join) > 0:
 		c.goRun(c.joinCluster)
 	}
 	c.log.Info("coordinator started", "id", cfg.NodeID, "raft", c.raftAddr, "grpc", c.GRPCAddr(), "http", c.HTTPAddr(), "region", cfg.Region)
@@ -159,13 +179,18 @@ func (c *Coordinator) goRun(fn func(context.Context)) {
 	}()
 }
 
-func (c *Coordinator) startRaft() error {
+func (c *Coordinator) startRaft() (err error) {
 	cfg := c.cfg
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("coordinator: data dir: %w", err)
+	if err := c.openDataDir(); err != nil {
+		return err
 	}
+	defer func() {
+		if err != nil && c.raft == nil {
+			c.store.Close()
+			c.store = nil
+		}
+	}()
 	rlog := cfg.Logger.Named("raft")
-	var err error
 	if c.tls != nil {
 		// Members only: with a CA, the transport takes certificates that
 		// name a member, not an agent's or an admin's the CA also signed.
@@ -201,17 +226,7 @@ func (c *Coordinator) startRaft() error {
 		}
 	}
 	c.raftAddr = string(c.transport.LocalAddr())
-	c.store, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
-	if err != nil {
-		c.transport.Close()
-		return fmt.Errorf("coordinator: raft store: %w", err)
-	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, 3, rlog)
-	if err != nil {
-		c.store.Close()
-		c.transport.Close()
-		return fmt.Errorf("coordinator: snapshot store: %w", err)
-	}
+	c.gate = newVoteGate(c.transport, c.log)
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
 	rc.Logger = rlog
@@ -223,25 +238,43 @@ func (c *Coordinator) startRaft() error {
 	rc.TrailingLogs = max(cfg.SnapshotThreshold, 1024)
 	notify := make(chan bool, 8)
 	rc.NotifyCh = notify
-	existing, err := raft.HasExistingState(c.store, c.store, snaps)
+	r, err := raft.NewRaft(rc, c.fsm, c.store.Log, c.store.Log, c.store.Snapshots, c.gate)
 	if err != nil {
-		c.store.Close()
-		c.transport.Close()
-		return fmt.Errorf("coordinator: reading raft state: %w", err)
+		c.gate.Close()
+		c.gate = nil
+		return fmt.Errorf("coordinator: starting Raft from %s: %w", cfg.DataDir, err)
 	}
-	c.raft, err = raft.NewRaft(rc, c.fsm, c.store, c.store, snaps, c.transport)
-	if err != nil {
-		c.store.Close()
-		c.transport.Close()
-		return fmt.Errorf("coordinator: starting raft: %w", err)
-	}
+	c.raft = r
+	c.gate.setHasLog(func() bool { return c.raft.LastIndex() > 0 })
 	c.notify = notify
-	if cfg.Bootstrap && !existing {
+	if (cfg.Bootstrap || cfg.BootstrapExpect == 1) && c.store.State == datadir.Fresh {
 		f := c.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: c.transport.LocalAddr()}}})
 		if err := f.Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 			return fmt.Errorf("coordinator: bootstrap: %w", err)
 		}
 	}
+	return nil
+}
+
+// openDataDir checks and opens the member's data dir before anything
+// else: a member whose storage is damaged, or that lost its state and
+// would bootstrap a second cluster, does not even listen.
+func (c *Coordinator) openDataDir() error {
+	cfg := c.cfg
+	st, err := datadir.Open(datadir.Options{Dir: cfg.DataDir, NodeID: cfg.NodeID, CheckEntry: checkEntry, Logger: cfg.Logger.Named("raft")})
+	if err != nil {
+		return err
+	}
+	for _, w := range st.Warnings {
+		c.log.Warn(w)
+	}
+	if st.State == datadir.Lost && (cfg.Bootstrap || cfg.BootstrapExpect == 1) {
+		st.Close()
+		return fmt.Errorf("%w: %s has no Raft state but its identity file says it was member %s of cluster %s: bootstrapping would start a second cluster; start it with --join (and --bootstrap-expect) to rejoin its cluster; see %s",
+			ErrWouldSplit, cfg.DataDir, st.Identity.NodeID, st.Identity.ClusterID, datadir.RunbookLostDisk)
+	}
+	c.store, c.identity, c.startState = st, st.Identity, protoState(st.State)
+	c.log.Info("data dir checked", "dir", cfg.DataDir, "state", st.State, "log_first", st.FirstIndex, "log_last", st.LastIndex, "snapshot", st.SnapshotIndex)
 	return nil
 }
 
@@ -436,7 +469,9 @@ func (c *Coordinator) shutdown() error {
 	if c.peers != nil {
 		c.peers.close()
 	}
-	if c.transport != nil {
+	if c.gate != nil {
+		errs = append(errs, c.gate.Close())
+	} else if c.transport != nil {
 		errs = append(errs, c.transport.Close())
 	}
 	if c.store != nil {

@@ -158,6 +158,27 @@ func (f *fsm) Apply(l *raft.Log) any {
 	return res
 }
 
+// checkEntry decodes a command log entry as Apply would, without applying
+// it: the start-up check of a member's log (datadir.Options.CheckEntry),
+// so that an entry Apply would stop on is found before Raft starts.
+func checkEntry(l *raft.Log) error {
+	if len(l.Data) == 0 {
+		return errors.New("an empty command")
+	}
+	t := commandType(l.Data[0])
+	h, ok := handlers[t&^ignorable]
+	if !ok {
+		if t&ignorable != 0 {
+			return nil
+		}
+		return fmt.Errorf("unknown command type %d: this version is older than the log (upgrade it)", uint8(t))
+	}
+	if err := proto.Unmarshal(l.Data[1:], h.msg()); err != nil {
+		return fmt.Errorf("a %v command that does not decode: %v", t&^ignorable, err)
+	}
+	return nil
+}
+
 // snapshotFormat is the layout version written in every snapshot header.
 // Format 1 has grown compatibly: the header's report interval and lease
 // TTL (fields 9 and 10) are absent from older snapshots, which restore with
@@ -177,7 +198,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 			Incarnations: uint64(len(s.incarnations)), LedgerRecords: uint64(len(s.ledger)),
 			Members: uint64(len(s.members)), Windows: uint64(len(s.open)),
 			BillingWindowNano: s.billingWindow, ReportIntervalNano: s.reportInterval, LeaseTtlNano: s.leaseTTL,
-			GrantEpoch: s.grantEpoch, GrantSeq: s.grantSeq,
+			GrantEpoch: s.grantEpoch, GrantSeq: s.grantSeq, ClusterId: s.clusterID,
 		},
 		rules: rules.SetToProto(s.rules),
 	}
@@ -308,6 +329,7 @@ func readSnapshot(r *bufio.Reader) (*state, error) {
 	st.epoch, st.billingWindow = h.GetEpoch(), h.GetBillingWindowNano()
 	st.reportInterval, st.leaseTTL = h.GetReportIntervalNano(), h.GetLeaseTtlNano()
 	st.grantEpoch, st.grantSeq = h.GetGrantEpoch(), h.GetGrantSeq()
+	st.clusterID = h.GetClusterId()
 	rs := &allotpb.RuleSet{}
 	if err := read(rs); err != nil {
 		return nil, fmt.Errorf("rules: %w", err)

@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/allot-io/allot/lease/rules"
@@ -110,6 +109,10 @@ func (c *Coordinator) lead(ctx context.Context) {
 			c.log.Warn("leader could not record its addresses", "error", err)
 			return
 		}
+	}
+	if err := c.pruneMembers(); err != nil {
+		c.log.Warn("leader could not forget members no longer in the configuration", "error", err)
+		return
 	}
 	res, err := c.apply(cmdEpoch, &allotpb.EpochCommand{Leader: c.cfg.NodeID}, 10*time.Second)
 	if err != nil {
@@ -233,107 +236,6 @@ func sameRules(a, b *rules.Set) bool {
 		}
 	}
 	return true
-}
-
-// joinCluster asks the members in Join to add this node, retrying until one
-// does or the coordinator closes.
-func (c *Coordinator) joinCluster(ctx context.Context) {
-	req := &allotpb.JoinRequest{Id: c.cfg.NodeID, RaftAddress: c.raftAddr, GrpcAddress: c.AdvertisedGRPCAddr(), HttpAddress: c.cfg.advertised(c.HTTPAddr())}
-	backoff := 100 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		for _, addr := range c.cfg.Join {
-			cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err := c.peers.cluster(addr).Join(withToken(cctx, c.joinToken()), req)
-			cancel()
-			if err == nil {
-				c.log.Info("joined the cluster", "via", addr)
-				return
-			}
-			if attempt%10 == 1 {
-				c.log.Warn("join failed; retrying", "via", addr, "error", err)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 2*time.Second)
-	}
-}
-
-// joinToken is the bearer token this member joins with: its token file's,
-// or the admin token; none with member certificates.
-func (c *Coordinator) joinToken() string {
-	if c.memberToken != nil {
-		return c.memberToken.Token()
-	}
-	return c.cfg.AdminToken
-}
-
-// addMember adds a node to the Raft configuration and records its
-// addresses. It runs on the leader.
-func (c *Coordinator) addMember(req *allotpb.JoinRequest) error {
-	if req.GetId() == "" || req.GetRaftAddress() == "" || req.GetGrpcAddress() == "" {
-		return fmt.Errorf("%w: join needs id, raft_address and grpc_address", errBadRequest)
-	}
-	cfgF := c.raft.GetConfiguration()
-	if err := cfgF.Error(); err != nil {
-		return err
-	}
-	already := false
-	for _, s := range cfgF.Configuration().Servers {
-		if s.ID == raft.ServerID(req.GetId()) && s.Address == raft.ServerAddress(req.GetRaftAddress()) {
-			already = true
-		}
-	}
-	if !already {
-		var f raft.IndexFuture
-		if req.GetNonvoter() {
-			f = c.raft.AddNonvoter(raft.ServerID(req.GetId()), raft.ServerAddress(req.GetRaftAddress()), 0, 10*time.Second)
-		} else {
-			f = c.raft.AddVoter(raft.ServerID(req.GetId()), raft.ServerAddress(req.GetRaftAddress()), 0, 10*time.Second)
-		}
-		if err := f.Error(); err != nil {
-			return fmt.Errorf("coordinator: adding %s: %w", req.GetId(), err)
-		}
-	}
-	_, err := c.apply(cmdMember, &allotpb.MemberCommand{Member: &allotpb.Member{
-		Id: req.GetId(), RaftAddress: req.GetRaftAddress(), GrpcAddress: req.GetGrpcAddress(), HttpAddress: req.GetHttpAddress(),
-	}}, 10*time.Second)
-	return err
-}
-
-// removeMember removes a node from the Raft configuration and forgets it.
-func (c *Coordinator) removeMember(id string) error {
-	if id == "" {
-		return fmt.Errorf("%w: remove needs an id", errBadRequest)
-	}
-	if err := c.raft.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
-		return fmt.Errorf("coordinator: removing %s: %w", id, err)
-	}
-	_, err := c.apply(cmdMember, &allotpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true}, 10*time.Second)
-	return err
-}
-
-// members returns the cluster's members as Raft and the FSM know them.
-func (c *Coordinator) members() []*allotpb.Member {
-	var out []*allotpb.Member
-	f := c.raft.GetConfiguration()
-	if f.Error() != nil {
-		return nil
-	}
-	_, leader := c.raft.LeaderWithID()
-	c.fsm.read(func(s *state) {
-		for _, srv := range f.Configuration().Servers {
-			m := &allotpb.Member{Id: string(srv.ID), RaftAddress: string(srv.Address), Voter: srv.Suffrage == raft.Voter, Leader: srv.ID == leader}
-			if meta := s.members[string(srv.ID)]; meta != nil {
-				m.GrpcAddress, m.HttpAddress = meta.GetGrpcAddress(), meta.GetHttpAddress()
-			}
-			out = append(out, m)
-		}
-	})
-	return out
 }
 
 // startTerm resets the allocator for a term of leadership at epoch: the

@@ -50,6 +50,10 @@ func TestEveryMethodServed(t *testing.T) {
 		"ClusterService/Status": func(ctx context.Context) error { _, err := cluster.Status(ctx, &allotpb.StatusRequest{}); return err },
 		"ClusterService/Join":   func(ctx context.Context) error { _, err := cluster.Join(ctx, &allotpb.JoinRequest{}); return err },
 		"ClusterService/Remove": func(ctx context.Context) error { _, err := cluster.Remove(ctx, &allotpb.RemoveRequest{}); return err },
+		"ClusterService/Identify": func(ctx context.Context) error {
+			_, err := cluster.Identify(ctx, &allotpb.IdentifyRequest{})
+			return err
+		},
 		"ClusterService/Backup": func(ctx context.Context) error {
 			s, err := cluster.Backup(ctx, &allotpb.BackupRequest{})
 			if err != nil {

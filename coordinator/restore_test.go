@@ -21,7 +21,7 @@ func TestRestoreKeepsThisClustersMembers(t *testing.T) {
 	}
 	dst := cluster(t, 3, nil)
 	l := waitLeader(t, dst)
-	if _, err := RestoreFrom(context.Background(), allotpb.NewClusterServiceClient(dial(t, l.GRPCAddr())), strings.NewReader(backup.String())); err != nil {
+	if _, err := RestoreFrom(context.Background(), allotpb.NewClusterServiceClient(dial(t, l.GRPCAddr())), strings.NewReader(backup.String()), ""); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{}

@@ -291,11 +291,8 @@ func (s *clusterServer) Status(context.Context, *allotpb.StatusRequest) (*allotp
 
 func (s *clusterServer) Join(ctx context.Context, req *allotpb.JoinRequest) (*allotpb.JoinResponse, error) {
 	c := s.c
-	_, err := onLeader(ctx, c, func() (*allotpb.JoinResponse, error) {
-		if err := c.addMember(req); err != nil {
-			return nil, err
-		}
-		return &allotpb.JoinResponse{}, nil
+	resp, err := onLeader(ctx, c, func() (*allotpb.JoinResponse, error) {
+		return c.addMember(req)
 	}, func(ctx context.Context, addr string) (*allotpb.JoinResponse, error) {
 		return c.peers.cluster(addr).Join(ctx, req)
 	})
@@ -303,7 +300,15 @@ func (s *clusterServer) Join(ctx context.Context, req *allotpb.JoinRequest) (*al
 	if err != nil {
 		return nil, grpcError(err)
 	}
-	return &allotpb.JoinResponse{Members: c.members()}, nil
+	resp.Members = c.members()
+	return resp, nil
+}
+
+// Identify says what this member is, leader or not: for members forming a
+// cluster (--bootstrap-expect), joining one, or checking they still
+// belong to one.
+func (s *clusterServer) Identify(context.Context, *allotpb.IdentifyRequest) (*allotpb.IdentifyResponse, error) {
+	return s.c.identify(), nil
 }
 
 func (s *clusterServer) Remove(ctx context.Context, req *allotpb.RemoveRequest) (*allotpb.RemoveResponse, error) {
@@ -330,7 +335,7 @@ func (c *Coordinator) Status() *allotpb.StatusResponse {
 		Id: c.cfg.NodeID, Region: c.cfg.Region, State: c.raft.State().String(),
 		LeaderId: leaderID, LeaderGrpcAddress: leaderAddr,
 		Term: parse("term"), AppliedIndex: parse("applied_index"), CommitIndex: parse("commit_index"),
-		Members: c.members(),
+		Members: c.members(), ClusterId: c.clusterID(),
 	}
 	if c.leading.Load() {
 		st.Learning = c.alloc.learning(now)

@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -56,15 +58,35 @@ func (c *Coordinator) fixSettings() error {
 	if settled {
 		return nil
 	}
-	_, err := c.apply(cmdSettings, &allotpb.SettingsCommand{
+	id, err := newClusterID()
+	if err != nil {
+		return err
+	}
+	_, err = c.apply(cmdSettings, &allotpb.SettingsCommand{
 		BillingWindowNano:  int64(c.cfg.BillingWindow),
 		ReportIntervalNano: int64(c.cfg.ReportInterval),
 		LeaseTtlNano:       int64(c.cfg.LeaseTTL),
+		ClusterId:          id,
 	}, 10*time.Second)
 	if err != nil {
 		return fmt.Errorf("coordinator: fixing the cluster's settings: %w", err)
 	}
 	return nil
+}
+
+// newClusterID is a random cluster ID: 16 bytes, in hex.
+func newClusterID() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("coordinator: a cluster ID: %w", err)
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// clusterID is the replicated cluster ID, "" until the first leader fixes it.
+func (c *Coordinator) clusterID() (id string) {
+	c.fsm.read(func(s *state) { id = s.clusterID })
+	return id
 }
 
 // warnSettings logs, once for each value the cluster's settings take,

@@ -121,7 +121,7 @@ func TestRestoreFormat1Snapshot(t *testing.T) {
 	})
 
 	c := cluster(t, 1, nil)[0]
-	if _, err := RestoreFrom(context.Background(), allotpb.NewClusterServiceClient(dial(t, c.GRPCAddr())), bytes.NewReader(raw)); err != nil {
+	if _, err := RestoreFrom(context.Background(), allotpb.NewClusterServiceClient(dial(t, c.GRPCAddr())), bytes.NewReader(raw), ""); err != nil {
 		t.Fatalf("restoring a format 1 backup into a cluster: %v", err)
 	}
 	var got settings

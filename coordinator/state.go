@@ -39,6 +39,9 @@ type state struct {
 	final map[int64]bool
 	// grantEpoch and grantSeq number the last GrantsCommand applied.
 	grantEpoch, grantSeq uint64
+	// clusterID names the cluster: fixed with the settings by its first
+	// leader, "" until then, and kept in every member's identity file.
+	clusterID string
 }
 
 // incKey identifies one run of one agent.
@@ -235,11 +238,14 @@ func (s *state) applySettings(cmd *allotpb.SettingsCommand) {
 	if s.leaseTTL == 0 && cmd.GetLeaseTtlNano() > 0 {
 		s.leaseTTL = cmd.GetLeaseTtlNano()
 	}
+	if s.clusterID == "" {
+		s.clusterID = cmd.GetClusterId()
+	}
 }
 
 // settled reports whether every cluster setting is fixed.
 func (s *state) settled() bool {
-	return s.billingWindow != 0 && s.reportInterval != 0 && s.leaseTTL != 0
+	return s.billingWindow != 0 && s.reportInterval != 0 && s.leaseTTL != 0 && s.clusterID != ""
 }
 
 // maintain finalizes billing windows that have closed and whose reporters

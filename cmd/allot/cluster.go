@@ -23,15 +23,19 @@ Administers the coordinator cluster.
   backup FILE        write the leader's whole state (rules, ledger, members) to FILE
   restore FILE       replace the whole cluster's state with a backup
 
-All three need the admin token when the cluster has one: --admin-token or,
-better, ALLOT_ADMIN_TOKEN. Run 'allot cluster <subcommand> --help' for its
-flags.`
+  recover            offline: make a surviving member a one-member cluster
+                     when a quorum is lost for good
+
+The first three need the admin token when the cluster has one: a token
+file (--token-file, ALLOT_TOKEN_FILE) or ALLOT_ADMIN_TOKEN. Run 'allot
+cluster <subcommand> --help' for its flags.`
 
 func runCluster(ctx context.Context, e *env) error {
 	return runSubcommand(ctx, e, "cluster", clusterAbout, []subcommand{
 		{"remove", runClusterRemove},
 		{"backup", runClusterBackup},
 		{"restore", runClusterRestore},
+		{"recover", runClusterRecover},
 	})
 }
 
@@ -222,17 +226,24 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 }
 
 const clusterRestoreAbout = `
-Replaces the whole cluster's state — rules, usage ledger, members — with a
-backup made by 'allot cluster backup'. It is meant for disaster recovery
-into a fresh cluster: whatever the cluster held is lost. The leader checks
-the backup before taking it, installs it on the followers and starts a new
-epoch so that agents take its leases.`
+Replaces the cluster's rules, usage ledger and agents' report sequences
+with a backup made by 'allot cluster backup'. It is meant for disaster
+recovery into a fresh cluster. The cluster keeps its own members and its
+own cluster ID (the backup's members, those of the cluster it came from,
+are dropped). The leader checks the backup before taking it, installs it
+on the followers and starts a new epoch so that agents take its leases.
+
+A cluster that already has rules, usage or agents is refused unless
+--force names its cluster ID (the refusal, and 'allot status', give it):
+whatever it held is lost.`
 
 func runClusterRestore(ctx context.Context, e *env) error {
 	const cmd = "cluster restore"
-	f := newFlags(e, cmd, "FILE [flags]", clusterRestoreAbout)
+	f := newFlags(e, cmd, "FILE [--force CLUSTER-ID] [flags]", clusterRestoreAbout)
 	var cf clientFlags
+	var force string
 	cf.register(f)
+	f.StringVar(&force, "force", "", "the ID of the cluster to overwrite, required when it has state (rules, usage or agents)")
 	args, err := parseArgs(f, e)
 	if err != nil {
 		return err
@@ -263,7 +274,7 @@ func runClusterRestore(ctx context.Context, e *env) error {
 	// second member could not be offered it again.
 	err = cf.once(ctx, leader, func(ctx context.Context, cc *grpc.ClientConn) error {
 		var err error
-		index, err = coordinator.RestoreFrom(ctx, allotpb.NewClusterServiceClient(cc), bufio.NewReaderSize(file, 1<<20))
+		index, err = coordinator.RestoreFrom(ctx, allotpb.NewClusterServiceClient(cc), bufio.NewReaderSize(file, 1<<20), force)
 		return err
 	})
 	if errors.Is(err, errRejected) {

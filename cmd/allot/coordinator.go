@@ -7,19 +7,24 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator"
+	"github.com/allot-io/allot/coordinator/datadir"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
 
 const coordinatorAbout = `
-Runs one member of the coordinator cluster. Start the first member of a
-new cluster with --bootstrap (a single bootstrapped member is a valid
-cluster); start the others with --join pointing at any member's gRPC
-address. Members keep their Raft log and snapshots in --data-dir and must
-keep the same --node-id across restarts.`
+Runs one member of the coordinator cluster. To form a new cluster of N
+members, start every one of them with the same --bootstrap-expect N and
+--join listing all N gRPC addresses: they form the cluster once all N have
+found each other fresh, and a member that later loses its disk rejoins
+rather than starting a second cluster. --bootstrap starts a deliberate
+one-member cluster. To add a member to a running cluster, start it with
+--join pointing at any member: it joins without a vote and becomes a voter
+once it has caught up. Members keep their Raft log, snapshots and identity
+in --data-dir and must keep the same --node-id across restarts.`
 
 func runCoordinator(ctx context.Context, e *env) error {
-	f := newFlags(e, "coordinator", "--node-id ID --data-dir DIR [--bootstrap | --join ADDR] [flags]", coordinatorAbout)
+	f := newFlags(e, "coordinator", "--node-id ID --data-dir DIR [--bootstrap-expect N --join ADDRS | --join ADDRS | --bootstrap] [flags]", coordinatorAbout)
 	var (
 		cfg          coordinator.Config
 		join, parent string
@@ -32,8 +37,9 @@ func runCoordinator(ctx context.Context, e *env) error {
 	f.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:7400", "gRPC address for agents, operators and other members")
 	f.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:7500", "HTTP address for /metrics, /healthz, /readyz, /v1/status, /v1/usage (empty: off)")
 	f.StringVar(&cfg.AdvertiseHost, "advertise-host", "", "host other members and agents dial, required when an address binds every interface (0.0.0.0)")
-	f.BoolVar(&cfg.Bootstrap, "bootstrap", false, "start a new cluster with this member, if it has no state yet")
-	f.StringVar(&join, "join", "", "gRPC addresses of existing members to join through, comma-separated")
+	f.BoolVar(&cfg.Bootstrap, "bootstrap", false, "start a new one-member cluster with this member, if it has no state yet (for several members, use --bootstrap-expect)")
+	f.IntVar(&cfg.BootstrapExpect, "bootstrap-expect", 0, "form a new cluster of this many members once they have all found each other fresh through --join (give every member the same value and the same --join list)")
+	f.StringVar(&join, "join", "", "gRPC addresses of the members to join through (with --bootstrap-expect: of all the members), comma-separated")
 	f.StringVar(&cfg.Region, "region", "default", "the region this cluster serves; usage is recorded under it")
 	f.StringVar(&parent, "parent", "", "gRPC addresses of the parent cluster, comma-separated: lease this region's part of every rule divided among regions from it, by demand (docs/regions.md); empty: divide the static fractions")
 	f.DurationVar(&cfg.ParentInterval, "parent-interval", coordinator.DefaultParentInterval, "how often the leader reports to --parent")
@@ -87,13 +93,24 @@ func runCoordinator(ctx context.Context, e *env) error {
 	if errors.Is(err, coordinator.ErrInvalidConfig) {
 		return usagef("coordinator", "%v", err)
 	}
+	var de *datadir.Error
+	if errors.As(err, &de) || errors.Is(err, coordinator.ErrWouldSplit) {
+		return err // one line naming the file, the problem and the runbook
+	}
 	if err != nil {
 		return fmt.Errorf("starting: %w", err)
 	}
 	cfg.Logger.Info("coordinator running", "node", cfg.NodeID, "grpc", c.AdvertisedGRPCAddr(), "raft", c.RaftAddr(), "http", c.HTTPAddr())
-	<-ctx.Done()
-	cfg.Logger.Info("shutting down")
+	select {
+	case <-ctx.Done():
+		cfg.Logger.Info("shutting down")
+	case <-c.Failed():
+		cfg.Logger.Error("stopping: this member cannot go on", "error", c.Err())
+	}
 	closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return c.Close(closeCtx)
+	if err := c.Close(closeCtx); err != nil {
+		return err
+	}
+	return c.Err()
 }

@@ -45,6 +45,9 @@ type Agent struct {
 	metrics   *metrics
 	// invalid counts checks refused for a cost above MaxCost.
 	invalid atomic.Int64
+	// untilDecisions counts the checks decided without the cluster's
+	// rules, by untilDecisionLabels.
+	untilDecisions [len(untilDecisionLabels)]atomic.Int64
 	// joining is set while a coordinated agent's process is new to the
 	// fleet, its first few reports not yet answered; born is when it
 	// started (local clock). See joinReports.
@@ -54,11 +57,16 @@ type Agent struct {
 
 // compiled is a rule set ready to enforce, with its usage counters.
 type compiled struct {
-	set    *rules.Set
-	rules  []*ruleState // the rules enforced, in evaluation order
-	names  []string
-	usage  *usageTable
-	totals []ruleTotals
+	// source is where the set came from; standIn is set when it stands
+	// in for the cluster's rules until they arrive (the start-up rules or
+	// the rules cache): its decisions are counted apart.
+	source  rulesSource
+	standIn bool
+	set     *rules.Set
+	rules   []*ruleState // the rules enforced, in evaluation order
+	names   []string
+	usage   *usageTable
+	totals  []ruleTotals
 	// problems are the set's rules not enforced here, and why.
 	problems []RuleProblem
 	// domains holds the descriptor rules by Envoy domain.
@@ -67,8 +75,11 @@ type compiled struct {
 
 // New starts an agent. A standalone agent (no Coordinators) enforces its
 // static Rules at once. An agent with coordinators reports in the
-// background; until it has rules (static, or fetched), it admits every
-// request, and Ready is closed once it has them.
+// background and enforces the rules they send; until they arrive it
+// enforces its rules cache (Config.RulesCacheFile) if it has one, and
+// otherwise follows Config.UntilRules: by default (UntilRulesClosed) it
+// refuses every request. Ready is closed once it enforces rules: static,
+// cached, start-up or the cluster's.
 func New(config Config) (*Agent, error) {
 	cfg, err := config.withDefaults()
 	if err != nil {
@@ -93,7 +104,11 @@ func New(config Config) (*Agent, error) {
 		if err != nil {
 			return nil, fmt.Errorf("agent: static rules: %w", err)
 		}
-		if err := a.install(set, nil, true); err != nil {
+		if err := a.install(set, nil, true, sourceStatic); err != nil {
+			return nil, err
+		}
+	} else if cfg.coordinated() {
+		if err := a.startRules(); err != nil {
 			return nil, err
 		}
 	}
@@ -211,7 +226,7 @@ func (a *Agent) keyedOptions(r *rules.Rule) algo.KeyedOptions {
 // (with those the caller found converting the set), while the others are
 // enforced. With strict set (static rules, read at start) either is an
 // error instead, for the operator to fix.
-func (a *Agent) install(set *rules.Set, problems []RuleProblem, strict bool) error {
+func (a *Agent) install(set *rules.Set, problems []RuleProblem, strict bool, source rulesSource) error {
 	old := a.rules.Load()
 	prev := map[string]*ruleState{}
 	if old != nil {
@@ -220,7 +235,7 @@ func (a *Agent) install(set *rules.Set, problems []RuleProblem, strict bool) err
 		}
 	}
 	nodes := int(a.nodes.Load())
-	c := &compiled{set: set, problems: problems}
+	c := &compiled{set: set, problems: problems, source: source, standIn: source.standIn()}
 	for _, r := range set.Rules() {
 		if r.Unlimited {
 			continue // limits nothing: found by CheckDescriptors alone
@@ -228,7 +243,7 @@ func (a *Agent) install(set *rules.Set, problems []RuleProblem, strict bool) err
 		i := len(c.rules)
 		rs := &ruleState{
 			rule: r, scope: r.Scope.String(), index: i, attrs: r.KeyAttrs(),
-			coordinated: !r.Local && a.cfg.coordinated(), mode: r.Mode(),
+			coordinated: !r.Local && a.cfg.coordinated() && source != sourceStartup, mode: r.Mode(),
 			descriptor: r.Scope == rules.Descriptor,
 		}
 		if len(r.Regions) > 0 && !(r.Regions[a.cfg.Region] > 0) {
@@ -240,7 +255,9 @@ func (a *Agent) install(set *rules.Set, problems []RuleProblem, strict bool) err
 			continue
 		}
 		p := prev[r.Name]
-		if p != nil && rules.Equal(&p.rule, &r) {
+		// A rule kept unchanged keeps its state, unless it changes from
+		// local (start-up rules) to coordinated: its shares differ.
+		if p != nil && p.coordinated == rs.coordinated && rules.Equal(&p.rule, &r) {
 			rs.ruleData = p.ruleData
 		} else {
 			data, err := a.newRuleData(rs, nodes)
@@ -327,6 +344,10 @@ func (a *Agent) newRuleData(rs *ruleState, nodes int) (*ruleData, error) {
 // Check decides one request. It never waits for the network, takes no
 // global lock, and allocates nothing for keys it has seen before.
 //
+// Without rules (a coordinated agent before the cluster's arrive, with no
+// rules cache and no start-up rules) Config.UntilRules decides, and the
+// decision has NoRules set.
+//
 // A request whose cost exceeds MaxCost is refused as never admissible
 // (RetryAfter -1, no rule named) and counted under no rule: no limit can
 // bill it without risking the counters. A tenant name longer than the
@@ -338,7 +359,14 @@ func (a *Agent) newRuleData(rs *ruleState, nodes int) (*ruleData, error) {
 // admitted request is charged to every rule it passed.
 func (a *Agent) Check(req Request) (d Decision) {
 	c := a.rules.Load()
-	if c == nil || len(c.rules) == 0 {
+	if c == nil {
+		a.noRules(&d)
+		return d
+	}
+	if c.standIn {
+		a.countStandIn(c)
+	}
+	if len(c.rules) == 0 {
 		d.Allowed = true
 		return d
 	}

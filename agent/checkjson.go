@@ -373,6 +373,9 @@ func appendCheckResponse(b []byte, r *CheckResponse) ([]byte, error) {
 	b = appendJSONFloat(b, r.ResetAfterSeconds)
 	b = append(b, `,"fallback":`...)
 	b = strconv.AppendBool(b, r.Fallback)
+	if r.NoRules {
+		b = append(b, `,"no_rules":true`...)
+	}
 	return append(b, "}\n"...), nil
 }
 

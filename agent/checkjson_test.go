@@ -276,6 +276,12 @@ func TestAppendCheckResponse(t *testing.T) {
 	if string(got) != want {
 		t.Errorf("got %s", got)
 	}
+	one := int64(1)
+	got = sameEncode(t, CheckResponse{RetryAfterSeconds: &one, NoRules: true})
+	const wantNoRules = `{"allowed":false,"limit":0,"period_seconds":0,"remaining":0,"retry_after_seconds":1,"reset_after_seconds":0,"fallback":false,"no_rules":true}` + "\n"
+	if string(got) != wantNoRules {
+		t.Errorf("got %s", got)
+	}
 }
 
 // TestCheckResponseRoundTrip: random responses encode as encoding/json
@@ -293,7 +299,7 @@ func TestCheckResponseRoundTrip(t *testing.T) {
 	}
 	for range 20000 {
 		r := CheckResponse{Allowed: rng.IntN(2) == 0, Rule: fmt.Sprintf("rule-%d<%x>", rng.IntN(100), rng.Uint32()),
-			Limit: rng.Int64(), PeriodSeconds: f(), Remaining: rng.Int64(), ResetAfterSeconds: f(), Fallback: rng.IntN(2) == 0}
+			Limit: rng.Int64(), PeriodSeconds: f(), Remaining: rng.Int64(), ResetAfterSeconds: f(), Fallback: rng.IntN(2) == 0, NoRules: rng.IntN(2) == 0}
 		if rng.IntN(2) == 0 {
 			s := rng.Int64()
 			r.RetryAfterSeconds = &s

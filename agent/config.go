@@ -38,6 +38,23 @@ type Config struct {
 	// coordinators' rules are ignored; when empty, rules are fetched from
 	// the coordinators.
 	Rules []rules.Rule
+	// UntilRules is what a coordinated agent does until the cluster's
+	// rules arrive (see UntilRules): the zero value, UntilRulesClosed,
+	// refuses every request; UntilRulesOpen admits every one;
+	// UntilRulesStatic enforces StartupRules. Not for static Rules,
+	// which are enforced from the start.
+	UntilRules UntilRules
+	// StartupRules are the rules UntilRulesStatic enforces until the
+	// cluster's arrive, locally (each node the whole limit, nothing
+	// reported or billed, as a standalone agent).
+	StartupRules []rules.Rule
+	// RulesCacheFile, when set, keeps the cluster's last rules across
+	// restarts: written (atomically) whenever they change, and read by
+	// New, which enforces them until the cluster's arrive, before
+	// UntilRules is considered. A missing file is the first start; an
+	// unreadable one is logged at ERROR and replaced once the cluster's
+	// rules arrive. Give each agent on a host its own file.
+	RulesCacheFile string
 	// ReportInterval is how often usage is reported (default 1s); the
 	// coordinators' setting takes over once they answer.
 	ReportInterval time.Duration
@@ -108,6 +125,9 @@ func (c *Config) withDefaults() (Config, error) {
 	if !cfg.coordinated() && len(cfg.Rules) == 0 {
 		return cfg, bad("Rules", "a standalone agent (no Coordinators) needs static Rules")
 	}
+	if err := cfg.checkUntilRules(); err != nil {
+		return cfg, err
+	}
 	if cfg.TLS != nil && (cfg.CAFile != "" || cfg.CertFile != "") {
 		return cfg, bad("TLS", "give either TLS or CAFile/CertFile/KeyFile, not both")
 	}
@@ -154,3 +174,26 @@ func (c *Config) withDefaults() (Config, error) {
 
 // coordinated reports whether the agent reports to coordinators.
 func (c *Config) coordinated() bool { return len(c.Coordinators) > 0 || c.Transport != nil }
+
+// checkUntilRules checks the start-up policy against the rest: it is for
+// agents that take their rules from the coordinators.
+func (c *Config) checkUntilRules() error {
+	bad := func(field, format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case c.UntilRules > UntilRulesStatic:
+		return bad("UntilRules", "unknown policy %d (want UntilRulesClosed, UntilRulesOpen or UntilRulesStatic)", c.UntilRules)
+	case c.UntilRules == UntilRulesStatic && len(c.StartupRules) == 0:
+		return bad("StartupRules", "UntilRulesStatic needs the rules to enforce until the cluster's arrive")
+	case c.UntilRules != UntilRulesStatic && len(c.StartupRules) > 0:
+		return bad("StartupRules", "are enforced only with UntilRules UntilRulesStatic, got %v", c.UntilRules)
+	case len(c.Rules) > 0 && c.UntilRules != UntilRulesClosed:
+		return bad("UntilRules", "static Rules are enforced from the start: there is no time until rules")
+	case len(c.Rules) > 0 && c.RulesCacheFile != "":
+		return bad("RulesCacheFile", "caches the cluster's rules; static Rules are enforced instead of them")
+	case !c.coordinated() && c.RulesCacheFile != "":
+		return bad("RulesCacheFile", "caches the coordinators' rules; a standalone agent has none")
+	}
+	return nil
+}

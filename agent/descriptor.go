@@ -125,10 +125,22 @@ func (c *compiled) resolve(domain string, entries []Entry) *descRule {
 // descriptor with Peek is decided without spending.
 //
 // The request is refused when any decision is. Only descriptor rules
-// apply; Check never applies them.
+// apply; Check never applies them. Without rules, Config.UntilRules
+// decides each descriptor, as in Check.
 func (a *Agent) CheckDescriptors(domain string, descs []Descriptor, cost int64, out []Decision) []Decision {
 	c := a.rules.Load()
-	if c == nil || len(c.domains[domain]) == 0 {
+	if c == nil {
+		for range descs {
+			var d Decision
+			a.noRules(&d)
+			out = append(out, d)
+		}
+		return out
+	}
+	if c.standIn {
+		a.countStandIn(c)
+	}
+	if len(c.domains[domain]) == 0 {
 		for range descs {
 			out = append(out, Decision{Allowed: true})
 		}

@@ -41,7 +41,7 @@ func TestDescriptorRuleNotEnforcedHere(t *testing.T) {
 	}
 	a = standalone(t, newManualClock(), general)
 	set, _ := rules.NewSet(2, []rules.Rule{general, other})
-	if err := a.install(set, nil, false); err != nil {
+	if err := a.install(set, nil, false, sourceStatic); err != nil {
 		t.Fatal(err)
 	}
 	descs := []Descriptor{{Entries: []Entry{{"remote_address", "10.0.0.1"}}}}

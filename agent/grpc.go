@@ -35,14 +35,19 @@ func StreamServerInterceptor(a *Agent, extract func(ctx context.Context, method 
 	}
 }
 
-// RefusalStatus is the gRPC status of a refused decision.
+// RefusalStatus is the gRPC status of a refused decision. A refusal for
+// want of rules (Decision.NoRules) has the reason NO_RULES.
 func RefusalStatus(d Decision) *status.Status {
-	st := status.New(codes.ResourceExhausted, fmt.Sprintf("rate limited by %s limit %q", d.Scope, d.Rule))
+	msg, reason := fmt.Sprintf("rate limited by %s limit %q", d.Scope, d.Rule), "RATE_LIMITED"
+	if d.NoRules {
+		msg, reason = "refused: the rate limiter has no rules yet", "NO_RULES"
+	}
+	st := status.New(codes.ResourceExhausted, msg)
 	var details []protoadapt.MessageV1
 	if d.RetryAfter >= 0 {
 		details = append(details, &errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)})
 	}
-	details = append(details, &errdetails.ErrorInfo{Reason: "RATE_LIMITED", Domain: "allot", Metadata: map[string]string{"scope": d.Scope, "rule": d.Rule}})
+	details = append(details, &errdetails.ErrorInfo{Reason: reason, Domain: "allot", Metadata: map[string]string{"scope": d.Scope, "rule": d.Rule}})
 	if withDetails, err := st.WithDetails(details...); err == nil {
 		return withDetails
 	}

@@ -47,9 +47,13 @@ func Middleware(a *Agent, extract func(*http.Request) Request) func(http.Handler
 // SetHeaders sets the RateLimit fields of a decision on h: the IETF
 // draft's RateLimit-Policy and RateLimit (structured-field lists), the
 // earlier drafts' RateLimit-Limit, -Remaining and -Reset, and, for a
-// refusal, Retry-After. A decision no rule made sets nothing.
+// refusal, Retry-After. A decision no rule made sets nothing, but for a
+// refusal for want of rules (Decision.NoRules), Retry-After.
 func SetHeaders(h http.Header, d Decision) {
 	if d.Rule == "" {
+		if d.NoRules && !d.Allowed && d.RetryAfter >= 0 {
+			h["Retry-After"] = []string{strconv.FormatInt(RetryAfterSeconds(d), 10)}
+		}
 		return
 	}
 	// t is when quota is back: for a refusal, when this request fits,
@@ -92,13 +96,17 @@ type refusal struct {
 
 // WriteRefusal answers a refused request: 429, the headers, and the JSON
 // body naming the scope, so the caller knows whether to slow down, upgrade
-// or spread its work.
+// or spread its work. A refusal for want of rules (Decision.NoRules) has
+// the error "no_rules", no rule and no scope.
 func WriteRefusal(w http.ResponseWriter, d Decision) {
 	h := w.Header()
 	SetHeaders(h, d)
 	h.Set("Content-Type", "application/json")
 	h.Set("Cache-Control", "no-store") // RFC 6585: a 429 must not be cached
 	body := refusal{Error: "rate_limited", Scope: d.Scope, Rule: d.Rule}
+	if d.NoRules {
+		body.Error = "no_rules"
+	}
 	if d.RetryAfter >= 0 {
 		s := RetryAfterSeconds(d)
 		body.RetryAfterSeconds = &s

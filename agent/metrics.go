@@ -92,10 +92,12 @@ var (
 	descProblems  = prometheus.NewDesc("allot_agent_rule_problems", "1 for each rule of the set this agent does not enforce, by problem: other_region (not for this node's region) or broken (cannot be enforced; see the log and /v1/status).", []string{"rule", "problem"}, nil)
 	descInvalid   = prometheus.NewDesc("allot_agent_invalid_checks_total", "Checks refused without counting because their cost exceeded MaxCost.", nil, nil)
 	descNodes     = prometheus.NewDesc("allot_agent_nodes", "Nodes the coordinators hear from: the divisor of unleased and fallback shares.", nil, nil)
+	descReady     = prometheus.NewDesc("allot_agent_rules_ready", "1 while the agent enforces the cluster's rules (or its static --rules); 0 while it has none, or only its rules cache or start-up rules, and decides by its --until-rules policy (see /v1/status).", nil, nil)
+	descUntil     = prometheus.NewDesc("allot_agent_until_rules_decisions_total", "Checks decided without the cluster's rules, by policy: closed (refused, no rules), open (admitted, no rules), static (the start-up rules), cache (the rules cache).", []string{"policy"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDecisions, descFallback, descFellBack, descShadowed, descKeys, descHot, descOverflow, descTenants, descOffset, descNodes, descInvalid, descProblems} {
+	for _, d := range []*prometheus.Desc{descDecisions, descFallback, descFellBack, descShadowed, descKeys, descHot, descOverflow, descTenants, descOffset, descNodes, descInvalid, descProblems, descReady, descUntil} {
 		ch <- d
 	}
 }
@@ -105,6 +107,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descOffset, prometheus.GaugeValue, time.Duration(a.clock.offset.Load()).Seconds())
 	ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(a.nodes.Load()))
 	ch <- prometheus.MustNewConstMetric(descInvalid, prometheus.CounterValue, float64(a.invalid.Load()))
+	ready := 0.0
+	if a.rulesReady() {
+		ready = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
+	for i, policy := range untilDecisionLabels {
+		ch <- prometheus.MustNewConstMetric(descUntil, prometheus.CounterValue, float64(a.untilDecisions[i].Load()), policy)
+	}
 	comp := a.rules.Load()
 	if comp == nil {
 		return

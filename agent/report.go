@@ -58,6 +58,8 @@ type reporter struct {
 	// regularAnswers counts answered regular reports while the process
 	// joins the fleet (see joinReports).
 	regularAnswers int
+	// reportWatch keeps refused reports and the rules cache (refusal.go).
+	reportWatch
 }
 
 func newReporter(a *Agent) (*reporter, error) {
@@ -144,7 +146,7 @@ func (r *reporter) cutPicking(at time.Time, pick func(rule int, adm, den int64) 
 	window := at.Truncate(r.window).Unix()
 	live := r.retired[:0]
 	for _, old := range r.retired {
-		old.c.usage.cut(old.c.names, window, r.acc, old.c.totals, nil)
+		old.c.usage.cut(old.c.names, window, billed(old.c, r.acc), old.c.totals, nil)
 		if old.left--; old.left > 0 {
 			live = append(live, old)
 		}
@@ -152,7 +154,7 @@ func (r *reporter) cutPicking(at time.Time, pick func(rule int, adm, den int64) 
 	r.retired = live
 	var picked []tenantCount
 	if c != nil {
-		picked = c.usage.cut(c.names, window, r.acc, c.totals, pick)
+		picked = c.usage.cut(c.names, window, billed(c, r.acc), c.totals, pick)
 	}
 	r.lastCut = at.UnixNano()
 	return picked
@@ -405,6 +407,7 @@ func (r *reporter) request(c *compiled, now int64, urgent, leaving bool) (*allot
 func (r *reporter) answered(resp *allotpb.ReportResponse, held []*hotKey, t0, t1 int64) {
 	a := r.a
 	r.answeredCount.Add(1)
+	r.accepted()
 	a.clock.observe(t0, t1, resp.GetCoordinatorUnixNano())
 	now := a.clock.now()
 	r.lastOK = now
@@ -426,11 +429,16 @@ func (r *reporter) answered(resp *allotpb.ReportResponse, held []*hotKey, t0, t1
 	}
 	if rs := resp.GetRules(); rs != nil && len(a.cfg.Rules) == 0 && rs.GetVersion() != r.version {
 		r.installRules(rs)
+	} else if rs == nil && len(a.cfg.Rules) == 0 && sourceOf(a.rules.Load()) != sourceCluster && resp.GetRulesVersion() == r.version {
+		// The cluster has never had rules (the version this agent asks
+		// with, 0): it answered, so its rule set is the empty one.
+		r.installRules(&allotpb.RuleSet{Version: r.version})
 	}
 	if n := int64(resp.GetNodes()); n > 0 && n != a.nodes.Load() {
 		a.nodes.Store(n)
 		r.reshare()
 	}
+	r.cacheRules(nil)
 	c := a.rules.Load()
 	if c == nil {
 		return
@@ -514,6 +522,7 @@ func (r *reporter) fairTotal(rs *ruleState, now int64) {
 // without an answer, every coordinated rule goes onto its fail mode.
 func (r *reporter) failed(now int64, err error) {
 	a := r.a
+	r.refused(now, err)
 	if r.cutOff || now-r.lastOK < int64(r.ttl) {
 		// Failing for more than two intervals is worth a warning, at most
 		// one every ten seconds: a node whose reports fail is billing

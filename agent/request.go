@@ -151,4 +151,8 @@ type Decision struct {
 	// Fallback is set when the deciding rule ran on its fail mode because
 	// no coordinator could be reached.
 	Fallback bool
+	// NoRules is set when the agent had no rules to decide by, and its
+	// Config.UntilRules did: a refusal (UntilRulesClosed, RetryAfter one
+	// report interval, no rule named) or an admission (UntilRulesOpen).
+	NoRules bool
 }

@@ -8,12 +8,10 @@ import (
 	allotpb "github.com/allot-io/allot/proto"
 )
 
-// installRules enforces a new rule set from the coordinators. Usage counted
-// under the old set is cut first and drained at the next cuts, so none is
-// lost. A rule this agent cannot read (a newer version's feature) is left
-// out and reported, and the others are enforced.
-func (r *reporter) installRules(p *allotpb.RuleSet) {
-	a := r.a
+// setFromProto converts the coordinators' rule set. A rule this agent
+// cannot read (a newer version's feature) is left out and listed among
+// the problems; the error is for a set it cannot build at all.
+func setFromProto(p *allotpb.RuleSet) (*rules.Set, []RuleProblem, error) {
 	var good []rules.Rule
 	var problems []RuleProblem
 	for i, pr := range p.GetRules() {
@@ -29,13 +27,24 @@ func (r *reporter) installRules(p *allotpb.RuleSet) {
 		good = append(good, rule)
 	}
 	set, err := rules.NewSet(p.GetVersion(), good)
+	return set, problems, err
+}
+
+// installRules enforces a new rule set from the coordinators. Usage counted
+// under the old set is cut first and drained at the next cuts, so none is
+// lost. A rule this agent cannot read (a newer version's feature) is left
+// out and reported, and the others are enforced. With a rules cache, the
+// set is written to it.
+func (r *reporter) installRules(p *allotpb.RuleSet) {
+	a := r.a
+	set, problems, err := setFromProto(p)
 	if err != nil {
 		a.log.Error("coordinator sent rules this agent cannot enforce; keeping the current ones", "version", p.GetVersion(), "error", err)
 		return
 	}
 	old := a.rules.Load()
 	r.cut(time.Unix(0, a.clock.now()))
-	if err := a.install(set, problems, false); err != nil {
+	if err := a.install(set, problems, false, sourceCluster); err != nil {
 		a.log.Error("cannot enforce the new rules; keeping the current ones", "version", p.GetVersion(), "error", err)
 		return
 	}
@@ -43,7 +52,48 @@ func (r *reporter) installRules(p *allotpb.RuleSet) {
 		r.retired = append(r.retired, retiredSet{old, retireCuts})
 	}
 	r.version = set.Version()
-	a.log.Info("rules updated", "version", set.Version(), "rules", set.Len())
+	if old == nil || old.source != sourceCluster {
+		a.log.Info("the cluster's rules arrived", "version", set.Version(), "rules", set.Len(), "until_now", sourceOf(old).String())
+	} else {
+		a.log.Info("rules updated", "version", set.Version(), "rules", set.Len())
+	}
+	r.cacheRules(p)
+}
+
+// sourceOf is where c's rules came from; none when there is no c.
+func sourceOf(c *compiled) rulesSource {
+	if c == nil {
+		return sourceNone
+	}
+	return c.source
+}
+
+// cacheRules writes the cluster's set p to the rules cache, if there is
+// one: at once for a new set, and at most once a minute for a new fleet
+// size alone (p nil), which changes the shares a restarted node starts on,
+// or to try again after a failed write.
+func (r *reporter) cacheRules(p *allotpb.RuleSet) {
+	a := r.a
+	if a.cfg.RulesCacheFile == "" {
+		return
+	}
+	now := time.Now()
+	if p == nil {
+		if r.cached == nil || !r.cacheStale && r.cachedNodes == a.nodes.Load() || now.Sub(r.cachedAt) < time.Minute {
+			return
+		}
+		p = r.cached
+	}
+	doc, err := a.newRulesCache(p, a.nodes.Load(), now)
+	if err == nil {
+		err = writeRulesCache(a.cfg.RulesCacheFile, doc)
+	}
+	r.cached, r.cachedAt, r.cacheStale = p, now, err != nil
+	if err != nil {
+		a.log.Error("cannot write the rules cache: a restart while the coordinators are out of reach will not have these rules", "error", err)
+		return
+	}
+	r.cachedNodes = doc.Nodes
 }
 
 // reshare resizes every unleased share after the number of nodes changed.

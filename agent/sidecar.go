@@ -39,6 +39,10 @@ type CheckResponse struct {
 	// Fallback is set when the deciding rule ran on its fail mode, cut
 	// off from the coordinators.
 	Fallback bool `json:"fallback"`
+	// NoRules is set when the sidecar had no rules and its --until-rules
+	// policy decided: refused (closed, 429 with Retry-After) or admitted
+	// (open).
+	NoRules bool `json:"no_rules,omitempty"`
 }
 
 // ErrBadCheck is wrapped by every error decoding a check request.
@@ -121,7 +125,7 @@ func CheckHandler(a *Agent) http.Handler {
 		h.Set("Cache-Control", "no-store")
 		resp := CheckResponse{Allowed: d.Allowed, Rule: d.Rule, Scope: d.Scope, Limit: d.Limit,
 			PeriodSeconds: d.Period.Seconds(), Remaining: max(d.Remaining, 0),
-			ResetAfterSeconds: d.ResetAfter.Seconds(), Fallback: d.Fallback}
+			ResetAfterSeconds: d.ResetAfter.Seconds(), Fallback: d.Fallback, NoRules: d.NoRules}
 		code := http.StatusOK
 		if !d.Allowed {
 			code = http.StatusTooManyRequests

@@ -160,11 +160,14 @@ func decisionToProto(d Decision, out *allotpb.CheckResponse) {
 }
 
 // DecisionFromProto is the Decision a wire response carries, for clients.
+// A refusal naming no rule that may be retried is the sidecar's for want
+// of rules (NoRules): the only other refusal naming no rule, a cost that
+// never fits, has retry_after_nanos -1.
 func DecisionFromProto(r *allotpb.CheckResponse) Decision {
 	return Decision{Allowed: r.GetAllowed(), Rule: r.GetRule(), Scope: r.GetScope(), Limit: r.GetLimit(),
 		Period: time.Duration(r.GetPeriodNanos()), Remaining: r.GetRemaining(),
 		RetryAfter: time.Duration(r.GetRetryAfterNanos()), ResetAfter: time.Duration(r.GetResetAfterNanos()),
-		Fallback: r.GetFallback()}
+		Fallback: r.GetFallback(), NoRules: !r.GetAllowed() && r.GetError() == "" && r.GetRule() == "" && r.GetRetryAfterNanos() > 0}
 }
 
 // RequestToProto is a request as the wire carries it, for clients.

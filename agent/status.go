@@ -1,9 +1,6 @@
 package agent
 
-import (
-	"slices"
-	"time"
-)
+import "time"
 
 // Kinds of RuleProblem.
 const (
@@ -27,7 +24,26 @@ type RuleProblem struct {
 type Status struct {
 	Node   string `json:"node"`
 	Region string `json:"region"`
-	Ready  bool   `json:"ready"`
+	// Ready is set once the agent enforces rules, whichever: the
+	// sidecar's /readyz.
+	Ready bool `json:"ready"`
+	// RulesSource is where the rules enforced come from: "cluster" (the
+	// coordinators'), "static" (Config.Rules, --rules), "cache" (the rules
+	// cache, until the cluster's arrive), "until_rules" (the start-up
+	// rules of UntilRulesStatic, until then) or "none" (UntilRules
+	// decides every check).
+	RulesSource string `json:"rules_source"`
+	// RulesReady is set when RulesSource is cluster or static: the gauge
+	// allot_agent_rules_ready.
+	RulesReady bool `json:"rules_ready"`
+	// UntilRules is a coordinated agent's start-up policy: closed, open
+	// or static.
+	UntilRules string `json:"until_rules,omitempty"`
+	// ReportsRefused is set while the coordinators refuse the agent's
+	// reports for its credential: the cause, and what to fix.
+	ReportsRefused *ReportRefusal `json:"reports_refused,omitempty"`
+	// ReportError is the last report's failure, until one is answered.
+	ReportError string `json:"report_error,omitempty"`
 	// RulesVersion is the version of the rule set enforced.
 	RulesVersion uint64 `json:"rules_version"`
 	// Rules are the rules enforced, in evaluation order.
@@ -54,9 +70,12 @@ func (a *Agent) Status() Status {
 		st.Ready = true
 	default:
 	}
-	if c := a.rules.Load(); c != nil {
+	c := a.rules.Load()
+	st.RulesSource = sourceOf(c).String()
+	st.RulesReady = a.rulesReady()
+	if c != nil {
 		st.RulesVersion = c.set.Version()
-		st.Problems = slices.Clone(c.problems)
+		st.Problems = append(st.Problems, c.problems...)
 		for _, rs := range c.rules {
 			st.Rules = append(st.Rules, rs.rule.Name)
 			if rs.fallback.Load() {
@@ -65,6 +84,11 @@ func (a *Agent) Status() Status {
 		}
 	}
 	if a.rep != nil {
+		st.UntilRules = a.cfg.UntilRules.String()
+		st.ReportsRefused = a.rep.refusal.Load()
+		if e := a.rep.lastError.Load(); e != nil {
+			st.ReportError = *e
+		}
 		st.PendingBatches = int(a.rep.pendingCount.Load())
 		if t := a.rep.lastAnswer.Load(); t > 0 {
 			st.LastReport = time.Unix(0, t)

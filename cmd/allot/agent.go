@@ -40,13 +40,25 @@ fails at once, requests are served for --drain-delay, then the requests
 in flight finish within --drain-timeout and the last report goes out.
 
 With --coordinators the agent takes its rules and leases from the cluster;
-without, it runs standalone on --rules, each node enforcing whole limits.`
+without, it runs standalone on --rules, each node enforcing whole limits.
+Until the cluster's rules arrive it enforces its --rules-cache, if any,
+and otherwise follows --until-rules: closed (the default) refuses every
+check with 429 and Retry-After, open admits every one, static:FILE
+enforces that rules file locally.
+
+--http-addr and --grpc-addr decide checks for whoever reaches them: beyond
+loopback they need TLS with client certificates (--http-cert, --http-key,
+--http-client-ca), or --insecure. --probe-addr serves only /livez, /readyz
+and /metrics, for the kubelet's probes and Prometheus, on any address.`
 
 func runAgent(ctx context.Context, e *env) error {
 	f := newFlags(e, "agent", "[--coordinators A,B,C] --node-id ID [--rules FILE] [flags]", agentAbout)
 	var (
 		coords, rulesFile, httpAddr string
-		httpSocket                  string
+		httpSocket, probeAddr       string
+		clientCA                    string
+		insecure                    bool
+		until                       untilRulesFlag
 		drainDelay, drainTimeout    time.Duration
 		cfg                         agent.Config
 		httpCert, httpKey           string
@@ -64,11 +76,16 @@ func runAgent(ctx context.Context, e *env) error {
 	f.DurationVar(&drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, after --drain-delay, how long requests in flight may take to finish and the last report to reach the coordinators")
 	f.StringVar(&httpSocket, "http-socket", "", "also serve the HTTP endpoints, in plain HTTP, on this Unix-domain socket (mode 0660): for gateways on the same host")
 	f.StringVar(&rulesFile, "rules", "", "rules file: enforced as given instead of the cluster's rules (required standalone)")
+	f.Var(&until, "until-rules", "until the cluster's rules arrive (and no --rules-cache holds them): closed refuses every check (429, Retry-After), open admits every one, abuse rules included, static:FILE enforces that rules file locally (default closed)")
+	f.StringVar(&cfg.RulesCacheFile, "rules-cache", "", "keep the cluster's last rules in this file (written atomically when they change) and enforce them at start until the cluster's arrive: a restart while the coordinators are out of reach keeps its limits")
+	f.StringVar(&probeAddr, "probe-addr", "", "also serve /livez, /readyz (/healthz) and /metrics, in plain HTTP, on this address: for the kubelet's probes and Prometheus when --http-addr stays on loopback or requires client certificates; it decides no check")
 	f.DurationVar(&cfg.ReportInterval, "report-interval", agent.DefaultReportInterval, "how often to report until the cluster sets it")
 	f.IntVar(&cfg.MaxKeys, "max-keys", agent.DefaultMaxKeys, "keys held per rule and limit; beyond it each intent's bound applies")
 	lf.register(f)
 	f.StringVar(&httpCert, "http-cert", "", "PEM certificate (with --http-key): serve --http-addr and --grpc-addr over TLS; re-read when it changes")
 	f.StringVar(&httpKey, "http-key", "", "PEM private key of --http-cert")
+	f.StringVar(&clientCA, "http-client-ca", "", "PEM CA bundle: callers of --http-addr and --grpc-addr must present a client certificate it signed (mutual TLS; needs --http-cert); re-read when it changes")
+	f.BoolVar(&insecure, "insecure", false, "allow --http-addr or --grpc-addr beyond loopback without client certificates: anyone who reaches them may spend tenants' limits")
 	cf.register(f)
 	az.register(f)
 	gf.register(f)
@@ -96,12 +113,21 @@ func runAgent(ctx context.Context, e *env) error {
 		}
 		cfg.Rules = rs
 	}
+	if err := startupFlags(&cfg, &until, rulesFile); err != nil {
+		return err
+	}
 	logger, err := lf.logger("agent", "allot-agent", e.stderr)
 	if err != nil {
 		return err
 	}
 	if (httpCert == "") != (httpKey == "") {
 		return usagef("agent", "--http-cert and --http-key go together")
+	}
+	if clientCA != "" && httpCert == "" {
+		return usagef("agent", "--http-client-ca verifies callers over TLS: it needs --http-cert and --http-key")
+	}
+	if err := checkExposed([]listener{{"--http-addr", httpAddr}, {"--grpc-addr", gf.addr}}, httpCert != "", clientCA != "", insecure); err != nil {
+		return err
 	}
 	cfg.CAFile, cfg.CertFile, cfg.KeyFile, cfg.TokenFile = cf.ca, cf.cert, cf.key, cf.tokenFile
 	cfg.Logger = logger
@@ -116,15 +142,22 @@ func runAgent(ctx context.Context, e *env) error {
 	scheme := "http"
 	var serverTLS *tls.Config
 	if httpCert != "" {
-		r, err := auth.NewReloader(auth.TLSFiles{CertFile: httpCert, KeyFile: httpKey}, func(err error) {
-			logger.Error("a changed --http-cert could not be loaded", "error", err)
+		r, err := auth.NewReloader(auth.TLSFiles{CertFile: httpCert, KeyFile: httpKey, CAFile: clientCA}, func(err error) {
+			logger.Error("a changed --http-cert, --http-key or --http-client-ca could not be loaded", "error", err)
 		})
 		if err != nil {
 			lis.Close()
 			return &usageError{err: err}
 		}
-		serverTLS = r.ServerConfig(false)
+		serverTLS = r.ServerConfig(clientCA != "")
 		lis, scheme = tls.NewListener(lis, serverTLS), "https"
+	}
+	var probe net.Listener
+	if probeAddr != "" {
+		if probe, err = net.Listen("tcp", probeAddr); err != nil {
+			lis.Close()
+			return fmt.Errorf("listening on --probe-addr %s: %w", probeAddr, err)
+		}
 	}
 	var sock net.Listener
 	if httpSocket != "" {
@@ -135,9 +168,10 @@ func runAgent(ctx context.Context, e *env) error {
 		defer os.Remove(httpSocket)
 	}
 	closeListeners := func() {
-		lis.Close()
-		if sock != nil {
-			sock.Close()
+		for _, l := range []net.Listener{lis, sock, probe} {
+			if l != nil {
+				l.Close()
+			}
 		}
 	}
 	a, err := agent.New(cfg)
@@ -153,12 +187,14 @@ func runAgent(ctx context.Context, e *env) error {
 	mux.Handle("/v1/check", instrument("check", agent.CheckHandler(a)))
 	mux.Handle("/v1/authz", instrument("authz", agent.ForwardAuthHandler(a, authzCfg)))
 	mux.Handle("/v1/status", instrument("status", agent.StatusHandler(a)))
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+	mux.Handle("/metrics", metrics)
 	// /livez: the process serves (a liveness probe must not restart a
 	// sidecar whose coordinators are slow). /readyz: it has rules and is
 	// not draining. /healthz is /readyz, its earlier name.
 	var draining atomic.Bool
-	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	live := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.Handle("/livez", live)
 	ready := func(w http.ResponseWriter, _ *http.Request) {
 		select {
 		case <-a.Ready():
@@ -181,16 +217,24 @@ func runAgent(ctx context.Context, e *env) error {
 		return err
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
-	served := make(chan error, 2)
+	probeSrv := &http.Server{Handler: probeMux(live, http.HandlerFunc(ready), metrics), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
+	served := make(chan error, 3)
 	go func() { served <- srv.Serve(lis) }()
 	if sock != nil {
 		go func() { served <- srv.Serve(sock) }()
+	}
+	if probe != nil {
+		go func() { served <- probeSrv.Serve(probe) }()
 	}
 	mode := "coordinated"
 	if len(cfg.Coordinators) == 0 {
 		mode = "standalone"
 	}
-	cfg.Logger.Info("agent sidecar running", "node", cfg.NodeID, "http", scheme+"://"+lis.Addr().String(), "socket", httpSocket, "mode", mode)
+	cfg.Logger.Info("agent sidecar running", "node", cfg.NodeID, "http", scheme+"://"+lis.Addr().String(), "socket", httpSocket, "mode", mode,
+		"client_certificates", clientCA != "", "probe", probeAddr)
+	if insecure && checkExposed([]listener{{"--http-addr", httpAddr}, {"--grpc-addr", gf.addr}}, httpCert != "", clientCA != "", false) != nil {
+		cfg.Logger.Warn("deciding checks beyond loopback for any caller (--insecure): whoever reaches the address spends tenants' limits", "http", httpAddr, "grpc", gf.addr)
+	}
 	select {
 	case <-ctx.Done():
 	case err = <-served:
@@ -206,6 +250,7 @@ func runAgent(ctx context.Context, e *env) error {
 	closeCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
 	_ = srv.Shutdown(closeCtx)
+	_ = probeSrv.Shutdown(closeCtx)
 	stopGRPC()
 	// Close sends a last report, so the cluster counts everything admitted.
 	if cerr := a.Close(closeCtx); cerr != nil && err == nil {

@@ -183,14 +183,19 @@ func TestKubernetesManifests(t *testing.T) {
 			}
 			where := o.file + ": " + str(dig(c, "name"))
 			values := checkArgs(t, where, args)
-			_, port, _ := strings.Cut(values["http-addr"], ":")
+			// The probes go to the sidecar's --probe-addr when it has one.
+			probeFlag := "http-addr"
+			if values["probe-addr"] != "" {
+				probeFlag = "probe-addr"
+			}
+			_, port, _ := strings.Cut(values[probeFlag], ":")
 			for _, probe := range []string{"startupProbe", "readinessProbe", "livenessProbe"} {
 				p := dig(c, probe, "httpGet")
 				if p == nil {
 					continue
 				}
 				if got := dig(p, "port"); strconv.Itoa(intOf(got)) != port {
-					t.Errorf("%s: %s on port %v, but --http-addr serves %s", where, probe, got, port)
+					t.Errorf("%s: %s on port %v, but --%s serves %s", where, probe, got, probeFlag, port)
 				}
 				if !paths[args[0]][str(dig(p, "path"))] {
 					t.Errorf("%s: %s on %v, which allot %s does not answer", where, probe, dig(p, "path"), args[0])
@@ -198,6 +203,13 @@ func TestKubernetesManifests(t *testing.T) {
 			}
 			if args[0] == "agent" && (dig(c, "readinessProbe") == nil || dig(c, "livenessProbe") == nil || dig(c, "readinessProbe", "httpGet", "path") == dig(c, "livenessProbe", "httpGet", "path")) {
 				t.Errorf("%s: the sidecar needs readiness on /readyz and liveness on /livez", where)
+			}
+			// The sidecar refuses check listeners beyond loopback without
+			// client certificates (or --insecure).
+			for _, flag := range []string{"http-addr", "grpc-addr"} {
+				if args[0] == "agent" && values[flag] != "" && !isLoopbackAddr(values[flag]) && values["http-client-ca"] == "" && !hasKey(values, "insecure") {
+					t.Errorf("%s: --%s %s is beyond loopback without --http-client-ca: the sidecar would not start", where, flag, values[flag])
+				}
 			}
 			if args[0] == "agent" && o.kind() == "Deployment" && str(dig(c, "restartPolicy")) != "Always" {
 				t.Errorf("%s: a native sidecar is an init container with restartPolicy Always", where)
@@ -242,6 +254,8 @@ func TestKubernetesManifests(t *testing.T) {
 		}
 	}
 }
+
+func hasKey(m map[string]string, k string) bool { _, ok := m[k]; return ok }
 
 func intOf(v any) int {
 	switch n := v.(type) {

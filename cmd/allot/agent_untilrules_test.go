@@ -17,6 +17,11 @@ import (
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/agent/sidecarclient"
 	"github.com/allot-io/allot/coordinator/auth"
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // securedCoordinator is one `allot coordinator` process with security on:
@@ -126,7 +131,8 @@ func sidecarMetric(t *testing.T, addr, series string) float64 {
 // TestSidecarWithoutRules is the first day that went wrong: a sidecar
 // whose token names another node, against a secured coordinator, gets no
 // rules. It must never be silently unlimited: with the default policy
-// every answer (HTTP, forward-auth, gRPC) refuses with Retry-After, an
+// every answer (HTTP, forward-auth, gRPC, Envoy's RLS and ext_authz)
+// refuses, with Retry-After where the protocol has it, an
 // ERROR names the cause and the fix, /v1/status and the metrics say so.
 // With the token fixed, the same process gets the cluster's rules,
 // enforces them and caches them; restarted while the cluster is down, it
@@ -176,6 +182,21 @@ func TestSidecarWithoutRules(t *testing.T) {
 	if gd, err := grpcClient.Check(ctx, agent.Request{Tenant: "acme"}); err != nil || gd.Allowed || !gd.NoRules || gd.RetryAfter <= 0 {
 		t.Errorf("gRPC CheckStream without rules: %+v, %v", gd, err)
 	}
+	conn, err := grpc.NewClient(addrs[1], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rls, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge",
+		Descriptors: []*commonv3.RateLimitDescriptor{{Entries: []*commonv3.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "192.0.2.1"}}}}})
+	if err != nil || rls.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("Envoy ShouldRateLimit without rules: %v, %v; want OVER_LIMIT", rls, err)
+	}
+	az, err := authv3.NewAuthorizationClient(conn).Check(ctx, &authv3.CheckRequest{Attributes: &authv3.AttributeContext{
+		Request: &authv3.AttributeContext_Request{Http: &authv3.AttributeContext_HttpRequest{Method: "GET", Path: "/", Headers: map[string]string{"x-tenant": "acme"}}}}})
+	if err != nil || az.GetDeniedResponse().GetStatus().GetCode() != http.StatusTooManyRequests || !strings.Contains(az.GetDeniedResponse().GetBody(), `"error":"no_rules"`) {
+		t.Errorf("Envoy ext_authz without rules: %v, %v; want denied 429, no_rules", az, err)
+	}
 	if ready := sidecarDo(t, http.MethodGet, "http://"+httpAddr+"/readyz", ""); ready.code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz without rules: %d %s", ready.code, ready.body)
 	}
@@ -187,8 +208,8 @@ func TestSidecarWithoutRules(t *testing.T) {
 	if v := sidecarMetric(t, httpAddr, "allot_agent_rules_ready"); v != 0 {
 		t.Errorf("allot_agent_rules_ready %v, want 0", v)
 	}
-	if v := sidecarMetric(t, httpAddr, `allot_agent_until_rules_decisions_total{policy="closed"}`); v != 3 {
-		t.Errorf(`until_rules decisions{policy="closed"} %v, want 3`, v)
+	if v := sidecarMetric(t, httpAddr, `allot_agent_until_rules_decisions_total{policy="closed"}`); v != 5 {
+		t.Errorf(`until_rules decisions{policy="closed"} %v, want 5 (check, authz, CheckStream, ShouldRateLimit, ext_authz)`, v)
 	}
 	const refused = `[ERROR] allot-agent.agent: the coordinators refuse this agent's reports: nothing it decides is billed: cause=wrong_node fix="the credential does not name this node: a token's nodes pattern must match --node-id (NodeID) \"gw-1\"`
 	if n := strings.Count(side.out.String(), refused); n != 1 {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/internal/strictyaml"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
 	"go.yaml.in/yaml/v3"
@@ -233,11 +234,18 @@ func Load(nameOrFile string) (*Scenario, error) {
 // Parse reads a scenario strictly: an unknown field or an impossible value
 // is an error naming the field.
 func Parse(name string, data []byte) (*Scenario, error) {
+	root, err := strictyaml.Parse(data) // a key given twice is an error, not the last one
+	if err != nil {
+		if line, msg := strictyaml.Location(err); line > 0 {
+			return nil, fmt.Errorf("%w: %s: line %d: %s", ErrInvalidScenario, name, line, msg)
+		}
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidScenario, name, err)
+	}
 	var s Scenario
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&s); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidScenario, name, strings.TrimPrefix(err.Error(), "yaml: "))
+		return nil, decodeError(name, root, err)
 	}
 	if s.Name == "" {
 		s.Name = strings.TrimSuffix(name, ".yaml")
@@ -246,6 +254,24 @@ func Parse(name string, data []byte) (*Scenario, error) {
 		return nil, err
 	}
 	return &s, nil
+}
+
+// decodeError is the decoder's error, with a bad duration's field named
+// and what to write instead ("1d": use 24h).
+func decodeError(name string, root *yaml.Node, err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return fmt.Errorf("%w: %s: %v", ErrInvalidScenario, name, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	durations := strictyaml.BadDurations(root, te)
+	msgs := make([]string, len(te.Errors))
+	for i, m := range te.Errors {
+		msgs[i] = m
+		if line, _ := strictyaml.Location(errors.New(m)); durations[line] != nil {
+			msgs[i] = fmt.Sprintf("line %d: %s: %v", line, durations[line].Path, durations[line].Err)
+		}
+	}
+	return fmt.Errorf("%w: %s: %s", ErrInvalidScenario, name, strings.Join(msgs, "; "))
 }
 
 // Validate reports the first impossible value, naming its field.

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 func TestParse(t *testing.T) {
@@ -76,6 +79,40 @@ func TestLocation(t *testing.T) {
 		_, err := Parse([]byte(tt.src))
 		if line, msg := Location(err); line != tt.line || msg != tt.msg {
 			t.Errorf("%q: Location = %d, %q; want %d, %q", tt.src, line, msg, tt.line, tt.msg)
+		}
+	}
+}
+
+func TestBadDurations(t *testing.T) {
+	type spec struct {
+		Period time.Duration `yaml:"period"`
+		Other  int           `yaml:"other"`
+	}
+	src := "items:\n  - period: 1d\n    other: x\n  - {period: 90}\n  - period: 1m\n  - period: 2 weeks\n  - {other: 1d12h, period: 1d12h30m5s}\n"
+	root, err := Parse([]byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct{ Items []spec }
+	err = root.Decode(&doc)
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		t.Fatalf("decoding: %v, want a *yaml.TypeError", err)
+	}
+	got := BadDurations(root, te)
+	want := map[int]string{
+		2: `items[0].period: "1d": Go durations have no d; use 24h`,
+		4: `items[1].period: "90": a duration needs a unit: 90s, 90m or 90h`,
+		6: `items[3].period: "2 weeks": not a duration: write a number and a unit (ns, us, ms, s, m or h), such as 500ms, 90s, 1m or 24h`,
+		7: `items[4].period: "1d12h30m5s": Go durations have no d; use 36h30m5s`,
+	}
+	if len(got) != len(want) {
+		t.Errorf("found %d bad durations, want %d: %v", len(got), len(want), got)
+	}
+	for line, w := range want {
+		d := got[line]
+		if d == nil || d.Line != line || d.Path+": "+d.Err.Error() != w {
+			t.Errorf("line %d: %+v, want %s", line, d, w)
 		}
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/allot-io/allot/algo"
-	"github.com/allot-io/allot/internal/duration"
 	"github.com/allot-io/allot/internal/strictyaml"
 	"github.com/allot-io/allot/lease"
 	"go.yaml.in/yaml/v3"
@@ -49,12 +48,11 @@ func Parse(name string, data []byte) ([]Rule, error) {
 		e.File = name
 		return nil, e
 	}
-	durations := durationErrors(root)
 	var doc document
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
-		return nil, yamlError(name, root, err, durations)
+		return nil, yamlError(name, root, err)
 	}
 	var errs Errors
 	for i := range doc.Rules {
@@ -189,47 +187,9 @@ func ruleName(root *yaml.Node, i int) string {
 	return fmt.Sprintf("#%d", i+1)
 }
 
-// durationFields are the fields of a rule that hold a duration.
-var durationFields = []string{"period"}
-
-// durationErrors finds the durations in a rule file that do not parse,
-// by the line of their field: the decoder says only "cannot unmarshal",
-// naming no rule and saying nothing of days.
-func durationErrors(root *yaml.Node) map[int]*Error {
-	doc := root
-	if doc.Kind == yaml.DocumentNode && len(doc.Content) > 0 {
-		doc = doc.Content[0]
-	}
-	list := mappingValue(doc, "rules")
-	if list == nil || list.Kind != yaml.SequenceNode {
-		return nil
-	}
-	out := map[int]*Error{}
-	for i, item := range list.Content {
-		rule := ruleName(root, i)
-		for _, f := range durationFields {
-			key, v := mappingEntry(item, f)
-			if v == nil || v.Kind != yaml.ScalarNode {
-				continue
-			}
-			var err error
-			switch v.Tag {
-			case "!!int", "!!float":
-				err = duration.Explain(v.Value) // a number: never a duration to the decoder
-			case "!!str":
-				_, err = duration.Parse(v.Value)
-			}
-			if err != nil {
-				out[key.Line] = &Error{Line: key.Line, Rule: rule, Field: f, Msg: err.Error()}
-			}
-		}
-	}
-	return out
-}
-
-// yamlError turns the YAML decoder's errors into Errors with lines,
-// putting the errors durationErrors found in place of the decoder's.
-func yamlError(name string, root *yaml.Node, err error, durations map[int]*Error) error {
+// yamlError turns the YAML decoder's errors into Errors with lines, a bad
+// duration's by rule and field, with what to write instead.
+func yamlError(name string, root *yaml.Node, err error) error {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
 		// A value's own parser (scope, algorithm, intent, fail mode)
@@ -246,6 +206,7 @@ func yamlError(name string, root *yaml.Node, err error, durations map[int]*Error
 		}
 		return &Error{File: name, Line: line, Msg: msg}
 	}
+	durations := strictyaml.BadDurations(root, te)
 	var errs Errors
 	for _, s := range te.Errors {
 		e := &Error{File: name, Msg: s}
@@ -253,9 +214,12 @@ func yamlError(name string, root *yaml.Node, err error, durations map[int]*Error
 			e.Line, _ = strconv.Atoi(m[1])
 			e.Msg = m[2]
 		}
-		if d, ok := durations[e.Line]; ok && e.Line > 0 {
-			d.File = name
-			e = d
+		if d, ok := durations[e.Line]; ok {
+			e.Field, e.Msg = d.Path, d.Err.Error()
+			if m := itemPath.FindStringSubmatch(d.Path); m != nil && m[2] != "" {
+				i, _ := strconv.Atoi(m[1])
+				e.Rule, e.Field = ruleName(root, i), m[2]
+			}
 		}
 		if m := unknownField.FindStringSubmatch(e.Msg); m != nil {
 			e.Field, e.Msg = m[1], "unknown field"

@@ -252,6 +252,7 @@ func (c *Coordinator) startRaft() (err error) {
 		if err := f.Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 			return fmt.Errorf("coordinator: bootstrap: %w", err)
 		}
+		c.log.Warn("bootstrapped a new one-member cluster: its data dir was empty; if this member belonged to a cluster of several and lost its disk, this is a second cluster: stop it and see " + datadir.RunbookLostDisk + " (several members are formed with --bootstrap-expect)")
 	}
 	return nil
 }

@@ -216,6 +216,15 @@ func TestRecoverLostQuorum(t *testing.T) {
 	for _, c := range nodes {
 		stop(c)
 	}
+	for i, cfg := range cfgs {
+		in, err := Inspect(cfg.DataDir, cfg.NodeID, 1)
+		if err != nil {
+			t.Fatalf("Inspect %s: %v", cfg.NodeID, err)
+		}
+		if in.LastIndex == 0 || in.LastTerm == 0 || len(in.Members) != 3 || in.ClusterID != cid || in.State != "existing" {
+			t.Fatalf("Inspect %d: %+v", i, in)
+		}
+	}
 	for _, i := range []int{1, 2} {
 		wipeRaftState(t, cfgs[i].DataDir, false)
 	}

@@ -25,6 +25,7 @@ Administers the coordinator cluster.
 
   recover            offline: make a surviving member a one-member cluster
                      when a quorum is lost for good
+  inspect            offline: what a stopped member's data dir holds
 
 The first three need the admin token when the cluster has one: a token
 file (--token-file, ALLOT_TOKEN_FILE) or ALLOT_ADMIN_TOKEN. Run 'allot
@@ -36,6 +37,7 @@ func runCluster(ctx context.Context, e *env) error {
 		{"backup", runClusterBackup},
 		{"restore", runClusterRestore},
 		{"recover", runClusterRecover},
+		{"inspect", runClusterInspect},
 	})
 }
 

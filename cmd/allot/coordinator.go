@@ -62,6 +62,8 @@ func runCoordinator(ctx context.Context, e *env) error {
 	f.DurationVar(&cfg.BillingWindow, "billing-window", coordinator.DefaultBillingWindow, "the ledger's window: whole seconds from 1s to 24h dividing a day (e.g. 1m, 15m, 1h, 24h); fixed by a cluster's first leader")
 	f.DurationVar(&cfg.AgentTimeout, "agent-timeout", coordinator.DefaultAgentTimeout, "how long billing windows wait for a silent agent before they are final")
 	f.DurationVar(&cfg.LedgerRetention, "ledger-retention", coordinator.DefaultLedgerRetention, "delete final ledger windows older than this (at least --agent-timeout; negative keeps everything; see docs/billing.md for the memory it costs)")
+	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", 8192, "Raft log entries between snapshots (Raft keeps at least 1024 entries behind the newest snapshot)")
+	f.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", 2*time.Minute, "how often Raft checks whether a snapshot is due")
 	f.IntVar(&cfg.MaxReportBytes, "max-report-bytes", coordinator.DefaultMaxReportBytes, "refuse agent reports larger than this")
 	f.IntVar(&cfg.MaxReportKeys, "max-report-keys", coordinator.DefaultMaxReportKeys, "refuse agent reports with more keys than this")
 	lf.register(f)

@@ -23,6 +23,21 @@ func shortConfig() config {
 	cfg.outage, cfg.outageRecover = 8*time.Second, 5*time.Second
 	cfg.flood = 10_000
 	cfg.maxLines = 25
+	cfg.storage = storageConfig{}
+	return cfg
+}
+
+// storageConfig is the short run of the storage phases alone: a damaged
+// and a truncated raft.db, a damaged snapshot, the leader's disk lost
+// while the others are stopped, a full disk (as root), and a quorum lost
+// for good, under a light load.
+func storageShortConfig() config {
+	cfg := shortConfig()
+	cfg.timeout = 7 * time.Minute
+	cfg.kills, cfg.pauses, cfg.outage, cfg.flood, cfg.hostile, cfg.envoys = 0, 0, 0, 0, false, 0
+	cfg.killGap = 2 * time.Second
+	cfg.storage = allStorage()
+	cfg.storage.lostDiskHold, cfg.storage.fullHold = 8*time.Second, 5*time.Second
 	return cfg
 }
 
@@ -48,6 +63,31 @@ func TestChaosShort(t *testing.T) {
 	}
 	if !h.passed {
 		t.Errorf("%s units lost, %s double-counted, %d answers the harness could not account for (see the log above)", v.lost, v.double, h.anomalies)
+	}
+}
+
+// TestChaosStorageShort runs the storage phases against real allot
+// processes: each must refuse, fall back or rejoin as the runbook says,
+// and the ledger must equal what the sidecars answered (less at most what
+// the lost quorum's survivor never received).
+func TestChaosStorageShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts six allot processes for about two minutes")
+	}
+	cfg, err := parseFlags(strings.Fields(os.Getenv("CHAOS_FLAGS")), io.Discard, storageShortConfig())
+	if err != nil {
+		t.Fatalf("CHAOS_FLAGS: %v", err)
+	}
+	h := newHarness(cfg, &fleet.LineWriter{Line: func(s string) { t.Log(s) }})
+	t.Cleanup(h.close)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	v, err := h.run(ctx)
+	if err != nil {
+		t.Fatalf("chaos run: %v", err)
+	}
+	if !h.passed {
+		t.Errorf("%s units lost (at most %s allowed), %s double-counted, %d answers the harness could not account for (see the log above)", v.lost, h.lostAllowed, v.double, h.anomalies)
 	}
 }
 

@@ -112,6 +112,12 @@ type verdict struct {
 
 func (v *verdict) pass() bool { return v.lost.Sign() == 0 && v.double.Sign() == 0 }
 
+// passWithin passes with at most allowed units lost: those a recovery from
+// a lost quorum may lose, and only those.
+func (v *verdict) passWithin(allowed *big.Int) bool {
+	return v.lost.Cmp(allowed) <= 0 && v.double.Sign() == 0
+}
+
 // compare compares, per tenant and rule, the units the sidecars answered
 // with the ledger: lost is what was answered and is missing, double what
 // the ledger holds beyond it.

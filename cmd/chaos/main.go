@@ -52,11 +52,12 @@ type config struct {
 	longTenantSidecar     int
 	envoys                int
 	maxLines              int
+	storage               storageConfig
 }
 
 func defaultConfig() config {
 	return config{
-		seed: 1, timeout: 9*time.Minute + 30*time.Second,
+		seed: 1, timeout: 15 * time.Minute,
 		workers: 24, rate: 1500, maxRequests: 2_000_000, steadyTenants: 20, newTenantRate: 0.04,
 		reportInterval: 250 * time.Millisecond, billingWindow: time.Minute,
 		warmup: 10 * time.Second, cooldown: 10 * time.Second,
@@ -64,6 +65,7 @@ func defaultConfig() config {
 		pauses: 2, pause: 8 * time.Second, pauseGap: 6 * time.Second,
 		outage: 40 * time.Second, outageRecover: 10 * time.Second,
 		flood: 30_000, hostile: true, longTenantSidecar: 3, maxLines: 40, envoys: 3,
+		storage: allStorage(),
 	}
 }
 
@@ -102,6 +104,14 @@ func parseFlags(args []string, stderr io.Writer, base config) (config, error) {
 	fs.IntVar(&cfg.longTenantSidecar, "long-tenant-sidecar", cfg.longTenantSidecar, "send the over-long tenant to this sidecar (1–3; 0: to none)")
 	fs.DurationVar(&cfg.cooldown, "cooldown", cfg.cooldown, "traffic after the last fault")
 	fs.IntVar(&cfg.maxLines, "max-lines", cfg.maxLines, "mismatching lines printed (all are written to a file)")
+	fs.BoolVar(&cfg.storage.damagedPages, "damaged-pages", cfg.storage.damagedPages, "overwrite pages of a follower's raft.db: it must refuse to start, then rejoin once the runbook is followed")
+	fs.BoolVar(&cfg.storage.truncated, "truncated", cfg.storage.truncated, "truncate a follower's raft.db: as -damaged-pages")
+	fs.BoolVar(&cfg.storage.damagedSnapshot, "damaged-snapshot", cfg.storage.damagedSnapshot, "damage a follower's newest snapshot: it must fall back to the older one")
+	fs.BoolVar(&cfg.storage.lostDisk, "lost-disk", cfg.storage.lostDisk, "remove the leader's data dir and restart it while the others are stopped: it must never lead")
+	fs.DurationVar(&cfg.storage.lostDiskHold, "lost-disk-hold", cfg.storage.lostDiskHold, "how long the member that lost its disk runs alone")
+	fs.BoolVar(&cfg.storage.diskFull, "disk-full", cfg.storage.diskFull, "fill a member's data dir (a 64 MiB tmpfs; needs root) to ENOSPC under load")
+	fs.DurationVar(&cfg.storage.fullHold, "full-hold", cfg.storage.fullHold, "how long the disk stays full")
+	fs.BoolVar(&cfg.storage.lostQuorum, "lost-quorum", cfg.storage.lostQuorum, "SIGKILL the leader and a follower, remove their data, recover the third with allot cluster recover, add two fresh members")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}

@@ -99,6 +99,9 @@ type Options struct {
 	LockWait time.Duration
 	// Logger receives the snapshot store's logs; nil discards them.
 	Logger hclog.Logger
+	// ReadOnly opens the Raft store read-only, beside a process that may
+	// hold it (allot cluster inspect); a missing directory is an error.
+	ReadOnly bool
 }
 
 // Store is an opened, checked data directory.
@@ -188,10 +191,14 @@ func Open(o Options) (*Store, error) {
 	default:
 		s.State = Fresh
 	}
-	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+	if o.ReadOnly {
+		if !hasDB {
+			return nil, &Error{Path: dbPath, Problem: "is missing or empty: there is no Raft state to read", Runbook: RunbookLostDisk, kind: ErrLostLog}
+		}
+	} else if err := os.MkdirAll(o.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("datadir: %w", err)
 	}
-	s.Log, err = raftboltdb.New(raftboltdb.Options{Path: dbPath, BoltOptions: &bbolt.Options{Timeout: o.LockWait}})
+	s.Log, err = raftboltdb.New(raftboltdb.Options{Path: dbPath, BoltOptions: &bbolt.Options{Timeout: o.LockWait, ReadOnly: o.ReadOnly}})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return nil, inUse(dbPath, o.Dir)
 	}
@@ -220,7 +227,7 @@ func (s *Store) pickSnapshot(snaps []snapshotInfo, info storeInfo) error {
 			chosen = i
 			break
 		}
-		bad = append(bad, fmt.Sprintf("%s (index %d): %s", sn.id, sn.index, sn.problem))
+		bad = append(bad, fmt.Sprintf("snapshot %s (index %d) is damaged: %s", sn.id, sn.index, sn.problem))
 	}
 	root := filepath.Join(s.Dir, snapshotsDir)
 	if chosen < 0 {
@@ -237,7 +244,7 @@ func (s *Store) pickSnapshot(snaps []snapshotInfo, info storeInfo) error {
 		return &Error{Path: root, Problem: fmt.Sprintf("cannot be fallen back on: the newest intact snapshot, %s, ends at entry %d, but the log starts at entry %d (the damaged newer ones held the entries between: %s)", sn.id, sn.index, info.first, strings.Join(bad, "; ")), Runbook: RunbookCorrupt, kind: ErrCorrupt}
 	}
 	for _, b := range bad {
-		s.Warnings = append(s.Warnings, fmt.Sprintf("snapshot %s is damaged; falling back to the older %s (index %d), then the log", b, sn.id, sn.index))
+		s.Warnings = append(s.Warnings, fmt.Sprintf("%s; falling back to the older %s (index %d), then the log", b, sn.id, sn.index))
 	}
 	s.SnapshotIndex = sn.index
 	return nil

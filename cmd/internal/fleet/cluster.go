@@ -20,6 +20,7 @@ type Coordinator struct {
 	*Proc
 	ID                   string
 	Raft, GRPC, HTTPAddr string
+	DataDir              string
 	scheme               string
 }
 
@@ -52,6 +53,11 @@ type Options struct {
 	// MaxNewNodesPerMinute, when set, is the coordinators' bound on new
 	// node IDs a minute.
 	MaxNewNodesPerMinute int
+	// SnapshotThreshold and SnapshotInterval, when set, tune the
+	// coordinators' Raft snapshots (--snapshot-threshold,
+	// --snapshot-interval), so that a run has snapshots to damage.
+	SnapshotThreshold int
+	SnapshotInterval  time.Duration
 }
 
 // Cluster is three coordinators and the sidecars, on loopback.
@@ -101,8 +107,8 @@ func New(o Options) (*Cluster, error) {
 		scheme = "https"
 	}
 	for i, id := range coordIDs {
-		co := &Coordinator{ID: id, Raft: addr(3 * i), GRPC: addr(3*i + 1), HTTPAddr: addr(3*i + 2), scheme: scheme}
-		args := []string{"coordinator", "--node-id", id, "--data-dir", filepath.Join(dir, "data", id),
+		co := &Coordinator{ID: id, Raft: addr(3 * i), GRPC: addr(3*i + 1), HTTPAddr: addr(3*i + 2), DataDir: filepath.Join(dir, "data", id), scheme: scheme}
+		args := []string{"coordinator", "--node-id", id, "--data-dir", co.DataDir,
 			"--raft-addr", co.Raft, "--grpc-addr", co.GRPC, "--http-addr", co.HTTPAddr, "--rules", o.RulesPath}
 		if c.Creds != nil {
 			args = append(args, c.Creds.coordinatorArgs(id)...)
@@ -119,12 +125,16 @@ func New(o Options) (*Cluster, error) {
 		if o.LeaseTTL > 0 {
 			args = append(args, "--lease-ttl", o.LeaseTTL.String())
 		}
-		if i == 0 {
-			args = append(args, "--bootstrap")
-		} else {
-			// Any member will do; a restarted member ignores --join.
-			args = append(args, "--join", strings.Join(grpcs[:i], ","))
+		if o.SnapshotThreshold > 0 {
+			args = append(args, "--snapshot-threshold", strconv.Itoa(o.SnapshotThreshold))
 		}
+		if o.SnapshotInterval > 0 {
+			args = append(args, "--snapshot-interval", o.SnapshotInterval.String())
+		}
+		// The same flags on every member, as deploy/ starts them: they
+		// form the cluster once all three have found each other, and a
+		// member restarted with or without its data rejoins it.
+		args = append(args, "--bootstrap-expect", strconv.Itoa(members), "--join", strings.Join(grpcs, ","))
 		co.Proc = &Proc{Name: id, Bin: o.Bin, Args: args, LogPath: filepath.Join(dir, "logs", id+".log")}
 		c.Coords = append(c.Coords, co)
 	}
@@ -143,17 +153,11 @@ func New(o Options) (*Cluster, error) {
 	return c, nil
 }
 
-// Start starts the coordinators (the first bootstraps, the others join
-// once it leads) and then the sidecars, and waits until every member is a
-// voter and every sidecar has rules.
+// Start starts the coordinators, which form the cluster together, and
+// then the sidecars, and waits until every member is a voter and every
+// sidecar has rules.
 func (c *Cluster) Start(ctx context.Context) error {
-	if err := c.Coords[0].Start(); err != nil {
-		return err
-	}
-	if _, err := c.WaitLeader(ctx, 60*time.Second); err != nil {
-		return err
-	}
-	for _, co := range c.Coords[1:] {
+	for _, co := range c.Coords {
 		if err := co.Start(); err != nil {
 			return err
 		}
@@ -216,6 +220,31 @@ func (c *Cluster) Status(ctx context.Context, co *Coordinator) (*MemberStatus, e
 		return nil, fmt.Errorf("%s status: %w", co.ID, err)
 	}
 	return &st, nil
+}
+
+// ReportsAnswered is the reports a member has answered (its
+// allot_coordinator_reports_total{result="ok"}).
+func (c *Cluster) ReportsAnswered(ctx context.Context, co *Coordinator) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, co.URL("/metrics"), nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return 0, err
+	}
+	const series = `allot_coordinator_reports_total{result="ok"} `
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, series); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, nil
 }
 
 // FindLeader asks every running, unpaused member for its status and

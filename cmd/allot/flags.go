@@ -54,7 +54,13 @@ func newFlags(e *env, cmd, synopsis, about string) *flags {
 	return f
 }
 
+// firstFlag is the flag --help gives as its example of the environment:
+// --token-file where there is one (the way to present a token that the
+// docs recommend), else the first flag.
 func firstFlag(fs *flag.FlagSet) string {
+	if fs.Lookup("token-file") != nil {
+		return "token-file"
+	}
 	name := "config"
 	fs.VisitAll(func(f *flag.Flag) {
 		if name == "config" && f.Name != "config" {

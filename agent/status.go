@@ -36,8 +36,8 @@ type Status struct {
 	// RulesReady is set when RulesSource is cluster or static: the gauge
 	// allot_agent_rules_ready.
 	RulesReady bool `json:"rules_ready"`
-	// UntilRules is a coordinated agent's start-up policy: closed, open
-	// or static.
+	// UntilRules is the start-up policy of an agent taking the
+	// cluster's rules: closed, open or static.
 	UntilRules string `json:"until_rules,omitempty"`
 	// ReportsRefused is set while the coordinators refuse the agent's
 	// reports for its credential: the cause, and what to fix.
@@ -83,8 +83,10 @@ func (a *Agent) Status() Status {
 			}
 		}
 	}
-	if a.rep != nil {
+	if a.rep != nil && len(a.cfg.Rules) == 0 {
 		st.UntilRules = a.cfg.UntilRules.String()
+	}
+	if a.rep != nil {
 		st.ReportsRefused = a.rep.refusal.Load()
 		if e := a.rep.lastError.Load(); e != nil {
 			st.ReportError = *e

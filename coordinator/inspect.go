@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -80,6 +81,9 @@ func Inspect(dir, nodeID string, after uint64) (*Inspection, error) {
 	var l raft.Log
 	for i := st.FirstIndex; st.LastIndex > 0 && i <= st.LastIndex; i++ {
 		if err := st.Log.GetLog(i, &l); err != nil {
+			if errors.Is(err, raft.ErrLogNotFound) && i <= st.SnapshotIndex {
+				continue // the index of a restored snapshot has no entry
+			}
 			return nil, fmt.Errorf("coordinator: reading entry %d in %s: %w", i, dir, err)
 		}
 		if l.Type == raft.LogConfiguration && i > st.SnapshotIndex {
@@ -101,7 +105,9 @@ func Inspect(dir, nodeID string, after uint64) (*Inspection, error) {
 	type key struct{ tenant, rule string }
 	sums := map[key]*allotpb.UsageCount{}
 	for i := max(st.FirstIndex, after+1); st.LastIndex > 0 && i <= st.LastIndex; i++ {
-		if err := st.Log.GetLog(i, &l); err != nil {
+		if err := st.Log.GetLog(i, &l); errors.Is(err, raft.ErrLogNotFound) && i <= st.SnapshotIndex {
+			continue
+		} else if err != nil {
 			return nil, fmt.Errorf("coordinator: reading entry %d in %s: %w", i, dir, err)
 		}
 		in.LastTerm = l.Term

@@ -175,7 +175,7 @@ type storeInfo struct{ first, last, term uint64 }
 // stable store's values and every log entry, which checkEntry decodes.
 // It returns the log's span, or the problem. A panic or a memory fault in
 // bbolt while it reads is reported as a problem, not a crash.
-func checkRaftStore(path string, lockWait time.Duration, checkEntry func(*raft.Log) error) (storeInfo, string, error) {
+func checkRaftStore(path string, lockWait time.Duration, covered uint64, checkEntry func(*raft.Log) error) (storeInfo, string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return storeInfo{}, "", err
@@ -215,7 +215,7 @@ func checkRaftStore(path string, lockWait time.Duration, checkEntry func(*raft.L
 		if r.problem, r.err = walkBolt(path, lockWait); r.problem != "" || r.err != nil {
 			return
 		}
-		r.span, r.problem, r.err = scanLog(path, lockWait, checkEntry)
+		r.span, r.problem, r.err = scanLog(path, lockWait, covered, checkEntry)
 	}()
 	r := <-done
 	return r.span, r.problem, r.err
@@ -290,8 +290,10 @@ func walkBolt(path string, lockWait time.Duration) (string, error) {
 }
 
 // scanLog reads every log entry through raft-boltdb, as Raft will, and
-// checks that the indexes run without a gap and that each command decodes.
-func scanLog(path string, lockWait time.Duration, checkEntry func(*raft.Log) error) (storeInfo, string, error) {
+// checks that the indexes after covered (the snapshot Raft restores) run
+// without a gap and that each command decodes. Entries up to covered may
+// be missing: Raft leaves the index of a restored snapshot without one.
+func scanLog(path string, lockWait time.Duration, covered uint64, checkEntry func(*raft.Log) error) (storeInfo, string, error) {
 	store, err := raftboltdb.New(raftboltdb.Options{Path: path, BoltOptions: &bbolt.Options{ReadOnly: true, Timeout: lockWait}})
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return storeInfo{}, "", errInUse
@@ -322,6 +324,9 @@ func scanLog(path string, lockWait time.Duration, checkEntry func(*raft.Log) err
 	var l raft.Log
 	for i := span.first; i <= span.last; i++ {
 		if err := store.GetLog(i, &l); err != nil {
+			if errors.Is(err, raft.ErrLogNotFound) && i <= covered {
+				continue
+			}
 			return storeInfo{}, fmt.Sprintf("log entry %d (of %d to %d): %v", i, span.first, span.last, err), nil
 		}
 		if l.Index != i {

@@ -1,6 +1,7 @@
 package datadir
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -73,6 +74,10 @@ type storeLayout struct {
 	snapshotsAt []int
 	trailing    uint64
 	payload     int // bytes per entry
+	// restoreAt, when set, restores a user snapshot (as allot cluster
+	// restore does) after that many entries: Raft then leaves the
+	// snapshot's index without a log entry.
+	restoreAt int
 }
 
 // makeStore runs a one-member Raft cluster on dir with a real raft-boltdb
@@ -118,6 +123,16 @@ func makeStore(t testing.TB, dir string, lay storeLayout) {
 	for i := 1; i <= lay.entries; i++ {
 		if err := r.Apply(append([]byte(fmt.Sprintf("e%d ", i)), pad...), time.Second).Error(); err != nil {
 			t.Fatal(err)
+		}
+		if i == lay.restoreAt {
+			var b bytes.Buffer
+			for _, e := range []string{"restored"} {
+				b.WriteByte(byte(len(e)))
+				b.WriteString(e)
+			}
+			if err := r.Restore(&raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: int64(b.Len())}, &b, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if next < len(lay.snapshotsAt) && i == lay.snapshotsAt[next] {
 			if err := r.Snapshot().Error(); err != nil {

@@ -151,12 +151,28 @@ func Open(o Options) (*Store, error) {
 		return nil, &Error{Path: filepath.Join(o.Dir, identityFile), Problem: fmt.Sprintf("says this is the data of node %q, not %q: start %q with it, or give %q a data dir of its own", id.NodeID, o.NodeID, id.NodeID, o.NodeID), Runbook: RunbookLostDisk, kind: ErrIdentity}
 	}
 	dbPath := filepath.Join(o.Dir, raftDB)
+	// Snapshots first: the log may lack entries a snapshot covers (Raft
+	// leaves the index of a restored snapshot without an entry).
+	snaps, skipped, err := checkSnapshots(o.Dir, o.RetainSnapshots)
+	if err != nil {
+		return nil, fmt.Errorf("datadir: listing snapshots: %w", err)
+	}
+	for _, sk := range skipped {
+		s.Warnings = append(s.Warnings, fmt.Sprintf("snapshot %s is ignored: %s", sk.dir, sk.problem))
+	}
+	covered := uint64(0)
+	for _, sn := range snaps {
+		if sn.problem == "" {
+			covered = sn.index
+			break
+		}
+	}
 	var info storeInfo
 	hasDB := false
 	if st, err := os.Stat(dbPath); err == nil && st.Size() > 0 {
 		hasDB = true
 		var problem string
-		info, problem, err = checkRaftStore(dbPath, o.LockWait, o.CheckEntry)
+		info, problem, err = checkRaftStore(dbPath, o.LockWait, covered, o.CheckEntry)
 		if errors.Is(err, errInUse) {
 			return nil, inUse(dbPath, o.Dir)
 		}
@@ -168,13 +184,6 @@ func Open(o Options) (*Store, error) {
 		}
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("datadir: %w", err)
-	}
-	snaps, skipped, err := checkSnapshots(o.Dir, o.RetainSnapshots)
-	if err != nil {
-		return nil, fmt.Errorf("datadir: listing snapshots: %w", err)
-	}
-	for _, sk := range skipped {
-		s.Warnings = append(s.Warnings, fmt.Sprintf("snapshot %s is ignored: %s", sk.dir, sk.problem))
 	}
 	if err := s.pickSnapshot(snaps, info); err != nil {
 		return nil, err

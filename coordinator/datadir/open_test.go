@@ -235,6 +235,21 @@ func TestOpenRefusesAFallbackWithAGap(t *testing.T) {
 	wantError(t, dir, ErrCorrupt, filepath.Join(dir, snapshotsDir), "cannot be fallen back on")
 }
 
+// TestOpenAfterAUserRestore: Raft leaves the index of a restored snapshot
+// without a log entry; that is no gap.
+func TestOpenAfterAUserRestore(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	makeStore(t, dir, storeLayout{entries: 40, restoreAt: 20, trailing: 10_000, payload: 10})
+	s := mustOpen(t, dir)
+	if s.State != Existing || s.SnapshotIndex == 0 || s.LastIndex <= s.SnapshotIndex {
+		t.Fatalf("state %v, snapshot %d, last %d", s.State, s.SnapshotIndex, s.LastIndex)
+	}
+	s.Close()
+	if fsm := restoreWithRaft(t, dir); len(fsm.entries) != 21 || fsm.entries[0] != "restored" {
+		t.Fatalf("restored %d entries: %q", len(fsm.entries), fsm.entries[:min(3, len(fsm.entries))])
+	}
+}
+
 func TestOpenInUse(t *testing.T) {
 	dir := copyDir(t, goodStore(t))
 	s := mustOpen(t, dir)

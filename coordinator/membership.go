@@ -36,8 +36,8 @@ func (c *Coordinator) joinCluster(ctx context.Context) {
 		// What it holds now, not at start: a member that was replicated to
 		// (or bootstrapped) since has state, and asks as one that has.
 		state := c.dataState()
-		if state == allotpb.DataState_DATA_STATE_EXISTING && c.votesInOwnConfig() {
-			return // a restart, or formed with the others: nothing to ask
+		if state == allotpb.DataState_DATA_STATE_EXISTING && c.votesInOwnConfig() && c.addressesRecorded() {
+			return // a restart: a voter whose addresses the cluster has
 		}
 		req := &allotpb.JoinRequest{
 			Id: c.cfg.NodeID, RaftAddress: c.raftAddr, GrpcAddress: c.AdvertisedGRPCAddr(), HttpAddress: c.cfg.advertised(c.HTTPAddr()),
@@ -125,6 +125,17 @@ func (c *Coordinator) votesInOwnConfig() bool {
 		}
 	}
 	return false
+}
+
+// addressesRecorded reports whether the replicated member records hold
+// this member's current addresses: members that formed the cluster
+// together are in its configuration without having joined, and record
+// their gRPC and HTTP addresses by joining once.
+func (c *Coordinator) addressesRecorded() bool {
+	var rec *allotpb.Member
+	c.fsm.read(func(s *state) { rec = s.members[c.cfg.NodeID] })
+	me := c.selfMember()
+	return rec != nil && rec.GetGrpcAddress() == me.GetGrpcAddress() && rec.GetHttpAddress() == me.GetHttpAddress() && rec.GetRaftAddress() == me.GetRaftAddress()
 }
 
 func isVoter(members []*allotpb.Member, id string) bool {

@@ -50,7 +50,7 @@ func runCoordinator(ctx context.Context, e *env) error {
 	f.BoolVar(&cfg.Global, "global", false, "this cluster is the parent of regions' clusters: it divides every rule's whole limit among the regions that report to it")
 	f.StringVar(&cfg.RulesFile, "rules", "", "rules file the leader installs when it differs from the replicated rules")
 	f.StringVar(&cfg.AuthTokensFile, "auth-tokens", "", "tokens file: the bearer tokens accepted, with their roles (docs/security.md); re-read when it changes")
-	f.StringVar(&cfg.AdminToken, "admin-token", "", "one admin bearer token, accepted besides --auth-tokens (prefer ALLOT_ADMIN_TOKEN)")
+	f.StringVar(&cfg.AdminToken, "admin-token", "", "one admin bearer token accepted besides --auth-tokens; a value shows in ps and shell history: prefer an admin entry in the --auth-tokens file (or ALLOT_ADMIN_TOKEN)")
 	f.BoolVar(&cfg.Insecure, "insecure", false, "allow listening beyond loopback with no credential configured: anyone who reaches it may write the ledger")
 	f.BoolVar(&cfg.RaftPrivateNetwork, "raft-private-network", false, "the --raft-addr is reachable by members only; needed for a non-loopback Raft address without mutual TLS (--ca)")
 	f.BoolVar(&cfg.MetricsNeedAuth, "metrics-auth", false, "/metrics needs the reader role too (health endpoints stay open)")
@@ -97,7 +97,7 @@ func runCoordinator(ctx context.Context, e *env) error {
 	}
 	var de *datadir.Error
 	if errors.As(err, &de) || errors.Is(err, coordinator.ErrWouldSplit) {
-		return err // one line naming the file, the problem and the runbook
+		return &refusedError{err} // one line naming the file, the problem and the runbook
 	}
 	if err != nil {
 		return fmt.Errorf("starting: %w", err)
@@ -114,5 +114,8 @@ func runCoordinator(ctx context.Context, e *env) error {
 	if err := c.Close(closeCtx); err != nil {
 		return err
 	}
-	return c.Err()
+	if err := c.Err(); err != nil {
+		return &refusedError{err}
+	}
+	return nil
 }

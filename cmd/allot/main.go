@@ -27,7 +27,18 @@ const (
 	exitOK      = 0
 	exitFailure = 1
 	exitUsage   = 2
+	// exitRefused: a coordinator that must not run as it is (damaged
+	// storage, a removed member, a second cluster in the making):
+	// restarting it changes nothing, so service managers should not
+	// (deploy/systemd has RestartPreventExitStatus=3).
+	exitRefused = 3
 )
+
+// refusedError is an error that ends with exitRefused.
+type refusedError struct{ err error }
+
+func (e *refusedError) Error() string { return e.err.Error() }
+func (e *refusedError) Unwrap() error { return e.err }
 
 // env is what a command runs with: its arguments, its streams and the
 // process environment, passed in so tests can run commands in-process.
@@ -98,9 +109,13 @@ func run(ctx context.Context, e *env) int {
 // report prints a command's error and returns its exit code.
 func report(w io.Writer, name string, err error) int {
 	var ue *usageError
+	var re *refusedError
 	switch {
 	case err == nil:
 		return exitOK
+	case errors.As(err, &re):
+		fmt.Fprintf(w, "allot %s: %v\n", name, re.err)
+		return exitRefused
 	case errors.Is(err, errHelp):
 		return exitOK
 	case errors.As(err, &ue):

@@ -463,8 +463,9 @@ func startAndExpectExit(co *fleet.Coordinator, within time.Duration) (string, er
 		co.Kill()
 		return out, fmt.Errorf("%s started on a damaged store instead of refusing it (see %s)", co.ID, co.LogPath)
 	}
-	if err == nil {
-		return out, fmt.Errorf("%s exited with status 0 on a damaged store", co.ID)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		return out, fmt.Errorf("%s exited with %v on a damaged store, want status 3 (refused: do not restart)", co.ID, err)
 	}
 	return out, nil
 }

@@ -12,6 +12,7 @@ func TestHelpPrefersTokenFiles(t *testing.T) {
 	for _, args := range [][]string{
 		{"rules", "--help"}, {"rules", "get", "--help"}, {"rules", "put", "--help"}, {"rules", "delete", "--help"},
 		{"status", "--help"}, {"usage", "--help"},
+		{"cluster", "--help"}, {"cluster", "remove", "--help"}, {"cluster", "backup", "--help"}, {"cluster", "restore", "--help"},
 	} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			code, stdout, _ := runIn(t, nil, args...)

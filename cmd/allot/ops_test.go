@@ -751,8 +751,15 @@ func TestOpsInProcess(t *testing.T) {
 		if code, stdout, _ = runIn(t, nil, "usage", "--coordinator", dr.addr, "--from", "2h", "--format", "csv"); code != exitOK || !strings.Contains(stdout, ",acme,quota,eu,3,1,") {
 			t.Errorf("ledger after restore: exit %d\n%s", code, stdout)
 		}
+		// dr-1 has state now: a second restore must name it, and a file
+		// that is no backup is refused even so.
 		garbage := writeTemp(t, "garbage.snap", "not a backup")
-		if code, _, stderr = runIn(t, nil, "cluster", "restore", garbage, "--coordinator", dr.addr); code != exitUsage || !strings.Contains(stderr, "not a valid backup") {
+		code, _, stderr = runIn(t, nil, "cluster", "restore", garbage, "--coordinator", dr.addr)
+		force := regexp.MustCompile(`--force ([0-9a-f]{32})`).FindStringSubmatch(stderr)
+		if code != exitFailure || force == nil {
+			t.Fatalf("restoring over state without --force: exit %d, %q", code, stderr)
+		}
+		if code, _, stderr = runIn(t, nil, "cluster", "restore", garbage, "--force", force[1], "--coordinator", dr.addr); code != exitUsage || !strings.Contains(stderr, "not a valid backup") {
 			t.Errorf("restoring garbage: exit %d, %q", code, stderr)
 		}
 		code, _, stderr = runIn(t, admin, "cluster", "remove", "eu-9", "--coordinator", eu.addr)

@@ -223,6 +223,12 @@ func TestOperationsDocExamples(t *testing.T) {
 	}
 	checkDocOutput(t, doc, "removed-log", lineWith(removed, "[ERROR]", "must be stopped"), seen)
 
+	// Restarted with its old data, it is refused again and stops.
+	code, o, e := runAllot(t, env, args(victim)...)
+	if code != 3 || !strings.Contains(o+e, "must be stopped") {
+		t.Fatalf("the removed member restarted with its old data: exit %d\n%s%s", code, o, e)
+	}
+
 	// Add it back: an empty data dir, the same flags. It joins without a
 	// vote and is promoted once it has caught up.
 	if err := os.RemoveAll(dirs[victim]); err != nil {
@@ -231,7 +237,8 @@ func TestOperationsDocExamples(t *testing.T) {
 	procs[victim] = startProcess(t, env, fmt.Sprintf("c%d", victim+1), args(victim)...)
 	eventually(t, "the member added back to be a voter", procs, func() (bool, string) {
 		code, out := status(grpcs[0])
-		return code == 0 && strings.Count(out, " yes ") == 3 && !strings.Contains(out, "unknown"), out
+		return code == 0 && strings.Count(out, " yes ") == 3 && !strings.Contains(out, "unknown") &&
+			lineWith(procs[victim].out.String(), "a voting member of the cluster") != "", out
 	})
 	li := int(leader[1] - '1')
 	checkDocOutput(t, doc, "add-member", strings.Join([]string{
@@ -246,7 +253,7 @@ func TestOperationsDocExamples(t *testing.T) {
 	_ = procs[other].cmd.Process.Kill()
 	<-procs[other].done
 	damageRootAndFreelist(t, filepath.Join(dirs[other], "raft.db"))
-	code, o, e := runAllot(t, env, args(other)...)
+	code, o, e = runAllot(t, env, args(other)...)
 	if code != 3 {
 		t.Fatalf("a damaged store started, or exited %d: %s%s", code, o, e)
 	}

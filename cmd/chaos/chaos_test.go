@@ -115,3 +115,63 @@ func TestMatches(t *testing.T) {
 		t.Errorf("search: %b", m)
 	}
 }
+
+func TestLevels(t *testing.T) {
+	ramp := func(n int, f func(i int) float64) []float64 {
+		out := make([]float64, n)
+		for i := range out {
+			out[i] = f(i)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name  string
+		vals  []float64
+		limit float64
+		slack float64
+		ok    bool
+	}{
+		{"flat", ramp(40, func(int) float64 { return 100 }), 1.25, 0, true},
+		{"warms up, then flat", ramp(40, func(i int) float64 { return 100 + 50*min(float64(i), 8)/8 }), 1.25, 0, true},
+		{"noisy but flat", ramp(40, func(i int) float64 { return 100 + float64(i%5) }), 1.25, 0, true},
+		{"doubles", ramp(40, func(i int) float64 { return 100 + 10*float64(i) }), 1.25, 0, false},
+		{"grows within the slack", ramp(40, func(i int) float64 { return 10 + float64(i)/4 }), 1.25, 20, true},
+		{"too few samples", []float64{1, 2, 3}, 1.25, 0, true},
+	} {
+		if _, ok := levels(tc.vals, tc.limit, tc.slack); ok != tc.ok {
+			t.Errorf("%s: levels = %v, want %v", tc.name, ok, tc.ok)
+		}
+	}
+}
+
+// soakShortConfig is the soak's short run for make test: four minutes,
+// the leader killed twice, every process sampled every two seconds.
+func soakShortConfig() config {
+	cfg := shortConfig()
+	cfg.soak = soakConfig{duration: 4 * time.Minute, killEvery: 100 * time.Second, every: 2 * time.Second, snapshotThreshold: 1024}
+	cfg.envoys = 0
+	return cfg
+}
+
+// TestSoakShort runs the soak briefly: every process sampled, the leader
+// killed twice, every series levelling off and the ledger exact.
+func TestSoakShort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs six allot processes for four minutes")
+	}
+	cfg, err := parseFlags(strings.Fields(os.Getenv("CHAOS_FLAGS")), io.Discard, soakShortConfig())
+	if err != nil {
+		t.Fatalf("CHAOS_FLAGS: %v", err)
+	}
+	h := newHarness(cfg, &fleet.LineWriter{Line: func(s string) { t.Log(s) }})
+	t.Cleanup(h.close)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	v, err := h.run(ctx)
+	if err != nil {
+		t.Fatalf("soak run: %v", err)
+	}
+	if !h.passed {
+		t.Errorf("soak: levels off %v; %s units lost, %s double-counted (see the log above)", h.soakOK, v.lost, v.double)
+	}
+}

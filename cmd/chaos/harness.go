@@ -41,7 +41,12 @@ type harness struct {
 	// full-disk phase.
 	tmpfs      bool
 	fullMember int
-	once       sync.Once
+	// soakOK is whether every series of a soak levelled off; exported
+	// holds the final windows a soak's billing job read before retention
+	// deleted them.
+	soakOK   bool
+	exported *exportedLines
+	once   sync.Once
 }
 
 func newHarness(cfg config, out io.Writer) *harness {
@@ -96,7 +101,18 @@ func (h *harness) run(ctx context.Context) (*verdict, error) {
 			ld.finish()
 		}
 	}()
-	hostile, err := h.faults(ctx, ld, client)
+	var hostile *tally
+	if cfg.soak.duration > 0 {
+		// The billing job reads until the ledger is settled below.
+		h.exported = &exportedLines{}
+		ectx, stopExport := context.WithCancel(ctx)
+		defer stopExport()
+		go h.exportFinals(ectx)
+		hostile = newTally(len(h.cl.Sidecars), len(client.rules.defs))
+		err = h.soak(ctx)
+	} else {
+		hostile, err = h.faults(ctx, ld, client)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +146,7 @@ func (h *harness) run(ctx context.Context) (*verdict, error) {
 	envoysOK := h.envoyVerdict(envoys, led, rules)
 	v := compare(got, led, rules)
 	h.report(got, v, rules, counts)
-	h.passed, h.anomalies = v.passWithin(h.lostAllowed) && envoysOK && got.stats.anomalies == 0, got.stats.anomalies
+	h.passed, h.anomalies = v.passWithin(h.lostAllowed) && envoysOK && got.stats.anomalies == 0 && (cfg.soak.duration == 0 || h.soakOK), got.stats.anomalies
 	var wg sync.WaitGroup
 	for _, co := range h.cl.Coords {
 		wg.Go(func() {
@@ -181,6 +197,17 @@ func (h *harness) setup(ctx context.Context) error {
 	opts := fleet.Options{Bin: bin, Dir: h.dir, RulesPath: rulesPath, Sidecars: 3,
 		ReportInterval: cfg.reportInterval, LeaseTTL: cfg.leaseTTL, BillingWindow: cfg.billingWindow, Logf: h.log.logf,
 		Secure: !cfg.insecure, MaxNewNodesPerMinute: forgedNewNodes}
+	if cfg.soak.duration > 0 {
+		// Ten-second billing windows, final 20 s after they end and
+		// deleted a minute after: the ledger reaches its steady state
+		// within two, and what still grows after that is a leak. A billing
+		// job (exportFinals) keeps the final windows before they go.
+		opts.BillingWindow = 10 * time.Second
+		opts.CoordinatorArgs = []string{"--agent-timeout", "20s", "--ledger-retention", "1m"}
+		if t := cfg.soak.snapshotThreshold; t > 0 {
+			opts.SnapshotThreshold, opts.SnapshotInterval = t, 10*time.Second
+		}
+	}
 	if cfg.storage.damagedSnapshot {
 		// Snapshots every few dozen entries, so that a member soon holds
 		// two to damage one of.
@@ -193,6 +220,7 @@ func (h *harness) setup(ctx context.Context) error {
 	if cfg.storage.diskFull {
 		h.mountTmpfs()
 	}
+
 	h.log.logf("starting 3 coordinators and 3 sidecars (logs in %s)", filepath.Join(h.dir, "logs"))
 	if err := h.cl.Start(ctx); err != nil {
 		return fmt.Errorf("starting the cluster: %w", err)
@@ -361,10 +389,11 @@ func (h *harness) settledLedger(ctx context.Context, rules *ruleSet) (ledger, er
 		if h.cl.Creds != nil {
 			creds = h.cl.Creds.ClientArgs()
 		}
-		led, err := readLedger(ctx, h.cl.Coords[0].Bin, addrs, creds, rules)
+		lines, err := readLedgerLines(ctx, h.cl.Coords[0].Bin, addrs, creds)
 		if err != nil {
 			return nil, err
 		}
+		led := sumLines(h.exported.with(lines), rules)
 		if prev != nil && led.equal(prev) {
 			h.log.logf("ledger read: %d tenant/rule lines", len(led))
 			return led, nil

@@ -29,6 +29,24 @@ type ledger map[tenantRule]*units
 // readLedger exports the whole ledger with `allot usage --format jsonl`,
 // as a billing job would, asking the leader first.
 func readLedger(ctx context.Context, bin string, addrs, creds []string, rules *ruleSet) (ledger, error) {
+	lines, err := readLedgerLines(ctx, bin, addrs, creds)
+	if err != nil {
+		return nil, err
+	}
+	return sumLines(lines, rules), nil
+}
+
+// ledgerLine is one line of allot usage --format jsonl.
+type ledgerLine struct {
+	WindowStart      string `json:"window_start"`
+	Final            bool   `json:"final"`
+	Tenant, Rule     string
+	Total            bool
+	Admitted, Denied uint64
+}
+
+// readLedgerLines reads every ledger line of the last and next two days.
+func readLedgerLines(ctx context.Context, bin string, addrs, creds []string) ([]ledgerLine, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	now := time.Now().UTC()
@@ -41,22 +59,26 @@ func readLedger(ctx context.Context, bin string, addrs, creds []string, rules *r
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("allot usage: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
-	l := ledger{}
+	var lines []ledgerLine
 	dec := json.NewDecoder(&stdout)
 	for {
-		var line struct {
-			Tenant, Rule     string
-			Total            bool
-			Admitted, Denied uint64
-		}
+		var line ledgerLine
 		if err := dec.Decode(&line); err == io.EOF {
 			break
 		} else if err != nil {
 			return nil, fmt.Errorf("reading allot usage's output: %w", err)
 		}
-		if line.Total {
-			continue // a multi-region total; there is one region
+		if !line.Total { // a multi-region total; there is one region
+			lines = append(lines, line)
 		}
+	}
+	return lines, nil
+}
+
+// sumLines sums ledger lines per tenant and rule.
+func sumLines(lines []ledgerLine, rules *ruleSet) ledger {
+	l := ledger{}
+	for _, line := range lines {
 		i, ok := rules.index[line.Rule]
 		if !ok {
 			i = -1 // a rule the harness never wrote: all of it is double
@@ -70,7 +92,7 @@ func readLedger(ctx context.Context, bin string, addrs, creds []string, rules *r
 		u.adm.add(line.Admitted)
 		u.den.add(line.Denied)
 	}
-	return l, nil
+	return l
 }
 
 func (l ledger) equal(o ledger) bool {

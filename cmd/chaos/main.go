@@ -53,6 +53,7 @@ type config struct {
 	envoys                int
 	maxLines              int
 	storage               storageConfig
+	soak                  soakConfig
 }
 
 func defaultConfig() config {
@@ -66,6 +67,7 @@ func defaultConfig() config {
 		outage: 40 * time.Second, outageRecover: 10 * time.Second,
 		flood: 30_000, hostile: true, longTenantSidecar: 3, maxLines: 40, envoys: 3,
 		storage: allStorage(),
+		soak:    soakConfig{killEvery: 5 * time.Minute, every: 10 * time.Second},
 	}
 }
 
@@ -111,12 +113,25 @@ func parseFlags(args []string, stderr io.Writer, base config) (config, error) {
 	fs.DurationVar(&cfg.storage.lostDiskHold, "lost-disk-hold", cfg.storage.lostDiskHold, "how long the member that lost its disk runs alone")
 	fs.BoolVar(&cfg.storage.diskFull, "disk-full", cfg.storage.diskFull, "fill a member's data dir (a 64 MiB tmpfs; needs root) to ENOSPC under load")
 	fs.DurationVar(&cfg.storage.fullHold, "full-hold", cfg.storage.fullHold, "how long the disk stays full")
+	fs.DurationVar(&cfg.soak.duration, "soak", cfg.soak.duration, "instead of the faults: steady traffic for this long, the leader SIGKILLed every -soak-kill-every, every process sampled every -soak-sample; fails on growth that does not level off (make soak)")
+	fs.DurationVar(&cfg.soak.killEvery, "soak-kill-every", cfg.soak.killEvery, "how often the soak SIGKILLs the leader")
+	fs.DurationVar(&cfg.soak.every, "soak-sample", cfg.soak.every, "how often the soak samples every process")
 	fs.BoolVar(&cfg.storage.lostQuorum, "lost-quorum", cfg.storage.lostQuorum, "SIGKILL the leader and a follower, remove their data, recover the third with allot cluster recover, add two fresh members")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if cfg.soak.duration > 0 {
+		// The soak is its own run: no other fault, a budget of checks for
+		// its whole length, and time to end it.
+		cfg.storage = storageConfig{}
+		cfg.maxRequests = max(cfg.maxRequests, int64(float64(cfg.rate)*(cfg.soak.duration+cfg.warmup+cfg.cooldown).Seconds()*1.1))
+		cfg.timeout = max(cfg.timeout, cfg.soak.duration+10*time.Minute)
+		if cfg.soak.killEvery <= 0 || cfg.soak.every <= 0 {
+			return cfg, errors.New("-soak-kill-every and -soak-sample must be positive")
+		}
 	}
 	if _, err := regexp.Compile(cfg.hostileOnly); err != nil {
 		return cfg, fmt.Errorf("-hostile-only: %w", err)

@@ -58,6 +58,8 @@ type Options struct {
 	// --snapshot-interval), so that a run has snapshots to damage.
 	SnapshotThreshold int
 	SnapshotInterval  time.Duration
+	// CoordinatorArgs are more flags for every coordinator.
+	CoordinatorArgs []string
 }
 
 // Cluster is three coordinators and the sidecars, on loopback.
@@ -131,6 +133,7 @@ func New(o Options) (*Cluster, error) {
 		if o.SnapshotInterval > 0 {
 			args = append(args, "--snapshot-interval", o.SnapshotInterval.String())
 		}
+		args = append(args, o.CoordinatorArgs...)
 		// The same flags on every member, as deploy/ starts them: they
 		// form the cluster once all three have found each other, and a
 		// member restarted with or without its data rejoins it.

@@ -29,6 +29,7 @@ type Proc struct {
 	done   chan struct{} // closed when the current run has exited
 	err    error         // the current run's exit status, once done
 	paused bool          // SIGSTOPped
+	runs   int           // how many times it was started
 }
 
 // Start runs the process again. It is an error to start one that runs.
@@ -53,6 +54,7 @@ func (p *Proc) Start() error {
 	}
 	done := make(chan struct{})
 	p.cmd, p.done, p.err, p.paused = cmd, done, nil, false
+	p.runs++
 	go func() {
 		err := cmd.Wait()
 		f.Close()
@@ -62,6 +64,13 @@ func (p *Proc) Start() error {
 		close(done)
 	}()
 	return nil
+}
+
+// Runs is how many times the process was started.
+func (p *Proc) Runs() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.runs
 }
 
 // Running reports whether the process runs (paused or not).

@@ -26,16 +26,6 @@ import (
 // per tenant and rule.
 type ledger map[tenantRule]*units
 
-// readLedger exports the whole ledger with `allot usage --format jsonl`,
-// as a billing job would, asking the leader first.
-func readLedger(ctx context.Context, bin string, addrs, creds []string, rules *ruleSet) (ledger, error) {
-	lines, err := readLedgerLines(ctx, bin, addrs, creds)
-	if err != nil {
-		return nil, err
-	}
-	return sumLines(lines, rules), nil
-}
-
 // ledgerLine is one line of allot usage --format jsonl.
 type ledgerLine struct {
 	WindowStart      string `json:"window_start"`
@@ -131,8 +121,6 @@ type verdict struct {
 	lostLines, doubleLines     int
 	lostTenants, doubleTenants int
 }
-
-func (v *verdict) pass() bool { return v.lost.Sign() == 0 && v.double.Sign() == 0 }
 
 // passWithin passes with at most allowed units lost: those a recovery from
 // a lost quorum may lose, and only those.

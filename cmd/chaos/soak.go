@@ -45,7 +45,6 @@ type soakSeries struct {
 	name    string
 	member  *fleet.Coordinator // nil for sidecars
 	samples []soakSample
-	runs    int
 }
 
 // exportedLines are the final ledger lines a billing job read: final

@@ -50,6 +50,9 @@ type hotKey struct {
 	seq      uint64
 	expires  int64 // ns, coordinators' clock
 	idle     int   // reports in a row with no traffic
+	// lastActive is when a report last found traffic on the key (agent's
+	// clock, ns; 0: not yet), for demote.
+	lastActive int64
 	// refused is set when the coordinators refused the key's demand as
 	// malformed: it is no longer reported, and keeps its unleased share.
 	refused bool

@@ -283,7 +283,7 @@ func (r *reporter) prepare(urgent bool) *Exchange {
 					rs.fair.promoteClasses(a, rs)
 				}
 				if !urgent {
-					rs.demote(a)
+					rs.demote(a, nowT)
 				}
 			}
 		}
@@ -568,29 +568,58 @@ func (r *reporter) failed(now int64, err error) {
 	}
 }
 
-// demote returns hot keys that have been idle for a while, and hold no
-// lease, to the unleased store.
-func (rs *ruleState) demote(a *Agent) {
+// idleLeasedReports is how many regular reports in a row a leased key may
+// go without traffic before it gives its lease up and leaves the hot keys.
+// Kept, every tenant ever seen under a coordinated rule stayed hot and
+// leased, reported every interval: a sidecar's memory and reports grew
+// with every tenant it had served (make soak found it, 84,000 hot keys
+// after 13 minutes of new tenants). The coordinators forget the claim one
+// lease period after the key is no longer reported; traffic that returns
+// makes it hot again, as a new key.
+const idleLeasedReports = 60
+
+// demote returns hot keys that have been idle for a while to the unleased
+// store: those without a lease after 30 reports, those with one after
+// idleLeasedReports. A window rule's leased key waits, in addition, a
+// whole period after it last counted, so that the window it spent in is
+// over and it never spends a second, unleased share of it.
+func (rs *ruleState) demote(a *Agent, now time.Time) {
 	m := *rs.hot.Load()
-	var idle []algo.Hash
+	var idle, release []algo.Hash
+	windowed := rs.rule.Algorithm.Windowed()
 	for h, hk := range m {
 		if hk.admitted.Load() == 0 && hk.denied.Load() == 0 {
 			hk.idle++
 		} else {
 			hk.idle = 0
+			hk.lastActive = now.UnixNano()
 		}
-		if hk.idle > 30 && !hk.leased.Load() {
+		switch {
+		case hk.idle > 30 && !hk.leased.Load():
 			idle = append(idle, h)
+		case hk.idle > idleLeasedReports && hk.leased.Load():
+			last := hk.lastActive
+			if last == 0 {
+				last = hk.since
+			}
+			// A whole period since: the window it counted in is over,
+			// however windows align.
+			if !windowed || now.UnixNano()-last >= int64(rs.rule.Period) {
+				release = append(release, h)
+			}
 		}
 	}
-	if len(idle) == 0 {
+	if len(idle) == 0 && len(release) == 0 {
 		return
+	}
+	for _, h := range release {
+		m[h].unlease(rs, now)
 	}
 	next := make(map[algo.Hash]*hotKey, len(m))
 	for h, hk := range m {
 		next[h] = hk
 	}
-	for _, h := range idle {
+	for _, h := range append(idle, release...) {
 		delete(rs.byKey, next[h].key)
 		delete(next, h)
 	}

@@ -67,7 +67,7 @@ func defaultConfig() config {
 		outage: 40 * time.Second, outageRecover: 10 * time.Second,
 		flood: 30_000, hostile: true, longTenantSidecar: 3, maxLines: 40, envoys: 3,
 		storage: allStorage(),
-		soak:    soakConfig{killEvery: 5 * time.Minute, every: 10 * time.Second},
+		soak:    soakConfig{killEvery: 5 * time.Minute, every: 10 * time.Second, snapshotThreshold: 2048},
 	}
 }
 
@@ -116,6 +116,7 @@ func parseFlags(args []string, stderr io.Writer, base config) (config, error) {
 	fs.DurationVar(&cfg.soak.duration, "soak", cfg.soak.duration, "instead of the faults: steady traffic for this long, the leader SIGKILLed every -soak-kill-every, every process sampled every -soak-sample; fails on growth that does not level off (make soak)")
 	fs.DurationVar(&cfg.soak.killEvery, "soak-kill-every", cfg.soak.killEvery, "how often the soak SIGKILLs the leader")
 	fs.DurationVar(&cfg.soak.every, "soak-sample", cfg.soak.every, "how often the soak samples every process")
+	fs.IntVar(&cfg.soak.snapshotThreshold, "soak-snapshot-threshold", cfg.soak.snapshotThreshold, "the soak's coordinators' --snapshot-threshold: the Raft log, and raft.db with it, reaches its steady size after a few snapshots (0: the default 8192, which takes about 20 minutes at the soak's rate)")
 	fs.BoolVar(&cfg.storage.lostQuorum, "lost-quorum", cfg.storage.lostQuorum, "SIGKILL the leader and a follower, remove their data, recover the third with allot cluster recover, add two fresh members")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err

@@ -99,3 +99,60 @@ func TestIdleLeasedKeysLeave(t *testing.T) {
 		})
 	}
 }
+
+// TestIdleClassesLeave: a global rule's classes (a tenant at a priority)
+// idle for long enough leave too, their leases given up, so that a node
+// serving ever new tenants keeps only the busy ones.
+func TestIdleClassesLeave(t *testing.T) {
+	clk := newManualClock()
+	r := rule("capacity", rules.Global, algo.GCRA, 100, time.Second, lease.Capacity)
+	r.Burst = 20
+	eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := engineAgent(t, eng, clk, "gw-1", "eu-west", r, nil)
+	report := func() {
+		x := a.PrepareReport(false)
+		resp, err := eng.Report(clk.Now(), x.Request)
+		a.Deliver(x, resp, err)
+		eng.Round(clk.Now())
+	}
+	classes := func() int { return len(*a.rules.Load().rules[0].fair.classes.Load()) }
+	for range 5 {
+		for range 50 {
+			for _, tn := range []string{"t1", "t2"} {
+				a.Check(Request{Tenant: tn})
+			}
+			clk.Advance(20 * time.Millisecond)
+		}
+		report()
+	}
+	if classes() != 2 {
+		t.Fatalf("%d classes after the busy spell, want 2", classes())
+	}
+	for range 30 {
+		clk.Advance(time.Second)
+		report()
+	}
+	if classes() != 2 {
+		t.Fatalf("%d classes after 30 s idle, want 2 still", classes())
+	}
+	for range 40 {
+		clk.Advance(time.Second)
+		report()
+	}
+	if classes() != 0 {
+		t.Fatalf("%d classes after 70 s idle, want 0", classes())
+	}
+	for range 3 {
+		for range 50 {
+			a.Check(Request{Tenant: "t1"})
+			clk.Advance(20 * time.Millisecond)
+		}
+		report()
+	}
+	if classes() != 1 {
+		t.Fatalf("t1 busy again: %d classes, want 1", classes())
+	}
+}

@@ -200,6 +200,36 @@ func (f *fairState) class(a *Agent, tenant string, priority uint32) *hotKey {
 	return nil
 }
 
+// demoteClasses drops the classes that have been idle long enough
+// (hotKey.idleLongEnough), giving up their leases: the node's total is
+// then the leases of the classes still busy, and the coordinators forget
+// the classes' claims a lease period later. Traffic that returns makes a
+// class again.
+func (f *fairState) demoteClasses(rs *ruleState, now time.Time) {
+	old := *f.classes.Load()
+	var gone []classKey
+	for k, hk := range old {
+		hk.countIdle(now)
+		if hk.idleLongEnough(&rs.rule, now) {
+			gone = append(gone, k)
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	next := make(map[classKey]*hotKey, len(old))
+	for k, v := range old {
+		next[k] = v
+	}
+	for _, k := range gone {
+		if hk := next[k]; hk.leased.Load() {
+			hk.unlease(rs, now)
+		}
+		delete(next, k)
+	}
+	f.classes.Store(&next)
+}
+
 // promoteClasses turns classes that showed traffic into reported classes.
 // Their limiters enforce nothing until a lease arrives (leased is false):
 // until then the node's total alone applies.

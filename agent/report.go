@@ -16,6 +16,7 @@ import (
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/coordinator/clusterclient"
 	"github.com/allot-io/allot/lease"
+	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
@@ -578,6 +579,30 @@ func (r *reporter) failed(now int64, err error) {
 // makes it hot again, as a new key.
 const idleLeasedReports = 60
 
+// countIdle counts a report with no traffic on the key since the last.
+func (hk *hotKey) countIdle(now time.Time) {
+	if hk.admitted.Load() == 0 && hk.denied.Load() == 0 {
+		hk.idle++
+		return
+	}
+	hk.idle, hk.lastActive = 0, now.UnixNano()
+}
+
+// idleLongEnough reports whether a key (or class) with a lease has been
+// idle long enough to give it up: idleLeasedReports reports, and for a
+// window rule a whole period since it last counted, so that the window it
+// spent in is over, however windows align.
+func (hk *hotKey) idleLongEnough(r *rules.Rule, now time.Time) bool {
+	if hk.idle <= idleLeasedReports {
+		return false
+	}
+	last := hk.lastActive
+	if last == 0 {
+		last = hk.since
+	}
+	return !r.Algorithm.Windowed() || now.UnixNano()-last >= int64(r.Period)
+}
+
 // demote returns hot keys that have been idle for a while to the unleased
 // store: those without a lease after 30 reports, those with one after
 // idleLeasedReports. A window rule's leased key waits, in addition, a
@@ -586,28 +611,17 @@ const idleLeasedReports = 60
 func (rs *ruleState) demote(a *Agent, now time.Time) {
 	m := *rs.hot.Load()
 	var idle, release []algo.Hash
-	windowed := rs.rule.Algorithm.Windowed()
 	for h, hk := range m {
-		if hk.admitted.Load() == 0 && hk.denied.Load() == 0 {
-			hk.idle++
-		} else {
-			hk.idle = 0
-			hk.lastActive = now.UnixNano()
-		}
+		hk.countIdle(now)
 		switch {
 		case hk.idle > 30 && !hk.leased.Load():
 			idle = append(idle, h)
-		case hk.idle > idleLeasedReports && hk.leased.Load():
-			last := hk.lastActive
-			if last == 0 {
-				last = hk.since
-			}
-			// A whole period since: the window it counted in is over,
-			// however windows align.
-			if !windowed || now.UnixNano()-last >= int64(rs.rule.Period) {
-				release = append(release, h)
-			}
+		case hk.leased.Load() && hk.idleLongEnough(&rs.rule, now):
+			release = append(release, h)
 		}
+	}
+	if rs.fair != nil {
+		rs.fair.demoteClasses(rs, now)
 	}
 	if len(idle) == 0 && len(release) == 0 {
 		return

@@ -217,6 +217,9 @@ type docShell struct {
 	t   *testing.T
 	dir string
 	env []string // added to cliEnv's
+	// path are directories searched after the one holding allot, before
+	// $PATH: other programs a doc runs.
+	path []string
 	// subst are pairs of what the doc has and what this run uses instead
 	// (a port, a path): replaced in each command, and back in its output.
 	subst []string
@@ -230,7 +233,8 @@ func (s docShell) run(command string) (string, int) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-c", strings.NewReplacer(s.subst...).Replace(command))
 	cmd.Dir = s.dir
-	cmd.Env = append(cliEnv("PATH="+filepath.Dir(allotBinary(s.t))+string(os.PathListSeparator)+os.Getenv("PATH")), s.env...)
+	search := append(append([]string{filepath.Dir(allotBinary(s.t))}, s.path...), os.Getenv("PATH"))
+	cmd.Env = append(cliEnv("PATH="+strings.Join(search, string(os.PathListSeparator))), s.env...)
 	var b bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &b, &b
 	err := cmd.Run()

@@ -132,4 +132,3 @@ func httpGet(t *testing.T, url string) string {
 	}
 	return resp.Status + " " + string(body)
 }
-

@@ -156,3 +156,49 @@ func TestIdleClassesLeave(t *testing.T) {
 		t.Fatalf("t1 busy again: %d classes, want 1", classes())
 	}
 }
+
+// TestUndoneCostNeverReportedNegative: a cost given back to a key after a
+// report took it (a later rule refused the check) is carried to the next
+// report, never reported as negative demand, which the coordinators refuse.
+func TestUndoneCostNeverReportedNegative(t *testing.T) {
+	clk := newManualClock()
+	r := rule("api", rules.Tenant, algo.GCRA, 100, time.Second, lease.Capacity)
+	eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := engineAgent(t, eng, clk, "gw-1", "eu-west", r, nil)
+	for range 3 {
+		for range 50 {
+			a.Check(Request{Tenant: "t1"})
+			clk.Advance(20 * time.Millisecond)
+		}
+		x := a.PrepareReport(false)
+		resp, err := eng.Report(clk.Now(), x.Request)
+		a.Deliver(x, resp, err)
+	}
+	var hk *hotKey
+	for _, k := range *a.rules.Load().rules[0].hot.Load() {
+		hk = k
+	}
+	if hk == nil {
+		t.Fatal("no hot key")
+	}
+	hk.admitted.Store(-10) // a cost given back after the last report took it
+	for i, want := range []float64{0, 15} {
+		if i == 1 {
+			hk.admitted.Add(25)
+		}
+		x := a.PrepareReport(false)
+		d := x.Request.GetDemand()
+		if len(d) != 1 || d[0].GetAdmitted() != want {
+			t.Fatalf("report %d: demand %v, want admitted %v", i, d, want)
+		}
+		if i == 1 && hk.admitted.Load() != 0 {
+			t.Fatalf("report %d left %d in the counter", i, hk.admitted.Load())
+		}
+		resp, err := eng.Report(clk.Now(), x.Request)
+		a.Deliver(x, resp, err)
+		clk.Advance(time.Second)
+	}
+}

@@ -135,10 +135,15 @@ func lineWith(text string, subs ...string) string {
 }
 
 // requireDocOutputsSeen fails for each output block of the doc at path
-// that no command of the test printed.
+// that this test checks (docOutputTests) and no command of it printed.
 func requireDocOutputsSeen(t *testing.T, path string, doc map[string]string, seen map[string]bool) {
 	t.Helper()
-	for _, name := range slices.Sorted(maps.Keys(doc)) {
+	test, _, _ := strings.Cut(t.Name(), "/")
+	mine, err := docOutputsOf(docOutputTests, strings.TrimPrefix(path, "../../"), test, slices.Sorted(maps.Keys(doc)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range mine {
 		if !seen[name] {
 			t.Errorf("%s shows output %q, which no command of this test printed", path, name)
 		}

@@ -254,13 +254,8 @@ func (s docShell) run(command string) (string, int) {
 	return strings.NewReplacer(back...).Replace(b.String()), cmd.ProcessState.ExitCode()
 }
 
-// output is run without the exit code, for checkDocTranscript.
-func (s docShell) output(command string) string {
-	out, _ := s.run(command)
-	return out
-}
-
-// exiting is output for commands that must exit with code.
+// exiting is run for checkDocTranscript: what a command printed, the
+// test failed unless it exited with code.
 func (s docShell) exiting(code int) func(string) string {
 	return func(command string) string {
 		s.t.Helper()

@@ -35,8 +35,11 @@ type harness struct {
 	anomalies int64
 	reports   [3][2]float64 // each sidecar's reports answered and failed, at the last check
 	// lostAllowed is how many units the storage phases may lose: those in
-	// entries a recovered member never received (see lostQuorum).
+	// entries a recovered member never received (see lostQuorum);
+	// rlqsAllowed, what the Envoys reported while no member could commit.
 	lostAllowed *big.Int
+	rlqsAllowed uint64
+	envoys      *envoyLoad
 	// tmpfs is set when fullMember's data dir is a small tmpfs, for the
 	// full-disk phase.
 	tmpfs      bool
@@ -95,6 +98,7 @@ func (h *harness) run(ctx context.Context) (*verdict, error) {
 	if err != nil {
 		return nil, err
 	}
+	h.envoys = envoys
 	finished := false
 	defer func() {
 		if !finished {

@@ -105,7 +105,7 @@ demo:
 # (a damaged and a truncated raft.db, a damaged snapshot, a member's disk
 # lost while the others are stopped, a full disk when run as root, a
 # quorum lost for good and recovered); fails unless the ledger equals,
-# unit for unit, what the sidecars answered. About a quarter of an hour.
+# unit for unit, what the sidecars answered. About five minutes.
 # CHAOS_FLAGS passes flags through, e.g.
 # make chaos CHAOS_FLAGS='-outage 20s -hostile=false' (docs/chaos.md).
 chaos:

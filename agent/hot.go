@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ type hotKey struct {
 	wireTenant, wirePlan string
 	priority             uint32
 	store                *limitStore
+	rd                   *ruleData // the rule's, for what the algorithm refuses
 	lim                  *algo.Limiter
 
 	admitted atomic.Int64 // cost since the last report
@@ -242,7 +244,7 @@ func newHotKey(rs *ruleState, st *limitStore, pk pendingKey, since int64, seed f
 		seed(lim)
 	}
 	return &hotKey{key: pk.key, tenant: pk.tenant, plan: pk.plan, wireTenant: allotpb.BoundName(pk.tenant), wirePlan: allotpb.BoundName(pk.plan),
-		priority: pk.priority, store: st, lim: lim, since: since}, nil
+		priority: pk.priority, store: st, rd: rs.ruleData, lim: lim, since: since}, nil
 }
 
 // windowSwitch is a window lease's next count, due at a window start.
@@ -265,7 +267,11 @@ func (hk *hotKey) switchWindow(now time.Time) {
 	hk.limMu.Lock()
 	defer hk.limMu.Unlock()
 	if hk.next.CompareAndSwap(sw, nil) {
-		_ = hk.lim.Reconfigure(sw.cfg, now)
+		// The count was checked when the lease came (applyLease): this
+		// cannot fail but by a bug, which is recorded all the same.
+		if err := hk.lim.Reconfigure(sw.cfg, now); err != nil {
+			hk.rd.refused("a window lease's next count", err)
+		}
 	}
 }
 
@@ -287,19 +293,30 @@ func (hk *hotKey) applyLease(rs *ruleState, l lease.Lease, restored bool, now ti
 	hk.limMu.Lock()
 	defer hk.limMu.Unlock()
 	limit, next := l.Limit, l.Limit
-	hk.next.Store(nil)
+	var sw *windowSwitch
 	if rs.rule.Algorithm.Windowed() && l.Next > 0 {
 		next = l.Next
 		at := l.Window.Add(rs.rule.Period)
 		if !now.Before(at) {
 			limit = next // the lease's window is over: its next count holds now
 		} else if cfg, ok := nodeConfig(&rs.rule, next, l.Burst*next/limit, true); ok && next != limit {
-			hk.next.Store(&windowSwitch{at: at.UnixNano(), cfg: cfg})
+			if _, err := algo.New(cfg); err != nil {
+				rs.refused(fmt.Sprintf("a lease's next count %g", next), err)
+				return // the key keeps the lease it has, and reports holding it
+			}
+			sw = &windowSwitch{at: at.UnixNano(), cfg: cfg}
 		}
 	}
+	// The limit first: a lease the algorithm refuses is not taken, and the
+	// key goes on enforcing and reporting the one it holds, so that what
+	// it enforces and what it says it holds never part.
+	if err := hk.resize(rs, limit, l.Burst*limit/l.Limit, now); err != nil {
+		rs.refused(fmt.Sprintf("a lease of %g", limit), err)
+		return
+	}
+	hk.next.Store(sw)
 	hk.held, hk.nextHeld = limit, next
 	hk.epoch, hk.seq, hk.expires = l.Epoch, l.Seq, l.Expires.UnixNano()
-	hk.resize(rs, limit, l.Burst*limit/l.Limit, now)
 	hk.shown.Store(math.Float64bits(limit))
 	hk.leased.Store(true)
 }
@@ -323,11 +340,13 @@ func (hk *hotKey) leaseLimit() float64 {
 	return math.Float64frombits(hk.shown.Load())
 }
 
-// resize changes the key's limiter to a share, keeping its state.
-func (hk *hotKey) resize(rs *ruleState, share, burst float64, now time.Time) {
+// resize changes the key's limiter to a share, keeping its state, or
+// says why the algorithm refused it (the limiter is then unchanged).
+func (hk *hotKey) resize(rs *ruleState, share, burst float64, now time.Time) error {
 	if cfg, ok := nodeConfig(&rs.rule, share, burst, true); ok {
-		_ = hk.lim.Reconfigure(cfg, now)
+		return hk.lim.Reconfigure(cfg, now)
 	}
+	return nil
 }
 
 // allow decides one request against the key's own limiter.
@@ -358,5 +377,9 @@ func (hk *hotKey) unlease(rs *ruleState, now time.Time) {
 	hk.store.mu.Lock()
 	share := hk.store.share
 	hk.store.mu.Unlock()
-	hk.resize(rs, share, rs.rule.BurstFor(float64(hk.store.limit))*share/float64(hk.store.limit), now)
+	if err := hk.resize(rs, share, rs.rule.BurstFor(float64(hk.store.limit))*share/float64(hk.store.limit), now); err != nil {
+		// The lease is gone either way; the key's limiter keeps the
+		// lease's limit, which is said so.
+		rs.refused(fmt.Sprintf("the unleased share %g", share), err)
+	}
 }

@@ -498,6 +498,7 @@ func (r *reporter) applyLeases(c *compiled, resp *allotpb.ReportResponse, held [
 		if rs.fair != nil {
 			r.fairTotal(rs, now)
 		}
+		rs.logRefused(r.a, now)
 	}
 }
 
@@ -516,7 +517,7 @@ func (r *reporter) fairTotal(rs *ruleState, now int64) {
 	if !leased {
 		total = rs.shareOf(st.limit, r.a.cfg.Region, int(r.a.nodes.Load()))
 	}
-	st.setShare(&rs.rule, total, time.Unix(0, now))
+	st.setShare(rs, total, time.Unix(0, now))
 }
 
 // failed handles a report no coordinator answered. After a lease period

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"math"
 	"runtime"
 	"sync"
@@ -45,6 +46,38 @@ type ruleData struct {
 	fallback atomic.Bool  // running on the fail mode
 	fellBack atomic.Int64 // decisions made on the fail mode
 	shadowed atomic.Int64 // refusals a shadow rule admitted
+
+	// reconfigErrs counts the limits the algorithm refused to take (a
+	// share or a lease): the store or key kept enforcing the one it had,
+	// and said so. lastReconfigErr is the latest, for the log.
+	reconfigErrs    atomic.Int64
+	lastReconfigErr atomic.Pointer[string]
+	// What the reporter has logged of them, and when (reporter only).
+	reconfigLogged   int64
+	reconfigLoggedAt int64
+}
+
+// logRefused logs, at most once a minute per rule, the limits the
+// algorithm refused since the last time. Reporter only.
+func (rs *ruleState) logRefused(a *Agent, now int64) {
+	n := rs.reconfigErrs.Load()
+	if n == rs.reconfigLogged || (rs.reconfigLoggedAt != 0 && now-rs.reconfigLoggedAt < int64(time.Minute)) {
+		return
+	}
+	last := ""
+	if p := rs.lastReconfigErr.Load(); p != nil {
+		last = *p
+	}
+	a.log.Error("the rule's algorithm refused a limit; the old one is still enforced and reported", "rule", rs.rule.Name, "refused", n-rs.reconfigLogged, "last", last)
+	rs.reconfigLogged, rs.reconfigLoggedAt = n, now
+}
+
+// refused records a limit the algorithm refused: what was being set, and
+// why. The store or key keeps the limit it had.
+func (rd *ruleData) refused(what string, err error) {
+	rd.reconfigErrs.Add(1)
+	msg := what + ": " + err.Error()
+	rd.lastReconfigErr.Store(&msg)
 }
 
 // limitStore enforces one effective limit of a rule.
@@ -165,8 +198,11 @@ func (rs *ruleState) newLimitStore(limit int64, region string, nodes int, opts a
 }
 
 // setShare changes the node's unleased share of a coordinated rule,
-// keeping every key's state.
-func (st *limitStore) setShare(r *rules.Rule, share float64, now time.Time) {
+// keeping every key's state. A share the algorithm refuses is recorded
+// (ruleData.refused) and not taken: the store keeps enforcing, and
+// reporting, the share it had.
+func (st *limitStore) setShare(rs *ruleState, share float64, now time.Time) {
+	r := &rs.rule
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if share == st.share {
@@ -176,16 +212,20 @@ func (st *limitStore) setShare(r *rules.Rule, share float64, now time.Time) {
 	if !ok {
 		return
 	}
-	st.share = share
 	if st.single != nil {
-		_ = st.single.Reconfigure(cfg, now)
+		if err := st.single.Reconfigure(cfg, now); err != nil {
+			rs.refused(fmt.Sprintf("the node's share %g", share), err)
+			return
+		}
 		st.single.SetChunk(stripeChunk(r, cfg, st.single.Stripes()))
 		for i := range st.closed {
 			st.closed[i].Store(0) // worked out at the old share
 		}
-	} else {
-		_ = st.keyed.Reconfigure(cfg, now)
+	} else if err := st.keyed.Reconfigure(cfg, now); err != nil {
+		rs.refused(fmt.Sprintf("the node's share %g", share), err)
+		return
 	}
+	st.share = share
 }
 
 // store returns the store for a request's tenant and plan.

@@ -1,0 +1,123 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/coordinator"
+	"github.com/allot-io/allot/lease"
+	"github.com/allot-io/allot/lease/rules"
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// gathered is the value of a metric's series for a rule.
+func gathered(t *testing.T, reg *prometheus.Registry, name, rule string) float64 {
+	t.Helper()
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "rule" && l.GetValue() == rule {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no %s{rule=%q}", name, rule)
+	return 0
+}
+
+// A sliding window's node part counts one unit over its share when the
+// rule tolerates it (nodeConfig): a share of MaxUint32 asks the algorithm
+// for one more than the most a sliding window counts, which it refuses.
+const refusedShare = 1<<32 - 1
+
+// TestRefusedShareIsKept: a share the algorithm refuses is not taken: the
+// store keeps enforcing, and reporting, the share it had, and the refusal
+// is counted and logged. Before, the store recorded the new share and
+// went on enforcing the old one, silently.
+func TestRefusedShareIsKept(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	clk := newManualClock()
+	r := rule("api", rules.Tenant, algo.SlidingWindow, 1000, time.Minute, lease.Capacity)
+	eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged strings.Builder
+	a := engineAgent(t, eng, clk, "gw-1", "eu-west", r, func(c *Config) {
+		c.Registerer = reg
+		c.Logger = hclog.New(&hclog.LoggerOptions{Output: &logged, Level: hclog.Info})
+	})
+	rs := a.rules.Load().rules[0]
+	st := rs.def
+	before := st.share
+	st.setShare(rs, refusedShare, clk.Now())
+	if st.share != before {
+		t.Fatalf("the store took a share the algorithm refused: %v, was %v", st.share, before)
+	}
+	if n := rs.reconfigErrs.Load(); n != 1 {
+		t.Fatalf("%d refusals counted, want 1", n)
+	}
+	if got := gathered(t, reg, "allot_agent_refused_limits_total", "api"); got != 1 {
+		t.Fatalf("allot_agent_refused_limits_total{rule=api} = %v, want 1", got)
+	}
+	rs.logRefused(a, clk.Now().UnixNano())
+	if !strings.Contains(logged.String(), "refused a limit") || !strings.Contains(logged.String(), "rule=api") {
+		t.Fatalf("the refusal was not logged: %q", logged.String())
+	}
+	// A share it takes is still taken.
+	st.setShare(rs, 10, clk.Now())
+	if st.share != 10 {
+		t.Fatalf("share %v after a valid change, want 10", st.share)
+	}
+}
+
+// TestRefusedLeaseIsKept: a lease whose limit the algorithm refuses is not
+// taken: the key keeps enforcing and reporting the lease it holds.
+func TestRefusedLeaseIsKept(t *testing.T) {
+	clk := newManualClock()
+	r := rule("api", rules.Tenant, algo.SlidingWindow, 1000, time.Minute, lease.Capacity)
+	eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := engineAgent(t, eng, clk, "gw-1", "eu-west", r, nil)
+	for range 3 {
+		for range 100 {
+			a.Check(Request{Tenant: "t1"})
+			clk.Advance(10 * time.Millisecond)
+		}
+		x := a.PrepareReport(false)
+		resp, err := eng.Report(clk.Now(), x.Request)
+		a.Deliver(x, resp, err)
+	}
+	rs := a.rules.Load().rules[0]
+	var hk *hotKey
+	for _, k := range *rs.hot.Load() {
+		hk = k
+	}
+	if hk == nil || !hk.leased.Load() {
+		t.Fatal("no leased hot key")
+	}
+	held, seq := hk.held, hk.seq
+	hk.applyLease(rs, lease.Lease{Limit: refusedShare, Epoch: hk.epoch, Seq: hk.seq + 1, Expires: clk.Now().Add(time.Minute)}, false, clk.Now())
+	if hk.held != held || hk.seq != seq || hk.leaseLimit() != held {
+		t.Fatalf("the key took a lease the algorithm refused: held %v seq %d shown %v, was %v seq %d", hk.held, hk.seq, hk.leaseLimit(), held, seq)
+	}
+	if n := rs.reconfigErrs.Load(); n != 1 {
+		t.Fatalf("%d refusals counted, want 1", n)
+	}
+	if d := a.PrepareReport(false).Request.GetDemand(); len(d) != 1 || d[0].GetHeld() != held || d[0].GetHeldSeq() != seq {
+		t.Fatalf("the next report says the key holds %v", d)
+	}
+}

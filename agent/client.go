@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/allot-io/allot/coordinator/clusterclient"
+	"github.com/allot-io/allot/internal/clusterclient"
 	allotpb "github.com/allot-io/allot/proto"
 )
 

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allot-io/allot/coordinator/auth"
-	"github.com/allot-io/allot/coordinator/clusterclient"
+	"github.com/allot-io/allot/internal/auth"
+	"github.com/allot-io/allot/internal/clusterclient"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 )

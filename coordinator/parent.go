@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/allot-io/allot/coordinator/clusterclient"
+	"github.com/allot-io/allot/internal/clusterclient"
 	allotpb "github.com/allot-io/allot/proto"
 )
 

@@ -6,7 +6,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/allot-io/allot/coordinator/auth"
+	"github.com/allot-io/allot/internal/auth"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/agent"
-	"github.com/allot-io/allot/coordinator/auth"
+	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/lease/rules"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/allot-io/allot/agent"
-	"github.com/allot-io/allot/coordinator/auth"
+	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/lease/rules"
 )
 

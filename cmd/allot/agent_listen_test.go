@@ -10,7 +10,7 @@ import (
 
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/agent/sidecarclient"
-	"github.com/allot-io/allot/coordinator/auth"
+	"github.com/allot-io/allot/internal/auth"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allot-io/allot/coordinator/auth"
+	"github.com/allot-io/allot/internal/auth"
 )
 
 // grpcurlModule is the grpcurl docs/api.md's examples use, when none is

@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 
-	"github.com/allot-io/allot/coordinator/auth"
+	"github.com/allot-io/allot/internal/auth"
 	"google.golang.org/grpc"
 )
 

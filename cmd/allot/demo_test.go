@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allot-io/allot/coordinator/auth"
+	"github.com/allot-io/allot/internal/auth"
 )
 
 // useAllotBinary points the demo's coordinators at a built allot: this

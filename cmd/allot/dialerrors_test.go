@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/allot-io/allot/coordinator/auth"
+	"github.com/allot-io/allot/internal/auth"
 )
 
 // TestDialErrorsExplained runs coordinators with and without TLS and

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/allot-io/allot/coordinator/clusterclient"
+	"github.com/allot-io/allot/internal/clusterclient"
 )
 
 // callCreds are the credentials a command's calls present, to say which

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allot-io/allot/coordinator/auth"
+	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/internal/duration"
 	"github.com/allot-io/allot/internal/strictyaml"
 	"github.com/hashicorp/go-hclog"

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allot-io/allot/coordinator/auth"
+	"github.com/allot-io/allot/internal/auth"
 )
 
 // TestSecurityDocExamples runs docs/security.md's commands and the

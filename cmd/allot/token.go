@@ -7,7 +7,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/allot-io/allot/coordinator/auth"
+	"github.com/allot-io/allot/internal/auth"
 	"go.yaml.in/yaml/v3"
 )
 

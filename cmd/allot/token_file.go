@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/allot-io/allot/coordinator/auth"
+	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/internal/strictyaml"
 	"go.yaml.in/yaml/v3"
 )

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/allot-io/allot/coordinator/auth"
+	"github.com/allot-io/allot/internal/auth"
 )
 
 // TestTokenAppend builds a tokens file with allot token --append, as

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/cmd/internal/fleet"
-	"github.com/allot-io/allot/coordinator/auth"
+	"github.com/allot-io/allot/internal/auth"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"

@@ -49,7 +49,7 @@ type harness struct {
 	// deleted them.
 	soakOK   bool
 	exported *exportedLines
-	once   sync.Once
+	once     sync.Once
 }
 
 func newHarness(cfg config, out io.Writer) *harness {

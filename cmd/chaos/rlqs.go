@@ -9,8 +9,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/allot-io/allot/cmd/internal/fleet"
-	"github.com/allot-io/allot/coordinator/auth"
 	"github.com/allot-io/allot/coordinator/rlqstest"
+	"github.com/allot-io/allot/internal/auth"
 )
 
 // The Envoys share one tenant, which the load never sends, under a rule

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allot-io/allot/coordinator/auth"
+	"github.com/allot-io/allot/internal/auth"
 )
 
 // Creds are a secured cluster's credentials, made by New in Dir/pki: a

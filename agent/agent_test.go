@@ -3,7 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
-	"sync"
+	"github.com/allot-io/allot/internal/timeutil"
 	"testing"
 	"time"
 
@@ -12,26 +12,9 @@ import (
 	"github.com/allot-io/allot/lease/rules"
 )
 
-// manualClock is a Clock tests move by hand.
-type manualClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newManualClock() *manualClock {
-	return &manualClock{t: time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)}
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
+// newManualClock is the clock tests move by hand, at a fixed start.
+func newManualClock() *timeutil.Manual {
+	return timeutil.NewManual(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
 }
 
 func rule(name string, scope rules.Scope, alg algo.Algorithm, limit int64, period time.Duration, intent lease.Intent) rules.Rule {

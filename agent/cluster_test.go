@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"github.com/allot-io/allot/internal/testwait"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -27,7 +28,7 @@ const testInterval = 100 * time.Millisecond
 func coordinators(t *testing.T, n int) []*coordinator.Coordinator {
 	t.Helper()
 	cs := coordinatorsWith(t, n, nil)
-	eventually(t, 30*time.Second, "every coordinator to join", func() bool {
+	testwait.For(t, 30*time.Second, "every coordinator to join", func() bool {
 		for _, c := range cs {
 			if len(c.Status().GetMembers()) != n {
 				return false
@@ -91,18 +92,6 @@ func newAgent(t *testing.T, node string, coords []string, mod func(*Config)) *Ag
 		t.Fatal("agent got no rules")
 	}
 	return a
-}
-
-// eventually polls cond until it holds, failing the test at the deadline.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // drive sends requests for req to a at about rate per second until stop
@@ -169,7 +158,7 @@ func TestStickyTenantGetsTheWholeLimit(t *testing.T) {
 	go func() { defer wg.Done(); drive(agents[1], Request{Tenant: "acme"}, 5, stop, &other, &other) }()
 	go func() { defer wg.Done(); drive(agents[2], Request{Tenant: "acme"}, 5, stop, &other, &other) }()
 	defer func() { close(stop); wg.Wait() }()
-	eventually(t, 20*time.Second, "the busy node to hold most of the limit", func() bool {
+	testwait.For(t, 20*time.Second, "the busy node to hold most of the limit", func() bool {
 		return hotLease(agents[0], "plan-quota") > 0.8*600
 	})
 	total := 0.0
@@ -209,12 +198,12 @@ func TestFailModes(t *testing.T) {
 	coordAddr, raftAddr := c.GRPCAddr(), c.RaftAddr()
 	a := newAgent(t, "gw-1", []string{coordAddr}, nil)
 	b := newAgent(t, "gw-2", []string{coordAddr}, nil) // a second node: shares are halves
-	eventually(t, 10*time.Second, "both nodes to be counted", func() bool { return a.nodes.Load() == 2 })
+	testwait.For(t, 10*time.Second, "both nodes to be counted", func() bool { return a.nodes.Load() == 2 })
 
 	stop := make(chan struct{})
 	var n1, n2 atomic.Int64
 	go drive(a, Request{Tenant: "acme", User: "u1", IP: "203.0.113.1"}, 1500, stop, &n1, &n2)
-	eventually(t, 20*time.Second, "leases for the busy keys", func() bool {
+	testwait.For(t, 20*time.Second, "leases for the busy keys", func() bool {
 		return hotLease(a, "capacity") > 0 && hotLease(a, "quota") > 0 && hotLease(a, "abuse") > 0
 	})
 	close(stop)
@@ -229,7 +218,7 @@ func TestFailModes(t *testing.T) {
 		}
 		return nil
 	}
-	eventually(t, 10*time.Second, "every rule to go onto its fail mode", func() bool {
+	testwait.For(t, 10*time.Second, "every rule to go onto its fail mode", func() bool {
 		return byName("capacity").fallback.Load() && byName("quota").fallback.Load() && byName("abuse").fallback.Load()
 	})
 	if got := hotLease(a, "capacity"); got != 0 {
@@ -255,7 +244,7 @@ func TestFailModes(t *testing.T) {
 		t.Fatalf("restarting the coordinator: %v", err)
 	}
 	t.Cleanup(func() { stopCoordinator(c2) })
-	eventually(t, 30*time.Second, "rules to come back onto leases", func() bool {
+	testwait.For(t, 30*time.Second, "rules to come back onto leases", func() bool {
 		return !byName("capacity").fallback.Load() && !byName("abuse").fallback.Load()
 	})
 	if d := a.Check(Request{Tenant: "other", User: "u9", IP: "198.51.100.8"}); !d.Allowed {
@@ -286,7 +275,7 @@ func TestClockSkew(t *testing.T) {
 	putRules(t, cs[0].GRPCAddr(), w)
 	for _, skew := range []time.Duration{5 * time.Second, -5 * time.Second} {
 		a := newAgent(t, "gw-"+skew.String(), addrs(cs), func(c *Config) { c.Clock = skewedClock{skew} })
-		eventually(t, 10*time.Second, "the clock offset to be learned", func() bool {
+		testwait.For(t, 10*time.Second, "the clock offset to be learned", func() bool {
 			return math.Abs(float64(time.Duration(a.clock.now())-time.Duration(time.Now().UnixNano()))) < float64(200*time.Millisecond)
 		})
 		// Wait until the real window has at least 2 s left.
@@ -327,7 +316,7 @@ func TestRuleChangeKeepsCounts(t *testing.T) {
 	version := a.Rules().Version()
 	added := rule("added", rules.User, algo.GCRA, 1000, time.Second, lease.Capacity)
 	putRules(t, cs[0].GRPCAddr(), keep, added)
-	eventually(t, 10*time.Second, "the new rules", func() bool { return a.Rules().Version() > version })
+	testwait.For(t, 10*time.Second, "the new rules", func() bool { return a.Rules().Version() > version })
 	d := a.Check(Request{Tenant: "acme", User: "u"})
 	if !d.Allowed {
 		t.Fatalf("%+v", d)
@@ -376,14 +365,14 @@ func TestAgentFollowsLeader(t *testing.T) {
 	}
 	a := newAgent(t, "gw-1", []string{follower.GRPCAddr()}, nil)
 	before := reportsOK(a)
-	eventually(t, 10*time.Second, "reports to succeed through the follower's pointer", func() bool { return reportsOK(a) > before+3 })
+	testwait.For(t, 10*time.Second, "reports to succeed through the follower's pointer", func() bool { return reportsOK(a) > before+3 })
 	for _, c := range cs {
 		if c.IsLeader() {
 			stopCoordinator(c)
 		}
 	}
 	mid := reportsOK(a)
-	eventually(t, 30*time.Second, "reports to succeed after the failover", func() bool { return reportsOK(a) > mid+3 })
+	testwait.For(t, 30*time.Second, "reports to succeed after the failover", func() bool { return reportsOK(a) > mid+3 })
 }
 
 func reportsOK(a *Agent) int64 { return a.rep.answeredCount.Load() }
@@ -422,7 +411,7 @@ func TestGlobalRuleSharesByWeight(t *testing.T) {
 	// The first division is made before the classes' demand is known and
 	// may hand spare capacity to every class; once demand is known the
 	// interactive classes split the capacity 3:1 and batch is shed.
-	eventually(t, 20*time.Second, "class leases near a 3:1 split, batch shed", func() bool {
+	testwait.For(t, 20*time.Second, "class leases near a 3:1 split, batch shed", func() bool {
 		pro, free := classLease("big", Interactive, "pro"), classLease("small", Interactive, "free")
 		return pro > 0 && free > 0 && math.Abs(pro/free-3) < 0.5 && classLease("big", Batch, "pro") <= 0.05*400
 	})
@@ -431,6 +420,6 @@ func TestGlobalRuleSharesByWeight(t *testing.T) {
 			t.Fatalf("batch class holds %.1f while interactive demand exceeds the capacity; want it shed", b)
 		}
 		n := reportsOK(a)
-		eventually(t, 10*time.Second, "the next answered report", func() bool { return reportsOK(a) > n })
+		testwait.For(t, 10*time.Second, "the next answered report", func() bool { return reportsOK(a) > n })
 	}
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"github.com/allot-io/allot/internal/timeutil"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,7 @@ import (
 // the test clock's time.
 type engineTransport struct {
 	e   *coordinator.Engine
-	clk *manualClock
+	clk *timeutil.Manual
 }
 
 func (t engineTransport) Report(_ context.Context, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
@@ -26,7 +27,7 @@ func (t engineTransport) Report(_ context.Context, req *allotpb.ReportRequest) (
 
 // engineAgent starts an agent that reports by hand to eng at clk's time,
 // with r as its rule, a 1 s interval, and whatever tweak changes.
-func engineAgent(t *testing.T, eng *coordinator.Engine, clk *manualClock, id, region string, r rules.Rule, tweak func(*Config)) *Agent {
+func engineAgent(t *testing.T, eng *coordinator.Engine, clk *timeutil.Manual, id, region string, r rules.Rule, tweak func(*Config)) *Agent {
 	t.Helper()
 	cfg := Config{NodeID: id, Region: region, Rules: []rules.Rule{r}, Clock: clk, ReportInterval: time.Second,
 		Transport: engineTransport{eng, clk}, ManualReports: true}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/allot-io/allot/internal/testwait"
 	"math"
 	"strings"
 	"sync"
@@ -100,17 +101,17 @@ func TestRefusedUsageQuarantined(t *testing.T) {
 	a := transportAgent(t, tr, reg, rule("quota", rules.Tenant, algo.TokenBucket, 1000, time.Second, lease.Quota))
 	// While it joins, an agent reports a new key's first check at once
 	// (an urgent report), which would split the three into two batches.
-	eventually(t, 10*time.Second, "the agent to have joined", func() bool { return !a.joining.Load() })
+	testwait.For(t, 10*time.Second, "the agent to have joined", func() bool { return !a.joining.Load() })
 	for i := 0; i < 3; i++ {
 		a.Check(Request{Tenant: "poison"})
 	}
 	for i := 0; i < 5; i++ {
 		a.Check(Request{Tenant: "acme"})
 	}
-	eventually(t, 10*time.Second, "acme's 5 in the ledger", func() bool { adm, _ := tr.counts("acme"); return adm == 5 })
+	testwait.For(t, 10*time.Second, "acme's 5 in the ledger", func() bool { adm, _ := tr.counts("acme"); return adm == 5 })
 	a.Check(Request{Tenant: "acme"})
 	a.Check(Request{Tenant: "acme"})
-	eventually(t, 10*time.Second, "acme's next 2 in the ledger", func() bool { adm, _ := tr.counts("acme"); return adm == 7 })
+	testwait.For(t, 10*time.Second, "acme's next 2 in the ledger", func() bool { adm, _ := tr.counts("acme"); return adm == 7 })
 	tr.mu.Lock()
 	refusals := tr.refusals
 	tr.mu.Unlock()
@@ -144,7 +145,7 @@ func TestCostBounds(t *testing.T) {
 	if got := a.invalid.Load(); got != 3 {
 		t.Errorf("invalid checks = %d, want 3", got)
 	}
-	eventually(t, 10*time.Second, "MaxCost's refusals billed", func() bool { _, den := tr.counts("max"); return den == 3*MaxCost })
+	testwait.For(t, 10*time.Second, "MaxCost's refusals billed", func() bool { _, den := tr.counts("max"); return den == 3*MaxCost })
 	if adm, den := tr.counts("huge"); adm != 0 || den != 0 {
 		t.Errorf("cost 2^62 billed admitted %d denied %d; want nothing", adm, den)
 	}
@@ -241,7 +242,7 @@ func TestAnyBytesReport(t *testing.T) {
 		}
 	}
 	answered := reportsOK(a)
-	eventually(t, 10*time.Second, "two more answered reports", func() bool { return reportsOK(a) >= answered+2 })
+	testwait.For(t, 10*time.Second, "two more answered reports", func() bool { return reportsOK(a) >= answered+2 })
 	if got := counterValue(a.metrics.quarantined.WithLabelValues("demand", "key")); got != 0 {
 		t.Errorf("%v keys quarantined; every key must be sendable", got)
 	}

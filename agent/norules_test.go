@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"github.com/allot-io/allot/internal/testwait"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -124,7 +125,7 @@ func TestUntilRulesAllocatesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer a.Close(context.Background())
-		eventually(t, 10*time.Second, "the first report refused", func() bool { return a.Status().ReportsRefused != nil })
+		testwait.For(t, 10*time.Second, "the first report refused", func() bool { return a.Status().ReportsRefused != nil })
 		a.Check(req)
 		if n := testing.AllocsPerRun(1000, func() { a.Check(req) }); n != 0 {
 			t.Errorf("%v: %v allocations per Check", policy, n)

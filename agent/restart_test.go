@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"github.com/allot-io/allot/internal/timeutil"
 	"testing"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 // reports at the middle of every second (early reports as they ask).
 type engineFleet struct {
 	t        *testing.T
-	clk      *manualClock
+	clk      *timeutil.Manual
 	rule     rules.Rule
 	eng      *coordinator.Engine
 	gws      []*Agent

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"github.com/allot-io/allot/internal/testwait"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,7 +33,7 @@ func TestRulesCache(t *testing.T) {
 	putRules(t, cs[0].GRPCAddr(), abuse)
 
 	first := newAgent(t, "gw-1", addrs(cs), func(c *Config) { c.RulesCacheFile = cache })
-	eventually(t, 10*time.Second, "the cache written", func() bool { _, err := os.Stat(cache); return err == nil })
+	testwait.For(t, 10*time.Second, "the cache written", func() bool { _, err := os.Stat(cache); return err == nil })
 	var doc rulesCache
 	b, err := os.ReadFile(cache)
 	if err != nil {
@@ -67,7 +68,7 @@ func TestRulesCache(t *testing.T) {
 	if got := metricValue(t, reg, "allot_agent_until_rules_decisions_total", "policy", "cache"); got != 3 {
 		t.Errorf("until_rules decisions{policy=cache} %v, want 3", got)
 	}
-	eventually(t, 10*time.Second, "an ERROR for the unanswered reports", func() bool {
+	testwait.For(t, 10*time.Second, "an ERROR for the unanswered reports", func() bool {
 		return strings.Contains(logs.String(), "[ERROR] agent: no coordinator has answered, and this agent does not have the cluster's rules")
 	})
 	if !strings.Contains(logs.String(), "enforcing the cached rules until the cluster's arrive: file="+cache) {
@@ -78,8 +79,8 @@ func TestRulesCache(t *testing.T) {
 	quota := rule("plan-quota", rules.Tenant, algo.FixedWindow, 100, time.Hour, lease.Quota)
 	putRules(t, cs[0].GRPCAddr(), abuse, quota)
 	back := newAgent(t, "gw-1", addrs(cs), func(c *Config) { c.RulesCacheFile = cache })
-	eventually(t, 10*time.Second, "the cluster's rules", func() bool { return back.Status().RulesSource == "cluster" && len(back.Status().Rules) == 2 })
-	eventually(t, 10*time.Second, "the new rules cached", func() bool {
+	testwait.For(t, 10*time.Second, "the cluster's rules", func() bool { return back.Status().RulesSource == "cluster" && len(back.Status().Rules) == 2 })
+	testwait.For(t, 10*time.Second, "the new rules cached", func() bool {
 		b, _ := os.ReadFile(cache)
 		return strings.Contains(string(b), `"plan-quota"`)
 	})

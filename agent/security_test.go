@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"github.com/allot-io/allot/internal/testwait"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -52,7 +53,7 @@ func TestRefusedCredentialLosesNothing(t *testing.T) {
 		t.Fatalf("%d reports answered with a refused token", n)
 	}
 	write(agentTok)
-	eventually(t, 10*time.Second, "reports to be answered with the good token", func() bool { return reportsOK(a) > 0 })
+	testwait.For(t, 10*time.Second, "reports to be answered with the good token", func() bool { return reportsOK(a) > 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := a.Close(ctx); err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/allot-io/allot/internal/testwait"
 	"os"
 	"path/filepath"
 	"strings"
@@ -157,7 +158,7 @@ func TestUntilRules(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer a.Close(context.Background())
-			eventually(t, 10*time.Second, "five refused reports", func() bool {
+			testwait.For(t, 10*time.Second, "five refused reports", func() bool {
 				return metricValue(t, reg, "allot_agent_reports_total", "result", "failed") >= 5
 			})
 			admitted := 0
@@ -197,7 +198,7 @@ func TestUntilRules(t *testing.T) {
 			}
 
 			tokenFile(t, tf, sc.tokens["gw-1"])
-			eventually(t, 10*time.Second, "the cluster's rules", func() bool { return a.Status().RulesSource == "cluster" })
+			testwait.For(t, 10*time.Second, "the cluster's rules", func() bool { return a.Status().RulesSource == "cluster" })
 			var last Decision
 			admitted = 0
 			for range 5 {
@@ -242,7 +243,7 @@ func TestReportRefusalCauses(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer a.Close(context.Background())
-			eventually(t, 10*time.Second, "a refusal", func() bool { return a.Status().ReportsRefused != nil })
+			testwait.For(t, 10*time.Second, "a refusal", func() bool { return a.Status().ReportsRefused != nil })
 			rf := a.Status().ReportsRefused
 			if rf.Cause != tt.cause || !strings.Contains(rf.Fix, tt.fix) || rf.Error == "" || rf.Since.IsZero() {
 				t.Errorf("refusal %+v: want cause %s and a fix with %q", rf, tt.cause, tt.fix)

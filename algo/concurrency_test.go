@@ -3,6 +3,7 @@ package algo
 import (
 	"context"
 	"errors"
+	"github.com/allot-io/allot/internal/testwait"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -53,7 +54,7 @@ func TestConcurrencyAcquireWaitsInOrder(t *testing.T) {
 			}
 			order <- i
 		}()
-		waitFor(t, func() bool { return c.Waiting() == i })
+		testwait.For(t, 10*time.Second, "the waiters to block", func() bool { return c.Waiting() == i })
 	}
 	if c.TryAcquire(1) {
 		t.Fatal("TryAcquire overtook waiters")
@@ -74,7 +75,7 @@ func TestConcurrencyAcquireContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- c.Acquire(ctx, 1) }()
-	waitFor(t, func() bool { return c.Waiting() == 1 })
+	testwait.For(t, 10*time.Second, "the waiters to block", func() bool { return c.Waiting() == 1 })
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Acquire after cancel = %v", err)
@@ -92,7 +93,7 @@ func TestConcurrencySetLimitWakesWaiters(t *testing.T) {
 	c.TryAcquire(1)
 	done := make(chan error)
 	go func() { done <- c.Acquire(context.Background(), 1) }()
-	waitFor(t, func() bool { return c.Waiting() == 1 })
+	testwait.For(t, 10*time.Second, "the waiters to block", func() bool { return c.Waiting() == 1 })
 	c.SetLimit(2)
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -136,18 +137,6 @@ func TestConcurrencyNeverExceedsLimit(t *testing.T) {
 	}
 	if c.InFlight() != 0 || c.Waiting() != 0 {
 		t.Fatalf("leftover: in flight %d, waiting %d", c.InFlight(), c.Waiting())
-	}
-}
-
-// waitFor polls cond until it holds or a deadline passes.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"errors"
+	"github.com/allot-io/allot/internal/testwait"
 	"net"
 	"strconv"
 	"strings"
@@ -34,7 +35,7 @@ func TestAdvertiseHost(t *testing.T) {
 	cfg.Insecure = true // no credentials in this test
 	c := start(t, cfg)
 	waitLeader(t, []*Coordinator{c})
-	waitFor(t, 10*time.Second, "the member to record itself", func() bool { return len(c.members()) == 1 })
+	testwait.For(t, 10*time.Second, "the member to record itself", func() bool { return len(c.members()) == 1 })
 	m := c.members()[0]
 	if !strings.HasPrefix(m.GetGrpcAddress(), "127.0.0.1:") || !strings.HasPrefix(m.GetRaftAddress(), "127.0.0.1:") {
 		t.Fatalf("member recorded as grpc %q, raft %q; want the advertised host", m.GetGrpcAddress(), m.GetRaftAddress())

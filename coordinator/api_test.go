@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"github.com/allot-io/allot/internal/testwait"
 	"io"
 	"math"
 	"net/http"
@@ -44,7 +45,7 @@ func TestReportGrantsProportionalLeases(t *testing.T) {
 	b := newAgentSim(t, "gw-b", []string{c.GRPCAddr()})
 	ctx := context.Background()
 	// Wait out learning mode, then report a steady 3:1 demand over the limit.
-	waitFor(t, 10*time.Second, "learning mode to end", func() bool { return !c.alloc.learning(c.now().UnixNano()) })
+	testwait.For(t, 10*time.Second, "learning mode to end", func() bool { return !c.alloc.learning(c.now().UnixNano()) })
 	var la, lb *allotpb.Lease
 	for i := 0; i < 10; i++ {
 		// Each reports per 200 ms interval: a wants 3000/s, b 1000/s.
@@ -125,7 +126,7 @@ func TestLearningModeAfterFailover(t *testing.T) {
 func TestLeavingReleasesLeases(t *testing.T) {
 	c := cluster(t, 1, nil)[0]
 	putRules(t, c, &allotpb.Rule{Name: "api", Scope: "tenant", Algorithm: "gcra", Limit: 1000, Period: durationpb.New(time.Second), Intent: "capacity"})
-	waitFor(t, 10*time.Second, "learning mode to end", func() bool { return !c.alloc.learning(c.now().UnixNano()) })
+	testwait.For(t, 10*time.Second, "learning mode to end", func() bool { return !c.alloc.learning(c.now().UnixNano()) })
 	a := newAgentSim(t, "gw-a", []string{c.GRPCAddr()})
 	b := newAgentSim(t, "gw-b", []string{c.GRPCAddr()})
 	ctx := context.Background()
@@ -142,7 +143,7 @@ func TestLeavingReleasesLeases(t *testing.T) {
 	}
 	// What gw-a held is kept for two report intervals (for a replacement
 	// to be leased, in a deploy), then goes to gw-b.
-	waitFor(t, 10*time.Second, "gw-b to hold the whole limit after gw-a left", func() bool {
+	testwait.For(t, 10*time.Second, "gw-b to hold the whole limit after gw-a left", func() bool {
 		resp, err := b.report(ctx, "", 0, []*allotpb.KeyDemand{demand("api", "acme", 200, 200, held)})
 		if err != nil {
 			return false
@@ -328,7 +329,7 @@ func TestBackupRestore(t *testing.T) {
 	var want []string
 	src.fsm.read(func(s *state) { want = dumpLedger(s) })
 	for _, c := range dst {
-		waitFor(t, 20*time.Second, c.ID()+" to hold the restored ledger", func() bool {
+		testwait.For(t, 20*time.Second, c.ID()+" to hold the restored ledger", func() bool {
 			var got []string
 			c.fsm.read(func(s *state) { got = dumpLedger(s) })
 			return strings.Join(got, "\n") == strings.Join(want, "\n")

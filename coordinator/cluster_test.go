@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/allot-io/allot/internal/testwait"
 	"os"
 	"sync"
 	"testing"
@@ -73,7 +74,7 @@ func cluster(t *testing.T, n int, mod func(*Config)) []*Coordinator {
 			waitLeader(t, nodes[:1])
 		}
 	}
-	waitFor(t, 30*time.Second, "every member to join as a voter and know the leader", func() bool {
+	testwait.For(t, 30*time.Second, "every member to join as a voter and know the leader", func() bool {
 		for _, c := range nodes {
 			if id, addr := c.Leader(); id == "" || addr == "" || voters(c.members()) != n {
 				return false
@@ -97,7 +98,7 @@ func voters(ms []*allotpb.Member) (n int) {
 func waitLeader(t *testing.T, nodes []*Coordinator) *Coordinator {
 	t.Helper()
 	var l *Coordinator
-	waitFor(t, 30*time.Second, "a ready leader", func() bool { l = leader(nodes); return l != nil })
+	testwait.For(t, 30*time.Second, "a ready leader", func() bool { l = leader(nodes); return l != nil })
 	return l
 }
 
@@ -108,18 +109,6 @@ func leader(nodes []*Coordinator) *Coordinator {
 		}
 	}
 	return nil
-}
-
-// waitFor polls cond until it holds, failing the test at the deadline.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func dial(t *testing.T, addr string) *grpc.ClientConn {
@@ -155,7 +144,7 @@ func TestClusterRulesOnFollower(t *testing.T) {
 		t.Fatalf("PutRules returned %v", set)
 	}
 	for _, c := range nodes {
-		waitFor(t, 10*time.Second, c.ID()+" to see the rule", func() bool {
+		testwait.For(t, 10*time.Second, c.ID()+" to see the rule", func() bool {
 			got, err := allotpb.NewRulesServiceClient(dial(t, c.GRPCAddr())).GetRule(ctx, &allotpb.GetRuleRequest{Name: "plan-quota"})
 			return err == nil && got.GetLimit() == 1000
 		})
@@ -290,7 +279,7 @@ func TestClusterFailoverLosesNothing(t *testing.T) {
 		}()
 	}
 	old := waitLeader(t, nodes)
-	waitFor(t, 10*time.Second, "usage to flow", func() bool { return agents[0].ackedTotal() > 50 })
+	testwait.For(t, 10*time.Second, "usage to flow", func() bool { return agents[0].ackedTotal() > 50 })
 	stop(old)
 	var rest []*Coordinator
 	for _, c := range nodes {
@@ -300,12 +289,12 @@ func TestClusterFailoverLosesNothing(t *testing.T) {
 	}
 	next := waitLeader(t, rest)
 	before := agents[0].ackedTotal()
-	waitFor(t, 20*time.Second, "usage to flow through the new leader", func() bool { return agents[0].ackedTotal() > before+50 })
+	testwait.For(t, 20*time.Second, "usage to flow through the new leader", func() bool { return agents[0].ackedTotal() > before+50 })
 	cancel()
 	wg.Wait()
 	// Flush what is still pending, through the new leader.
 	for _, a := range agents {
-		waitFor(t, 20*time.Second, a.node+"'s last batch to be acknowledged", func() bool {
+		testwait.For(t, 20*time.Second, a.node+"'s last batch to be acknowledged", func() bool {
 			_, err := a.report(context.Background(), "acme", 0, nil)
 			return err == nil && a.pendingBatch() == nil
 		})
@@ -315,7 +304,7 @@ func TestClusterFailoverLosesNothing(t *testing.T) {
 		want += a.ackedTotal()
 	}
 	for _, c := range rest {
-		waitFor(t, 10*time.Second, c.ID()+" to apply everything", func() bool {
+		testwait.For(t, 10*time.Second, c.ID()+" to apply everything", func() bool {
 			got, _ := ledgerTotal(c.fsm, "acme")
 			return got == want
 		})
@@ -368,7 +357,7 @@ func TestClusterRestartCatchesUp(t *testing.T) {
 		t.Fatalf("snapshot: %v", err)
 	}
 	g := start(t, fcfg)
-	waitFor(t, 20*time.Second, "the restarted follower to catch up", func() bool {
+	testwait.For(t, 20*time.Second, "the restarted follower to catch up", func() bool {
 		got, _ := ledgerTotal(g.fsm, "acme")
 		return got == want
 	})
@@ -431,7 +420,7 @@ func TestReportValidation(t *testing.T) {
 	if _, err := client.Report(ctx, ok()); err != nil {
 		t.Fatalf("a good report after the bad ones: %v", err)
 	}
-	waitFor(t, 5*time.Second, "rejections to be counted", func() bool {
+	testwait.For(t, 5*time.Second, "rejections to be counted", func() bool {
 		return counterValue(t, c, "allot_coordinator_reports_total", "result", "invalid") == float64(len(tests)) &&
 			counterValue(t, c, "allot_coordinator_reports_total", "result", "too_large") == 1
 	})

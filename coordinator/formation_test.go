@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"fmt"
+	"github.com/allot-io/allot/internal/testwait"
 	"slices"
 	"strings"
 	"testing"
@@ -93,7 +94,7 @@ func formed(t *testing.T, n int, dirs []string) ([]*Coordinator, []Config) {
 // voters, and they agree on the cluster ID.
 func waitVoters(t *testing.T, nodes []*Coordinator, n int) {
 	t.Helper()
-	waitFor(t, 30*time.Second, fmt.Sprintf("%d voters and one cluster ID", n), func() bool {
+	testwait.For(t, 30*time.Second, fmt.Sprintf("%d voters and one cluster ID", n), func() bool {
 		ids := map[string]bool{}
 		for _, c := range nodes {
 			if c.closed.Load() {
@@ -111,7 +112,7 @@ func waitVoters(t *testing.T, nodes []*Coordinator, n int) {
 func TestBootstrapExpectForms(t *testing.T) {
 	nodes, _ := formed(t, 3, nil)
 	cid := nodes[0].clusterID()
-	waitFor(t, 10*time.Second, "every identity file", func() bool {
+	testwait.For(t, 10*time.Second, "every identity file", func() bool {
 		for _, c := range nodes {
 			id, err := datadirIdentity(c)
 			if err != nil || id == nil || id.ClusterID != cid || id.NodeID != c.ID() {
@@ -131,7 +132,7 @@ func TestBootstrapExpectWaitsForEveryone(t *testing.T) {
 		cfg.GRPCAddr, cfg.BootstrapExpect, cfg.Join = grpcs[i], 3, grpcs
 		nodes = append(nodes, start(t, cfg))
 	}
-	waitFor(t, 10*time.Second, "both to see each other", func() bool {
+	testwait.For(t, 10*time.Second, "both to see each other", func() bool {
 		for _, c := range nodes {
 			c.formingMu.Lock()
 			n := len(c.forming)

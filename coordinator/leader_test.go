@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"github.com/allot-io/allot/internal/testwait"
 	"testing"
 	"time"
 
@@ -25,7 +26,7 @@ func isolateLeader(t *testing.T) *Coordinator {
 	})
 	l := waitLeader(t, nodes)
 	putRules(t, l, &allotpb.Rule{Name: "api", Scope: "tenant", Algorithm: "token_bucket", Limit: 1000, Period: durationpb.New(time.Second), Burst: 100, Intent: "capacity"})
-	waitFor(t, 10*time.Second, "the leader to install the rule", func() bool { return l.alloc.ruleCount() == 1 })
+	testwait.For(t, 10*time.Second, "the leader to install the rule", func() bool { return l.alloc.ruleCount() == 1 })
 	for _, c := range nodes {
 		if c != l {
 			if err := c.raft.Shutdown().Error(); err != nil {
@@ -104,7 +105,7 @@ func TestLeaderGaugesResetOnStepDown(t *testing.T) {
 	l := waitLeader(t, nodes)
 	putRules(t, l, &allotpb.Rule{Name: "api", Scope: "tenant", Algorithm: "token_bucket", Limit: 1000, Period: durationpb.New(time.Second), Burst: 100, Intent: "capacity"})
 	a := newAgentSim(t, "gw-1", []string{l.GRPCAddr()})
-	waitFor(t, 10*time.Second, "the leader to count the agent and its key", func() bool {
+	testwait.For(t, 10*time.Second, "the leader to count the agent and its key", func() bool {
 		if _, err := a.report(context.Background(), "", 0, []*allotpb.KeyDemand{demand("api", "acme", 10, 0, 0)}); err != nil {
 			return false
 		}
@@ -113,7 +114,7 @@ func TestLeaderGaugesResetOnStepDown(t *testing.T) {
 	if err := l.raft.LeadershipTransfer().Error(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the former leader's gauges to read 0", func() bool {
+	testwait.For(t, 10*time.Second, "the former leader's gauges to read 0", func() bool {
 		return !l.IsLeader() && testutil.ToFloat64(l.metrics.activeAgents) == 0 && testutil.ToFloat64(l.metrics.activeKeys) == 0
 	})
 }

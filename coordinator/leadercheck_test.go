@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"github.com/allot-io/allot/internal/testwait"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -63,7 +64,7 @@ func TestLeaderCheckCoalesces(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitFor(t, 10*time.Second, "the later reports to queue for the next round", func() bool {
+	testwait.For(t, 10*time.Second, "the later reports to queue for the next round", func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		return l.pending != nil && l.pending.waiters == later

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/allot-io/allot/internal/testwait"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,7 +49,7 @@ func TestJoinWithoutAVoteUntilCaughtUp(t *testing.T) {
 	cfg.Join = []string{l.GRPCAddr()}
 	n2 := start(t, cfg)
 	// Added first without a vote (the leader logs it), then promoted.
-	waitFor(t, 30*time.Second, "n2 promoted to a voter", func() bool { return voters(l.members()) == 2 })
+	testwait.For(t, 30*time.Second, "n2 promoted to a voter", func() bool { return voters(l.members()) == 2 })
 	if n2.raft.AppliedIndex() == 0 || n2.currentRulesLen() != 1 {
 		t.Fatalf("n2 promoted with applied index %d and %d rules", n2.raft.AppliedIndex(), n2.currentRulesLen())
 	}
@@ -72,7 +73,7 @@ func TestLostMemberRejoins(t *testing.T) {
 					victim = i
 				}
 			}
-			waitFor(t, 10*time.Second, "the victim's identity file", func() bool {
+			testwait.For(t, 10*time.Second, "the victim's identity file", func() bool {
 				id, err := datadirIdentity(nodes[victim])
 				return err == nil && id != nil
 			})
@@ -84,7 +85,7 @@ func TestLostMemberRejoins(t *testing.T) {
 			}
 			nodes[victim] = back
 			waitVoters(t, nodes, 3)
-			waitFor(t, 10*time.Second, "the rules on the rejoined member", func() bool { return back.currentRulesLen() == 1 })
+			testwait.For(t, 10*time.Second, "the rules on the rejoined member", func() bool { return back.currentRulesLen() == 1 })
 		})
 	}
 }
@@ -156,7 +157,7 @@ func TestRemovedMemberStops(t *testing.T) {
 
 func TestJoinFromAnotherClusterRefused(t *testing.T) {
 	a := cluster(t, 1, nil)[0]
-	waitFor(t, 10*time.Second, "a cluster ID", func() bool { return a.clusterID() != "" })
+	testwait.For(t, 10*time.Second, "a cluster ID", func() bool { return a.clusterID() != "" })
 	dir := t.TempDir()
 	if err := datadir.WriteIdentity(dir, datadir.Identity{ClusterID: "another", NodeID: "n9"}); err != nil {
 		t.Fatal(err)
@@ -205,7 +206,7 @@ func TestRecoverLostQuorum(t *testing.T) {
 	putRules(t, l, &allotpb.Rule{Name: "api", Scope: "tenant", Algorithm: "gcra", Limit: 100, Period: durationpb.New(time.Second), Intent: "capacity"})
 	cid := l.clusterID()
 	survivor := 0
-	waitFor(t, 10*time.Second, "the rules on every member", func() bool {
+	testwait.For(t, 10*time.Second, "the rules on every member", func() bool {
 		for _, c := range nodes {
 			if c.currentRulesLen() != 1 {
 				return false

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"github.com/allot-io/allot/internal/testwait"
 	"testing"
 	"time"
 
@@ -20,7 +21,7 @@ func TestRuleOutsideRegionIsSkipped(t *testing.T) {
 	putRules(t, c, rule("us-only", map[string]float64{"us-east": 1}), rule("split", map[string]float64{"eu-west": 0.25, "us-east": 0.75}), rule("everywhere", nil))
 	a := newAgentSim(t, "gw-1", []string{c.GRPCAddr()})
 	var leases map[string]float64
-	waitFor(t, 10*time.Second, "leases for the rules that apply here", func() bool {
+	testwait.For(t, 10*time.Second, "leases for the rules that apply here", func() bool {
 		resp, err := a.report(context.Background(), "", 0, []*allotpb.KeyDemand{
 			demand("us-only", "acme", 10, 0, 0), demand("split", "acme", 10, 0, 0), demand("everywhere", "acme", 10, 0, 0),
 		})

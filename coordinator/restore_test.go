@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"github.com/allot-io/allot/internal/testwait"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func TestRestoreKeepsThisClustersMembers(t *testing.T) {
 		want[c.ID()] = c.GRPCAddr()
 	}
 	for _, c := range dst {
-		waitFor(t, 20*time.Second, c.ID()+" to know this cluster's members after the restore", func() bool {
+		testwait.For(t, 20*time.Second, c.ID()+" to know this cluster's members after the restore", func() bool {
 			if _, addr := c.Leader(); addr != l.GRPCAddr() {
 				return false
 			}

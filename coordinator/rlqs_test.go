@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"github.com/allot-io/allot/internal/testwait"
 	"math"
 	"strings"
 	"sync"
@@ -45,14 +46,14 @@ func TestRLQSDividesByDemand(t *testing.T) {
 	}
 	within := func(got, want, tol float64) bool { return math.Abs(got-want) <= tol*want }
 	// Proportional to demand, with a floor for the smallest (lease.Proportional).
-	waitFor(t, 20*time.Second, "shares proportional to demand (180, 90, 30)", func() bool {
+	testwait.For(t, 20*time.Second, "shares proportional to demand (180, 90, 30)", func() bool {
 		a, b, d := envoys[0].Assigned(), envoys[1].Assigned(), envoys[2].Assigned()
 		return within(a, 180, 0.1) && within(b, 90, 0.1) && d >= 30 && d < b && a+b+d <= 300*1.05
 	})
 	t.Logf("assignments: %.0f %.0f %.0f", envoys[0].Assigned(), envoys[1].Assigned(), envoys[2].Assigned())
 
 	envoys[0].SetDemand(0)
-	waitFor(t, 20*time.Second, "the quiet Envoy's share to go to the others", func() bool {
+	testwait.For(t, 20*time.Second, "the quiet Envoy's share to go to the others", func() bool {
 		return envoys[0].Assigned() < 30 && envoys[1].Assigned() > 150 && envoys[2].Assigned() >= 45
 	})
 	t.Logf("after the first went quiet: %.0f %.0f %.0f", envoys[0].Assigned(), envoys[1].Assigned(), envoys[2].Assigned())
@@ -63,7 +64,7 @@ func TestRLQSDividesByDemand(t *testing.T) {
 	for _, e := range envoys {
 		want += e.Reported()
 	}
-	waitFor(t, 10*time.Second, "the ledger to hold every reported request", func() bool {
+	testwait.For(t, 10*time.Second, "the ledger to hold every reported request", func() bool {
 		got, _ := ledgerTotal(c.fsm, "acme")
 		return got == want
 	})
@@ -105,7 +106,7 @@ func TestRLQSFailover(t *testing.T) {
 		}
 		return sum, all
 	}
-	waitFor(t, 20*time.Second, "every Envoy to hold an even share", func() bool {
+	testwait.For(t, 20*time.Second, "every Envoy to hold an even share", func() bool {
 		sum, all := total()
 		return all && sum > 250
 	})
@@ -130,7 +131,7 @@ func TestRLQSFailover(t *testing.T) {
 	}
 	waitLeader(t, rest)
 	failedOver := time.Now()
-	waitFor(t, 30*time.Second, "every Envoy to be assigned a share by the new leader", func() bool {
+	testwait.For(t, 30*time.Second, "every Envoy to be assigned a share by the new leader", func() bool {
 		for _, e := range envoys {
 			if !e.LastAssignment().After(failedOver) {
 				return false
@@ -159,7 +160,7 @@ func TestRLQSFailover(t *testing.T) {
 	}
 	for _, c := range rest {
 		var got uint64
-		waitFor(t, 10*time.Second, c.ID()+"'s ledger to hold every request received", func() bool {
+		testwait.For(t, 10*time.Second, c.ID()+"'s ledger to hold every request received", func() bool {
 			got, _ = ledgerTotal(c.fsm, "acme")
 			return float64(got) == received
 		})
@@ -188,8 +189,8 @@ func TestRLQSBuckets(t *testing.T) {
 	for _, e := range []*rlqstest.Envoy{good, unknown, noRule} {
 		wg.Go(func() { _ = e.Run(ctx) })
 	}
-	waitFor(t, 10*time.Second, "the mapped bucket's assignment", func() bool { return good.Assigned() > 0 })
-	waitFor(t, 10*time.Second, "the unmapped buckets' usage to be counted", func() bool {
+	testwait.For(t, 10*time.Second, "the mapped bucket's assignment", func() bool { return good.Assigned() > 0 })
+	testwait.For(t, 10*time.Second, "the unmapped buckets' usage to be counted", func() bool {
 		return counterValue(t, c, "allot_coordinator_rlqs_requests_total", "result", "unmapped") > 50
 	})
 	if unknown.Assigned() >= 0 || noRule.Assigned() >= 0 {
@@ -198,7 +199,7 @@ func TestRLQSBuckets(t *testing.T) {
 	if _, err := allotpb.NewRulesServiceClient(dial(t, c.GRPCAddr())).DeleteRule(ctx, &allotpb.DeleteRuleRequest{Name: "api"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the deleted rule's bucket to be abandoned", func() bool { return good.Abandons() > 0 })
+	testwait.For(t, 10*time.Second, "the deleted rule's bucket to be abandoned", func() bool { return good.Abandons() > 0 })
 	cancel()
 	wg.Wait()
 	// What the good bucket reported before its rule was deleted is billed;
@@ -286,7 +287,7 @@ func TestRLQSSharesAgentsKeys(t *testing.T) {
 		}
 	}()
 	share := func() float64 { mu.Lock(); defer mu.Unlock(); return held.GetLimit() }
-	waitFor(t, 20*time.Second, "the Envoy and the agent to split 300/s evenly", func() bool {
+	testwait.For(t, 20*time.Second, "the Envoy and the agent to split 300/s evenly", func() bool {
 		a, b := share(), e.Assigned()
 		return math.Abs(a-150) < 25 && math.Abs(b-150) < 25 && a+b <= 300*1.05
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"github.com/allot-io/allot/internal/testwait"
 	"io"
 	"net"
 	"net/http"
@@ -407,12 +408,12 @@ func TestTokenRotation(t *testing.T) {
 	}
 	s.writeTokens(t, "tokens:\n"+entry("reader-old", oldTok)+entry("reader-new", newTok))
 	replaceFile(t, clientFile, []byte(newTok+"\n"))
-	waitFor(t, 10*time.Second, "the client to send the new token and be served", func() bool {
+	testwait.For(t, 10*time.Second, "the client to send the new token and be served", func() bool {
 		return creds.Token() == newTok && callStatus(ctx) == nil
 	})
 	s.writeTokens(t, "tokens:\n"+entry("reader-new", newTok))
 	plain := tlsConn(t, addr, s.ca.File, nil)
-	waitFor(t, 10*time.Second, "the old token to be refused", func() bool {
+	testwait.For(t, 10*time.Second, "the old token to be refused", func() bool {
 		_, err := allotpb.NewClusterServiceClient(plain).Status(withToken(ctx, oldTok), &allotpb.StatusRequest{})
 		return status.Code(err) == codes.Unauthenticated
 	})
@@ -448,7 +449,7 @@ func TestCertificateRotation(t *testing.T) {
 	}
 	first := serial()
 	s.issue(t, auth.Leaf{File: l.ID(), Role: auth.Member, Name: l.ID()}) // over the member's files
-	waitFor(t, 10*time.Second, "the new server certificate to be served", func() bool { return serial() != first })
+	testwait.For(t, 10*time.Second, "the new server certificate to be served", func() bool { return serial() != first })
 
 	// Rotate the CA that signs clients: bundle old and new, then new only.
 	oldAgent := s.issue(t, auth.Leaf{File: "old-agent", Role: auth.Agent, Name: "gw-1"})
@@ -480,12 +481,12 @@ func TestCertificateRotation(t *testing.T) {
 		t.Fatalf("the old CA's agent before rotation: %v", err)
 	}
 	serverCA(append(append([]byte{}, oldPEM...), newPEM...))
-	waitFor(t, 10*time.Second, "the new CA's agent to be served", func() bool { return reportOn(newConn, "gw-2") == nil })
+	testwait.For(t, 10*time.Second, "the new CA's agent to be served", func() bool { return reportOn(newConn, "gw-2") == nil })
 	if err := reportOn(oldConn, "gw-1"); err != nil {
 		t.Fatalf("the old CA's agent while both are trusted: %v", err)
 	}
 	serverCA(newPEM)
-	waitFor(t, 15*time.Second, "the old CA's agent to be refused", func() bool { return reportOn(oldConn, "gw-1") != nil })
+	testwait.For(t, 15*time.Second, "the old CA's agent to be refused", func() bool { return reportOn(oldConn, "gw-1") != nil })
 	if err := reportOn(newConn, "gw-2"); err != nil {
 		t.Fatalf("the new CA's agent after rotation: %v", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"github.com/allot-io/allot/internal/testwait"
 	"io"
 	"os"
 	"strings"
@@ -54,7 +55,7 @@ func TestSettingsReplicated(t *testing.T) {
 		t.Fatalf("%s leads; the test expects the bootstrapping member", first.ID())
 	}
 	for id, l := range logs {
-		waitFor(t, 10*time.Second, id+" to warn that the cluster's settings win", func() bool { return l.count(settingsWarning) > 0 })
+		testwait.For(t, 10*time.Second, id+" to warn that the cluster's settings win", func() bool { return l.count(settingsWarning) > 0 })
 	}
 	stop(first)
 	next := waitLeader(t, nodes[1:])

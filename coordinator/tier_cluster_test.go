@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"github.com/allot-io/allot/internal/testwait"
 	"sync"
 	"testing"
 	"time"
@@ -74,11 +75,11 @@ func TestTierClusters(t *testing.T) {
 		defer mu.Unlock()
 		return held[name]
 	}
-	waitFor(t, 20*time.Second, "us, where the demand is, to be leased nearly the whole quota", func() bool { return lease("us") >= 0.9*900 })
+	testwait.For(t, 20*time.Second, "us, where the demand is, to be leased nearly the whole quota", func() bool { return lease("us") >= 0.9*900 })
 	mu.Lock()
 	rates = map[string]float64{"eu": 2000}
 	mu.Unlock()
-	waitFor(t, 20*time.Second, "the quota to follow the demand to eu", func() bool { return lease("eu") >= 0.9*900 && lease("us") <= 0.1*900 })
+	testwait.For(t, 20*time.Second, "the quota to follow the demand to eu", func() bool { return lease("eu") >= 0.9*900 && lease("us") <= 0.1*900 })
 
 	st := regions["eu"].Status().GetTier()
 	if st.GetRole() != "region" || st.GetLastError() != "" || st.GetLeasedKeys() != 1 || st.GetFallbackKeys() != 0 {
@@ -126,7 +127,7 @@ func TestTierParentUnreachable(t *testing.T) {
 	n := newAgentSim(t, "gw-us", []string{c.GRPCAddr()})
 	n.region = "us"
 	var got float64
-	waitFor(t, 10*time.Second, "a lease of the static fraction", func() bool {
+	testwait.For(t, 10*time.Second, "a lease of the static fraction", func() bool {
 		resp, err := n.report(context.Background(), "acme", 0, []*allotpb.KeyDemand{demand("plan-quota", "acme", 400, 0, got)})
 		if err != nil {
 			t.Fatal(err)
@@ -139,7 +140,7 @@ func TestTierParentUnreachable(t *testing.T) {
 	if got < 300-1e-6 || got > 300+1e-6 {
 		t.Fatalf("cut off from its parent, us leased %.1f; want its static third, 300", got)
 	}
-	waitFor(t, 10*time.Second, "the status to show the parent not answering", func() bool {
+	testwait.For(t, 10*time.Second, "the status to show the parent not answering", func() bool {
 		st := c.Status().GetTier()
 		return st.GetLastError() != "" && st.GetFallbackKeys() == 1
 	})

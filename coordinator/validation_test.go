@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"github.com/allot-io/allot/internal/testwait"
 	"slices"
 	"strings"
 	"testing"
@@ -87,7 +88,7 @@ func TestReportListsEveryViolation(t *testing.T) {
 	if a, _ := ledgerTotal(c.fsm, "ok"); a != 5*uint64(len(kept)) {
 		t.Fatalf("ledger %d; want %d", a, 5*len(kept))
 	}
-	waitFor(t, 5*time.Second, "the refusal to be counted", func() bool {
+	testwait.For(t, 5*time.Second, "the refusal to be counted", func() bool {
 		return counterValue(t, c, "allot_coordinator_reports_total", "result", "invalid") == 1
 	})
 }

@@ -3,9 +3,9 @@ package envoy_test
 import (
 	"context"
 	"fmt"
+	"github.com/allot-io/allot/internal/timeutil"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,26 +23,9 @@ import (
 	"github.com/allot-io/allot/lease/rules/envoyconf"
 )
 
-type manualClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *manualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *manualClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // serve starts a standalone agent with the rules in yaml and serves its
 // RateLimitService on a loopback port, returning a client of it.
-func serve(t *testing.T, yaml string, opts envoy.Options) (rlsv3.RateLimitServiceClient, *manualClock) {
+func serve(t *testing.T, yaml string, opts envoy.Options) (rlsv3.RateLimitServiceClient, *timeutil.Manual) {
 	t.Helper()
 	rs, err := rules.Parse("rules.yaml", []byte(yaml))
 	if err != nil {
@@ -51,7 +34,7 @@ func serve(t *testing.T, yaml string, opts envoy.Options) (rlsv3.RateLimitServic
 	return serveRules(t, rs, opts)
 }
 
-func serveRules(t *testing.T, rs []rules.Rule, opts envoy.Options) (rlsv3.RateLimitServiceClient, *manualClock) {
+func serveRules(t *testing.T, rs []rules.Rule, opts envoy.Options) (rlsv3.RateLimitServiceClient, *timeutil.Manual) {
 	t.Helper()
 	conn, clk, _ := start(t, rs, func(g *grpc.Server, a *agent.Agent) { envoy.NewRateLimitServer(a, opts).Register(g) })
 	return rlsv3.NewRateLimitServiceClient(conn), clk
@@ -60,9 +43,9 @@ func serveRules(t *testing.T, rs []rules.Rule, opts envoy.Options) (rlsv3.RateLi
 // start starts a standalone agent on rs, with a manual clock, and a gRPC
 // server on a loopback port with what register puts on it; it returns a
 // connection to the server.
-func start(t *testing.T, rs []rules.Rule, register func(*grpc.Server, *agent.Agent)) (*grpc.ClientConn, *manualClock, *agent.Agent) {
+func start(t *testing.T, rs []rules.Rule, register func(*grpc.Server, *agent.Agent)) (*grpc.ClientConn, *timeutil.Manual, *agent.Agent) {
 	t.Helper()
-	clk := &manualClock{t: time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)}
+	clk := timeutil.NewManual(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC))
 	a, err := agent.New(agent.Config{Rules: rs, Clock: clk})
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"github.com/allot-io/allot/internal/testwait"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -549,7 +550,7 @@ func startTestCluster(t *testing.T, id, region, token string) *testCluster {
 		defer cancel()
 		_ = c.Close(ctx)
 	})
-	waitUntil(t, 30*time.Second, id+" to lead", c.IsLeader)
+	testwait.For(t, 30*time.Second, id+" to lead", c.IsLeader)
 	return &testCluster{c: c, addr: c.GRPCAddr(), token: token}
 }
 
@@ -573,18 +574,6 @@ func (tc *testCluster) report(t *testing.T, node, region string, count *allotpb.
 	})
 	if err != nil {
 		t.Fatalf("report to %s: %v", tc.addr, err)
-	}
-}
-
-// waitUntil polls cond until it holds, failing the test at the deadline.
-func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 
@@ -685,7 +674,7 @@ func TestOpsInProcess(t *testing.T) {
 			ws + "," + we + ",false,acme,quota,us,1,2,0.2500,0.4,0.033,30.0000,\n" +
 			ws + "," + we + ",false,acme,quota,*,4,3,eu=0.7500;us=0.2500,,0.083,48.0000,\n"
 		var stdout, stderr string
-		waitUntil(t, 30*time.Second, "eu's window to be final", func() bool {
+		testwait.For(t, 30*time.Second, "eu's window to be final", func() bool {
 			var code int
 			code, stdout, stderr = runIn(t, admin, args...)
 			if code != exitOK {

@@ -15,6 +15,7 @@ import (
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/proto/rulespb"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -62,7 +63,7 @@ func putRules(t *testing.T, addr string, rs ...rules.Rule) {
 	defer cc.Close()
 	req := &allotpb.PutRulesRequest{ReplaceAll: true}
 	for i := range rs {
-		req.Rules = append(req.Rules, rules.ToProto(&rs[i]))
+		req.Rules = append(req.Rules, rulespb.ToProto(&rs[i]))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

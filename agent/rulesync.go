@@ -6,6 +6,7 @@ import (
 
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/proto/rulespb"
 )
 
 // setFromProto converts the coordinators' rule set. A rule this agent
@@ -15,7 +16,7 @@ func setFromProto(p *allotpb.RuleSet) (*rules.Set, []RuleProblem, error) {
 	var good []rules.Rule
 	var problems []RuleProblem
 	for i, pr := range p.GetRules() {
-		rule, err := rules.FromProto(pr)
+		rule, err := rulespb.FromProto(pr)
 		if err != nil {
 			name := pr.GetName()
 			if name == "" {

@@ -7,8 +7,8 @@ import (
 	"io"
 	"sync"
 
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/proto/rulespb"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/encoding/protodelim"
@@ -200,7 +200,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 			BillingWindowNano: s.billingWindow, ReportIntervalNano: s.reportInterval, LeaseTtlNano: s.leaseTTL,
 			GrantEpoch: s.grantEpoch, GrantSeq: s.grantSeq, ClusterId: s.clusterID,
 		},
-		rules: rules.SetToProto(s.rules),
+		rules: rulespb.SetToProto(s.rules),
 	}
 	for _, m := range s.members {
 		snap.members = append(snap.members, proto.Clone(m).(*allotpb.Member))
@@ -334,7 +334,7 @@ func readSnapshot(r *bufio.Reader) (*state, error) {
 	if err := read(rs); err != nil {
 		return nil, fmt.Errorf("rules: %w", err)
 	}
-	set, err := rules.SetFromProto(rs)
+	set, err := rulespb.SetFromProto(rs)
 	if err != nil {
 		return nil, fmt.Errorf("rules: %w", err)
 	}

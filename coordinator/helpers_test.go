@@ -5,13 +5,13 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/proto/rulespb"
 )
 
 // dumpState renders a state deterministically, for comparing replicas.
 func dumpState(s *state) string {
 	var lines []string
-	lines = append(lines, fmt.Sprintf("epoch %d window %d interval %d ttl %d grants %d/%d rules %s", s.epoch, s.billingWindow, s.reportInterval, s.leaseTTL, s.grantEpoch, s.grantSeq, rules.SetToProto(s.rules)))
+	lines = append(lines, fmt.Sprintf("epoch %d window %d interval %d ttl %d grants %d/%d rules %s", s.epoch, s.billingWindow, s.reportInterval, s.leaseTTL, s.grantEpoch, s.grantSeq, rulespb.SetToProto(s.rules)))
 	for id, m := range s.members {
 		lines = append(lines, fmt.Sprintf("member %s %s", id, m))
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/proto/rulespb"
 	"github.com/hashicorp/raft"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/protobuf/proto"
@@ -217,7 +218,7 @@ func (c *Coordinator) loadRulesFile() error {
 	}
 	cmd := &allotpb.RulesCommand{ReplaceAll: true}
 	for i := range want.Rules() {
-		cmd.Put = append(cmd.Put, rules.ToProto(&want.Rules()[i]))
+		cmd.Put = append(cmd.Put, rulespb.ToProto(&want.Rules()[i]))
 	}
 	_, err = c.apply(cmdRules, cmd, 10*time.Second)
 	if err == nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/proto/rulespb"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -158,7 +159,7 @@ func respond(st *state, alloc *allocator, req *allotpb.ReportRequest, now time.T
 		}
 	}
 	if req.GetRulesVersion() != st.rules.Version() {
-		resp.Rules = rules.SetToProto(st.rules)
+		resp.Rules = rulespb.SetToProto(st.rules)
 	}
 	for _, m := range st.members {
 		resp.Coordinators = append(resp.Coordinators, m.GetGrpcAddress())
@@ -189,7 +190,7 @@ func reportError(vs []allotpb.Violation) error {
 // GetRules returns the rule set; any member answers from its replica.
 func (s *agentServer) GetRules(ctx context.Context, req *allotpb.GetRulesRequest) (*allotpb.RuleSet, error) {
 	var out *allotpb.RuleSet
-	s.c.fsm.read(func(st *state) { out = rules.SetToProto(st.rules) })
+	s.c.fsm.read(func(st *state) { out = rulespb.SetToProto(st.rules) })
 	return out, nil
 }
 
@@ -200,7 +201,7 @@ type rulesServer struct {
 
 func (s *rulesServer) ListRules(context.Context, *allotpb.ListRulesRequest) (*allotpb.RuleSet, error) {
 	var out *allotpb.RuleSet
-	s.c.fsm.read(func(st *state) { out = rules.SetToProto(st.rules) })
+	s.c.fsm.read(func(st *state) { out = rulespb.SetToProto(st.rules) })
 	return out, nil
 }
 
@@ -208,7 +209,7 @@ func (s *rulesServer) GetRule(_ context.Context, req *allotpb.GetRuleRequest) (*
 	var out *allotpb.Rule
 	s.c.fsm.read(func(st *state) {
 		if r, ok := st.rules.Get(req.GetName()); ok {
-			out = rules.ToProto(&r)
+			out = rulespb.ToProto(&r)
 		}
 	})
 	if out == nil {
@@ -270,7 +271,7 @@ func (c *Coordinator) applyRulesCommand(cmd *allotpb.RulesCommand) (*allotpb.Rul
 		}
 		return nil, err
 	}
-	return rules.SetToProto(res.(*rules.Set)), nil
+	return rulespb.SetToProto(res.(*rules.Set)), nil
 }
 
 func resultLabel(err error) string {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/proto/rulespb"
 	"github.com/google/btree"
 )
 
@@ -192,7 +193,7 @@ func (s *state) applyRules(cmd *allotpb.RulesCommand) error {
 		delete(byName, name)
 	}
 	for _, p := range cmd.GetPut() {
-		r, err := rules.FromProto(p)
+		r, err := rulespb.FromProto(p)
 		if err != nil {
 			return err
 		}

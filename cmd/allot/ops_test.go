@@ -19,6 +19,7 @@ import (
 	"github.com/allot-io/allot/coordinator"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/proto/rulespb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -369,7 +370,7 @@ func TestRulesRoundTrip(t *testing.T) {
 		Tenants: map[string]rules.TenantOverride{"acme": {Weight: 2}}})
 	var protos []*allotpb.Rule
 	for i := range want {
-		protos = append(protos, rules.ToProto(&want[i]))
+		protos = append(protos, rulespb.ToProto(&want[i]))
 	}
 	for _, format := range []string{"yaml", "json"} {
 		t.Run(format, func(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/proto/rulespb"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
@@ -394,7 +395,7 @@ func runRulesDelete(ctx context.Context, e *env) error {
 func putRequest(list []rules.Rule, replaceAll bool) *allotpb.PutRulesRequest {
 	req := &allotpb.PutRulesRequest{ReplaceAll: replaceAll}
 	for i := range list {
-		req.Rules = append(req.Rules, rules.ToProto(&list[i]))
+		req.Rules = append(req.Rules, rulespb.ToProto(&list[i]))
 	}
 	return req
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/allot-io/allot/lease/rules"
 	"github.com/allot-io/allot/lease/rules/envoyconf"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/proto/rulespb"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -208,7 +209,7 @@ func writeImportedRules(w io.Writer, command string, args []string, warnings []e
 	}
 	protos := make([]*allotpb.Rule, len(list))
 	for i := range list {
-		protos[i] = rules.ToProto(&list[i])
+		protos[i] = rulespb.ToProto(&list[i])
 	}
 	enc := yaml.NewEncoder(w)
 	enc.SetIndent(2)

@@ -1,53 +1,31 @@
 package lease
 
 import (
-	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/allot-io/allot/internal/scenario"
 )
 
-var update = flag.Bool("update", false, "rewrite the expected output in testdata/ scenarios")
-
-// TestScenarios runs the scripts in testdata/. Each script builds a pool
-// with commands and checks the output of `allocate`, `fair` or `round`
-// against the block after its `----` line:
+// TestScenarios runs the scripts in testdata/ (see internal/scenario; run
+// with -rewrite to rewrite their expected output, then review the diff).
+// `allocate` and `fair` divide the pool, after running the lines that
+// follow them, which change the pool and its nodes:
 //
-//	pool limit=120 tolerance=0.05 strategy=proportional learning=false
+//	pool limit=120 tolerance=0.05 strategy=proportional|even_split learning=false
+//	class NAME weight=W priority=P|exempt   (the nodes below belong to it)
 //	node NAME demand=D held=H committed=C absent
-//	class NAME weight=W priority=P      (following nodes belong to it)
-//	allocate | fair
 //	observe NAME admitted=A denied=D interval=1s period=1s
-//	hold                                 (every node now holds its grant)
+//	hold                                    (every node now holds its grant)
 //
-// Run with -update to rewrite the expectations after a deliberate change.
+// `allocate` prints each node's grant; `fair` each class's share and its
+// nodes' grants.
 func TestScenarios(t *testing.T) {
-	files, err := filepath.Glob("testdata/*.txt")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no scenarios: %v", err)
-	}
-	for _, file := range files {
-		t.Run(filepath.Base(file), func(t *testing.T) {
-			src, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := runScenario(t, string(src))
-			if *update {
-				if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if got != string(src) {
-				t.Errorf("scenario output differs (run with -update to accept):\n--- got\n%s\n--- want\n%s", got, src)
-			}
-		})
-	}
+	scenario.Run(t, "testdata/*.txt", func(*testing.T) scenario.Commands {
+		sc := &poolScenario{pool: Pool{Strategy: Proportional}}
+		return sc.commands()
+	})
 }
 
 type scenarioNode struct {
@@ -57,7 +35,7 @@ type scenarioNode struct {
 	est   float64
 }
 
-type scenario struct {
+type poolScenario struct {
 	pool    Pool
 	nodes   []*scenarioNode
 	classes []*Class
@@ -65,127 +43,118 @@ type scenario struct {
 	class   string   // current class for new nodes
 }
 
-// runScenario executes src and returns it with every expected block
-// replaced by the actual output.
-func runScenario(t *testing.T, src string) string {
-	t.Helper()
-	var out strings.Builder
-	sc := &scenario{pool: Pool{Strategy: Proportional}}
-	lines := strings.Split(strings.TrimRight(src, "\n"), "\n")
-	for i := 0; i < len(lines); i++ {
-		line := lines[i]
-		out.WriteString(line + "\n")
-		fields := strings.Fields(line)
-		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
-			continue
-		}
-		result, produces := sc.exec(t, i+1, fields)
-		if !produces {
-			continue
-		}
-		// Skip the old expectation: "----" then lines up to a blank line.
-		if i+1 < len(lines) && lines[i+1] == "----" {
-			i++
-			for i+1 < len(lines) && lines[i+1] != "" {
-				i++
+func (sc *poolScenario) commands() scenario.Commands {
+	setup := scenario.Commands{
+		"pool":    {Keys: []string{"limit", "tolerance", "strategy", "learning"}, Required: []string{"limit"}, Run: sc.setPool},
+		"class":   {Positional: []string{"name"}, Keys: []string{"weight", "priority"}, Run: sc.setClass},
+		"node":    {Positional: []string{"name"}, Keys: []string{"demand", "held", "committed"}, Flags: []string{"absent"}, Run: sc.setNode},
+		"observe": {Positional: []string{"name"}, Keys: []string{"admitted", "denied", "interval", "period"}, Required: []string{"interval", "period"}, Run: sc.observe},
+		"hold": {Run: func(*scenario.Call) (string, error) {
+			for _, n := range sc.nodes {
+				n.claim.Held = n.claim.Grant
 			}
-		}
-		out.WriteString("----\n" + result)
+			return "", nil
+		}},
 	}
-	return out.String()
+	divide := func(fair bool) func(c *scenario.Call) (string, error) {
+		return func(c *scenario.Call) (string, error) {
+			if _, err := c.Lines(setup); err != nil {
+				return "", err
+			}
+			if fair {
+				sc.fair()
+			} else {
+				sc.allocate()
+			}
+			return sc.report(), nil
+		}
+	}
+	return scenario.Commands{
+		"allocate": {Input: true, Run: divide(false)},
+		"fair":     {Input: true, Run: divide(true)},
+	}
 }
 
-func (sc *scenario) exec(t *testing.T, lineNo int, f []string) (string, bool) {
-	t.Helper()
-	args := map[string]string{}
-	for _, kv := range f[1:] {
-		k, v, _ := strings.Cut(kv, "=")
-		args[k] = v
+func (sc *poolScenario) setPool(c *scenario.Call) (string, error) {
+	sc.pool.Limit = c.Float("limit", 0)
+	sc.pool.Tolerance = c.Float("tolerance", 0)
+	sc.pool.Learning = c.Choice("learning", "false", "true", "false") == "true"
+	sc.pool.Strategy = Proportional
+	if c.Choice("strategy", "proportional", "proportional", "even_split") == "even_split" {
+		sc.pool.Strategy = EvenSplit
 	}
-	num := func(k string, def float64) float64 {
-		v, ok := args[k]
-		if !ok {
-			return def
-		}
-		x, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			t.Fatalf("line %d: %s=%q: %v", lineNo, k, v, err)
-		}
-		return x
-	}
-	switch f[0] {
-	case "pool":
-		sc.pool.Limit = num("limit", 0)
-		sc.pool.Tolerance = num("tolerance", 0)
-		sc.pool.Learning = args["learning"] == "true"
-		if args["strategy"] == "even_split" {
-			sc.pool.Strategy = EvenSplit
-		}
-	case "class":
-		sc.class = f[1]
-		prio := PriorityExempt
-		if args["priority"] != "exempt" {
-			prio = Priority(num("priority", 0))
-		}
-		for i, name := range sc.names {
-			if name == f[1] {
-				sc.classes[i].Weight, sc.classes[i].Priority = num("weight", 1), prio
-				return "", false
-			}
-		}
-		sc.names = append(sc.names, f[1])
-		sc.classes = append(sc.classes, &Class{Weight: num("weight", 1), Priority: prio})
-	case "node":
-		_, absent := args["absent"]
-		n := sc.find(f[1], sc.class)
-		if n == nil {
-			n = &scenarioNode{name: f[1], class: sc.class}
-			sc.nodes = append(sc.nodes, n)
-		}
-		n.claim.Present = !absent
-		n.claim.Demand = num("demand", n.claim.Demand)
-		n.est = n.claim.Demand
-		n.claim.Held = num("held", n.claim.Held)
-		n.claim.Committed = num("committed", n.claim.Committed)
-	case "observe":
-		n := sc.find(f[1], sc.class)
-		if n == nil {
-			t.Fatalf("line %d: unknown node %s", lineNo, f[1])
-		}
-		interval, _ := time.ParseDuration(args["interval"])
-		period, _ := time.ParseDuration(args["period"])
-		n.est = DefaultEstimator().Next(n.est, Observation{Admitted: num("admitted", 0), Denied: num("denied", 0), Interval: interval}, period)
-		n.claim.Demand = n.est
-	case "allocate":
-		claims := sc.claims("")
-		Allocate(sc.pool, claims)
-		sc.store(claims, "")
-		return sc.report(), true
-	case "fair":
-		var a Allocator
-		classes := make([]Class, len(sc.classes))
-		for i, c := range sc.classes {
-			classes[i] = *c
-			classes[i].Claims = sc.claims(sc.names[i])
-		}
-		a.AllocateFair(sc.pool, classes)
-		for i := range classes {
-			sc.store(classes[i].Claims, sc.names[i])
-			sc.classes[i].Share = classes[i].Share
-		}
-		return sc.report(), true
-	case "hold":
-		// Every node now holds what it was granted.
-		for _, n := range sc.nodes {
-			n.claim.Held = n.claim.Grant
-		}
-	default:
-		t.Fatalf("line %d: unknown command %q", lineNo, f[0])
-	}
-	return "", false
+	return "", nil
 }
 
-func (sc *scenario) find(name, class string) *scenarioNode {
+func (sc *poolScenario) setClass(c *scenario.Call) (string, error) {
+	name := c.Arg(0)
+	sc.class = name
+	prio := PriorityExempt
+	if c.String("priority", "0") != "exempt" {
+		p := c.Int("priority", 0)
+		if p < 0 || p >= int64(PriorityExempt) {
+			return "", fmt.Errorf("priority=%d: want 0 to %d, or exempt", p, PriorityExempt-1)
+		}
+		prio = Priority(p)
+	}
+	weight := c.Float("weight", 1)
+	for i, n := range sc.names {
+		if n == name {
+			sc.classes[i].Weight, sc.classes[i].Priority = weight, prio
+			return "", nil
+		}
+	}
+	sc.names = append(sc.names, name)
+	sc.classes = append(sc.classes, &Class{Weight: weight, Priority: prio})
+	return "", nil
+}
+
+func (sc *poolScenario) setNode(c *scenario.Call) (string, error) {
+	n := sc.find(c.Arg(0), sc.class)
+	if n == nil {
+		n = &scenarioNode{name: c.Arg(0), class: sc.class}
+		sc.nodes = append(sc.nodes, n)
+	}
+	n.claim.Present = !c.Flag("absent")
+	n.claim.Demand = c.Float("demand", n.claim.Demand)
+	n.est = n.claim.Demand
+	n.claim.Held = c.Float("held", n.claim.Held)
+	n.claim.Committed = c.Float("committed", n.claim.Committed)
+	return "", nil
+}
+
+func (sc *poolScenario) observe(c *scenario.Call) (string, error) {
+	n := sc.find(c.Arg(0), sc.class)
+	if n == nil {
+		return "", fmt.Errorf("no node %s in class %q", c.Arg(0), sc.class)
+	}
+	obs := Observation{Admitted: c.Float("admitted", 0), Denied: c.Float("denied", 0), Interval: c.Duration("interval", 0)}
+	n.est = DefaultEstimator().Next(n.est, obs, c.Duration("period", 0))
+	n.claim.Demand = n.est
+	return "", nil
+}
+
+func (sc *poolScenario) allocate() {
+	claims := sc.claims("")
+	Allocate(sc.pool, claims)
+	sc.store(claims, "")
+}
+
+func (sc *poolScenario) fair() {
+	var a Allocator
+	classes := make([]Class, len(sc.classes))
+	for i, c := range sc.classes {
+		classes[i] = *c
+		classes[i].Claims = sc.claims(sc.names[i])
+	}
+	a.AllocateFair(sc.pool, classes)
+	for i := range classes {
+		sc.store(classes[i].Claims, sc.names[i])
+		sc.classes[i].Share = classes[i].Share
+	}
+}
+
+func (sc *poolScenario) find(name, class string) *scenarioNode {
 	for _, n := range sc.nodes {
 		if n.name == name && n.class == class {
 			return n
@@ -194,7 +163,7 @@ func (sc *scenario) find(name, class string) *scenarioNode {
 	return nil
 }
 
-func (sc *scenario) claims(class string) []Claim {
+func (sc *poolScenario) claims(class string) []Claim {
 	var cs []Claim
 	for i, n := range sc.nodes {
 		if n.class == class {
@@ -206,7 +175,7 @@ func (sc *scenario) claims(class string) []Claim {
 	return cs
 }
 
-func (sc *scenario) store(claims []Claim, class string) {
+func (sc *poolScenario) store(claims []Claim, class string) {
 	j := 0
 	for _, n := range sc.nodes {
 		if n.class == class {
@@ -216,7 +185,7 @@ func (sc *scenario) store(claims []Claim, class string) {
 	}
 }
 
-func (sc *scenario) report() string {
+func (sc *poolScenario) report() string {
 	var b strings.Builder
 	total := 0.0
 	if len(sc.classes) == 0 {

@@ -1,6 +1,5 @@
 // Package rules is Allot's rule model: what a limit says, how rule files
-// are read, and how a rule set is validated, ordered and converted to and
-// from the wire.
+// are read, and how a rule set is validated and ordered.
 //
 // A rule names the requests it covers (its scope and key), the algorithm
 // and numbers of its limit, and its intent — capacity, quota or abuse —

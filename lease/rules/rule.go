@@ -2,7 +2,8 @@ package rules
 
 import (
 	"fmt"
-	"google.golang.org/protobuf/proto"
+	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -287,8 +288,49 @@ func (r *Rule) BurstFor(limit float64) float64 {
 	return lease.BurstShare(float64(r.Limit), float64(r.Burst), limit)
 }
 
-// Equal reports whether two rules are the same rule, field for field.
-func Equal(a, b *Rule) bool { return proto.Equal(ToProto(a), ToProto(b)) }
+// Equal reports whether two rules are the same rule, field for field: as
+// their wire forms compare, an empty list or map equals a missing one, a
+// scope that is none of the six equals no scope, and a NaN equals a NaN.
+func Equal(a, b *Rule) bool {
+	return a.Name == b.Name && a.Description == b.Description &&
+		a.Scope.canonical() == b.Scope.canonical() && slices.Equal(a.Key, b.Key) &&
+		a.Algorithm == b.Algorithm && a.Limit == b.Limit && a.Period == b.Period && a.Burst == b.Burst &&
+		a.Intent == b.Intent && a.FailMode == b.FailMode && sameTolerance(a.Tolerance, b.Tolerance) &&
+		slices.Equal(a.Match.Routes, b.Match.Routes) && slices.Equal(a.Match.Tenants, b.Match.Tenants) &&
+		slices.Equal(a.Match.Plans, b.Match.Plans) && a.Match.Domain == b.Match.Domain &&
+		slices.Equal(a.Match.Descriptors, b.Match.Descriptors) &&
+		maps.EqualFunc(a.Plans, b.Plans, func(x, y Plan) bool {
+			return x.Limit == y.Limit && sameFloat(x.Weight, y.Weight) && x.Rank == y.Rank
+		}) &&
+		maps.EqualFunc(a.Tenants, b.Tenants, func(x, y TenantOverride) bool {
+			return x.Limit == y.Limit && sameFloat(x.Weight, y.Weight)
+		}) &&
+		a.Local == b.Local && maps.EqualFunc(a.Regions, b.Regions, sameFloat) &&
+		a.Shadow == b.Shadow && a.Unlimited == b.Unlimited && slices.Equal(a.Replaces, b.Replaces)
+}
+
+// canonical is the scope, or zero when it is none of the six.
+func (s Scope) canonical() Scope {
+	if s.valid() {
+		return s
+	}
+	return 0
+}
+
+func sameTolerance(a, b *float64) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return sameFloat(*a, *b)
+}
+
+// sameFloat is ==, except that a NaN equals a NaN.
+func sameFloat(x, y float64) bool {
+	if math.IsNaN(x) || math.IsNaN(y) {
+		return math.IsNaN(x) && math.IsNaN(y)
+	}
+	return x == y
+}
 
 // AlgoConfig returns the algorithm configuration for a limit.
 func (r *Rule) AlgoConfig(limit int64) algo.Config {

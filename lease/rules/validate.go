@@ -69,14 +69,26 @@ func (es Errors) Unwrap() []error {
 	return out
 }
 
-var namePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$`)
+// Bounds on names. Tenant, plan and region names travel in usage reports
+// and ledger lines, whose names the wire bounds too (allotpb.MaxNameLen):
+// proto/rulespb's tests check that every name a valid rule holds fits
+// there unchanged.
+const (
+	// MaxNameLen bounds the tenant, plan and region names a rule holds,
+	// and its other strings.
+	MaxNameLen = 256
+	// MaxRuleNameLen bounds a rule's name.
+	MaxRuleNameLen = 128
+)
+
+var namePattern = regexp.MustCompile(fmt.Sprintf(`^[A-Za-z0-9][A-Za-z0-9_.:-]{0,%d}$`, MaxRuleNameLen-1))
 
 // Limits on what a rule may contain, so that a hostile or mistaken rule
 // cannot make agents allocate without bound.
 const (
 	maxListLen   = 1000
 	maxMapLen    = 10000
-	maxStringLen = 256
+	maxStringLen = MaxNameLen
 )
 
 // Validate reports every problem with r.
@@ -89,7 +101,7 @@ func (r *Rule) Validate() Errors {
 	case r.Name == "":
 		bad("name", "is required")
 	case !namePattern.MatchString(r.Name):
-		bad("name", "%q must be 1–128 letters, digits, '.', '_', ':' or '-', starting with a letter or digit", r.Name)
+		bad("name", "%q must be 1–%d letters, digits, '.', '_', ':' or '-', starting with a letter or digit", r.Name, MaxRuleNameLen)
 	}
 	if !r.Scope.valid() {
 		bad("scope", "is required (global, ip, tenant, user, route or descriptor)")

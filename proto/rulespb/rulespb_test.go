@@ -2,9 +2,14 @@ package rulespb
 
 import (
 	"errors"
+	"math"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
 	"github.com/allot-io/allot/lease/rules/rulestest"
 	allotpb "github.com/allot-io/allot/proto"
@@ -113,4 +118,223 @@ func FuzzWire(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestDescriptorRulesOnTheWire: descriptor rules, limited and unlimited,
+// round-trip through the wire form.
+func TestDescriptorRulesOnTheWire(t *testing.T) {
+	const ok = `rules:
+  - name: per-ip
+    scope: descriptor
+    match: {domain: edge, descriptors: [{key: remote_address}]}
+    algorithm: fixed_window
+    limit: 10
+    period: 1s
+    intent: abuse
+    shadow: true
+  - name: office
+    scope: descriptor
+    match: {domain: edge, descriptors: [{key: remote_address, value: 10.0.0.1}]}
+    unlimited: true
+    replaces: [per-ip]
+`
+	rs, err := rules.Parse("ok.yaml", []byte(ok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range rs {
+		back, err := FromProto(ToProto(&rs[i]))
+		if err != nil || !rules.Equal(&back, &rs[i]) {
+			t.Errorf("%s did not round-trip: %+v %v", rs[i].Name, back, err)
+		}
+	}
+}
+
+// TestEqualAgreesWithTheWire: two rules are Equal exactly when their wire
+// forms are: what the coordinator and agents compare to tell a changed
+// rule from an unchanged one did not change when Equal stopped comparing
+// wire forms.
+func TestEqualAgreesWithTheWire(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		a := rulestest.Rule("a").Draw(t, "a")
+		b, err := FromProto(proto.Clone(ToProto(&a)).(*allotpb.Rule)) // a deep copy
+		if err != nil {
+			t.Fatal(err)
+		}
+		mutate(t, &b)
+		want := proto.Equal(ToProto(&a), ToProto(&b))
+		if got := rules.Equal(&a, &b); got != want {
+			t.Fatalf("Equal = %v, the wire forms' proto.Equal = %v:\n%+v\n%+v", got, want, a, b)
+		}
+		if rules.Equal(&a, &b) != rules.Equal(&b, &a) {
+			t.Fatal("Equal is not symmetric")
+		}
+	})
+}
+
+// mutate changes one field of r, or none, or writes a missing list or
+// map as an empty one, which changes nothing.
+func mutate(t *rapid.T, r *rules.Rule) {
+	nan := math.NaN()
+	changes := []func(){
+		func() {},
+		func() { r.Name += "x" },
+		func() { r.Description += "x" },
+		func() { r.Scope = r.Scope%6 + 1 },
+		func() { r.Scope = 0 },
+		func() { r.Scope = 42 }, // none of the six: the same as none
+		func() { r.Key = append(r.Key, rules.AttrIP) },
+		func() {
+			if r.Key == nil {
+				r.Key = []rules.Attr{}
+			}
+		},
+		func() { r.Algorithm = r.Algorithm%5 + 1 },
+		func() { r.Limit++ },
+		func() { r.Period++ },
+		func() { r.Burst++ },
+		func() { r.Intent = r.Intent%3 + 1 },
+		func() { r.FailMode = (r.FailMode + 1) % 4 },
+		func() {
+			if r.Tolerance == nil {
+				r.Tolerance = new(float64)
+			} else {
+				r.Tolerance = nil
+			}
+		},
+		func() {
+			if r.Tolerance != nil {
+				v := *r.Tolerance + 0.5
+				r.Tolerance = &v
+			}
+		},
+		func() { r.Tolerance = &nan },
+		func() { r.Match.Routes = append(r.Match.Routes, "/x") },
+		func() {
+			if r.Match.Routes == nil {
+				r.Match.Routes = []string{}
+			}
+		},
+		func() { r.Match.Tenants = append(r.Match.Tenants, "t") },
+		func() { r.Match.Plans = append(r.Match.Plans, "p") },
+		func() { r.Match.Domain += "x" },
+		func() { r.Match.Descriptors = append(r.Match.Descriptors, rules.DescriptorEntry{Key: "k"}) },
+		func() {
+			if len(r.Match.Descriptors) > 0 {
+				r.Match.Descriptors[0].Value += "x"
+			}
+		},
+		func() {
+			if r.Plans == nil {
+				r.Plans = map[string]rules.Plan{}
+			}
+		},
+		func() {
+			for name, p := range r.Plans {
+				p.Weight += 1
+				r.Plans[name] = p
+				break
+			}
+		},
+		func() {
+			for name, p := range r.Plans {
+				p.Rank = (p.Rank + 1) % (rules.MaxRank + 1)
+				r.Plans[name] = p
+				break
+			}
+		},
+		func() {
+			for name, p := range r.Plans {
+				p.Limit++
+				r.Plans[name] = p
+				break
+			}
+		},
+		func() {
+			if r.Plans == nil {
+				r.Plans = map[string]rules.Plan{}
+			}
+			r.Plans["new"] = rules.Plan{}
+		},
+		func() {
+			if r.Tenants == nil {
+				r.Tenants = map[string]rules.TenantOverride{}
+			}
+			r.Tenants["new"] = rules.TenantOverride{Weight: 2}
+		},
+		func() {
+			for name, o := range r.Tenants {
+				o.Limit++
+				r.Tenants[name] = o
+				break
+			}
+		},
+		func() {
+			for name, o := range r.Tenants {
+				o.Weight = nan
+				r.Tenants[name] = o
+				break
+			}
+		},
+		func() { r.Local = !r.Local },
+		func() {
+			if r.Regions == nil {
+				r.Regions = map[string]float64{}
+			}
+		},
+		func() {
+			if r.Regions == nil {
+				r.Regions = map[string]float64{}
+			}
+			r.Regions["new"] += 0.125
+		},
+		func() {
+			for name := range r.Regions {
+				r.Regions[name] = nan
+				break
+			}
+		},
+		func() { r.Shadow = !r.Shadow },
+		func() { r.Unlimited = !r.Unlimited },
+		func() { r.Replaces = append(r.Replaces, "other") },
+		func() {
+			if r.Replaces == nil {
+				r.Replaces = []string{}
+			}
+		},
+	}
+	for range rapid.IntRange(1, 2).Draw(t, "changes") {
+		changes[rapid.IntRange(0, len(changes)-1).Draw(t, "change")]()
+	}
+}
+
+// TestNamesFitTheWire: every name a valid rule holds (its own, and the
+// tenants, plans and regions it names, which usage reports and ledger
+// lines carry) is within the wire's bound, so it is billed under the name
+// the rule gives it.
+func TestNamesFitTheWire(t *testing.T) {
+	if rules.MaxNameLen > allotpb.MaxNameLen || rules.MaxRuleNameLen > allotpb.MaxNameLen {
+		t.Fatalf("rules allows names of %d bytes (rule names %d); the wire %d", rules.MaxNameLen, rules.MaxRuleNameLen, allotpb.MaxNameLen)
+	}
+	long := strings.Repeat("t", rules.MaxNameLen)
+	r := rules.Rule{Name: strings.Repeat("r", rules.MaxRuleNameLen), Scope: rules.Tenant, Algorithm: algo.FixedWindow, Limit: 5, Period: time.Minute,
+		Intent: lease.Quota, Plans: map[string]rules.Plan{long: {Limit: 9}}, Tenants: map[string]rules.TenantOverride{long: {Limit: 7}},
+		Regions: map[string]float64{long: 1}}
+	if errs := r.Validate(); len(errs) > 0 {
+		t.Fatalf("a rule at the bounds: %v", errs)
+	}
+	for _, name := range []string{r.Name, long} {
+		if allotpb.BoundName(name) != name {
+			t.Errorf("the wire bounds a %d-byte name a rule may hold", len(name))
+		}
+	}
+	r.Name += "r"
+	r.Tenants = map[string]rules.TenantOverride{long + "t": {Limit: 7}}
+	got := map[string]bool{}
+	for _, e := range r.Validate() {
+		got[e.Field] = true
+	}
+	if !got["name"] || !got["tenants."+long+"t"] {
+		t.Errorf("a rule one byte beyond the bounds: %v", r.Validate())
+	}
 }

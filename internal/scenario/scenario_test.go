@@ -6,71 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
-
-// recorder is a testing.TB that records failures instead of failing the
-// test, so that the runner's own failures can be checked. Fatal ends the
-// goroutine as testing.T's does. Methods the runner does not call are the
-// nil embedded TB's, and panic.
-type recorder struct {
-	testing.TB
-	mu     sync.Mutex
-	failed bool
-	msgs   []string
-}
-
-func (r *recorder) Helper()                   {}
-func (r *recorder) Log(...any)                {}
-func (r *recorder) Logf(string, ...any)       {}
-func (r *recorder) Error(args ...any)         { r.record(fmt.Sprint(args...)) }
-func (r *recorder) Errorf(f string, a ...any) { r.record(fmt.Sprintf(f, a...)) }
-func (r *recorder) Fatal(args ...any)         { r.record(fmt.Sprint(args...)); runtime.Goexit() }
-func (r *recorder) Fatalf(f string, a ...any) { r.record(fmt.Sprintf(f, a...)); runtime.Goexit() }
-func (r *recorder) FailNow()                  { r.record(""); runtime.Goexit() }
-
-func (r *recorder) Failed() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.failed
-}
-
-func (r *recorder) record(msg string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.failed = true
-	if msg != "" {
-		r.msgs = append(r.msgs, msg)
-	}
-}
-
-func (r *recorder) String() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return strings.Join(r.msgs, "\n")
-}
-
-// runRecorded runs src with cmds on a recorder, in a goroutine of its own
-// (a Fatal ends it), and returns the recorder.
-func runRecorded(t *testing.T, src string, cmds Commands) *recorder {
-	t.Helper()
-	r := &recorder{}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		RunString(r, src, cmds)
-	}()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the script did not finish within 10s")
-	}
-	return r
-}
 
 // counter is a small script language: set a number, add to it, print it.
 func counter() Commands {
@@ -128,14 +67,14 @@ func TestRunStrict(t *testing.T) {
 		{"unparsable line", "add n=(1\n----\n", `<string>:1: cannot parse directive at column 7: add n=(1`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := runRecorded(t, tc.src, counter())
+			got := Failure(t, tc.src, counter())
 			switch {
-			case tc.want == "" && r.Failed():
-				t.Fatalf("the script failed:\n%s", r)
-			case tc.want != "" && !r.Failed():
+			case tc.want == "" && got != "":
+				t.Fatalf("the script failed:\n%s", got)
+			case tc.want != "" && got == "":
 				t.Fatalf("the script passed; want a failure with %q", tc.want)
-			case tc.want != "" && !strings.Contains(r.String(), tc.want):
-				t.Fatalf("the failure is\n%s\nwant it to contain\n%s", r, tc.want)
+			case !strings.Contains(got, tc.want):
+				t.Fatalf("the failure is\n%s\nwant it to contain\n%s", got, tc.want)
 			}
 		})
 	}
@@ -154,9 +93,8 @@ func TestBindErrorKinds(t *testing.T) {
 		{"set 1\ninput", ErrUnexpectedInput},
 	} {
 		first, _, _ := strings.Cut(tc.src, "\n")
-		r := runRecorded(t, tc.src+"\n----\n", counter())
-		if !strings.Contains(r.String(), tc.want.Error()) {
-			t.Errorf("%s: failure %q; want %v", first, r, tc.want)
+		if got := Failure(t, tc.src+"\n----\n", counter()); !strings.Contains(got, tc.want.Error()) {
+			t.Errorf("%s: failure %q; want %v", first, got, tc.want)
 		}
 	}
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/allot-io/allot/coordinator"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
-	"github.com/allot-io/allot/proto/rulespb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
@@ -368,17 +367,13 @@ func TestRulesRoundTrip(t *testing.T) {
 		Algorithm: 1, Limit: 7, Period: 90 * time.Minute, Intent: 2, Tolerance: &tol, FailMode: 2,
 		Match: rules.Match{Tenants: []string{"acme"}, Plans: []string{"pro"}}, Regions: map[string]float64{"eu": 0.6, "us": 0.4},
 		Tenants: map[string]rules.TenantOverride{"acme": {Weight: 2}}})
-	var protos []*allotpb.Rule
-	for i := range want {
-		protos = append(protos, rulespb.ToProto(&want[i]))
-	}
 	for _, format := range []string{"yaml", "json"} {
 		t.Run(format, func(t *testing.T) {
 			var out bytes.Buffer
 			if format == "yaml" {
-				err = writeRulesYAML(&out, 42, false, protos)
+				err = writeRulesYAML(&out, 42, false, want)
 			} else {
-				err = writeRulesJSON(&out, protos)
+				err = writeRulesJSON(&out, want)
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -398,16 +393,21 @@ func TestRulesRoundTrip(t *testing.T) {
 	}
 }
 
-func TestFormatDuration(t *testing.T) {
-	for d, want := range map[time.Duration]string{
-		time.Second: "1s", time.Minute: "1m", time.Hour: "1h", 90 * time.Minute: "1h30m",
-		61 * time.Second: "1m1s", 500 * time.Millisecond: "500ms", 3601 * time.Second: "1h0m1s", 1500 * time.Millisecond: "1.5s",
-	} {
-		if got := formatDuration(d); got != want {
-			t.Errorf("formatDuration(%v) = %q, want %q", d, got, want)
-		} else if back, err := time.ParseDuration(got); err != nil || back != d {
-			t.Errorf("%q reads back as %v, %v", got, back, err)
-		}
+// TestRulesFromClusterNamesWhatItCannotRead: 'rules get' refuses a rule
+// it cannot read, naming it and the field, rather than writing a rule the
+// cluster does not enforce.
+func TestRulesFromClusterNamesWhatItCannotRead(t *testing.T) {
+	good := &allotpb.Rule{Name: "quota", Scope: "tenant", Algorithm: "fixed_window", Limit: 5,
+		Period: durationpb.New(time.Minute), Intent: "quota"}
+	if list, err := fromCluster([]*allotpb.Rule{good}); err != nil || len(list) != 1 || list[0].Name != "quota" || list[0].Period != time.Minute {
+		t.Fatalf("fromCluster(a valid rule) = %+v, %v", list, err)
+	}
+	newer := &allotpb.Rule{Name: "newer", Scope: "tenant", Algorithm: "leaky_bucket", Limit: 5,
+		Period: durationpb.New(time.Minute), Intent: "quota"}
+	_, err := fromCluster([]*allotpb.Rule{good, newer})
+	if err == nil || !strings.Contains(err.Error(), `rule "newer"`) || !strings.Contains(err.Error(), `algorithm: unknown algorithm "leaky_bucket"`) ||
+		!strings.Contains(err.Error(), "older than the cluster") {
+		t.Errorf("fromCluster(a rule of a newer cluster): %v", err)
 	}
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,12 +11,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"
-	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 )
@@ -156,17 +153,21 @@ func runRulesGet(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	list := set.GetRules()
+	wire := set.GetRules()
 	if len(args) == 1 {
-		list = nil
+		wire = nil
 		for _, r := range set.GetRules() {
 			if r.GetName() == args[0] {
-				list = append(list, r)
+				wire = append(wire, r)
 			}
 		}
-		if len(list) == 0 {
+		if len(wire) == 0 {
 			return fmt.Errorf("not found: no rule named %q in the rules at version %d", args[0], set.GetVersion())
 		}
+	}
+	list, err := fromCluster(wire)
+	if err != nil {
+		return err
 	}
 	if format == "json" {
 		fmt.Fprintf(e.stderr, "rules version %d\n", set.GetVersion())
@@ -407,162 +408,32 @@ func nounCount(n int, noun string) string {
 	return strconv.Itoa(n) + " " + noun + "s"
 }
 
-// ruleDoc is a rule as a rules file spells it (see lease/rules.Rule), with
-// the period as a duration string: JSON would otherwise write nanoseconds,
-// which the rules file reader refuses.
-type ruleDoc struct {
-	Name        string               `yaml:"name" json:"name"`
-	Description string               `yaml:"description,omitempty" json:"description,omitempty"`
-	Scope       string               `yaml:"scope" json:"scope"`
-	Key         []string             `yaml:"key,omitempty,flow" json:"key,omitempty"`
-	Match       *matchDoc            `yaml:"match,omitempty" json:"match,omitempty"`
-	Algorithm   string               `yaml:"algorithm,omitempty" json:"algorithm,omitempty"`
-	Limit       int64                `yaml:"limit,omitempty" json:"limit,omitempty"`
-	Period      string               `yaml:"period,omitempty" json:"period,omitempty"`
-	Burst       int64                `yaml:"burst,omitempty" json:"burst,omitempty"`
-	Intent      string               `yaml:"intent,omitempty" json:"intent,omitempty"`
-	Tolerance   *float64             `yaml:"tolerance,omitempty" json:"tolerance,omitempty"`
-	FailMode    string               `yaml:"fail_mode,omitempty" json:"fail_mode,omitempty"`
-	Local       bool                 `yaml:"local,omitempty" json:"local,omitempty"`
-	Plans       map[string]planDoc   `yaml:"plans,omitempty" json:"plans,omitempty"`
-	Tenants     map[string]tenantDoc `yaml:"tenants,omitempty" json:"tenants,omitempty"`
-	Regions     map[string]float64   `yaml:"regions,omitempty,flow" json:"regions,omitempty"`
-	Shadow      bool                 `yaml:"shadow,omitempty" json:"shadow,omitempty"`
-	Unlimited   bool                 `yaml:"unlimited,omitempty" json:"unlimited,omitempty"`
-	Replaces    []string             `yaml:"replaces,omitempty,flow" json:"replaces,omitempty"`
-}
-
-type matchDoc struct {
-	Routes      []string        `yaml:"routes,omitempty,flow" json:"routes,omitempty"`
-	Tenants     []string        `yaml:"tenants,omitempty,flow" json:"tenants,omitempty"`
-	Plans       []string        `yaml:"plans,omitempty,flow" json:"plans,omitempty"`
-	Domain      string          `yaml:"domain,omitempty" json:"domain,omitempty"`
-	Descriptors []descriptorDoc `yaml:"descriptors,omitempty" json:"descriptors,omitempty"`
-}
-
-type descriptorDoc struct {
-	Key   string `yaml:"key" json:"key"`
-	Value string `yaml:"value,omitempty" json:"value,omitempty"`
-}
-
-// MarshalYAML writes a descriptor entry on one line.
-func (e descriptorDoc) MarshalYAML() (any, error) {
-	type fields descriptorDoc
-	return flowNode(fields(e))
-}
-
-type planDoc struct {
-	Limit  int64   `yaml:"limit,omitempty" json:"limit,omitempty"`
-	Weight float64 `yaml:"weight,omitempty" json:"weight,omitempty"`
-	Rank   uint32  `yaml:"rank,omitempty" json:"rank,omitempty"`
-}
-
-// MarshalYAML writes a plan on one line, {limit: 60000}, as people do.
-// The conversion drops the method, so that encoding does not recurse.
-func (p planDoc) MarshalYAML() (any, error) {
-	type fields planDoc
-	return flowNode(fields(p))
-}
-
-type tenantDoc struct {
-	Limit  int64   `yaml:"limit,omitempty" json:"limit,omitempty"`
-	Weight float64 `yaml:"weight,omitempty" json:"weight,omitempty"`
-}
-
-// MarshalYAML writes a tenant override on one line.
-func (o tenantDoc) MarshalYAML() (any, error) {
-	type fields tenantDoc
-	return flowNode(fields(o))
-}
-
-// flowNode encodes v in YAML flow style.
-func flowNode(v any) (*yaml.Node, error) {
-	var n yaml.Node
-	if err := n.Encode(v); err != nil {
-		return nil, err
-	}
-	n.Style = yaml.FlowStyle
-	return &n, nil
-}
-
-// docOf converts a wire rule to its rules file form.
-func docOf(r *allotpb.Rule) ruleDoc {
-	d := ruleDoc{
-		Name: r.GetName(), Description: r.GetDescription(), Scope: r.GetScope(), Key: r.GetKey(),
-		Algorithm: r.GetAlgorithm(), Limit: r.GetLimit(),
-		Burst: r.GetBurst(), Intent: r.GetIntent(), Tolerance: r.Tolerance, FailMode: r.GetFailMode(),
-		Local: r.GetLocal(), Regions: r.GetRegions(), Shadow: r.GetShadow(), Unlimited: r.GetUnlimited(), Replaces: r.GetReplaces(),
-	}
-	if p := r.GetPeriod().AsDuration(); p != 0 {
-		d.Period = formatDuration(p)
-	}
-	if m := r.GetMatch(); len(m.GetRoutes())+len(m.GetTenants())+len(m.GetPlans())+len(m.GetDescriptors()) > 0 || m.GetDomain() != "" {
-		d.Match = &matchDoc{Routes: m.GetRoutes(), Tenants: m.GetTenants(), Plans: m.GetPlans(), Domain: m.GetDomain()}
-		for _, e := range m.GetDescriptors() {
-			d.Match.Descriptors = append(d.Match.Descriptors, descriptorDoc{Key: e.GetKey(), Value: e.GetValue()})
+// fromCluster converts the cluster's rules to the rule model, which the
+// rules-file writer writes. A rule this allot cannot read, such as one
+// using what a newer cluster added, is an error naming it: written out, it
+// would not be the rule the cluster enforces.
+func fromCluster(list []*allotpb.Rule) ([]rules.Rule, error) {
+	out := make([]rules.Rule, 0, len(list))
+	for _, p := range list {
+		r, err := rulespb.FromProto(p)
+		if err != nil {
+			return nil, fmt.Errorf("reading the cluster's rule %q (is this allot older than the cluster?): %w", p.GetName(), err)
 		}
+		out = append(out, r)
 	}
-	if len(r.GetPlans()) > 0 {
-		d.Plans = make(map[string]planDoc, len(r.GetPlans()))
-		for name, p := range r.GetPlans() {
-			d.Plans[name] = planDoc{Limit: p.GetLimit(), Weight: p.GetWeight(), Rank: p.GetRank()}
-		}
-	}
-	if len(r.GetTenants()) > 0 {
-		d.Tenants = make(map[string]tenantDoc, len(r.GetTenants()))
-		for name, o := range r.GetTenants() {
-			d.Tenants[name] = tenantDoc{Limit: o.GetLimit(), Weight: o.GetWeight()}
-		}
-	}
-	return d
+	return out, nil
 }
 
-// formatDuration writes a duration as a person would: 1m, 1h30m, 500ms,
-// not 1m0s or 1h30m0s.
-func formatDuration(d time.Duration) string {
-	s := d.String()
-	if strings.HasSuffix(s, "m0s") {
-		s = strings.TrimSuffix(s, "0s")
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = strings.TrimSuffix(s, "0m")
-	}
-	return s
-}
-
-// rulesFile is a rules file's top level, as lease/rules reads it.
-type rulesFile struct {
-	Rules []ruleDoc `yaml:"rules" json:"rules"`
-}
-
-func toFile(list []*allotpb.Rule) rulesFile {
-	f := rulesFile{Rules: make([]ruleDoc, 0, len(list))}
-	for _, r := range list {
-		f.Rules = append(f.Rules, docOf(r))
-	}
-	return f
-}
-
-func writeRulesYAML(w io.Writer, version uint64, one bool, list []*allotpb.Rule) error {
+func writeRulesYAML(w io.Writer, version uint64, one bool, list []rules.Rule) error {
 	if one {
-		fmt.Fprintf(w, "# Rule %s, from the rules at version %d.\n", list[0].GetName(), version)
+		fmt.Fprintf(w, "# Rule %s, from the rules at version %d.\n", list[0].Name, version)
 	} else {
 		fmt.Fprintf(w, "# Allot rules at version %d: %s.\n", version, nounCount(len(list), "rule"))
 	}
 	fmt.Fprintln(w, "# Apply an edited copy with: allot rules put FILE")
-	enc := yaml.NewEncoder(w)
-	enc.SetIndent(2)
-	if err := enc.Encode(toFile(list)); err != nil {
-		return fmt.Errorf("writing rules: %w", err)
-	}
-	return enc.Close()
+	return rules.WriteYAML(w, list)
 }
 
-func writeRulesJSON(w io.Writer, list []*allotpb.Rule) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(toFile(list)); err != nil {
-		return fmt.Errorf("writing rules: %w", err)
-	}
-	return nil
+func writeRulesJSON(w io.Writer, list []rules.Rule) error {
+	return rules.WriteJSON(w, list)
 }

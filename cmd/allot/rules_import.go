@@ -13,9 +13,6 @@ import (
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
 	"github.com/allot-io/allot/lease/rules/envoyconf"
-	allotpb "github.com/allot-io/allot/proto"
-	"github.com/allot-io/allot/proto/rulespb"
-	"go.yaml.in/yaml/v3"
 )
 
 const rulesImportAbout = `
@@ -207,16 +204,7 @@ func writeImportedRules(w io.Writer, command string, args []string, warnings []e
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return fmt.Errorf("writing rules: %w", err)
 	}
-	protos := make([]*allotpb.Rule, len(list))
-	for i := range list {
-		protos[i] = rulespb.ToProto(&list[i])
-	}
-	enc := yaml.NewEncoder(w)
-	enc.SetIndent(2)
-	if err := enc.Encode(toFile(protos)); err != nil {
-		return fmt.Errorf("writing rules: %w", err)
-	}
-	return enc.Close()
+	return rules.WriteYAML(w, list)
 }
 
 // comment makes text safe to put in a YAML comment: one line.

@@ -1,6 +1,7 @@
 package rules
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"testing"
@@ -185,6 +186,20 @@ func FuzzParse(f *testing.F) {
 		}
 		if _, err := NewSet(1, rs); err != nil {
 			t.Fatalf("Parse accepted rules NewSet rejects: %v", err)
+		}
+		// Whatever parses, written out, reads back as the same rules.
+		var out bytes.Buffer
+		if err := WriteYAML(&out, rs); err != nil {
+			t.Fatal(err)
+		}
+		back, err := Parse("written.yaml", out.Bytes())
+		if err != nil || len(back) != len(rs) {
+			t.Fatalf("written rules do not read back: %v\n%s", err, out.String())
+		}
+		for i := range rs {
+			if !Equal(&back[i], &rs[i]) {
+				t.Fatalf("rule %s changed when written:\n%+v\n%+v", rs[i].Name, back[i], rs[i])
+			}
 		}
 	})
 }

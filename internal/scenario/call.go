@@ -24,6 +24,7 @@ type Call struct {
 	spec       Command
 	positional []string
 	vals       map[string]string
+	lists      map[string][]string
 	flags      map[string]bool
 	input      string
 }
@@ -55,7 +56,10 @@ func (c *Call) Flag(name string) bool {
 
 // Has reports whether key was given.
 func (c *Call) Has(key string) bool {
-	_, ok := c.raw(key)
+	if !slices.Contains(c.spec.Keys, key) && !slices.Contains(c.spec.Lists, key) {
+		c.fatal(fmt.Errorf("the runner asks for %s=, which the command does not declare", key))
+	}
+	_, ok := c.vals[key]
 	return ok
 }
 
@@ -181,9 +185,20 @@ func (c *Call) Lines(cmds Commands) (string, error) {
 	return out.String(), nil
 }
 
+// List is the values of a key that takes a list, or nil.
+func (c *Call) List(key string) []string {
+	if !slices.Contains(c.spec.Lists, key) {
+		c.fatal(fmt.Errorf("the runner reads %s=(...), which the command does not declare", key))
+	}
+	return c.lists[key]
+}
+
 // raw is key's value as given; asking for a key the command does not
 // declare is the runner's mistake, and fails the test.
 func (c *Call) raw(key string) (string, bool) {
+	if slices.Contains(c.spec.Lists, key) {
+		c.fatal(fmt.Errorf("the runner reads %s= as one value; the command declares it a list", key))
+	}
 	if !slices.Contains(c.spec.Keys, key) {
 		c.fatal(fmt.Errorf("the runner reads %s=, which the command does not declare", key))
 	}

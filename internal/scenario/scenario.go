@@ -69,6 +69,8 @@ type Command struct {
 	// those of them it must be given.
 	Keys     []string
 	Required []string
+	// Lists are the keys that take a list, key=(a, b), or one value.
+	Lists []string
 	// Flags are the bare words the command takes after its positional
 	// ones.
 	Flags []string
@@ -160,7 +162,7 @@ func bind(tb testing.TB, file string, line int, lines []string, name string, arg
 	if !ok {
 		return nil, &Error{Pos: pos, Cmd: name, Err: fmt.Errorf("%w; the commands are %s", ErrUnknownCommand, strings.Join(sortedKeys(cmds), ", "))}
 	}
-	c := &Call{tb: tb, file: file, line: line, lines: lines, name: name, spec: spec, input: input, vals: map[string]string{}, flags: map[string]bool{}}
+	c := &Call{tb: tb, file: file, line: line, lines: lines, name: name, spec: spec, input: input, vals: map[string]string{}, lists: map[string][]string{}, flags: map[string]bool{}}
 	fail := func(err error) (*Call, error) { return nil, &Error{Pos: pos, Cmd: name, Err: err} }
 	if input != "" && !spec.Input {
 		return fail(fmt.Errorf("%w (is the ---- after it missing?)", ErrUnexpectedInput))
@@ -188,6 +190,12 @@ func bind(tb testing.TB, file string, line int, lines []string, name string, arg
 				return fail(fmt.Errorf("%w: %s takes one value (%s=...), got %s", ErrBadValue, a.Key, a.Key, a))
 			}
 			c.vals[a.Key] = a.Vals[0]
+		case slices.Contains(spec.Lists, a.Key):
+			if len(a.Vals) == 0 {
+				return fail(fmt.Errorf("%w: %s takes a list (%s=(a, b)) or a value, got %s", ErrBadValue, a.Key, a.Key, a))
+			}
+			c.vals[a.Key] = ""
+			c.lists[a.Key] = a.Vals
 		default:
 			return fail(fmt.Errorf("%w %s; %s takes %s", ErrUnknownArgument, a, name, spec.describe()))
 		}
@@ -211,6 +219,9 @@ func (spec Command) describe() string {
 	}
 	for _, k := range spec.Keys {
 		parts = append(parts, k+"=")
+	}
+	for _, k := range spec.Lists {
+		parts = append(parts, k+"=(...)")
 	}
 	parts = append(parts, spec.Flags...)
 	if len(parts) == 0 {

@@ -36,6 +36,9 @@ func counter() Commands {
 			}}})
 		}},
 		"fail": {Run: func(c *Call) (string, error) { return "", errors.New("the engine refused") }},
+		"join": {Lists: []string{"parts"}, Run: func(c *Call) (string, error) {
+			return strings.Join(c.List("parts"), "+") + "\n", nil
+		}},
 	}
 }
 
@@ -48,7 +51,9 @@ func TestRunStrict(t *testing.T) {
 	}{
 		{"passes", "# counting\nset 2\n----\n\nadd n=3 twice every=1s\n----\n8 after 1s\n", ""},
 		{"input lines", "sum\nadd n=1\n\n# a comment\nadd n=2\n----\n+1\n+2\n", ""},
-		{"unknown command", "set 1\n----\n\nsubtract n=1\n----\n", `<string>:4: subtract: unknown command; the commands are add, fail, set, sum`},
+		{"lists", "join parts=(a, b, c)\n----\na+b+c\n\njoin parts=x\n----\nx\n", ""},
+		{"list without values", "join parts\n----\n", `<string>:1: join: malformed value: parts takes a list (parts=(a, b)) or a value, got parts`},
+		{"unknown command", "set 1\n----\n\nsubtract n=1\n----\n", `<string>:4: subtract: unknown command; the commands are add, fail, join, set, sum`},
 		{"unknown key", "add n=1 m=2\n----\n1 after 0s\n", `<string>:1: add: unknown argument m=2; add takes n= every= twice`},
 		{"malformed number", "\n\nadd n=three\n----\n", `<string>:3: add: malformed value: n=three: strconv.ParseFloat: parsing "three": invalid syntax`},
 		{"not finite", "add n=NaN\n----\n", `<string>:1: add: malformed value: n=NaN: not a finite number`},

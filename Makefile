@@ -79,8 +79,10 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./lease/rules
 	$(GO) test -run '^$$' -fuzz '^FuzzWire$$' -fuzztime $(FUZZTIME) ./proto/rulespb
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRetryAfter$$' -fuzztime $(FUZZTIME) ./agent/retry
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCheck$$' -fuzztime $(FUZZTIME) ./agent
-	$(GO) test -run '^$$' -fuzz '^FuzzCheckResponseJSON$$' -fuzztime $(FUZZTIME) ./agent
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCheck$$' -fuzztime $(FUZZTIME) ./agent/sidecar
+	$(GO) test -run '^$$' -fuzz '^FuzzCheckResponseJSON$$' -fuzztime $(FUZZTIME) ./agent/sidecar
+	$(GO) test -run '^$$' -fuzz '^FuzzForwardAuth$$' -fuzztime $(FUZZTIME) ./agent/forwardauth
+	$(GO) test -run '^$$' -fuzz '^FuzzOpenDamaged$$' -fuzztime $(FUZZTIME) ./coordinator/datadir
 
 # Regenerate proto/*.pb.go. The generated files are committed, so only
 # changing a .proto file needs this.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/agent"
+	"github.com/allot-io/allot/agent/httplimit"
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
@@ -42,7 +43,7 @@ func Example() {
 	extract := func(r *http.Request) agent.Request {
 		return agent.Request{Tenant: r.Header.Get("X-Tenant"), Route: r.URL.Path, Cost: 1}
 	}
-	srv := httptest.NewServer(agent.Middleware(a, extract)(api))
+	srv := httptest.NewServer(httplimit.Middleware(a, extract)(api))
 	defer srv.Close()
 
 	for i := 0; i < 3; i++ {

@@ -2,14 +2,14 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"github.com/allot-io/allot/internal/testwait"
 	"math"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/allot-io/allot/internal/testwait"
 
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/coordinator"
@@ -148,14 +148,6 @@ func TestCostBounds(t *testing.T) {
 	testwait.For(t, 10*time.Second, "MaxCost's refusals billed", func() bool { _, den := tr.counts("max"); return den == 3*MaxCost })
 	if adm, den := tr.counts("huge"); adm != 0 || den != 0 {
 		t.Errorf("cost 2^62 billed admitted %d denied %d; want nothing", adm, den)
-	}
-	for _, body := range []string{`{"tenant":"a","cost":4611686018427387904}`, `{"tenant":"a","cost":4294967296}`, `{"tenant":"` + strings.Repeat("t", 257) + `"}`, `{"route":"` + strings.Repeat("r", 1025) + `"}`} {
-		if _, err := DecodeCheck(strings.NewReader(body)); !errors.Is(err, ErrInvalidRequest) {
-			t.Errorf("DecodeCheck(%.60s…) = %v; want ErrInvalidRequest", body, err)
-		}
-	}
-	if _, err := DecodeCheck(strings.NewReader(`{"tenant":"` + strings.Repeat("t", 256) + `","cost":4294967295}`)); err != nil {
-		t.Errorf("the largest tenant and cost: %v", err)
 	}
 }
 

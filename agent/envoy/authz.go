@@ -16,17 +16,18 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/allot-io/allot/agent"
+	"github.com/allot-io/allot/agent/forwardauth"
 )
 
 // AuthorizationServer serves envoy.service.auth.v3.Authorization/Check
 // (Envoy's ext_authz filter) as the sidecar's /v1/authz serves
 // forward-auth: the decision from the request's headers, by the same
-// header names (agent.ForwardAuthConfig), with the route from the
+// header names (forwardauth.Config), with the route from the
 // request's path and the client address from its source when no header
 // gives them. An admitted request goes on with the RateLimit headers on
 // its response; a refused one is answered by Envoy with the deny status
 // (429), Retry-After, the RateLimit headers and the JSON body of
-// agent.WriteRefusal; a request whose headers cannot be read is answered
+// httplimit.WriteRefusal; a request whose headers cannot be read is answered
 // 400 and not counted.
 type AuthorizationServer struct {
 	authv3.UnimplementedAuthorizationServer
@@ -35,8 +36,8 @@ type AuthorizationServer struct {
 
 // NewAuthorizationServer returns a server deciding with a, reading the
 // headers cfg names.
-func NewAuthorizationServer(a *agent.Agent, cfg agent.ForwardAuthConfig) *AuthorizationServer {
-	return &AuthorizationServer{forwardAuth: agent.ForwardAuthHandler(a, cfg)}
+func NewAuthorizationServer(a *agent.Agent, cfg forwardauth.Config) *AuthorizationServer {
+	return &AuthorizationServer{forwardAuth: forwardauth.Handler(a, cfg)}
 }
 
 // Register registers the service on g.

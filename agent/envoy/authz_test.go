@@ -11,6 +11,7 @@ import (
 
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/agent/envoy"
+	"github.com/allot-io/allot/agent/forwardauth"
 	"github.com/allot-io/allot/lease/rules"
 )
 
@@ -27,7 +28,7 @@ func TestExtAuthz(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn, _, a := start(t, rs, func(g *grpc.Server, a *agent.Agent) {
-		envoy.NewAuthorizationServer(a, agent.ForwardAuthConfig{}).Register(g)
+		envoy.NewAuthorizationServer(a, forwardauth.Config{}).Register(g)
 	})
 	client := authv3.NewAuthorizationClient(conn)
 	check := func(headers map[string]string) *authv3.CheckResponse {

@@ -19,6 +19,8 @@ import (
 
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/agent/envoy"
+	"github.com/allot-io/allot/agent/forwardauth"
+	"github.com/allot-io/allot/agent/sidecar"
 	"github.com/allot-io/allot/lease/rules"
 )
 
@@ -51,8 +53,8 @@ func BenchmarkSidecarPaths(b *testing.B) {
 	defer a.Close(context.Background())
 
 	mux := http.NewServeMux()
-	mux.Handle("/v1/check", agent.CheckHandler(a))
-	mux.Handle("/v1/authz", agent.ForwardAuthHandler(a, agent.ForwardAuthConfig{}))
+	mux.Handle("/v1/check", sidecar.CheckHandler(a))
+	mux.Handle("/v1/authz", forwardauth.Handler(a, forwardauth.Config{}))
 	hl, _ := net.Listen("tcp", "127.0.0.1:0")
 	hs := &http.Server{Handler: mux}
 	go hs.Serve(hl)

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/allot-io/allot/agent"
+	"github.com/allot-io/allot/agent/sidecar"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
@@ -88,7 +89,7 @@ func NewFromConn(cc grpc.ClientConnInterface, depth int) *Client {
 // would with the sidecar down.
 func (c *Client) Check(ctx context.Context, req agent.Request) (agent.Decision, error) {
 	cl := c.calls.Get().(*call)
-	agent.RequestToProto(req, &cl.req)
+	sidecar.RequestToProto(req, &cl.req)
 	cl.err = nil
 	c.mu.Lock()
 	if c.closed {
@@ -185,7 +186,7 @@ func (s *session) send() {
 			return
 		}
 		for {
-			calls := s.c.take(agent.MaxCheckBatch)
+			calls := s.c.take(sidecar.MaxCheckBatch)
 			if len(calls) == 0 {
 				break
 			}
@@ -239,7 +240,7 @@ func (s *session) receive(stream allotpb.SidecarService_CheckStreamClient) {
 				if r.Error != "" {
 					cl.err = fmt.Errorf("%w: %s", ErrInvalid, r.Error)
 				} else {
-					cl.d = agent.DecisionFromProto(r)
+					cl.d = sidecar.DecisionFromProto(r)
 				}
 				cl.done <- struct{}{}
 			}

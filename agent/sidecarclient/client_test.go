@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/allot-io/allot/agent"
+	"github.com/allot-io/allot/agent/sidecar"
 	"github.com/allot-io/allot/agent/sidecarclient"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
@@ -28,8 +29,8 @@ rules:
   - {name: per-tenant, scope: tenant, algorithm: fixed_window, limit: 100, period: 1h, intent: quota}
 `
 
-// sidecar serves a standalone agent's SidecarService on a loopback port.
-type sidecar struct {
+// testSidecar serves a standalone agent's SidecarService on a loopback port.
+type testSidecar struct {
 	a    *agent.Agent
 	addr string
 	g    *grpc.Server
@@ -50,7 +51,7 @@ func quotaAgent(t testing.TB) *agent.Agent {
 	return a
 }
 
-func startSidecar(t testing.TB, addr string, a *agent.Agent) *sidecar {
+func startSidecar(t testing.TB, addr string, a *agent.Agent) *testSidecar {
 	t.Helper()
 	if a == nil {
 		a = quotaAgent(t)
@@ -60,10 +61,10 @@ func startSidecar(t testing.TB, addr string, a *agent.Agent) *sidecar {
 		t.Fatal(err)
 	}
 	g := grpc.NewServer()
-	agent.NewSidecarServer(a).Register(g)
+	sidecar.NewSidecarServer(a).Register(g)
 	go g.Serve(lis)
 	t.Cleanup(g.Stop)
-	return &sidecar{a: a, addr: lis.Addr().String(), g: g}
+	return &testSidecar{a: a, addr: lis.Addr().String(), g: g}
 }
 
 func newClient(t testing.TB, addr string) *sidecarclient.Client {
@@ -186,7 +187,7 @@ func TestOversizedBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	big := &allotpb.CheckBatch{Id: 7}
-	for range agent.MaxCheckBatch + 1 {
+	for range sidecar.MaxCheckBatch + 1 {
 		big.Checks = append(big.Checks, &allotpb.CheckRequest{Tenant: "acme"})
 	}
 	if err := stream.Send(big); err != nil {
@@ -281,7 +282,7 @@ func TestDrainEndsStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := grpc.NewServer()
-	srv := agent.NewSidecarServer(a)
+	srv := sidecar.NewSidecarServer(a)
 	srv.Register(g)
 	go g.Serve(lis)
 	c := newClient(t, lis.Addr().String())

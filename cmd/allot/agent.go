@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/agent"
+	"github.com/allot-io/allot/agent/forwardauth"
+	"github.com/allot-io/allot/agent/sidecar"
 	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/lease/rules"
 	"github.com/prometheus/client_golang/prometheus"
@@ -184,9 +186,9 @@ func runAgent(ctx context.Context, e *env) error {
 	}
 	instrument := sidecarHTTPMetrics(reg)
 	mux := http.NewServeMux()
-	mux.Handle("/v1/check", instrument("check", agent.CheckHandler(a)))
-	mux.Handle("/v1/authz", instrument("authz", agent.ForwardAuthHandler(a, authzCfg)))
-	mux.Handle("/v1/status", instrument("status", agent.StatusHandler(a)))
+	mux.Handle("/v1/check", instrument("check", sidecar.CheckHandler(a)))
+	mux.Handle("/v1/authz", instrument("authz", forwardauth.Handler(a, authzCfg)))
+	mux.Handle("/v1/status", instrument("status", sidecar.StatusHandler(a)))
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	mux.Handle("/metrics", metrics)
 	// /livez: the process serves (a liveness probe must not restart a

@@ -10,11 +10,12 @@ import (
 	"testing"
 
 	"github.com/allot-io/allot/agent"
+	"github.com/allot-io/allot/agent/httplimit"
 	"github.com/allot-io/allot/lease/rules"
 )
 
 // TestAgentDocExamples checks docs/agent.md's refusal through
-// agent.Middleware against a real one.
+// httplimit.Middleware against a real one.
 func TestAgentDocExamples(t *testing.T) {
 	const path = "../../docs/agent.md"
 	doc := readDocOutputs(t, path)
@@ -24,7 +25,7 @@ func TestAgentDocExamples(t *testing.T) {
 }
 
 // middlewareRefusal is the 1,001st request in a minute through
-// agent.Middleware, with a fixed_window tenant rule of 1,000 a minute in
+// httplimit.Middleware, with a fixed_window tenant rule of 1,000 a minute in
 // a standalone agent, as httputil.DumpResponse prints it.
 func middlewareRefusal(t *testing.T) string {
 	t.Helper()
@@ -39,7 +40,7 @@ func middlewareRefusal(t *testing.T) string {
 	t.Cleanup(func() { _ = a.Close(t.Context()) })
 	extract := func(r *http.Request) agent.Request { return agent.Request{Tenant: r.Header.Get("X-Tenant")} }
 	api := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	srv := httptest.NewServer(agent.Middleware(a, extract)(api))
+	srv := httptest.NewServer(httplimit.Middleware(a, extract)(api))
 	defer srv.Close()
 	for i := 1; i <= 1001; i++ {
 		req, err := http.NewRequest(http.MethodGet, srv.URL+"/v1/search", nil)

@@ -17,6 +17,8 @@ import (
 
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/agent/envoy"
+	"github.com/allot-io/allot/agent/forwardauth"
+	"github.com/allot-io/allot/agent/sidecar"
 )
 
 // grpcFlags configures the sidecar's gRPC services: its own
@@ -36,7 +38,7 @@ func (gf *grpcFlags) register(f *flags) {
 
 // serve starts the gRPC services on their own listeners, the TCP one over
 // TLS when tlsConfig is set, and returns a function that stops them.
-func (gf *grpcFlags) serve(a *agent.Agent, authz agent.ForwardAuthConfig, tlsConfig *tls.Config, reg prometheus.Registerer, log hclog.Logger) (stop func(), err error) {
+func (gf *grpcFlags) serve(a *agent.Agent, authz forwardauth.Config, tlsConfig *tls.Config, reg prometheus.Registerer, log hclog.Logger) (stop func(), err error) {
 	if gf.addr == "" && gf.socket == "" {
 		return func() {}, nil
 	}
@@ -56,7 +58,7 @@ func (gf *grpcFlags) serve(a *agent.Agent, authz agent.ForwardAuthConfig, tlsCon
 			opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)))
 		}
 		g := grpc.NewServer(opts...)
-		sidecar := agent.NewSidecarServer(a)
+		sidecar := sidecar.NewSidecarServer(a)
 		sidecar.Register(g)
 		envoy.NewRateLimitServer(a, envoy.Options{Headers: gf.headers}).Register(g)
 		envoy.NewAuthorizationServer(a, authz).Register(g)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/agent"
+	"github.com/allot-io/allot/agent/sidecar"
 	"github.com/allot-io/allot/agent/sidecarclient"
 	"github.com/allot-io/allot/internal/auth"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -163,7 +164,7 @@ func TestSidecarWithoutRules(t *testing.T) {
 	})
 
 	check := sidecarDo(t, http.MethodPost, "http://"+httpAddr+"/v1/check", `{"tenant":"acme"}`)
-	var d agent.CheckResponse
+	var d sidecar.CheckResponse
 	if err := json.Unmarshal([]byte(check.body), &d); err != nil || check.code != http.StatusTooManyRequests || check.header.Get("Retry-After") != "1" ||
 		d.Allowed || !d.NoRules || d.RetryAfterSeconds == nil || *d.RetryAfterSeconds != 1 {
 		t.Errorf("POST /v1/check without rules: %d %v %s", check.code, check.header, check.body)
@@ -223,7 +224,7 @@ func TestSidecarWithoutRules(t *testing.T) {
 	copyToken(t, sc.tokens["gw-1"], tokenFile)
 	eventually(t, "the cluster's rules", procs, func() (bool, string) { return httpOK("http://" + httpAddr + "/readyz") })
 	codes := map[int]int{}
-	var last agent.CheckResponse
+	var last sidecar.CheckResponse
 	for range 5 {
 		a := sidecarDo(t, http.MethodPost, "http://"+httpAddr+"/v1/check", `{"tenant":"globex"}`)
 		codes[a.code]++
@@ -250,7 +251,7 @@ func TestSidecarWithoutRules(t *testing.T) {
 	if st := sidecarStatus(t, httpAddr); st.RulesSource != "cache" || st.RulesReady || len(st.Rules) != 1 {
 		t.Errorf("/v1/status on the cache: %+v", st)
 	}
-	var onCache agent.CheckResponse
+	var onCache sidecar.CheckResponse
 	for range 4 {
 		_ = json.Unmarshal([]byte(sidecarDo(t, http.MethodPost, "http://"+httpAddr+"/v1/check", `{"tenant":"initech"}`).body), &onCache)
 	}

@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allot-io/allot/agent"
+	"github.com/allot-io/allot/agent/sidecar"
 	"github.com/allot-io/allot/internal/auth"
 )
 
@@ -402,7 +402,7 @@ func TestCLICluster(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var d agent.CheckResponse
+			var d sidecar.CheckResponse
 			err = json.NewDecoder(resp.Body).Decode(&d)
 			resp.Body.Close()
 			if err != nil {
@@ -468,7 +468,7 @@ var (
 )
 
 // checkRefusal checks a 429 carries what a client needs to back off.
-func checkRefusal(t *testing.T, h http.Header, d agent.CheckResponse) {
+func checkRefusal(t *testing.T, h http.Header, d sidecar.CheckResponse) {
 	t.Helper()
 	if s, err := strconv.Atoi(h.Get("Retry-After")); err != nil || s < 1 {
 		t.Errorf("Retry-After %q: want whole seconds, at least 1", h.Get("Retry-After"))

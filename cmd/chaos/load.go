@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/allot-io/allot/cmd/internal/fleet"
 	"io"
 	"math/bits"
 	"math/rand/v2"
@@ -14,9 +13,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/allot-io/allot/cmd/internal/fleet"
 )
 
-// checkReq is the sidecar's POST /v1/check body (agent.CheckRequest),
+// checkReq is the sidecar's POST /v1/check body (sidecar.CheckRequest),
 // written by the harness itself.
 type checkReq struct {
 	Tenant   string `json:"tenant"`

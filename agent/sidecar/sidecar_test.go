@@ -1,4 +1,4 @@
-package agent
+package sidecar
 
 import (
 	"bytes"
@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot-io/allot/agent"
+	"github.com/allot-io/allot/agent/agenttest"
+
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
@@ -21,8 +24,8 @@ import (
 // admitted checks with the RateLimit headers, a 429 with Retry-After, and
 // every malformed body refused without being counted.
 func TestCheckHandler(t *testing.T) {
-	clk := newManualClock()
-	a := standalone(t, clk, rule("plan-quota", rules.Tenant, algo.FixedWindow, 2, time.Minute, lease.Quota))
+	clk := agenttest.NewClock()
+	a := agenttest.Standalone(t, clk, agenttest.Rule("plan-quota", rules.Tenant, algo.FixedWindow, 2, time.Minute, lease.Quota))
 	h := CheckHandler(a)
 	post := func(body string) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
@@ -124,4 +127,18 @@ func FuzzDecodeCheck(f *testing.F) {
 			t.Fatalf("round trip: %+v → %s → %+v, %v", req, again, back, err)
 		}
 	})
+}
+
+// TestDecodeCheckBounds: a check body beyond the agent's bounds (a cost
+// past MaxCost, a tenant or route too long) is refused as invalid, the
+// largest allowed is taken.
+func TestDecodeCheckBounds(t *testing.T) {
+	for _, body := range []string{`{"tenant":"a","cost":4611686018427387904}`, `{"tenant":"a","cost":4294967296}`, `{"tenant":"` + strings.Repeat("t", 257) + `"}`, `{"route":"` + strings.Repeat("r", 1025) + `"}`} {
+		if _, err := DecodeCheck(strings.NewReader(body)); !errors.Is(err, agent.ErrInvalidRequest) {
+			t.Errorf("DecodeCheck(%.60s…) = %v; want ErrInvalidRequest", body, err)
+		}
+	}
+	if _, err := DecodeCheck(strings.NewReader(`{"tenant":"` + strings.Repeat("t", 256) + `","cost":4294967295}`)); err != nil {
+		t.Errorf("the largest tenant and cost: %v", err)
+	}
 }

@@ -1,4 +1,4 @@
-package agent
+package forwardauth
 
 import (
 	"crypto/sha256"
@@ -10,6 +10,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/allot-io/allot/agent"
+	"github.com/allot-io/allot/agent/agenttest"
+	"github.com/allot-io/allot/agent/httplimit"
 
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/lease"
@@ -36,43 +40,43 @@ func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
 // TestForwardAuthAttributes checks where each attribute is read from, with
 // the default header names and with configured ones.
 func TestForwardAuthAttributes(t *testing.T) {
-	def := newForwardAuth(ForwardAuthConfig{})
-	custom := newForwardAuth(ForwardAuthConfig{TenantHeader: "x-org", PlanHeader: "X-Tier", UserHeader: "X-Auth-User",
+	def := newHandler(Config{})
+	custom := newHandler(Config{TenantHeader: "x-org", PlanHeader: "X-Tier", UserHeader: "X-Auth-User",
 		RouteHeaders: []string{"X-Path"}, IPHeader: NoHeader, PriorityHeader: "X-Prio", CostHeader: "X-Weight", TrustedHops: 1})
-	keyed := newForwardAuth(ForwardAuthConfig{APIKeyHeader: "X-Api-Key"})
+	keyed := newHandler(Config{APIKeyHeader: "X-Api-Key"})
 	sum := sha256.Sum256([]byte("sk_live_secret"))
 	keyTenant := hex.EncodeToString(sum[:])[:16]
 	for _, tc := range []struct {
 		name    string
 		f       *forwardAuth
 		r       *http.Request
-		want    Request
+		want    agent.Request
 		wantErr string
 	}{
 		{"defaults", def, authz("GET", "X-Tenant", "acme", "X-Plan", "pro", "X-User", "alice",
 			"X-Original-URI", "/v1/search?q=x&page=2", "X-Real-IP", "203.0.113.7", "X-Priority", "batch", "X-Cost", "5"),
-			Request{Tenant: "acme", Plan: "pro", User: "alice", Route: "/v1/search", IP: "203.0.113.7", Priority: Batch, Cost: 5}, ""},
-		{"any method", def, authz("DELETE", "X-Tenant", "acme"), Request{Tenant: "acme", IP: "192.0.2.9"}, ""},
-		{"route from X-Forwarded-Uri", def, authz("GET", "X-Forwarded-Uri", "/v1/items?id=3"), Request{Route: "/v1/items", IP: "192.0.2.9"}, ""},
-		{"X-Original-URI first", def, authz("GET", "X-Forwarded-Uri", "/b", "X-Original-URI", "/a"), Request{Route: "/a", IP: "192.0.2.9"}, ""},
-		{"own path is not the route", def, authz("GET"), Request{IP: "192.0.2.9"}, ""},
-		{"right-most X-Forwarded-For", def, authz("GET", "X-Forwarded-For", "198.51.100.1, 198.51.100.2 ,198.51.100.3"), Request{IP: "198.51.100.3"}, ""},
-		{"X-Real-IP wins", def, authz("GET", "X-Real-IP", "203.0.113.7", "X-Forwarded-For", "198.51.100.3"), Request{IP: "203.0.113.7"}, ""},
+			agent.Request{Tenant: "acme", Plan: "pro", User: "alice", Route: "/v1/search", IP: "203.0.113.7", Priority: agent.Batch, Cost: 5}, ""},
+		{"any method", def, authz("DELETE", "X-Tenant", "acme"), agent.Request{Tenant: "acme", IP: "192.0.2.9"}, ""},
+		{"route from X-Forwarded-Uri", def, authz("GET", "X-Forwarded-Uri", "/v1/items?id=3"), agent.Request{Route: "/v1/items", IP: "192.0.2.9"}, ""},
+		{"X-Original-URI first", def, authz("GET", "X-Forwarded-Uri", "/b", "X-Original-URI", "/a"), agent.Request{Route: "/a", IP: "192.0.2.9"}, ""},
+		{"own path is not the route", def, authz("GET"), agent.Request{IP: "192.0.2.9"}, ""},
+		{"right-most X-Forwarded-For", def, authz("GET", "X-Forwarded-For", "198.51.100.1, 198.51.100.2 ,198.51.100.3"), agent.Request{IP: "198.51.100.3"}, ""},
+		{"X-Real-IP wins", def, authz("GET", "X-Real-IP", "203.0.113.7", "X-Forwarded-For", "198.51.100.3"), agent.Request{IP: "203.0.113.7"}, ""},
 		{"trusted hop skipped", custom, authz("GET", "X-Real-IP", "203.0.113.7", "X-Forwarded-For", "198.51.100.1, 198.51.100.2", "X-Forwarded-For", "10.0.0.1"),
-			Request{IP: "198.51.100.2"}, ""},
-		{"fewer entries than hops", newForwardAuth(ForwardAuthConfig{TrustedHops: 3}), authz("GET", "X-Forwarded-For", "198.51.100.1, 10.0.0.1"),
-			Request{IP: "198.51.100.1"}, ""},
+			agent.Request{IP: "198.51.100.2"}, ""},
+		{"fewer entries than hops", newHandler(Config{TrustedHops: 3}), authz("GET", "X-Forwarded-For", "198.51.100.1, 10.0.0.1"),
+			agent.Request{IP: "198.51.100.1"}, ""},
 		{"custom headers", custom, authz("PUT", "X-Org", "globex", "X-Tier", "free", "X-Auth-User", "bob", "X-Path", "/p?x", "X-Prio", "critical", "X-Weight", "0",
 			"X-Tenant", "ignored", "X-Original-URI", "/ignored"),
-			Request{Tenant: "globex", Plan: "free", User: "bob", Route: "/p", IP: "192.0.2.9", Priority: Critical}, ""},
-		{"api key", keyed, authz("GET", "X-Api-Key", "sk_live_secret", "X-Tenant", "spoofed"), Request{Tenant: keyTenant, IP: "192.0.2.9"}, ""},
-		{"no api key, no tenant", keyed, authz("GET", "X-Tenant", "spoofed"), Request{IP: "192.0.2.9"}, ""},
-		{"unknown priority", def, authz("GET", "X-Priority", "urgent"), Request{}, `X-Priority: "urgent" is not batch`},
-		{"cost not a number", def, authz("GET", "X-Cost", "1.5"), Request{}, "X-Cost: must be an integer from 0 to 4294967295"},
-		{"negative cost", def, authz("GET", "X-Cost", "-1"), Request{}, "X-Cost: must be an integer"},
-		{"cost over MaxCost", def, authz("GET", "X-Cost", strconv.FormatInt(MaxCost+1, 10)), Request{}, "X-Cost: must be an integer"},
-		{"tenant too long", def, authz("GET", "X-Tenant", strings.Repeat("t", MaxNameLen+1)), Request{}, "tenant: must be at most 256 bytes"},
-		{"route too long", def, authz("GET", "X-Original-URI", "/"+strings.Repeat("r", MaxAttrLen)), Request{}, "route: must be at most 1024 bytes"},
+			agent.Request{Tenant: "globex", Plan: "free", User: "bob", Route: "/p", IP: "192.0.2.9", Priority: agent.Critical}, ""},
+		{"api key", keyed, authz("GET", "X-Api-Key", "sk_live_secret", "X-Tenant", "spoofed"), agent.Request{Tenant: keyTenant, IP: "192.0.2.9"}, ""},
+		{"no api key, no tenant", keyed, authz("GET", "X-Tenant", "spoofed"), agent.Request{IP: "192.0.2.9"}, ""},
+		{"unknown priority", def, authz("GET", "X-Priority", "urgent"), agent.Request{}, `X-Priority: "urgent" is not batch`},
+		{"cost not a number", def, authz("GET", "X-Cost", "1.5"), agent.Request{}, "X-Cost: must be an integer from 0 to 4294967295"},
+		{"negative cost", def, authz("GET", "X-Cost", "-1"), agent.Request{}, "X-Cost: must be an integer"},
+		{"cost over MaxCost", def, authz("GET", "X-Cost", strconv.FormatInt(agent.MaxCost+1, 10)), agent.Request{}, "X-Cost: must be an integer"},
+		{"tenant too long", def, authz("GET", "X-Tenant", strings.Repeat("t", agent.MaxNameLen+1)), agent.Request{}, "tenant: must be at most 256 bytes"},
+		{"route too long", def, authz("GET", "X-Original-URI", "/"+strings.Repeat("r", agent.MaxAttrLen)), agent.Request{}, "route: must be at most 1024 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := tc.f.request(tc.r)
@@ -102,10 +106,10 @@ func TestForwardAuthAttributes(t *testing.T) {
 func TestForwardAuthHandler(t *testing.T) {
 	for _, deny := range []int{0, http.StatusForbidden} {
 		t.Run("deny="+strconv.Itoa(deny), func(t *testing.T) {
-			clk := newManualClock()
+			clk := agenttest.NewClock()
 			clk.Advance(15 * time.Second) // 45 s before the window ends
-			a := standalone(t, clk, rule("plan-quota", rules.Tenant, algo.FixedWindow, 3, time.Minute, lease.Quota))
-			h := ForwardAuthHandler(a, ForwardAuthConfig{DenyStatus: deny})
+			a := agenttest.Standalone(t, clk, agenttest.Rule("plan-quota", rules.Tenant, algo.FixedWindow, 3, time.Minute, lease.Quota))
+			h := Handler(a, Config{DenyStatus: deny})
 			wantDeny := deny
 			if deny == 0 {
 				wantDeny = http.StatusTooManyRequests
@@ -138,8 +142,8 @@ func TestForwardAuthHandler(t *testing.T) {
 				t.Fatalf("refusal: %d, want %d", w.Code, wantDeny)
 			}
 			// The same refusal through the middleware, on an agent in the same state.
-			a2 := standalone(t, clk, rule("plan-quota", rules.Tenant, algo.FixedWindow, 3, time.Minute, lease.Quota))
-			mw := Middleware(a2, func(*http.Request) Request { return Request{Tenant: "acme"} })(http.NotFoundHandler())
+			a2 := agenttest.Standalone(t, clk, agenttest.Rule("plan-quota", rules.Tenant, algo.FixedWindow, 3, time.Minute, lease.Quota))
+			mw := httplimit.Middleware(a2, func(*http.Request) agent.Request { return agent.Request{Tenant: "acme"} })(http.NotFoundHandler())
 			var ref *httptest.ResponseRecorder
 			for range 4 {
 				ref = serve(mw, authz("GET"))
@@ -184,9 +188,9 @@ func TestForwardAuthHandler(t *testing.T) {
 
 // TestForwardAuthBadNotCounted: a 400 spends nothing.
 func TestForwardAuthBadNotCounted(t *testing.T) {
-	a := standalone(t, newManualClock(), rule("q", rules.Tenant, algo.FixedWindow, 1, time.Minute, lease.Quota))
-	h := ForwardAuthHandler(a, ForwardAuthConfig{})
-	for _, hv := range [][]string{{"X-Priority", "URGENT"}, {"X-Cost", "-3"}, {"X-User", strings.Repeat("u", MaxAttrLen+1)}} {
+	a := agenttest.Standalone(t, agenttest.NewClock(), agenttest.Rule("q", rules.Tenant, algo.FixedWindow, 1, time.Minute, lease.Quota))
+	h := Handler(a, Config{})
+	for _, hv := range [][]string{{"X-Priority", "URGENT"}, {"X-Cost", "-3"}, {"X-User", strings.Repeat("u", agent.MaxAttrLen+1)}} {
 		w := serve(h, authz("GET", "X-Tenant", "acme", hv[0], hv[1]))
 		if w.Code != http.StatusBadRequest || w.Header().Get("Content-Type") != "application/json" {
 			t.Errorf("%s: %d %q", hv[0], w.Code, w.Header().Get("Content-Type"))
@@ -200,11 +204,11 @@ func TestForwardAuthBadNotCounted(t *testing.T) {
 // TestForwardAuthDenyStatusRange: a status outside 4xx and 5xx is 429.
 func TestForwardAuthDenyStatusRange(t *testing.T) {
 	for _, s := range []int{-1, 200, 302, 600} {
-		if got := newForwardAuth(ForwardAuthConfig{DenyStatus: s}).deny; got != http.StatusTooManyRequests {
+		if got := newHandler(Config{DenyStatus: s}).deny; got != http.StatusTooManyRequests {
 			t.Errorf("DenyStatus %d: %d", s, got)
 		}
 	}
-	if got := newForwardAuth(ForwardAuthConfig{DenyStatus: 503}).deny; got != 503 {
+	if got := newHandler(Config{DenyStatus: 503}).deny; got != 503 {
 		t.Errorf("DenyStatus 503: %d", got)
 	}
 }
@@ -230,12 +234,12 @@ func BenchmarkForwardAuth(b *testing.B) {
 		want  int
 	}{{"admitted", 1 << 40, http.StatusOK}, {"refused", 1, http.StatusTooManyRequests}} {
 		b.Run(bc.name, func(b *testing.B) {
-			a, err := New(Config{Rules: []rules.Rule{rule("plan-quota", rules.Tenant, algo.FixedWindow, bc.limit, time.Hour, lease.Quota)}})
+			a, err := agent.New(agent.Config{Rules: []rules.Rule{agenttest.Rule("plan-quota", rules.Tenant, algo.FixedWindow, bc.limit, time.Hour, lease.Quota)}})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer a.Close(b.Context())
-			h := ForwardAuthHandler(a, ForwardAuthConfig{})
+			h := Handler(a, Config{})
 			r := authz("GET", "X-Tenant", "acme", "X-User", "alice", "X-Plan", "pro", "X-Original-URI", "/v1/search?q=allot",
 				"X-Forwarded-For", "203.0.113.7, 10.0.0.2", "X-Priority", "interactive", "X-Cost", "1")
 			w := &discardWriter{h: http.Header{}}
@@ -257,8 +261,8 @@ func BenchmarkForwardAuth(b *testing.B) {
 //
 //	go test -fuzz FuzzForwardAuth -fuzztime 60s ./agent
 func FuzzForwardAuth(f *testing.F) {
-	a := standalone(f, newManualClock(), rule("per-tenant", rules.Tenant, algo.TokenBucket, 5, time.Minute, lease.Quota))
-	h := ForwardAuthHandler(a, ForwardAuthConfig{APIKeyHeader: "X-Api-Key", TrustedHops: 1, DenyStatus: 403})
+	a := agenttest.Standalone(f, agenttest.NewClock(), agenttest.Rule("per-tenant", rules.Tenant, algo.TokenBucket, 5, time.Minute, lease.Quota))
+	h := Handler(a, Config{APIKeyHeader: "X-Api-Key", TrustedHops: 1, DenyStatus: 403})
 	f.Add("acme", "", "/v1/items?q=1", "10.0.0.1, 10.0.0.2", "batch", "3")
 	f.Add("", "key-1", "", "", "", "")
 	f.Add("x", "", "/", "::1", "nope", "-1")

@@ -1,4 +1,4 @@
-package agent
+package sidecar
 
 import (
 	"encoding/json"
@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+
+	"github.com/allot-io/allot/agent"
+	"github.com/allot-io/allot/agent/httplimit"
 )
 
 // MaxCheckBody bounds the body of a sidecar check request.
@@ -55,7 +58,7 @@ var ErrBadCheck = errors.New("agent: bad check request")
 // It decides exactly as encoding/json does (see checkjson.go): the body
 // is read into a pooled buffer and a common one is scanned by hand, any
 // other handed to decodeCheckJSON.
-func DecodeCheck(r io.Reader) (Request, error) {
+func DecodeCheck(r io.Reader) (agent.Request, error) {
 	bp := getBuf()
 	defer putBuf(bp)
 	return decodeCheckBuffered(r, bp)
@@ -65,29 +68,29 @@ func DecodeCheck(r io.Reader) (Request, error) {
 // hand-written scanner must agree with, and its fallback for any body it
 // does not decide itself, so such bodies get encoding/json's result and
 // error, word for word.
-func decodeCheckJSON(r io.Reader) (Request, error) {
+func decodeCheckJSON(r io.Reader) (agent.Request, error) {
 	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	var c CheckRequest
 	if err := dec.Decode(&c); err != nil {
-		return Request{}, fmt.Errorf("%w: %w", ErrBadCheck, err)
+		return agent.Request{}, fmt.Errorf("%w: %w", ErrBadCheck, err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return Request{}, fmt.Errorf("%w: unexpected data after the JSON object", ErrBadCheck)
+		return agent.Request{}, fmt.Errorf("%w: unexpected data after the JSON object", ErrBadCheck)
 	}
 	return checkRequest(&c)
 }
 
 // checkRequest turns a decoded body into a Request: its priority parsed
 // and its bounds checked, as both decoding paths do.
-func checkRequest(c *CheckRequest) (Request, error) {
-	p, err := ParsePriority(c.Priority)
+func checkRequest(c *CheckRequest) (agent.Request, error) {
+	p, err := agent.ParsePriority(c.Priority)
 	if err != nil {
-		return Request{}, fmt.Errorf("%w: priority: %q is not batch, interactive, critical or exempt", ErrBadCheck, c.Priority)
+		return agent.Request{}, fmt.Errorf("%w: priority: %q is not batch, interactive, critical or exempt", ErrBadCheck, c.Priority)
 	}
-	req := Request{Tenant: c.Tenant, Plan: c.Plan, User: c.User, Route: c.Route, IP: c.IP, Priority: p, Cost: c.Cost}
-	if err := ValidateRequest(req); err != nil {
-		return Request{}, fmt.Errorf("%w: %w", ErrBadCheck, err)
+	req := agent.Request{Tenant: c.Tenant, Plan: c.Plan, User: c.User, Route: c.Route, IP: c.IP, Priority: p, Cost: c.Cost}
+	if err := agent.ValidateRequest(req); err != nil {
+		return agent.Request{}, fmt.Errorf("%w: %w", ErrBadCheck, err)
 	}
 	return req, nil
 }
@@ -97,11 +100,11 @@ func checkRequest(c *CheckRequest) (Request, error) {
 // admitted and 429 when refused, with the same RateLimit and Retry-After
 // headers as Middleware and the decision as a CheckResponse. A malformed
 // body is answered 400, an oversized one 413, and neither is counted.
-func CheckHandler(a *Agent) http.Handler {
+func CheckHandler(a *agent.Agent) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
-			writeJSONError(w, http.StatusMethodNotAllowed, "use POST with a JSON body")
+			httplimit.WriteError(w, http.StatusMethodNotAllowed, "use POST with a JSON body")
 			return
 		}
 		// One pooled buffer serves the body and then the answer: the
@@ -112,15 +115,15 @@ func CheckHandler(a *Agent) http.Handler {
 		if err != nil {
 			var tooBig *http.MaxBytesError
 			if errors.As(err, &tooBig) {
-				writeJSONError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", MaxCheckBody))
+				httplimit.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", MaxCheckBody))
 				return
 			}
-			writeJSONError(w, http.StatusBadRequest, err.Error())
+			httplimit.WriteError(w, http.StatusBadRequest, err.Error())
 			return
 		}
 		d := a.Check(req)
 		h := w.Header()
-		SetHeaders(h, d)
+		httplimit.SetHeaders(h, d)
 		h.Set("Content-Type", "application/json")
 		h.Set("Cache-Control", "no-store")
 		resp := CheckResponse{Allowed: d.Allowed, Rule: d.Rule, Scope: d.Scope, Limit: d.Limit,
@@ -130,7 +133,7 @@ func CheckHandler(a *Agent) http.Handler {
 		if !d.Allowed {
 			code = http.StatusTooManyRequests
 			if d.RetryAfter >= 0 {
-				s := RetryAfterSeconds(d)
+				s := httplimit.RetryAfterSeconds(d)
 				resp.RetryAfterSeconds = &s
 			}
 		}
@@ -145,22 +148,14 @@ func CheckHandler(a *Agent) http.Handler {
 	})
 }
 
-func writeJSONError(w http.ResponseWriter, code int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(struct {
-		Error string `json:"error"`
-	}{msg})
-}
-
 // StatusHandler serves the agent's Status as JSON: the rules enforced,
 // those left out and why, the rules on their fail mode, and the usage
 // batches waiting for the coordinators.
-func StatusHandler(a *Agent) http.Handler {
+func StatusHandler(a *agent.Agent) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
-			writeJSONError(w, http.StatusMethodNotAllowed, "use GET")
+			httplimit.WriteError(w, http.StatusMethodNotAllowed, "use GET")
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")

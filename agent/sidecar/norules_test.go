@@ -1,25 +1,32 @@
-package agent
+package sidecar_test
 
 import (
 	"context"
 	"encoding/json"
-	"github.com/allot-io/allot/internal/testwait"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/allot-io/allot/agent"
+	"github.com/allot-io/allot/agent/forwardauth"
+	"github.com/allot-io/allot/agent/grpclimit"
+	"github.com/allot-io/allot/agent/httplimit"
+	"github.com/allot-io/allot/agent/sidecar"
 
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 )
 
+// deadCoordinator is an address where no coordinator answers.
+const deadCoordinator = "127.0.0.1:1"
+
 // noRulesAgent is an agent that will have no rules: its coordinators are
 // out of reach.
-func noRulesAgent(t *testing.T, policy UntilRules) *Agent {
+func noRulesAgent(t *testing.T, policy agent.UntilRules) *agent.Agent {
 	t.Helper()
-	a, err := New(Config{Coordinators: []string{deadCoordinator}, NodeID: "gw-1", ReportInterval: 200 * time.Millisecond,
+	a, err := agent.New(agent.Config{Coordinators: []string{deadCoordinator}, NodeID: "gw-1", ReportInterval: 200 * time.Millisecond,
 		UntilRules: policy, CloseTimeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -34,14 +41,14 @@ func noRulesAgent(t *testing.T, policy UntilRules) *Agent {
 // that every gateway already refuses it, and marked no_rules. Open:
 // admitted, marked no_rules on HTTP.
 func TestNoRulesAnswers(t *testing.T) {
-	closed := noRulesAgent(t, UntilRulesClosed)
-	post := func(a *Agent) *httptest.ResponseRecorder {
+	closed := noRulesAgent(t, agent.UntilRulesClosed)
+	post := func(a *agent.Agent) *httptest.ResponseRecorder {
 		w := httptest.NewRecorder()
-		CheckHandler(a).ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(`{"tenant":"acme"}`)))
+		sidecar.CheckHandler(a).ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(`{"tenant":"acme"}`)))
 		return w
 	}
 	w := post(closed)
-	var resp CheckResponse
+	var resp sidecar.CheckResponse
 	if err := json.Unmarshal(w.Body.Bytes(), &resp); err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +59,7 @@ func TestNoRulesAnswers(t *testing.T) {
 
 	for _, deny := range []int{0, http.StatusForbidden} {
 		w = httptest.NewRecorder()
-		ForwardAuthHandler(closed, ForwardAuthConfig{DenyStatus: deny}).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/authz", nil))
+		forwardauth.Handler(closed, forwardauth.Config{DenyStatus: deny}).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/v1/authz", nil))
 		want := http.StatusTooManyRequests
 		if deny != 0 {
 			want = deny
@@ -64,28 +71,28 @@ func TestNoRulesAnswers(t *testing.T) {
 
 	w = httptest.NewRecorder()
 	reached := false
-	Middleware(closed, func(*http.Request) Request { return Request{Tenant: "acme"} })(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached = true })).
+	httplimit.Middleware(closed, func(*http.Request) agent.Request { return agent.Request{Tenant: "acme"} })(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { reached = true })).
 		ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/", nil))
 	if reached || w.Code != http.StatusTooManyRequests || !strings.Contains(w.Body.String(), `"error":"no_rules"`) {
 		t.Errorf("Middleware, closed: reached %v, %d %s", reached, w.Code, w.Body)
 	}
 
-	got, err := NewSidecarServer(closed).Check(context.Background(), &allotpb.CheckRequest{Tenant: "acme"})
+	got, err := sidecar.NewSidecarServer(closed).Check(context.Background(), &allotpb.CheckRequest{Tenant: "acme"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.GetAllowed() || got.GetRule() != "" || got.GetRetryAfterNanos() != int64(200*time.Millisecond) || !DecisionFromProto(got).NoRules {
+	if got.GetAllowed() || got.GetRule() != "" || got.GetRetryAfterNanos() != int64(200*time.Millisecond) || !sidecar.DecisionFromProto(got).NoRules {
 		t.Errorf("SidecarService.Check, closed: %v", got)
 	}
-	if DecisionFromProto(&allotpb.CheckResponse{RetryAfterNanos: -1}).NoRules {
+	if sidecar.DecisionFromProto(&allotpb.CheckResponse{RetryAfterNanos: -1}).NoRules {
 		t.Error("a cost that never fits read back as NoRules")
 	}
 
-	ds := closed.CheckDescriptors("edge", []Descriptor{{Entries: []Entry{{"remote_address", "10.0.0.1"}}}}, 1, nil)
+	ds := closed.CheckDescriptors("edge", []agent.Descriptor{{Entries: []agent.Entry{{Key: "remote_address", Value: "10.0.0.1"}}}}, 1, nil)
 	if len(ds) != 1 || ds[0].Allowed || !ds[0].NoRules {
 		t.Errorf("CheckDescriptors, closed: %+v", ds)
 	}
-	st := RefusalStatus(closed.Check(Request{}))
+	st := grpclimit.RefusalStatus(closed.Check(agent.Request{}))
 	var reason string
 	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok {
@@ -96,39 +103,12 @@ func TestNoRulesAnswers(t *testing.T) {
 		t.Errorf("RefusalStatus, closed: %v, reason %q", st, reason)
 	}
 
-	open := noRulesAgent(t, UntilRulesOpen)
+	open := noRulesAgent(t, agent.UntilRulesOpen)
 	w = post(open)
 	if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), `"no_rules":true`) || w.Header().Get("Retry-After") != "" {
 		t.Errorf("POST /v1/check, open: %d %v %s", w.Code, w.Header(), w.Body)
 	}
-	if d := open.Check(Request{Tenant: "acme", Cost: MaxCost}); !d.Allowed || !d.NoRules {
+	if d := open.Check(agent.Request{Tenant: "acme", Cost: agent.MaxCost}); !d.Allowed || !d.NoRules {
 		t.Errorf("Check, open: %+v", d)
-	}
-}
-
-// TestUntilRulesAllocatesNothing: checks decided without the cluster's
-// rules, by the policy or by start-up rules, allocate nothing either. The
-// agents' reports are refused once and not sent again during the runs:
-// AllocsPerRun counts every goroutine's allocations.
-func TestUntilRulesAllocatesNothing(t *testing.T) {
-	sc := newSecuredCluster(t, clusterRulesYAML)
-	tf := filepath.Join(t.TempDir(), "token")
-	tokenFile(t, tf, sc.tokens["gw-2"])
-	req := Request{Tenant: "acme", User: "u-42", Route: "/v1/search", IP: "203.0.113.9"}
-	for _, policy := range []UntilRules{UntilRulesClosed, UntilRulesOpen, UntilRulesStatic} {
-		cfg := Config{Coordinators: []string{sc.addr}, NodeID: "gw-1", Region: "eu-west", TokenFile: tf, ReportInterval: time.Hour, UntilRules: policy}
-		if policy == UntilRulesStatic {
-			cfg.StartupRules = fourLevels()
-		}
-		a, err := New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer a.Close(context.Background())
-		testwait.For(t, 10*time.Second, "the first report refused", func() bool { return a.Status().ReportsRefused != nil })
-		a.Check(req)
-		if n := testing.AllocsPerRun(1000, func() { a.Check(req) }); n != 0 {
-			t.Errorf("%v: %v allocations per Check", policy, n)
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package agent
+package httplimit_test
 
 import (
 	"context"
@@ -11,29 +11,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot-io/allot/agent"
+	"github.com/allot-io/allot/agent/agenttest"
+	"github.com/allot-io/allot/agent/httplimit"
+
 	"github.com/allot-io/allot/agent/retry"
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
-	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
-func fromHeaders(r *http.Request) Request {
-	p, _ := ParsePriority(r.Header.Get("X-Priority"))
-	return Request{Tenant: r.Header.Get("X-Tenant"), User: r.Header.Get("X-User"), Route: r.URL.Path, Priority: p}
+func fromHeaders(r *http.Request) agent.Request {
+	p, _ := agent.ParsePriority(r.Header.Get("X-agent.Priority"))
+	return agent.Request{Tenant: r.Header.Get("X-Tenant"), User: r.Header.Get("X-User"), Route: r.URL.Path, Priority: p}
 }
 
 // TestMiddleware429 checks the refusal exactly as the design and the IETF
 // draft define it, parsing every header and the body back.
 func TestMiddleware429(t *testing.T) {
-	clk := newManualClock()
+	clk := agenttest.NewClock()
 	clk.Advance(15 * time.Second) // 10:00:15, 45 s before the window ends
-	quota := rule("plan-quota", rules.Tenant, algo.FixedWindow, 3, time.Minute, lease.Quota)
-	a := standalone(t, clk, quota)
-	srv := httptest.NewServer(Middleware(a, fromHeaders)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	quota := agenttest.Rule("plan-quota", rules.Tenant, algo.FixedWindow, 3, time.Minute, lease.Quota)
+	a := agenttest.Standalone(t, clk, quota)
+	srv := httptest.NewServer(httplimit.Middleware(a, fromHeaders)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok")
 	})))
 	defer srv.Close()
@@ -106,13 +106,13 @@ func TestRetryAfterNeverZero(t *testing.T) {
 		retry time.Duration
 		want  int64
 	}{{time.Millisecond, 1}, {999 * time.Millisecond, 1}, {time.Second, 1}, {1001 * time.Millisecond, 2}, {0, 1}} {
-		if got := RetryAfterSeconds(Decision{RetryAfter: tt.retry}); got != tt.want {
+		if got := httplimit.RetryAfterSeconds(agent.Decision{RetryAfter: tt.retry}); got != tt.want {
 			t.Errorf("RetryAfter %v: %d seconds, want %d", tt.retry, got, tt.want)
 		}
 	}
 	// Never: no Retry-After, and null in the body.
 	rec := httptest.NewRecorder()
-	WriteRefusal(rec, Decision{Rule: "r", Scope: "user", Limit: 1, Period: time.Second, RetryAfter: -1})
+	httplimit.WriteRefusal(rec, agent.Decision{Rule: "r", Scope: "user", Limit: 1, Period: time.Second, RetryAfter: -1})
 	var body map[string]any
 	json.Unmarshal(rec.Body.Bytes(), &body)
 	if rec.Header().Get("Retry-After") != "" || body["retry_after_seconds"] != nil {
@@ -123,9 +123,9 @@ func TestRetryAfterNeverZero(t *testing.T) {
 // TestRetryTransportAgainstMiddleware: the client helper waits out the
 // refusal and gets through once the window turns, without retrying at once.
 func TestRetryTransportAgainstMiddleware(t *testing.T) {
-	clk := newManualClock()
-	a := standalone(t, clk, rule("user", rules.User, algo.FixedWindow, 1, time.Second, lease.Capacity))
-	srv := httptest.NewServer(Middleware(a, fromHeaders)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
+	clk := agenttest.NewClock()
+	a := agenttest.Standalone(t, clk, agenttest.Rule("user", rules.User, algo.FixedWindow, 1, time.Second, lease.Capacity))
+	srv := httptest.NewServer(httplimit.Middleware(a, fromHeaders)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
 	defer srv.Close()
 	var waits []time.Duration
 	tr, err := retry.New(nil, retry.Options{Sleep: func(ctx context.Context, d time.Duration) error {
@@ -154,108 +154,6 @@ func TestRetryTransportAgainstMiddleware(t *testing.T) {
 	}
 }
 
-func TestGRPCInterceptor(t *testing.T) {
-	clk := newManualClock()
-	a := standalone(t, clk, rule("user", rules.User, algo.GCRA, 1, time.Second, lease.Abuse))
-	intercept := UnaryServerInterceptor(a, func(ctx context.Context, method string) Request {
-		return Request{Tenant: "t", User: "u", Route: method}
-	})
-	handler := func(ctx context.Context, req any) (any, error) { return "ok", nil }
-	info := &grpc.UnaryServerInfo{FullMethod: "/svc/Method"}
-	if _, err := intercept(context.Background(), nil, info, handler); err != nil {
-		t.Fatal(err)
-	}
-	_, err := intercept(context.Background(), nil, info, handler)
-	st := status.Convert(err)
-	if st.Code() != codes.ResourceExhausted {
-		t.Fatalf("code %v", st.Code())
-	}
-	var retryInfo *errdetails.RetryInfo
-	var errInfo *errdetails.ErrorInfo
-	for _, d := range st.Details() {
-		switch v := d.(type) {
-		case *errdetails.RetryInfo:
-			retryInfo = v
-		case *errdetails.ErrorInfo:
-			errInfo = v
-		}
-	}
-	if retryInfo == nil || retryInfo.GetRetryDelay().AsDuration() != time.Second {
-		t.Errorf("RetryInfo %v", retryInfo)
-	}
-	if errInfo == nil || errInfo.GetMetadata()["scope"] != "user" || errInfo.GetReason() != "RATE_LIMITED" {
-		t.Errorf("ErrorInfo %v", errInfo)
-	}
-	stream := StreamServerInterceptor(a, func(ctx context.Context, method string) Request { return Request{Tenant: "t", User: "u"} })
-	if err := stream(nil, fakeStream{}, &grpc.StreamServerInfo{FullMethod: "/svc/S"}, func(any, grpc.ServerStream) error { return nil }); status.Code(err) != codes.ResourceExhausted {
-		t.Errorf("stream: %v", err)
-	}
-}
-
-type fakeStream struct{ grpc.ServerStream }
-
-func (fakeStream) Context() context.Context { return context.Background() }
-
-func TestConcurrency(t *testing.T) {
-	c, err := NewConcurrency(ConcurrencyConfig{Limit: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p1, _ := c.TryAcquire()
-	p2, _ := c.TryAcquire()
-	if _, ok := c.TryAcquire(); ok {
-		t.Fatal("a third request got in")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-	defer cancel()
-	if _, err := c.Acquire(ctx); err == nil {
-		t.Fatal("Acquire did not wait for its context")
-	}
-	p1.Release(false)
-	p3, err := c.Acquire(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	p2.Release(false)
-	p3.Release(false)
-	if c.InFlight() != 0 {
-		t.Fatalf("in flight %d", c.InFlight())
-	}
-
-	// Adaptive: drops shrink the limit, used successes grow it.
-	now := time.Unix(0, 0)
-	clock := func() time.Time { return now }
-	ad, err := NewConcurrency(ConcurrencyConfig{Limit: 10, Adaptive: AIMD, Now: clock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var held []Permit
-	for i := 0; i < 10; i++ {
-		p, ok := ad.TryAcquire()
-		if !ok {
-			t.Fatalf("acquire %d", i)
-		}
-		held = append(held, p)
-	}
-	now = now.Add(10 * time.Millisecond)
-	for _, p := range held {
-		p.Release(false)
-	}
-	if ad.Limit() <= 10 {
-		t.Errorf("limit %d after ten used successes, want growth", ad.Limit())
-	}
-	p, _ := ad.TryAcquire()
-	now = now.Add(10 * time.Millisecond)
-	before := ad.Limit()
-	p.Release(true)
-	if ad.Limit() >= before {
-		t.Errorf("limit %d after a drop, was %d", ad.Limit(), before)
-	}
-	if _, err := NewConcurrency(ConcurrencyConfig{}); err == nil {
-		t.Error("zero limit accepted")
-	}
-}
-
 // TestRefusalHeadersAgreePerAlgorithm: for every algorithm a 429's
 // RateLimit t and RateLimit-Reset say what Retry-After says, so that no
 // header promises quota later than another (a GCRA refusal once said t=3
@@ -263,16 +161,16 @@ func TestConcurrency(t *testing.T) {
 func TestRefusalHeadersAgreePerAlgorithm(t *testing.T) {
 	for _, alg := range algo.Algorithms() {
 		t.Run(alg.String(), func(t *testing.T) {
-			clk := newManualClock()
+			clk := agenttest.NewClock()
 			clk.Advance(15 * time.Second)
-			r := rule("plan-quota", rules.Tenant, alg, 3, time.Minute, lease.Quota)
+			r := agenttest.Rule("plan-quota", rules.Tenant, alg, 3, time.Minute, lease.Quota)
 			if alg == algo.TokenBucket || alg == algo.GCRA {
 				r.Burst = 2
 			}
-			a := standalone(t, clk, r)
-			var d Decision
+			a := agenttest.Standalone(t, clk, r)
+			var d agent.Decision
 			for range 10 {
-				if d = a.Check(Request{Tenant: "acme"}); !d.Allowed {
+				if d = a.Check(agent.Request{Tenant: "acme"}); !d.Allowed {
 					break
 				}
 			}
@@ -280,7 +178,7 @@ func TestRefusalHeadersAgreePerAlgorithm(t *testing.T) {
 				t.Fatal("never refused")
 			}
 			h := http.Header{}
-			SetHeaders(h, d)
+			httplimit.SetHeaders(h, d)
 			retryAfter := h.Get("Retry-After")
 			seconds, err := strconv.Atoi(retryAfter)
 			if err != nil || seconds < 1 {

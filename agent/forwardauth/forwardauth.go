@@ -1,4 +1,4 @@
-package agent
+package forwardauth
 
 import (
 	"crypto/sha256"
@@ -9,9 +9,12 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/allot-io/allot/agent"
+	"github.com/allot-io/allot/agent/httplimit"
 )
 
-// Default header names of ForwardAuthConfig.
+// Default header names of Config.
 const (
 	DefaultTenantHeader   = "X-Tenant"
 	DefaultPlanHeader     = "X-Plan"
@@ -27,14 +30,14 @@ const (
 // Caddy's forward_auth and Traefik's ForwardAuth set.
 var DefaultRouteHeaders = []string{"X-Original-URI", "X-Forwarded-Uri"}
 
-// NoHeader, as a header name in ForwardAuthConfig, means the attribute is
+// NoHeader, as a header name in Config, means the attribute is
 // not read at all (an empty name means the default).
 const NoHeader = "-"
 
-// ForwardAuthConfig says where ForwardAuthHandler finds a request's
+// Config says where Handler finds a request's
 // attributes. An empty header name means the default; NoHeader turns the
 // attribute off.
-type ForwardAuthConfig struct {
+type Config struct {
 	// TenantHeader holds the tenant (default X-Tenant). It is not read
 	// when APIKeyHeader is set.
 	TenantHeader string
@@ -79,7 +82,7 @@ type ForwardAuthConfig struct {
 var ErrBadForwardAuth = errors.New("agent: bad forward-auth request")
 
 // APIKeyTenant is the tenant an API key stands for with
-// ForwardAuthConfig.APIKeyHeader: the first 16 hex digits of its SHA-256.
+// Config.APIKeyHeader: the first 16 hex digits of its SHA-256.
 // Name it in rules' tenant overrides:
 //
 //	printf %s "$KEY" | sha256sum | cut -c1-16
@@ -88,17 +91,17 @@ func APIKeyTenant(key string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// forwardAuth is a ForwardAuthConfig with its defaults filled in and its
+// forwardAuth is a Config with its defaults filled in and its
 // header names canonical, so lookups go straight to the header map.
 type forwardAuth struct {
-	a                                              *Agent
+	a                                              *agent.Agent
 	tenant, apiKey, plan, user, ip, priority, cost string
 	routes                                         []string
 	hops                                           int
 	deny                                           int
 }
 
-func newForwardAuth(cfg ForwardAuthConfig) *forwardAuth {
+func newHandler(cfg Config) *forwardAuth {
 	name := func(h, def string) string {
 		switch h {
 		case NoHeader:
@@ -137,7 +140,7 @@ func newForwardAuth(cfg ForwardAuthConfig) *forwardAuth {
 	return f
 }
 
-// ForwardAuthHandler serves the sidecar's /v1/authz: the forward-auth
+// Handler serves the sidecar's /v1/authz: the forward-auth
 // endpoint of nginx's auth_request, Caddy's forward_auth and Traefik's
 // ForwardAuth. It answers a request of any method from its headers alone
 // (the body is never read): 200 when admitted, cfg.DenyStatus (429) when
@@ -146,8 +149,8 @@ func newForwardAuth(cfg ForwardAuthConfig) *forwardAuth {
 // be read (an unknown priority, a cost that is not an integer from 0 to
 // MaxCost, an attribute over the bounds of ValidateRequest) is answered
 // 400 and not counted.
-func ForwardAuthHandler(a *Agent, cfg ForwardAuthConfig) http.Handler {
-	f := newForwardAuth(cfg)
+func Handler(a *agent.Agent, cfg Config) http.Handler {
+	f := newHandler(cfg)
 	f.a = a
 	return f
 }
@@ -155,13 +158,13 @@ func ForwardAuthHandler(a *Agent, cfg ForwardAuthConfig) http.Handler {
 func (f *forwardAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	req, err := f.request(r)
 	if err != nil {
-		writeJSONError(w, http.StatusBadRequest, err.Error())
+		httplimit.WriteError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	d := f.a.Check(req)
 	if d.Allowed {
 		hd := w.Header()
-		SetHeaders(hd, d)
+		httplimit.SetHeaders(hd, d)
 		hd["Cache-Control"] = noStore
 		w.WriteHeader(http.StatusOK)
 		return
@@ -169,7 +172,7 @@ func (f *forwardAuth) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if f.deny != http.StatusTooManyRequests {
 		w = statusWriter{ResponseWriter: w, code: f.deny}
 	}
-	WriteRefusal(w, d)
+	httplimit.WriteRefusal(w, d)
 }
 
 var noStore = []string{"no-store"}
@@ -195,8 +198,8 @@ func get(r *http.Request, name string) string {
 }
 
 // request reads a forward-auth request's attributes from its headers.
-func (f *forwardAuth) request(r *http.Request) (Request, error) {
-	req := Request{
+func (f *forwardAuth) request(r *http.Request) (agent.Request, error) {
+	req := agent.Request{
 		Tenant: get(r, f.tenant),
 		Plan:   get(r, f.plan),
 		User:   get(r, f.user),
@@ -209,21 +212,21 @@ func (f *forwardAuth) request(r *http.Request) (Request, error) {
 		}
 	}
 	if v := get(r, f.priority); v != "" {
-		p, err := ParsePriority(v)
+		p, err := agent.ParsePriority(v)
 		if err != nil {
-			return Request{}, fmt.Errorf("%w: %s: %q is not batch, interactive, critical or exempt", ErrBadForwardAuth, f.priority, v)
+			return agent.Request{}, fmt.Errorf("%w: %s: %q is not batch, interactive, critical or exempt", ErrBadForwardAuth, f.priority, v)
 		}
 		req.Priority = p
 	}
 	if v := get(r, f.cost); v != "" {
 		c, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || c < 0 || c > MaxCost {
-			return Request{}, fmt.Errorf("%w: %s: must be an integer from 0 to %d", ErrBadForwardAuth, f.cost, int64(MaxCost))
+		if err != nil || c < 0 || c > agent.MaxCost {
+			return agent.Request{}, fmt.Errorf("%w: %s: must be an integer from 0 to %d", ErrBadForwardAuth, f.cost, int64(agent.MaxCost))
 		}
 		req.Cost = c
 	}
-	if err := ValidateRequest(req); err != nil {
-		return Request{}, fmt.Errorf("%w: %w", ErrBadForwardAuth, err)
+	if err := agent.ValidateRequest(req); err != nil {
+		return agent.Request{}, fmt.Errorf("%w: %w", ErrBadForwardAuth, err)
 	}
 	return req, nil
 }

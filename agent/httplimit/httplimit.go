@@ -1,4 +1,4 @@
-package agent
+package httplimit
 
 import (
 	"encoding/json"
@@ -7,10 +7,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/allot-io/allot/agent"
 )
 
 // Middleware returns net/http middleware that checks every request with
-// the agent. extract turns an *http.Request into the agent's Request (the
+// the agent. extract turns an *http.Request into the agent's agent.Request (the
 // caller knows where tenant, user and priority live).
 //
 // A refused request is answered 429 Too Many Requests without reaching
@@ -30,7 +32,7 @@ import (
 // limit, so a well-behaved client can slow down before it is refused. A
 // request whose cost exceeds what the rule can ever admit is refused
 // without Retry-After and with "retry_after_seconds": null.
-func Middleware(a *Agent, extract func(*http.Request) Request) func(http.Handler) http.Handler {
+func Middleware(a *agent.Agent, extract func(*http.Request) agent.Request) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			d := a.Check(extract(r))
@@ -48,8 +50,8 @@ func Middleware(a *Agent, extract func(*http.Request) Request) func(http.Handler
 // draft's RateLimit-Policy and RateLimit (structured-field lists), the
 // earlier drafts' RateLimit-Limit, -Remaining and -Reset, and, for a
 // refusal, Retry-After. A decision no rule made sets nothing, but for a
-// refusal for want of rules (Decision.NoRules), Retry-After.
-func SetHeaders(h http.Header, d Decision) {
+// refusal for want of rules (agent.Decision.NoRules), Retry-After.
+func SetHeaders(h http.Header, d agent.Decision) {
 	if d.Rule == "" {
 		if d.NoRules && !d.Allowed && d.RetryAfter >= 0 {
 			h["Retry-After"] = []string{strconv.FormatInt(RetryAfterSeconds(d), 10)}
@@ -82,7 +84,7 @@ func SetHeaders(h http.Header, d Decision) {
 
 // RetryAfterSeconds is a refusal's Retry-After in whole seconds: rounded
 // up, and never 0, so a client never retries at once.
-func RetryAfterSeconds(d Decision) int64 {
+func RetryAfterSeconds(d agent.Decision) int64 {
 	return max(ceilSeconds(d.RetryAfter), 1)
 }
 
@@ -96,9 +98,9 @@ type refusal struct {
 
 // WriteRefusal answers a refused request: 429, the headers, and the JSON
 // body naming the scope, so the caller knows whether to slow down, upgrade
-// or spread its work. A refusal for want of rules (Decision.NoRules) has
+// or spread its work. A refusal for want of rules (agent.Decision.NoRules) has
 // the error "no_rules", no rule and no scope.
-func WriteRefusal(w http.ResponseWriter, d Decision) {
+func WriteRefusal(w http.ResponseWriter, d agent.Decision) {
 	h := w.Header()
 	SetHeaders(h, d)
 	h.Set("Content-Type", "application/json")
@@ -138,4 +140,14 @@ func sfString(s string) string {
 	}
 	b.WriteByte('"')
 	return b.String()
+}
+
+// WriteError answers a request the caller could not decide (a malformed
+// check, a wrong method) with code and {"error": msg} as JSON.
+func WriteError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(struct {
+		Error string `json:"error"`
+	}{msg})
 }

@@ -1,4 +1,4 @@
-package agent
+package sidecar
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/allot-io/allot/agent"
 )
 
 // The sidecar's POST /v1/check is on every gateway request's path, so its
@@ -85,7 +87,7 @@ func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
 // decodeCheckBuffered is DecodeCheck reading into the buffer *bp, which
 // it may grow; the Request it returns shares no memory with it.
-func decodeCheckBuffered(r io.Reader, bp *[]byte) (Request, error) {
+func decodeCheckBuffered(r io.Reader, bp *[]byte) (agent.Request, error) {
 	body, complete, rest := readCheckBody((*bp)[:0], r)
 	*bp = body
 	if !complete {
@@ -291,6 +293,10 @@ func scanInt(b []byte) (v int64, n int, ok bool) {
 // request builds the CheckRequest the scan found. The string fields are
 // copied out of body into one string, so a whole request costs one
 // allocation and keeps no reference to the (pooled) body.
+// priorityNames are the priorities' names, the constants a scanned
+// priority is turned into.
+var priorityNames = [...]string{agent.Interactive.String(), agent.Batch.String(), agent.Critical.String(), agent.Exempt.String()}
+
 func (s *checkScan) request(body []byte) CheckRequest {
 	c := CheckRequest{Cost: s.cost}
 	// The priority is one of a few names, kept as the constant itself.

@@ -1,8 +1,10 @@
-package agent
+package grpclimit
 
 import (
 	"context"
 	"fmt"
+
+	"github.com/allot-io/allot/agent"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -13,10 +15,10 @@ import (
 )
 
 // UnaryServerInterceptor checks every unary call with the agent. extract
-// turns a call into the agent's Request. A refused call fails with
+// turns a call into the agent's agent.Request. A refused call fails with
 // RESOURCE_EXHAUSTED carrying a google.rpc.RetryInfo (when to retry) and a
 // google.rpc.ErrorInfo (reason RATE_LIMITED, with the rule and scope).
-func UnaryServerInterceptor(a *Agent, extract func(ctx context.Context, method string) Request) grpc.UnaryServerInterceptor {
+func UnaryServerInterceptor(a *agent.Agent, extract func(ctx context.Context, method string) agent.Request) grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
 		if d := a.Check(extract(ctx, info.FullMethod)); !d.Allowed {
 			return nil, RefusalStatus(d).Err()
@@ -26,7 +28,7 @@ func UnaryServerInterceptor(a *Agent, extract func(ctx context.Context, method s
 }
 
 // StreamServerInterceptor checks every stream once, when it opens.
-func StreamServerInterceptor(a *Agent, extract func(ctx context.Context, method string) Request) grpc.StreamServerInterceptor {
+func StreamServerInterceptor(a *agent.Agent, extract func(ctx context.Context, method string) agent.Request) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, next grpc.StreamHandler) error {
 		if d := a.Check(extract(ss.Context(), info.FullMethod)); !d.Allowed {
 			return RefusalStatus(d).Err()
@@ -36,8 +38,8 @@ func StreamServerInterceptor(a *Agent, extract func(ctx context.Context, method 
 }
 
 // RefusalStatus is the gRPC status of a refused decision. A refusal for
-// want of rules (Decision.NoRules) has the reason NO_RULES.
-func RefusalStatus(d Decision) *status.Status {
+// want of rules (agent.Decision.NoRules) has the reason NO_RULES.
+func RefusalStatus(d agent.Decision) *status.Status {
 	msg, reason := fmt.Sprintf("rate limited by %s limit %q", d.Scope, d.Rule), "RATE_LIMITED"
 	if d.NoRules {
 		msg, reason = "refused: the rate limiter has no rules yet", "NO_RULES"

@@ -1,4 +1,4 @@
-package agent
+package sidecar
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"github.com/allot-io/allot/agent"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -24,13 +26,13 @@ const MaxCheckBatch = 1024
 // one long-lived stream carries batches of checks with no per-call cost.
 type SidecarServer struct {
 	allotpb.UnimplementedSidecarServiceServer
-	a        *Agent
+	a        *agent.Agent
 	draining chan struct{}
 	once     sync.Once
 }
 
 // NewSidecarServer returns the sidecar's gRPC service for a.
-func NewSidecarServer(a *Agent) *SidecarServer {
+func NewSidecarServer(a *agent.Agent) *SidecarServer {
 	return &SidecarServer{a: a, draining: make(chan struct{})}
 }
 
@@ -123,30 +125,30 @@ func (s *SidecarServer) CheckStream(stream allotpb.SidecarService_CheckStreamSer
 }
 
 // requestFromProto converts and validates a wire request.
-func requestFromProto(in *allotpb.CheckRequest) (Request, error) {
-	var p Priority
+func requestFromProto(in *allotpb.CheckRequest) (agent.Request, error) {
+	var p agent.Priority
 	switch in.GetPriority() {
 	case allotpb.Priority_PRIORITY_UNSPECIFIED, allotpb.Priority_PRIORITY_INTERACTIVE:
-		p = Interactive
+		p = agent.Interactive
 	case allotpb.Priority_PRIORITY_BATCH:
-		p = Batch
+		p = agent.Batch
 	case allotpb.Priority_PRIORITY_CRITICAL:
-		p = Critical
+		p = agent.Critical
 	case allotpb.Priority_PRIORITY_EXEMPT:
-		p = Exempt
+		p = agent.Exempt
 	default:
-		return Request{}, fmt.Errorf("%w: priority: unknown value %d", ErrInvalidRequest, in.GetPriority())
+		return agent.Request{}, fmt.Errorf("%w: priority: unknown value %d", agent.ErrInvalidRequest, in.GetPriority())
 	}
-	req := Request{Tenant: in.GetTenant(), Plan: in.GetPlan(), User: in.GetUser(), Route: in.GetRoute(),
+	req := agent.Request{Tenant: in.GetTenant(), Plan: in.GetPlan(), User: in.GetUser(), Route: in.GetRoute(),
 		IP: in.GetIp(), Priority: p, Cost: in.GetCost()}
-	if err := ValidateRequest(req); err != nil {
-		return Request{}, err
+	if err := agent.ValidateRequest(req); err != nil {
+		return agent.Request{}, err
 	}
 	return req, nil
 }
 
 // decisionToProto writes a decision into a wire response, in place.
-func decisionToProto(d Decision, out *allotpb.CheckResponse) {
+func decisionToProto(d agent.Decision, out *allotpb.CheckResponse) {
 	retry := int64(0)
 	if !d.Allowed {
 		retry = int64(d.RetryAfter)
@@ -163,22 +165,22 @@ func decisionToProto(d Decision, out *allotpb.CheckResponse) {
 // A refusal naming no rule that may be retried is the sidecar's for want
 // of rules (NoRules): the only other refusal naming no rule, a cost that
 // never fits, has retry_after_nanos -1.
-func DecisionFromProto(r *allotpb.CheckResponse) Decision {
-	return Decision{Allowed: r.GetAllowed(), Rule: r.GetRule(), Scope: r.GetScope(), Limit: r.GetLimit(),
+func DecisionFromProto(r *allotpb.CheckResponse) agent.Decision {
+	return agent.Decision{Allowed: r.GetAllowed(), Rule: r.GetRule(), Scope: r.GetScope(), Limit: r.GetLimit(),
 		Period: time.Duration(r.GetPeriodNanos()), Remaining: r.GetRemaining(),
 		RetryAfter: time.Duration(r.GetRetryAfterNanos()), ResetAfter: time.Duration(r.GetResetAfterNanos()),
 		Fallback: r.GetFallback(), NoRules: !r.GetAllowed() && r.GetError() == "" && r.GetRule() == "" && r.GetRetryAfterNanos() > 0}
 }
 
 // RequestToProto is a request as the wire carries it, for clients.
-func RequestToProto(r Request, out *allotpb.CheckRequest) {
+func RequestToProto(r agent.Request, out *allotpb.CheckRequest) {
 	p := allotpb.Priority_PRIORITY_INTERACTIVE
 	switch r.Priority {
-	case Batch:
+	case agent.Batch:
 		p = allotpb.Priority_PRIORITY_BATCH
-	case Critical:
+	case agent.Critical:
 		p = allotpb.Priority_PRIORITY_CRITICAL
-	case Exempt:
+	case agent.Exempt:
 		p = allotpb.Priority_PRIORITY_EXEMPT
 	}
 	out.Tenant, out.Plan, out.User, out.Route, out.Ip = r.Tenant, r.Plan, r.User, r.Route, r.IP

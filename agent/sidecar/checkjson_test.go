@@ -1,4 +1,4 @@
-package agent
+package sidecar
 
 import (
 	"bytes"
@@ -16,6 +16,10 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/allot-io/allot/agent"
+	"github.com/allot-io/allot/agent/agenttest"
+	"github.com/allot-io/allot/agent/httplimit"
+
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
@@ -27,7 +31,7 @@ const typicalCheck = `{"tenant":"acme","plan":"pro","user":"u-12345","route":"/v
 // sameDecode fails t unless decoding body with DecodeCheck and with the
 // encoding/json reference gives the same request and the same error,
 // word for word. Each decoder reads from its own reader from mk.
-func sameDecode(t testing.TB, mk func() io.Reader) (Request, error) {
+func sameDecode(t testing.TB, mk func() io.Reader) (agent.Request, error) {
 	t.Helper()
 	got, gotErr := DecodeCheck(mk())
 	want, wantErr := decodeCheckJSON(mk())
@@ -44,7 +48,7 @@ func sameDecode(t testing.TB, mk func() io.Reader) (Request, error) {
 // leaves every doubtful one to encoding/json, and either way the result
 // is encoding/json's.
 func TestDecodeCheckCases(t *testing.T) {
-	long := strings.Repeat("a", MaxNameLen+1)
+	long := strings.Repeat("a", agent.MaxNameLen+1)
 	for _, tt := range []struct {
 		name, body string
 		fast       bool // the scanner decides it
@@ -178,10 +182,10 @@ func TestDecodeCheckRoundTrip(t *testing.T) {
 	var fast int
 	for range 5000 {
 		plain = rng.IntN(2) == 0
-		want := Request{Tenant: str(20), Plan: str(8), User: str(30), Route: str(30), IP: str(15),
-			Priority: Priority(rng.IntN(4)), Cost: rng.Int64N(MaxCost + 1)}
+		want := agent.Request{Tenant: str(20), Plan: str(8), User: str(30), Route: str(30), IP: str(15),
+			Priority: agent.Priority(rng.IntN(4)), Cost: rng.Int64N(agent.MaxCost + 1)}
 		if rng.IntN(4) == 0 {
-			want.Tenant = strings.Repeat("t", MaxNameLen) // at the bound
+			want.Tenant = strings.Repeat("t", agent.MaxNameLen) // at the bound
 		}
 		values := map[string]any{"tenant": want.Tenant, "plan": want.Plan, "user": want.User, "route": want.Route,
 			"ip": want.IP, "priority": want.Priority.String(), "cost": want.Cost}
@@ -385,16 +389,16 @@ func FuzzCheckResponseJSON(f *testing.F) {
 
 // checkHandlerJSON is CheckHandler as it was before checkjson.go, all
 // through encoding/json: the "json" baseline of BenchmarkCheckHandler.
-func checkHandlerJSON(a *Agent) http.Handler {
+func checkHandlerJSON(a *agent.Agent) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req, err := decodeCheckJSON(http.MaxBytesReader(w, r.Body, MaxCheckBody))
 		if err != nil {
-			writeJSONError(w, http.StatusBadRequest, err.Error())
+			httplimit.WriteError(w, http.StatusBadRequest, err.Error())
 			return
 		}
 		d := a.Check(req)
 		h := w.Header()
-		SetHeaders(h, d)
+		httplimit.SetHeaders(h, d)
 		h.Set("Content-Type", "application/json")
 		h.Set("Cache-Control", "no-store")
 		resp := CheckResponse{Allowed: d.Allowed, Rule: d.Rule, Scope: d.Scope, Limit: d.Limit,
@@ -404,7 +408,7 @@ func checkHandlerJSON(a *Agent) http.Handler {
 		if !d.Allowed {
 			code = http.StatusTooManyRequests
 			if d.RetryAfter >= 0 {
-				s := RetryAfterSeconds(d)
+				s := httplimit.RetryAfterSeconds(d)
 				resp.RetryAfterSeconds = &s
 			}
 		}
@@ -431,15 +435,15 @@ func (w *benchWriter) Write(p []byte) (int, error) { w.n += len(p); return len(p
 //
 //	go test -run '^$' -bench CheckHandler -benchmem ./agent
 func BenchmarkCheckHandler(b *testing.B) {
-	tb := rule("tenant", rules.Tenant, algo.TokenBucket, 100_000_000, time.Second, lease.Capacity)
+	tb := agenttest.Rule("tenant", rules.Tenant, algo.TokenBucket, 100_000_000, time.Second, lease.Capacity)
 	tb.Burst = 100_000_000
-	tight := rule("tenant", rules.Tenant, algo.TokenBucket, 1, time.Hour, lease.Capacity)
+	tight := agenttest.Rule("tenant", rules.Tenant, algo.TokenBucket, 1, time.Hour, lease.Capacity)
 	for _, c := range []struct {
 		name string
 		rule rules.Rule
 		code int
 	}{{"admit", tb, http.StatusOK}, {"refuse", tight, http.StatusTooManyRequests}} {
-		a, err := New(Config{Rules: []rules.Rule{c.rule}})
+		a, err := agent.New(agent.Config{Rules: []rules.Rule{c.rule}})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -475,7 +479,7 @@ func BenchmarkCheckJSON(b *testing.B) {
 	body := strings.NewReader(typicalCheck)
 	for _, d := range []struct {
 		name   string
-		decode func(io.Reader) (Request, error)
+		decode func(io.Reader) (agent.Request, error)
 	}{{"json", decodeCheckJSON}, {"fast", DecodeCheck}} {
 		b.Run("decode/"+d.name, func(b *testing.B) {
 			b.ReportAllocs()

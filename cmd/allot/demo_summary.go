@@ -163,10 +163,10 @@ func (d *demo) readLedger(ctx context.Context, m *demoMember) (map[[2]string]usa
 	}
 	out := map[[2]string]usageCount{}
 	for _, l := range lines {
-		k := [2]string{l.tenant, l.rule}
+		k := [2]string{l.Tenant, l.Rule}
 		c := out[k]
-		c.admitted += l.admitted
-		c.denied += l.denied
+		c.admitted += l.Admitted
+		c.denied += l.Denied
 		out[k] = c
 	}
 	return out, nil

@@ -3,8 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/allot-io/allot/internal/testwait"
 	"os"
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator"
+	"github.com/allot-io/allot/coordinator/billing"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/grpc"
@@ -120,183 +121,27 @@ func TestClusterListFlag(t *testing.T) {
 	}
 }
 
-// billRule is a tenant quota of 5 a minute, divided 60/40 between eu and
-// us: 300 an hour in all, 180 in eu and 120 in us.
-var billRule = &allotpb.Rule{Name: "quota", Scope: "tenant", Algorithm: "fixed_window", Limit: 5,
-	Period: durationpb.New(time.Minute), Intent: "quota", Regions: map[string]float64{"eu": 0.6, "us": 0.4}}
+// billCSVHeader and allRegions are the columns of 'allot usage --format
+// csv' and the region of its total lines, for the tests reading it.
+var billCSVHeader = billing.CSVHeader()
 
-func billFixture() []ledgerLine {
-	w1 := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
-	w2 := w1.Add(time.Hour)
-	line := func(start time.Time, tenant, rule, region string, admitted, denied uint64, final bool, source int, def *allotpb.Rule) ledgerLine {
-		return ledgerLine{start: start, end: start.Add(time.Hour), tenant: tenant, rule: rule, region: region,
-			admitted: admitted, denied: denied, final: final, source: source, def: def}
-	}
-	// Leasing from a parent, eu recorded what it was granted of acme's
-	// allowance in w1, us what it was in w2 (docs/regions.md).
-	granted := func(l ledgerLine, g float64) ledgerLine { l.granted = &g; return l }
-	return []ledgerLine{
-		// Given out of order, as two clusters would.
-		granted(line(w1, "acme", "quota", "us", 100, 3, false, 1, billRule), 110.5),
-		line(w2, "acme", "quota", "eu", 7, 0, false, 0, billRule),
-		granted(line(w1, "acme", "quota", "eu", 150, 7, true, 0, billRule), 189.5),
-		line(w1, "beta", "quota", "eu", 9, 0, true, 0, billRule),
-		// Beyond what a float64 holds exactly: totals must stay exact.
-		line(w1, "huge", "gone", "eu", 1<<53+1, 0, true, 0, nil),
-		line(w1, "huge", "gone", "us", 1<<53+1, 1, true, 1, nil),
-	}
-}
+const allRegions = billing.AllRegions
 
-func TestMergeBillCSV(t *testing.T) {
-	bill, err := mergeBill(billFixture())
-	if err != nil {
-		t.Fatal(err)
+// TestUsageNamesTheFlagsThatCountedTwice: a line two clusters counted is
+// refused naming the --coordinator flags that gave it, and what to do.
+func TestUsageNamesTheFlagsThatCountedTwice(t *testing.T) {
+	w := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+	line := billing.LedgerLine{Start: w, End: w.Add(time.Hour), Tenant: "acme", Rule: "quota", Region: "eu", Admitted: 1}
+	again := line
+	again.Source = 2
+	_, err := billing.Merge([]billing.LedgerLine{again, line})
+	want := "tenant acme, rule quota, region eu, window 2026-11-29T10:00:00Z was counted by two clusters (--coordinator #1 and #3): give each region's cluster once"
+	if got := mergeError(err); got == nil || got.Error() != want {
+		t.Errorf("mergeError(%v) = %v\nwant %s", err, got, want)
 	}
-	var out bytes.Buffer
-	if err := writeBillCSV(&out, bill); err != nil {
-		t.Fatal(err)
-	}
-	want := `window_start,window_end,final,tenant,rule,region,admitted,denied,share,region_fraction,allowance,used,granted
-2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,acme,quota,eu,150,7,0.6000,0.6,180,0.8333,189.500
-2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,false,acme,quota,us,100,3,0.4000,0.4,120,0.8333,110.500
-2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,false,acme,quota,*,250,10,eu=0.6000;us=0.4000,,300,0.8333,300.000
-2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,beta,quota,eu,9,0,,0.6,180,0.0500,
-2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,huge,gone,eu,9007199254740993,0,0.5000,,,,
-2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,huge,gone,us,9007199254740993,1,0.5000,,,,
-2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,huge,gone,*,18014398509481986,1,eu=0.5000;us=0.5000,,,,
-2026-11-29T11:00:00Z,2026-11-29T12:00:00Z,false,acme,quota,eu,7,0,,0.6,180,0.0389,
-`
-	if out.String() != want {
-		t.Errorf("CSV:\n%s\nwant:\n%s", out.String(), want)
-	}
-	// And it reads back as CSV: every row as wide as the header.
-	rows, err := csv.NewReader(&out).ReadAll()
-	if err != nil || len(rows) != 9 {
-		t.Fatalf("reading the CSV back: %d rows, %v", len(rows), err)
-	}
-}
-
-func TestMergeBillJSONL(t *testing.T) {
-	bill, err := mergeBill(billFixture())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	if err := writeBillJSONL(&out, bill); err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
-	if len(lines) != 8 {
-		t.Fatalf("%d lines, want 8:\n%s", len(lines), out.String())
-	}
-	type row struct {
-		Region    string             `json:"region"`
-		Tenant    string             `json:"tenant"`
-		Total     bool               `json:"total"`
-		Final     bool               `json:"final"`
-		Admitted  uint64             `json:"admitted"`
-		Denied    uint64             `json:"denied"`
-		Share     *float64           `json:"share"`
-		Shares    map[string]float64 `json:"shares"`
-		Allowance *json.Number       `json:"allowance"`
-		Granted   *json.Number       `json:"granted"`
-	}
-	var rows []row
-	for _, l := range lines {
-		dec := json.NewDecoder(strings.NewReader(l))
-		dec.UseNumber()
-		var r row
-		if err := dec.Decode(&r); err != nil {
-			t.Fatalf("line %q: %v", l, err)
-		}
-		rows = append(rows, r)
-	}
-	total := rows[2]
-	if !total.Total || total.Region != "*" || total.Admitted != 250 || total.Denied != 10 || total.Final ||
-		total.Shares["eu"] != 0.6 || total.Shares["us"] != 0.4 || total.Allowance.String() != "300" || total.Granted.String() != "300.000" {
-		t.Errorf("acme total line: %+v", total)
-	}
-	if eu := rows[0]; eu.Region != "eu" || eu.Share == nil || *eu.Share != 0.6 || !eu.Final || eu.Allowance.String() != "180" || eu.Granted.String() != "189.500" {
-		t.Errorf("acme eu line: %+v", eu)
-	}
-	if huge := rows[6]; huge.Admitted != 1<<54+2 || huge.Allowance != nil || huge.Granted != nil {
-		t.Errorf("huge total line: %+v (want 18014398509481986 exactly, no allowance)", huge)
-	}
-	if !strings.Contains(lines[6], `"admitted":18014398509481986`) {
-		t.Errorf("total not written as an exact integer: %s", lines[6])
-	}
-}
-
-func TestMergeBillTable(t *testing.T) {
-	bill, err := mergeBill(billFixture())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	if err := writeBillTable(&out, bill, time.Time{}, time.Time{}); err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(out.String(), "\n")
-	for _, want := range []struct {
-		line int
-		has  []string
-	}{
-		{0, []string{"WINDOW", "FINAL", "REGION", "ADMITTED", "SHARE", "ALLOWANCE", "GRANTED"}},
-		{1, []string{"2026-11-29T10:00:00Z", "yes", "acme", "eu", "150", "60.00%", "180", "83.33%", "189.500"}},
-		{2, []string{"no", "acme", "us", "100", "40.00%", "120"}},
-		{3, []string{"no", "acme", "*", "250", "10", "eu=60.00% us=40.00%", "300", "83.33%"}},
-		{7, []string{"18014398509481986"}},
-	} {
-		for _, s := range want.has {
-			if !strings.Contains(lines[want.line], s) {
-				t.Errorf("table line %d %q lacks %q", want.line, lines[want.line], s)
-			}
-		}
-	}
-	if !strings.Contains(out.String(), "2 lines in windows not yet final") {
-		t.Errorf("no note on windows not final:\n%s", out.String())
-	}
-	var empty bytes.Buffer
-	if err := writeBillTable(&empty, nil, time.Unix(0, 0), time.Unix(3600, 0)); err != nil || !strings.HasPrefix(empty.String(), "no usage") {
-		t.Errorf("empty bill: %q, %v", empty.String(), err)
-	}
-}
-
-func TestMergeBillRefusesDoubleCounting(t *testing.T) {
-	lines := billFixture()
-	dup := lines[2]
-	dup.source = 1 // the same region's line from a second cluster
-	if _, err := mergeBill(append(lines, dup)); err == nil || !strings.Contains(err.Error(), "counted by two clusters") {
-		t.Fatalf("mergeBill with a line from two clusters: %v", err)
-	}
-}
-
-func TestAllowance(t *testing.T) {
-	tenantRule := &allotpb.Rule{Scope: "tenant", Limit: 5, Period: durationpb.New(time.Minute),
-		Tenants: map[string]*allotpb.TenantOverride{"big": {Limit: 50}}}
-	tests := []struct {
-		name   string
-		rule   *allotpb.Rule
-		tenant string
-		window time.Duration
-		want   string // "" for unknown
-	}{
-		{"per tenant", tenantRule, "acme", time.Hour, "300"},
-		{"tenant override", tenantRule, "big", time.Hour, "3000"},
-		{"fractional", &allotpb.Rule{Scope: "tenant", Limit: 1, Period: durationpb.New(7 * time.Second)}, "a", time.Minute, "8.571"},
-		{"global", &allotpb.Rule{Scope: "global", Limit: 20000, Period: durationpb.New(time.Second)}, "a", time.Hour, "72000000"},
-		{"key is the tenant", &allotpb.Rule{Scope: "route", Key: []string{"tenant"}, Limit: 1, Period: durationpb.New(time.Second)}, "a", time.Minute, "60"},
-		{"per user", &allotpb.Rule{Scope: "user", Limit: 1, Period: durationpb.New(time.Second)}, "a", time.Minute, ""},
-		{"local", &allotpb.Rule{Scope: "tenant", Local: true, Limit: 1, Period: durationpb.New(time.Second)}, "a", time.Minute, ""},
-		{"plan limits", &allotpb.Rule{Scope: "tenant", Limit: 1, Period: durationpb.New(time.Second), Plans: map[string]*allotpb.Plan{"pro": {Limit: 9}}}, "a", time.Minute, ""},
-		{"unknown rule", nil, "a", time.Minute, ""},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := ratText(allowance(tt.rule, tt.tenant, tt.window), 3); got != tt.want {
-				t.Errorf("allowance = %q, want %q", got, tt.want)
-			}
-		})
+	other := errors.New("other")
+	if got := mergeError(other); got != other {
+		t.Errorf("mergeError(another error) = %v, want it unchanged", got)
 	}
 }
 

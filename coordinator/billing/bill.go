@@ -1,0 +1,172 @@
+package billing
+
+import (
+	"cmp"
+	"fmt"
+	"math/big"
+	"slices"
+	"time"
+
+	"github.com/allot-io/allot/lease/rules"
+)
+
+// LedgerLine is one record of one cluster's ledger: what a tenant was
+// admitted and denied under a rule, in a region and billing window.
+type LedgerLine struct {
+	Start, End           time.Time
+	Tenant, Rule, Region string
+	Admitted, Denied     uint64
+	// Final is set once the window has closed and every agent reporting
+	// in it has been heard from past its end: its counts never change.
+	Final bool
+	// Granted is what a parent leased the region of the tenant's
+	// allowance over the window (docs/regions.md), if recorded.
+	Granted *float64
+	// Source is which cluster the line came from, counted from 0 in the
+	// order the caller read them: the first that knows a rule defines it.
+	Source int
+	// Def is the rule as that cluster knows it; nil when it no longer
+	// has the rule, and then the line's allowance is unknown.
+	Def *rules.Rule
+}
+
+// Line is one line of a bill: one region's usage, or the total over the
+// regions (Total, Region AllRegions).
+type Line struct {
+	Start, End   time.Time
+	Final        bool
+	Tenant, Rule string
+	Region       string
+	Total        bool
+	Admitted     uint64
+	Denied       uint64
+	// Share is a region's part of what its tenant, rule and window
+	// admitted over all regions; nil with one region or nothing admitted.
+	Share *big.Rat
+	// Shares lists every region's share, on a total line.
+	Shares []RegionShare
+	// Fraction is the rule's fraction for the region ("" if the rule does
+	// not divide by region); Allowance what the line was allowed (nil when
+	// unknown).
+	Fraction  string
+	Allowance *big.Rat
+	// Granted is, for a region leasing from a parent, the units of the
+	// allowance the parent leased it over the window; on a total line,
+	// their sum. Nil when none was recorded.
+	Granted *float64
+}
+
+// RegionShare is one region's share of a total line's admitted units.
+type RegionShare struct {
+	Region string
+	Share  *big.Rat
+}
+
+// AllRegions is the region of a total line.
+const AllRegions = "*"
+
+// CountedTwiceError is a ledger line that two clusters both counted:
+// adding both would bill it twice. Lines are the two, in source order.
+type CountedTwiceError struct {
+	Lines [2]LedgerLine
+}
+
+func (e *CountedTwiceError) Error() string {
+	a, b := e.Lines[0], e.Lines[1]
+	return fmt.Sprintf("tenant %s, rule %s, region %s, window %s was counted by two clusters (#%d and #%d)",
+		a.Tenant, a.Rule, a.Region, a.Start.UTC().Format(time.RFC3339), a.Source+1, b.Source+1)
+}
+
+// Merge merges the ledgers of several clusters into one bill, sorted by
+// window, tenant, rule and region, with a total line after the regions
+// of each tenant, rule and window that more than one region contributed
+// to. A line counted by two clusters is a *CountedTwiceError.
+func Merge(lines []LedgerLine) ([]Line, error) {
+	lines = slices.Clone(lines)
+	slices.SortFunc(lines, func(a, b LedgerLine) int {
+		return cmp.Or(a.Start.Compare(b.Start), a.End.Compare(b.End), cmp.Compare(a.Tenant, b.Tenant),
+			cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Region, b.Region), cmp.Compare(a.Source, b.Source))
+	})
+	var bill []Line
+	for i := 0; i < len(lines); {
+		j := i + 1
+		for j < len(lines) && sameGroup(lines[i], lines[j]) {
+			j++
+		}
+		group := lines[i:j]
+		for k := 1; k < len(group); k++ {
+			if a, b := group[k-1], group[k]; a.Region == b.Region {
+				return nil, &CountedTwiceError{Lines: [2]LedgerLine{a, b}}
+			}
+		}
+		bill = append(bill, billGroup(group)...)
+		i = j
+	}
+	return bill, nil
+}
+
+func sameGroup(a, b LedgerLine) bool {
+	return a.Start.Equal(b.Start) && a.End.Equal(b.End) && a.Tenant == b.Tenant && a.Rule == b.Rule
+}
+
+// billGroup bills one tenant, rule and window: a line per region, and a
+// total when there are several.
+func billGroup(group []LedgerLine) []Line {
+	var admitted, denied uint64
+	final := true
+	var def *rules.Rule
+	for _, l := range group {
+		admitted += l.Admitted
+		denied += l.Denied
+		final = final && l.Final
+		if def == nil {
+			def = l.Def // the first cluster, in source order, that knows the rule
+		}
+	}
+	multi := len(group) > 1
+	out := make([]Line, 0, len(group)+1)
+	var granted *float64
+	var shares []RegionShare
+	for _, l := range group {
+		b := Line{Start: l.Start, End: l.End, Final: l.Final, Tenant: l.Tenant, Rule: l.Rule, Region: l.Region,
+			Admitted: l.Admitted, Denied: l.Denied, Granted: l.Granted}
+		if l.Granted != nil {
+			sum := *l.Granted
+			if granted != nil {
+				sum += *granted
+			}
+			granted = &sum
+		}
+		b.Fraction, b.Allowance = regionPart(l.Def, l.Region, allowance(l.Def, l.Tenant, l.End.Sub(l.Start)))
+		if multi && admitted > 0 {
+			b.Share = new(big.Rat).SetFrac(new(big.Int).SetUint64(l.Admitted), new(big.Int).SetUint64(admitted))
+			shares = append(shares, RegionShare{l.Region, b.Share})
+		}
+		out = append(out, b)
+	}
+	if multi {
+		first := group[0]
+		out = append(out, Line{Start: first.Start, End: first.End, Final: final, Tenant: first.Tenant, Rule: first.Rule,
+			Region: AllRegions, Total: true, Admitted: admitted, Denied: denied, Shares: shares,
+			Allowance: allowance(def, first.Tenant, first.End.Sub(first.Start)), Granted: granted})
+	}
+	return out
+}
+
+// allowance is a rule's allowance for a tenant over a window; nil, unknown,
+// when the cluster no longer has the rule.
+func allowance(def *rules.Rule, tenant string, w time.Duration) *big.Rat {
+	if def == nil {
+		return nil
+	}
+	return def.Allowance(tenant, w)
+}
+
+// regionPart is a region's part of an allowance; a rule the cluster no
+// longer has divides nothing.
+func regionPart(def *rules.Rule, region string, whole *big.Rat) (string, *big.Rat) {
+	if def == nil {
+		return "", whole
+	}
+	return def.RegionPart(region, whole)
+}

@@ -38,6 +38,7 @@ type soakSample struct {
 	rss, goroutines, fds float64
 	raftBytes            float64 // coordinators: raft.db and snapshots/
 	run                  int     // which run of the process (restarts count)
+	leader               bool    // coordinators: it led when sampled
 }
 
 // soakSeries are one process's samples.
@@ -145,7 +146,7 @@ func (h *harness) soak(ctx context.Context) error {
 		return err
 	}
 	defer csv.Close()
-	fmt.Fprintln(csv, "seconds,process,run,rss_bytes,goroutines,open_fds,raft_bytes")
+	fmt.Fprintln(csv, "seconds,process,run,leader,rss_bytes,goroutines,open_fds,raft_bytes")
 	h.log.logf("phase: soak for %v, the leader SIGKILLed every %v, every process sampled every %v (%s)", sc.duration, sc.killEvery, sc.every, csvPath)
 	start := time.Now()
 	nextKill := start.Add(sc.killEvery)
@@ -160,7 +161,7 @@ func (h *harness) soak(ctx context.Context) error {
 			}
 			smp.at, smp.run = time.Since(start), procs[s.name].Runs()
 			s.samples = append(s.samples, smp)
-			fmt.Fprintf(csv, "%.0f,%s,%d,%.0f,%.0f,%.0f,%.0f\n", smp.at.Seconds(), s.name, smp.run, smp.rss, smp.goroutines, smp.fds, smp.raftBytes)
+			fmt.Fprintf(csv, "%.0f,%s,%d,%t,%.0f,%.0f,%.0f,%.0f\n", smp.at.Seconds(), s.name, smp.run, smp.leader, smp.rss, smp.goroutines, smp.fds, smp.raftBytes)
 		}
 		if time.Since(lastLog) >= time.Minute {
 			h.log.logf("soak %v: %s", time.Since(start).Round(time.Second), soakLine(series))
@@ -215,7 +216,7 @@ func (h *harness) sampleProcess(ctx context.Context, url string, member *fleet.C
 	in := bufio.NewScanner(io.LimitReader(resp.Body, 16<<20))
 	in.Buffer(nil, 1<<20)
 	for in.Scan() {
-		name, _, v, ok := parseSample(in.Text())
+		name, labels, v, ok := parseSample(in.Text())
 		switch {
 		case !ok:
 		case name == "process_resident_memory_bytes":
@@ -224,6 +225,8 @@ func (h *harness) sampleProcess(ctx context.Context, url string, member *fleet.C
 			s.goroutines = v
 		case name == "process_open_fds":
 			s.fds = v
+		case name == "allot_coordinator_raft_state" && labels["state"] == "Leader":
+			s.leader = v == 1
 		}
 	}
 	if member != nil {
@@ -285,24 +288,38 @@ const minJudgedMemory = 10 * time.Minute
 
 // judgeSoak writes a table of each series' growth and whether it levels
 // off, and reports whether all do. Memory, goroutines and open files are
-// judged per run of a process (a restart starts afresh), the Raft files
-// across runs (they stay on disk).
+// judged per run of a process (a restart starts afresh) and, for
+// coordinators, per role within it; the Raft files across runs (they stay
+// on disk).
 func judgeSoak(w io.Writer, series []*soakSeries) bool {
 	ok := true
 	fmt.Fprintf(w, "SOAK %-5s %-4s %8s %10s %8s %10s %8s %12s\n", "proc", "run", "samples", "RSS MiB", "×", "goroutines", "×", "fds ×")
 	for _, s := range series {
-		byRun := map[int][]soakSample{}
-		var runs []int
-		for _, smp := range s.samples {
-			if _, seen := byRun[smp.run]; !seen {
-				runs = append(runs, smp.run)
-			}
-			byRun[smp.run] = append(byRun[smp.run], smp)
+		// A leader holds more than a follower (the division of every key,
+		// a replication stream to each follower, Envoys' streams that
+		// moved to it): memory and goroutines are compared within one run
+		// in one role, like with like.
+		type segment struct {
+			run    int
+			leader bool
 		}
-		for _, r := range runs {
-			smps := byRun[r]
+		bySeg := map[segment][]soakSample{}
+		var segs []segment
+		for _, smp := range s.samples {
+			k := segment{smp.run, smp.leader}
+			if _, seen := bySeg[k]; !seen {
+				segs = append(segs, k)
+			}
+			bySeg[k] = append(bySeg[k], smp)
+		}
+		for _, sg := range segs {
+			smps, r := bySeg[sg], sg.run
+			role := ""
+			if s.member != nil {
+				role = map[bool]string{true: " leading", false: " following"}[sg.leader]
+			}
 			if lasted := smps[len(smps)-1].at - smps[0].at; lasted < minJudged {
-				fmt.Fprintf(w, "SOAK %-5s %-4d %8d ran %v, too short to judge (a run is judged from %v)\n", s.name, r, len(smps), lasted.Round(time.Second), minJudged)
+				fmt.Fprintf(w, "SOAK %-5s %-4d %8d%s for %v, too short to judge (a run is judged from %v)\n", s.name, r, len(smps), role, lasted.Round(time.Second), minJudged)
 				continue
 			}
 			pick := func(f func(soakSample) float64) []float64 {
@@ -324,7 +341,7 @@ func judgeSoak(w io.Writer, series []*soakSeries) bool {
 				verdict, ok = "GROWS", false
 			}
 			last := smps[len(smps)-1]
-			fmt.Fprintf(w, "SOAK %-5s %-4d %8d %10.1f %8.2f %10.0f %8.2f %12.2f %s\n", s.name, r, len(smps), last.rss/(1<<20), rssR, last.goroutines, gorR, fdR, verdict)
+			fmt.Fprintf(w, "SOAK %-5s %-4d %8d %10.1f %8.2f %10.0f %8.2f %12.2f %s%s\n", s.name, r, len(smps), last.rss/(1<<20), rssR, last.goroutines, gorR, fdR, verdict, role)
 		}
 		if s.member != nil {
 			all := make([]float64, len(s.samples))

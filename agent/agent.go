@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	bits64 "math/bits"
 	"slices"
 	"strconv"
 	"sync"
@@ -244,7 +245,15 @@ func (a *Agent) install(set *rules.Set, problems []RuleProblem, strict bool, sou
 		rs := &ruleState{
 			rule: r, scope: r.Scope.String(), index: i, attrs: r.KeyAttrs(),
 			coordinated: !r.Local && a.cfg.coordinated() && source != sourceStartup, mode: r.Mode(),
-			descriptor: r.Scope == rules.Descriptor,
+			descriptor: r.Scope == rules.Descriptor, windowed: r.Algorithm.Windowed(), clk: a.clock,
+		}
+		if i >= maxRules {
+			err := fmt.Errorf("agent: rule %s is beyond the %d rules the agent enforces from one set", r.Name, maxRules)
+			if strict {
+				return err
+			}
+			c.problems = append(c.problems, RuleProblem{Rule: r.Name, Problem: ProblemBroken, Reason: err.Error()})
+			continue
 		}
 		if len(r.Regions) > 0 && !(r.Regions[a.cfg.Region] > 0) {
 			err := fmt.Errorf("agent: rule %s divides its limit among regions %v, and this node's region %q has no share: add the region to the rule or run the node in one of those", r.Name, sortedRegions(r.Regions), a.cfg.Region)
@@ -379,60 +388,94 @@ func (a *Agent) Check(req Request) (d Decision) {
 		d.RetryAfter = -1 // never admissible, and counted under no rule
 		return d
 	}
-	now := time.Unix(0, a.clock.now())
+	local := a.clock.local()
+	coord := local + a.clock.offset.Load()
 	var rh reqHashes
 	th := rh.get(a, &req, rules.AttrTenant)
 	tu := c.usage.get(th, req.Tenant, req.Plan)
 	best, bestFrac := -1, math.Inf(1)
 	var bestR result
-	var passed uint64   // rules 0–63 passed; later ones are found again by matching
-	var shadowed uint64 // shadow rules 0–63 that would have refused
+	var passed, shadowed ruleBits
 	for i, rs := range c.rules {
 		if !rs.matches(&req) {
 			continue
 		}
-		r := rs.check(a, &req, &rh, now, cost)
-		if !r.allowed() && rs.rule.Shadow {
+		r := rs.check(a, &req, &rh, rs.at(local, coord), cost)
+		switch {
+		case !r.allowed() && rs.rule.Shadow:
 			rs.shadowed.Add(1) // admitted: nothing was spent, so nothing to undo
-			if i < 64 {
-				shadowed |= 1 << i
-			}
-			continue
-		}
-		if !r.allowed() {
-			for j := range i {
-				// Beyond the 64th rule a shadow rule is not given back: it
-				// may not have spent (it refused), and it refuses nothing.
-				if passed&(1<<j) != 0 || (j >= 64 && !c.rules[j].rule.Shadow && c.rules[j].matches(&req)) {
-					c.rules[j].undo(a, &req, &rh, now, cost)
-				}
-			}
-			for !tu.add(2*i+1, cost) {
-				tu = c.usage.get(th, req.Tenant, req.Plan)
-			}
+			shadowed.set(i)
+		case !r.allowed():
+			c.undoPassed(a, &req, &rh, &passed, local, coord, cost)
+			tu = c.count(tu, th, &req, 2*i+1, cost)
 			a.fill(&d, rs, &req, r)
 			return d
-		}
-		if i < 64 {
-			passed |= 1 << i
-		}
-		if frac := float64(r.remaining) / float64(max(r.limit, 1)); frac < bestFrac {
-			best, bestFrac, bestR = i, frac, r
-		}
-	}
-	for i, rs := range c.rules {
-		if (passed|shadowed)&(1<<i) != 0 || (i >= 64 && rs.matches(&req)) {
-			for !tu.add(2*i, cost) {
-				tu = c.usage.get(th, req.Tenant, req.Plan)
+		default:
+			passed.set(i)
+			if frac := float64(r.remaining) / float64(max(r.limit, 1)); frac < bestFrac {
+				best, bestFrac, bestR = i, frac, r
 			}
 		}
 	}
+	passed.or(&shadowed)
+	c.countPassed(tu, th, &req, &passed, cost)
 	if best < 0 {
 		d.Allowed = true
 		return d
 	}
 	a.fill(&d, c.rules[best], &req, bestR)
 	return d
+}
+
+// maxRules bounds the rules the agent enforces from one set (install
+// leaves the rest out, as problems): Check keeps which rules a request
+// passed in a bitset of this many bits on its stack.
+const maxRules = 1024
+
+// ruleBits is a set of rule positions, below maxRules.
+type ruleBits [maxRules / 64]uint64
+
+func (b *ruleBits) set(i int)      { b[i>>6] |= 1 << (i & 63) }
+func (b *ruleBits) has(i int) bool { return b[i>>6]&(1<<(i&63)) != 0 }
+func (b *ruleBits) or(o *ruleBits) {
+	for w := range b {
+		b[w] |= o[w]
+	}
+}
+
+// undoPassed gives back the cost the rules in passed admitted, when a
+// later rule refused the request: no rule is charged for a request
+// another refused.
+func (c *compiled) undoPassed(a *Agent, req *Request, rh *reqHashes, passed *ruleBits, local, coord int64, cost int64) {
+	for w, bits := range passed {
+		for bits != 0 {
+			j := w<<6 | bits64.TrailingZeros64(bits)
+			bits &= bits - 1
+			rs := c.rules[j]
+			rs.undo(a, req, rh, rs.at(local, coord), cost)
+		}
+	}
+}
+
+// countPassed counts an admitted request's cost under every rule it
+// passed (shadow rules that would have refused included).
+func (c *compiled) countPassed(tu *tenantUsage, th algo.Hash, req *Request, passed *ruleBits, cost int64) {
+	for w, bits := range passed {
+		for bits != 0 {
+			j := w<<6 | bits64.TrailingZeros64(bits)
+			bits &= bits - 1
+			tu = c.count(tu, th, req, 2*j, cost)
+		}
+	}
+}
+
+// count adds cost to a tenant's counter slot, finding the tenant's live
+// counters again if it was dropped meanwhile, and returns them.
+func (c *compiled) count(tu *tenantUsage, th algo.Hash, req *Request, slot int, cost int64) *tenantUsage {
+	for !tu.add(slot, cost) {
+		tu = c.usage.get(th, req.Tenant, req.Plan)
+	}
+	return tu
 }
 
 // fill writes a rule's result into the agent's decision, scaling the
@@ -502,11 +545,11 @@ func (a *Agent) housekeep() {
 		}
 		if time.Since(lastSweep) >= time.Minute {
 			lastSweep = time.Now()
-			now := time.Unix(0, a.clock.now())
+			now := a.clock.now()
 			for _, rs := range c.rules {
 				for _, st := range rs.stores() {
 					if st.keyed != nil {
-						st.keyed.Sweep(now)
+						st.keyed.Sweep(rs.limiterTime(now))
 					}
 				}
 			}

@@ -157,7 +157,8 @@ func (a *Agent) CheckDescriptors(domain string, descs []Descriptor, cost int64, 
 	if replaced {
 		dropReplaced(found)
 	}
-	now := time.Unix(0, a.clock.now())
+	local := a.clock.local()
+	coord := local + a.clock.offset.Load()
 	for i, d := range descs {
 		dr := found[i]
 		switch {
@@ -178,7 +179,8 @@ func (a *Agent) CheckDescriptors(domain string, descs []Descriptor, cost int64, 
 		if d.Peek {
 			n = 0
 		}
-		out = append(out, a.checkDescriptor(c, c.rules[dr.index], &descs[i], n, now))
+		rs := c.rules[dr.index]
+		out = append(out, a.checkDescriptor(c, rs, &descs[i], n, rs.at(local, coord)))
 	}
 	return out
 }

@@ -37,8 +37,9 @@
 //
 // Window boundaries and billing windows follow the coordinators' clock: the
 // agent learns the offset from every exchange, so a gateway whose clock is
-// seconds off still agrees with the fleet. Refill follows the local
-// monotonic clock.
+// seconds off still agrees with the fleet. Rate algorithms (token bucket,
+// GCRA) refill by the local monotonic clock instead, so that a step in the
+// offset's estimate neither credits nor takes back refill (ruleState.at).
 //
 // docs/agent.md is the embedding guide.
 package agent

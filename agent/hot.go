@@ -362,7 +362,7 @@ func (hk *hotKey) allow(a *Agent, now time.Time, cost int64) result {
 // clock, ns).
 func (hk *hotKey) expire(rs *ruleState, now int64) {
 	if hk.leased.Load() && hk.expires <= now {
-		hk.unlease(rs, time.Unix(0, now))
+		hk.unlease(rs, rs.limiterTime(now))
 	}
 }
 

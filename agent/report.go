@@ -279,12 +279,13 @@ func (r *reporter) prepare(urgent bool) *Exchange {
 		// Keys that asked for a lease become hot now, and start counting.
 		for _, rs := range c.rules {
 			if rs.coordinated {
-				rs.promote(a, nowT)
+				lt := rs.limiterTime(now)
+				rs.promote(a, lt)
 				if rs.fair != nil {
 					rs.fair.promoteClasses(a, rs)
 				}
 				if !urgent {
-					rs.demote(a, nowT)
+					rs.demote(a, lt)
 				}
 			}
 		}
@@ -366,7 +367,7 @@ func (r *reporter) request(c *compiled, now int64, urgent, leaving bool) (*allot
 		if since := hk.since + r.offset(); since > r.lastRun {
 			d.IntervalNano = max(now-since, 1) // counted only since it became hot
 		}
-		hk.settle(nowT)
+		hk.settle(rs.limiterTime(now))
 		if hk.leased.Load() && !leaving {
 			d.Held, d.HeldEpoch, d.HeldSeq = hk.held, hk.epoch, hk.seq
 			if rs.rule.Algorithm.Windowed() {
@@ -374,7 +375,7 @@ func (r *reporter) request(c *compiled, now int64, urgent, leaving bool) (*allot
 			}
 		}
 		if rs.rule.Algorithm.Windowed() {
-			peek := hk.lim.AllowAt(nowT, 0)
+			peek := hk.lim.AllowAt(rs.limiterTime(now), 0)
 			d.Committed = float64(peek.Limit - peek.Remaining)
 			d.WindowUnixNano = nowT.Truncate(rs.rule.Period).UnixNano()
 		}
@@ -480,7 +481,7 @@ func (r *reporter) applyLeases(c *compiled, resp *allotpb.ReportResponse, held [
 		}
 		l := lease.Lease{Limit: pl.GetLimit(), Burst: pl.GetBurst(), Expires: time.Unix(0, pl.GetExpiresUnixNano()), Epoch: pl.GetEpoch(), Seq: pl.GetSeq(),
 			Window: time.Unix(0, pl.GetWindowUnixNano()), Next: pl.GetNextLimit()}
-		hk.applyLease(rs, l, resp.GetEpoch() < hk.epoch, time.Unix(0, now))
+		hk.applyLease(rs, l, resp.GetEpoch() < hk.epoch, rs.limiterTime(now))
 		got[hk] = true
 	}
 	for _, hk := range held {
@@ -517,7 +518,7 @@ func (r *reporter) fairTotal(rs *ruleState, now int64) {
 	if !leased {
 		total = rs.shareOf(st.limit, r.a.cfg.Region, int(r.a.nodes.Load()))
 	}
-	st.setShare(rs, total, time.Unix(0, now))
+	st.setShare(rs, total, rs.limiterTime(now))
 }
 
 // failed handles a report no coordinator answered. After a lease period
@@ -553,11 +554,11 @@ func (r *reporter) failed(now int64, err error) {
 		case lease.FailFallback:
 			// Each node enforces limit ÷ nodes last seen: the unleased share.
 			for _, hk := range *rs.hot.Load() {
-				hk.unlease(rs, time.Unix(0, now))
+				hk.unlease(rs, rs.limiterTime(now))
 			}
 			if rs.fair != nil {
 				for _, hk := range *rs.fair.classes.Load() {
-					hk.unlease(rs, time.Unix(0, now))
+					hk.unlease(rs, rs.limiterTime(now))
 				}
 				r.fairTotal(rs, now) // no class leased: the unleased share
 			}

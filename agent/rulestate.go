@@ -24,7 +24,31 @@ type ruleState struct {
 	coordinated bool
 	descriptor  bool // an Envoy descriptor rule
 	mode        lease.FailMode
+	// windowed rules' limiters run on the coordinators' clock, the
+	// others' on the local one (at); clk is the agent's.
+	windowed bool
+	clk      *clock
 	*ruleData
+}
+
+// at is the time the rule's limiters run on, given the local time and the
+// coordinators' (both Unix ns): the coordinators' clock for window
+// algorithms, whose windows must start and end alike on every node, and
+// the local monotonic clock for rate algorithms, whose refill must not
+// jump when the estimate of the offset to the coordinators does (a step of
+// that estimate would otherwise credit or take back that long's refill at
+// once).
+func (rs *ruleState) at(local, coord int64) time.Time {
+	if rs.windowed {
+		return time.Unix(0, coord)
+	}
+	return time.Unix(0, local)
+}
+
+// limiterTime is at for a time the reporter reads on the coordinators'
+// clock.
+func (rs *ruleState) limiterTime(coord int64) time.Time {
+	return rs.at(coord-rs.clk.offset.Load(), coord)
 }
 
 // ruleData is a rule's state: its stores and hot keys. When a new rule set

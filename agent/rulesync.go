@@ -110,7 +110,7 @@ func (r *reporter) reshare() {
 			continue
 		}
 		for _, st := range rs.stores() {
-			st.setShare(rs, rs.shareOf(st.limit, a.cfg.Region, nodes), time.Unix(0, a.clock.now()))
+			st.setShare(rs, rs.shareOf(st.limit, a.cfg.Region, nodes), rs.limiterTime(a.clock.now()))
 		}
 	}
 }

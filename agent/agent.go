@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/allot-io/allot/internal/timeutil"
 	"math"
 	bits64 "math/bits"
 	"slices"
@@ -27,6 +28,10 @@ type Agent struct {
 	log    hclog.Logger
 	hasher *algo.Hasher
 	clock  *clock
+	// ts makes the background loops' timers: Config.Clock's when it makes
+	// them (a timeutil.Manual in tests: the loops run in virtual time),
+	// the system's otherwise.
+	ts timeutil.TimeSource
 
 	rules      atomic.Pointer[compiled]
 	nodes      atomic.Int64 // nodes the coordinators hear from; 1 standalone
@@ -91,6 +96,7 @@ func New(config Config) (*Agent, error) {
 		log:    cfg.Logger.Named("agent"),
 		hasher: algo.NewHasher(),
 		clock:  newClock(cfg.Clock),
+		ts:     timeSource(cfg.Clock),
 		ready:  make(chan struct{}),
 		early:  make(chan struct{}, 1),
 		stop:   make(chan struct{}),
@@ -527,14 +533,14 @@ func (a *Agent) Close(ctx context.Context) error {
 // standalone agent (which has no reporter to do it), cuts the usage
 // counters every interval so that metrics and new tenants stay cheap.
 func (a *Agent) housekeep() {
-	t := time.NewTicker(a.cfg.ReportInterval)
+	t := a.ts.NewTicker(a.cfg.ReportInterval)
 	defer t.Stop()
-	lastSweep := time.Now()
+	lastSweep := a.clock.local()
 	for {
 		select {
 		case <-a.stop:
 			return
-		case <-t.C:
+		case <-t.C():
 		}
 		c := a.rules.Load()
 		if c == nil {
@@ -543,8 +549,8 @@ func (a *Agent) housekeep() {
 		if a.rep == nil {
 			c.usage.cut(c.names, 0, nil, c.totals, nil)
 		}
-		if time.Since(lastSweep) >= time.Minute {
-			lastSweep = time.Now()
+		if a.clock.local()-lastSweep >= int64(time.Minute) {
+			lastSweep = a.clock.local()
 			now := a.clock.now()
 			for _, rs := range c.rules {
 				for _, st := range rs.stores() {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/allot-io/allot/internal/timeutil"
 	"sync/atomic"
 	"time"
 )
@@ -10,6 +11,16 @@ import (
 // check costs an atomic load instead of a system call.
 type Clock interface {
 	Now() time.Time
+}
+
+// timeSource is where the agent's background loops take their timers:
+// the Clock's own when it makes them (timeutil.Manual does), the system's
+// otherwise.
+func timeSource(c Clock) timeutil.TimeSource {
+	if c == nil {
+		return timeutil.System{}
+	}
+	return timeutil.Sources(c)
 }
 
 // clock is the agent's time: monotonic local time, plus the offset to the

@@ -29,9 +29,16 @@ const testInterval = 100 * time.Millisecond
 func coordinators(t *testing.T, n int) []*coordinator.Coordinator {
 	t.Helper()
 	cs := coordinatorsWith(t, n, nil)
-	testwait.For(t, 30*time.Second, "every coordinator to join", func() bool {
+	testwait.For(t, 30*time.Second, "every coordinator to join as a voter and know the leader", func() bool {
 		for _, c := range cs {
-			if len(c.Status().GetMembers()) != n {
+			st := c.Status()
+			voters := 0
+			for _, m := range st.GetMembers() {
+				if m.GetVoter() {
+					voters++
+				}
+			}
+			if voters != n || st.GetLeaderGrpcAddress() == "" {
 				return false
 			}
 		}

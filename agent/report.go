@@ -91,9 +91,9 @@ func (r *reporter) run() {
 	a := r.a
 	r.cycle(false)
 	interval := a.interval()
-	ticker := time.NewTicker(interval)
+	ticker := a.ts.NewTicker(interval)
 	defer ticker.Stop()
-	boundary := time.NewTimer(r.untilBoundary())
+	boundary := a.ts.NewTimer(r.untilBoundary())
 	defer boundary.Stop()
 	for {
 		select {
@@ -101,13 +101,13 @@ func (r *reporter) run() {
 			return
 		case <-a.stop:
 			return
-		case <-ticker.C:
+		case <-ticker.C():
 			r.cycle(false)
 			if iv := a.interval(); iv != interval {
 				interval = iv
 				ticker.Reset(interval)
 			}
-		case <-boundary.C:
+		case <-boundary.C():
 			// A billing window just ended: what was counted belongs to it.
 			r.cut(time.Unix(0, a.clock.now()-1))
 			boundary.Reset(r.untilBoundary())

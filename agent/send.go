@@ -374,9 +374,11 @@ func (r *reporter) shutdown(ctx context.Context) error {
 	r.cut(time.Unix(0, a.clock.now()))
 	var lastErr error
 	backoff := func(attempt int) {
+		t := a.ts.NewTimer(min(100*time.Millisecond<<min(attempt, 4), time.Second))
+		defer t.Stop()
 		select {
 		case <-ctx.Done():
-		case <-time.After(min(100*time.Millisecond<<min(attempt, 4), time.Second)):
+		case <-t.C():
 		}
 	}
 	for attempt := 0; ctx.Err() == nil && (len(r.pending) > 0 || len(r.acc) > 0); attempt++ {

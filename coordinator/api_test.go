@@ -3,7 +3,6 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
-	"github.com/allot-io/allot/internal/testwait"
 	"io"
 	"math"
 	"net/http"
@@ -11,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/internal/testwait"
 
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/grpc/codes"
@@ -327,22 +329,22 @@ func TestBackupRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	var want []string
-	src.fsm.read(func(s *state) { want = dumpLedger(s) })
+	src.fsm.Read(func(s *state.State) { want = dumpLedger(s) })
 	for _, c := range dst {
 		testwait.For(t, 20*time.Second, c.ID()+" to hold the restored ledger", func() bool {
 			var got []string
-			c.fsm.read(func(s *state) { got = dumpLedger(s) })
+			c.fsm.Read(func(s *state.State) { got = dumpLedger(s) })
 			return strings.Join(got, "\n") == strings.Join(want, "\n")
 		})
 		var n int
-		c.fsm.read(func(s *state) { n = s.rules.Len() })
+		c.fsm.Read(func(s *state.State) { n = s.Rules().Len() })
 		if n != 1 {
 			t.Errorf("%s: %d rules after restore", c.ID(), n)
 		}
 	}
 	var srcEpoch, dstEpoch uint64
-	src.fsm.read(func(s *state) { srcEpoch = s.epoch })
-	l.fsm.read(func(s *state) { dstEpoch = s.epoch })
+	src.fsm.Read(func(s *state.State) { srcEpoch = s.Epoch() })
+	l.fsm.Read(func(s *state.State) { dstEpoch = s.Epoch() })
 	if dstEpoch <= srcEpoch {
 		t.Errorf("epoch after restore %d, not above the backup's %d", dstEpoch, srcEpoch)
 	}

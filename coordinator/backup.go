@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
@@ -104,14 +105,14 @@ func (s *clusterServer) Restore(stream grpc.ClientStreamingServer[allotpb.Restor
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return status.Errorf(codes.Internal, "restore: %v", err)
 	}
-	restored, err := readSnapshot(bufio.NewReader(f))
+	restored, err := state.ReadSnapshot(f)
 	if err != nil {
 		c.metrics.adminRequests.WithLabelValues("Restore", "invalid").Inc()
 		return status.Errorf(codes.InvalidArgument, "not a valid backup: %v", err)
 	}
 	// The cluster keeps its own identity: its members' identity files
 	// name it, whichever cluster the backup came from.
-	restored.clusterID = c.clusterID()
+	restored.SetClusterID(c.clusterID())
 	out, err := os.CreateTemp(c.cfg.DataDir, "restore-*.snap")
 	if err != nil {
 		return status.Errorf(codes.Internal, "restore: %v", err)
@@ -130,9 +131,9 @@ func (s *clusterServer) Restore(stream grpc.ClientStreamingServer[allotpb.Restor
 	f = out
 	var before uint64
 	var members []*allotpb.Member
-	c.fsm.read(func(s *state) {
-		before = s.epoch
-		for _, m := range s.members {
+	c.fsm.Read(func(s *state.State) {
+		before = s.Epoch()
+		for _, m := range s.Members() {
 			members = append(members, proto.Clone(m).(*allotpb.Member))
 		}
 	})
@@ -145,7 +146,7 @@ func (s *clusterServer) Restore(stream grpc.ClientStreamingServer[allotpb.Restor
 	}
 	// A new epoch above any this cluster issued, so agents take the new
 	// leases; and the allocator forgets what described the old state.
-	res, err := c.apply(cmdEpoch, &allotpb.EpochCommand{Leader: c.cfg.NodeID, AtLeast: before + 1}, 10*time.Second)
+	res, err := c.apply(state.CmdEpoch, &allotpb.EpochCommand{Leader: c.cfg.NodeID, AtLeast: before + 1}, 10*time.Second)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "restored, but starting a new epoch failed: %v", err)
 	}
@@ -166,7 +167,7 @@ func (s *clusterServer) Restore(stream grpc.ClientStreamingServer[allotpb.Restor
 // or twice, must not be one keystroke away.
 func (c *Coordinator) restoreAllowed(force string) error {
 	var rules, lines, agents int
-	c.fsm.read(func(s *state) { rules, lines, agents = s.rules.Len(), len(s.ledger), len(s.incarnations) })
+	c.fsm.Read(func(s *state.State) { rules, lines, agents = s.Rules().Len(), s.LedgerLen(), s.IncarnationLen() })
 	cid := c.clusterID()
 	if rules == 0 && lines == 0 && agents == 0 {
 		return nil
@@ -183,13 +184,8 @@ func (c *Coordinator) restoreAllowed(force string) error {
 }
 
 // writeState writes a state in the snapshot format.
-func writeState(st *state, w io.Writer) error {
-	snap, err := (&fsm{st: st}).Snapshot()
-	if err != nil {
-		return err
-	}
-	defer snap.Release()
-	return snap.Persist(streamSink{w})
+func writeState(st *state.State, w io.Writer) error {
+	return st.Snapshot().Write(w)
 }
 
 // restoreMembers puts back this cluster's member records after a restore.
@@ -208,15 +204,15 @@ func (c *Coordinator) restoreMembers(known []*allotpb.Member) error {
 		inConfig[string(srv.ID)] = true
 	}
 	var stale []string
-	c.fsm.read(func(s *state) {
-		for id := range s.members {
-			if !inConfig[id] {
+	c.fsm.Read(func(s *state.State) {
+		for _, m := range s.Members() {
+			if id := m.GetId(); !inConfig[id] {
 				stale = append(stale, id)
 			}
 		}
 	})
 	for _, id := range stale {
-		if _, err := c.apply(cmdMember, &allotpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true}, 10*time.Second); err != nil {
+		if _, err := c.apply(state.CmdMember, &allotpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true}, 10*time.Second); err != nil {
 			return err
 		}
 	}
@@ -224,7 +220,7 @@ func (c *Coordinator) restoreMembers(known []*allotpb.Member) error {
 		if !inConfig[m.GetId()] {
 			continue
 		}
-		if _, err := c.apply(cmdMember, &allotpb.MemberCommand{Member: m}, 10*time.Second); err != nil {
+		if _, err := c.apply(state.CmdMember, &allotpb.MemberCommand{Member: m}, 10*time.Second); err != nil {
 			return err
 		}
 	}

@@ -4,11 +4,13 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"github.com/allot-io/allot/internal/testwait"
 	"os"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/internal/testwait"
 
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/hashicorp/go-hclog"
@@ -362,8 +364,8 @@ func TestClusterRestartCatchesUp(t *testing.T) {
 		return got == want
 	})
 	var a, b string
-	l.fsm.read(func(s *state) { a = dumpState(s) })
-	g.fsm.read(func(s *state) { b = dumpState(s) })
+	l.fsm.Read(func(s *state.State) { a = dumpState(s) })
+	g.fsm.Read(func(s *state.State) { b = dumpState(s) })
 	if a != b {
 		t.Fatalf("restarted follower's state differs from the leader's")
 	}

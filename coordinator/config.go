@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/internal/clusterclient"
 	"github.com/hashicorp/go-hclog"
@@ -17,7 +18,7 @@ import (
 // Defaults for Config's zero fields.
 const (
 	DefaultReportInterval = time.Second
-	DefaultBillingWindow  = time.Hour
+	DefaultBillingWindow  = state.DefaultBillingWindow
 	DefaultApplyWindow    = 20 * time.Millisecond
 	DefaultAgentTimeout   = 15 * time.Minute
 	DefaultMaxReportBytes = 8 << 20

@@ -14,6 +14,8 @@ import (
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 
 	"github.com/allot-io/allot/coordinator/datadir"
+	"github.com/allot-io/allot/coordinator/internal/fsm"
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
@@ -45,7 +47,7 @@ type Coordinator struct {
 	metrics *metrics
 	gather  prometheus.Gatherer
 
-	fsm       *fsm
+	fsm       *fsm.FSM
 	raft      *raft.Raft
 	transport *raft.NetworkTransport
 	gate      *voteGate
@@ -134,7 +136,7 @@ func New(config Config) (*Coordinator, error) {
 			return nil, fmt.Errorf("%w: Parent: %w", ErrInvalidConfig, err)
 		}
 	}
-	c.fsm = newFSM(c.log.Named("fsm"), c.onApplied)
+	c.fsm = fsm.New(c.log.Named("fsm"), c.onApplied)
 	c.newNodes = newNodeGate(cfg.MaxNewNodesPerMinute, cfg.Now())
 	if c.tls, err = cfg.TLS.reloader(c.log); err != nil {
 		cancel()
@@ -262,7 +264,7 @@ func (c *Coordinator) startRaft() (err error) {
 // would bootstrap a second cluster, does not even listen.
 func (c *Coordinator) openDataDir() error {
 	cfg := c.cfg
-	st, err := datadir.Open(datadir.Options{Dir: cfg.DataDir, NodeID: cfg.NodeID, CheckEntry: checkEntry, Logger: cfg.Logger.Named("raft")})
+	st, err := datadir.Open(datadir.Options{Dir: cfg.DataDir, NodeID: cfg.NodeID, CheckEntry: fsm.CheckEntry, Logger: cfg.Logger.Named("raft")})
 	if err != nil {
 		return err
 	}
@@ -356,8 +358,8 @@ func (c *Coordinator) Leader() (id, grpcAddr string) {
 	if id == "" {
 		return "", ""
 	}
-	c.fsm.read(func(s *state) {
-		if m := s.members[id]; m != nil {
+	c.fsm.Read(func(s *state.State) {
+		if m := s.Member(id); m != nil {
 			grpcAddr = m.GetGrpcAddress()
 		}
 	})
@@ -387,11 +389,11 @@ func (c *Coordinator) WaitLeader(ctx context.Context) error {
 func (c *Coordinator) now() time.Time { return c.cfg.Now() }
 
 // apply proposes a command and waits for it to be committed and applied.
-func (c *Coordinator) apply(t commandType, m proto.Message, timeout time.Duration) (any, error) {
+func (c *Coordinator) apply(t state.Command, m proto.Message, timeout time.Duration) (any, error) {
 	if c.raft.State() != raft.Leader {
 		return nil, ErrNotLeader
 	}
-	data, err := encodeCommand(t, m)
+	data, err := state.Encode(t, m)
 	if err != nil {
 		return nil, err
 	}
@@ -411,7 +413,7 @@ func (c *Coordinator) apply(t commandType, m proto.Message, timeout time.Duratio
 }
 
 func (c *Coordinator) applyReports(cmd *allotpb.ReportsCommand) (*allotpb.ReportsResult, error) {
-	res, err := c.apply(cmdReports, cmd, 10*time.Second)
+	res, err := c.apply(state.CmdReports, cmd, 10*time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -421,14 +423,14 @@ func (c *Coordinator) applyReports(cmd *allotpb.ReportsCommand) (*allotpb.Report
 // currentRules returns the replicated rule set.
 func (c *Coordinator) currentRules() *rules.Set {
 	var set *rules.Set
-	c.fsm.read(func(s *state) { set = s.rules })
+	c.fsm.Read(func(s *state.State) { set = s.Rules() })
 	return set
 }
 
 // onApplied observes every applied command.
-func (c *Coordinator) onApplied(t commandType) {
+func (c *Coordinator) onApplied(t state.Command) {
 	c.metrics.commands.WithLabelValues(t.String()).Inc()
-	if t == cmdRules {
+	if t == state.CmdRules {
 		set := c.currentRules()
 		c.metrics.rulesVersion.Set(float64(set.Version()))
 		c.alloc.setRules(set)

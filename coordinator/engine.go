@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 )
@@ -18,7 +19,7 @@ type Engine struct {
 	cfg         EngineConfig
 	incarnation uint64 // as a parent's node
 	mu          sync.Mutex
-	st          *state
+	st          *state.State
 	alloc       *allocator
 	lastFull    time.Time
 }
@@ -58,14 +59,14 @@ func NewEngine(cfg EngineConfig, now time.Time) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: engine rules: %w", err)
 	}
-	e := &Engine{cfg: cfg, st: newState(), alloc: newAllocator(cfg.Region, cfg.ReportInterval, cfg.LeaseTTL), lastFull: now,
+	e := &Engine{cfg: cfg, st: state.New(), alloc: newAllocator(cfg.Region, cfg.ReportInterval, cfg.LeaseTTL), lastFull: now,
 		incarnation: rand.Uint64()}
 	e.alloc.global = cfg.Global
 	if cfg.Parent {
 		e.alloc.parent = &parentLeases{m: map[poolKey]*parentLease{}}
 	}
-	e.st.rules = set
-	e.st.applySettings(&allotpb.SettingsCommand{
+	e.st.SetRules(set)
+	e.st.Apply(state.CmdSettings, &allotpb.SettingsCommand{
 		BillingWindowNano: int64(cfg.BillingWindow), ReportIntervalNano: int64(cfg.ReportInterval), LeaseTtlNano: int64(cfg.LeaseTTL),
 	})
 	e.Failover(now)
@@ -77,9 +78,9 @@ func NewEngine(cfg EngineConfig, now time.Time) (*Engine, error) {
 func (e *Engine) Failover(now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	epoch := e.st.applyEpoch(&allotpb.EpochCommand{})
-	e.alloc.lead(epoch, now.UnixNano(), e.st.recentNodes(now.Add(-2*e.cfg.LeaseTTL).UnixNano()))
-	e.alloc.setRules(e.st.rules)
+	epoch := e.st.Apply(state.CmdEpoch, &allotpb.EpochCommand{}).(uint64)
+	e.alloc.lead(epoch, now.UnixNano(), e.st.RecentNodes(now.Add(-2*e.cfg.LeaseTTL).UnixNano()))
+	e.alloc.setRules(e.st.Rules())
 	if e.alloc.parent != nil {
 		// A new leader holds no lease from the parent: its first
 		// exchange brings them back.
@@ -99,7 +100,7 @@ func (e *Engine) RegionReport(now time.Time, interval time.Duration) *allotpb.Re
 	return &allotpb.ReportRequest{
 		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: RegionNode(e.cfg.Region), Incarnation: e.incarnation,
 		Region: e.cfg.Region, SentUnixNano: now.UnixNano(), IntervalNano: int64(interval),
-		RulesVersion: e.st.rules.Version(), Demand: e.alloc.regionDemand(now.UnixNano(), int64(interval)),
+		RulesVersion: e.st.Rules().Version(), Demand: e.alloc.regionDemand(now.UnixNano(), int64(interval)),
 	}
 }
 
@@ -127,11 +128,11 @@ func (e *Engine) ParentFallbacks(now time.Time) int {
 func (e *Engine) SetRules(rs []rules.Rule) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	set, err := rules.NewSet(e.st.rules.Version()+1, rs)
+	set, err := rules.NewSet(e.st.Rules().Version()+1, rs)
 	if err != nil {
 		return fmt.Errorf("coordinator: engine rules: %w", err)
 	}
-	e.st.rules = set
+	e.st.SetRules(set)
 	e.alloc.setRules(set)
 	return nil
 }
@@ -140,15 +141,15 @@ func (e *Engine) SetRules(rs []rules.Rule) error {
 func (e *Engine) Report(now time.Time, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	lim := reportLimits(DefaultMaxReportKeys, 0, KeepLedger, time.Duration(e.st.billingWindowSeconds())*time.Second, now)
+	lim := reportLimits(DefaultMaxReportKeys, 0, KeepLedger, time.Duration(e.st.BillingWindowSeconds())*time.Second, now)
 	if err := reportError(allotpb.ValidateReport(req, lim)); err != nil {
 		return nil, err
 	}
 	applied, acked := false, uint64(0)
 	if b := req.GetUsage(); b != nil && b.GetSeq() > 0 {
-		res := e.st.applyReports(&allotpb.ReportsCommand{ProposedUnixNano: now.UnixNano(), Reports: []*allotpb.AgentUsage{
+		res := e.st.Apply(state.CmdReports, &allotpb.ReportsCommand{ProposedUnixNano: now.UnixNano(), Reports: []*allotpb.AgentUsage{
 			{Node: req.GetNode(), Incarnation: req.GetIncarnation(), Region: req.GetRegion(), Batch: b},
-		}})
+		}}).(*allotpb.ReportsResult)
 		applied, acked = true, res.GetAckedSeq()[0]
 	}
 	leases := e.alloc.report(req, now.UnixNano())
@@ -183,11 +184,12 @@ func (e *Engine) Learning(now time.Time) bool { return e.alloc.learning(now.Unix
 func (e *Engine) Usage(tenant, rule string) (admitted, denied uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for k, u := range e.st.ledger {
-		if k.tenant == tenant && k.rule == rule {
-			admitted += u.admitted
-			denied += u.denied
+	e.st.Ledger(func(l state.Line) bool {
+		if l.Key.Tenant == tenant && l.Key.Rule == rule {
+			admitted += l.Admitted
+			denied += l.Denied
 		}
-	}
+		return true
+	})
 	return admitted, denied
 }

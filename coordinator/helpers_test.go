@@ -4,45 +4,95 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"testing"
+	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm"
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
 )
 
-// dumpState renders a state deterministically, for comparing replicas.
-func dumpState(s *state) string {
-	var lines []string
-	lines = append(lines, fmt.Sprintf("epoch %d window %d interval %d ttl %d grants %d/%d rules %s", s.epoch, s.billingWindow, s.reportInterval, s.leaseTTL, s.grantEpoch, s.grantSeq, rulespb.SetToProto(s.rules)))
-	for id, m := range s.members {
-		lines = append(lines, fmt.Sprintf("member %s %s", id, m))
+func testFSM() *fsm.FSM { return fsm.New(hclog.NewNullLogger(), nil) }
+
+// entry makes a log entry the way the leader would.
+func entry(t testing.TB, index uint64, ct state.Command, m proto.Message) *raft.Log {
+	t.Helper()
+	data, err := state.Encode(ct, m)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for k, inc := range s.incarnations {
-		lines = append(lines, fmt.Sprintf("inc %s %d %d %d", k, inc.lastSeq, inc.lastApplied, inc.lastCut))
+	return &raft.Log{Index: index, Type: raft.LogCommand, Data: data}
+}
+
+var hour0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+
+func ledgerTotal(f *fsm.FSM, tenant string) (admitted, denied uint64) {
+	f.Read(func(s *state.State) {
+		s.Ledger(func(l state.Line) bool {
+			if l.Key.Tenant == tenant {
+				admitted += l.Admitted
+				denied += l.Denied
+			}
+			return true
+		})
+	})
+	return admitted, denied
+}
+
+// dumpState renders a state deterministically, for comparing replicas.
+func dumpState(s *state.State) string {
+	set := s.Settings()
+	ge, gs := s.Grants()
+	lines := []string{fmt.Sprintf("epoch %d window %d interval %d ttl %d grants %d/%d rules %s", s.Epoch(), set.BillingWindow, set.ReportInterval, set.LeaseTTL, ge, gs, rulespb.SetToProto(s.Rules()))}
+	for _, m := range s.Members() {
+		lines = append(lines, fmt.Sprintf("member %s %s", m.GetId(), m))
+	}
+	for _, r := range s.Runs() {
+		lines = append(lines, fmt.Sprintf("inc %s/%d %d %d %d", r.Node, r.Incarnation, r.LastSeq, r.LastApplied, r.LastCut))
 	}
 	lines = append(lines, dumpLedger(s)...)
-	for w, r := range s.open {
+	for _, w := range s.OpenWindows() {
 		var rs []string
-		for k := range r {
-			rs = append(rs, k.String())
+		for _, r := range w.Reporters {
+			rs = append(rs, fmt.Sprintf("%s/%d", r.Node, r.Incarnation))
 		}
-		slices.Sort(rs)
-		lines = append(lines, fmt.Sprintf("open %d %v", w, rs))
+		lines = append(lines, fmt.Sprintf("open %d %v", w.Start, rs))
 	}
-	for w := range s.final {
+	for _, w := range s.FinalWindows() {
 		lines = append(lines, fmt.Sprintf("final %d", w))
 	}
-	slices.Sort(lines)
 	return strings.Join(lines, "\n")
 }
 
-func dumpLedger(s *state) []string {
+func dumpLedger(s *state.State) []string {
 	var lines []string
-	for k, u := range s.ledger {
-		line := fmt.Sprintf("ledger %s/%s/%s/%d %d %d", k.tenant, k.rule, k.region, k.window, u.admitted, u.denied)
-		if u.granted != nil {
-			line += fmt.Sprintf(" granted %g", *u.granted)
+	s.Ledger(func(l state.Line) bool {
+		k := l.Key
+		line := fmt.Sprintf("ledger %s/%s/%s/%d %d %d", k.Tenant, k.Rule, k.Region, k.Window, l.Admitted, l.Denied)
+		if l.Granted != nil {
+			line += fmt.Sprintf(" granted %g", *l.Granted)
 		}
 		lines = append(lines, line)
-	}
+		return true
+	})
 	slices.Sort(lines)
 	return lines
+}
+
+// fillLedger applies n ledger lines in one region, one tenant per line,
+// spread over windows, through the FSM.
+func fillLedger(t testing.TB, f *fsm.FSM, index uint64, n int, region string, at time.Time) {
+	cmd := &allotpb.ReportsCommand{ProposedUnixNano: at.UnixNano()}
+	for i := 0; i < n; {
+		b := &allotpb.UsageBatch{Seq: 1, CutUnixNano: at.UnixNano()}
+		for ; i < n && len(b.Counts) < 10000; i++ {
+			b.Counts = append(b.Counts, &allotpb.UsageCount{Rule: "plan-quota", Tenant: fmt.Sprintf("tenant-%07d", i), WindowUnix: at.Unix(), Admitted: uint64(i + 1)})
+		}
+		cmd.Reports = append(cmd.Reports, &allotpb.AgentUsage{Node: fmt.Sprintf("gw-%s-%d-%d", region, at.Unix(), i), Incarnation: 1, Region: region, Batch: b})
+	}
+	f.Apply(entry(t, index, state.CmdReports, cmd))
 }

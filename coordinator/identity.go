@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/datadir"
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/hashicorp/raft"
 )
 
@@ -131,8 +132,8 @@ func (c *Coordinator) removedBy(ctx context.Context) string {
 		}
 	}
 	addrs := append([]string(nil), c.cfg.Join...)
-	c.fsm.read(func(s *state) {
-		for _, m := range s.members {
+	c.fsm.Read(func(s *state.State) {
+		for _, m := range s.Members() {
 			if a := m.GetGrpcAddress(); a != "" && m.GetId() != c.cfg.NodeID {
 				addrs = append(addrs, a)
 			}

@@ -1,16 +1,16 @@
 package coordinator
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"sort"
 
 	"github.com/allot-io/allot/coordinator/datadir"
+	"github.com/allot-io/allot/coordinator/internal/fsm"
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	"google.golang.org/protobuf/encoding/protodelim"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -49,8 +49,8 @@ func snapshotClusterID(st *datadir.Store) string {
 		return ""
 	}
 	defer rc.Close()
-	h := &allotpb.SnapshotHeader{}
-	if err := (protodelim.UnmarshalOptions{MaxSize: 1 << 20}).UnmarshalFrom(bufio.NewReader(rc), h); err != nil {
+	h, err := state.ReadHeader(rc)
+	if err != nil {
 		return ""
 	}
 	return h.GetClusterId()
@@ -59,7 +59,7 @@ func snapshotClusterID(st *datadir.Store) string {
 // Inspect reads a stopped member's data dir without changing it, and sums
 // the usage in its report entries after index after.
 func Inspect(dir, nodeID string, after uint64) (*Inspection, error) {
-	st, err := datadir.Open(datadir.Options{Dir: dir, NodeID: nodeID, CheckEntry: checkEntry, Logger: hclog.NewNullLogger(), ReadOnly: true})
+	st, err := datadir.Open(datadir.Options{Dir: dir, NodeID: nodeID, CheckEntry: fsm.CheckEntry, Logger: hclog.NewNullLogger(), ReadOnly: true})
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +89,7 @@ func Inspect(dir, nodeID string, after uint64) (*Inspection, error) {
 		if l.Type == raft.LogConfiguration && i > st.SnapshotIndex {
 			current = raft.DecodeConfiguration(l.Data)
 		}
-		if in.ClusterID == "" && l.Type == raft.LogCommand && len(l.Data) > 0 && commandType(l.Data[0])&^ignorable == cmdSettings {
+		if in.ClusterID == "" && l.Type == raft.LogCommand && len(l.Data) > 0 && state.Command(l.Data[0])&^state.Ignorable == state.CmdSettings {
 			cmd := &allotpb.SettingsCommand{}
 			if proto.Unmarshal(l.Data[1:], cmd) == nil {
 				in.ClusterID = cmd.GetClusterId()
@@ -111,7 +111,7 @@ func Inspect(dir, nodeID string, after uint64) (*Inspection, error) {
 			return nil, fmt.Errorf("coordinator: reading entry %d in %s: %w", i, dir, err)
 		}
 		in.LastTerm = l.Term
-		if l.Type != raft.LogCommand || len(l.Data) == 0 || commandType(l.Data[0])&^ignorable != cmdReports {
+		if l.Type != raft.LogCommand || len(l.Data) == 0 || state.Command(l.Data[0])&^state.Ignorable != state.CmdReports {
 			continue
 		}
 		cmd := &allotpb.ReportsCommand{}

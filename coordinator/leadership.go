@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"
@@ -104,9 +105,9 @@ func (c *Coordinator) lead(ctx context.Context) {
 		return
 	}
 	var self *allotpb.Member
-	c.fsm.read(func(s *state) { self = s.members[c.cfg.NodeID] })
+	c.fsm.Read(func(s *state.State) { self = s.Member(c.cfg.NodeID) })
 	if me := c.selfMember(); self == nil || !proto.Equal(self, me) {
-		if _, err := c.apply(cmdMember, &allotpb.MemberCommand{Member: me}, 10*time.Second); err != nil {
+		if _, err := c.apply(state.CmdMember, &allotpb.MemberCommand{Member: me}, 10*time.Second); err != nil {
 			c.log.Warn("leader could not record its addresses", "error", err)
 			return
 		}
@@ -115,7 +116,7 @@ func (c *Coordinator) lead(ctx context.Context) {
 		c.log.Warn("leader could not forget members no longer in the configuration", "error", err)
 		return
 	}
-	res, err := c.apply(cmdEpoch, &allotpb.EpochCommand{Leader: c.cfg.NodeID}, 10*time.Second)
+	res, err := c.apply(state.CmdEpoch, &allotpb.EpochCommand{Leader: c.cfg.NodeID}, 10*time.Second)
 	if err != nil {
 		c.log.Warn("leader could not start an epoch", "error", err)
 		return
@@ -188,12 +189,12 @@ func (c *Coordinator) lead(ctx context.Context) {
 				c.metrics.learning.Set(0)
 			}
 		case <-maintain.C:
-			if _, err := c.apply(cmdMaintain, &allotpb.MaintainCommand{
+			if _, err := c.apply(state.CmdMaintain, &allotpb.MaintainCommand{
 				NowUnixNano: c.now().UnixNano(), AgentTimeoutNano: int64(c.cfg.AgentTimeout), RetentionNano: int64(max(c.cfg.LedgerRetention, 0)),
 			}, 10*time.Second); err != nil {
 				c.log.Warn("ledger maintenance failed", "error", err)
 			}
-			c.fsm.read(func(s *state) { c.metrics.ledgerRecords.Set(float64(len(s.ledger))) })
+			c.fsm.Read(func(s *state.State) { c.metrics.ledgerRecords.Set(float64(s.LedgerLen())) })
 		}
 	}
 }
@@ -220,7 +221,7 @@ func (c *Coordinator) loadRulesFile() error {
 	for i := range want.Rules() {
 		cmd.Put = append(cmd.Put, rulespb.ToProto(&want.Rules()[i]))
 	}
-	_, err = c.apply(cmdRules, cmd, 10*time.Second)
+	_, err = c.apply(state.CmdRules, cmd, 10*time.Second)
 	if err == nil {
 		c.log.Info("rules loaded", "file", c.cfg.RulesFile, "rules", want.Len())
 	}
@@ -251,6 +252,6 @@ func (c *Coordinator) startTerm(epoch uint64, now time.Time) {
 // recentFleet is the number of nodes whose usage the replicated state
 // shows in the two lease periods before now.
 func (c *Coordinator) recentFleet(now time.Time, ttl time.Duration) (n int) {
-	c.fsm.read(func(s *state) { n = s.recentNodes(now.Add(-2 * ttl).UnixNano()) })
+	c.fsm.Read(func(s *state.State) { n = s.RecentNodes(now.Add(-2 * ttl).UnixNano()) })
 	return n
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/datadir"
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
@@ -133,7 +134,7 @@ func (c *Coordinator) votesInOwnConfig() bool {
 // their gRPC and HTTP addresses by joining once.
 func (c *Coordinator) addressesRecorded() bool {
 	var rec *allotpb.Member
-	c.fsm.read(func(s *state) { rec = s.members[c.cfg.NodeID] })
+	c.fsm.Read(func(s *state.State) { rec = s.Member(c.cfg.NodeID) })
 	me := c.selfMember()
 	return rec != nil && rec.GetGrpcAddress() == me.GetGrpcAddress() && rec.GetHttpAddress() == me.GetHttpAddress() && rec.GetRaftAddress() == me.GetRaftAddress()
 }
@@ -224,7 +225,7 @@ func (c *Coordinator) addMember(req *allotpb.JoinRequest) (*allotpb.JoinResponse
 			}
 		}
 	}
-	if _, err := c.apply(cmdMember, &allotpb.MemberCommand{Member: &allotpb.Member{
+	if _, err := c.apply(state.CmdMember, &allotpb.MemberCommand{Member: &allotpb.Member{
 		Id: req.GetId(), RaftAddress: req.GetRaftAddress(), GrpcAddress: req.GetGrpcAddress(), HttpAddress: req.GetHttpAddress(),
 	}}, 10*time.Second); err != nil {
 		return nil, err
@@ -240,7 +241,7 @@ func (c *Coordinator) removeMember(id string) error {
 	if err := c.raft.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
 		return fmt.Errorf("coordinator: removing %s: %w", id, err)
 	}
-	_, err := c.apply(cmdMember, &allotpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true}, 10*time.Second)
+	_, err := c.apply(state.CmdMember, &allotpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true}, 10*time.Second)
 	return err
 }
 
@@ -257,15 +258,15 @@ func (c *Coordinator) pruneMembers() error {
 		in[string(s.ID)] = true
 	}
 	var stale []string
-	c.fsm.read(func(s *state) {
-		for id := range s.members {
-			if !in[id] {
+	c.fsm.Read(func(s *state.State) {
+		for _, m := range s.Members() {
+			if id := m.GetId(); !in[id] {
 				stale = append(stale, id)
 			}
 		}
 	})
 	for _, id := range stale {
-		if _, err := c.apply(cmdMember, &allotpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true}, 10*time.Second); err != nil {
+		if _, err := c.apply(state.CmdMember, &allotpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true}, 10*time.Second); err != nil {
 			return err
 		}
 		c.log.Info("forgot a member no longer in the Raft configuration", "id", id)
@@ -281,10 +282,10 @@ func (c *Coordinator) members() []*allotpb.Member {
 		return nil
 	}
 	_, leader := c.raft.LeaderWithID()
-	c.fsm.read(func(s *state) {
+	c.fsm.Read(func(s *state.State) {
 		for _, srv := range f.Configuration().Servers {
 			m := &allotpb.Member{Id: string(srv.ID), RaftAddress: string(srv.Address), Voter: srv.Suffrage == raft.Voter, Leader: srv.ID == leader}
-			if meta := s.members[string(srv.ID)]; meta != nil {
+			if meta := s.Member(string(srv.ID)); meta != nil {
 				m.GrpcAddress, m.HttpAddress = meta.GetGrpcAddress(), meta.GetHttpAddress()
 			}
 			out = append(out, m)

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -105,7 +106,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range []string{"ok", "invalid", "too_large", "redirected", "failed", "forbidden", "new_node_limit"} {
 		m.reports.WithLabelValues(r)
 	}
-	for _, t := range []commandType{cmdReports, cmdRules, cmdMember, cmdEpoch, cmdMaintain, cmdSettings, cmdGrants} {
+	for _, t := range state.Commands {
 		m.commands.WithLabelValues(t.String())
 	}
 	for _, method := range []string{"PutRules", "DeleteRule", "Join", "Remove", "Backup", "Restore"} {

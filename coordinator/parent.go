@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/internal/clusterclient"
 	allotpb "github.com/allot-io/allot/proto"
 )
@@ -164,7 +165,7 @@ func (c *Coordinator) recordGrants(g *grantRecorder, now int64, window, round ti
 	if g.pending == nil {
 		return
 	}
-	if _, err := c.apply(cmdGrants|ignorable, g.pending, 5*time.Second); err != nil {
+	if _, err := c.apply(state.CmdGrants|state.Ignorable, g.pending, 5*time.Second); err != nil {
 		c.log.Warn("could not record the parent's grants in the ledger; retrying", "error", err)
 		return
 	}

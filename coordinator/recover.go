@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/datadir"
+	"github.com/allot-io/allot/coordinator/internal/fsm"
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
@@ -51,7 +53,7 @@ func Recover(rc RecoverConfig) (*RecoverResult, error) {
 	if rc.Logger == nil {
 		rc.Logger = hclog.NewNullLogger()
 	}
-	st, err := datadir.Open(datadir.Options{Dir: rc.DataDir, NodeID: rc.NodeID, CheckEntry: checkEntry, Logger: rc.Logger})
+	st, err := datadir.Open(datadir.Options{Dir: rc.DataDir, NodeID: rc.NodeID, CheckEntry: fsm.CheckEntry, Logger: rc.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +66,7 @@ func Recover(rc RecoverConfig) (*RecoverResult, error) {
 	conf.Logger = rc.Logger
 	conf.HeartbeatTimeout, conf.ElectionTimeout, conf.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond
 	_, probe := raft.NewInmemTransport("")
-	current, err := raft.GetConfiguration(conf, newFSM(rc.Logger, nil), st.Log, st.Log, st.Snapshots, probe)
+	current, err := raft.GetConfiguration(conf, fsm.New(rc.Logger, nil), st.Log, st.Log, st.Snapshots, probe)
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: reading the cluster's configuration from %s: %w", rc.DataDir, err)
 	}
@@ -81,14 +83,14 @@ func Recover(rc RecoverConfig) (*RecoverResult, error) {
 	if res.RaftAddr == "" {
 		return nil, fmt.Errorf("coordinator: %s is not in the configuration recorded in %s and no Raft address was given: give the one it will listen on", rc.NodeID, rc.DataDir)
 	}
-	fsm := newFSM(rc.Logger, nil)
+	f := fsm.New(rc.Logger, nil)
 	_, trans := raft.NewInmemTransport(raft.ServerAddress(res.RaftAddr))
 	one := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(rc.NodeID), Address: raft.ServerAddress(res.RaftAddr)}}}
-	if err := raft.RecoverCluster(conf, fsm, st.Log, st.Log, st.Snapshots, trans, one); err != nil {
+	if err := raft.RecoverCluster(conf, f, st.Log, st.Log, st.Snapshots, trans, one); err != nil {
 		return nil, fmt.Errorf("coordinator: recovering %s: %w", rc.DataDir, err)
 	}
-	fsm.read(func(s *state) {
-		res.ClusterID, res.LedgerLines, res.Rules, res.Agents = s.clusterID, len(s.ledger), s.rules.Len(), len(s.incarnations)
+	f.Read(func(s *state.State) {
+		res.ClusterID, res.LedgerLines, res.Rules, res.Agents = s.ClusterID(), s.LedgerLen(), s.Rules().Len(), s.IncarnationLen()
 	})
 	return res, nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"github.com/allot-io/allot/internal/testwait"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +12,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/internal/testwait"
 
 	"github.com/allot-io/allot/internal/auth"
 	allotpb "github.com/allot-io/allot/proto"
@@ -122,7 +124,7 @@ func tlsConn(t *testing.T, addr, caFile string, cert *auth.Issued) *grpc.ClientC
 // ledgerText is the whole ledger of c, one line per record.
 func ledgerText(c *Coordinator) string {
 	var lines []string
-	c.fsm.read(func(s *state) { lines = dumpLedger(s) })
+	c.fsm.Read(func(s *state.State) { lines = dumpLedger(s) })
 	return strings.Join(lines, "\n")
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"
@@ -106,7 +107,7 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 	leases := c.alloc.report(req, now.UnixNano())
 	c.metrics.leasesGranted.Add(float64(len(leases)))
 	var resp *allotpb.ReportResponse
-	c.fsm.read(func(st *state) {
+	c.fsm.Read(func(st *state.State) {
 		resp = respond(st, c.alloc, req, now, set, leases, committed, acked)
 	})
 	resp.CoordinatorUnixNano = c.now().UnixNano()
@@ -123,7 +124,7 @@ func (c *Coordinator) admitNode(node string) error {
 		return nil
 	}
 	known := false
-	c.fsm.read(func(st *state) { known = st.hasNode(node) })
+	c.fsm.Read(func(st *state.State) { known = st.HasNode(node) })
 	if known {
 		return nil
 	}
@@ -138,8 +139,8 @@ func (c *Coordinator) admitNode(node string) error {
 // respond builds the answer to a report from the replicated state: the
 // leases, the acknowledgement, the cluster's settings (def for any not
 // fixed yet), and the rules when the agent's are out of date.
-func respond(st *state, alloc *allocator, req *allotpb.ReportRequest, now time.Time, def settings, leases []*allotpb.Lease, applied bool, acked uint64) *allotpb.ReportResponse {
-	set := st.settingsOr(def)
+func respond(st *state.State, alloc *allocator, req *allotpb.ReportRequest, now time.Time, def settings, leases []*allotpb.Lease, applied bool, acked uint64) *allotpb.ReportResponse {
+	set := settingsOr(st, def)
 	resp := &allotpb.ReportResponse{
 		Protocol:            allotpb.ProtocolVersion_PROTOCOL_VERSION_1,
 		Leases:              leases,
@@ -148,20 +149,20 @@ func respond(st *state, alloc *allocator, req *allotpb.ReportRequest, now time.T
 		RenewUnixNano:       now.Add(set.leaseTTL).UnixNano(),
 		Nodes:               uint32(alloc.nodeCount(now.UnixNano())),
 		AckedSeq:            acked,
-		Epoch:               st.epoch,
+		Epoch:               st.Epoch(),
 		BillingWindowNano:   int64(set.billingWindow),
-		RulesVersion:        st.rules.Version(),
+		RulesVersion:        st.Rules().Version(),
 		CoordinatorUnixNano: now.UnixNano(),
 	}
 	if !applied {
-		if inc := st.incarnations[incKey{req.GetNode(), req.GetIncarnation()}]; inc != nil {
-			resp.AckedSeq = inc.lastSeq
+		if seq, ok := st.LastSeq(req.GetNode(), req.GetIncarnation()); ok {
+			resp.AckedSeq = seq
 		}
 	}
-	if req.GetRulesVersion() != st.rules.Version() {
-		resp.Rules = rulespb.SetToProto(st.rules)
+	if req.GetRulesVersion() != st.Rules().Version() {
+		resp.Rules = rulespb.SetToProto(st.Rules())
 	}
-	for _, m := range st.members {
+	for _, m := range st.Members() {
 		resp.Coordinators = append(resp.Coordinators, m.GetGrpcAddress())
 	}
 	return resp
@@ -190,7 +191,7 @@ func reportError(vs []allotpb.Violation) error {
 // GetRules returns the rule set; any member answers from its replica.
 func (s *agentServer) GetRules(ctx context.Context, req *allotpb.GetRulesRequest) (*allotpb.RuleSet, error) {
 	var out *allotpb.RuleSet
-	s.c.fsm.read(func(st *state) { out = rulespb.SetToProto(st.rules) })
+	s.c.fsm.Read(func(st *state.State) { out = rulespb.SetToProto(st.Rules()) })
 	return out, nil
 }
 
@@ -201,14 +202,14 @@ type rulesServer struct {
 
 func (s *rulesServer) ListRules(context.Context, *allotpb.ListRulesRequest) (*allotpb.RuleSet, error) {
 	var out *allotpb.RuleSet
-	s.c.fsm.read(func(st *state) { out = rulespb.SetToProto(st.rules) })
+	s.c.fsm.Read(func(st *state.State) { out = rulespb.SetToProto(st.Rules()) })
 	return out, nil
 }
 
 func (s *rulesServer) GetRule(_ context.Context, req *allotpb.GetRuleRequest) (*allotpb.Rule, error) {
 	var out *allotpb.Rule
-	s.c.fsm.read(func(st *state) {
-		if r, ok := st.rules.Get(req.GetName()); ok {
+	s.c.fsm.Read(func(st *state.State) {
+		if r, ok := st.Rules().Get(req.GetName()); ok {
 			out = rulespb.ToProto(&r)
 		}
 	})
@@ -238,7 +239,7 @@ func (s *rulesServer) PutRules(ctx context.Context, req *allotpb.PutRulesRequest
 func (s *rulesServer) DeleteRule(ctx context.Context, req *allotpb.DeleteRuleRequest) (*allotpb.RuleSet, error) {
 	c := s.c
 	var found bool
-	c.fsm.read(func(st *state) { _, found = st.rules.Get(req.GetName()) })
+	c.fsm.Read(func(st *state.State) { _, found = st.Rules().Get(req.GetName()) })
 	if !found {
 		c.metrics.adminRequests.WithLabelValues("DeleteRule", "not_found").Inc()
 		return nil, status.Errorf(codes.NotFound, "no rule named %q", req.GetName())
@@ -255,16 +256,16 @@ func (s *rulesServer) DeleteRule(ctx context.Context, req *allotpb.DeleteRuleReq
 // checkRulesCommand validates the rule set a command would produce, before
 // it is proposed.
 func (c *Coordinator) checkRulesCommand(cmd *allotpb.RulesCommand) error {
-	var probe *state
-	c.fsm.read(func(st *state) { probe = &state{rules: st.rules} })
-	if err := probe.applyRules(cmd); err != nil {
+	var err error
+	c.fsm.Read(func(st *state.State) { err = st.CheckRules(cmd) })
+	if err != nil {
 		return rulesError(err)
 	}
 	return nil
 }
 
 func (c *Coordinator) applyRulesCommand(cmd *allotpb.RulesCommand) (*allotpb.RuleSet, error) {
-	res, err := c.apply(cmdRules, cmd, 10*time.Second)
+	res, err := c.apply(state.CmdRules, cmd, 10*time.Second)
 	if err != nil {
 		if _, ok := err.(rules.Errors); ok {
 			return nil, rulesError(err)
@@ -344,8 +345,8 @@ func (c *Coordinator) Status() *allotpb.StatusResponse {
 		active := c.alloc.activeKeys()
 		st.ActiveKeys = uint64(active)
 	}
-	c.fsm.read(func(s *state) {
-		st.Epoch, st.Rules, st.RulesVersion = s.epoch, uint32(s.rules.Len()), s.rules.Version()
+	c.fsm.Read(func(s *state.State) {
+		st.Epoch, st.Rules, st.RulesVersion = s.Epoch(), uint32(s.Rules().Len()), s.Rules().Version()
 	})
 	st.Tier = c.tierStatus(now)
 	return st
@@ -382,7 +383,7 @@ func (c *Coordinator) queryUsage(q *allotpb.UsageQuery) (*allotpb.UsageResponse,
 	if size > 10000 {
 		return nil, invalid("page_size", "must be at most 10000")
 	}
-	var after *ledgerKey
+	var after *state.LedgerKey
 	if tok := q.GetPageToken(); tok != "" {
 		k, err := decodePageToken(tok)
 		if err != nil {
@@ -391,16 +392,16 @@ func (c *Coordinator) queryUsage(q *allotpb.UsageQuery) (*allotpb.UsageResponse,
 		after = &k
 	}
 	resp := &allotpb.UsageResponse{}
-	lq := ledgerQuery{from: from, to: to, tenant: q.GetTenant(), rule: q.GetRule(), region: q.GetRegion()}
-	c.fsm.read(func(st *state) {
-		keys, next, more := st.ledgerPage(lq, after, size, maxScanPerPage)
-		width := st.billingWindowSeconds()
-		for _, k := range keys {
-			u := st.ledger[k]
+	lq := state.LedgerQuery{From: from, To: to, Tenant: q.GetTenant(), Rule: q.GetRule(), Region: q.GetRegion()}
+	c.fsm.Read(func(st *state.State) {
+		lines, next, more := st.LedgerPage(lq, after, size, state.MaxScanPerPage)
+		width := st.BillingWindowSeconds()
+		for _, l := range lines {
+			k := l.Key
 			resp.Records = append(resp.Records, &allotpb.UsageRecord{
-				Tenant: k.tenant, Rule: k.rule, Region: k.region,
-				WindowStart: timestamppb.New(time.Unix(k.window, 0)), WindowEnd: timestamppb.New(time.Unix(k.window+width, 0)),
-				Admitted: u.admitted, Denied: u.denied, Final: st.final[k.window], Granted: u.granted,
+				Tenant: k.Tenant, Rule: k.Rule, Region: k.Region,
+				WindowStart: timestamppb.New(time.Unix(k.Window, 0)), WindowEnd: timestamppb.New(time.Unix(k.Window+width, 0)),
+				Admitted: l.Admitted, Denied: l.Denied, Final: l.Final, Granted: l.Granted,
 			})
 		}
 		if more {
@@ -423,25 +424,25 @@ func ceilSeconds(ts *timestamppb.Timestamp) int64 {
 	return s
 }
 
-func encodePageToken(k ledgerKey) string {
-	raw := strings.Join([]string{strconv.FormatInt(k.window, 10), k.tenant, k.rule, k.region}, "\x00")
+func encodePageToken(k state.LedgerKey) string {
+	raw := strings.Join([]string{strconv.FormatInt(k.Window, 10), k.Tenant, k.Rule, k.Region}, "\x00")
 	return base64.RawURLEncoding.EncodeToString([]byte(raw))
 }
 
-func decodePageToken(tok string) (ledgerKey, error) {
+func decodePageToken(tok string) (state.LedgerKey, error) {
 	raw, err := base64.RawURLEncoding.DecodeString(tok)
 	if err != nil {
-		return ledgerKey{}, fmt.Errorf("not a token this coordinator issued")
+		return state.LedgerKey{}, fmt.Errorf("not a token this coordinator issued")
 	}
 	parts := strings.Split(string(raw), "\x00")
 	if len(parts) != 4 {
-		return ledgerKey{}, fmt.Errorf("not a token this coordinator issued")
+		return state.LedgerKey{}, fmt.Errorf("not a token this coordinator issued")
 	}
 	w, err := strconv.ParseInt(parts[0], 10, 64)
 	if err != nil {
-		return ledgerKey{}, fmt.Errorf("not a token this coordinator issued")
+		return state.LedgerKey{}, fmt.Errorf("not a token this coordinator issued")
 	}
-	return ledgerKey{window: w, tenant: parts[1], rule: parts[2], region: parts[3]}, nil
+	return state.LedgerKey{Window: w, Tenant: parts[1], Rule: parts[2], Region: parts[3]}, nil
 }
 
 // peers holds client connections to other members, for forwarding.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
@@ -28,16 +29,16 @@ func configSettings(cfg *Config) settings {
 
 // settingsOr returns the replicated settings, each taken from def while
 // not fixed yet.
-func (s *state) settingsOr(def settings) settings {
-	out := def
-	if s.billingWindow != 0 {
-		out.billingWindow = time.Duration(s.billingWindowSeconds()) * time.Second
+func settingsOr(s *state.State, def settings) settings {
+	fixed, out := s.Settings(), def
+	if fixed.BillingWindow != 0 {
+		out.billingWindow = fixed.BillingWindow
 	}
-	if s.reportInterval != 0 {
-		out.reportInterval = time.Duration(s.reportInterval)
+	if fixed.ReportInterval != 0 {
+		out.reportInterval = fixed.ReportInterval
 	}
-	if s.leaseTTL != 0 {
-		out.leaseTTL = time.Duration(s.leaseTTL)
+	if fixed.LeaseTTL != 0 {
+		out.leaseTTL = fixed.LeaseTTL
 	}
 	return out
 }
@@ -46,7 +47,7 @@ func (s *state) settingsOr(def settings) settings {
 // not fixed yet (only until a leader has fixed them).
 func (c *Coordinator) settings() settings {
 	var out settings
-	c.fsm.read(func(s *state) { out = s.settingsOr(configSettings(&c.cfg)) })
+	c.fsm.Read(func(s *state.State) { out = settingsOr(s, configSettings(&c.cfg)) })
 	return out
 }
 
@@ -54,7 +55,7 @@ func (c *Coordinator) settings() settings {
 // settings that are not fixed yet.
 func (c *Coordinator) fixSettings() error {
 	var settled bool
-	c.fsm.read(func(s *state) { settled = s.settled() })
+	c.fsm.Read(func(s *state.State) { settled = s.Settled() })
 	if settled {
 		return nil
 	}
@@ -62,7 +63,7 @@ func (c *Coordinator) fixSettings() error {
 	if err != nil {
 		return err
 	}
-	_, err = c.apply(cmdSettings, &allotpb.SettingsCommand{
+	_, err = c.apply(state.CmdSettings, &allotpb.SettingsCommand{
 		BillingWindowNano:  int64(c.cfg.BillingWindow),
 		ReportIntervalNano: int64(c.cfg.ReportInterval),
 		LeaseTtlNano:       int64(c.cfg.LeaseTTL),
@@ -85,7 +86,7 @@ func newClusterID() (string, error) {
 
 // clusterID is the replicated cluster ID, "" until the first leader fixes it.
 func (c *Coordinator) clusterID() (id string) {
-	c.fsm.read(func(s *state) { id = s.clusterID })
+	c.fsm.Read(func(s *state.State) { id = s.ClusterID() })
 	return id
 }
 
@@ -95,9 +96,9 @@ func (c *Coordinator) clusterID() (id string) {
 func (c *Coordinator) warnSettings(last *settings) {
 	var cluster settings
 	var settled bool
-	c.fsm.read(func(s *state) {
-		if settled = s.settled(); settled {
-			cluster = s.settingsOr(settings{})
+	c.fsm.Read(func(s *state.State) {
+		if settled = s.Settled(); settled {
+			cluster = settingsOr(s, settings{})
 		}
 	})
 	if !settled || cluster == *last {

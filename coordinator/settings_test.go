@@ -1,16 +1,16 @@
 package coordinator
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"github.com/allot-io/allot/internal/testwait"
-	"io"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/internal/testwait"
 
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/hashicorp/go-hclog"
@@ -83,66 +83,23 @@ func TestSettingsReplicated(t *testing.T) {
 	}
 }
 
-// TestRestoreFormat1Snapshot: a snapshot written before the report
-// interval and lease TTL were replicated (testdata, written by that
-// version) still restores, to the same ledger, incarnations and windows,
-// with those two settings left for the next leader to fix; a cluster
-// restored from it as a backup fixes them from its leader's flags.
-func TestRestoreFormat1Snapshot(t *testing.T) {
-	raw, err := os.ReadFile("testdata/snapshot-format1.snap")
+// TestRestoreFormat1Backup: a backup written before the report interval
+// and lease TTL were replicated restores into a cluster, which fixes them
+// from its leader's flags (internal/fsm/state reads the same file to the
+// same state).
+func TestRestoreFormat1Backup(t *testing.T) {
+	raw, err := os.ReadFile("internal/fsm/testdata/snapshot-format1.snap")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := os.ReadFile("testdata/snapshot-format1.state")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := testFSM()
-	if err := f.Restore(io.NopCloser(bytes.NewReader(raw))); err != nil {
-		t.Fatalf("restoring a format 1 snapshot: %v", err)
-	}
-	checkIndex(t, f, "after restoring a format 1 snapshot")
-	f.read(func(s *state) {
-		if s.epoch != 1 || s.billingWindow != int64(time.Hour) || s.rules.Len() != 1 {
-			t.Errorf("epoch %d, billing window %v, %d rules; want 1, 1h, 1", s.epoch, time.Duration(s.billingWindow), s.rules.Len())
-		}
-		if s.reportInterval != 0 || s.leaseTTL != 0 || s.settled() {
-			t.Errorf("an old snapshot restored with interval %d and TTL %d", s.reportInterval, s.leaseTTL)
-		}
-		if got := stateWithoutHeader(dumpState(s)); got != string(want) {
-			t.Errorf("restored state differs from what was snapshotted:\n%s\n--- want\n%s", got, want)
-		}
-	})
-	// Fixing the settings leaves the billing window, already fixed, alone.
-	f.Apply(entry(t, 100, cmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(time.Minute), ReportIntervalNano: int64(time.Second), LeaseTtlNano: int64(5 * time.Second)}))
-	f.read(func(s *state) {
-		if got := s.settingsOr(settings{}); got != (settings{time.Hour, time.Second, 5 * time.Second}) {
-			t.Errorf("settings %+v after fixing", got)
-		}
-	})
-
 	c := cluster(t, 1, nil)[0]
 	if _, err := RestoreFrom(context.Background(), allotpb.NewClusterServiceClient(dial(t, c.GRPCAddr())), bytes.NewReader(raw), ""); err != nil {
 		t.Fatalf("restoring a format 1 backup into a cluster: %v", err)
 	}
 	var got settings
 	var lines int
-	c.fsm.read(func(s *state) { got, lines = s.settingsOr(settings{}), len(s.ledger) })
+	c.fsm.Read(func(s *state.State) { got, lines = settingsOr(s, settings{}), s.LedgerLen() })
 	if got != (settings{time.Hour, c.cfg.ReportInterval, c.cfg.LeaseTTL}) || lines == 0 {
 		t.Errorf("after restoring: settings %+v, %d ledger lines; want the backup's window and this leader's interval and TTL", got, lines)
 	}
-}
-
-// stateWithoutHeader drops dumpState's first line (epoch, settings and
-// rules) and collapses runs of spaces (protobuf's text form varies them
-// on purpose), for comparing with testdata.
-func stateWithoutHeader(dump string) string {
-	var out []string
-	sc := bufio.NewScanner(strings.NewReader(dump))
-	for sc.Scan() {
-		if !strings.HasPrefix(sc.Text(), "epoch ") {
-			out = append(out, strings.Join(strings.Fields(sc.Text()), " "))
-		}
-	}
-	return strings.Join(out, "\n") + "\n"
 }

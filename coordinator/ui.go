@@ -3,11 +3,13 @@ package coordinator
 import (
 	_ "embed"
 	"encoding/json"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/lease/rules"
 )
 
@@ -150,20 +152,20 @@ func (c *Coordinator) uiState() *uiState {
 	if t := st.GetTier(); t != nil {
 		u.Tier = &tierSummary{Role: t.GetRole(), LastError: t.GetLastError(), LeasedKeys: t.GetLeasedKeys(), FallbackKeys: t.GetFallbackKeys(), Regions: len(t.GetRegions())}
 	}
-	c.fsm.read(func(s *state) {
-		u.WindowSecs = s.billingWindowSeconds()
+	c.fsm.Read(func(s *state.State) {
+		u.WindowSecs = s.BillingWindowSeconds()
 		current := now.Unix() / u.WindowSecs * u.WindowSecs
-		for w, reporters := range s.open {
-			u.Windows.Open = append(u.Windows.Open, uiOpenWindow{Start: w, Reporters: len(reporters)})
+		for _, w := range s.OpenWindows() {
+			u.Windows.Open = append(u.Windows.Open, uiOpenWindow{Start: w.Start, Reporters: len(w.Reporters)})
 		}
-		for w := range s.final {
+		for _, w := range s.FinalWindows() {
 			u.Windows.Final++
 			u.Windows.LastFinal = max(u.Windows.LastFinal, w)
 		}
-		for k, v := range s.ledger {
-			if k.window == current {
-				u.Usage = append(u.Usage, uiUsage{Tenant: k.tenant, Rule: k.rule, Region: k.region, Window: k.window, Admitted: v.admitted, Denied: v.denied})
-			}
+		lines, _, _ := s.LedgerPage(state.LedgerQuery{From: current, To: current + 1}, nil, math.MaxInt, math.MaxInt)
+		for _, l := range lines {
+			k := l.Key
+			u.Usage = append(u.Usage, uiUsage{Tenant: k.Tenant, Rule: k.Rule, Region: k.Region, Window: k.Window, Admitted: l.Admitted, Denied: l.Denied})
 		}
 	})
 	slices.SortFunc(u.Windows.Open, func(a, b uiOpenWindow) int { return int(b.Start - a.Start) })

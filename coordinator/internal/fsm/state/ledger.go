@@ -1,8 +1,9 @@
-package coordinator
+package state
 
 import (
 	"cmp"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/google/btree"
@@ -18,23 +19,23 @@ import (
 // ledgerIndexDegree is the B-tree's degree: nodes hold up to 63 keys.
 const ledgerIndexDegree = 32
 
-// maxScanPerPage bounds how many index entries one page may pass over
+// MaxScanPerPage bounds how many index entries one page may pass over
 // that its filters leave out (a page of a filtered query over a large
 // ledger that few lines match). A page that reaches it ends early, even
 // empty, with a token to continue from.
-const maxScanPerPage = 10_000
+const MaxScanPerPage = 10_000
 
-func newLedgerIndex() *btree.BTreeG[ledgerKey] {
-	return btree.NewG(ledgerIndexDegree, func(a, b ledgerKey) bool { return compareLedgerKeys(a, b) < 0 })
+func newLedgerIndex() *btree.BTreeG[LedgerKey] {
+	return btree.NewG(ledgerIndexDegree, func(a, b LedgerKey) bool { return compareLedgerKeys(a, b) < 0 })
 }
 
-func compareLedgerKeys(a, b ledgerKey) int {
-	return cmp.Or(cmp.Compare(a.window, b.window), cmp.Compare(a.tenant, b.tenant), cmp.Compare(a.rule, b.rule), cmp.Compare(a.region, b.region))
+func compareLedgerKeys(a, b LedgerKey) int {
+	return cmp.Or(cmp.Compare(a.Window, b.Window), cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Region, b.Region))
 }
 
 // putLedger adds a ledger line that is not there yet, to the map and the
 // index.
-func (s *state) putLedger(k ledgerKey, u *usage) {
+func (s *State) putLedger(k LedgerKey, u *usage) {
 	s.ledger[k] = u
 	s.index.ReplaceOrInsert(k)
 }
@@ -58,13 +59,13 @@ func windowEnd(window, width int64) int64 {
 // cutoff (Unix ns). It walks the index from its oldest key and stops at the
 // first window that ended at or after cutoff, so it reads only what it
 // deletes and the old windows not yet final.
-func (s *state) dropLedgerBefore(cutoff, width int64) {
-	var drop []ledgerKey
-	s.index.Ascend(func(k ledgerKey) bool {
-		if windowEnd(k.window, width) >= cutoff {
+func (s *State) dropLedgerBefore(cutoff, width int64) {
+	var drop []LedgerKey
+	s.index.Ascend(func(k LedgerKey) bool {
+		if windowEnd(k.Window, width) >= cutoff {
 			return false
 		}
-		if s.final[k.window] {
+		if s.final[k.Window] {
 			drop = append(drop, k)
 		}
 		return true
@@ -75,35 +76,35 @@ func (s *state) dropLedgerBefore(cutoff, width int64) {
 	}
 }
 
-// ledgerQuery selects ledger lines: windows starting in [from, to), and
+// LedgerQuery selects ledger lines: windows starting in [From, To), and
 // the tenant, rule and region when not empty.
-type ledgerQuery struct {
-	from, to             int64
-	tenant, rule, region string
+type LedgerQuery struct {
+	From, To             int64
+	Tenant, Rule, Region string
 }
 
-func (q *ledgerQuery) matches(k ledgerKey) bool {
-	return k.window >= q.from && k.window < q.to &&
-		(q.tenant == "" || k.tenant == q.tenant) && (q.rule == "" || k.rule == q.rule) && (q.region == "" || k.region == q.region)
+func (q *LedgerQuery) matches(k LedgerKey) bool {
+	return k.Window >= q.From && k.Window < q.To &&
+		(q.Tenant == "" || k.Tenant == q.Tenant) && (q.Rule == "" || k.Rule == q.Rule) && (q.Region == "" || k.Region == q.Region)
 }
 
 // skip returns, for a key k the query leaves out because of its tenant,
 // the next key in index order that could match: the query's tenant in the
 // same window, or in the next one. For other keys it returns false: the
 // walk goes on to the next key.
-func (q *ledgerQuery) skip(k ledgerKey) (ledgerKey, bool) {
-	if q.tenant == "" || k.tenant == q.tenant {
-		return ledgerKey{}, false
+func (q *LedgerQuery) skip(k LedgerKey) (LedgerKey, bool) {
+	if q.Tenant == "" || k.Tenant == q.Tenant {
+		return LedgerKey{}, false
 	}
-	next := ledgerKey{window: k.window, tenant: q.tenant, rule: q.rule}
-	if q.rule != "" {
-		next.region = q.region
+	next := LedgerKey{Window: k.Window, Tenant: q.Tenant, Rule: q.Rule}
+	if q.Rule != "" {
+		next.Region = q.Region
 	}
-	if k.tenant > q.tenant {
-		if k.window == math.MaxInt64 {
-			return ledgerKey{}, false
+	if k.Tenant > q.Tenant {
+		if k.Window == math.MaxInt64 {
+			return LedgerKey{}, false
 		}
-		next.window++
+		next.Window++
 	}
 	return next, true
 }
@@ -111,22 +112,22 @@ func (q *ledgerQuery) skip(k ledgerKey) (ledgerKey, bool) {
 // ledgerPage returns up to limit lines matching q, in index order, after
 // the key `after` when given. more reports that there may be more to read,
 // after the key next: the page is full and another line matches, or the
-// page passed over `budget` keys the query leaves out (maxScanPerPage for
+// page passed over `budget` keys the query leaves out (MaxScanPerPage for
 // queries; each seek past a run of other tenants' keys counts as one). It
 // runs under the FSM's read lock in O(log n + limit + budget).
-func (s *state) ledgerPage(q ledgerQuery, after *ledgerKey, limit, budget int) (keys []ledgerKey, next ledgerKey, more bool) {
-	start, exclusive := ledgerKey{window: q.from}, false
+func (s *State) ledgerPage(q LedgerQuery, after *LedgerKey, limit, budget int) (keys []LedgerKey, next LedgerKey, more bool) {
+	start, exclusive := LedgerKey{Window: q.From}, false
 	if after != nil && compareLedgerKeys(*after, start) >= 0 {
 		start, exclusive = *after, true
 	}
 	for {
-		var seek, passed ledgerKey
+		var seek, passed LedgerKey
 		jump, stop := false, false
-		s.index.AscendGreaterOrEqual(start, func(k ledgerKey) bool {
+		s.index.AscendGreaterOrEqual(start, func(k LedgerKey) bool {
 			if exclusive && k == start {
 				return true
 			}
-			if k.window >= q.to {
+			if k.Window >= q.To {
 				stop = true // nothing further can match
 				return false
 			}
@@ -158,4 +159,8 @@ func (s *state) ledgerPage(q ledgerQuery, after *ledgerKey, limit, budget int) (
 		}
 		start, exclusive = seek, false
 	}
+}
+
+func compareIncKeys(a, b incKey) int {
+	return cmp.Or(strings.Compare(a.node, b.node), cmp.Compare(a.incarnation, b.incarnation))
 }

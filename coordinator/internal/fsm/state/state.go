@@ -1,4 +1,4 @@
-package coordinator
+package state
 
 import (
 	"fmt"
@@ -11,14 +11,18 @@ import (
 	"github.com/google/btree"
 )
 
-// state is everything the coordinators replicate: rules, members, the
+// DefaultBillingWindow is the billing window of a state whose settings no
+// leader has fixed yet.
+const DefaultBillingWindow = time.Hour
+
+// State is everything the coordinators replicate: rules, members, the
 // usage ledger, the report sequence of every agent incarnation, and the
 // epoch. It knows nothing of Raft; the FSM decodes log entries and calls
-// its methods, always from one goroutine, while readers hold the FSM's
-// lock. Every method is a deterministic function of the state and its
+// Apply, always from one goroutine, while readers hold the FSM's lock.
+// Every method is a deterministic function of the state and its
 // arguments: no clock is read here, so every replica reaches the same
 // state from the same log.
-type state struct {
+type State struct {
 	epoch uint64
 	// The cluster's settings, in ns: 0 until a leader fixes them (see
 	// applySettings); the first leader of a cluster does.
@@ -28,11 +32,11 @@ type state struct {
 	rules          *rules.Set
 	members        map[string]*allotpb.Member
 	incarnations   map[incKey]*incarnation
-	ledger         map[ledgerKey]*usage
+	ledger         map[LedgerKey]*usage
 	// index orders the ledger's keys by window, tenant, rule and region,
 	// for exports in pages (see ledgerPage). It holds exactly the keys of
 	// ledger: addUsage, maintain and restoring a snapshot keep it so.
-	index *btree.BTreeG[ledgerKey]
+	index *btree.BTreeG[LedgerKey]
 	// open maps each billing window not yet final to the incarnations that
 	// reported usage in it.
 	open map[int64]map[incKey]struct{}
@@ -59,11 +63,11 @@ type incarnation struct {
 	lastCut     int64 // newest batch cut time, ns
 }
 
-// recentNodes counts the nodes (by name, whatever their incarnations)
+// RecentNodes counts the nodes (by name, whatever their incarnations)
 // whose usage was applied at or after since, on the proposing leader's
 // clock: the fleet as the replicated state knows it, which a new leader
-// starts from (allocator.lead).
-func (s *state) recentNodes(since int64) int {
+// starts from.
+func (s *State) RecentNodes(since int64) int {
 	seen := map[string]struct{}{}
 	for k, inc := range s.incarnations {
 		if inc.lastApplied >= since {
@@ -73,8 +77,8 @@ func (s *state) recentNodes(since int64) int {
 	return len(seen)
 }
 
-// hasNode reports whether any incarnation of node has usage in the state.
-func (s *state) hasNode(node string) bool {
+// HasNode reports whether any incarnation of node has usage in the state.
+func (s *State) HasNode(node string) bool {
 	for k := range s.incarnations {
 		if k.node == node {
 			return true
@@ -83,11 +87,11 @@ func (s *state) hasNode(node string) bool {
 	return false
 }
 
-// ledgerKey is one line of the bill: a tenant's usage under one rule, in
+// LedgerKey is one line of the bill: a tenant's usage under one rule, in
 // one region, in one billing window (its start, in Unix seconds).
-type ledgerKey struct {
-	tenant, rule, region string
-	window               int64
+type LedgerKey struct {
+	Tenant, Rule, Region string
+	Window               int64
 }
 
 type usage struct {
@@ -97,13 +101,13 @@ type usage struct {
 	granted *float64
 }
 
-func newState() *state {
+func New() *State {
 	rs, _ := rules.NewSet(0, nil)
-	return &state{
+	return &State{
 		rules:        rs,
 		members:      map[string]*allotpb.Member{},
 		incarnations: map[incKey]*incarnation{},
-		ledger:       map[ledgerKey]*usage{},
+		ledger:       map[LedgerKey]*usage{},
 		index:        newLedgerIndex(),
 		open:         map[int64]map[incKey]struct{}{},
 		final:        map[int64]bool{},
@@ -111,8 +115,8 @@ func newState() *state {
 }
 
 // windowOf aligns a Unix second down to the start of its billing window.
-func (s *state) windowOf(unix int64) int64 {
-	w := s.billingWindowSeconds()
+func (s *State) windowOf(unix int64) int64 {
+	w := s.BillingWindowSeconds()
 	q := unix / w
 	if unix%w != 0 && unix < 0 {
 		q--
@@ -120,7 +124,8 @@ func (s *state) windowOf(unix int64) int64 {
 	return q * w
 }
 
-func (s *state) billingWindowSeconds() int64 {
+// BillingWindowSeconds is the billing window in whole seconds.
+func (s *State) BillingWindowSeconds() int64 {
 	if s.billingWindow < int64(time.Second) {
 		return int64(DefaultBillingWindow / time.Second)
 	}
@@ -130,7 +135,7 @@ func (s *state) billingWindowSeconds() int64 {
 // applyReports adds each report's usage batch to the ledger, exactly once
 // per (node, incarnation, seq), and returns the highest batch applied for
 // each report's incarnation.
-func (s *state) applyReports(cmd *allotpb.ReportsCommand) *allotpb.ReportsResult {
+func (s *State) applyReports(cmd *allotpb.ReportsCommand) *allotpb.ReportsResult {
 	now := cmd.GetProposedUnixNano()
 	res := &allotpb.ReportsResult{AckedSeq: make([]uint64, len(cmd.GetReports()))}
 	for i, r := range cmd.GetReports() {
@@ -157,12 +162,12 @@ func (s *state) applyReports(cmd *allotpb.ReportsCommand) *allotpb.ReportsResult
 // already final (an agent cut off for longer than the agent timeout) is
 // carried into the window open at now, so that final windows never change
 // and no usage is lost.
-func (s *state) addUsage(k incKey, region string, c *allotpb.UsageCount, now int64) {
+func (s *State) addUsage(k incKey, region string, c *allotpb.UsageCount, now int64) {
 	window := s.windowOf(c.GetWindowUnix())
 	if s.final[window] {
 		window = s.windowOf(now / int64(time.Second))
 	}
-	key := ledgerKey{tenant: c.GetTenant(), rule: c.GetRule(), region: region, window: window}
+	key := LedgerKey{Tenant: c.GetTenant(), Rule: c.GetRule(), Region: region, Window: window}
 	u := s.ledger[key]
 	if u == nil {
 		u = &usage{}
@@ -182,10 +187,27 @@ func (s *state) addUsage(k incKey, region string, c *allotpb.UsageCount, now int
 // applyRules puts and deletes rules, all or none. An invalid result leaves
 // the rules unchanged and returns the error; the proposer validated the
 // command before proposing it, so this only guards against divergence.
-func (s *state) applyRules(cmd *allotpb.RulesCommand) error {
+func (s *State) applyRules(cmd *allotpb.RulesCommand) error {
+	set, err := nextRules(s.rules, cmd)
+	if err != nil {
+		return err
+	}
+	s.rules = set
+	return nil
+}
+
+// CheckRules returns the error applying cmd would refuse it with, without
+// applying it: proposers validate a rules command before proposing it.
+func (s *State) CheckRules(cmd *allotpb.RulesCommand) error {
+	_, err := nextRules(s.rules, cmd)
+	return err
+}
+
+// nextRules is the rule set cmd makes of cur.
+func nextRules(cur *rules.Set, cmd *allotpb.RulesCommand) (*rules.Set, error) {
 	byName := map[string]rules.Rule{}
 	if !cmd.GetReplaceAll() {
-		for _, r := range s.rules.Rules() {
+		for _, r := range cur.Rules() {
 			byName[r.Name] = r
 		}
 	}
@@ -195,7 +217,7 @@ func (s *state) applyRules(cmd *allotpb.RulesCommand) error {
 	for _, p := range cmd.GetPut() {
 		r, err := rulespb.FromProto(p)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		byName[r.Name] = r
 	}
@@ -203,15 +225,10 @@ func (s *state) applyRules(cmd *allotpb.RulesCommand) error {
 	for _, r := range byName {
 		list = append(list, r)
 	}
-	set, err := rules.NewSet(s.rules.Version()+1, list)
-	if err != nil {
-		return err
-	}
-	s.rules = set
-	return nil
+	return rules.NewSet(cur.Version()+1, list)
 }
 
-func (s *state) applyMember(cmd *allotpb.MemberCommand) {
+func (s *State) applyMember(cmd *allotpb.MemberCommand) {
 	m := cmd.GetMember()
 	if cmd.GetRemove() {
 		delete(s.members, m.GetId())
@@ -220,7 +237,7 @@ func (s *state) applyMember(cmd *allotpb.MemberCommand) {
 	s.members[m.GetId()] = &allotpb.Member{Id: m.GetId(), RaftAddress: m.GetRaftAddress(), GrpcAddress: m.GetGrpcAddress(), HttpAddress: m.GetHttpAddress()}
 }
 
-func (s *state) applyEpoch(cmd *allotpb.EpochCommand) uint64 {
+func (s *State) applyEpoch(cmd *allotpb.EpochCommand) uint64 {
 	s.epoch = max(s.epoch+1, cmd.GetAtLeast())
 	return s.epoch
 }
@@ -229,7 +246,7 @@ func (s *state) applyEpoch(cmd *allotpb.EpochCommand) uint64 {
 // already fixed never changes. A cluster from before report interval and
 // lease TTL were replicated has its billing window only: its next leader
 // fixes the other two.
-func (s *state) applySettings(cmd *allotpb.SettingsCommand) {
+func (s *State) applySettings(cmd *allotpb.SettingsCommand) {
 	if s.billingWindow == 0 && cmd.GetBillingWindowNano() >= int64(time.Second) {
 		s.billingWindow = cmd.GetBillingWindowNano() - cmd.GetBillingWindowNano()%int64(time.Second)
 	}
@@ -244,17 +261,17 @@ func (s *state) applySettings(cmd *allotpb.SettingsCommand) {
 	}
 }
 
-// settled reports whether every cluster setting is fixed.
-func (s *state) settled() bool {
+// Settled reports whether every cluster setting is fixed.
+func (s *State) Settled() bool {
 	return s.billingWindow != 0 && s.reportInterval != 0 && s.leaseTTL != 0 && s.clusterID != ""
 }
 
 // maintain finalizes billing windows that have closed and whose reporters
 // have all been acknowledged past their end (or are gone), forgets
 // incarnations silent for long, and drops ledger windows past retention.
-func (s *state) maintain(cmd *allotpb.MaintainCommand) {
+func (s *State) maintain(cmd *allotpb.MaintainCommand) {
 	now, timeout := cmd.GetNowUnixNano(), cmd.GetAgentTimeoutNano()
-	width := s.billingWindowSeconds() * int64(time.Second)
+	width := s.BillingWindowSeconds() * int64(time.Second)
 	for window, reporters := range s.open {
 		end := windowEnd(window, width)
 		if end > now {
@@ -296,7 +313,7 @@ func (s *state) maintain(cmd *allotpb.MaintainCommand) {
 // parent to the ledger, once: a command whose epoch and seq are not past
 // the last applied is a repeat and changes nothing. A grant creates its
 // ledger line if no usage did (a tenant leased and idle).
-func (s *state) applyGrants(cmd *allotpb.GrantsCommand) {
+func (s *State) applyGrants(cmd *allotpb.GrantsCommand) {
 	if cmd.GetEpoch() < s.grantEpoch || cmd.GetEpoch() == s.grantEpoch && cmd.GetSeq() <= s.grantSeq {
 		return
 	}
@@ -305,7 +322,7 @@ func (s *state) applyGrants(cmd *allotpb.GrantsCommand) {
 		if !(g.GetGranted() > 0) || math.IsInf(g.GetGranted(), 0) {
 			continue
 		}
-		k := ledgerKey{g.GetTenant(), g.GetRule(), cmd.GetRegion(), g.GetWindowUnix()}
+		k := LedgerKey{g.GetTenant(), g.GetRule(), cmd.GetRegion(), g.GetWindowUnix()}
 		u := s.ledger[k]
 		if u == nil {
 			u = &usage{}

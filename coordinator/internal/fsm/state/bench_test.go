@@ -1,0 +1,74 @@
+package state
+
+import (
+	"bytes"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	allotpb "github.com/allot-io/allot/proto"
+)
+
+// BenchmarkLedgerRecordSize measures what one ledger line costs: heap
+// bytes on a member (the map entry, its counts, its key's strings and its
+// place in the index), the index's part of that, and bytes in a snapshot
+// (and so in a backup). The ledger is 100,000 lines: 1,000 tenants
+// ("tenant-0000123") × 4 rules × 25 hourly windows, in one region, applied
+// through the FSM as agents' reports are. docs/billing.md sizes the
+// retention with these figures.
+//
+//	go test -run '^$' -bench LedgerRecordSize -benchtime 3x ./coordinator/internal/fsm/state
+func BenchmarkLedgerRecordSize(b *testing.B) {
+	const tenants, windows = 1000, 25
+	ruleNames := []string{"plan-quota", "api-rate", "search", "uploads"}
+	records := tenants * len(ruleNames) * windows
+	heapInUse := func() uint64 {
+		var m runtime.MemStats
+		runtime.GC()
+		runtime.GC()
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	var heap, index, snap float64
+	for i := 0; i < b.N; i++ {
+		before := heapInUse()
+		f := testFSM()
+		f.Apply(entry(b, 1, CmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
+		for w := 0; w < windows; w++ {
+			at := hour0.Add(time.Duration(w) * time.Hour)
+			batch := &allotpb.UsageBatch{Seq: 1, CutUnixNano: at.UnixNano()}
+			for t := 0; t < tenants; t++ {
+				for _, r := range ruleNames {
+					batch.Counts = append(batch.Counts, &allotpb.UsageCount{Rule: r, Tenant: fmt.Sprintf("tenant-%07d", t), WindowUnix: at.Unix(), Admitted: uint64(1000 + t), Denied: uint64(t % 7)})
+				}
+			}
+			f.Apply(entry(b, uint64(2+w), CmdReports, &allotpb.ReportsCommand{ProposedUnixNano: at.UnixNano(), Reports: []*allotpb.AgentUsage{
+				{Node: fmt.Sprintf("gw-%d", w), Incarnation: 1, Region: "eu-west", Batch: batch},
+			}}))
+		}
+		// Incarnations and windows are a few; nearly all of it is the
+		// ledger.
+		heap += float64(heapInUse()-before) / float64(records)
+
+		var keys []LedgerKey
+		f.read(func(s *State) { keys = indexKeys(s) })
+		before = heapInUse()
+		idx := newLedgerIndex()
+		for _, k := range keys {
+			idx.ReplaceOrInsert(k)
+		}
+		index += float64(heapInUse()-before) / float64(records)
+		runtime.KeepAlive(idx)
+
+		var sink bytes.Buffer
+		if err := f.st.Snapshot().Write(&sink); err != nil {
+			b.Fatal(err)
+		}
+		snap += float64(sink.Len()) / float64(records)
+		runtime.KeepAlive(f)
+	}
+	b.ReportMetric(heap/float64(b.N), "heap-B/line")
+	b.ReportMetric(index/float64(b.N), "index-B/line")
+	b.ReportMetric(snap/float64(b.N), "snapshot-B/line")
+}

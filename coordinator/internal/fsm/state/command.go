@@ -1,0 +1,129 @@
+package state
+
+import (
+	"fmt"
+
+	allotpb "github.com/allot-io/allot/proto"
+	"google.golang.org/protobuf/proto"
+)
+
+// Command is the first byte of every log entry; a protobuf payload
+// follows. A type with the Ignorable bit set may be skipped by a node too
+// old to know it; any other unknown type stops the node, because applying
+// the log partially would let replicas diverge.
+type Command uint8
+
+// The command types. Their numbers are in every existing log: never
+// renumber one.
+const (
+	CmdReports  Command = 1
+	CmdRules    Command = 2
+	CmdMember   Command = 3
+	CmdEpoch    Command = 4
+	CmdMaintain Command = 5
+	CmdSettings Command = 6
+	// CmdGrants is proposed with the ignorable bit: a member too old to
+	// know it skips it and only loses the bill's granted shares.
+	CmdGrants Command = 7
+
+	Ignorable Command = 0x80
+)
+
+// Commands lists every command type this version knows.
+var Commands = []Command{CmdReports, CmdRules, CmdMember, CmdEpoch, CmdMaintain, CmdSettings, CmdGrants}
+
+func (t Command) String() string {
+	switch t &^ Ignorable {
+	case CmdReports:
+		return "reports"
+	case CmdRules:
+		return "rules"
+	case CmdMember:
+		return "member"
+	case CmdEpoch:
+		return "epoch"
+	case CmdMaintain:
+		return "maintain"
+	case CmdSettings:
+		return "settings"
+	case CmdGrants:
+		return "grants"
+	}
+	return fmt.Sprintf("command(%d)", uint8(t))
+}
+
+// Encode lays out a log entry: the type byte, then the payload.
+func Encode(t Command, m proto.Message) ([]byte, error) {
+	b, err := proto.MarshalOptions{}.MarshalAppend([]byte{byte(t)}, m)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: encoding %v command: %w", t, err)
+	}
+	return b, nil
+}
+
+// handler applies one decoded command to the state.
+type handler struct {
+	msg   func() proto.Message
+	apply func(*State, proto.Message) any
+}
+
+// handlers is the table of command types, each the same shape: decode,
+// apply, return.
+var handlers = map[Command]handler{
+	CmdReports: {
+		msg:   func() proto.Message { return &allotpb.ReportsCommand{} },
+		apply: func(s *State, m proto.Message) any { return s.applyReports(m.(*allotpb.ReportsCommand)) },
+	},
+	CmdRules: {
+		msg: func() proto.Message { return &allotpb.RulesCommand{} },
+		apply: func(s *State, m proto.Message) any {
+			if err := s.applyRules(m.(*allotpb.RulesCommand)); err != nil {
+				return err
+			}
+			return s.rules
+		},
+	},
+	CmdMember: {
+		msg:   func() proto.Message { return &allotpb.MemberCommand{} },
+		apply: func(s *State, m proto.Message) any { s.applyMember(m.(*allotpb.MemberCommand)); return nil },
+	},
+	CmdEpoch: {
+		msg:   func() proto.Message { return &allotpb.EpochCommand{} },
+		apply: func(s *State, m proto.Message) any { return s.applyEpoch(m.(*allotpb.EpochCommand)) },
+	},
+	CmdMaintain: {
+		msg:   func() proto.Message { return &allotpb.MaintainCommand{} },
+		apply: func(s *State, m proto.Message) any { s.maintain(m.(*allotpb.MaintainCommand)); return nil },
+	},
+	CmdSettings: {
+		msg:   func() proto.Message { return &allotpb.SettingsCommand{} },
+		apply: func(s *State, m proto.Message) any { s.applySettings(m.(*allotpb.SettingsCommand)); return nil },
+	},
+	CmdGrants: {
+		msg:   func() proto.Message { return &allotpb.GrantsCommand{} },
+		apply: func(s *State, m proto.Message) any { s.applyGrants(m.(*allotpb.GrantsCommand)); return nil },
+	},
+}
+
+// Message returns an empty message of the type command t carries (the
+// ignorable bit aside), or false for a type this version does not know.
+func Message(t Command) (proto.Message, bool) {
+	h, ok := handlers[t&^Ignorable]
+	if !ok {
+		return nil, false
+	}
+	return h.msg(), true
+}
+
+// Apply applies command t, carrying m (of the type Message gives), and
+// returns what the proposer is told: a *ReportsResult for reports, the
+// new *rules.Set or the error that refused it for rules, the new epoch
+// for an epoch, nil otherwise. A type this version does not know changes
+// nothing and returns nil.
+func (s *State) Apply(t Command, m proto.Message) any {
+	h, ok := handlers[t&^Ignorable]
+	if !ok {
+		return nil
+	}
+	return h.apply(s, m)
+}

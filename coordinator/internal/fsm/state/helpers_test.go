@@ -1,0 +1,157 @@
+package state
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/proto/rulespb"
+	"google.golang.org/protobuf/proto"
+)
+
+// machine applies log entries to a state as the FSM does (decoded from
+// their bytes, the ignorable bit honoured), without Raft.
+type machine struct{ st *State }
+
+func testFSM() *machine { return &machine{st: New()} }
+
+func (m *machine) read(fn func(*State)) { fn(m.st) }
+
+// Restore replaces the state with one read from a snapshot.
+func (m *machine) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	st, err := ReadSnapshot(rc)
+	if err != nil {
+		return err
+	}
+	m.st = st
+	return nil
+}
+
+// Apply decodes and applies one entry's data; it fails on what the FSM
+// would stop on.
+func (m *machine) Apply(data []byte) any {
+	t := Command(data[0])
+	msg, ok := Message(t)
+	if !ok {
+		if t&Ignorable != 0 {
+			return nil
+		}
+		panic(fmt.Sprintf("unknown command type %d", t))
+	}
+	if err := proto.Unmarshal(data[1:], msg); err != nil {
+		panic(err)
+	}
+	return m.st.Apply(t, msg)
+}
+
+// entry encodes a command the way the leader would.
+func entry(t testing.TB, _ uint64, ct Command, m proto.Message) []byte {
+	t.Helper()
+	data, err := Encode(ct, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func rawEntry(_ uint64, data []byte) []byte { return data }
+
+var hour0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+
+func usageCmd(at time.Time, node string, inc, seq uint64, tenant string, admitted, denied uint64) *allotpb.ReportsCommand {
+	return &allotpb.ReportsCommand{ProposedUnixNano: at.UnixNano(), Reports: []*allotpb.AgentUsage{{
+		Node: node, Incarnation: inc, Region: "eu-west",
+		Batch: &allotpb.UsageBatch{Seq: seq, CutUnixNano: at.UnixNano(), Counts: []*allotpb.UsageCount{
+			{Rule: "plan-quota", Tenant: tenant, WindowUnix: at.Unix(), Admitted: admitted, Denied: denied},
+		}},
+	}}}
+}
+
+func ledgerTotal(f *machine, tenant string) (admitted, denied uint64) {
+	f.read(func(s *State) {
+		for k, u := range s.ledger {
+			if k.Tenant == tenant {
+				admitted += u.admitted
+				denied += u.denied
+			}
+		}
+	})
+	return admitted, denied
+}
+
+// roundTrip snapshots f and restores the snapshot into a new machine.
+func roundTrip(t *testing.T, f *machine) *machine {
+	t.Helper()
+	var buf bytes.Buffer
+	if err := f.st.Snapshot().Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	st, err := ReadSnapshot(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &machine{st: st}
+}
+
+// fillLedger applies n ledger lines in one region, one tenant per line,
+// spread over windows, through the FSM.
+func fillLedger(t testing.TB, f *machine, index uint64, n int, region string, at time.Time) {
+	cmd := &allotpb.ReportsCommand{ProposedUnixNano: at.UnixNano()}
+	for i := 0; i < n; {
+		b := &allotpb.UsageBatch{Seq: 1, CutUnixNano: at.UnixNano()}
+		for ; i < n && len(b.Counts) < 10000; i++ {
+			b.Counts = append(b.Counts, &allotpb.UsageCount{Rule: "plan-quota", Tenant: fmt.Sprintf("tenant-%07d", i), WindowUnix: at.Unix(), Admitted: uint64(i + 1)})
+		}
+		cmd.Reports = append(cmd.Reports, &allotpb.AgentUsage{Node: fmt.Sprintf("gw-%s-%d-%d", region, at.Unix(), i), Incarnation: 1, Region: region, Batch: b})
+	}
+	data, err := Encode(CmdReports, cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Apply(rawEntry(index, data))
+}
+
+// dumpState renders a state deterministically, for comparing replicas.
+func dumpState(s *State) string {
+	var lines []string
+	lines = append(lines, fmt.Sprintf("epoch %d window %d interval %d ttl %d grants %d/%d rules %s", s.epoch, s.billingWindow, s.reportInterval, s.leaseTTL, s.grantEpoch, s.grantSeq, rulespb.SetToProto(s.rules)))
+	for id, m := range s.members {
+		lines = append(lines, fmt.Sprintf("member %s %s", id, m))
+	}
+	for k, inc := range s.incarnations {
+		lines = append(lines, fmt.Sprintf("inc %s %d %d %d", k, inc.lastSeq, inc.lastApplied, inc.lastCut))
+	}
+	lines = append(lines, dumpLedger(s)...)
+	for w, r := range s.open {
+		var rs []string
+		for k := range r {
+			rs = append(rs, k.String())
+		}
+		slices.Sort(rs)
+		lines = append(lines, fmt.Sprintf("open %d %v", w, rs))
+	}
+	for w := range s.final {
+		lines = append(lines, fmt.Sprintf("final %d", w))
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n")
+}
+
+func dumpLedger(s *State) []string {
+	var lines []string
+	for k, u := range s.ledger {
+		line := fmt.Sprintf("ledger %s/%s/%s/%d %d %d", k.Tenant, k.Rule, k.Region, k.Window, u.admitted, u.denied)
+		if u.granted != nil {
+			line += fmt.Sprintf(" granted %g", *u.granted)
+		}
+		lines = append(lines, line)
+	}
+	slices.Sort(lines)
+	return lines
+}

@@ -1,0 +1,198 @@
+package state
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	allotpb "github.com/allot-io/allot/proto"
+)
+
+// TestLedgerSaturates: ledger totals stop at the largest count instead of
+// wrapping around to a small one.
+func TestLedgerSaturates(t *testing.T) {
+	f := testFSM()
+	f.Apply(entry(t, 1, CmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
+	f.Apply(entry(t, 2, CmdReports, usageCmd(hour0, "gw-1", 1, 1, "acme", math.MaxUint64-10, math.MaxUint64-1)))
+	f.Apply(entry(t, 3, CmdReports, usageCmd(hour0, "gw-2", 1, 1, "acme", 100, 3)))
+	if a, d := ledgerTotal(f, "acme"); a != math.MaxUint64 || d != math.MaxUint64 {
+		t.Fatalf("ledger %d admitted, %d denied; want both saturated at %d", a, d, uint64(math.MaxUint64))
+	}
+}
+
+// indexKeys returns the index's keys in order.
+func indexKeys(s *State) []LedgerKey {
+	var out []LedgerKey
+	s.index.Ascend(func(k LedgerKey) bool { out = append(out, k); return true })
+	return out
+}
+
+// checkIndex fails unless the index holds exactly the ledger's keys, in
+// order.
+func checkIndex(t *testing.T, f *machine, when string) {
+	t.Helper()
+	f.read(func(s *State) {
+		keys := indexKeys(s)
+		if len(keys) != len(s.ledger) {
+			t.Fatalf("%s: index has %d keys, ledger %d lines", when, len(keys), len(s.ledger))
+		}
+		for i, k := range keys {
+			if s.ledger[k] == nil {
+				t.Fatalf("%s: index key %v is not in the ledger", when, k)
+			}
+			if i > 0 && compareLedgerKeys(keys[i-1], k) >= 0 {
+				t.Fatalf("%s: index out of order at %d: %v then %v", when, i, keys[i-1], k)
+			}
+		}
+	})
+}
+
+// randomLedger applies n reports of random lines over 12 hourly windows
+// from hour0, 40 tenants, 3 rules and 2 regions, and returns the next
+// free log index.
+func randomLedger(t *testing.T, f *machine, rng *rand.Rand, index uint64, n int) uint64 {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		at := hour0.Add(time.Duration(rng.IntN(12*60)) * time.Minute)
+		b := &allotpb.UsageBatch{Seq: 1, CutUnixNano: at.UnixNano()}
+		for j := rng.IntN(8); j >= 0; j-- {
+			b.Counts = append(b.Counts, &allotpb.UsageCount{
+				Rule: fmt.Sprintf("rule-%d", rng.IntN(3)), Tenant: fmt.Sprintf("t%02d", rng.IntN(40)),
+				WindowUnix: at.Unix(), Admitted: uint64(rng.IntN(100)), Denied: uint64(rng.IntN(3)),
+			})
+		}
+		region := []string{"eu-west", "us-east"}[rng.IntN(2)]
+		f.Apply(entry(t, index, CmdReports, &allotpb.ReportsCommand{ProposedUnixNano: at.UnixNano(), Reports: []*allotpb.AgentUsage{
+			{Node: fmt.Sprintf("gw-%d", index), Incarnation: 1, Region: region, Batch: b},
+		}}))
+		index++
+	}
+	return index
+}
+
+// TestLedgerIndexFollowsTheLedger: the index holds exactly the ledger's
+// keys through applies, retention and a snapshot restore.
+func TestLedgerIndexFollowsTheLedger(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	f := testFSM()
+	f.Apply(entry(t, 1, CmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
+	next := randomLedger(t, f, rng, 2, 400)
+	checkIndex(t, f, "after applies")
+	// Every window closes; the agents are long silent, so all are final.
+	// A retention of 6 h at hour0+14h drops the windows that ended before
+	// hour0+8h: the first eight.
+	f.Apply(entry(t, next, CmdMaintain, &allotpb.MaintainCommand{
+		NowUnixNano: hour0.Add(14 * time.Hour).UnixNano(), AgentTimeoutNano: int64(time.Minute), RetentionNano: int64(6 * time.Hour),
+	}))
+	checkIndex(t, f, "after retention")
+	f.read(func(s *State) {
+		for k := range s.ledger {
+			if k.Window < hour0.Add(7*time.Hour).Unix() {
+				t.Fatalf("line %v outlived the retention", k)
+			}
+		}
+		if len(s.ledger) == 0 {
+			t.Fatal("retention dropped every window")
+		}
+	})
+	g := roundTrip(t, f)
+	checkIndex(t, g, "after restore")
+}
+
+// allPages pages through a query with the given page size and scan
+// budget, calling between before each page after the first.
+func allPages(t *testing.T, f *machine, q LedgerQuery, size, budget int, between func()) []LedgerKey {
+	t.Helper()
+	var out []LedgerKey
+	var after *LedgerKey
+	for pages := 0; ; pages++ {
+		if pages > 1_000_000 {
+			t.Fatal("paging does not end")
+		}
+		var keys []LedgerKey
+		var next LedgerKey
+		var more bool
+		f.read(func(s *State) { keys, next, more = s.ledgerPage(q, after, size, budget) })
+		if len(keys) > size {
+			t.Fatalf("a page of %d lines; the page size is %d", len(keys), size)
+		}
+		out = append(out, keys...)
+		if !more {
+			return out
+		}
+		k := next
+		after = &k
+		if between != nil {
+			between()
+		}
+	}
+}
+
+// TestLedgerPagesEveryLineOnce: for every kind of filter, page size and
+// scan budget, paging returns exactly the matching lines, in order, each
+// once.
+func TestLedgerPagesEveryLineOnce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	f := testFSM()
+	f.Apply(entry(t, 1, CmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
+	randomLedger(t, f, rng, 2, 600)
+	var all []LedgerKey
+	f.read(func(s *State) { all = indexKeys(s) })
+	w := func(h int) int64 { return hour0.Add(time.Duration(h) * time.Hour).Unix() }
+	queries := []LedgerQuery{
+		{}, {Tenant: "t07"}, {Rule: "rule-1"}, {Region: "us-east"}, {Tenant: "t13", Rule: "rule-2"},
+		{Tenant: "t21", Region: "eu-west"}, {Tenant: "t05", Rule: "rule-0", Region: "us-east"},
+		{Tenant: "nobody"}, {Tenant: "t00"}, {Tenant: "t39"}, {From: w(3), To: w(7)}, {From: w(2), To: w(9), Tenant: "t11"},
+	}
+	for _, q := range queries {
+		if q.To == 0 {
+			q.From, q.To = math.MinInt64, math.MaxInt64
+		}
+		var want []LedgerKey
+		for _, k := range all {
+			if q.matches(k) {
+				want = append(want, k)
+			}
+		}
+		for _, size := range []int{1, 7, 1000} {
+			for _, budget := range []int{1, 3, 50, MaxScanPerPage} {
+				got := allPages(t, f, q, size, budget, nil)
+				if !slices.Equal(got, want) {
+					t.Fatalf("query %+v, page size %d, budget %d: got %d lines, want %d", q, size, budget, len(got), len(want))
+				}
+			}
+		}
+	}
+}
+
+// TestLedgerPagingWhileApplying: lines added while a billing job pages
+// through never make it skip or repeat one that was there when it began,
+// and pages stay in order.
+func TestLedgerPagingWhileApplying(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	f := testFSM()
+	f.Apply(entry(t, 1, CmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
+	next := randomLedger(t, f, rng, 2, 300)
+	var before []LedgerKey
+	f.read(func(s *State) { before = indexKeys(s) })
+	got := allPages(t, f, LedgerQuery{From: math.MinInt64, To: math.MaxInt64}, 25, MaxScanPerPage, func() {
+		next = randomLedger(t, f, rng, next, 5)
+	})
+	for i := 1; i < len(got); i++ {
+		if compareLedgerKeys(got[i-1], got[i]) >= 0 {
+			t.Fatalf("pages out of order or repeating at %d: %v then %v", i, got[i-1], got[i])
+		}
+	}
+	seen := map[LedgerKey]bool{}
+	for _, k := range got {
+		seen[k] = true
+	}
+	for _, k := range before {
+		if !seen[k] {
+			t.Fatalf("line %v, there from the start, was skipped", k)
+		}
+	}
+}

@@ -1,0 +1,169 @@
+package state
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/allot-io/allot/lease/rules"
+	allotpb "github.com/allot-io/allot/proto"
+)
+
+// What readers see of the state, under the FSM's read lock. What these
+// return is the state's own: the caller must not change it, nor keep it
+// past the lock (a *Member or the *rules.Set is replaced, never changed,
+// so one kept for reading stays what it was).
+
+// Epoch is the coordinator epoch: raised by every new leader.
+func (s *State) Epoch() uint64 { return s.epoch }
+
+// Rules is the rule set.
+func (s *State) Rules() *rules.Set { return s.rules }
+
+// ClusterID names the cluster: "" until its first leader fixes it.
+func (s *State) ClusterID() string { return s.clusterID }
+
+// Settings are the cluster's settings: each 0 until a leader fixes it.
+type Settings struct {
+	BillingWindow, ReportInterval, LeaseTTL time.Duration
+}
+
+// Settings returns the settings fixed so far; the billing window in whole
+// seconds.
+func (s *State) Settings() Settings {
+	var out Settings
+	if s.billingWindow != 0 {
+		out.BillingWindow = time.Duration(s.BillingWindowSeconds()) * time.Second
+	}
+	out.ReportInterval, out.LeaseTTL = time.Duration(s.reportInterval), time.Duration(s.leaseTTL)
+	return out
+}
+
+// Grants are the epoch and seq of the last GrantsCommand applied.
+func (s *State) Grants() (epoch, seq uint64) { return s.grantEpoch, s.grantSeq }
+
+// Member is the member record of id, or nil.
+func (s *State) Member(id string) *allotpb.Member { return s.members[id] }
+
+// Members are the member records, by ID.
+func (s *State) Members() []*allotpb.Member {
+	out := make([]*allotpb.Member, 0, len(s.members))
+	for _, m := range s.members {
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b *allotpb.Member) int { return strings.Compare(a.GetId(), b.GetId()) })
+	return out
+}
+
+// LedgerLen is the number of ledger lines.
+func (s *State) LedgerLen() int { return len(s.ledger) }
+
+// IncarnationLen is the number of agent runs (node incarnations) whose
+// report sequence the state keeps.
+func (s *State) IncarnationLen() int { return len(s.incarnations) }
+
+// Run is what the state keeps of one agent run: the last batch applied,
+// when on the proposing leader's clock, and the newest batch's cut time
+// (Unix ns).
+type Run struct {
+	Node                 string
+	Incarnation, LastSeq uint64
+	LastApplied, LastCut int64
+}
+
+// Runs are the agent runs, by node and incarnation.
+func (s *State) Runs() []Run {
+	out := make([]Run, 0, len(s.incarnations))
+	for k, inc := range s.incarnations {
+		out = append(out, Run{Node: k.node, Incarnation: k.incarnation, LastSeq: inc.lastSeq, LastApplied: inc.lastApplied, LastCut: inc.lastCut})
+	}
+	slices.SortFunc(out, func(a, b Run) int {
+		return compareIncKeys(incKey{a.Node, a.Incarnation}, incKey{b.Node, b.Incarnation})
+	})
+	return out
+}
+
+// LastSeq is the last batch applied for a node's incarnation, and whether
+// the state knows that incarnation.
+func (s *State) LastSeq(node string, incarnation uint64) (uint64, bool) {
+	inc := s.incarnations[incKey{node, incarnation}]
+	if inc == nil {
+		return 0, false
+	}
+	return inc.lastSeq, true
+}
+
+// Line is one ledger line: its key, totals, the units granted by the
+// parent (nil when none were recorded), and whether its window is final.
+type Line struct {
+	Key              LedgerKey
+	Admitted, Denied uint64
+	Granted          *float64
+	Final            bool
+}
+
+func (s *State) line(k LedgerKey) Line {
+	u := s.ledger[k]
+	return Line{Key: k, Admitted: u.admitted, Denied: u.denied, Granted: u.granted, Final: s.final[k.Window]}
+}
+
+// Ledger calls fn for every ledger line in index order (window, tenant,
+// rule, region), until fn returns false.
+func (s *State) Ledger(fn func(Line) bool) {
+	s.index.Ascend(func(k LedgerKey) bool { return fn(s.line(k)) })
+}
+
+// LedgerPage returns up to limit lines matching q, in index order, after
+// the key `after` when given; see ledgerPage.
+func (s *State) LedgerPage(q LedgerQuery, after *LedgerKey, limit, budget int) (lines []Line, next LedgerKey, more bool) {
+	keys, next, more := s.ledgerPage(q, after, limit, budget)
+	lines = make([]Line, len(keys))
+	for i, k := range keys {
+		lines[i] = s.line(k)
+	}
+	return lines, next, more
+}
+
+// OpenWindow is a billing window not final yet and the agent runs that
+// reported usage in it, by node and incarnation.
+type OpenWindow struct {
+	Start     int64
+	Reporters []Run // Node and Incarnation only
+}
+
+// OpenWindows are the windows not final yet, by start.
+func (s *State) OpenWindows() []OpenWindow {
+	out := make([]OpenWindow, 0, len(s.open))
+	for w, reporters := range s.open {
+		ow := OpenWindow{Start: w, Reporters: make([]Run, 0, len(reporters))}
+		for k := range reporters {
+			ow.Reporters = append(ow.Reporters, Run{Node: k.node, Incarnation: k.incarnation})
+		}
+		slices.SortFunc(ow.Reporters, func(a, b Run) int {
+			return compareIncKeys(incKey{a.Node, a.Incarnation}, incKey{b.Node, b.Incarnation})
+		})
+		out = append(out, ow)
+	}
+	slices.SortFunc(out, func(a, b OpenWindow) int { return cmp.Compare(a.Start, b.Start) })
+	return out
+}
+
+// FinalWindows are the windows that are final, in order.
+func (s *State) FinalWindows() []int64 {
+	out := make([]int64, 0, len(s.final))
+	for w := range s.final {
+		out = append(out, w)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Outside a log. The in-process Engine (no Raft) and a restore (which
+// keeps the cluster's own identity) change a state that is in no FSM.
+
+// SetRules replaces the rule set.
+func (s *State) SetRules(set *rules.Set) { s.rules = set }
+
+// SetClusterID replaces the cluster ID.
+func (s *State) SetClusterID(id string) { s.clusterID = id }

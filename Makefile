@@ -84,8 +84,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzForwardAuth$$' -fuzztime $(FUZZTIME) ./agent/forwardauth
 	$(GO) test -run '^$$' -fuzz '^FuzzOpenDamaged$$' -fuzztime $(FUZZTIME) ./coordinator/datadir
 
-# Regenerate proto/*.pb.go. The generated files are committed, so only
-# changing a .proto file needs this.
+# Regenerate proto/*.pb.go and the coordinators' log and snapshot schema,
+# coordinator/internal/fsm/fsmpb (which imports proto/'s messages). The
+# generated files are committed, so only changing a .proto file needs this.
 proto:
 	@command -v protoc >/dev/null || { apt-get update -qq && apt-get install -y -qq protobuf-compiler; }
 	GOBIN=$(BIN) $(GO) install $(PROTOC_GEN_GO)
@@ -94,6 +95,9 @@ proto:
 		--go_out=. --go_opt=paths=source_relative \
 		--go-grpc_out=. --go-grpc_opt=paths=source_relative \
 		*.proto
+	cd coordinator/internal/fsm/fsmpb && PATH=$(BIN):$$PATH protoc -I . -I ../../../../proto \
+		--go_out=. --go_opt=paths=source_relative \
+		fsm.proto
 
 # The main job: a 3-member Raft cluster of coordinator processes and 8
 # in-process gateways on loopback, ~30 s of traffic, the leader SIGKILLed

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/hashicorp/raft"
@@ -146,7 +147,7 @@ func (s *clusterServer) Restore(stream grpc.ClientStreamingServer[allotpb.Restor
 	}
 	// A new epoch above any this cluster issued, so agents take the new
 	// leases; and the allocator forgets what described the old state.
-	res, err := c.apply(state.CmdEpoch, &allotpb.EpochCommand{Leader: c.cfg.NodeID, AtLeast: before + 1}, 10*time.Second)
+	res, err := c.apply(state.CmdEpoch, &fsmpb.EpochCommand{Leader: c.cfg.NodeID, AtLeast: before + 1}, 10*time.Second)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "restored, but starting a new epoch failed: %v", err)
 	}
@@ -212,7 +213,7 @@ func (c *Coordinator) restoreMembers(known []*allotpb.Member) error {
 		}
 	})
 	for _, id := range stale {
-		if _, err := c.apply(state.CmdMember, &allotpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true}, 10*time.Second); err != nil {
+		if _, err := c.apply(state.CmdMember, &fsmpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true}, 10*time.Second); err != nil {
 			return err
 		}
 	}
@@ -220,7 +221,7 @@ func (c *Coordinator) restoreMembers(known []*allotpb.Member) error {
 		if !inConfig[m.GetId()] {
 			continue
 		}
-		if _, err := c.apply(state.CmdMember, &allotpb.MemberCommand{Member: m}, 10*time.Second); err != nil {
+		if _, err := c.apply(state.CmdMember, &fsmpb.MemberCommand{Member: m}, 10*time.Second); err != nil {
 			return err
 		}
 	}

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 )
 
 // batcher gathers the usage batches of many reports into one Raft entry
@@ -16,12 +16,12 @@ type batcher struct {
 	in     chan pendingUsage
 	window time.Duration
 	max    int
-	apply  func(*allotpb.ReportsCommand) (*allotpb.ReportsResult, error)
+	apply  func(*fsmpb.ReportsCommand) (*fsmpb.ReportsResult, error)
 	now    func() time.Time
 }
 
 type pendingUsage struct {
-	usage *allotpb.AgentUsage
+	usage *fsmpb.AgentUsage
 	done  chan batchResult
 }
 
@@ -32,12 +32,12 @@ type batchResult struct {
 
 var errStopped = errors.New("coordinator: shutting down")
 
-func newBatcher(window time.Duration, apply func(*allotpb.ReportsCommand) (*allotpb.ReportsResult, error), now func() time.Time) *batcher {
+func newBatcher(window time.Duration, apply func(*fsmpb.ReportsCommand) (*fsmpb.ReportsResult, error), now func() time.Time) *batcher {
 	return &batcher{in: make(chan pendingUsage, 4096), window: window, max: 2048, apply: apply, now: now}
 }
 
 // submit queues a usage batch and returns where its result will arrive.
-func (b *batcher) submit(ctx context.Context, u *allotpb.AgentUsage) (<-chan batchResult, error) {
+func (b *batcher) submit(ctx context.Context, u *fsmpb.AgentUsage) (<-chan batchResult, error) {
 	p := pendingUsage{usage: u, done: make(chan batchResult, 1)}
 	select {
 	case b.in <- p:
@@ -85,7 +85,7 @@ func (b *batcher) run(ctx context.Context) {
 }
 
 func (b *batcher) flush(pending []pendingUsage) {
-	cmd := &allotpb.ReportsCommand{ProposedUnixNano: b.now().UnixNano(), Reports: make([]*allotpb.AgentUsage, len(pending))}
+	cmd := &fsmpb.ReportsCommand{ProposedUnixNano: b.now().UnixNano(), Reports: make([]*fsmpb.AgentUsage, len(pending))}
 	for i, p := range pending {
 		cmd.Reports[i] = p.usage
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -51,7 +52,7 @@ func benchLeader(b *testing.B, agents, keys int) {
 	if err := c.WaitLeader(ctx); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := c.applyRulesCommand(&allotpb.RulesCommand{Put: []*allotpb.Rule{
+	if _, err := c.applyRulesCommand(&fsmpb.RulesCommand{Put: []*allotpb.Rule{
 		{Name: "api", Scope: "user", Algorithm: "gcra", Limit: 100, Period: durationpb.New(time.Second), Burst: 20, Intent: "capacity"},
 	}}); err != nil {
 		b.Fatal(err)

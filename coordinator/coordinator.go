@@ -15,6 +15,7 @@ import (
 
 	"github.com/allot-io/allot/coordinator/datadir"
 	"github.com/allot-io/allot/coordinator/internal/fsm"
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/lease/rules"
@@ -412,12 +413,12 @@ func (c *Coordinator) apply(t state.Command, m proto.Message, timeout time.Durat
 	return f.Response(), nil
 }
 
-func (c *Coordinator) applyReports(cmd *allotpb.ReportsCommand) (*allotpb.ReportsResult, error) {
+func (c *Coordinator) applyReports(cmd *fsmpb.ReportsCommand) (*fsmpb.ReportsResult, error) {
 	res, err := c.apply(state.CmdReports, cmd, 10*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	return res.(*allotpb.ReportsResult), nil
+	return res.(*fsmpb.ReportsResult), nil
 }
 
 // currentRules returns the replicated rule set.

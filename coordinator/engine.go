@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
@@ -66,7 +67,7 @@ func NewEngine(cfg EngineConfig, now time.Time) (*Engine, error) {
 		e.alloc.parent = &parentLeases{m: map[poolKey]*parentLease{}}
 	}
 	e.st.SetRules(set)
-	e.st.Apply(state.CmdSettings, &allotpb.SettingsCommand{
+	e.st.Apply(state.CmdSettings, &fsmpb.SettingsCommand{
 		BillingWindowNano: int64(cfg.BillingWindow), ReportIntervalNano: int64(cfg.ReportInterval), LeaseTtlNano: int64(cfg.LeaseTTL),
 	})
 	e.Failover(now)
@@ -78,7 +79,7 @@ func NewEngine(cfg EngineConfig, now time.Time) (*Engine, error) {
 func (e *Engine) Failover(now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	epoch := e.st.Apply(state.CmdEpoch, &allotpb.EpochCommand{}).(uint64)
+	epoch := e.st.Apply(state.CmdEpoch, &fsmpb.EpochCommand{}).(uint64)
 	e.alloc.lead(epoch, now.UnixNano(), e.st.RecentNodes(now.Add(-2*e.cfg.LeaseTTL).UnixNano()))
 	e.alloc.setRules(e.st.Rules())
 	if e.alloc.parent != nil {
@@ -147,9 +148,9 @@ func (e *Engine) Report(now time.Time, req *allotpb.ReportRequest) (*allotpb.Rep
 	}
 	applied, acked := false, uint64(0)
 	if b := req.GetUsage(); b != nil && b.GetSeq() > 0 {
-		res := e.st.Apply(state.CmdReports, &allotpb.ReportsCommand{ProposedUnixNano: now.UnixNano(), Reports: []*allotpb.AgentUsage{
+		res := e.st.Apply(state.CmdReports, &fsmpb.ReportsCommand{ProposedUnixNano: now.UnixNano(), Reports: []*fsmpb.AgentUsage{
 			{Node: req.GetNode(), Incarnation: req.GetIncarnation(), Region: req.GetRegion(), Batch: b},
-		}}).(*allotpb.ReportsResult)
+		}}).(*fsmpb.ReportsResult)
 		applied, acked = true, res.GetAckedSeq()[0]
 	}
 	leases := e.alloc.report(req, now.UnixNano())

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm"
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"
@@ -86,13 +87,13 @@ func dumpLedger(s *state.State) []string {
 // fillLedger applies n ledger lines in one region, one tenant per line,
 // spread over windows, through the FSM.
 func fillLedger(t testing.TB, f *fsm.FSM, index uint64, n int, region string, at time.Time) {
-	cmd := &allotpb.ReportsCommand{ProposedUnixNano: at.UnixNano()}
+	cmd := &fsmpb.ReportsCommand{ProposedUnixNano: at.UnixNano()}
 	for i := 0; i < n; {
 		b := &allotpb.UsageBatch{Seq: 1, CutUnixNano: at.UnixNano()}
 		for ; i < n && len(b.Counts) < 10000; i++ {
 			b.Counts = append(b.Counts, &allotpb.UsageCount{Rule: "plan-quota", Tenant: fmt.Sprintf("tenant-%07d", i), WindowUnix: at.Unix(), Admitted: uint64(i + 1)})
 		}
-		cmd.Reports = append(cmd.Reports, &allotpb.AgentUsage{Node: fmt.Sprintf("gw-%s-%d-%d", region, at.Unix(), i), Incarnation: 1, Region: region, Batch: b})
+		cmd.Reports = append(cmd.Reports, &fsmpb.AgentUsage{Node: fmt.Sprintf("gw-%s-%d-%d", region, at.Unix(), i), Incarnation: 1, Region: region, Batch: b})
 	}
 	f.Apply(entry(t, index, state.CmdReports, cmd))
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/allot-io/allot/coordinator/datadir"
 	"github.com/allot-io/allot/coordinator/internal/fsm"
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/hashicorp/go-hclog"
@@ -90,7 +91,7 @@ func Inspect(dir, nodeID string, after uint64) (*Inspection, error) {
 			current = raft.DecodeConfiguration(l.Data)
 		}
 		if in.ClusterID == "" && l.Type == raft.LogCommand && len(l.Data) > 0 && state.Command(l.Data[0])&^state.Ignorable == state.CmdSettings {
-			cmd := &allotpb.SettingsCommand{}
+			cmd := &fsmpb.SettingsCommand{}
 			if proto.Unmarshal(l.Data[1:], cmd) == nil {
 				in.ClusterID = cmd.GetClusterId()
 			}
@@ -114,7 +115,7 @@ func Inspect(dir, nodeID string, after uint64) (*Inspection, error) {
 		if l.Type != raft.LogCommand || len(l.Data) == 0 || state.Command(l.Data[0])&^state.Ignorable != state.CmdReports {
 			continue
 		}
-		cmd := &allotpb.ReportsCommand{}
+		cmd := &fsmpb.ReportsCommand{}
 		if err := proto.Unmarshal(l.Data[1:], cmd); err != nil {
 			return nil, fmt.Errorf("coordinator: entry %d in %s: %w", i, dir, err)
 		}

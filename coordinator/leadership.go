@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
@@ -107,7 +108,7 @@ func (c *Coordinator) lead(ctx context.Context) {
 	var self *allotpb.Member
 	c.fsm.Read(func(s *state.State) { self = s.Member(c.cfg.NodeID) })
 	if me := c.selfMember(); self == nil || !proto.Equal(self, me) {
-		if _, err := c.apply(state.CmdMember, &allotpb.MemberCommand{Member: me}, 10*time.Second); err != nil {
+		if _, err := c.apply(state.CmdMember, &fsmpb.MemberCommand{Member: me}, 10*time.Second); err != nil {
 			c.log.Warn("leader could not record its addresses", "error", err)
 			return
 		}
@@ -116,7 +117,7 @@ func (c *Coordinator) lead(ctx context.Context) {
 		c.log.Warn("leader could not forget members no longer in the configuration", "error", err)
 		return
 	}
-	res, err := c.apply(state.CmdEpoch, &allotpb.EpochCommand{Leader: c.cfg.NodeID}, 10*time.Second)
+	res, err := c.apply(state.CmdEpoch, &fsmpb.EpochCommand{Leader: c.cfg.NodeID}, 10*time.Second)
 	if err != nil {
 		c.log.Warn("leader could not start an epoch", "error", err)
 		return
@@ -189,7 +190,7 @@ func (c *Coordinator) lead(ctx context.Context) {
 				c.metrics.learning.Set(0)
 			}
 		case <-maintain.C:
-			if _, err := c.apply(state.CmdMaintain, &allotpb.MaintainCommand{
+			if _, err := c.apply(state.CmdMaintain, &fsmpb.MaintainCommand{
 				NowUnixNano: c.now().UnixNano(), AgentTimeoutNano: int64(c.cfg.AgentTimeout), RetentionNano: int64(max(c.cfg.LedgerRetention, 0)),
 			}, 10*time.Second); err != nil {
 				c.log.Warn("ledger maintenance failed", "error", err)
@@ -217,7 +218,7 @@ func (c *Coordinator) loadRulesFile() error {
 	if sameRules(c.currentRules(), want) {
 		return nil
 	}
-	cmd := &allotpb.RulesCommand{ReplaceAll: true}
+	cmd := &fsmpb.RulesCommand{ReplaceAll: true}
 	for i := range want.Rules() {
 		cmd.Put = append(cmd.Put, rulespb.ToProto(&want.Rules()[i]))
 	}

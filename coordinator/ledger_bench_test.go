@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	allotpb "github.com/allot-io/allot/proto"
 )
@@ -16,7 +17,7 @@ import (
 //	go test -run '^$' -bench ExportLedger -benchtime 10x ./coordinator
 func BenchmarkExportLedger(b *testing.B) {
 	f := testFSM()
-	f.Apply(entry(b, 1, state.CmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
+	f.Apply(entry(b, 1, state.CmdSettings, &fsmpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
 	const windows, tenants = 20, 10_000
 	for w := 0; w < windows; w++ {
 		fillLedger(b, f, uint64(2+w), tenants, "eu-west", hour0.Add(time.Duration(w)*time.Hour))

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	allotpb "github.com/allot-io/allot/proto"
 )
@@ -15,9 +16,9 @@ import (
 // empty page; following the tokens finds every match exactly once.
 func TestQueryUsageBoundsTheScan(t *testing.T) {
 	f := testFSM()
-	f.Apply(entry(t, 1, state.CmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
+	f.Apply(entry(t, 1, state.CmdSettings, &fsmpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
 	fillLedger(t, f, 2, 50_000, "eu-west", hour0)
-	f.Apply(entry(t, 3, state.CmdReports, &allotpb.ReportsCommand{ProposedUnixNano: hour0.UnixNano(), Reports: []*allotpb.AgentUsage{{
+	f.Apply(entry(t, 3, state.CmdReports, &fsmpb.ReportsCommand{ProposedUnixNano: hour0.UnixNano(), Reports: []*fsmpb.AgentUsage{{
 		Node: "gw-us", Incarnation: 1, Region: "us-east", Batch: &allotpb.UsageBatch{Seq: 1, Counts: []*allotpb.UsageCount{
 			{Rule: "plan-quota", Tenant: "tenant-9999999", WindowUnix: hour0.Unix(), Admitted: 7},
 		}},

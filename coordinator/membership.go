@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/datadir"
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/hashicorp/raft"
@@ -225,7 +226,7 @@ func (c *Coordinator) addMember(req *allotpb.JoinRequest) (*allotpb.JoinResponse
 			}
 		}
 	}
-	if _, err := c.apply(state.CmdMember, &allotpb.MemberCommand{Member: &allotpb.Member{
+	if _, err := c.apply(state.CmdMember, &fsmpb.MemberCommand{Member: &allotpb.Member{
 		Id: req.GetId(), RaftAddress: req.GetRaftAddress(), GrpcAddress: req.GetGrpcAddress(), HttpAddress: req.GetHttpAddress(),
 	}}, 10*time.Second); err != nil {
 		return nil, err
@@ -241,7 +242,7 @@ func (c *Coordinator) removeMember(id string) error {
 	if err := c.raft.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
 		return fmt.Errorf("coordinator: removing %s: %w", id, err)
 	}
-	_, err := c.apply(state.CmdMember, &allotpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true}, 10*time.Second)
+	_, err := c.apply(state.CmdMember, &fsmpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true}, 10*time.Second)
 	return err
 }
 
@@ -266,7 +267,7 @@ func (c *Coordinator) pruneMembers() error {
 		}
 	})
 	for _, id := range stale {
-		if _, err := c.apply(state.CmdMember, &allotpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true}, 10*time.Second); err != nil {
+		if _, err := c.apply(state.CmdMember, &fsmpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true}, 10*time.Second); err != nil {
 			return err
 		}
 		c.log.Info("forgot a member no longer in the Raft configuration", "id", id)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/internal/clusterclient"
 	allotpb "github.com/allot-io/allot/proto"
@@ -134,7 +135,7 @@ type grantRecorder struct {
 	seq       uint64
 	// pending is a command proposed and not known applied: it is retried
 	// as it is, so that one applied twice is recognised and skipped.
-	pending *allotpb.GrantsCommand
+	pending *fsmpb.GrantsCommand
 }
 
 func newGrantRecorder(epoch uint64, now int64) *grantRecorder {
@@ -152,11 +153,11 @@ func (c *Coordinator) recordGrants(g *grantRecorder, now int64, window, round ti
 	g.lastFlush = now
 	if g.pending == nil && len(g.acc) > 0 {
 		g.seq++
-		cmd := &allotpb.GrantsCommand{Epoch: g.epoch, Seq: g.seq, Region: c.cfg.Region}
+		cmd := &fsmpb.GrantsCommand{Epoch: g.epoch, Seq: g.seq, Region: c.cfg.Region}
 		for k, v := range g.acc {
-			cmd.Grants = append(cmd.Grants, &allotpb.GrantRecord{Tenant: k.tenant, Rule: k.rule, WindowUnix: k.window, Granted: v})
+			cmd.Grants = append(cmd.Grants, &fsmpb.GrantRecord{Tenant: k.tenant, Rule: k.rule, WindowUnix: k.window, Granted: v})
 		}
-		slices.SortFunc(cmd.Grants, func(x, y *allotpb.GrantRecord) int {
+		slices.SortFunc(cmd.Grants, func(x, y *fsmpb.GrantRecord) int {
 			return cmp.Or(cmp.Compare(x.GetWindowUnix(), y.GetWindowUnix()), cmp.Compare(x.GetTenant(), y.GetTenant()), cmp.Compare(x.GetRule(), y.GetRule()))
 		})
 		g.pending = cmd

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
@@ -71,7 +72,7 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 	}
 	committed, acked := false, uint64(0)
 	if b := req.GetUsage(); b != nil && b.GetSeq() > 0 {
-		done, err := c.batcher.submit(ctx, &allotpb.AgentUsage{Node: req.GetNode(), Incarnation: req.GetIncarnation(), Region: req.GetRegion(), Batch: b})
+		done, err := c.batcher.submit(ctx, &fsmpb.AgentUsage{Node: req.GetNode(), Incarnation: req.GetIncarnation(), Region: req.GetRegion(), Batch: b})
 		if err != nil {
 			c.metrics.reports.WithLabelValues("failed").Inc()
 			return nil, grpcError(err)
@@ -223,7 +224,7 @@ func (s *rulesServer) GetRule(_ context.Context, req *allotpb.GetRuleRequest) (*
 // forwarded to the leader.
 func (s *rulesServer) PutRules(ctx context.Context, req *allotpb.PutRulesRequest) (*allotpb.RuleSet, error) {
 	c := s.c
-	cmd := &allotpb.RulesCommand{Put: req.GetRules(), ReplaceAll: req.GetReplaceAll()}
+	cmd := &fsmpb.RulesCommand{Put: req.GetRules(), ReplaceAll: req.GetReplaceAll()}
 	if err := c.checkRulesCommand(cmd); err != nil {
 		c.metrics.adminRequests.WithLabelValues("PutRules", "invalid").Inc()
 		return nil, err
@@ -244,7 +245,7 @@ func (s *rulesServer) DeleteRule(ctx context.Context, req *allotpb.DeleteRuleReq
 		c.metrics.adminRequests.WithLabelValues("DeleteRule", "not_found").Inc()
 		return nil, status.Errorf(codes.NotFound, "no rule named %q", req.GetName())
 	}
-	cmd := &allotpb.RulesCommand{Delete: []string{req.GetName()}}
+	cmd := &fsmpb.RulesCommand{Delete: []string{req.GetName()}}
 	out, err := onLeader(ctx, c, func() (*allotpb.RuleSet, error) { return c.applyRulesCommand(cmd) },
 		func(ctx context.Context, addr string) (*allotpb.RuleSet, error) {
 			return c.peers.rules(addr).DeleteRule(ctx, req)
@@ -255,7 +256,7 @@ func (s *rulesServer) DeleteRule(ctx context.Context, req *allotpb.DeleteRuleReq
 
 // checkRulesCommand validates the rule set a command would produce, before
 // it is proposed.
-func (c *Coordinator) checkRulesCommand(cmd *allotpb.RulesCommand) error {
+func (c *Coordinator) checkRulesCommand(cmd *fsmpb.RulesCommand) error {
 	var err error
 	c.fsm.Read(func(st *state.State) { err = st.CheckRules(cmd) })
 	if err != nil {
@@ -264,7 +265,7 @@ func (c *Coordinator) checkRulesCommand(cmd *allotpb.RulesCommand) error {
 	return nil
 }
 
-func (c *Coordinator) applyRulesCommand(cmd *allotpb.RulesCommand) (*allotpb.RuleSet, error) {
+func (c *Coordinator) applyRulesCommand(cmd *fsmpb.RulesCommand) (*allotpb.RuleSet, error) {
 	res, err := c.apply(state.CmdRules, cmd, 10*time.Second)
 	if err != nil {
 		if _, ok := err.(rules.Errors); ok {

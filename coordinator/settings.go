@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	allotpb "github.com/allot-io/allot/proto"
 )
@@ -63,7 +64,7 @@ func (c *Coordinator) fixSettings() error {
 	if err != nil {
 		return err
 	}
-	_, err = c.apply(state.CmdSettings, &allotpb.SettingsCommand{
+	_, err = c.apply(state.CmdSettings, &fsmpb.SettingsCommand{
 		BillingWindowNano:  int64(c.cfg.BillingWindow),
 		ReportIntervalNano: int64(c.cfg.ReportInterval),
 		LeaseTtlNano:       int64(c.cfg.LeaseTTL),

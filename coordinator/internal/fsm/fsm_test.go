@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"google.golang.org/protobuf/proto"
 )
 
 // TestFSMUnknownCommands: an ignorable unknown command is skipped; any
@@ -94,6 +95,16 @@ func TestReadsPreviousVersionsLogAndSnapshot(t *testing.T) {
 			t.Fatalf("entry %d: %v", i+1, err)
 		}
 		f.Apply(l)
+		// The schema is unchanged: what decodes encodes to the same bytes.
+		if m, ok := state.Message(state.Command(data[0])); ok {
+			if err := proto.Unmarshal(data[1:], m); err != nil {
+				t.Fatal(err)
+			}
+			again, err := state.Encode(state.Command(data[0]), m)
+			if err != nil || !bytes.Equal(again, data) {
+				t.Errorf("entry %d (%v) encodes to %x, was %x (%v)", i+1, state.Command(data[0]), again, data, err)
+			}
+		}
 	}
 	var got string
 	f.Read(func(s *state.State) { got = dump(s) })

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -18,7 +19,7 @@ import (
 // the same node starts its own sequence.
 func TestStateCountsEachBatchOnce(t *testing.T) {
 	f := testFSM()
-	res := f.Apply(entry(t, 1, CmdReports, usageCmd(hour0, "gw-1", 7, 1, "acme", 100, 5))).(*allotpb.ReportsResult)
+	res := f.Apply(entry(t, 1, CmdReports, usageCmd(hour0, "gw-1", 7, 1, "acme", 100, 5))).(*fsmpb.ReportsResult)
 	if res.GetAckedSeq()[0] != 1 {
 		t.Fatalf("acked %v", res.GetAckedSeq())
 	}
@@ -32,12 +33,12 @@ func TestStateCountsEachBatchOnce(t *testing.T) {
 
 func TestStateBillingWindowsAndFinality(t *testing.T) {
 	f := testFSM()
-	f.Apply(entry(t, 1, CmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
+	f.Apply(entry(t, 1, CmdSettings, &fsmpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
 	at := hour0.Add(10 * time.Minute)
 	f.Apply(entry(t, 2, CmdReports, usageCmd(at, "gw-1", 1, 1, "acme", 5, 0)))
 	f.Apply(entry(t, 3, CmdReports, usageCmd(at, "gw-2", 1, 1, "acme", 7, 0)))
 	maintain := func(now time.Time) {
-		f.Apply(entry(t, 9, CmdMaintain, &allotpb.MaintainCommand{NowUnixNano: now.UnixNano(), AgentTimeoutNano: int64(2 * time.Hour)}))
+		f.Apply(entry(t, 9, CmdMaintain, &fsmpb.MaintainCommand{NowUnixNano: now.UnixNano(), AgentTimeoutNano: int64(2 * time.Hour)}))
 	}
 	final := func() (v bool) {
 		f.read(func(s *State) { v = s.final[hour0.Unix()] })
@@ -75,12 +76,12 @@ func TestStateBillingWindowsAndFinality(t *testing.T) {
 func TestStateRules(t *testing.T) {
 	f := testFSM()
 	good := &allotpb.Rule{Name: "r", Scope: "tenant", Algorithm: "gcra", Limit: 10, Period: durationpb.New(time.Second), Intent: "quota"}
-	if err, ok := f.Apply(entry(t, 1, CmdRules, &allotpb.RulesCommand{Put: []*allotpb.Rule{good}})).(error); ok {
+	if err, ok := f.Apply(entry(t, 1, CmdRules, &fsmpb.RulesCommand{Put: []*allotpb.Rule{good}})).(error); ok {
 		t.Fatal(err)
 	}
 	bad := proto.Clone(good).(*allotpb.Rule)
 	bad.Name, bad.Limit = "bad", -1
-	if _, ok := f.Apply(entry(t, 2, CmdRules, &allotpb.RulesCommand{Put: []*allotpb.Rule{bad}})).(error); !ok {
+	if _, ok := f.Apply(entry(t, 2, CmdRules, &fsmpb.RulesCommand{Put: []*allotpb.Rule{bad}})).(error); !ok {
 		t.Fatal("an invalid rule was applied")
 	}
 	f.read(func(s *State) {
@@ -88,7 +89,7 @@ func TestStateRules(t *testing.T) {
 			t.Errorf("rules after a refused change: %d rules, version %d", s.rules.Len(), s.rules.Version())
 		}
 	})
-	f.Apply(entry(t, 3, CmdRules, &allotpb.RulesCommand{Delete: []string{"r"}}))
+	f.Apply(entry(t, 3, CmdRules, &fsmpb.RulesCommand{Delete: []string{"r"}}))
 	f.read(func(s *State) {
 		if s.rules.Len() != 0 || s.rules.Version() != 2 {
 			t.Errorf("after delete: %d rules, version %d", s.rules.Len(), s.rules.Version())
@@ -99,15 +100,15 @@ func TestStateRules(t *testing.T) {
 // TestFSMSnapshotRestore: a snapshot restores to an identical state.
 func TestStateSnapshotRestore(t *testing.T) {
 	f := testFSM()
-	f.Apply(entry(t, 1, CmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(time.Hour), ReportIntervalNano: int64(time.Second), LeaseTtlNano: int64(5 * time.Second)}))
-	f.Apply(entry(t, 2, CmdEpoch, &allotpb.EpochCommand{Leader: "n1"}))
-	f.Apply(entry(t, 3, CmdMember, &allotpb.MemberCommand{Member: &allotpb.Member{Id: "n1", RaftAddress: "127.0.0.1:1", GrpcAddress: "127.0.0.1:2"}}))
-	f.Apply(entry(t, 4, CmdRules, &allotpb.RulesCommand{Put: []*allotpb.Rule{{Name: "r", Scope: "tenant", Algorithm: "gcra", Limit: 10, Period: durationpb.New(time.Second), Intent: "quota"}}}))
+	f.Apply(entry(t, 1, CmdSettings, &fsmpb.SettingsCommand{BillingWindowNano: int64(time.Hour), ReportIntervalNano: int64(time.Second), LeaseTtlNano: int64(5 * time.Second)}))
+	f.Apply(entry(t, 2, CmdEpoch, &fsmpb.EpochCommand{Leader: "n1"}))
+	f.Apply(entry(t, 3, CmdMember, &fsmpb.MemberCommand{Member: &allotpb.Member{Id: "n1", RaftAddress: "127.0.0.1:1", GrpcAddress: "127.0.0.1:2"}}))
+	f.Apply(entry(t, 4, CmdRules, &fsmpb.RulesCommand{Put: []*allotpb.Rule{{Name: "r", Scope: "tenant", Algorithm: "gcra", Limit: 10, Period: durationpb.New(time.Second), Intent: "quota"}}}))
 	for i := uint64(1); i <= 50; i++ {
 		f.Apply(entry(t, 4+i, CmdReports, usageCmd(hour0.Add(time.Duration(i)*3*time.Minute), "gw-"+string(rune('a'+i%5)), 1, i, "t"+string(rune('a'+i%7)), i, i%3)))
 	}
-	f.Apply(entry(t, 60, CmdMaintain, &allotpb.MaintainCommand{NowUnixNano: hour0.Add(5 * time.Hour).UnixNano(), AgentTimeoutNano: int64(time.Minute)}))
-	f.Apply(entry(t, 61, CmdGrants|Ignorable, &allotpb.GrantsCommand{Epoch: 1, Seq: 1, Region: "eu-west", Grants: []*allotpb.GrantRecord{
+	f.Apply(entry(t, 60, CmdMaintain, &fsmpb.MaintainCommand{NowUnixNano: hour0.Add(5 * time.Hour).UnixNano(), AgentTimeoutNano: int64(time.Minute)}))
+	f.Apply(entry(t, 61, CmdGrants|Ignorable, &fsmpb.GrantsCommand{Epoch: 1, Seq: 1, Region: "eu-west", Grants: []*fsmpb.GrantRecord{
 		{Tenant: "ta", Rule: "plan-quota", WindowUnix: hour0.Unix(), Granted: 1234.5}}}))
 
 	g := roundTrip(t, f)
@@ -135,11 +136,11 @@ func TestStateSnapshotRestore(t *testing.T) {
 // usage yet, and that window becomes final in its turn.
 func TestStateGrants(t *testing.T) {
 	f := testFSM()
-	f.Apply(entry(t, 1, CmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
+	f.Apply(entry(t, 1, CmdSettings, &fsmpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
 	f.Apply(entry(t, 2, CmdReports, usageCmd(hour0.Add(time.Minute), "gw-1", 7, 1, "acme", 100, 5)))
 	grant := func(index, epoch, seq uint64, tenant string, g float64) {
-		f.Apply(entry(t, index, CmdGrants|Ignorable, &allotpb.GrantsCommand{Epoch: epoch, Seq: seq, Region: "eu-west",
-			Grants: []*allotpb.GrantRecord{{Tenant: tenant, Rule: "plan-quota", WindowUnix: hour0.Unix(), Granted: g}}}))
+		f.Apply(entry(t, index, CmdGrants|Ignorable, &fsmpb.GrantsCommand{Epoch: epoch, Seq: seq, Region: "eu-west",
+			Grants: []*fsmpb.GrantRecord{{Tenant: tenant, Rule: "plan-quota", WindowUnix: hour0.Unix(), Granted: g}}}))
 	}
 	grant(3, 2, 1, "acme", 1500)
 	grant(4, 2, 1, "acme", 1500) // the same command, retried
@@ -153,7 +154,7 @@ func TestStateGrants(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("ledger:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	f.Apply(entry(t, 8, CmdMaintain, &allotpb.MaintainCommand{NowUnixNano: hour0.Add(3 * time.Hour).UnixNano(), AgentTimeoutNano: int64(time.Minute)}))
+	f.Apply(entry(t, 8, CmdMaintain, &fsmpb.MaintainCommand{NowUnixNano: hour0.Add(3 * time.Hour).UnixNano(), AgentTimeoutNano: int64(time.Minute)}))
 	f.read(func(s *State) {
 		if !s.final[hour0.Unix()] {
 			t.Error("the window with grants never became final")

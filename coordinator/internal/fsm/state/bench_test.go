@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
@@ -34,7 +35,7 @@ func BenchmarkLedgerRecordSize(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		before := heapInUse()
 		f := testFSM()
-		f.Apply(entry(b, 1, CmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
+		f.Apply(entry(b, 1, CmdSettings, &fsmpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
 		for w := 0; w < windows; w++ {
 			at := hour0.Add(time.Duration(w) * time.Hour)
 			batch := &allotpb.UsageBatch{Seq: 1, CutUnixNano: at.UnixNano()}
@@ -43,7 +44,7 @@ func BenchmarkLedgerRecordSize(b *testing.B) {
 					batch.Counts = append(batch.Counts, &allotpb.UsageCount{Rule: r, Tenant: fmt.Sprintf("tenant-%07d", t), WindowUnix: at.Unix(), Admitted: uint64(1000 + t), Denied: uint64(t % 7)})
 				}
 			}
-			f.Apply(entry(b, uint64(2+w), CmdReports, &allotpb.ReportsCommand{ProposedUnixNano: at.UnixNano(), Reports: []*allotpb.AgentUsage{
+			f.Apply(entry(b, uint64(2+w), CmdReports, &fsmpb.ReportsCommand{ProposedUnixNano: at.UnixNano(), Reports: []*fsmpb.AgentUsage{
 				{Node: fmt.Sprintf("gw-%d", w), Incarnation: 1, Region: "eu-west", Batch: batch},
 			}}))
 		}

@@ -3,7 +3,7 @@ package state
 import (
 	"fmt"
 
-	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -71,37 +71,37 @@ type handler struct {
 // apply, return.
 var handlers = map[Command]handler{
 	CmdReports: {
-		msg:   func() proto.Message { return &allotpb.ReportsCommand{} },
-		apply: func(s *State, m proto.Message) any { return s.applyReports(m.(*allotpb.ReportsCommand)) },
+		msg:   func() proto.Message { return &fsmpb.ReportsCommand{} },
+		apply: func(s *State, m proto.Message) any { return s.applyReports(m.(*fsmpb.ReportsCommand)) },
 	},
 	CmdRules: {
-		msg: func() proto.Message { return &allotpb.RulesCommand{} },
+		msg: func() proto.Message { return &fsmpb.RulesCommand{} },
 		apply: func(s *State, m proto.Message) any {
-			if err := s.applyRules(m.(*allotpb.RulesCommand)); err != nil {
+			if err := s.applyRules(m.(*fsmpb.RulesCommand)); err != nil {
 				return err
 			}
 			return s.rules
 		},
 	},
 	CmdMember: {
-		msg:   func() proto.Message { return &allotpb.MemberCommand{} },
-		apply: func(s *State, m proto.Message) any { s.applyMember(m.(*allotpb.MemberCommand)); return nil },
+		msg:   func() proto.Message { return &fsmpb.MemberCommand{} },
+		apply: func(s *State, m proto.Message) any { s.applyMember(m.(*fsmpb.MemberCommand)); return nil },
 	},
 	CmdEpoch: {
-		msg:   func() proto.Message { return &allotpb.EpochCommand{} },
-		apply: func(s *State, m proto.Message) any { return s.applyEpoch(m.(*allotpb.EpochCommand)) },
+		msg:   func() proto.Message { return &fsmpb.EpochCommand{} },
+		apply: func(s *State, m proto.Message) any { return s.applyEpoch(m.(*fsmpb.EpochCommand)) },
 	},
 	CmdMaintain: {
-		msg:   func() proto.Message { return &allotpb.MaintainCommand{} },
-		apply: func(s *State, m proto.Message) any { s.maintain(m.(*allotpb.MaintainCommand)); return nil },
+		msg:   func() proto.Message { return &fsmpb.MaintainCommand{} },
+		apply: func(s *State, m proto.Message) any { s.maintain(m.(*fsmpb.MaintainCommand)); return nil },
 	},
 	CmdSettings: {
-		msg:   func() proto.Message { return &allotpb.SettingsCommand{} },
-		apply: func(s *State, m proto.Message) any { s.applySettings(m.(*allotpb.SettingsCommand)); return nil },
+		msg:   func() proto.Message { return &fsmpb.SettingsCommand{} },
+		apply: func(s *State, m proto.Message) any { s.applySettings(m.(*fsmpb.SettingsCommand)); return nil },
 	},
 	CmdGrants: {
-		msg:   func() proto.Message { return &allotpb.GrantsCommand{} },
-		apply: func(s *State, m proto.Message) any { s.applyGrants(m.(*allotpb.GrantsCommand)); return nil },
+		msg:   func() proto.Message { return &fsmpb.GrantsCommand{} },
+		apply: func(s *State, m proto.Message) any { s.applyGrants(m.(*fsmpb.GrantsCommand)); return nil },
 	},
 }
 

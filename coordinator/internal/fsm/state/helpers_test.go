@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"
 	"google.golang.org/protobuf/proto"
@@ -64,8 +65,8 @@ func rawEntry(_ uint64, data []byte) []byte { return data }
 
 var hour0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 
-func usageCmd(at time.Time, node string, inc, seq uint64, tenant string, admitted, denied uint64) *allotpb.ReportsCommand {
-	return &allotpb.ReportsCommand{ProposedUnixNano: at.UnixNano(), Reports: []*allotpb.AgentUsage{{
+func usageCmd(at time.Time, node string, inc, seq uint64, tenant string, admitted, denied uint64) *fsmpb.ReportsCommand {
+	return &fsmpb.ReportsCommand{ProposedUnixNano: at.UnixNano(), Reports: []*fsmpb.AgentUsage{{
 		Node: node, Incarnation: inc, Region: "eu-west",
 		Batch: &allotpb.UsageBatch{Seq: seq, CutUnixNano: at.UnixNano(), Counts: []*allotpb.UsageCount{
 			{Rule: "plan-quota", Tenant: tenant, WindowUnix: at.Unix(), Admitted: admitted, Denied: denied},
@@ -102,13 +103,13 @@ func roundTrip(t *testing.T, f *machine) *machine {
 // fillLedger applies n ledger lines in one region, one tenant per line,
 // spread over windows, through the FSM.
 func fillLedger(t testing.TB, f *machine, index uint64, n int, region string, at time.Time) {
-	cmd := &allotpb.ReportsCommand{ProposedUnixNano: at.UnixNano()}
+	cmd := &fsmpb.ReportsCommand{ProposedUnixNano: at.UnixNano()}
 	for i := 0; i < n; {
 		b := &allotpb.UsageBatch{Seq: 1, CutUnixNano: at.UnixNano()}
 		for ; i < n && len(b.Counts) < 10000; i++ {
 			b.Counts = append(b.Counts, &allotpb.UsageCount{Rule: "plan-quota", Tenant: fmt.Sprintf("tenant-%07d", i), WindowUnix: at.Unix(), Admitted: uint64(i + 1)})
 		}
-		cmd.Reports = append(cmd.Reports, &allotpb.AgentUsage{Node: fmt.Sprintf("gw-%s-%d-%d", region, at.Unix(), i), Incarnation: 1, Region: region, Batch: b})
+		cmd.Reports = append(cmd.Reports, &fsmpb.AgentUsage{Node: fmt.Sprintf("gw-%s-%d-%d", region, at.Unix(), i), Incarnation: 1, Region: region, Batch: b})
 	}
 	data, err := Encode(CmdReports, cmd)
 	if err != nil {

@@ -14,13 +14,14 @@ import (
 // (less what reads a clock or is random, below), the protocol's messages
 // and the rule model, protobuf's encoding, and the B-tree.
 var allowedImports = map[string]bool{
-	"github.com/allot-io/allot/lease/rules":          true,
-	"github.com/allot-io/allot/proto":                true,
-	"github.com/allot-io/allot/proto/rulespb":        true,
-	"github.com/google/btree":                        true,
-	"google.golang.org/protobuf/proto":               true,
-	"google.golang.org/protobuf/encoding/protodelim": true,
-	"google.golang.org/protobuf/encoding/protowire":  true,
+	"github.com/allot-io/allot/lease/rules":                    true,
+	"github.com/allot-io/allot/proto":                          true,
+	"github.com/allot-io/allot/proto/rulespb":                  true,
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb": true,
+	"github.com/google/btree":                                  true,
+	"google.golang.org/protobuf/proto":                         true,
+	"google.golang.org/protobuf/encoding/protodelim":           true,
+	"google.golang.org/protobuf/encoding/protowire":            true,
 }
 
 // forbiddenStd are standard packages the state must not use: randomness

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
@@ -15,7 +16,7 @@ import (
 // wrapping around to a small one.
 func TestLedgerSaturates(t *testing.T) {
 	f := testFSM()
-	f.Apply(entry(t, 1, CmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
+	f.Apply(entry(t, 1, CmdSettings, &fsmpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
 	f.Apply(entry(t, 2, CmdReports, usageCmd(hour0, "gw-1", 1, 1, "acme", math.MaxUint64-10, math.MaxUint64-1)))
 	f.Apply(entry(t, 3, CmdReports, usageCmd(hour0, "gw-2", 1, 1, "acme", 100, 3)))
 	if a, d := ledgerTotal(f, "acme"); a != math.MaxUint64 || d != math.MaxUint64 {
@@ -65,7 +66,7 @@ func randomLedger(t *testing.T, f *machine, rng *rand.Rand, index uint64, n int)
 			})
 		}
 		region := []string{"eu-west", "us-east"}[rng.IntN(2)]
-		f.Apply(entry(t, index, CmdReports, &allotpb.ReportsCommand{ProposedUnixNano: at.UnixNano(), Reports: []*allotpb.AgentUsage{
+		f.Apply(entry(t, index, CmdReports, &fsmpb.ReportsCommand{ProposedUnixNano: at.UnixNano(), Reports: []*fsmpb.AgentUsage{
 			{Node: fmt.Sprintf("gw-%d", index), Incarnation: 1, Region: region, Batch: b},
 		}}))
 		index++
@@ -78,13 +79,13 @@ func randomLedger(t *testing.T, f *machine, rng *rand.Rand, index uint64, n int)
 func TestLedgerIndexFollowsTheLedger(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	f := testFSM()
-	f.Apply(entry(t, 1, CmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
+	f.Apply(entry(t, 1, CmdSettings, &fsmpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
 	next := randomLedger(t, f, rng, 2, 400)
 	checkIndex(t, f, "after applies")
 	// Every window closes; the agents are long silent, so all are final.
 	// A retention of 6 h at hour0+14h drops the windows that ended before
 	// hour0+8h: the first eight.
-	f.Apply(entry(t, next, CmdMaintain, &allotpb.MaintainCommand{
+	f.Apply(entry(t, next, CmdMaintain, &fsmpb.MaintainCommand{
 		NowUnixNano: hour0.Add(14 * time.Hour).UnixNano(), AgentTimeoutNano: int64(time.Minute), RetentionNano: int64(6 * time.Hour),
 	}))
 	checkIndex(t, f, "after retention")
@@ -137,7 +138,7 @@ func allPages(t *testing.T, f *machine, q LedgerQuery, size, budget int, between
 func TestLedgerPagesEveryLineOnce(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	f := testFSM()
-	f.Apply(entry(t, 1, CmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
+	f.Apply(entry(t, 1, CmdSettings, &fsmpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
 	randomLedger(t, f, rng, 2, 600)
 	var all []LedgerKey
 	f.read(func(s *State) { all = indexKeys(s) })
@@ -174,7 +175,7 @@ func TestLedgerPagesEveryLineOnce(t *testing.T) {
 func TestLedgerPagingWhileApplying(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	f := testFSM()
-	f.Apply(entry(t, 1, CmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
+	f.Apply(entry(t, 1, CmdSettings, &fsmpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
 	next := randomLedger(t, f, rng, 2, 300)
 	var before []LedgerKey
 	f.read(func(s *State) { before = indexKeys(s) })

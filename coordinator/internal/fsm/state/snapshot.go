@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"
 	"google.golang.org/protobuf/encoding/protodelim"
@@ -25,12 +26,12 @@ const maxRecord = 64 << 20
 // Snapshot is a state taken for writing: Write may run while the state
 // goes on changing.
 type Snapshot struct {
-	header       *allotpb.SnapshotHeader
+	header       *fsmpb.SnapshotHeader
 	rules        *allotpb.RuleSet
 	members      []*allotpb.Member
-	incarnations []*allotpb.IncarnationRecord
-	ledger       []*allotpb.LedgerRecord
-	windows      []*allotpb.WindowRecord
+	incarnations []*fsmpb.IncarnationRecord
+	ledger       []*fsmpb.LedgerRecord
+	windows      []*fsmpb.WindowRecord
 	finals       []int64
 }
 
@@ -38,7 +39,7 @@ type Snapshot struct {
 // the lock that keeps the state from changing meanwhile.
 func (s *State) Snapshot() *Snapshot {
 	snap := &Snapshot{
-		header: &allotpb.SnapshotHeader{
+		header: &fsmpb.SnapshotHeader{
 			Format: snapshotFormat, Epoch: s.epoch, RulesVersion: s.rules.Version(),
 			Incarnations: uint64(len(s.incarnations)), LedgerRecords: uint64(len(s.ledger)),
 			Members: uint64(len(s.members)), Windows: uint64(len(s.open)),
@@ -51,22 +52,22 @@ func (s *State) Snapshot() *Snapshot {
 		snap.members = append(snap.members, proto.Clone(m).(*allotpb.Member))
 	}
 	for k, inc := range s.incarnations {
-		snap.incarnations = append(snap.incarnations, &allotpb.IncarnationRecord{
+		snap.incarnations = append(snap.incarnations, &fsmpb.IncarnationRecord{
 			Node: k.node, Incarnation: k.incarnation, LastSeq: inc.lastSeq,
 			LastAppliedUnixNano: inc.lastApplied, LastCutUnixNano: inc.lastCut,
 		})
 	}
-	snap.ledger = make([]*allotpb.LedgerRecord, 0, len(s.ledger))
+	snap.ledger = make([]*fsmpb.LedgerRecord, 0, len(s.ledger))
 	s.index.Ascend(func(k LedgerKey) bool { // in order, so that equal states write equal snapshots
 		u := s.ledger[k]
-		snap.ledger = append(snap.ledger, &allotpb.LedgerRecord{
+		snap.ledger = append(snap.ledger, &fsmpb.LedgerRecord{
 			Tenant: k.Tenant, Rule: k.Rule, Region: k.Region, WindowUnix: k.Window,
 			Admitted: u.admitted, Denied: u.denied, Final: s.final[k.Window], Granted: u.granted,
 		})
 		return true
 	})
 	for w, reporters := range s.open {
-		rec := &allotpb.WindowRecord{WindowUnix: w}
+		rec := &fsmpb.WindowRecord{WindowUnix: w}
 		for k := range reporters {
 			rec.Reporters = append(rec.Reporters, encodeIncKey(k))
 		}
@@ -112,7 +113,7 @@ func (s *Snapshot) Write(out io.Writer) error {
 			return err
 		}
 	}
-	if err := write(&allotpb.FinalWindows{WindowUnix: s.finals}); err != nil {
+	if err := write(&fsmpb.FinalWindows{WindowUnix: s.finals}); err != nil {
 		return err
 	}
 	return w.Flush()
@@ -120,8 +121,8 @@ func (s *Snapshot) Write(out io.Writer) error {
 
 // ReadHeader reads a snapshot's header, for tools that only need what it
 // says (the cluster ID).
-func ReadHeader(r io.Reader) (*allotpb.SnapshotHeader, error) {
-	h := &allotpb.SnapshotHeader{}
+func ReadHeader(r io.Reader) (*fsmpb.SnapshotHeader, error) {
+	h := &fsmpb.SnapshotHeader{}
 	if err := (protodelim.UnmarshalOptions{MaxSize: 1 << 20}).UnmarshalFrom(bufio.NewReader(r), h); err != nil {
 		return nil, fmt.Errorf("snapshot header: %w", err)
 	}
@@ -141,7 +142,7 @@ func ReadSnapshot(in io.Reader) (*State, error) {
 		}
 		return nil
 	}
-	h := &allotpb.SnapshotHeader{}
+	h := &fsmpb.SnapshotHeader{}
 	if err := read(h); err != nil {
 		return nil, fmt.Errorf("header: %w", err)
 	}
@@ -170,7 +171,7 @@ func ReadSnapshot(in io.Reader) (*State, error) {
 		st.members[m.GetId()] = m
 	}
 	for i := uint64(0); i < h.GetIncarnations(); i++ {
-		m := &allotpb.IncarnationRecord{}
+		m := &fsmpb.IncarnationRecord{}
 		if err := read(m); err != nil {
 			return nil, fmt.Errorf("incarnation %d: %w", i, err)
 		}
@@ -179,7 +180,7 @@ func ReadSnapshot(in io.Reader) (*State, error) {
 		}
 	}
 	for i := uint64(0); i < h.GetLedgerRecords(); i++ {
-		m := &allotpb.LedgerRecord{}
+		m := &fsmpb.LedgerRecord{}
 		if err := read(m); err != nil {
 			return nil, fmt.Errorf("ledger record %d: %w", i, err)
 		}
@@ -193,7 +194,7 @@ func ReadSnapshot(in io.Reader) (*State, error) {
 		}
 	}
 	for i := uint64(0); i < h.GetWindows(); i++ {
-		m := &allotpb.WindowRecord{}
+		m := &fsmpb.WindowRecord{}
 		if err := read(m); err != nil {
 			return nil, fmt.Errorf("window %d: %w", i, err)
 		}
@@ -207,7 +208,7 @@ func ReadSnapshot(in io.Reader) (*State, error) {
 		}
 		st.open[m.GetWindowUnix()] = reporters
 	}
-	finals := &allotpb.FinalWindows{}
+	finals := &fsmpb.FinalWindows{}
 	if err := read(finals); err != nil {
 		return nil, fmt.Errorf("final windows: %w", err)
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 )
 
 // TestRestoreFormat1Snapshot: a snapshot written before the report
@@ -42,7 +42,7 @@ func TestRestoreFormat1Snapshot(t *testing.T) {
 		}
 	})
 	// Fixing the settings leaves the billing window, already fixed, alone.
-	f.Apply(entry(t, 100, CmdSettings, &allotpb.SettingsCommand{BillingWindowNano: int64(time.Minute), ReportIntervalNano: int64(time.Second), LeaseTtlNano: int64(5 * time.Second)}))
+	f.Apply(entry(t, 100, CmdSettings, &fsmpb.SettingsCommand{BillingWindowNano: int64(time.Minute), ReportIntervalNano: int64(time.Second), LeaseTtlNano: int64(5 * time.Second)}))
 	f.read(func(s *State) {
 		if got := s.Settings(); got != (Settings{time.Hour, time.Second, 5 * time.Second}) {
 			t.Errorf("settings %+v after fixing", got)

@@ -5,6 +5,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"
@@ -135,9 +136,9 @@ func (s *State) BillingWindowSeconds() int64 {
 // applyReports adds each report's usage batch to the ledger, exactly once
 // per (node, incarnation, seq), and returns the highest batch applied for
 // each report's incarnation.
-func (s *State) applyReports(cmd *allotpb.ReportsCommand) *allotpb.ReportsResult {
+func (s *State) applyReports(cmd *fsmpb.ReportsCommand) *fsmpb.ReportsResult {
 	now := cmd.GetProposedUnixNano()
-	res := &allotpb.ReportsResult{AckedSeq: make([]uint64, len(cmd.GetReports()))}
+	res := &fsmpb.ReportsResult{AckedSeq: make([]uint64, len(cmd.GetReports()))}
 	for i, r := range cmd.GetReports() {
 		k := incKey{r.GetNode(), r.GetIncarnation()}
 		inc := s.incarnations[k]
@@ -187,7 +188,7 @@ func (s *State) addUsage(k incKey, region string, c *allotpb.UsageCount, now int
 // applyRules puts and deletes rules, all or none. An invalid result leaves
 // the rules unchanged and returns the error; the proposer validated the
 // command before proposing it, so this only guards against divergence.
-func (s *State) applyRules(cmd *allotpb.RulesCommand) error {
+func (s *State) applyRules(cmd *fsmpb.RulesCommand) error {
 	set, err := nextRules(s.rules, cmd)
 	if err != nil {
 		return err
@@ -198,13 +199,13 @@ func (s *State) applyRules(cmd *allotpb.RulesCommand) error {
 
 // CheckRules returns the error applying cmd would refuse it with, without
 // applying it: proposers validate a rules command before proposing it.
-func (s *State) CheckRules(cmd *allotpb.RulesCommand) error {
+func (s *State) CheckRules(cmd *fsmpb.RulesCommand) error {
 	_, err := nextRules(s.rules, cmd)
 	return err
 }
 
 // nextRules is the rule set cmd makes of cur.
-func nextRules(cur *rules.Set, cmd *allotpb.RulesCommand) (*rules.Set, error) {
+func nextRules(cur *rules.Set, cmd *fsmpb.RulesCommand) (*rules.Set, error) {
 	byName := map[string]rules.Rule{}
 	if !cmd.GetReplaceAll() {
 		for _, r := range cur.Rules() {
@@ -228,7 +229,7 @@ func nextRules(cur *rules.Set, cmd *allotpb.RulesCommand) (*rules.Set, error) {
 	return rules.NewSet(cur.Version()+1, list)
 }
 
-func (s *State) applyMember(cmd *allotpb.MemberCommand) {
+func (s *State) applyMember(cmd *fsmpb.MemberCommand) {
 	m := cmd.GetMember()
 	if cmd.GetRemove() {
 		delete(s.members, m.GetId())
@@ -237,7 +238,7 @@ func (s *State) applyMember(cmd *allotpb.MemberCommand) {
 	s.members[m.GetId()] = &allotpb.Member{Id: m.GetId(), RaftAddress: m.GetRaftAddress(), GrpcAddress: m.GetGrpcAddress(), HttpAddress: m.GetHttpAddress()}
 }
 
-func (s *State) applyEpoch(cmd *allotpb.EpochCommand) uint64 {
+func (s *State) applyEpoch(cmd *fsmpb.EpochCommand) uint64 {
 	s.epoch = max(s.epoch+1, cmd.GetAtLeast())
 	return s.epoch
 }
@@ -246,7 +247,7 @@ func (s *State) applyEpoch(cmd *allotpb.EpochCommand) uint64 {
 // already fixed never changes. A cluster from before report interval and
 // lease TTL were replicated has its billing window only: its next leader
 // fixes the other two.
-func (s *State) applySettings(cmd *allotpb.SettingsCommand) {
+func (s *State) applySettings(cmd *fsmpb.SettingsCommand) {
 	if s.billingWindow == 0 && cmd.GetBillingWindowNano() >= int64(time.Second) {
 		s.billingWindow = cmd.GetBillingWindowNano() - cmd.GetBillingWindowNano()%int64(time.Second)
 	}
@@ -269,7 +270,7 @@ func (s *State) Settled() bool {
 // maintain finalizes billing windows that have closed and whose reporters
 // have all been acknowledged past their end (or are gone), forgets
 // incarnations silent for long, and drops ledger windows past retention.
-func (s *State) maintain(cmd *allotpb.MaintainCommand) {
+func (s *State) maintain(cmd *fsmpb.MaintainCommand) {
 	now, timeout := cmd.GetNowUnixNano(), cmd.GetAgentTimeoutNano()
 	width := s.BillingWindowSeconds() * int64(time.Second)
 	for window, reporters := range s.open {
@@ -313,7 +314,7 @@ func (s *State) maintain(cmd *allotpb.MaintainCommand) {
 // parent to the ledger, once: a command whose epoch and seq are not past
 // the last applied is a repeat and changes nothing. A grant creates its
 // ledger line if no usage did (a tenant leased and idle).
-func (s *State) applyGrants(cmd *allotpb.GrantsCommand) {
+func (s *State) applyGrants(cmd *fsmpb.GrantsCommand) {
 	if cmd.GetEpoch() < s.grantEpoch || cmd.GetEpoch() == s.grantEpoch && cmd.GetSeq() <= s.grantSeq {
 		return
 	}

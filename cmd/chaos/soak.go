@@ -39,6 +39,12 @@ type soakSample struct {
 	raftBytes            float64 // coordinators: raft.db and snapshots/
 	run                  int     // which run of the process (restarts count)
 	leader               bool    // coordinators: it led when sampled
+	// anon is the resident memory not backed by a file (RssAnon): the
+	// process's own, without the pages of raft.db that bbolt maps.
+	anon float64
+	// streams is the Envoy (RLQS) streams a coordinator serves: each has
+	// goroutines of its own, and streams move when a member dies.
+	streams int
 }
 
 // soakSeries are one process's samples.
@@ -146,7 +152,7 @@ func (h *harness) soak(ctx context.Context) error {
 		return err
 	}
 	defer csv.Close()
-	fmt.Fprintln(csv, "seconds,process,run,leader,rss_bytes,goroutines,open_fds,raft_bytes")
+	fmt.Fprintln(csv, "seconds,process,run,leader,rlqs_streams,rss_bytes,rss_anon_bytes,goroutines,open_fds,raft_bytes")
 	h.log.logf("phase: soak for %v, the leader SIGKILLed every %v, every process sampled every %v (%s)", sc.duration, sc.killEvery, sc.every, csvPath)
 	start := time.Now()
 	nextKill := start.Add(sc.killEvery)
@@ -155,13 +161,13 @@ func (h *harness) soak(ctx context.Context) error {
 	lastLog := start
 	for time.Since(start) < sc.duration {
 		for _, s := range series {
-			smp, err := h.sampleProcess(ctx, urls[s.name], s.member)
+			smp, err := h.sampleProcess(ctx, urls[s.name], s.member, procs[s.name].Pid())
 			if err != nil {
 				continue // a member being restarted
 			}
 			smp.at, smp.run = time.Since(start), procs[s.name].Runs()
 			s.samples = append(s.samples, smp)
-			fmt.Fprintf(csv, "%.0f,%s,%d,%t,%.0f,%.0f,%.0f,%.0f\n", smp.at.Seconds(), s.name, smp.run, smp.leader, smp.rss, smp.goroutines, smp.fds, smp.raftBytes)
+			fmt.Fprintf(csv, "%.0f,%s,%d,%t,%d,%.0f,%.0f,%.0f,%.0f,%.0f\n", smp.at.Seconds(), s.name, smp.run, smp.leader, smp.streams, smp.rss, smp.anon, smp.goroutines, smp.fds, smp.raftBytes)
 		}
 		if time.Since(lastLog) >= time.Minute {
 			h.log.logf("soak %v: %s", time.Since(start).Round(time.Second), soakLine(series))
@@ -202,7 +208,7 @@ func soakLine(series []*soakSeries) string {
 }
 
 // sampleProcess reads a process's /metrics, and a member's Raft files.
-func (h *harness) sampleProcess(ctx context.Context, url string, member *fleet.Coordinator) (soakSample, error) {
+func (h *harness) sampleProcess(ctx context.Context, url string, member *fleet.Coordinator, pid int) (soakSample, error) {
 	var s soakSample
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -227,12 +233,35 @@ func (h *harness) sampleProcess(ctx context.Context, url string, member *fleet.C
 			s.fds = v
 		case name == "allot_coordinator_raft_state" && labels["state"] == "Leader":
 			s.leader = v == 1
+		case name == "allot_coordinator_rlqs_streams":
+			s.streams = int(v)
 		}
 	}
 	if member != nil {
 		s.raftBytes = dirBytes(member.DataDir)
 	}
+	s.anon = rssAnon(pid)
 	return s, in.Err()
+}
+
+// rssAnon reads a process's RssAnon from /proc, in bytes; 0 when it
+// cannot.
+func rssAnon(pid int) float64 {
+	if pid == 0 {
+		return 0
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "RssAnon:"); ok {
+			var kb float64
+			fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &kb)
+			return kb * 1024
+		}
+	}
+	return 0
 }
 
 // dirBytes is the size of raft.db and snapshots/ in a data dir.
@@ -293,20 +322,21 @@ const minJudgedMemory = 10 * time.Minute
 // on disk).
 func judgeSoak(w io.Writer, series []*soakSeries) bool {
 	ok := true
-	fmt.Fprintf(w, "SOAK %-5s %-4s %8s %10s %8s %10s %8s %12s\n", "proc", "run", "samples", "RSS MiB", "×", "goroutines", "×", "fds ×")
+	fmt.Fprintf(w, "SOAK %-5s %-4s %8s %10s %12s %8s %10s %8s %12s\n", "proc", "run", "samples", "RSS MiB", "anon MiB", "×", "goroutines", "×", "fds ×")
 	for _, s := range series {
 		// A leader holds more than a follower (the division of every key,
 		// a replication stream to each follower, Envoys' streams that
 		// moved to it): memory and goroutines are compared within one run
 		// in one role, like with like.
 		type segment struct {
-			run    int
-			leader bool
+			run     int
+			leader  bool
+			streams int
 		}
 		bySeg := map[segment][]soakSample{}
 		var segs []segment
 		for _, smp := range s.samples {
-			k := segment{smp.run, smp.leader}
+			k := segment{smp.run, smp.leader, smp.streams}
 			if _, seen := bySeg[k]; !seen {
 				segs = append(segs, k)
 			}
@@ -316,7 +346,7 @@ func judgeSoak(w io.Writer, series []*soakSeries) bool {
 			smps, r := bySeg[sg], sg.run
 			role := ""
 			if s.member != nil {
-				role = map[bool]string{true: " leading", false: " following"}[sg.leader]
+				role = map[bool]string{true: " leading", false: " following"}[sg.leader] + fmt.Sprintf(", %d Envoy streams", sg.streams)
 			}
 			if lasted := smps[len(smps)-1].at - smps[0].at; lasted < minJudged {
 				fmt.Fprintf(w, "SOAK %-5s %-4d %8d%s for %v, too short to judge (a run is judged from %v)\n", s.name, r, len(smps), role, lasted.Round(time.Second), minJudged)
@@ -330,7 +360,7 @@ func judgeSoak(w io.Writer, series []*soakSeries) bool {
 				return out
 			}
 			lasted := smps[len(smps)-1].at - smps[0].at
-			rssR, rssOK := levels(pick(func(x soakSample) float64 { return x.rss }), 1.25, 16<<20)
+			rssR, rssOK := levels(pick(func(x soakSample) float64 { return x.anon }), 1.25, 16<<20)
 			gorR, gorOK := levels(pick(func(x soakSample) float64 { return x.goroutines }), 1.25, 20)
 			fdR, fdOK := levels(pick(func(x soakSample) float64 { return x.fds }), 1.25, 10)
 			verdict := "levels off"
@@ -341,7 +371,7 @@ func judgeSoak(w io.Writer, series []*soakSeries) bool {
 				verdict, ok = "GROWS", false
 			}
 			last := smps[len(smps)-1]
-			fmt.Fprintf(w, "SOAK %-5s %-4d %8d %10.1f %8.2f %10.0f %8.2f %12.2f %s%s\n", s.name, r, len(smps), last.rss/(1<<20), rssR, last.goroutines, gorR, fdR, verdict, role)
+			fmt.Fprintf(w, "SOAK %-5s %-4d %8d %10.1f %12.1f %8.2f %10.0f %8.2f %12.2f %s%s\n", s.name, r, len(smps), last.rss/(1<<20), last.anon/(1<<20), rssR, last.goroutines, gorR, fdR, verdict, role)
 		}
 		if s.member != nil {
 			all := make([]float64, len(s.samples))
@@ -367,6 +397,6 @@ func judgeSoak(w io.Writer, series []*soakSeries) bool {
 	if !ok {
 		result = "FAIL"
 	}
-	fmt.Fprintf(w, "SOAK RESULT: %s (a series levels off when its last quarter's median is within 1.25× its second quarter's, 1.5× for the Raft files; goroutines and open files are judged for runs of %v or more, memory and the Raft files from %v)\n", result, minJudged, minJudgedMemory)
+	fmt.Fprintf(w, "SOAK RESULT: %s (a series levels off when its last quarter's median is within 1.25× its second quarter's, 1.5× for the Raft files; memory is the anonymous resident memory, without raft.db's mapped pages; a coordinator is judged per run, role and number of Envoy streams; goroutines and open files for spans of %v or more, memory and the Raft files from %v)\n", result, minJudged, minJudgedMemory)
 	return ok
 }

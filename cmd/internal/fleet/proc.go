@@ -23,13 +23,18 @@ type Proc struct {
 	Bin     string
 	Args    []string
 	LogPath string
+	// Exited, when set, is called (from the goroutine that waited for
+	// it) when a run ends that nothing stopped: no Kill, Terminate or
+	// terminating Signal asked it to. Set it before the first Start.
+	Exited func(p *Proc, err error)
 
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	done   chan struct{} // closed when the current run has exited
-	err    error         // the current run's exit status, once done
-	paused bool          // SIGSTOPped
-	runs   int           // how many times it was started
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	done     chan struct{} // closed when the current run has exited
+	err      error         // the current run's exit status, once done
+	paused   bool          // SIGSTOPped
+	stopping bool          // the current run was sent a terminating signal
+	runs     int           // how many times it was started
 }
 
 // Start runs the process again. It is an error to start one that runs.
@@ -53,17 +58,53 @@ func (p *Proc) Start() error {
 		return fmt.Errorf("%s: starting: %w", p.Name, err)
 	}
 	done := make(chan struct{})
-	p.cmd, p.done, p.err, p.paused = cmd, done, nil, false
+	p.cmd, p.done, p.err, p.paused, p.stopping = cmd, done, nil, false, false
 	p.runs++
 	go func() {
 		err := cmd.Wait()
 		f.Close()
 		p.mu.Lock()
 		p.err = err
+		stopped := p.stopping
 		p.mu.Unlock()
 		close(done)
+		if !stopped && p.Exited != nil {
+			p.Exited(p, err)
+		}
 	}()
 	return nil
+}
+
+// PID is the current (or last) run's process ID, 0 before the first.
+func (p *Proc) PID() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil || p.cmd.Process == nil {
+		return 0
+	}
+	return p.cmd.Process.Pid
+}
+
+// UnexpectedExit says how the current run ended if it exited with
+// nothing having stopped it (see Exited), and is nil otherwise: while it
+// runs, before the first Start, and after Kill or Terminate.
+func (p *Proc) UnexpectedExit() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done == nil || !spawn.Closed(p.done) || p.stopping {
+		return nil
+	}
+	return fmt.Errorf("%s exited by itself (%v); its log is %s", p.Name, p.err, p.LogPath)
+}
+
+// Pid is the process's PID, or 0 when it does not run.
+func (p *Proc) Pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done == nil || spawn.Closed(p.done) {
+		return 0
+	}
+	return p.cmd.Process.Pid
 }
 
 // Runs is how many times the process was started.
@@ -87,7 +128,8 @@ func (p *Proc) IsPaused() bool {
 	return p.paused
 }
 
-// Signal sends sig to the process's group.
+// Signal sends sig to the process's group. After SIGKILL, SIGTERM,
+// SIGINT or SIGQUIT the run's end counts as asked for, not unexpected.
 func (p *Proc) Signal(sig syscall.Signal) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -99,6 +141,8 @@ func (p *Proc) Signal(sig syscall.Signal) error {
 		p.paused = true
 	case syscall.SIGCONT:
 		p.paused = false
+	case syscall.SIGKILL, syscall.SIGTERM, syscall.SIGINT, syscall.SIGQUIT:
+		p.stopping = true
 	}
 	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil {
 		return fmt.Errorf("%s: %v: %w", p.Name, sig, err)
@@ -125,12 +169,20 @@ func (p *Proc) Wait(timeout time.Duration) (bool, error) {
 	return true, p.err
 }
 
-// Kill SIGKILLs the process group and waits for the exit.
-func (p *Proc) Kill() {
-	if p.Running() {
-		_ = p.Signal(syscall.SIGKILL)
-		_, _ = p.Wait(time.Minute)
+// Kill SIGKILLs the process group, if it runs, and waits for the exit:
+// no signal handler runs, so the process cleans nothing up. It fails only
+// if the process outlives the SIGKILL by a minute.
+func (p *Proc) Kill() error {
+	if !p.Running() {
+		return nil
 	}
+	if err := p.Signal(syscall.SIGKILL); err != nil && p.Running() {
+		return err
+	}
+	if exited, _ := p.Wait(time.Minute); !exited {
+		return fmt.Errorf("%s (pid %d): %w a minute after SIGKILL", p.Name, p.PID(), ErrHung)
+	}
+	return nil
 }
 
 // Terminate sends SIGTERM (after SIGCONT, in case it is paused), waits up
@@ -148,14 +200,14 @@ func (p *Proc) Terminate(grace time.Duration) error {
 		// log before it exits: what it was stuck on.
 		_ = p.Signal(syscall.SIGQUIT)
 		if exited, _ = p.Wait(5 * time.Second); !exited {
-			p.Kill()
+			_ = p.Kill()
 		}
 		return fmt.Errorf("%s: %w %v after SIGTERM; stacks dumped to %s (SIGQUIT)", p.Name, ErrHung, grace, p.LogPath)
 	}
 	return err
 }
 
-// ErrHung is wrapped when a process ignored SIGTERM.
+// ErrHung is wrapped when a process outlived SIGTERM's grace, or SIGKILL.
 var ErrHung = errors.New("still running")
 
 // BuildAllot builds ./cmd/allot into dir, without the race detector even

@@ -95,7 +95,9 @@ func (r *reporter) refused(now int64, err error) {
 		}
 		return
 	}
-	r.refusal.Store(nil)
+	// A report that failed another way (no leader, a timeout) says nothing
+	// of the credential: the refusal stands until a report is answered,
+	// which logs that the coordinators accept this agent again.
 	if !a.rulesReady() && now-r.lastOK >= 2*int64(a.interval()) && r.logDue("unanswered", now) {
 		a.log.Error("no coordinator has answered, and this agent does not have the cluster's rules",
 			"since", time.Duration(now-r.lastOK).Round(time.Millisecond), "checks", a.checksNow(), "error", err)

@@ -86,7 +86,8 @@ func CheckEntry(l *raft.Log) error {
 }
 
 // Snapshot implements raft.FSM. It takes the state for writing while
-// holding the lock, so that Persist can write it while Apply goes on.
+// holding the lock, so that Persist can write it (in format 2, see
+// state.Snapshot) while Apply goes on.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()

@@ -431,16 +431,30 @@ func (x *MaintainCommand) GetRetentionNano() int64 {
 	return 0
 }
 
+// A snapshot, format 2 (what this version writes), is a stream of
+// records, each one type byte and a length-delimited message: the type
+// byte has the ignorable bit (0x80) for a record an older reader may skip,
+// as a command's does; any other type a reader does not know stops it. The
+// record types are in coordinator/internal/fsm/state/snapshot.go: the
+// header first, then the rules, the members by ID, the incarnations by
+// node and incarnation, the ledger in its index's order, the open windows
+// by start, the final windows, and SnapshotEnd. Every section is in a
+// defined order, so equal states write equal bytes.
+//
+// Format 1 (read, no longer written) is positional: a length-delimited
+// header, whose counts say how many of each section follow, then the
+// rules, members, incarnations, ledger, windows and one FinalWindows.
 type SnapshotHeader struct {
-	state             protoimpl.MessageState `protogen:"open.v1"`
-	Format            uint32                 `protobuf:"varint,1,opt,name=format,proto3" json:"format,omitempty"`
-	Epoch             uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	RulesVersion      uint64                 `protobuf:"varint,3,opt,name=rules_version,json=rulesVersion,proto3" json:"rules_version,omitempty"`
-	Incarnations      uint64                 `protobuf:"varint,4,opt,name=incarnations,proto3" json:"incarnations,omitempty"`
-	LedgerRecords     uint64                 `protobuf:"varint,5,opt,name=ledger_records,json=ledgerRecords,proto3" json:"ledger_records,omitempty"`
-	Members           uint64                 `protobuf:"varint,6,opt,name=members,proto3" json:"members,omitempty"`
-	Windows           uint64                 `protobuf:"varint,7,opt,name=windows,proto3" json:"windows,omitempty"`
-	BillingWindowNano int64                  `protobuf:"varint,8,opt,name=billing_window_nano,json=billingWindowNano,proto3" json:"billing_window_nano,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Format       uint32                 `protobuf:"varint,1,opt,name=format,proto3" json:"format,omitempty"`
+	Epoch        uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	RulesVersion uint64                 `protobuf:"varint,3,opt,name=rules_version,json=rulesVersion,proto3" json:"rules_version,omitempty"`
+	// The counts of format 1's sections; 0 in format 2.
+	Incarnations      uint64 `protobuf:"varint,4,opt,name=incarnations,proto3" json:"incarnations,omitempty"`
+	LedgerRecords     uint64 `protobuf:"varint,5,opt,name=ledger_records,json=ledgerRecords,proto3" json:"ledger_records,omitempty"`
+	Members           uint64 `protobuf:"varint,6,opt,name=members,proto3" json:"members,omitempty"`
+	Windows           uint64 `protobuf:"varint,7,opt,name=windows,proto3" json:"windows,omitempty"`
+	BillingWindowNano int64  `protobuf:"varint,8,opt,name=billing_window_nano,json=billingWindowNano,proto3" json:"billing_window_nano,omitempty"`
 	// The replicated report interval and lease TTL (see SettingsCommand); 0
 	// in snapshots written before they were replicated, and until a leader
 	// fixes them.
@@ -1072,6 +1086,53 @@ func (x *GrantRecord) GetGranted() float64 {
 	return 0
 }
 
+// SnapshotEnd is the last record of a format 2 snapshot: the number of
+// records before it, so that a snapshot cut short is told from a whole
+// one.
+type SnapshotEnd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       uint64                 `protobuf:"varint,1,opt,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SnapshotEnd) Reset() {
+	*x = SnapshotEnd{}
+	mi := &file_fsm_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SnapshotEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SnapshotEnd) ProtoMessage() {}
+
+func (x *SnapshotEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SnapshotEnd.ProtoReflect.Descriptor instead.
+func (*SnapshotEnd) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SnapshotEnd) GetRecords() uint64 {
+	if x != nil {
+		return x.Records
+	}
+	return 0
+}
+
 var File_fsm_proto protoreflect.FileDescriptor
 
 const file_fsm_proto_rawDesc = "" +
@@ -1161,7 +1222,9 @@ const file_fsm_proto_rawDesc = "" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x1f\n" +
 	"\vwindow_unix\x18\x03 \x01(\x03R\n" +
 	"windowUnix\x12\x18\n" +
-	"\agranted\x18\x04 \x01(\x01R\agrantedB@Z>github.com/allot-io/allot/coordinator/internal/fsm/fsmpb;fsmpbb\x06proto3"
+	"\agranted\x18\x04 \x01(\x01R\agranted\"'\n" +
+	"\vSnapshotEnd\x12\x18\n" +
+	"\arecords\x18\x01 \x01(\x04R\arecordsB@Z>github.com/allot-io/allot/coordinator/internal/fsm/fsmpb;fsmpbb\x06proto3"
 
 var (
 	file_fsm_proto_rawDescOnce sync.Once
@@ -1175,7 +1238,7 @@ func file_fsm_proto_rawDescGZIP() []byte {
 	return file_fsm_proto_rawDescData
 }
 
-var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_fsm_proto_goTypes = []any{
 	(*ReportsCommand)(nil),    // 0: allot.fsm.v1.ReportsCommand
 	(*AgentUsage)(nil),        // 1: allot.fsm.v1.AgentUsage
@@ -1192,15 +1255,16 @@ var file_fsm_proto_goTypes = []any{
 	(*FinalWindows)(nil),      // 12: allot.fsm.v1.FinalWindows
 	(*GrantsCommand)(nil),     // 13: allot.fsm.v1.GrantsCommand
 	(*GrantRecord)(nil),       // 14: allot.fsm.v1.GrantRecord
-	(*proto.UsageBatch)(nil),  // 15: allot.v1.UsageBatch
-	(*proto.Rule)(nil),        // 16: allot.v1.Rule
-	(*proto.Member)(nil),      // 17: allot.v1.Member
+	(*SnapshotEnd)(nil),       // 15: allot.fsm.v1.SnapshotEnd
+	(*proto.UsageBatch)(nil),  // 16: allot.v1.UsageBatch
+	(*proto.Rule)(nil),        // 17: allot.v1.Rule
+	(*proto.Member)(nil),      // 18: allot.v1.Member
 }
 var file_fsm_proto_depIdxs = []int32{
 	1,  // 0: allot.fsm.v1.ReportsCommand.reports:type_name -> allot.fsm.v1.AgentUsage
-	15, // 1: allot.fsm.v1.AgentUsage.batch:type_name -> allot.v1.UsageBatch
-	16, // 2: allot.fsm.v1.RulesCommand.put:type_name -> allot.v1.Rule
-	17, // 3: allot.fsm.v1.MemberCommand.member:type_name -> allot.v1.Member
+	16, // 1: allot.fsm.v1.AgentUsage.batch:type_name -> allot.v1.UsageBatch
+	17, // 2: allot.fsm.v1.RulesCommand.put:type_name -> allot.v1.Rule
+	18, // 3: allot.fsm.v1.MemberCommand.member:type_name -> allot.v1.Member
 	14, // 4: allot.fsm.v1.GrantsCommand.grants:type_name -> allot.fsm.v1.GrantRecord
 	5,  // [5:5] is the sub-list for method output_type
 	5,  // [5:5] is the sub-list for method input_type
@@ -1221,7 +1285,7 @@ func file_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_proto_rawDesc), len(file_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// TestFSMCountsEachBatchOnce: a batch retried after a timeout or failover
+// TestStateCountsEachBatchOnce: a batch retried after a timeout or failover
 // (same node, incarnation and seq) is applied once; a new incarnation of
 // the same node starts its own sequence.
 func TestStateCountsEachBatchOnce(t *testing.T) {
@@ -97,7 +97,7 @@ func TestStateRules(t *testing.T) {
 	})
 }
 
-// TestFSMSnapshotRestore: a snapshot restores to an identical state.
+// TestStateSnapshotRestore: a snapshot restores to an identical state.
 func TestStateSnapshotRestore(t *testing.T) {
 	f := testFSM()
 	f.Apply(entry(t, 1, CmdSettings, &fsmpb.SettingsCommand{BillingWindowNano: int64(time.Hour), ReportIntervalNano: int64(time.Second), LeaseTtlNano: int64(5 * time.Second)}))
@@ -129,7 +129,7 @@ func TestStateSnapshotRestore(t *testing.T) {
 	}
 }
 
-// TestFSMGrants: what a region's leader records of its leases from the
+// TestStateGrants: what a region's leader records of its leases from the
 // parent is added once per command (a command retried after a timeout,
 // or replayed by an earlier epoch, changes nothing), lands on the
 // region's line of the window, creates the line for a tenant with no

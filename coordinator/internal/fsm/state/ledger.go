@@ -3,7 +3,6 @@ package state
 import (
 	"cmp"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/google/btree"
@@ -159,8 +158,4 @@ func (s *State) ledgerPage(q LedgerQuery, after *LedgerKey, limit, budget int) (
 		}
 		start, exclusive = seek, false
 	}
-}
-
-func compareIncKeys(a, b incKey) int {
-	return cmp.Or(strings.Compare(a.node, b.node), cmp.Compare(a.incarnation, b.incarnation))
 }

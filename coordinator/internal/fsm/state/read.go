@@ -1,9 +1,6 @@
 package state
 
 import (
-	"cmp"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/allot-io/allot/lease/rules"
@@ -48,11 +45,8 @@ func (s *State) Member(id string) *allotpb.Member { return s.members[id] }
 
 // Members are the member records, by ID.
 func (s *State) Members() []*allotpb.Member {
-	out := make([]*allotpb.Member, 0, len(s.members))
-	for _, m := range s.members {
-		out = append(out, m)
-	}
-	slices.SortFunc(out, func(a, b *allotpb.Member) int { return strings.Compare(a.GetId(), b.GetId()) })
+	var out []*allotpb.Member
+	s.eachMember(func(m *allotpb.Member) { out = append(out, m) })
 	return out
 }
 
@@ -74,12 +68,9 @@ type Run struct {
 
 // Runs are the agent runs, by node and incarnation.
 func (s *State) Runs() []Run {
-	out := make([]Run, 0, len(s.incarnations))
-	for k, inc := range s.incarnations {
+	var out []Run
+	s.eachRun(func(k incKey, inc incarnation) {
 		out = append(out, Run{Node: k.node, Incarnation: k.incarnation, LastSeq: inc.lastSeq, LastApplied: inc.lastApplied, LastCut: inc.lastCut})
-	}
-	slices.SortFunc(out, func(a, b Run) int {
-		return compareIncKeys(incKey{a.Node, a.Incarnation}, incKey{b.Node, b.Incarnation})
 	})
 	return out
 }
@@ -134,29 +125,20 @@ type OpenWindow struct {
 
 // OpenWindows are the windows not final yet, by start.
 func (s *State) OpenWindows() []OpenWindow {
-	out := make([]OpenWindow, 0, len(s.open))
-	for w, reporters := range s.open {
-		ow := OpenWindow{Start: w, Reporters: make([]Run, 0, len(reporters))}
-		for k := range reporters {
-			ow.Reporters = append(ow.Reporters, Run{Node: k.node, Incarnation: k.incarnation})
+	var out []OpenWindow
+	s.eachOpen(func(w int64, reporters []incKey) {
+		ow := OpenWindow{Start: w, Reporters: make([]Run, len(reporters))}
+		for i, k := range reporters {
+			ow.Reporters[i] = Run{Node: k.node, Incarnation: k.incarnation}
 		}
-		slices.SortFunc(ow.Reporters, func(a, b Run) int {
-			return compareIncKeys(incKey{a.Node, a.Incarnation}, incKey{b.Node, b.Incarnation})
-		})
 		out = append(out, ow)
-	}
-	slices.SortFunc(out, func(a, b OpenWindow) int { return cmp.Compare(a.Start, b.Start) })
+	})
 	return out
 }
 
 // FinalWindows are the windows that are final, in order.
 func (s *State) FinalWindows() []int64 {
-	out := make([]int64, 0, len(s.final))
-	for w := range s.final {
-		out = append(out, w)
-	}
-	slices.Sort(out)
-	return out
+	return s.finalWindows()
 }
 
 // Outside a log. The in-process Engine (no Raft) and a restore (which

@@ -2,236 +2,318 @@ package state
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"
-	"google.golang.org/protobuf/encoding/protodelim"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 )
 
-// snapshotFormat is the layout version written in every snapshot header.
-// Format 1 has grown compatibly: the header's report interval and lease
-// TTL (fields 9 and 10) are absent from older snapshots, which restore with
-// those settings not fixed, for the next leader to fix; an older member
-// restoring a newer snapshot ignores them and goes on with its own flags.
-const snapshotFormat = 1
+// snapshotFormat is the layout written in every snapshot header: format
+// 2, a stream of type-tagged records (fsmpb's SnapshotHeader says how it
+// is laid out). Format 1, positional, is still read (snapshot1.go).
+const snapshotFormat = 2
+
+// record is the type byte before each record of a format 2 snapshot. As
+// with commands, a type with the Ignorable bit may be skipped by a reader
+// that does not know it; a reader stops on any other type it does not
+// know. New state adds a record type, not a format.
+type record uint8
+
+// The record types, in the order they are written. recHeader is also how
+// a reader tells format 2 from format 1: a format 1 snapshot starts with
+// its header's length, never 1 (the header alone holds a 2-byte format
+// field) and, when 128 or more, a byte with the high bit set.
+const (
+	recHeader      record = 1
+	recRules       record = 2
+	recMember      record = 3
+	recIncarnation record = 4
+	recLedger      record = 5
+	recWindow      record = 6
+	recFinals      record = 7
+	recEnd         record = 8
+
+	recIgnorable record = 0x80
+)
+
+// ErrSnapshotFormat is returned for a snapshot this version cannot read:
+// an unknown format or record type, or a snapshot cut short.
+var ErrSnapshotFormat = errors.New("not a snapshot this version reads")
 
 // maxRecord bounds one record of a snapshot as it is read.
 const maxRecord = 64 << 20
 
 // Snapshot is a state taken for writing: Write may run while the state
-// goes on changing.
-type Snapshot struct {
-	header       *fsmpb.SnapshotHeader
-	rules        *allotpb.RuleSet
-	members      []*allotpb.Member
-	incarnations []*fsmpb.IncarnationRecord
-	ledger       []*fsmpb.LedgerRecord
-	windows      []*fsmpb.WindowRecord
-	finals       []int64
-}
+// it was taken from goes on changing.
+type Snapshot struct{ st *State }
 
-// Snapshot copies the state into messages, for Write; the caller holds
-// the lock that keeps the state from changing meanwhile.
-func (s *State) Snapshot() *Snapshot {
-	snap := &Snapshot{
-		header: &fsmpb.SnapshotHeader{
-			Format: snapshotFormat, Epoch: s.epoch, RulesVersion: s.rules.Version(),
-			Incarnations: uint64(len(s.incarnations)), LedgerRecords: uint64(len(s.ledger)),
-			Members: uint64(len(s.members)), Windows: uint64(len(s.open)),
-			BillingWindowNano: s.billingWindow, ReportIntervalNano: s.reportInterval, LeaseTtlNano: s.leaseTTL,
-			GrantEpoch: s.grantEpoch, GrantSeq: s.grantSeq, ClusterId: s.clusterID,
-		},
-		rules: rulespb.SetToProto(s.rules),
-	}
-	for _, m := range s.members {
-		snap.members = append(snap.members, proto.Clone(m).(*allotpb.Member))
-	}
-	for k, inc := range s.incarnations {
-		snap.incarnations = append(snap.incarnations, &fsmpb.IncarnationRecord{
+// Snapshot takes the state for Write; the caller holds the lock that keeps
+// the state from changing meanwhile.
+func (s *State) Snapshot() *Snapshot { return &Snapshot{st: s.frozen()} }
+
+// Write writes the snapshot in format 2: the header, then each section in
+// its order, then the end record. Equal states write equal bytes.
+func (sn *Snapshot) Write(out io.Writer) error {
+	s := sn.st
+	w := &recordWriter{w: bufio.NewWriter(out)}
+	w.write(recHeader, &fsmpb.SnapshotHeader{
+		Format: snapshotFormat, Epoch: s.epoch, RulesVersion: s.rules.Version(),
+		BillingWindowNano: s.billingWindow, ReportIntervalNano: s.reportInterval, LeaseTtlNano: s.leaseTTL,
+		GrantEpoch: s.grantEpoch, GrantSeq: s.grantSeq, ClusterId: s.clusterID,
+	})
+	rs := rulespb.SetToProto(s.rules)
+	slices.SortFunc(rs.Rules, func(a, b *allotpb.Rule) int { return strings.Compare(a.GetName(), b.GetName()) })
+	w.write(recRules, rs)
+	s.eachMember(func(m *allotpb.Member) { w.write(recMember, m) })
+	s.eachRun(func(k incKey, inc incarnation) {
+		w.write(recIncarnation, &fsmpb.IncarnationRecord{
 			Node: k.node, Incarnation: k.incarnation, LastSeq: inc.lastSeq,
 			LastAppliedUnixNano: inc.lastApplied, LastCutUnixNano: inc.lastCut,
 		})
-	}
-	snap.ledger = make([]*fsmpb.LedgerRecord, 0, len(s.ledger))
-	s.index.Ascend(func(k LedgerKey) bool { // in order, so that equal states write equal snapshots
-		u := s.ledger[k]
-		snap.ledger = append(snap.ledger, &fsmpb.LedgerRecord{
-			Tenant: k.Tenant, Rule: k.Rule, Region: k.Region, WindowUnix: k.Window,
-			Admitted: u.admitted, Denied: u.denied, Final: s.final[k.Window], Granted: u.granted,
-		})
-		return true
 	})
-	for w, reporters := range s.open {
-		rec := &fsmpb.WindowRecord{WindowUnix: w}
-		for k := range reporters {
-			rec.Reporters = append(rec.Reporters, encodeIncKey(k))
+	s.eachLine(func(k LedgerKey, u usage) {
+		w.write(recLedger, &fsmpb.LedgerRecord{
+			Tenant: k.Tenant, Rule: k.Rule, Region: k.Region, WindowUnix: k.Window,
+			Admitted: u.admitted, Denied: u.denied, Granted: u.granted,
+		})
+	})
+	s.eachOpen(func(window int64, reporters []incKey) {
+		rec := &fsmpb.WindowRecord{WindowUnix: window, Reporters: make([]string, len(reporters))}
+		for i, k := range reporters {
+			rec.Reporters[i] = encodeIncKey(k)
 		}
-		snap.windows = append(snap.windows, rec)
+		w.write(recWindow, rec)
+	})
+	w.write(recFinals, &fsmpb.FinalWindows{WindowUnix: s.finalWindows()})
+	w.write(recEnd, &fsmpb.SnapshotEnd{Records: w.records})
+	if w.err != nil {
+		return w.err
 	}
-	for w := range s.final {
-		snap.finals = append(snap.finals, w)
-	}
-	return snap
+	return w.w.Flush()
 }
 
-// Write writes the snapshot: a header giving the count of each section,
-// then the sections, each a run of length-delimited messages.
-func (s *Snapshot) Write(out io.Writer) error {
-	w := bufio.NewWriter(out)
-	write := func(m proto.Message) error {
-		_, err := protodelim.MarshalTo(w, m)
-		return err
-	}
-	if err := write(s.header); err != nil {
-		return err
-	}
-	if err := write(s.rules); err != nil {
-		return err
-	}
-	for _, m := range s.members {
-		if err := write(m); err != nil {
-			return err
-		}
-	}
-	for _, m := range s.incarnations {
-		if err := write(m); err != nil {
-			return err
-		}
-	}
-	for _, m := range s.ledger {
-		if err := write(m); err != nil {
-			return err
-		}
-	}
-	for _, m := range s.windows {
-		if err := write(m); err != nil {
-			return err
-		}
-	}
-	if err := write(&fsmpb.FinalWindows{WindowUnix: s.finals}); err != nil {
-		return err
-	}
-	return w.Flush()
+// recordWriter writes records, keeping the first error.
+type recordWriter struct {
+	w       *bufio.Writer
+	buf     []byte
+	records uint64
+	err     error
 }
 
-// ReadHeader reads a snapshot's header, for tools that only need what it
-// says (the cluster ID).
-func ReadHeader(r io.Reader) (*fsmpb.SnapshotHeader, error) {
+func (w *recordWriter) write(t record, m proto.Message) {
+	if w.err != nil {
+		return
+	}
+	var err error
+	if w.buf, err = (proto.MarshalOptions{Deterministic: true}).MarshalAppend(w.buf[:0], m); err != nil {
+		w.err = fmt.Errorf("encoding a snapshot record of type %d: %w", t, err)
+		return
+	}
+	head := protowire.AppendVarint([]byte{byte(t)}, uint64(len(w.buf)))
+	if _, err := w.w.Write(head); err != nil {
+		w.err = err
+		return
+	}
+	if _, err := w.w.Write(w.buf); err != nil {
+		w.err = err
+		return
+	}
+	if t != recEnd {
+		w.records++
+	}
+}
+
+// ReadHeader reads a snapshot's header, in either format, for tools that
+// only need what it says (the cluster ID).
+func ReadHeader(in io.Reader) (*fsmpb.SnapshotHeader, error) {
+	r := bufio.NewReader(in)
+	first, err := r.Peek(1)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot header: %w", err)
+	}
+	if record(first[0]) == recHeader {
+		rr := &recordReader{r: r}
+		t, payload, err := rr.next()
+		if err != nil {
+			return nil, err
+		}
+		return readHeaderRecord(t, payload)
+	}
 	h := &fsmpb.SnapshotHeader{}
-	if err := (protodelim.UnmarshalOptions{MaxSize: 1 << 20}).UnmarshalFrom(bufio.NewReader(r), h); err != nil {
+	if err := readDelimited(r, h); err != nil {
 		return nil, fmt.Errorf("snapshot header: %w", err)
 	}
 	return h, nil
 }
 
-// ReadSnapshot builds a state from a snapshot.
+// ReadSnapshot builds a state from a snapshot of either format.
 func ReadSnapshot(in io.Reader) (*State, error) {
 	r := bufio.NewReader(in)
-	opts := protodelim.UnmarshalOptions{MaxSize: maxRecord}
-	read := func(m proto.Message) error {
-		if err := opts.UnmarshalFrom(r, m); err != nil {
-			if errors.Is(err, io.EOF) {
-				return io.ErrUnexpectedEOF
+	first, err := r.Peek(1)
+	if err != nil {
+		return nil, fmt.Errorf("%w: an empty snapshot (%v)", ErrSnapshotFormat, err)
+	}
+	if record(first[0]) != recHeader {
+		return readFormat1(r)
+	}
+	return readFormat2(&recordReader{r: r})
+}
+
+func readHeaderRecord(t record, payload []byte) (*fsmpb.SnapshotHeader, error) {
+	h := &fsmpb.SnapshotHeader{}
+	if t != recHeader {
+		return nil, fmt.Errorf("%w: the first record is of type %d, not a header", ErrSnapshotFormat, t)
+	}
+	if err := proto.Unmarshal(payload, h); err != nil {
+		return nil, fmt.Errorf("snapshot header: %w", err)
+	}
+	if h.GetFormat() != snapshotFormat {
+		return nil, fmt.Errorf("%w: snapshot format %d, this version reads 1 and %d", ErrSnapshotFormat, h.GetFormat(), snapshotFormat)
+	}
+	return h, nil
+}
+
+// recordReader reads a format 2 snapshot's records.
+type recordReader struct {
+	r *bufio.Reader
+	n uint64 // records read
+}
+
+// next reads one record: its type and payload. io.EOF only at a record's
+// boundary.
+func (rr *recordReader) next() (record, []byte, error) {
+	b, err := rr.r.ReadByte()
+	if err != nil {
+		return 0, nil, err
+	}
+	rr.n++
+	size, err := binary.ReadUvarint(rr.r)
+	if err != nil {
+		return 0, nil, fmt.Errorf("snapshot record %d (type %d): its length: %w", rr.n, b, noEOF(err))
+	}
+	if size > maxRecord {
+		return 0, nil, fmt.Errorf("snapshot record %d (type %d): %d bytes, more than the %d a record may hold", rr.n, b, size, maxRecord)
+	}
+	payload := make([]byte, size)
+	if _, err := io.ReadFull(rr.r, payload); err != nil {
+		return 0, nil, fmt.Errorf("snapshot record %d (type %d): %w", rr.n, b, noEOF(err))
+	}
+	return record(b), payload, nil
+}
+
+func readFormat2(rr *recordReader) (*State, error) {
+	t, payload, err := rr.next()
+	if err != nil {
+		return nil, fmt.Errorf("snapshot header: %w", noEOF(err))
+	}
+	h, err := readHeaderRecord(t, payload)
+	if err != nil {
+		return nil, err
+	}
+	st := New()
+	st.setHeader(h)
+	for {
+		t, payload, err := rr.next()
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%w: the snapshot ends after %d records without its end record: it was cut short", ErrSnapshotFormat, rr.n)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if t == recEnd {
+			end := &fsmpb.SnapshotEnd{}
+			if err := proto.Unmarshal(payload, end); err != nil {
+				return nil, fmt.Errorf("snapshot end record: %w", err)
 			}
-			return err
+			if end.GetRecords() != rr.n-1 {
+				return nil, fmt.Errorf("%w: the end record counts %d records before it; there were %d", ErrSnapshotFormat, end.GetRecords(), rr.n-1)
+			}
+			if _, err := rr.r.ReadByte(); !errors.Is(err, io.EOF) {
+				return nil, fmt.Errorf("%w: bytes after the end record", ErrSnapshotFormat)
+			}
+			return st, nil
+		}
+		if err := st.readRecord(t, payload); err != nil {
+			return nil, fmt.Errorf("snapshot record %d: %w", rr.n, err)
+		}
+	}
+}
+
+// readRecord adds one record of a format 2 snapshot to the state.
+func (st *State) readRecord(t record, payload []byte) error {
+	unmarshal := func(m proto.Message) error {
+		if err := proto.Unmarshal(payload, m); err != nil {
+			return fmt.Errorf("type %d: %w", t, err)
 		}
 		return nil
 	}
-	h := &fsmpb.SnapshotHeader{}
-	if err := read(h); err != nil {
-		return nil, fmt.Errorf("header: %w", err)
-	}
-	if h.GetFormat() != snapshotFormat {
-		return nil, fmt.Errorf("snapshot format %d, this version reads %d", h.GetFormat(), snapshotFormat)
-	}
-	st := New()
-	st.epoch, st.billingWindow = h.GetEpoch(), h.GetBillingWindowNano()
-	st.reportInterval, st.leaseTTL = h.GetReportIntervalNano(), h.GetLeaseTtlNano()
-	st.grantEpoch, st.grantSeq = h.GetGrantEpoch(), h.GetGrantSeq()
-	st.clusterID = h.GetClusterId()
-	rs := &allotpb.RuleSet{}
-	if err := read(rs); err != nil {
-		return nil, fmt.Errorf("rules: %w", err)
-	}
-	set, err := rulespb.SetFromProto(rs)
-	if err != nil {
-		return nil, fmt.Errorf("rules: %w", err)
-	}
-	st.rules = set
-	for i := uint64(0); i < h.GetMembers(); i++ {
+	switch t {
+	case recHeader:
+		return errors.New("a second header")
+	case recRules:
+		rs := &allotpb.RuleSet{}
+		if err := unmarshal(rs); err != nil {
+			return err
+		}
+		set, err := rulespb.SetFromProto(rs)
+		if err != nil {
+			return fmt.Errorf("rules: %w", err)
+		}
+		st.rules = set
+	case recMember:
 		m := &allotpb.Member{}
-		if err := read(m); err != nil {
-			return nil, fmt.Errorf("member %d: %w", i, err)
+		if err := unmarshal(m); err != nil {
+			return err
 		}
-		st.members[m.GetId()] = m
-	}
-	for i := uint64(0); i < h.GetIncarnations(); i++ {
+		st.putMember(m)
+	case recIncarnation:
 		m := &fsmpb.IncarnationRecord{}
-		if err := read(m); err != nil {
-			return nil, fmt.Errorf("incarnation %d: %w", i, err)
+		if err := unmarshal(m); err != nil {
+			return err
 		}
-		st.incarnations[incKey{m.GetNode(), m.GetIncarnation()}] = &incarnation{
-			lastSeq: m.GetLastSeq(), lastApplied: m.GetLastAppliedUnixNano(), lastCut: m.GetLastCutUnixNano(),
-		}
-	}
-	for i := uint64(0); i < h.GetLedgerRecords(); i++ {
+		st.restoreRun(m)
+	case recLedger:
 		m := &fsmpb.LedgerRecord{}
-		if err := read(m); err != nil {
-			return nil, fmt.Errorf("ledger record %d: %w", i, err)
+		if err := unmarshal(m); err != nil {
+			return err
 		}
-		k := LedgerKey{m.GetTenant(), m.GetRule(), m.GetRegion(), m.GetWindowUnix()}
-		if _, dup := st.ledger[k]; dup {
-			return nil, fmt.Errorf("ledger record %d: a second line for %s/%s/%s/%d", i, k.Tenant, k.Rule, k.Region, k.Window)
-		}
-		st.putLedger(k, &usage{admitted: m.GetAdmitted(), denied: m.GetDenied(), granted: m.Granted})
-		if m.GetFinal() {
-			st.final[m.GetWindowUnix()] = true
-		}
-	}
-	for i := uint64(0); i < h.GetWindows(); i++ {
+		return st.restoreLine(m)
+	case recWindow:
 		m := &fsmpb.WindowRecord{}
-		if err := read(m); err != nil {
-			return nil, fmt.Errorf("window %d: %w", i, err)
+		if err := unmarshal(m); err != nil {
+			return err
 		}
-		reporters := map[incKey]struct{}{}
-		for _, s := range m.GetReporters() {
-			k, err := decodeIncKey(s)
-			if err != nil {
-				return nil, fmt.Errorf("window %d: %w", m.GetWindowUnix(), err)
-			}
-			reporters[k] = struct{}{}
+		return st.restoreWindow(m)
+	case recFinals:
+		m := &fsmpb.FinalWindows{}
+		if err := unmarshal(m); err != nil {
+			return err
 		}
-		st.open[m.GetWindowUnix()] = reporters
+		for _, w := range m.GetWindowUnix() {
+			st.setFinal(w)
+		}
+	default:
+		if t&recIgnorable == 0 {
+			return fmt.Errorf("%w: unknown record type %d: this version is older than the snapshot; upgrade it", ErrSnapshotFormat, t)
+		}
+		// A record a newer version adds, marked as one an older reader
+		// may go without.
 	}
-	finals := &fsmpb.FinalWindows{}
-	if err := read(finals); err != nil {
-		return nil, fmt.Errorf("final windows: %w", err)
-	}
-	for _, w := range finals.GetWindowUnix() {
-		st.final[w] = true
-	}
-	return st, nil
+	return nil
 }
 
-// encodeIncKey writes an incarnation key as "incarnation/node" (the node
-// last, as it may contain any character).
-func encodeIncKey(k incKey) string { return fmt.Sprintf("%d/%s", k.incarnation, k.node) }
-
-func decodeIncKey(s string) (incKey, error) {
-	var k incKey
-	for i := 0; i < len(s); i++ {
-		if s[i] == '/' {
-			if _, err := fmt.Sscan(s[:i], &k.incarnation); err != nil {
-				return k, fmt.Errorf("incarnation key %q: %w", s, err)
-			}
-			k.node = s[i+1:]
-			return k, nil
-		}
+// noEOF turns an EOF inside a record into ErrUnexpectedEOF.
+func noEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
 	}
-	return k, fmt.Errorf("incarnation key %q has no '/'", s)
+	return err
 }

@@ -2,10 +2,10 @@ package fleet
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -38,8 +38,15 @@ func (s *Sidecar) URL(path string) string { return "http://" + s.HTTPAddr + path
 
 // Options lay out a cluster.
 type Options struct {
-	Bin, Dir, RulesPath string
-	// Sidecars is the number of `allot agent` sidecars (default 3).
+	// Bin is the allot binary every process runs (BuildAllot builds one;
+	// `allot demo` passes its own executable). Dir holds the data dirs
+	// (Dir/data/<id>), the logs (Dir/logs/<id>.log) and, secured, the
+	// credentials (Dir/pki).
+	Bin, Dir string
+	// RulesPath, when set, is every coordinator's --rules file.
+	RulesPath string
+	// Sidecars is the number of `allot agent` sidecars; none when zero,
+	// for a caller that runs its agents in its own process.
 	Sidecars int
 	// ReportInterval, LeaseTTL and BillingWindow are passed to every
 	// process that takes them; zero leaves the process's default.
@@ -50,6 +57,11 @@ type Options struct {
 	// between members, TLS and a token per sidecar for reports, and
 	// HTTPS with a reader token for status.
 	Secure bool
+	// AgentTokens are more agent tokens, in a secured cluster, for
+	// agents the caller runs itself: by token name, the node IDs each may
+	// report as (a tokens file's nodes, such as "gw-*"). Their files are
+	// in Creds.Agents under their names.
+	AgentTokens map[string]string
 	// MaxNewNodesPerMinute, when set, is the coordinators' bound on new
 	// node IDs a minute.
 	MaxNewNodesPerMinute int
@@ -60,6 +72,12 @@ type Options struct {
 	SnapshotInterval  time.Duration
 	// CoordinatorArgs are more flags for every coordinator.
 	CoordinatorArgs []string
+	// PollInterval is how often the cluster's waits poll (default
+	// 200 ms): shorter to time an election closely.
+	PollInterval time.Duration
+	// CoordinatorExited, when set, is called when a coordinator exits
+	// that nothing stopped (see Proc.Exited).
+	CoordinatorExited func(co *Coordinator, err error)
 }
 
 // Cluster is three coordinators and the sidecars, on loopback.
@@ -70,26 +88,41 @@ type Cluster struct {
 	// Creds are the credentials of a secured cluster, nil otherwise.
 	Creds *Creds
 	logf  func(format string, args ...any)
+	poll  time.Duration
 }
+
+// ErrOptions is wrapped by New's errors about its Options.
+var ErrOptions = errors.New("fleet options")
 
 // New lays out three coordinators and the sidecars on loopback ports,
 // with their data and logs under o.Dir. Nothing starts yet.
 func New(o Options) (*Cluster, error) {
 	const members = 3
 	gateways := o.Sidecars
-	if gateways <= 0 {
-		gateways = 3
+	switch {
+	case o.Bin == "" || o.Dir == "":
+		return nil, fmt.Errorf("%w: Bin %q, Dir %q: want both", ErrOptions, o.Bin, o.Dir)
+	case gateways < 0:
+		return nil, fmt.Errorf("%w: Sidecars %d: want 0 or more", ErrOptions, gateways)
+	case len(o.AgentTokens) > 0 && !o.Secure:
+		return nil, fmt.Errorf("%w: AgentTokens without Secure: an insecure cluster takes no tokens", ErrOptions)
+	}
+	dir := o.Dir
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o700); err != nil {
+		return nil, fmt.Errorf("making the log directory: %w", err)
 	}
 	ports, err := spawn.LoopbackPorts(3*members + gateways)
 	if err != nil {
 		return nil, fmt.Errorf("picking ports: %w", err)
 	}
 	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
-	c := &Cluster{HTTP: &http.Client{Timeout: time.Second}, logf: o.Logf}
+	c := &Cluster{HTTP: &http.Client{Timeout: time.Second}, logf: o.Logf, poll: o.PollInterval}
 	if c.logf == nil {
 		c.logf = func(string, ...any) {}
 	}
-	dir := o.Dir
+	if c.poll <= 0 {
+		c.poll = 200 * time.Millisecond
+	}
 	var grpcs, coordIDs, sidecarIDs []string
 	for i := range members {
 		grpcs = append(grpcs, addr(3*i+1))
@@ -100,7 +133,7 @@ func New(o Options) (*Cluster, error) {
 	}
 	scheme := "http"
 	if o.Secure {
-		if c.Creds, err = newCreds(dir, coordIDs, sidecarIDs); err != nil {
+		if c.Creds, err = newCreds(dir, coordIDs, sidecarIDs, o.AgentTokens); err != nil {
 			return nil, fmt.Errorf("issuing credentials: %w", err)
 		}
 		if c.HTTP, err = c.Creds.httpClient(time.Second); err != nil {
@@ -111,7 +144,10 @@ func New(o Options) (*Cluster, error) {
 	for i, id := range coordIDs {
 		co := &Coordinator{ID: id, Raft: addr(3 * i), GRPC: addr(3*i + 1), HTTPAddr: addr(3*i + 2), DataDir: filepath.Join(dir, "data", id), scheme: scheme}
 		args := []string{"coordinator", "--node-id", id, "--data-dir", co.DataDir,
-			"--raft-addr", co.Raft, "--grpc-addr", co.GRPC, "--http-addr", co.HTTPAddr, "--rules", o.RulesPath}
+			"--raft-addr", co.Raft, "--grpc-addr", co.GRPC, "--http-addr", co.HTTPAddr}
+		if o.RulesPath != "" {
+			args = append(args, "--rules", o.RulesPath)
+		}
 		if c.Creds != nil {
 			args = append(args, c.Creds.coordinatorArgs(id)...)
 		}
@@ -139,6 +175,9 @@ func New(o Options) (*Cluster, error) {
 		// member restarted with or without its data rejoins it.
 		args = append(args, "--bootstrap-expect", strconv.Itoa(members), "--join", strings.Join(grpcs, ","))
 		co.Proc = &Proc{Name: id, Bin: o.Bin, Args: args, LogPath: filepath.Join(dir, "logs", id+".log")}
+		if o.CoordinatorExited != nil {
+			co.Exited = func(_ *Proc, err error) { o.CoordinatorExited(co, err) }
+		}
 		c.Coords = append(c.Coords, co)
 	}
 	for i, id := range sidecarIDs {
@@ -156,16 +195,26 @@ func New(o Options) (*Cluster, error) {
 	return c, nil
 }
 
+// GRPCAddrs are the coordinators' gRPC addresses, which restarts keep:
+// what agents in the caller's process dial.
+func (c *Cluster) GRPCAddrs() []string {
+	out := make([]string, len(c.Coords))
+	for i, co := range c.Coords {
+		out[i] = co.GRPC
+	}
+	return out
+}
+
 // Start starts the coordinators, which form the cluster together, and
-// then the sidecars, and waits until every member is a voter and every
-// sidecar has rules.
+// then the sidecars, and waits until every member is a voter that knows
+// the leader and every sidecar has rules.
 func (c *Cluster) Start(ctx context.Context) error {
 	for _, co := range c.Coords {
 		if err := co.Start(); err != nil {
 			return err
 		}
 	}
-	if err := c.WaitVoters(ctx, len(c.Coords), 60*time.Second); err != nil {
+	if err := c.WaitFormed(ctx, 60*time.Second); err != nil {
 		return err
 	}
 	for _, s := range c.Sidecars {
@@ -181,163 +230,18 @@ func (c *Cluster) Start(ctx context.Context) error {
 	return nil
 }
 
-// StopAll kills every process still running: the harness leaves nothing
-// behind, whatever happened.
-func (c *Cluster) StopAll() {
+// StopAll SIGKILLs every process still running and waits for each to
+// exit: the harness leaves nothing behind, whatever happened. It returns
+// what outlived its SIGKILL, and may be called more than once.
+func (c *Cluster) StopAll() error {
+	var errs []error
 	for _, s := range c.Sidecars {
-		s.Kill()
+		errs = append(errs, s.Kill())
 	}
 	for _, co := range c.Coords {
-		co.Kill()
+		errs = append(errs, co.Kill())
 	}
-}
-
-// MemberStatus is the part of a coordinator's GET /v1/status the harness
-// reads (protobuf JSON: 64-bit integers are strings).
-type MemberStatus struct {
-	ID       string `json:"id"`
-	State    string `json:"state"`
-	LeaderID string `json:"leader_id"`
-	Term     string `json:"term"`
-	Members  []struct {
-		ID    string `json:"id"`
-		Voter bool   `json:"voter"`
-	} `json:"members"`
-}
-
-func (c *Cluster) Status(ctx context.Context, co *Coordinator) (*MemberStatus, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, co.URL("/v1/status"), nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.HTTP.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%s status: %w", co.ID, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s status: %s", co.ID, resp.Status)
-	}
-	var st MemberStatus
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&st); err != nil {
-		return nil, fmt.Errorf("%s status: %w", co.ID, err)
-	}
-	return &st, nil
-}
-
-// ReportsAnswered is the reports a member has answered (its
-// allot_coordinator_reports_total{result="ok"}).
-func (c *Cluster) ReportsAnswered(ctx context.Context, co *Coordinator) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, co.URL("/metrics"), nil)
-	if err != nil {
-		return 0, err
-	}
-	resp, err := c.HTTP.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err != nil {
-		return 0, err
-	}
-	const series = `allot_coordinator_reports_total{result="ok"} `
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, series); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
-		}
-	}
-	return 0, nil
-}
-
-// FindLeader asks every running, unpaused member for its status and
-// returns the member that says it leads at the highest term, or nil.
-func (c *Cluster) FindLeader(ctx context.Context) (*Coordinator, uint64) {
-	var best *Coordinator
-	var bestTerm uint64
-	for _, co := range c.Coords {
-		if !co.Running() || co.IsPaused() {
-			continue
-		}
-		st, err := c.Status(ctx, co)
-		if err != nil || st.State != "Leader" {
-			continue
-		}
-		term, _ := strconv.ParseUint(st.Term, 10, 64)
-		if best == nil || term > bestTerm {
-			best, bestTerm = co, term
-		}
-	}
-	return best, bestTerm
-}
-
-// WaitLeader waits until some member leads.
-func (c *Cluster) WaitLeader(ctx context.Context, timeout time.Duration) (*Coordinator, error) {
-	var leader *Coordinator
-	err := Poll(ctx, timeout, "a leader", func() (bool, error) {
-		if err := c.ExitedEarly(); err != nil {
-			return false, err
-		}
-		leader, _ = c.FindLeader(ctx)
-		return leader != nil, nil
-	})
-	return leader, err
-}
-
-// WaitVoters waits until the leader counts n voters.
-func (c *Cluster) WaitVoters(ctx context.Context, n int, timeout time.Duration) error {
-	return Poll(ctx, timeout, fmt.Sprintf("%d voting members", n), func() (bool, error) {
-		if err := c.ExitedEarly(); err != nil {
-			return false, err
-		}
-		leader, _ := c.FindLeader(ctx)
-		if leader == nil {
-			return false, nil
-		}
-		st, err := c.Status(ctx, leader)
-		if err != nil {
-			return false, nil
-		}
-		voters := 0
-		for _, m := range st.Members {
-			if m.Voter {
-				voters++
-			}
-		}
-		return voters >= n, nil
-	})
-}
-
-// WaitHTTP waits until url answers 200.
-func (c *Cluster) WaitHTTP(ctx context.Context, p *Proc, url string, timeout time.Duration) error {
-	return Poll(ctx, timeout, url, func() (bool, error) {
-		if !p.Running() {
-			return false, fmt.Errorf("%s exited (see %s)", p.Name, p.LogPath)
-		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return false, err
-		}
-		resp, err := c.HTTP.Do(req)
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	})
-}
-
-// ExitedEarly reports a coordinator that exited while it should run.
-func (c *Cluster) ExitedEarly() error {
-	for _, co := range c.Coords {
-		co.mu.Lock()
-		done, err := co.done, co.err
-		co.mu.Unlock()
-		if done != nil && spawn.Closed(done) && err != nil && !strings.Contains(err.Error(), "killed") {
-			return fmt.Errorf("coordinator %s exited: %v (see %s)", co.ID, err, co.LogPath)
-		}
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // Restart starts a stopped member again with its data, and waits until it
@@ -361,7 +265,9 @@ func (c *Cluster) KillLeader(ctx context.Context, down time.Duration) error {
 	}
 	_, term := c.FindLeader(ctx)
 	c.logf("SIGKILL leader %s (term %d); down for %v", leader.ID, term, down)
-	leader.Kill()
+	if err := leader.Kill(); err != nil {
+		return err
+	}
 	next, err := c.WaitLeader(ctx, 60*time.Second)
 	if err != nil {
 		return err
@@ -408,7 +314,9 @@ func (c *Cluster) PauseLeader(ctx context.Context, d time.Duration) error {
 func (c *Cluster) Outage(ctx context.Context, d time.Duration) error {
 	c.logf("SIGKILL every coordinator; cluster down for %v", d)
 	for _, co := range c.Coords {
-		co.Kill()
+		if err := co.Kill(); err != nil {
+			return err
+		}
 	}
 	if err := Sleep(ctx, d); err != nil {
 		return err
@@ -424,36 +332,4 @@ func (c *Cluster) Outage(ctx context.Context, d time.Duration) error {
 	}
 	c.logf("cluster back; leader %s", leader.ID)
 	return nil
-}
-
-// Poll calls cond every 200 ms until it holds, fails, or timeout passes.
-func Poll(ctx context.Context, timeout time.Duration, what string, cond func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, err := cond()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("timed out after %v waiting for %s", timeout, what)
-		}
-		if err := Sleep(ctx, 200*time.Millisecond); err != nil {
-			return fmt.Errorf("waiting for %s: %w", what, err)
-		}
-	}
-}
-
-// Sleep waits d or until ctx is done.
-func Sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

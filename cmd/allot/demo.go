@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/agent"
+	"github.com/allot-io/allot/cmd/internal/fleet"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 )
 
 const demoAbout = `
@@ -117,8 +119,7 @@ type demo struct {
 	log      hclog.Logger
 	logFile  *os.File
 
-	creds    *demoCreds
-	cluster  *demoCluster
+	cluster  *fleet.Cluster
 	nodes    []*demoNode
 	tenants  []*demoTenant
 	capacity int64 // the api-capacity rule's limit, per second
@@ -134,7 +135,7 @@ type demo struct {
 	elected  time.Time
 	newLead  string
 	oldLead  string
-	killed   *demoMember // the member SIGKILLed and restarted
+	killed   *fleet.Coordinator // the member SIGKILLed and restarted
 	rejoined time.Duration
 	crashed  []string // members that exited without being killed
 }
@@ -201,30 +202,25 @@ func runDemo(ctx context.Context, e *env) error {
 
 func (d *demo) run(ctx context.Context, nodes int) error {
 	fmt.Fprintf(d.out, "allot demo: starting 3 coordinator processes and %d gateways on loopback (data and logs in %s)\n", nodes, d.dir)
-	creds, err := demoSecurity(d.dir, demoMemberIDs, demoNodePrefix+"*")
-	if err != nil {
-		return fmt.Errorf("setting up the demo's credentials: %w", err)
-	}
-	d.creds = creds
-	fmt.Fprintln(d.out, creds.describe())
-	cluster, err := newDemoCluster(d.dir, creds)
+	cluster, err := newDemoCluster(d.dir, func(co *fleet.Coordinator, err error) {
+		d.mu.Lock()
+		d.crashed = append(d.crashed, co.ID)
+		d.mu.Unlock()
+		d.event(fmt.Sprintf("coordinator %s exited by itself (%v); its log is %s", co.ID, err, co.LogPath))
+	})
 	if err != nil {
 		return fmt.Errorf("setting up the cluster: %w", err)
 	}
+	fmt.Fprintln(d.out, describeSecurity(cluster.Creds))
 	// Deferred first, so it runs last: every coordinator is killed on
-	// every way out, after the gateways have flushed to them.
-	defer cluster.stop()
-	cluster.exited = func(m *demoMember, err error) {
-		d.mu.Lock()
-		d.crashed = append(d.crashed, m.id)
-		d.mu.Unlock()
-		d.event(fmt.Sprintf("coordinator %s exited by itself (%v); its log is %s", m.id, err, m.logPath))
-	}
+	// every way out, after the gateways have flushed to them. There is
+	// nothing a clean shutdown would keep: the demo's directory goes next.
+	defer cluster.StopAll()
 	d.cluster = cluster
-	if err := cluster.start(ctx); err != nil {
+	if err := cluster.Start(ctx); err != nil {
 		return fmt.Errorf("starting the cluster: %w", err)
 	}
-	fmt.Fprintf(d.out, "coordinators: %s\n", cluster.describe())
+	fmt.Fprintf(d.out, "coordinators: %s\n", describeCoordinators(cluster))
 	set, err := rules.Parse("demo-rules.yaml", []byte(demoRules))
 	if err != nil {
 		return fmt.Errorf("the demo's rules: %w", err)
@@ -275,28 +271,36 @@ func (d *demo) run(ctx context.Context, nodes int) error {
 // putRules writes the rules through a follower, which forwards them to
 // the leader, as an operator's `allot rules put` may.
 func (d *demo) putRules(ctx context.Context, set []rules.Rule) error {
-	m := d.cluster.follower(ctx)
-	if m == nil {
+	co := d.cluster.Follower(ctx)
+	if co == nil {
 		return errors.New("no follower answers")
 	}
+	cf := demoOperator(d.cluster.Creds, co.GRPC)
+	cl, err := cf.dial()
+	if err != nil {
+		return fmt.Errorf("dialling %s: %w", co.ID, err)
+	}
+	defer cl.Close()
 	req := putRequest(set, true)
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := allotpb.NewRulesServiceClient(m.conn).PutRules(cctx, req); err != nil {
-		return fmt.Errorf("through %s: %w", m.id, err)
+	err = cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
+		_, err := allotpb.NewRulesServiceClient(cc).PutRules(ctx, req)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("through %s: %w", co.ID, err)
 	}
 	return nil
 }
 
 func (d *demo) startAgents(ctx context.Context, n int) error {
-	addrs := d.cluster.grpcAddrs()
+	addrs := d.cluster.GRPCAddrs()
 	for i := 0; i < n; i++ {
 		reg := prometheus.NewRegistry()
 		id := fmt.Sprintf("%s%d", demoNodePrefix, i+1)
 		// TLS verified against the demo's CA, and the token that lets
 		// the gateways report as gw-* only.
 		a, err := agent.New(agent.Config{Coordinators: addrs, NodeID: id, Region: "demo", Logger: d.log.Named(id), Registerer: reg,
-			CAFile: d.creds.caFile, TokenFile: d.creds.agentTokenFile})
+			CAFile: d.cluster.Creds.CA, TokenFile: d.cluster.Creds.Agents[demoAgentToken]})
 		if err != nil {
 			return fmt.Errorf("%s: %w", id, err)
 		}
@@ -422,28 +426,24 @@ func (d *demo) send(t *demoTenant, node int, user string, elapsed time.Duration)
 // member from its data directory and waits until it has rejoined as a
 // follower and replayed everything committed while it was down.
 func (d *demo) failover(ctx context.Context) {
-	old, _ := d.cluster.leader(ctx)
+	old, _ := d.cluster.Leader(ctx)
 	if old == nil {
 		d.event("no leader to kill")
 		return
 	}
-	d.event(fmt.Sprintf("SIGKILL to the Raft leader %s (pid %d): no shutdown, no leadership transfer", old.id, old.pid()))
+	d.event(fmt.Sprintf("SIGKILL to the Raft leader %s (pid %d): no shutdown, no leadership transfer", old.ID, old.PID()))
 	killAt := time.Now()
-	if err := old.kill(); err != nil {
+	if err := old.Kill(); err != nil {
 		d.event("killing the leader: " + err.Error())
 		return
 	}
 	d.mu.Lock()
-	d.killAt, d.oldLead, d.killed = killAt, old.id, old
+	d.killAt, d.oldLead, d.killed = killAt, old.ID, old
 	d.mu.Unlock()
-	var lead *demoMember
-	err := d.cluster.waitFor(ctx, 30*time.Second, "a new leader", func(ctx context.Context) (bool, string) {
-		m, _ := d.cluster.leader(ctx)
-		if m == nil {
-			return false, "no member leads"
-		}
-		lead = m
-		return true, ""
+	var lead *fleet.Coordinator
+	err := d.cluster.Wait(ctx, 30*time.Second, "a new leader", func(ctx context.Context) (bool, string, error) {
+		lead, _ = d.cluster.Leader(ctx)
+		return lead != nil, "no member leads", nil
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -454,46 +454,46 @@ func (d *demo) failover(ctx context.Context) {
 	}
 	elected := time.Now()
 	d.mu.Lock()
-	d.elected, d.newLead = elected, lead.id
+	d.elected, d.newLead = elected, lead.ID
 	d.mu.Unlock()
-	d.event(fmt.Sprintf("%s elected leader %v after the SIGKILL; it learns for one lease period before re-dividing", lead.id, elected.Sub(killAt).Round(time.Millisecond)))
+	d.event(fmt.Sprintf("%s elected leader %v after the SIGKILL; it learns for one lease period before re-dividing", lead.ID, elected.Sub(killAt).Round(time.Millisecond)))
 
 	// What the cluster committed while the member was down: it has
 	// rejoined when it has applied that much, following the new leader.
-	st, err := lead.status(ctx)
+	st, err := d.cluster.Status(ctx, lead)
 	if err != nil {
 		d.event("asking the new leader: " + err.Error())
 		return
 	}
-	target := st.GetCommitIndex()
+	target := uint64(st.CommitIndex)
 	restartAt := time.Now()
-	if err := old.start(); err != nil {
+	if err := old.Start(); err != nil {
 		d.event("restarting: " + err.Error())
 		return
 	}
-	d.event(fmt.Sprintf("restarting %s from its data directory (pid %d)", old.id, old.pid()))
+	d.event(fmt.Sprintf("restarting %s from its data directory (pid %d)", old.ID, old.PID()))
 	var applied uint64
-	err = d.cluster.waitFor(ctx, 30*time.Second, old.id+" to rejoin", func(ctx context.Context) (bool, string) {
-		st, err := old.status(ctx)
+	err = d.cluster.Wait(ctx, 30*time.Second, old.ID+" to rejoin", func(ctx context.Context) (bool, string, error) {
+		st, err := d.cluster.Status(ctx, old)
 		if err != nil {
-			return false, err.Error()
+			return false, err.Error(), nil
 		}
-		applied = st.GetAppliedIndex()
-		return st.GetState() == "Follower" && st.GetLeaderId() != "" && applied >= target,
-			fmt.Sprintf("state %s, leader %q, applied index %d of %d", st.GetState(), st.GetLeaderId(), applied, target)
+		applied = uint64(st.AppliedIndex)
+		return st.State == "Follower" && st.LeaderID != "" && applied >= target,
+			fmt.Sprintf("state %s, leader %q, applied index %d of %d", st.State, st.LeaderID, applied, target), nil
 	})
 	if err != nil {
 		if ctx.Err() != nil {
 			return // interrupted: nothing to report
 		}
-		d.event(fmt.Sprintf("%s did not rejoin: %v", old.id, err))
+		d.event(fmt.Sprintf("%s did not rejoin: %v", old.ID, err))
 		return
 	}
 	took := time.Since(restartAt)
 	d.mu.Lock()
 	d.rejoined = took
 	d.mu.Unlock()
-	d.event(fmt.Sprintf("%s rejoined as a follower %v after its restart, its log replayed to index %d", old.id, took.Round(time.Millisecond), applied))
+	d.event(fmt.Sprintf("%s rejoined as a follower %v after its restart, its log replayed to index %d", old.ID, took.Round(time.Millisecond), applied))
 }
 
 func (d *demo) event(s string) {
@@ -511,8 +511,8 @@ func (d *demo) event(s string) {
 
 // leaderID is the ID of the member that says it leads, or "none".
 func (d *demo) leaderID(ctx context.Context) string {
-	if m, _ := d.cluster.leader(ctx); m != nil {
-		return m.id
+	if co, _ := d.cluster.Leader(ctx); co != nil {
+		return co.ID
 	}
 	return "none"
 }
@@ -538,6 +538,6 @@ func (d *demo) closeAgents() error {
 func (d *demo) tailLogs(w io.Writer) {
 	tailFile(w, "the gateways", d.logFile.Name(), 20)
 	if d.cluster != nil {
-		d.cluster.tailLogs(w)
+		tailCoordinatorLogs(w, d.cluster)
 	}
 }

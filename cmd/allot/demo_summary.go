@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/allot-io/allot/cmd/internal/fleet"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -23,20 +24,20 @@ func (d *demo) summary(ctx context.Context) error {
 	}
 	// The leader has applied everything it acknowledged; a follower may
 	// still be a few entries behind.
-	var lead *demoMember
-	var leadStatus *allotpb.StatusResponse
-	err := d.cluster.waitFor(ctx, 30*time.Second, "a leader to read the ledger from", func(ctx context.Context) (bool, string) {
-		lead, leadStatus = d.cluster.leader(ctx)
-		return lead != nil, "no member leads"
+	var lead *fleet.Coordinator
+	var leadStatus *fleet.MemberStatus
+	err := d.cluster.Wait(ctx, 30*time.Second, "a leader to read the ledger from", func(ctx context.Context) (bool, string, error) {
+		lead, leadStatus = d.cluster.Leader(ctx)
+		return lead != nil, "no member leads", nil
 	})
 	if err != nil {
 		return err
 	}
 	ledger, err := d.readLedger(ctx, lead)
 	if err != nil {
-		return fmt.Errorf("reading the ledger from %s: %w", lead.id, err)
+		return fmt.Errorf("reading the ledger from %s: %w", lead.ID, err)
 	}
-	rejoin := d.checkRejoined(ctx, ledger, leadStatus.GetCommitIndex())
+	rejoin := d.checkRejoined(ctx, ledger, uint64(leadStatus.CommitIndex))
 	var checks []check
 	w := d.out
 	fmt.Fprintf(w, "\n── summary after %v ──\n", elapsed.Round(time.Second))
@@ -125,18 +126,18 @@ func (d *demo) checkRejoined(ctx context.Context, leader map[[2]string]usageCoun
 	if m == nil {
 		return check{"no member was killed, so none restarted", false}
 	}
-	what := fmt.Sprintf("%s, restarted from its data directory after the SIGKILL, rejoined as a follower %v later", m.id, took.Round(time.Millisecond))
+	what := fmt.Sprintf("%s, restarted from its data directory after the SIGKILL, rejoined as a follower %v later", m.ID, took.Round(time.Millisecond))
 	if took == 0 {
-		what = fmt.Sprintf("%s, restarted from its data directory after the SIGKILL, did not rejoin", m.id)
+		what = fmt.Sprintf("%s, restarted from its data directory after the SIGKILL, did not rejoin", m.ID)
 	}
 	var applied uint64
-	err := d.cluster.waitFor(ctx, 30*time.Second, m.id+" to apply the leader's last entries", func(ctx context.Context) (bool, string) {
-		st, err := m.status(ctx)
+	err := d.cluster.Wait(ctx, 30*time.Second, m.ID+" to apply the leader's last entries", func(ctx context.Context) (bool, string, error) {
+		st, err := d.cluster.Status(ctx, m)
 		if err != nil {
-			return false, err.Error()
+			return false, err.Error(), nil
 		}
-		applied = st.GetAppliedIndex()
-		return st.GetState() == "Follower" && applied >= commit, fmt.Sprintf("state %s, applied index %d of %d", st.GetState(), applied, commit)
+		applied = uint64(st.AppliedIndex)
+		return st.State == "Follower" && applied >= commit, fmt.Sprintf("state %s, applied index %d of %d", st.State, applied, commit), nil
 	})
 	if err != nil {
 		return check{fmt.Sprintf("%s; %v", what, err), false}
@@ -155,9 +156,9 @@ func (d *demo) checkRejoined(ctx context.Context, leader map[[2]string]usageCoun
 
 // readLedger sums member m's copy of the replicated ledger per tenant and
 // rule.
-func (d *demo) readLedger(ctx context.Context, m *demoMember) (map[[2]string]usageCount, error) {
+func (d *demo) readLedger(ctx context.Context, m *fleet.Coordinator) (map[[2]string]usageCount, error) {
 	q := &allotpb.UsageQuery{From: timestamppb.New(d.start.Add(-2 * time.Hour)), To: timestamppb.New(time.Now().Add(2 * time.Hour))}
-	lines, err := fetchLedger(ctx, &clientFlags{coordinators: m.grpcAddr, timeout: 10 * time.Second, creds: d.creds.operator()}, q, 0)
+	lines, err := fetchLedger(ctx, demoOperator(d.cluster.Creds, m.GRPC), q, 0)
 	if err != nil {
 		return nil, err
 	}

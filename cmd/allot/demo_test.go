@@ -163,30 +163,37 @@ func TestDemoFlags(t *testing.T) {
 	}
 }
 
-// TestDemoSecurity checks the demo's credentials without a cluster: the
-// files exist, secrets are private, the tokens file parses and grants
-// the admin token everything and the agent token the gateways' node IDs
-// only, and each member's flags name its own certificate.
+// TestDemoSecurity checks the demo's cluster as laid out, without
+// starting it: the credential files exist and secrets are private, the
+// tokens file grants the admin token everything and the gateways' token
+// their node IDs only, and each member runs this binary's `coordinator`
+// in region demo with its own certificate and no rules file (the demo
+// puts its rules through a follower).
 func TestDemoSecurity(t *testing.T) {
 	dir := t.TempDir()
-	c, err := demoSecurity(dir, demoMemberIDs, demoNodePrefix+"*")
+	cl, err := newDemoCluster(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{c.caFile, c.tokensFile, c.adminTokenFile, c.agentTokenFile} {
+	c := cl.Creds
+	if c == nil {
+		t.Fatal("the demo's cluster is not secured")
+	}
+	agentToken := c.Agents[demoAgentToken]
+	for _, f := range []string{c.CA, c.TokensFile, c.Admin, agentToken} {
 		fi, err := os.Stat(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if f != c.caFile && fi.Mode().Perm() != 0o600 {
+		if f != c.CA && fi.Mode().Perm() != 0o600 {
 			t.Errorf("%s: mode %v, want 0600", f, fi.Mode().Perm())
 		}
 	}
-	data, err := os.ReadFile(c.tokensFile)
+	data, err := os.ReadFile(c.TokensFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tokens, err := auth.ParseTokens(c.tokensFile, data)
+	tokens, err := auth.ParseTokens(c.TokensFile, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,25 +204,30 @@ func TestDemoSecurity(t *testing.T) {
 		}
 		return strings.TrimSpace(string(b))
 	}
-	if g, ok := tokens.Lookup(read(c.adminTokenFile)); !ok || g.Role != auth.Admin {
+	if g, ok := tokens.Lookup(read(c.Admin)); !ok || g.Role != auth.Admin {
 		t.Errorf("admin token: grant %+v, found %v; want the admin role", g, ok)
 	}
-	g, ok := tokens.Lookup(read(c.agentTokenFile))
+	g, ok := tokens.Lookup(read(agentToken))
 	if !ok || g.Role != auth.Agent || !g.MayReportAs(demoNodePrefix+"1", "demo") || g.MayReportAs("c1", "demo") {
 		t.Errorf("agent token: grant %+v, found %v; want an agent for %s* only", g, ok, demoNodePrefix)
 	}
-	for _, id := range demoMemberIDs {
-		args, err := c.memberArgs(id)
-		if err != nil {
-			t.Fatal(err)
+	self, err := demoExecutable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, co := range cl.Coords {
+		if co.Bin != self || co.Args[0] != "coordinator" {
+			t.Errorf("%s runs %s %s, want %s coordinator", co.ID, co.Bin, co.Args[0], self)
 		}
-		for _, want := range []string{"--cert", filepath.Join(dir, id+".pem"), "--key", "--ca", c.caFile, "--auth-tokens", "--token-file", c.adminTokenFile} {
-			if !slices.Contains(args, want) {
-				t.Errorf("%s's flags %q lack %q", id, args, want)
+		args := strings.Join(co.Args, " ")
+		for _, want := range []string{"--cert " + filepath.Join(c.Dir, co.ID+".pem"), "--ca " + c.CA, "--auth-tokens " + c.TokensFile,
+			"--token-file " + c.Admin, "--region demo", "--data-dir " + dir} {
+			if !strings.Contains(args, want) {
+				t.Errorf("%s's flags %q lack %q", co.ID, args, want)
 			}
 		}
-	}
-	if _, err := c.memberArgs("c9"); err == nil {
-		t.Error("memberArgs of an unknown member: no error")
+		if slices.Contains(co.Args, "--rules") {
+			t.Errorf("%s's flags %q name a rules file", co.ID, args)
+		}
 	}
 }

@@ -85,12 +85,14 @@ func CheckEntry(l *raft.Log) error {
 	return nil
 }
 
-// Snapshot implements raft.FSM. It takes the state for writing while
-// holding the lock, so that Persist can write it (in format 2, see
-// state.Snapshot) while Apply goes on.
+// Snapshot implements raft.FSM. It clones the state's copy-on-write trees
+// under the lock, in O(1) whatever the state's size (the write lock: a
+// clone marks the trees, and Raft and a backup may snapshot at once), so
+// that Persist can write the clone (in format 2, see state.Snapshot)
+// without the lock while Apply goes on.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	return &snapshot{f.st.Snapshot()}, nil
 }
 

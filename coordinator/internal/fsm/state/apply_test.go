@@ -41,7 +41,7 @@ func TestStateBillingWindowsAndFinality(t *testing.T) {
 		f.Apply(entry(t, 9, CmdMaintain, &fsmpb.MaintainCommand{NowUnixNano: now.UnixNano(), AgentTimeoutNano: int64(2 * time.Hour)}))
 	}
 	final := func() (v bool) {
-		f.read(func(s *State) { v = s.final[hour0.Unix()] })
+		f.read(func(s *State) { v = s.final.Has(hour0.Unix()) })
 		return v
 	}
 	maintain(hour0.Add(30 * time.Minute))
@@ -64,11 +64,11 @@ func TestStateBillingWindowsAndFinality(t *testing.T) {
 	late.Reports[0].Batch.Counts[0].WindowUnix = hour0.Unix()
 	f.Apply(entry(t, 6, CmdReports, late))
 	f.read(func(s *State) {
-		if u := s.ledger[LedgerKey{"acme", "plan-quota", "eu-west", hour0.Unix()}]; u.admitted != 12 {
-			t.Errorf("final window changed: %d admitted", u.admitted)
+		if l, _ := s.ledger.Get(lineItem{key: LedgerKey{"acme", "plan-quota", "eu-west", hour0.Unix()}}); l.u.admitted != 12 {
+			t.Errorf("final window changed: %d admitted", l.u.admitted)
 		}
-		if u := s.ledger[LedgerKey{"acme", "plan-quota", "eu-west", hour0.Add(time.Hour).Unix()}]; u == nil || u.admitted != 5 {
-			t.Errorf("late usage not carried into the open window: %+v", u)
+		if l, ok := s.ledger.Get(lineItem{key: LedgerKey{"acme", "plan-quota", "eu-west", hour0.Add(time.Hour).Unix()}}); !ok || l.u.admitted != 5 {
+			t.Errorf("late usage not carried into the open window: %+v", l)
 		}
 	})
 }
@@ -156,7 +156,7 @@ func TestStateGrants(t *testing.T) {
 	}
 	f.Apply(entry(t, 8, CmdMaintain, &fsmpb.MaintainCommand{NowUnixNano: hour0.Add(3 * time.Hour).UnixNano(), AgentTimeoutNano: int64(time.Minute)}))
 	f.read(func(s *State) {
-		if !s.final[hour0.Unix()] {
+		if !s.final.Has(hour0.Unix()) {
 			t.Error("the window with grants never became final")
 		}
 	})

@@ -31,7 +31,7 @@ func BenchmarkLedgerRecordSize(b *testing.B) {
 		runtime.ReadMemStats(&m)
 		return m.HeapAlloc
 	}
-	var heap, index, snap float64
+	var heap, snap float64
 	for i := 0; i < b.N; i++ {
 		before := heapInUse()
 		f := testFSM()
@@ -52,16 +52,6 @@ func BenchmarkLedgerRecordSize(b *testing.B) {
 		// ledger.
 		heap += float64(heapInUse()-before) / float64(records)
 
-		var keys []LedgerKey
-		f.read(func(s *State) { keys = indexKeys(s) })
-		before = heapInUse()
-		idx := newLedgerIndex()
-		for _, k := range keys {
-			idx.ReplaceOrInsert(k)
-		}
-		index += float64(heapInUse()-before) / float64(records)
-		runtime.KeepAlive(idx)
-
 		var sink bytes.Buffer
 		if err := f.st.Snapshot().Write(&sink); err != nil {
 			b.Fatal(err)
@@ -70,6 +60,5 @@ func BenchmarkLedgerRecordSize(b *testing.B) {
 		runtime.KeepAlive(f)
 	}
 	b.ReportMetric(heap/float64(b.N), "heap-B/line")
-	b.ReportMetric(index/float64(b.N), "index-B/line")
 	b.ReportMetric(snap/float64(b.N), "snapshot-B/line")
 }

@@ -76,12 +76,12 @@ func usageCmd(at time.Time, node string, inc, seq uint64, tenant string, admitte
 
 func ledgerTotal(f *machine, tenant string) (admitted, denied uint64) {
 	f.read(func(s *State) {
-		for k, u := range s.ledger {
+		s.eachLine(func(k LedgerKey, u usage) {
 			if k.Tenant == tenant {
 				admitted += u.admitted
 				denied += u.denied
 			}
-		}
+		})
 	})
 	return admitted, denied
 }
@@ -122,22 +122,19 @@ func fillLedger(t testing.TB, f *machine, index uint64, n int, region string, at
 func dumpState(s *State) string {
 	var lines []string
 	lines = append(lines, fmt.Sprintf("epoch %d window %d interval %d ttl %d grants %d/%d rules %s", s.epoch, s.billingWindow, s.reportInterval, s.leaseTTL, s.grantEpoch, s.grantSeq, rulespb.SetToProto(s.rules)))
-	for id, m := range s.members {
-		lines = append(lines, fmt.Sprintf("member %s %s", id, m))
-	}
-	for k, inc := range s.incarnations {
-		lines = append(lines, fmt.Sprintf("inc %s %d %d %d", k, inc.lastSeq, inc.lastApplied, inc.lastCut))
-	}
+	s.eachMember(func(m *allotpb.Member) { lines = append(lines, fmt.Sprintf("member %s %s", m.GetId(), m)) })
+	s.eachRun(func(k incKey, inc incarnation) {
+		lines = append(lines, fmt.Sprintf("inc %s/%d %d %d %d", k.node, k.incarnation, inc.lastSeq, inc.lastApplied, inc.lastCut))
+	})
 	lines = append(lines, dumpLedger(s)...)
-	for w, r := range s.open {
-		var rs []string
-		for k := range r {
-			rs = append(rs, k.String())
+	s.eachOpen(func(w int64, reporters []incKey) {
+		rs := make([]string, len(reporters))
+		for i, k := range reporters {
+			rs[i] = fmt.Sprintf("%s/%d", k.node, k.incarnation)
 		}
-		slices.Sort(rs)
 		lines = append(lines, fmt.Sprintf("open %d %v", w, rs))
-	}
-	for w := range s.final {
+	})
+	for _, w := range s.finalWindows() {
 		lines = append(lines, fmt.Sprintf("final %d", w))
 	}
 	slices.Sort(lines)
@@ -146,13 +143,13 @@ func dumpState(s *State) string {
 
 func dumpLedger(s *State) []string {
 	var lines []string
-	for k, u := range s.ledger {
+	s.eachLine(func(k LedgerKey, u usage) {
 		line := fmt.Sprintf("ledger %s/%s/%s/%d %d %d", k.Tenant, k.Rule, k.Region, k.Window, u.admitted, u.denied)
 		if u.granted != nil {
 			line += fmt.Sprintf(" granted %g", *u.granted)
 		}
 		lines = append(lines, line)
-	}
+	})
 	slices.Sort(lines)
 	return lines
 }

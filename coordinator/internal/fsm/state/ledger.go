@@ -4,19 +4,14 @@ import (
 	"cmp"
 	"math"
 	"time"
-
-	"github.com/google/btree"
 )
 
-// The ledger's index: its keys in a B-tree ordered by window, tenant, rule
-// and region, the order exports are paged in. Without it every page
+// The ledger: its lines in a B-tree ordered by window, tenant, rule and
+// region, the order exports are paged in. Without the order every page
 // scanned and sorted the whole ledger under the state machine's lock,
 // which made a full export quadratic and held up Raft's apply for the
 // length of each scan. With it a page costs a seek and a walk of the
 // page: O(log n + page).
-
-// ledgerIndexDegree is the B-tree's degree: nodes hold up to 63 keys.
-const ledgerIndexDegree = 32
 
 // MaxScanPerPage bounds how many index entries one page may pass over
 // that its filters leave out (a page of a filtered query over a large
@@ -24,19 +19,8 @@ const ledgerIndexDegree = 32
 // empty, with a token to continue from.
 const MaxScanPerPage = 10_000
 
-func newLedgerIndex() *btree.BTreeG[LedgerKey] {
-	return btree.NewG(ledgerIndexDegree, func(a, b LedgerKey) bool { return compareLedgerKeys(a, b) < 0 })
-}
-
 func compareLedgerKeys(a, b LedgerKey) int {
 	return cmp.Or(cmp.Compare(a.Window, b.Window), cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Region, b.Region))
-}
-
-// putLedger adds a ledger line that is not there yet, to the map and the
-// index.
-func (s *State) putLedger(k LedgerKey, u *usage) {
-	s.ledger[k] = u
-	s.index.ReplaceOrInsert(k)
 }
 
 // windowEnd is the end of the billing window starting at the Unix second
@@ -55,23 +39,22 @@ func windowEnd(window, width int64) int64 {
 }
 
 // dropLedgerBefore deletes the final windows' lines that ended before
-// cutoff (Unix ns). It walks the index from its oldest key and stops at the
+// cutoff (Unix ns). It walks the ledger from its oldest line and stops at the
 // first window that ended at or after cutoff, so it reads only what it
 // deletes and the old windows not yet final.
 func (s *State) dropLedgerBefore(cutoff, width int64) {
-	var drop []LedgerKey
-	s.index.Ascend(func(k LedgerKey) bool {
-		if windowEnd(k.Window, width) >= cutoff {
+	var drop []lineItem
+	s.ledger.Ascend(func(it lineItem) bool {
+		if windowEnd(it.key.Window, width) >= cutoff {
 			return false
 		}
-		if s.final[k.Window] {
-			drop = append(drop, k)
+		if s.final.Has(it.key.Window) {
+			drop = append(drop, it)
 		}
 		return true
 	})
-	for _, k := range drop {
-		s.index.Delete(k)
-		delete(s.ledger, k)
+	for _, it := range drop {
+		s.ledger.Delete(it)
 	}
 }
 
@@ -114,7 +97,7 @@ func (q *LedgerQuery) skip(k LedgerKey) (LedgerKey, bool) {
 // page passed over `budget` keys the query leaves out (MaxScanPerPage for
 // queries; each seek past a run of other tenants' keys counts as one). It
 // runs under the FSM's read lock in O(log n + limit + budget).
-func (s *State) ledgerPage(q LedgerQuery, after *LedgerKey, limit, budget int) (keys []LedgerKey, next LedgerKey, more bool) {
+func (s *State) ledgerPage(q LedgerQuery, after *LedgerKey, limit, budget int) (lines []lineItem, next LedgerKey, more bool) {
 	start, exclusive := LedgerKey{Window: q.From}, false
 	if after != nil && compareLedgerKeys(*after, start) >= 0 {
 		start, exclusive = *after, true
@@ -122,7 +105,8 @@ func (s *State) ledgerPage(q LedgerQuery, after *LedgerKey, limit, budget int) (
 	for {
 		var seek, passed LedgerKey
 		jump, stop := false, false
-		s.index.AscendGreaterOrEqual(start, func(k LedgerKey) bool {
+		s.ledger.AscendGreaterOrEqual(lineItem{key: start}, func(it lineItem) bool {
+			k := it.key
 			if exclusive && k == start {
 				return true
 			}
@@ -131,11 +115,11 @@ func (s *State) ledgerPage(q LedgerQuery, after *LedgerKey, limit, budget int) (
 				return false
 			}
 			if q.matches(k) {
-				if len(keys) == limit {
-					next, more, stop = keys[len(keys)-1], true, true
+				if len(lines) == limit {
+					next, more, stop = lines[len(lines)-1].key, true, true
 					return false
 				}
-				keys = append(keys, k)
+				lines = append(lines, it)
 				return true
 			}
 			if budget--; budget <= 0 {
@@ -147,14 +131,14 @@ func (s *State) ledgerPage(q LedgerQuery, after *LedgerKey, limit, budget int) (
 			return !jump
 		})
 		if stop || !jump {
-			return keys, next, more
+			return lines, next, more
 		}
 		// A seek costs a descent of the tree: it counts against the
 		// budget like a key passed over. Every key up to the one that
 		// led to it has been read, so a page ending here continues
 		// after that one.
 		if budget--; budget <= 0 {
-			return keys, passed, true
+			return lines, passed, true
 		}
 		start, exclusive = seek, false
 	}

@@ -41,7 +41,10 @@ func (s *State) Settings() Settings {
 func (s *State) Grants() (epoch, seq uint64) { return s.grantEpoch, s.grantSeq }
 
 // Member is the member record of id, or nil.
-func (s *State) Member(id string) *allotpb.Member { return s.members[id] }
+func (s *State) Member(id string) *allotpb.Member {
+	m, _ := s.members.Get(&allotpb.Member{Id: id})
+	return m
+}
 
 // Members are the member records, by ID.
 func (s *State) Members() []*allotpb.Member {
@@ -51,11 +54,11 @@ func (s *State) Members() []*allotpb.Member {
 }
 
 // LedgerLen is the number of ledger lines.
-func (s *State) LedgerLen() int { return len(s.ledger) }
+func (s *State) LedgerLen() int { return s.ledger.Len() }
 
 // IncarnationLen is the number of agent runs (node incarnations) whose
 // report sequence the state keeps.
-func (s *State) IncarnationLen() int { return len(s.incarnations) }
+func (s *State) IncarnationLen() int { return s.incarnations.Len() }
 
 // Run is what the state keeps of one agent run: the last batch applied,
 // when on the proposing leader's clock, and the newest batch's cut time
@@ -78,11 +81,8 @@ func (s *State) Runs() []Run {
 // LastSeq is the last batch applied for a node's incarnation, and whether
 // the state knows that incarnation.
 func (s *State) LastSeq(node string, incarnation uint64) (uint64, bool) {
-	inc := s.incarnations[incKey{node, incarnation}]
-	if inc == nil {
-		return 0, false
-	}
-	return inc.lastSeq, true
+	it, ok := s.incarnations.Get(runItem{key: incKey{node, incarnation}})
+	return it.inc.lastSeq, ok
 }
 
 // Line is one ledger line: its key, totals, the units granted by the
@@ -94,24 +94,23 @@ type Line struct {
 	Final            bool
 }
 
-func (s *State) line(k LedgerKey) Line {
-	u := s.ledger[k]
-	return Line{Key: k, Admitted: u.admitted, Denied: u.denied, Granted: u.granted, Final: s.final[k.Window]}
+func (s *State) line(it lineItem) Line {
+	return Line{Key: it.key, Admitted: it.u.admitted, Denied: it.u.denied, Granted: it.u.granted, Final: s.final.Has(it.key.Window)}
 }
 
-// Ledger calls fn for every ledger line in index order (window, tenant,
+// Ledger calls fn for every ledger line in order (window, tenant,
 // rule, region), until fn returns false.
 func (s *State) Ledger(fn func(Line) bool) {
-	s.index.Ascend(func(k LedgerKey) bool { return fn(s.line(k)) })
+	s.ledger.Ascend(func(it lineItem) bool { return fn(s.line(it)) })
 }
 
 // LedgerPage returns up to limit lines matching q, in index order, after
 // the key `after` when given; see ledgerPage.
 func (s *State) LedgerPage(q LedgerQuery, after *LedgerKey, limit, budget int) (lines []Line, next LedgerKey, more bool) {
-	keys, next, more := s.ledgerPage(q, after, limit, budget)
-	lines = make([]Line, len(keys))
-	for i, k := range keys {
-		lines[i] = s.line(k)
+	items, next, more := s.ledgerPage(q, after, limit, budget)
+	lines = make([]Line, len(items))
+	for i, it := range items {
+		lines[i] = s.line(it)
 	}
 	return lines, next, more
 }

@@ -1,7 +1,6 @@
 package state
 
 import (
-	"fmt"
 	"math"
 	"time"
 
@@ -31,18 +30,23 @@ type State struct {
 	reportInterval int64
 	leaseTTL       int64
 	rules          *rules.Set
-	members        map[string]*allotpb.Member
-	incarnations   map[incKey]*incarnation
-	ledger         map[LedgerKey]*usage
-	// index orders the ledger's keys by window, tenant, rule and region,
-	// for exports in pages (see ledgerPage). It holds exactly the keys of
-	// ledger: addUsage, maintain and restoring a snapshot keep it so.
-	index *btree.BTreeG[LedgerKey]
-	// open maps each billing window not yet final to the incarnations that
-	// reported usage in it.
-	open map[int64]map[incKey]struct{}
+	// The collections are copy-on-write B-trees of values (store.go), so
+	// that a snapshot clones them in O(1) under the FSM's lock and walks
+	// its clone without it while Apply goes on changing the state.
+	//
+	// members are the member records by ID; a record is replaced on
+	// change, never changed.
+	members *btree.BTreeG[*allotpb.Member]
+	// incarnations are the agent runs by node and incarnation.
+	incarnations *btree.BTreeG[runItem]
+	// ledger is the bill, ordered by window, tenant, rule and region: the
+	// order exports are paged in (see ledgerPage) and snapshots written in.
+	ledger *btree.BTreeG[lineItem]
+	// open holds each billing window not yet final (a marker item) and
+	// the incarnations that reported usage in it.
+	open *btree.BTreeG[openItem]
 	// final holds the windows that are final: they never change again.
-	final map[int64]bool
+	final *btree.BTreeG[int64]
 	// grantEpoch and grantSeq number the last GrantsCommand applied.
 	grantEpoch, grantSeq uint64
 	// clusterID names the cluster: fixed with the settings by its first
@@ -56,8 +60,6 @@ type incKey struct {
 	incarnation uint64
 }
 
-func (k incKey) String() string { return fmt.Sprintf("%s/%d", k.node, k.incarnation) }
-
 type incarnation struct {
 	lastSeq     uint64
 	lastApplied int64 // leader clock of the last report applied, ns
@@ -70,22 +72,23 @@ type incarnation struct {
 // starts from.
 func (s *State) RecentNodes(since int64) int {
 	seen := map[string]struct{}{}
-	for k, inc := range s.incarnations {
-		if inc.lastApplied >= since {
-			seen[k.node] = struct{}{}
+	s.incarnations.Ascend(func(it runItem) bool {
+		if it.inc.lastApplied >= since {
+			seen[it.key.node] = struct{}{}
 		}
-	}
+		return true
+	})
 	return len(seen)
 }
 
 // HasNode reports whether any incarnation of node has usage in the state.
 func (s *State) HasNode(node string) bool {
-	for k := range s.incarnations {
-		if k.node == node {
-			return true
-		}
-	}
-	return false
+	found := false
+	s.incarnations.AscendGreaterOrEqual(runItem{key: incKey{node: node}}, func(it runItem) bool {
+		found = it.key.node == node
+		return false
+	})
+	return found
 }
 
 // LedgerKey is one line of the bill: a tenant's usage under one rule, in
@@ -98,20 +101,22 @@ type LedgerKey struct {
 type usage struct {
 	admitted, denied uint64
 	// granted is what the parent leased the region over the window
-	// (GrantsCommand); nil when none was recorded.
+	// (GrantsCommand); nil when none was recorded. What it points to is
+	// never changed: a new sum is a new value.
 	granted *float64
 }
 
+// New returns an empty state: no rules, members or usage, no settings
+// fixed.
 func New() *State {
 	rs, _ := rules.NewSet(0, nil)
 	return &State{
 		rules:        rs,
-		members:      map[string]*allotpb.Member{},
-		incarnations: map[incKey]*incarnation{},
-		ledger:       map[LedgerKey]*usage{},
-		index:        newLedgerIndex(),
-		open:         map[int64]map[incKey]struct{}{},
-		final:        map[int64]bool{},
+		members:      newMembers(),
+		incarnations: newRuns(),
+		ledger:       newLedger(),
+		open:         newOpen(),
+		final:        newFinal(),
 	}
 }
 
@@ -141,11 +146,9 @@ func (s *State) applyReports(cmd *fsmpb.ReportsCommand) *fsmpb.ReportsResult {
 	res := &fsmpb.ReportsResult{AckedSeq: make([]uint64, len(cmd.GetReports()))}
 	for i, r := range cmd.GetReports() {
 		k := incKey{r.GetNode(), r.GetIncarnation()}
-		inc := s.incarnations[k]
-		if inc == nil {
-			inc = &incarnation{}
-			s.incarnations[k] = inc
-		}
+		it, _ := s.incarnations.Get(runItem{key: k})
+		it.key = k
+		inc := &it.inc
 		inc.lastApplied = now
 		if b := r.GetBatch(); b != nil && b.GetSeq() > inc.lastSeq {
 			for _, c := range b.GetCounts() {
@@ -154,6 +157,7 @@ func (s *State) applyReports(cmd *fsmpb.ReportsCommand) *fsmpb.ReportsResult {
 			inc.lastSeq = b.GetSeq()
 			inc.lastCut = max(inc.lastCut, b.GetCutUnixNano())
 		}
+		s.incarnations.ReplaceOrInsert(it)
 		res.AckedSeq[i] = inc.lastSeq
 	}
 	return res
@@ -165,24 +169,18 @@ func (s *State) applyReports(cmd *fsmpb.ReportsCommand) *fsmpb.ReportsResult {
 // and no usage is lost.
 func (s *State) addUsage(k incKey, region string, c *allotpb.UsageCount, now int64) {
 	window := s.windowOf(c.GetWindowUnix())
-	if s.final[window] {
+	if s.final.Has(window) {
 		window = s.windowOf(now / int64(time.Second))
 	}
 	key := LedgerKey{Tenant: c.GetTenant(), Rule: c.GetRule(), Region: region, Window: window}
-	u := s.ledger[key]
-	if u == nil {
-		u = &usage{}
-		s.putLedger(key, u)
-	}
+	line, _ := s.ledger.Get(lineItem{key: key})
+	line.key = key
 	// Totals stop at the largest count rather than wrap to a small one.
-	u.admitted = allotpb.SaturatingAdd(u.admitted, c.GetAdmitted())
-	u.denied = allotpb.SaturatingAdd(u.denied, c.GetDenied())
-	reporters := s.open[window]
-	if reporters == nil {
-		reporters = map[incKey]struct{}{}
-		s.open[window] = reporters
-	}
-	reporters[k] = struct{}{}
+	line.u.admitted = allotpb.SaturatingAdd(line.u.admitted, c.GetAdmitted())
+	line.u.denied = allotpb.SaturatingAdd(line.u.denied, c.GetDenied())
+	s.ledger.ReplaceOrInsert(line)
+	s.openWindow(window)
+	insertIfAbsent(s.open, openItem{window: window, reporter: k})
 }
 
 // applyRules puts and deletes rules, all or none. An invalid result leaves
@@ -232,10 +230,10 @@ func nextRules(cur *rules.Set, cmd *fsmpb.RulesCommand) (*rules.Set, error) {
 func (s *State) applyMember(cmd *fsmpb.MemberCommand) {
 	m := cmd.GetMember()
 	if cmd.GetRemove() {
-		delete(s.members, m.GetId())
+		s.members.Delete(&allotpb.Member{Id: m.GetId()})
 		return
 	}
-	s.members[m.GetId()] = &allotpb.Member{Id: m.GetId(), RaftAddress: m.GetRaftAddress(), GrpcAddress: m.GetGrpcAddress(), HttpAddress: m.GetHttpAddress()}
+	s.members.ReplaceOrInsert(&allotpb.Member{Id: m.GetId(), RaftAddress: m.GetRaftAddress(), GrpcAddress: m.GetGrpcAddress(), HttpAddress: m.GetHttpAddress()})
 }
 
 func (s *State) applyEpoch(cmd *fsmpb.EpochCommand) uint64 {
@@ -273,39 +271,57 @@ func (s *State) Settled() bool {
 func (s *State) maintain(cmd *fsmpb.MaintainCommand) {
 	now, timeout := cmd.GetNowUnixNano(), cmd.GetAgentTimeoutNano()
 	width := s.BillingWindowSeconds() * int64(time.Second)
-	for window, reporters := range s.open {
+	// A window is done when it has ended and each of its reporters is
+	// gone, silent past the timeout, or acknowledged past its end.
+	var finalize []int64
+	done := func(window int64, reporters []incKey) bool {
 		end := windowEnd(window, width)
 		if end > now {
-			continue
+			return false
 		}
-		done := true
-		for k := range reporters {
-			inc := s.incarnations[k]
-			if inc != nil && inc.lastCut < end && now-inc.lastApplied < timeout {
-				done = false
-				break
+		for _, k := range reporters {
+			it, ok := s.incarnations.Get(runItem{key: k})
+			if ok && it.inc.lastCut < end && now-it.inc.lastApplied < timeout {
+				return false
 			}
 		}
-		if done {
-			s.final[window] = true
-			delete(s.open, window)
+		return true
+	}
+	s.eachOpen(func(window int64, reporters []incKey) {
+		if done(window, reporters) {
+			finalize = append(finalize, window)
 		}
+	})
+	for _, w := range finalize {
+		s.final.ReplaceOrInsert(w)
+		s.closeWindow(w)
 	}
 	// An incarnation's record is what makes a retried batch count once;
 	// keep it far longer than any agent keeps a batch unacknowledged.
 	forget := max(24*time.Hour.Nanoseconds(), 10*timeout)
-	for k, inc := range s.incarnations {
-		if now-inc.lastApplied > forget {
-			delete(s.incarnations, k)
+	var silent []runItem
+	s.incarnations.Ascend(func(it runItem) bool {
+		if now-it.inc.lastApplied > forget {
+			silent = append(silent, it)
 		}
+		return true
+	})
+	for _, it := range silent {
+		s.incarnations.Delete(it)
 	}
 	if r := cmd.GetRetentionNano(); r > 0 {
 		cutoff := now - r
 		s.dropLedgerBefore(cutoff, width)
-		for window := range s.final {
-			if windowEnd(window, width) < cutoff {
-				delete(s.final, window)
+		var expired []int64
+		s.final.Ascend(func(w int64) bool {
+			if windowEnd(w, width) >= cutoff {
+				return false // later windows end later
 			}
+			expired = append(expired, w)
+			return true
+		})
+		for _, w := range expired {
+			s.final.Delete(w)
 		}
 	}
 }
@@ -324,20 +340,18 @@ func (s *State) applyGrants(cmd *fsmpb.GrantsCommand) {
 			continue
 		}
 		k := LedgerKey{g.GetTenant(), g.GetRule(), cmd.GetRegion(), g.GetWindowUnix()}
-		u := s.ledger[k]
-		if u == nil {
-			u = &usage{}
-			s.putLedger(k, u)
-		}
+		line, _ := s.ledger.Get(lineItem{key: k})
+		line.key = k
 		sum := g.GetGranted()
-		if u.granted != nil {
-			sum += *u.granted
+		if line.u.granted != nil {
+			sum += *line.u.granted
 		}
-		u.granted = &sum
+		line.u.granted = &sum // a new value: a snapshot's clone may share the old one
+		s.ledger.ReplaceOrInsert(line)
 		// A window only grants reached is open until it ends, as any
 		// other, so that it becomes final (and expires) in its turn.
-		if w := g.GetWindowUnix(); !s.final[w] && s.open[w] == nil {
-			s.open[w] = map[incKey]struct{}{}
+		if w := g.GetWindowUnix(); !s.final.Has(w) {
+			s.openWindow(w)
 		}
 	}
 }

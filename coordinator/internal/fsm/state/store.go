@@ -3,100 +3,160 @@ package state
 import (
 	"cmp"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/google/btree"
 )
 
-// How the state's collections are stored, walked in their order (for
-// snapshots and readers) and filled from a snapshot.
+// How the state's collections are stored: each a B-tree of values from
+// github.com/google/btree, whose Clone is lazy copy-on-write. A snapshot
+// clones every tree in O(1) under the FSM's lock; afterwards a write to
+// the state copies the nodes on its path before changing them, and the
+// clone, walked by Persist without the lock, keeps seeing the nodes as
+// they were. An item is a value, or points only to what is never changed
+// (a *Member is replaced, a granted sum is a new *float64), so the two
+// trees share nothing that changes.
 
-// frozen is a copy of the state that Write can walk while s changes.
+// degree is the B-trees' degree: nodes hold up to 63 items.
+const degree = 32
+
+// runItem is one agent run's record, by node and incarnation.
+type runItem struct {
+	key incKey
+	inc incarnation
+}
+
+// lineItem is one ledger line, by window, tenant, rule and region.
+type lineItem struct {
+	key LedgerKey
+	u   usage
+}
+
+// openItem is, with marker set, an open window; without, one incarnation
+// that reported usage in it. A window's marker sorts before its
+// reporters.
+type openItem struct {
+	window   int64
+	marker   bool
+	reporter incKey
+}
+
+func newMembers() *btree.BTreeG[*allotpb.Member] {
+	return btree.NewG(degree, func(a, b *allotpb.Member) bool { return a.GetId() < b.GetId() })
+}
+
+func newRuns() *btree.BTreeG[runItem] {
+	return btree.NewG(degree, func(a, b runItem) bool { return compareIncKeys(a.key, b.key) < 0 })
+}
+
+func newLedger() *btree.BTreeG[lineItem] {
+	return btree.NewG(degree, func(a, b lineItem) bool { return compareLedgerKeys(a.key, b.key) < 0 })
+}
+
+func newOpen() *btree.BTreeG[openItem] {
+	return btree.NewG(degree, func(a, b openItem) bool {
+		if a.window != b.window {
+			return a.window < b.window
+		}
+		if a.marker != b.marker {
+			return a.marker
+		}
+		return compareIncKeys(a.reporter, b.reporter) < 0
+	})
+}
+
+func newFinal() *btree.BTreeG[int64] { return btree.NewOrderedG[int64](degree) }
+
+func compareIncKeys(a, b incKey) int {
+	return cmp.Or(strings.Compare(a.node, b.node), cmp.Compare(a.incarnation, b.incarnation))
+}
+
+// insertIfAbsent inserts it unless the tree has it: a replace would copy
+// the nodes on its path (shared with a snapshot's clone) for nothing.
+func insertIfAbsent[T any](t *btree.BTreeG[T], it T) {
+	if !t.Has(it) {
+		t.ReplaceOrInsert(it)
+	}
+}
+
+// openWindow marks window open (it may have no reporters yet).
+func (s *State) openWindow(window int64) {
+	insertIfAbsent(s.open, openItem{window: window, marker: true})
+}
+
+// closeWindow forgets an open window and its reporters.
+func (s *State) closeWindow(window int64) {
+	var drop []openItem
+	s.open.AscendGreaterOrEqual(openItem{window: window, marker: true}, func(it openItem) bool {
+		if it.window != window {
+			return false
+		}
+		drop = append(drop, it)
+		return true
+	})
+	for _, it := range drop {
+		s.open.Delete(it)
+	}
+}
+
+// frozen is a copy of the state that Write can walk while s changes: O(1),
+// and it must run under the FSM's write lock (a clone changes the trees'
+// copy-on-write marks, which a concurrent clone would race with).
 func (s *State) frozen() *State {
 	c := *s
-	c.members = make(map[string]*allotpb.Member, len(s.members))
-	for id, m := range s.members {
-		c.members[id] = m // replaced on change, never changed
-	}
-	c.incarnations = make(map[incKey]*incarnation, len(s.incarnations))
-	for k, inc := range s.incarnations {
-		v := *inc
-		c.incarnations[k] = &v
-	}
-	c.ledger = make(map[LedgerKey]*usage, len(s.ledger))
-	for k, u := range s.ledger {
-		v := *u
-		c.ledger[k] = &v
-	}
-	c.index = s.index.Clone()
-	c.open = make(map[int64]map[incKey]struct{}, len(s.open))
-	for w, r := range s.open {
-		c.open[w] = maps.Clone(r)
-	}
-	c.final = make(map[int64]bool, len(s.final))
-	for w := range s.final {
-		c.final[w] = true
-	}
+	c.members = s.members.Clone()
+	c.incarnations = s.incarnations.Clone()
+	c.ledger = s.ledger.Clone()
+	c.open = s.open.Clone()
+	c.final = s.final.Clone()
 	return &c
 }
 
 // eachMember calls fn for each member record, by ID.
 func (s *State) eachMember(fn func(*allotpb.Member)) {
-	ids := make([]string, 0, len(s.members))
-	for id := range s.members {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		fn(s.members[id])
-	}
+	s.members.Ascend(func(m *allotpb.Member) bool { fn(m); return true })
 }
 
 // eachRun calls fn for each agent run, by node and incarnation.
 func (s *State) eachRun(fn func(incKey, incarnation)) {
-	keys := make([]incKey, 0, len(s.incarnations))
-	for k := range s.incarnations {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, compareIncKeys)
-	for _, k := range keys {
-		fn(k, *s.incarnations[k])
-	}
+	s.incarnations.Ascend(func(it runItem) bool { fn(it.key, it.inc); return true })
 }
 
-// eachLine calls fn for each ledger line, in the index's order.
+// eachLine calls fn for each ledger line, in the ledger's order.
 func (s *State) eachLine(fn func(LedgerKey, usage)) {
-	s.index.Ascend(func(k LedgerKey) bool { fn(k, *s.ledger[k]); return true })
+	s.ledger.Ascend(func(it lineItem) bool { fn(it.key, it.u); return true })
 }
 
 // eachOpen calls fn for each open window, by start, with its reporters by
 // node and incarnation.
 func (s *State) eachOpen(fn func(window int64, reporters []incKey)) {
-	windows := make([]int64, 0, len(s.open))
-	for w := range s.open {
-		windows = append(windows, w)
-	}
-	slices.Sort(windows)
-	for _, w := range windows {
-		keys := make([]incKey, 0, len(s.open[w]))
-		for k := range s.open[w] {
-			keys = append(keys, k)
+	var (
+		cur       int64
+		reporters []incKey
+		have      bool
+	)
+	s.open.Ascend(func(it openItem) bool {
+		if it.marker {
+			if have {
+				fn(cur, reporters)
+			}
+			cur, reporters, have = it.window, nil, true
+			return true
 		}
-		slices.SortFunc(keys, compareIncKeys)
-		fn(w, keys)
+		reporters = append(reporters, it.reporter)
+		return true
+	})
+	if have {
+		fn(cur, reporters)
 	}
 }
 
 // finalWindows are the final windows, in order.
 func (s *State) finalWindows() []int64 {
-	out := make([]int64, 0, len(s.final))
-	for w := range s.final {
-		out = append(out, w)
-	}
-	slices.Sort(out)
+	out := make([]int64, 0, s.final.Len())
+	s.final.Ascend(func(w int64) bool { out = append(out, w); return true })
 	return out
 }
 
@@ -108,43 +168,38 @@ func (s *State) setHeader(h *fsmpb.SnapshotHeader) {
 	s.clusterID = h.GetClusterId()
 }
 
-func (s *State) putMember(m *allotpb.Member) { s.members[m.GetId()] = m }
+func (s *State) putMember(m *allotpb.Member) { s.members.ReplaceOrInsert(m) }
 
 func (s *State) restoreRun(m *fsmpb.IncarnationRecord) {
-	s.incarnations[incKey{m.GetNode(), m.GetIncarnation()}] = &incarnation{
+	s.incarnations.ReplaceOrInsert(runItem{key: incKey{m.GetNode(), m.GetIncarnation()}, inc: incarnation{
 		lastSeq: m.GetLastSeq(), lastApplied: m.GetLastAppliedUnixNano(), lastCut: m.GetLastCutUnixNano(),
-	}
+	}})
 }
 
 // restoreLine adds a snapshot's ledger line; a second line for the same
 // key is an error.
 func (s *State) restoreLine(m *fsmpb.LedgerRecord) error {
 	k := LedgerKey{m.GetTenant(), m.GetRule(), m.GetRegion(), m.GetWindowUnix()}
-	if _, dup := s.ledger[k]; dup {
+	if _, dup := s.ledger.ReplaceOrInsert(lineItem{key: k, u: usage{admitted: m.GetAdmitted(), denied: m.GetDenied(), granted: m.Granted}}); dup {
 		return fmt.Errorf("a second line for %s/%s/%s/%d", k.Tenant, k.Rule, k.Region, k.Window)
 	}
-	s.putLedger(k, &usage{admitted: m.GetAdmitted(), denied: m.GetDenied(), granted: m.Granted})
 	if m.GetFinal() { // format 1 marks each line of a final window
 		s.setFinal(m.GetWindowUnix())
 	}
 	return nil
 }
 
+// restoreWindow adds a snapshot's open window and its reporters.
 func (s *State) restoreWindow(m *fsmpb.WindowRecord) error {
-	reporters := map[incKey]struct{}{}
+	s.openWindow(m.GetWindowUnix())
 	for _, r := range m.GetReporters() {
 		k, err := decodeIncKey(r)
 		if err != nil {
 			return fmt.Errorf("window %d: %w", m.GetWindowUnix(), err)
 		}
-		reporters[k] = struct{}{}
+		s.open.ReplaceOrInsert(openItem{window: m.GetWindowUnix(), reporter: k})
 	}
-	s.open[m.GetWindowUnix()] = reporters
 	return nil
 }
 
-func (s *State) setFinal(w int64) { s.final[w] = true }
-
-func compareIncKeys(a, b incKey) int {
-	return cmp.Or(strings.Compare(a.node, b.node), cmp.Compare(a.incarnation, b.incarnation))
-}
+func (s *State) setFinal(w int64) { s.final.ReplaceOrInsert(w) }

@@ -237,7 +237,7 @@ func (l *peerLog) warn(peer, msg string, args ...any) {
 // newAuthorizer reads the credentials cfg configures: the tokens callers
 // may present, and the token this member presents when it joins.
 func newAuthorizer(cfg *Config, log hclog.Logger, refusals *prometheus.CounterVec) (*authorizer, *auth.TokenCredentials, error) {
-	a := &authorizer{certs: cfg.TLS.CAFile != "", now: cfg.Now, refusals: refusals, logs: newPeerLog(log.Named("auth"), cfg.Now)}
+	a := &authorizer{certs: cfg.TLS.CAFile != "", now: cfg.Clock.Now, refusals: refusals, logs: newPeerLog(log.Named("auth"), cfg.Clock.Now)}
 	onError := func(what string) func(error) {
 		return func(err error) { log.Error("a changed "+what+" could not be loaded", "error", err) }
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/internal/clusterclient"
+	"github.com/allot-io/allot/internal/timeutil"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -196,8 +197,14 @@ type Config struct {
 	// Registerer receives the metrics; nil uses a registry of the
 	// coordinator's own, served on /metrics.
 	Registerer prometheus.Registerer
-	// Now is the clock; nil means time.Now.
-	Now func() time.Time
+	// Clock is the time source of what the protocol schedules: the
+	// leader's allocation rounds, ledger maintenance (billing windows,
+	// retention, agent timeouts), exchanges with a parent cluster, RLQS
+	// reports, and every timestamp the cluster records; nil is the system
+	// clock. A timeutil.Manual runs those loops in virtual time. What
+	// waits on Raft (elections, joins, applies, the batcher's window)
+	// follows the system clock, as Raft itself does.
+	Clock timeutil.TimeSource
 }
 
 // unspecifiedHost reports whether a listen address binds every interface.
@@ -375,8 +382,6 @@ func (c *Config) withDefaults() (Config, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Clock = timeutil.Or(cfg.Clock)
 	return cfg, nil
 }

@@ -138,7 +138,7 @@ func New(config Config) (*Coordinator, error) {
 		}
 	}
 	c.fsm = fsm.New(c.log.Named("fsm"), c.onApplied)
-	c.newNodes = newNodeGate(cfg.MaxNewNodesPerMinute, cfg.Now())
+	c.newNodes = newNodeGate(cfg.MaxNewNodesPerMinute, cfg.Clock.Now())
 	if c.tls, err = cfg.TLS.reloader(c.log); err != nil {
 		cancel()
 		return nil, err
@@ -152,7 +152,7 @@ func New(config Config) (*Coordinator, error) {
 		return nil, err
 	}
 	c.check = newLeaderCheck(c.verifyLeader)
-	c.batcher = newBatcher(cfg.ApplyWindow, c.applyReports, cfg.Now)
+	c.batcher = newBatcher(cfg.ApplyWindow, c.applyReports, cfg.Clock.Now)
 	if err := c.startGRPC(); err != nil {
 		c.shutdown()
 		return nil, err
@@ -387,7 +387,7 @@ func (c *Coordinator) WaitLeader(ctx context.Context) error {
 }
 
 // now is the coordinator's clock.
-func (c *Coordinator) now() time.Time { return c.cfg.Now() }
+func (c *Coordinator) now() time.Time { return c.cfg.Clock.Now() }
 
 // apply proposes a command and waits for it to be committed and applied.
 func (c *Coordinator) apply(t state.Command, m proto.Message, timeout time.Duration) (any, error) {

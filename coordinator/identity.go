@@ -62,7 +62,7 @@ func (c *Coordinator) syncIdentity() error {
 		}
 		return nil
 	}
-	id := datadir.Identity{ClusterID: cid, NodeID: c.cfg.NodeID, Written: time.Now().UTC()}
+	id := datadir.Identity{ClusterID: cid, NodeID: c.cfg.NodeID, Written: c.now().UTC()}
 	if err := datadir.WriteIdentity(c.cfg.DataDir, id); err != nil {
 		c.log.Warn("could not write the identity file; retrying", "error", err)
 		return nil

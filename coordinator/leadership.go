@@ -156,16 +156,16 @@ func (c *Coordinator) lead(ctx context.Context) {
 			c.metrics.parentFallback.Set(0)
 		}()
 	}
-	rounds := time.NewTicker(c.roundInterval(set))
+	rounds := c.cfg.Clock.NewTicker(c.roundInterval(set))
 	defer rounds.Stop()
-	maintain := time.NewTicker(min(time.Minute, set.billingWindow/4))
+	maintain := c.cfg.Clock.NewTicker(min(time.Minute, set.billingWindow/4))
 	defer maintain.Stop()
 	lastFull := now
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-rounds.C:
+		case <-rounds.C():
 			now := c.now()
 			full := now.Sub(lastFull) >= c.alloc.leaseTTL()
 			if full {
@@ -189,7 +189,7 @@ func (c *Coordinator) lead(ctx context.Context) {
 			} else {
 				c.metrics.learning.Set(0)
 			}
-		case <-maintain.C:
+		case <-maintain.C():
 			if _, err := c.apply(state.CmdMaintain, &fsmpb.MaintainCommand{
 				NowUnixNano: c.now().UnixNano(), AgentTimeoutNano: int64(c.cfg.AgentTimeout), RetentionNano: int64(max(c.cfg.LedgerRetention, 0)),
 			}, 10*time.Second); err != nil {

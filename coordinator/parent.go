@@ -43,13 +43,13 @@ func (c *Coordinator) reportToParent(ctx context.Context) {
 	clear(c.alloc.parent.m)
 	c.alloc.parent.mu.Unlock()
 	c.exchangeWithParent(ctx)
-	t := time.NewTicker(c.cfg.ParentInterval)
+	t := c.cfg.Clock.NewTicker(c.cfg.ParentInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-t.C():
 			c.exchangeWithParent(ctx)
 		}
 	}

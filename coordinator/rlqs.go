@@ -100,14 +100,14 @@ func (s *rlqsServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_S
 			}
 		}
 	}()
-	tick := time.NewTicker(max(c.settings().reportInterval/4, 50*time.Millisecond))
+	tick := c.cfg.Clock.NewTicker(max(c.settings().reportInterval/4, 50*time.Millisecond))
 	defer tick.Stop()
 	defer q.flush()
 	for {
 		select {
 		case m := <-msgs:
 			q.absorb(m)
-		case <-tick.C:
+		case <-tick.C():
 		case err := <-recvErr:
 			c.log.Debug("RLQS stream closed", "node", q.node, "error", err)
 			return nil

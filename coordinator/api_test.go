@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -202,6 +203,11 @@ func TestHTTPEndpoints(t *testing.T) {
 	}
 	if code != 200 || json.Unmarshal([]byte(body), &usage) != nil || len(usage.Records) != 1 || usage.Records[0].Admitted != "30" {
 		t.Errorf("/v1/usage: %d %s", code, body)
+	}
+	// Compact, whatever protojson's whitespace in this build: scripts and
+	// the docs compare the bytes.
+	if compact := new(bytes.Buffer); json.Compact(compact, []byte(body)) != nil || compact.String()+"\n" != body {
+		t.Errorf("/v1/usage is not compact JSON: %q", body)
 	}
 	if code, body := get("/v1/usage?from=yesterday"); code != 400 || !strings.Contains(body, "from") {
 		t.Errorf("bad query: %d %s", code, body)

@@ -1,7 +1,9 @@
 package coordinator
 
 import (
+	"bytes"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -144,15 +146,24 @@ func usageQueryFromURL(r *http.Request) (*allotpb.UsageQuery, error) {
 	return q, nil
 }
 
+// writeProto writes m as compact JSON. protojson varies its whitespace
+// from build to build on purpose; compacting it gives scripts and docs the
+// same bytes from every release.
 func writeProto(w http.ResponseWriter, code int, m proto.Message) {
 	b, err := protojson.MarshalOptions{EmitUnpopulated: true, UseProtoNames: true}.Marshal(m)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
+	var out bytes.Buffer
+	if err := json.Compact(&out, b); err != nil {
+		writeError(w, http.StatusInternalServerError, fmt.Errorf("compacting JSON: %w", err))
+		return
+	}
+	out.WriteByte('\n')
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(out.Bytes())
 }
 
 func writeError(w http.ResponseWriter, code int, err error) {

@@ -11,6 +11,23 @@ import (
 )
 
 // freePort returns a loopback port that was free a moment ago.
+// freePorts are n distinct loopback ports, free when picked: every
+// listener stays open until all are picked, so that none is handed out
+// twice (freePort called n times may return a port again).
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	return ports
+}
+
 func freePort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -69,9 +69,10 @@ func TestDecideFormation(t *testing.T) {
 // formed one cluster of n voters.
 func formed(t *testing.T, n int, dirs []string) ([]*Coordinator, []Config) {
 	t.Helper()
+	ports := freePorts(t, 2*n)
 	var grpcs []string
-	for range n {
-		grpcs = append(grpcs, fmt.Sprintf("127.0.0.1:%d", freePort(t)))
+	for i := range n {
+		grpcs = append(grpcs, fmt.Sprintf("127.0.0.1:%d", ports[2*i]))
 	}
 	var cfgs []Config
 	var nodes []*Coordinator
@@ -81,7 +82,7 @@ func formed(t *testing.T, n int, dirs []string) ([]*Coordinator, []Config) {
 			dir = dirs[i]
 		}
 		cfg := testConfig(t, fmt.Sprintf("n%d", i+1), dir)
-		cfg.GRPCAddr, cfg.RaftAddr = grpcs[i], fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		cfg.GRPCAddr, cfg.RaftAddr = grpcs[i], fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])
 		cfg.BootstrapExpect, cfg.Join = n, grpcs
 		cfgs = append(cfgs, cfg)
 		nodes = append(nodes, start(t, cfg))

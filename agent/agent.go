@@ -395,35 +395,39 @@ func (a *Agent) Check(req Request) (d Decision) {
 		return d
 	}
 	local := a.clock.local()
-	coord := local + a.clock.offset.Load()
+	now := newInstants(local, local+a.clock.offset.Load())
 	var rh reqHashes
 	th := rh.get(a, &req, rules.AttrTenant)
 	tu := c.usage.get(th, req.Tenant, req.Plan)
 	best, bestFrac := -1, math.Inf(1)
 	var bestR result
 	var passed, shadowed ruleBits
+	passedAny := false
 	for i, rs := range c.rules {
 		if !rs.matches(&req) {
 			continue
 		}
-		r := rs.check(a, &req, &rh, rs.at(local, coord), cost)
+		r := rs.check(a, &req, &rh, rs.at(&now), cost)
 		switch {
 		case !r.allowed() && rs.rule.Shadow:
 			rs.shadowed.Add(1) // admitted: nothing was spent, so nothing to undo
 			shadowed.set(i)
 		case !r.allowed():
-			c.undoPassed(a, &req, &rh, &passed, local, coord, cost)
+			if passedAny {
+				c.undoPassed(a, &req, &rh, &passed, &now, cost)
+			}
 			tu = c.count(tu, th, &req, 2*i+1, cost)
 			a.fill(&d, rs, &req, r)
 			return d
 		default:
 			passed.set(i)
+			passedAny = true
 			if frac := float64(r.remaining) / float64(max(r.limit, 1)); frac < bestFrac {
 				best, bestFrac, bestR = i, frac, r
 			}
 		}
 	}
-	passed.or(&shadowed)
+	passed.or(&shadowed, len(c.rules))
 	c.countPassed(tu, th, &req, &passed, cost)
 	if best < 0 {
 		d.Allowed = true
@@ -443,22 +447,27 @@ type ruleBits [maxRules / 64]uint64
 
 func (b *ruleBits) set(i int)      { b[i>>6] |= 1 << (i & 63) }
 func (b *ruleBits) has(i int) bool { return b[i>>6]&(1<<(i&63)) != 0 }
-func (b *ruleBits) or(o *ruleBits) {
-	for w := range b {
+// or adds o's rules to b's, of the first n rules.
+func (b *ruleBits) or(o *ruleBits, n int) {
+	for w := range words(n) {
 		b[w] |= o[w]
 	}
 }
 
+// words is how many of a ruleBits' words hold the first n rules: the
+// loops over a set walk those, not all maxRules bits.
+func words(n int) int { return (n + 63) >> 6 }
+
 // undoPassed gives back the cost the rules in passed admitted, when a
 // later rule refused the request: no rule is charged for a request
 // another refused.
-func (c *compiled) undoPassed(a *Agent, req *Request, rh *reqHashes, passed *ruleBits, local, coord int64, cost int64) {
-	for w, bits := range passed {
+func (c *compiled) undoPassed(a *Agent, req *Request, rh *reqHashes, passed *ruleBits, now *instants, cost int64) {
+	for w, bits := range passed[:words(len(c.rules))] {
 		for bits != 0 {
 			j := w<<6 | bits64.TrailingZeros64(bits)
 			bits &= bits - 1
 			rs := c.rules[j]
-			rs.undo(a, req, rh, rs.at(local, coord), cost)
+			rs.undo(a, req, rh, rs.at(now), cost)
 		}
 	}
 }
@@ -466,7 +475,7 @@ func (c *compiled) undoPassed(a *Agent, req *Request, rh *reqHashes, passed *rul
 // countPassed counts an admitted request's cost under every rule it
 // passed (shadow rules that would have refused included).
 func (c *compiled) countPassed(tu *tenantUsage, th algo.Hash, req *Request, passed *ruleBits, cost int64) {
-	for w, bits := range passed {
+	for w, bits := range passed[:words(len(c.rules))] {
 		for bits != 0 {
 			j := w<<6 | bits64.TrailingZeros64(bits)
 			bits &= bits - 1

@@ -158,7 +158,7 @@ func (a *Agent) CheckDescriptors(domain string, descs []Descriptor, cost int64, 
 		dropReplaced(found)
 	}
 	local := a.clock.local()
-	coord := local + a.clock.offset.Load()
+	now := newInstants(local, local+a.clock.offset.Load())
 	for i, d := range descs {
 		dr := found[i]
 		switch {
@@ -180,7 +180,7 @@ func (a *Agent) CheckDescriptors(domain string, descs []Descriptor, cost int64, 
 			n = 0
 		}
 		rs := c.rules[dr.index]
-		out = append(out, a.checkDescriptor(c, rs, &descs[i], n, rs.at(local, coord)))
+		out = append(out, a.checkDescriptor(c, rs, &descs[i], n, rs.at(&now)))
 	}
 	return out
 }

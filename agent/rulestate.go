@@ -38,17 +38,25 @@ type ruleState struct {
 // jump when the estimate of the offset to the coordinators does (a step of
 // that estimate would otherwise credit or take back that long's refill at
 // once).
-func (rs *ruleState) at(local, coord int64) time.Time {
+func (rs *ruleState) at(t *instants) time.Time {
 	if rs.windowed {
-		return time.Unix(0, coord)
+		return t.coord
 	}
-	return time.Unix(0, local)
+	return t.local
+}
+
+// instants are one moment on both clocks, read once per check.
+type instants struct{ local, coord time.Time }
+
+func newInstants(local, coord int64) instants {
+	return instants{time.Unix(0, local), time.Unix(0, coord)}
 }
 
 // limiterTime is at for a time the reporter reads on the coordinators'
 // clock.
 func (rs *ruleState) limiterTime(coord int64) time.Time {
-	return rs.at(coord-rs.clk.offset.Load(), coord)
+	t := newInstants(coord-rs.clk.offset.Load(), coord)
+	return rs.at(&t)
 }
 
 // ruleData is a rule's state: its stores and hot keys. When a new rule set

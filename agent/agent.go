@@ -447,6 +447,7 @@ type ruleBits [maxRules / 64]uint64
 
 func (b *ruleBits) set(i int)      { b[i>>6] |= 1 << (i & 63) }
 func (b *ruleBits) has(i int) bool { return b[i>>6]&(1<<(i&63)) != 0 }
+
 // or adds o's rules to b's, of the first n rules.
 func (b *ruleBits) or(o *ruleBits, n int) {
 	for w := range words(n) {

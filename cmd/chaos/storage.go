@@ -329,7 +329,13 @@ func (h *harness) diskFull(ctx context.Context) error {
 	if err := os.Remove(filler); err != nil {
 		return err
 	}
-	h.log.logf("freed %s's disk", co.ID)
+	// Every snapshot Raft tried while the disk was full failed; none may
+	// have left its unfinished directory (one may be in progress now).
+	left, _ := filepath.Glob(filepath.Join(co.DataDir, "snapshots", "*.tmp"))
+	h.log.logf("freed %s's disk; %d unfinished snapshot directories in it", co.ID, len(left))
+	if len(left) > 1 {
+		return fmt.Errorf("%s kept %d unfinished snapshots from the full disk (%v): each takes space the outage's end freed", co.ID, len(left), left)
+	}
 	return nil
 }
 

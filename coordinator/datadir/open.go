@@ -110,7 +110,7 @@ type Store struct {
 	// Log is the Raft log and stable store.
 	Log *raftboltdb.BoltStore
 	// Snapshots is the Raft snapshot store.
-	Snapshots *raft.FileSnapshotStore
+	Snapshots *SnapshotStore
 	State     State
 	// Identity is the directory's identity file, nil when it has none.
 	Identity *Identity
@@ -214,7 +214,17 @@ func Open(o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("datadir: opening %s: %w", dbPath, err)
 	}
-	if s.Snapshots, err = raft.NewFileSnapshotStoreWithLogger(o.Dir, o.RetainSnapshots, o.Logger); err != nil {
+	if !o.ReadOnly {
+		n, size, err := removeUnfinished(o.Dir)
+		if err != nil {
+			s.Log.Close()
+			return nil, fmt.Errorf("datadir: %w", err)
+		}
+		if n > 0 {
+			s.Warnings = append(s.Warnings, fmt.Sprintf("removed %d unfinished snapshots (%d bytes) from %s: a full disk or a crash while Raft wrote them; Raft never reads them", n, size, filepath.Join(o.Dir, snapshotsDir)))
+		}
+	}
+	if s.Snapshots, err = newSnapshotStore(o.Dir, o.RetainSnapshots, o.Logger); err != nil {
 		s.Log.Close()
 		return nil, fmt.Errorf("datadir: snapshot store: %w", err)
 	}

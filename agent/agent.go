@@ -416,7 +416,7 @@ func (a *Agent) Check(req Request) (d Decision) {
 			if passedAny {
 				c.undoPassed(a, &req, &rh, &passed, &now, cost)
 			}
-			tu = c.count(tu, th, &req, 2*i+1, cost)
+			c.count(tu, th, &req, 2*i+1, cost)
 			a.fill(&d, rs, &req, r)
 			return d
 		default:
@@ -445,8 +445,7 @@ const maxRules = 1024
 // ruleBits is a set of rule positions, below maxRules.
 type ruleBits [maxRules / 64]uint64
 
-func (b *ruleBits) set(i int)      { b[i>>6] |= 1 << (i & 63) }
-func (b *ruleBits) has(i int) bool { return b[i>>6]&(1<<(i&63)) != 0 }
+func (b *ruleBits) set(i int) { b[i>>6] |= 1 << (i & 63) }
 
 // or adds o's rules to b's, of the first n rules.
 func (b *ruleBits) or(o *ruleBits, n int) {

@@ -61,8 +61,6 @@ func entry(t testing.TB, _ uint64, ct Command, m proto.Message) []byte {
 	return data
 }
 
-func rawEntry(_ uint64, data []byte) []byte { return data }
-
 var hour0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 
 func usageCmd(at time.Time, node string, inc, seq uint64, tenant string, admitted, denied uint64) *fsmpb.ReportsCommand {
@@ -98,24 +96,6 @@ func roundTrip(t *testing.T, f *machine) *machine {
 		t.Fatal(err)
 	}
 	return &machine{st: st}
-}
-
-// fillLedger applies n ledger lines in one region, one tenant per line,
-// spread over windows, through the FSM.
-func fillLedger(t testing.TB, f *machine, index uint64, n int, region string, at time.Time) {
-	cmd := &fsmpb.ReportsCommand{ProposedUnixNano: at.UnixNano()}
-	for i := 0; i < n; {
-		b := &allotpb.UsageBatch{Seq: 1, CutUnixNano: at.UnixNano()}
-		for ; i < n && len(b.Counts) < 10000; i++ {
-			b.Counts = append(b.Counts, &allotpb.UsageCount{Rule: "plan-quota", Tenant: fmt.Sprintf("tenant-%07d", i), WindowUnix: at.Unix(), Admitted: uint64(i + 1)})
-		}
-		cmd.Reports = append(cmd.Reports, &fsmpb.AgentUsage{Node: fmt.Sprintf("gw-%s-%d-%d", region, at.Unix(), i), Incarnation: 1, Region: region, Batch: b})
-	}
-	data, err := Encode(CmdReports, cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Apply(rawEntry(index, data))
 }
 
 // dumpState renders a state deterministically, for comparing replicas.

@@ -30,12 +30,7 @@ func freePorts(t *testing.T, n int) []int {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return freePorts(t, 1)[0]
 }
 
 // TestAdvertiseHost: a member listening on every interface must say which

@@ -82,20 +82,29 @@ func (s *SnapshotStore) unfinished() (map[string]struct{}, error) {
 
 func (s *SnapshotStore) remove(name string, cause error) {
 	path := filepath.Join(s.root, name)
-	// Emptied first: a sink whose Cancel could not flush keeps its state
-	// file open (until the sink is collected), and a removed file's space
-	// is not freed while it is open; an emptied one's is.
-	_ = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			_ = os.Truncate(p, 0)
-		}
-		return nil
-	})
-	if err := os.RemoveAll(path); err != nil {
+	if _, err := discard(path); err != nil {
 		s.logger.Error("could not remove an unfinished snapshot", "path", path, "error", err)
 		return
 	}
 	s.logger.Warn("removed an unfinished snapshot", "path", path, "cause", cause)
+}
+
+// discard removes the directory at path and returns how many bytes its
+// files held. The files are emptied first: a sink whose Cancel could not
+// flush keeps its state file open (until the sink is collected), and a
+// removed file's space is not freed while it is open; an emptied one's is.
+func discard(path string) (int64, error) {
+	var size int64
+	_ = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				size += fi.Size()
+			}
+			_ = os.Truncate(p, 0)
+		}
+		return nil
+	})
+	return size, os.RemoveAll(path)
 }
 
 // tidySink removes its directory when the snapshot does not finish.
@@ -143,24 +152,11 @@ func removeUnfinished(dir string) (n int, bytes int64, err error) {
 			continue
 		}
 		path := filepath.Join(root, e.Name())
-		size := dirSize(path)
-		if err := os.RemoveAll(path); err != nil {
+		size, err := discard(path)
+		if err != nil {
 			return n, bytes, fmt.Errorf("removing the unfinished snapshot %s: %w", path, err)
 		}
 		n, bytes = n+1, bytes+size
 	}
 	return n, bytes, nil
-}
-
-func dirSize(path string) int64 {
-	var total int64
-	_ = filepath.WalkDir(path, func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			if fi, err := d.Info(); err == nil {
-				total += fi.Size()
-			}
-		}
-		return nil
-	})
-	return total
 }

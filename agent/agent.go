@@ -402,7 +402,6 @@ func (a *Agent) Check(req Request) (d Decision) {
 	best, bestFrac := -1, math.Inf(1)
 	var bestR result
 	var passed, shadowed ruleBits
-	passedAny := false
 	for i, rs := range c.rules {
 		if !rs.matches(&req) {
 			continue
@@ -413,7 +412,7 @@ func (a *Agent) Check(req Request) (d Decision) {
 			rs.shadowed.Add(1) // admitted: nothing was spent, so nothing to undo
 			shadowed.set(i)
 		case !r.allowed():
-			if passedAny {
+			if best >= 0 { // a rule passed: give back what it took
 				c.undoPassed(a, &req, &rh, &passed, &now, cost)
 			}
 			c.count(tu, th, &req, 2*i+1, cost)
@@ -421,7 +420,6 @@ func (a *Agent) Check(req Request) (d Decision) {
 			return d
 		default:
 			passed.set(i)
-			passedAny = true
 			if frac := float64(r.remaining) / float64(max(r.limit, 1)); frac < bestFrac {
 				best, bestFrac, bestR = i, frac, r
 			}

@@ -464,9 +464,15 @@ type SnapshotHeader struct {
 	GrantEpoch uint64 `protobuf:"varint,11,opt,name=grant_epoch,json=grantEpoch,proto3" json:"grant_epoch,omitempty"`
 	GrantSeq   uint64 `protobuf:"varint,12,opt,name=grant_seq,json=grantSeq,proto3" json:"grant_seq,omitempty"`
 	// The cluster's ID (SettingsCommand); empty in older snapshots.
-	ClusterId     string `protobuf:"bytes,13,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ClusterId string `protobuf:"bytes,13,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// How far the ledger sink has exported the ledger (ExportedCommand);
+	// unset when nothing was exported.
+	Export *ExportPosition `protobuf:"bytes,14,opt,name=export,proto3" json:"export,omitempty"`
+	// Lines retention deleted from the ledger: with a sink, lines it never
+	// exported.
+	RetentionDroppedLines uint64 `protobuf:"varint,15,opt,name=retention_dropped_lines,json=retentionDroppedLines,proto3" json:"retention_dropped_lines,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
@@ -588,6 +594,20 @@ func (x *SnapshotHeader) GetClusterId() string {
 		return x.ClusterId
 	}
 	return ""
+}
+
+func (x *SnapshotHeader) GetExport() *ExportPosition {
+	if x != nil {
+		return x.Export
+	}
+	return nil
+}
+
+func (x *SnapshotHeader) GetRetentionDroppedLines() uint64 {
+	if x != nil {
+		return x.RetentionDroppedLines
+	}
+	return 0
 }
 
 type IncarnationRecord struct {
@@ -949,13 +969,18 @@ func (x *FinalWindows) GetWindowUnix() []int64 {
 // counted since its last command. epoch and seq number the leader's
 // commands, so that one applied is never applied twice.
 type GrantsCommand struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
-	Region        string                 `protobuf:"bytes,3,opt,name=region,proto3" json:"region,omitempty"`
-	Grants        []*GrantRecord         `protobuf:"bytes,4,rep,name=grants,proto3" json:"grants,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Epoch  uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Seq    uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Region string                 `protobuf:"bytes,3,opt,name=region,proto3" json:"region,omitempty"`
+	Grants []*GrantRecord         `protobuf:"bytes,4,rep,name=grants,proto3" json:"grants,omitempty"`
+	// The proposing leader's clock, Unix ns: a grant for a window already
+	// final is carried into the window open then, as late usage is, so
+	// that a final window never changes. 0 in commands from before it was
+	// sent: those change a final window's line in place.
+	ProposedUnixNano int64 `protobuf:"varint,5,opt,name=proposed_unix_nano,json=proposedUnixNano,proto3" json:"proposed_unix_nano,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GrantsCommand) Reset() {
@@ -1014,6 +1039,13 @@ func (x *GrantsCommand) GetGrants() []*GrantRecord {
 		return x.Grants
 	}
 	return nil
+}
+
+func (x *GrantsCommand) GetProposedUnixNano() int64 {
+	if x != nil {
+		return x.ProposedUnixNano
+	}
+	return 0
 }
 
 // GrantRecord is units of allowance granted to a tenant under a rule in a
@@ -1133,6 +1165,141 @@ func (x *SnapshotEnd) GetRecords() uint64 {
 	return 0
 }
 
+// ExportedCommand records that the ledger sink holds every final line up
+// to and including position.last, in the ledger's order (window, tenant,
+// rule, region): its transaction has committed. Members drop those lines
+// from memory and from snapshots. A position not past the one applied is
+// a repeat and changes nothing.
+type ExportedCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Position      *ExportPosition        `protobuf:"bytes,1,opt,name=position,proto3" json:"position,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportedCommand) Reset() {
+	*x = ExportedCommand{}
+	mi := &file_fsm_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportedCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportedCommand) ProtoMessage() {}
+
+func (x *ExportedCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportedCommand.ProtoReflect.Descriptor instead.
+func (*ExportedCommand) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ExportedCommand) GetPosition() *ExportPosition {
+	if x != nil {
+		return x.Position
+	}
+	return nil
+}
+
+// ExportPosition is the last ledger line a sink committed, and how many
+// lines and batches it committed in all.
+type ExportPosition struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WindowUnix    int64                  `protobuf:"varint,1,opt,name=window_unix,json=windowUnix,proto3" json:"window_unix,omitempty"`
+	Tenant        string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Rule          string                 `protobuf:"bytes,3,opt,name=rule,proto3" json:"rule,omitempty"`
+	Region        string                 `protobuf:"bytes,4,opt,name=region,proto3" json:"region,omitempty"`
+	Lines         uint64                 `protobuf:"varint,5,opt,name=lines,proto3" json:"lines,omitempty"`
+	Batches       uint64                 `protobuf:"varint,6,opt,name=batches,proto3" json:"batches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportPosition) Reset() {
+	*x = ExportPosition{}
+	mi := &file_fsm_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportPosition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportPosition) ProtoMessage() {}
+
+func (x *ExportPosition) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportPosition.ProtoReflect.Descriptor instead.
+func (*ExportPosition) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ExportPosition) GetWindowUnix() int64 {
+	if x != nil {
+		return x.WindowUnix
+	}
+	return 0
+}
+
+func (x *ExportPosition) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ExportPosition) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *ExportPosition) GetRegion() string {
+	if x != nil {
+		return x.Region
+	}
+	return ""
+}
+
+func (x *ExportPosition) GetLines() uint64 {
+	if x != nil {
+		return x.Lines
+	}
+	return 0
+}
+
+func (x *ExportPosition) GetBatches() uint64 {
+	if x != nil {
+		return x.Batches
+	}
+	return 0
+}
+
 var File_fsm_proto protoreflect.FileDescriptor
 
 const file_fsm_proto_rawDesc = "" +
@@ -1163,7 +1330,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\x0fMaintainCommand\x12\"\n" +
 	"\rnow_unix_nano\x18\x01 \x01(\x03R\vnowUnixNano\x12,\n" +
 	"\x12agent_timeout_nano\x18\x02 \x01(\x03R\x10agentTimeoutNano\x12%\n" +
-	"\x0eretention_nano\x18\x03 \x01(\x03R\rretentionNano\"\xc7\x03\n" +
+	"\x0eretention_nano\x18\x03 \x01(\x03R\rretentionNano\"\xb5\x04\n" +
 	"\x0eSnapshotHeader\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12#\n" +
@@ -1180,7 +1347,9 @@ const file_fsm_proto_rawDesc = "" +
 	"grantEpoch\x12\x1b\n" +
 	"\tgrant_seq\x18\f \x01(\x04R\bgrantSeq\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\r \x01(\tR\tclusterId\"\xc6\x01\n" +
+	"cluster_id\x18\r \x01(\tR\tclusterId\x124\n" +
+	"\x06export\x18\x0e \x01(\v2\x1c.allot.fsm.v1.ExportPositionR\x06export\x126\n" +
+	"\x17retention_dropped_lines\x18\x0f \x01(\x04R\x15retentionDroppedLines\"\xc6\x01\n" +
 	"\x11IncarnationRecord\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x19\n" +
@@ -1211,12 +1380,13 @@ const file_fsm_proto_rawDesc = "" +
 	"cluster_id\x18\x04 \x01(\tR\tclusterId\"/\n" +
 	"\fFinalWindows\x12\x1f\n" +
 	"\vwindow_unix\x18\x01 \x03(\x03R\n" +
-	"windowUnix\"\x82\x01\n" +
+	"windowUnix\"\xb0\x01\n" +
 	"\rGrantsCommand\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x16\n" +
 	"\x06region\x18\x03 \x01(\tR\x06region\x121\n" +
-	"\x06grants\x18\x04 \x03(\v2\x19.allot.fsm.v1.GrantRecordR\x06grants\"t\n" +
+	"\x06grants\x18\x04 \x03(\v2\x19.allot.fsm.v1.GrantRecordR\x06grants\x12,\n" +
+	"\x12proposed_unix_nano\x18\x05 \x01(\x03R\x10proposedUnixNano\"t\n" +
 	"\vGrantRecord\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x1f\n" +
@@ -1224,7 +1394,17 @@ const file_fsm_proto_rawDesc = "" +
 	"windowUnix\x12\x18\n" +
 	"\agranted\x18\x04 \x01(\x01R\agranted\"'\n" +
 	"\vSnapshotEnd\x12\x18\n" +
-	"\arecords\x18\x01 \x01(\x04R\arecordsB@Z>github.com/allot-io/allot/coordinator/internal/fsm/fsmpb;fsmpbb\x06proto3"
+	"\arecords\x18\x01 \x01(\x04R\arecords\"K\n" +
+	"\x0fExportedCommand\x128\n" +
+	"\bposition\x18\x01 \x01(\v2\x1c.allot.fsm.v1.ExportPositionR\bposition\"\xa5\x01\n" +
+	"\x0eExportPosition\x12\x1f\n" +
+	"\vwindow_unix\x18\x01 \x01(\x03R\n" +
+	"windowUnix\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04rule\x18\x03 \x01(\tR\x04rule\x12\x16\n" +
+	"\x06region\x18\x04 \x01(\tR\x06region\x12\x14\n" +
+	"\x05lines\x18\x05 \x01(\x04R\x05lines\x12\x18\n" +
+	"\abatches\x18\x06 \x01(\x04R\abatchesB@Z>github.com/allot-io/allot/coordinator/internal/fsm/fsmpb;fsmpbb\x06proto3"
 
 var (
 	file_fsm_proto_rawDescOnce sync.Once
@@ -1238,7 +1418,7 @@ func file_fsm_proto_rawDescGZIP() []byte {
 	return file_fsm_proto_rawDescData
 }
 
-var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_fsm_proto_goTypes = []any{
 	(*ReportsCommand)(nil),    // 0: allot.fsm.v1.ReportsCommand
 	(*AgentUsage)(nil),        // 1: allot.fsm.v1.AgentUsage
@@ -1256,21 +1436,25 @@ var file_fsm_proto_goTypes = []any{
 	(*GrantsCommand)(nil),     // 13: allot.fsm.v1.GrantsCommand
 	(*GrantRecord)(nil),       // 14: allot.fsm.v1.GrantRecord
 	(*SnapshotEnd)(nil),       // 15: allot.fsm.v1.SnapshotEnd
-	(*proto.UsageBatch)(nil),  // 16: allot.v1.UsageBatch
-	(*proto.Rule)(nil),        // 17: allot.v1.Rule
-	(*proto.Member)(nil),      // 18: allot.v1.Member
+	(*ExportedCommand)(nil),   // 16: allot.fsm.v1.ExportedCommand
+	(*ExportPosition)(nil),    // 17: allot.fsm.v1.ExportPosition
+	(*proto.UsageBatch)(nil),  // 18: allot.v1.UsageBatch
+	(*proto.Rule)(nil),        // 19: allot.v1.Rule
+	(*proto.Member)(nil),      // 20: allot.v1.Member
 }
 var file_fsm_proto_depIdxs = []int32{
 	1,  // 0: allot.fsm.v1.ReportsCommand.reports:type_name -> allot.fsm.v1.AgentUsage
-	16, // 1: allot.fsm.v1.AgentUsage.batch:type_name -> allot.v1.UsageBatch
-	17, // 2: allot.fsm.v1.RulesCommand.put:type_name -> allot.v1.Rule
-	18, // 3: allot.fsm.v1.MemberCommand.member:type_name -> allot.v1.Member
-	14, // 4: allot.fsm.v1.GrantsCommand.grants:type_name -> allot.fsm.v1.GrantRecord
-	5,  // [5:5] is the sub-list for method output_type
-	5,  // [5:5] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	18, // 1: allot.fsm.v1.AgentUsage.batch:type_name -> allot.v1.UsageBatch
+	19, // 2: allot.fsm.v1.RulesCommand.put:type_name -> allot.v1.Rule
+	20, // 3: allot.fsm.v1.MemberCommand.member:type_name -> allot.v1.Member
+	17, // 4: allot.fsm.v1.SnapshotHeader.export:type_name -> allot.fsm.v1.ExportPosition
+	14, // 5: allot.fsm.v1.GrantsCommand.grants:type_name -> allot.fsm.v1.GrantRecord
+	17, // 6: allot.fsm.v1.ExportedCommand.position:type_name -> allot.fsm.v1.ExportPosition
+	7,  // [7:7] is the sub-list for method output_type
+	7,  // [7:7] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_fsm_proto_init() }
@@ -1285,7 +1469,7 @@ func file_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_proto_rawDesc), len(file_fsm_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

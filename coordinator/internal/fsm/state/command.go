@@ -25,12 +25,15 @@ const (
 	// CmdGrants is proposed with the ignorable bit: a member too old to
 	// know it skips it and only loses the bill's granted shares.
 	CmdGrants Command = 7
+	// CmdExported is proposed with the ignorable bit: a member too old to
+	// know it keeps lines the sink already holds, in memory only.
+	CmdExported Command = 8
 
 	Ignorable Command = 0x80
 )
 
 // Commands lists every command type this version knows.
-var Commands = []Command{CmdReports, CmdRules, CmdMember, CmdEpoch, CmdMaintain, CmdSettings, CmdGrants}
+var Commands = []Command{CmdReports, CmdRules, CmdMember, CmdEpoch, CmdMaintain, CmdSettings, CmdGrants, CmdExported}
 
 func (t Command) String() string {
 	switch t &^ Ignorable {
@@ -48,6 +51,8 @@ func (t Command) String() string {
 		return "settings"
 	case CmdGrants:
 		return "grants"
+	case CmdExported:
+		return "exported"
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }
@@ -102,6 +107,10 @@ var handlers = map[Command]handler{
 	CmdGrants: {
 		msg:   func() proto.Message { return &fsmpb.GrantsCommand{} },
 		apply: func(s *State, m proto.Message) any { s.applyGrants(m.(*fsmpb.GrantsCommand)); return nil },
+	},
+	CmdExported: {
+		msg:   func() proto.Message { return &fsmpb.ExportedCommand{} },
+		apply: func(s *State, m proto.Message) any { s.applyExported(m.(*fsmpb.ExportedCommand)); return nil },
 	},
 }
 

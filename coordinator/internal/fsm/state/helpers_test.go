@@ -101,7 +101,7 @@ func roundTrip(t *testing.T, f *machine) *machine {
 // dumpState renders a state deterministically, for comparing replicas.
 func dumpState(s *State) string {
 	var lines []string
-	lines = append(lines, fmt.Sprintf("epoch %d window %d interval %d ttl %d grants %d/%d rules %s", s.epoch, s.billingWindow, s.reportInterval, s.leaseTTL, s.grantEpoch, s.grantSeq, rulespb.SetToProto(s.rules)))
+	lines = append(lines, fmt.Sprintf("epoch %d window %d interval %d ttl %d grants %d/%d export %+v dropped %d rules %s", s.epoch, s.billingWindow, s.reportInterval, s.leaseTTL, s.grantEpoch, s.grantSeq, s.export, s.retentionDropped, rulespb.SetToProto(s.rules)))
 	s.eachMember(func(m *allotpb.Member) { lines = append(lines, fmt.Sprintf("member %s %s", m.GetId(), m)) })
 	s.eachRun(func(k incKey, inc incarnation) {
 		lines = append(lines, fmt.Sprintf("inc %s/%d %d %d %d", k.node, k.incarnation, inc.lastSeq, inc.lastApplied, inc.lastCut))
@@ -117,6 +117,7 @@ func dumpState(s *State) string {
 	for _, w := range s.finalWindows() {
 		lines = append(lines, fmt.Sprintf("final %d", w))
 	}
+
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")
 }

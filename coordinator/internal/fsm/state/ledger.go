@@ -41,8 +41,9 @@ func windowEnd(window, width int64) int64 {
 // dropLedgerBefore deletes the final windows' lines that ended before
 // cutoff (Unix ns). It walks the ledger from its oldest line and stops at the
 // first window that ended at or after cutoff, so it reads only what it
-// deletes and the old windows not yet final.
-func (s *State) dropLedgerBefore(cutoff, width int64) {
+// deletes and the old windows not yet final. It returns how many lines it
+// deleted.
+func (s *State) dropLedgerBefore(cutoff, width int64) int {
 	var drop []lineItem
 	s.ledger.Ascend(func(it lineItem) bool {
 		if windowEnd(it.key.Window, width) >= cutoff {
@@ -56,6 +57,7 @@ func (s *State) dropLedgerBefore(cutoff, width int64) {
 	for _, it := range drop {
 		s.ledger.Delete(it)
 	}
+	return len(drop)
 }
 
 // LedgerQuery selects ledger lines: windows starting in [From, To), and

@@ -68,6 +68,7 @@ func (sn *Snapshot) Write(out io.Writer) error {
 		Format: snapshotFormat, Epoch: s.epoch, RulesVersion: s.rules.Version(),
 		BillingWindowNano: s.billingWindow, ReportIntervalNano: s.reportInterval, LeaseTtlNano: s.leaseTTL,
 		GrantEpoch: s.grantEpoch, GrantSeq: s.grantSeq, ClusterId: s.clusterID,
+		Export: s.export.Proto(), RetentionDroppedLines: s.retentionDropped,
 	})
 	rs := rulespb.SetToProto(s.rules)
 	slices.SortFunc(rs.Rules, func(a, b *allotpb.Rule) int { return strings.Compare(a.GetName(), b.GetName()) })

@@ -52,6 +52,10 @@ type State struct {
 	// clusterID names the cluster: fixed with the settings by its first
 	// leader, "" until then, and kept in every member's identity file.
 	clusterID string
+	// export is how far a ledger sink has taken the ledger (export.go);
+	// retentionDropped counts the lines retention deleted.
+	export           ExportPosition
+	retentionDropped uint64
 }
 
 // incKey identifies one run of one agent.
@@ -168,10 +172,7 @@ func (s *State) applyReports(cmd *fsmpb.ReportsCommand) *fsmpb.ReportsResult {
 // carried into the window open at now, so that final windows never change
 // and no usage is lost.
 func (s *State) addUsage(k incKey, region string, c *allotpb.UsageCount, now int64) {
-	window := s.windowOf(c.GetWindowUnix())
-	if s.final.Has(window) {
-		window = s.windowOf(now / int64(time.Second))
-	}
+	window := s.accepting(s.windowOf(c.GetWindowUnix()), now)
 	key := LedgerKey{Tenant: c.GetTenant(), Rule: c.GetRule(), Region: region, Window: window}
 	line, _ := s.ledger.Get(lineItem{key: key})
 	line.key = key
@@ -181,6 +182,33 @@ func (s *State) addUsage(k incKey, region string, c *allotpb.UsageCount, now int
 	s.ledger.ReplaceOrInsert(line)
 	s.openWindow(window)
 	insertIfAbsent(s.open, openItem{window: window, reporter: k})
+}
+
+// closed reports whether a window takes no more lines: it is final, or
+// older than the export position (a window no one reported in while the
+// windows around it were exported: a line there would sit below the
+// position, never exported).
+func (s *State) closed(window int64) bool {
+	return s.final.Has(window) || s.export.Set && window < s.export.Last.Window
+}
+
+// accepting is the window a line for window goes into, as of now (Unix
+// ns, the proposer's clock): window itself unless it is closed, else the
+// window open at now or, when a leader's clock is behind what was closed
+// already, the window after the newest closed one.
+func (s *State) accepting(window, now int64) int64 {
+	if !s.closed(window) {
+		return window
+	}
+	w := s.windowOf(now / int64(time.Second))
+	if s.closed(w) {
+		last := s.export.Last.Window
+		if m, ok := s.final.Max(); ok {
+			last = max(last, m)
+		}
+		w = last + s.BillingWindowSeconds()
+	}
+	return w
 }
 
 // applyRules puts and deletes rules, all or none. An invalid result leaves
@@ -311,7 +339,7 @@ func (s *State) maintain(cmd *fsmpb.MaintainCommand) {
 	}
 	if r := cmd.GetRetentionNano(); r > 0 {
 		cutoff := now - r
-		s.dropLedgerBefore(cutoff, width)
+		s.retentionDropped += uint64(s.dropLedgerBefore(cutoff, width))
 		var expired []int64
 		s.final.Ascend(func(w int64) bool {
 			if windowEnd(w, width) >= cutoff {
@@ -339,7 +367,12 @@ func (s *State) applyGrants(cmd *fsmpb.GrantsCommand) {
 		if !(g.GetGranted() > 0) || math.IsInf(g.GetGranted(), 0) {
 			continue
 		}
-		k := LedgerKey{g.GetTenant(), g.GetRule(), cmd.GetRegion(), g.GetWindowUnix()}
+		window := g.GetWindowUnix()
+		if cmd.GetProposedUnixNano() != 0 {
+			// As late usage is: a final window never changes.
+			window = s.accepting(window, cmd.GetProposedUnixNano())
+		}
+		k := LedgerKey{g.GetTenant(), g.GetRule(), cmd.GetRegion(), window}
 		line, _ := s.ledger.Get(lineItem{key: k})
 		line.key = k
 		sum := g.GetGranted()
@@ -350,8 +383,8 @@ func (s *State) applyGrants(cmd *fsmpb.GrantsCommand) {
 		s.ledger.ReplaceOrInsert(line)
 		// A window only grants reached is open until it ends, as any
 		// other, so that it becomes final (and expires) in its turn.
-		if w := g.GetWindowUnix(); !s.final.Has(w) {
-			s.openWindow(w)
+		if !s.closed(window) {
+			s.openWindow(window)
 		}
 	}
 }

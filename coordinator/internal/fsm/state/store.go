@@ -166,6 +166,8 @@ func (s *State) setHeader(h *fsmpb.SnapshotHeader) {
 	s.reportInterval, s.leaseTTL = h.GetReportIntervalNano(), h.GetLeaseTtlNano()
 	s.grantEpoch, s.grantSeq = h.GetGrantEpoch(), h.GetGrantSeq()
 	s.clusterID = h.GetClusterId()
+	s.export = ExportPositionFromProto(h.GetExport())
+	s.retentionDropped = h.GetRetentionDroppedLines()
 }
 
 func (s *State) putMember(m *allotpb.Member) { s.members.ReplaceOrInsert(m) }

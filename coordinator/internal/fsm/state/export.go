@@ -1,0 +1,150 @@
+package state
+
+import (
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
+)
+
+// Export to a ledger sink. The leader writes final lines to the sink in
+// the ledger's order, each batch in one transaction that also moves the
+// sink's stored position; then it proposes an ExportedCommand with that
+// position, and every member drops the lines up to it. What a member holds
+// is then the open windows and the final lines not yet exported, however
+// long the retention.
+//
+// Only final windows older than every open window are exported: windows
+// can become final out of order (a window whose reporters all answered
+// becomes final while an older one waits on a silent agent), and the
+// position is one key in the ledger's order, so a line below it must never
+// appear later. Final windows never change (late usage and late grants are
+// carried into the window open when they arrive), so a line, once below
+// the position, is never written again.
+
+// ExportPosition is how far a sink has exported the ledger: every final
+// line up to and including Last, when Set. Lines and Batches count what
+// it exported in all.
+type ExportPosition struct {
+	Set            bool
+	Last           LedgerKey
+	Lines, Batches uint64
+}
+
+// After reports whether p is past q: a position only moves forward.
+func (p ExportPosition) After(q ExportPosition) bool {
+	if !p.Set {
+		return false
+	}
+	return !q.Set || compareLedgerKeys(p.Last, q.Last) > 0
+}
+
+// ExportPositionFromProto reads a position from its log form; nil is
+// unset.
+func ExportPositionFromProto(m *fsmpb.ExportPosition) ExportPosition {
+	if m == nil {
+		return ExportPosition{}
+	}
+	return ExportPosition{
+		Set:   true,
+		Last:  LedgerKey{Window: m.GetWindowUnix(), Tenant: m.GetTenant(), Rule: m.GetRule(), Region: m.GetRegion()},
+		Lines: m.GetLines(), Batches: m.GetBatches(),
+	}
+}
+
+// Proto is the position's log form; nil when unset.
+func (p ExportPosition) Proto() *fsmpb.ExportPosition {
+	if !p.Set {
+		return nil
+	}
+	return &fsmpb.ExportPosition{
+		WindowUnix: p.Last.Window, Tenant: p.Last.Tenant, Rule: p.Last.Rule, Region: p.Last.Region,
+		Lines: p.Lines, Batches: p.Batches,
+	}
+}
+
+// Exported is how far the ledger has been exported.
+func (s *State) Exported() ExportPosition { return s.export }
+
+// RetentionDropped counts the lines retention deleted: with a sink, lines
+// that were never exported.
+func (s *State) RetentionDropped() uint64 { return s.retentionDropped }
+
+// applyExported drops the final lines up to the position's key and keeps
+// the position. A position not past the one kept is a repeat (a retried
+// proposal, or an older leader's) and changes nothing.
+func (s *State) applyExported(cmd *fsmpb.ExportedCommand) {
+	pos := ExportPositionFromProto(cmd.GetPosition())
+	if !pos.After(s.export) {
+		return
+	}
+	var drop []lineItem
+	s.ledger.Ascend(func(it lineItem) bool {
+		if compareLedgerKeys(it.key, pos.Last) > 0 {
+			return false
+		}
+		if s.final.Has(it.key.Window) {
+			drop = append(drop, it)
+		}
+		return true
+	})
+	for _, it := range drop {
+		s.ledger.Delete(it)
+	}
+	s.export = pos
+}
+
+// exportFrontier is the oldest open window, if any: lines from it on wait.
+func (s *State) exportFrontier() (frontier int64, any bool) {
+	s.open.Ascend(func(it openItem) bool {
+		frontier, any = it.window, true
+		return false
+	})
+	return frontier, any
+}
+
+// ExportPage returns up to limit lines to export next, in the ledger's
+// order: the final lines after the position, in windows older than every
+// open window. It costs O(log n + limit).
+func (s *State) ExportPage(limit int) []Line {
+	frontier, bounded := s.exportFrontier()
+	var out []Line
+	visit := func(it lineItem) bool {
+		if len(out) == limit || bounded && it.key.Window >= frontier {
+			return false
+		}
+		if s.export.Set && compareLedgerKeys(it.key, s.export.Last) <= 0 {
+			return true // the position's own line, when it is still here
+		}
+		if !s.final.Has(it.key.Window) {
+			return false
+		}
+		out = append(out, s.line(it))
+		return true
+	}
+	if s.export.Set {
+		s.ledger.AscendGreaterOrEqual(lineItem{key: s.export.Last}, visit)
+	} else {
+		s.ledger.Ascend(visit)
+	}
+	return out
+}
+
+// ExportBacklog counts the lines waiting for export (final lines, which a
+// sink has not taken yet) and the oldest window among them; ok is false
+// when none wait. It walks the backlog: call it on a Frozen state, not
+// under the FSM's lock.
+func (s *State) ExportBacklog() (lines int, oldest int64, ok bool) {
+	s.ledger.Ascend(func(it lineItem) bool {
+		if s.final.Has(it.key.Window) {
+			if !ok {
+				oldest, ok = it.key.Window, true
+			}
+			lines++
+		}
+		return true
+	})
+	return lines, oldest, ok
+}
+
+// Frozen returns a copy of the state that later changes to s do not
+// reach, in O(1): readers walk it without a lock. The caller holds the
+// lock that keeps s from changing while it is taken, as for Snapshot.
+func (s *State) Frozen() *State { return s.frozen() }

@@ -1,0 +1,275 @@
+package ledgersink_test
+
+import (
+	"errors"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/allot-io/allot/coordinator/ledgersink"
+)
+
+// totals are what allot_usage holds, summed.
+type totals struct{ Rows, Admitted, Denied int64 }
+
+func sumUsage(t *testing.T, dsn string) totals {
+	t.Helper()
+	var tot totals
+	err := connect(t, dsn).QueryRow(ctxFor(t, 10*time.Second),
+		"SELECT count(*), coalesce(sum(admitted), 0)::int8, coalesce(sum(denied), 0)::int8 FROM allot_usage").
+		Scan(&tot.Rows, &tot.Admitted, &tot.Denied)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tot
+}
+
+func TestWriteMovesThePosition(t *testing.T) {
+	s, dsn := migrated(t)
+	ctx := ctxFor(t, time.Minute)
+	start, err := s.Position(ctx, "eu-1")
+	if err != nil || start != (ledgersink.Position{}) {
+		t.Fatalf("position before any batch: %+v, %v; want the zero Position", start, err)
+	}
+	first := batch(hour(0), 3)
+	pos, err := s.Write(ctx, "eu-1", start, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ledgersink.Position{Set: true, Last: first[2].Key, Lines: 3, Batches: 1}
+	if pos != want {
+		t.Errorf("Write returned %+v, want %+v", pos, want)
+	}
+	second := batch(hour(1), 2)
+	pos, err = s.Write(ctx, "eu-1", pos, second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = ledgersink.Position{Set: true, Last: second[1].Key, Lines: 5, Batches: 2}
+	if pos != want {
+		t.Errorf("the second Write returned %+v, want %+v", pos, want)
+	}
+	for _, cluster := range []string{"eu-1", "us-1"} {
+		got, err := s.Position(ctx, cluster)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cluster == "us-1" {
+			want = ledgersink.Position{}
+		}
+		if got != want {
+			t.Errorf("Position(%s) = %+v, want %+v", cluster, got, want)
+		}
+	}
+	if got := sumUsage(t, dsn); got != (totals{Rows: 5, Admitted: 5, Denied: 0}) {
+		t.Errorf("allot_usage holds %+v, want 5 rows admitting 5", got)
+	}
+}
+
+func TestReplayIsRefused(t *testing.T) {
+	s, dsn := migrated(t)
+	ctx := ctxFor(t, time.Minute)
+	lines := batch(hour(0), 10)
+	for i := range lines {
+		lines[i].Admitted, lines[i].Denied = 100, 7
+	}
+	pos, err := s.Write(ctx, "eu-1", ledgersink.Position{}, lines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := sumUsage(t, dsn)
+	tests := []struct {
+		name  string
+		from  ledgersink.Position
+		lines []ledgersink.Line
+	}{
+		{"the same batch again", ledgersink.Position{}, lines},
+		{"later lines read before the first batch", ledgersink.Position{}, batch(hour(1), 3)},
+		{"a stale line count", ledgersink.Position{Set: true, Last: pos.Last, Lines: 9, Batches: 1}, batch(hour(1), 3)},
+		{"a position that never was", ledgersink.Position{Set: true, Last: lines[4].Key, Lines: 5, Batches: 1}, batch(hour(1), 3)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := s.Write(ctx, "eu-1", tt.from, tt.lines)
+			var pe *ledgersink.PositionError
+			if !errors.As(err, &pe) || !errors.Is(err, ledgersink.ErrPositionMoved) {
+				t.Fatalf("Write = %v, want a *PositionError", err)
+			}
+			if pe.Stored != pos || pe.Expected != tt.from {
+				t.Errorf("PositionError{Stored: %+v, Expected: %+v}, want {%+v, %+v}", pe.Stored, pe.Expected, pos, tt.from)
+			}
+			if c := ledgersink.Cause(err); c != "position" {
+				t.Errorf("Cause = %q, want position", c)
+			}
+			if got := sumUsage(t, dsn); got != before {
+				t.Errorf("allot_usage holds %+v after a refused Write, was %+v", got, before)
+			}
+			if got, _ := s.Position(ctx, "eu-1"); got != pos {
+				t.Errorf("position %+v after a refused Write, was %+v", got, pos)
+			}
+		})
+	}
+}
+
+func TestConcurrentWritersOneWins(t *testing.T) {
+	s, dsn := migrated(t)
+	const writers, rounds = 6, 5
+	from := ledgersink.Position{}
+	var want totals
+	for round := range rounds {
+		var (
+			wg   sync.WaitGroup
+			pos  = make([]ledgersink.Position, writers)
+			errs = make([]error, writers)
+		)
+		for w := range writers {
+			// Each writer its own sink (as a second leader would have),
+			// and its own lines of the same next window.
+			other := open(t, dsn)
+			lines := batch(hour(round), 50+w)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				pos[w], errs[w] = other.Write(ctxFor(t, time.Minute), "eu-1", from, lines)
+			}()
+		}
+		wg.Wait()
+		won := -1
+		for w, err := range errs {
+			switch {
+			case err == nil && won >= 0:
+				t.Fatalf("round %d: writers %d and %d both won", round, won, w)
+			case err == nil:
+				won = w
+			case !errors.Is(err, ledgersink.ErrPositionMoved):
+				t.Fatalf("round %d: writer %d: %v, want ErrPositionMoved", round, w, err)
+			}
+		}
+		if won < 0 {
+			t.Fatalf("round %d: no writer won", round)
+		}
+		from = pos[won]
+		want.Rows += int64(50 + won)
+		want.Admitted += int64(50 + won)
+		if got, err := s.Position(ctxFor(t, 10*time.Second), "eu-1"); err != nil || got != from {
+			t.Fatalf("round %d: Position = %+v, %v; want the winner's %+v", round, got, err, from)
+		}
+	}
+	if got := sumUsage(t, dsn); got != want {
+		t.Errorf("allot_usage holds %+v, want the winners' %+v", got, want)
+	}
+	if from.Batches != rounds {
+		t.Errorf("%d batches, want %d", from.Batches, rounds)
+	}
+}
+
+func TestBadBatches(t *testing.T) {
+	s, dsn := migrated(t)
+	ctx := ctxFor(t, time.Minute)
+	pos, err := s.Write(ctx, "eu-1", ledgersink.Position{}, batch(hour(5), 2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := sumUsage(t, dsn)
+	a, b := line(hour(6), "a", "r", "eu", 1), line(hour(6), "b", "r", "eu", 1)
+	with := func(l ledgersink.Line, f func(*ledgersink.Line)) ledgersink.Line { f(&l); return l }
+	tests := []struct {
+		name    string
+		cluster string
+		from    ledgersink.Position
+		lines   []ledgersink.Line
+	}{
+		{"empty", "eu-1", pos, nil},
+		{"unsorted", "eu-1", pos, []ledgersink.Line{b, a}},
+		{"a key twice", "eu-1", pos, []ledgersink.Line{a, a}},
+		{"uppercase after lowercase", "eu-1", pos, []ledgersink.Line{a, line(hour(6), "B", "r", "eu", 1)}},
+		{"the position's own key", "eu-1", pos, []ledgersink.Line{line(pos.Last.Window, pos.Last.Tenant, pos.Last.Rule, pos.Last.Region, 1)}},
+		{"before the position", "eu-1", pos, []ledgersink.Line{line(hour(4), "z", "r", "eu", 1)}},
+		{"a window of no seconds", "eu-1", pos, []ledgersink.Line{with(a, func(l *ledgersink.Line) { l.WindowSeconds = 0 })}},
+		{"a window too long for integer", "eu-1", pos, []ledgersink.Line{with(a, func(l *ledgersink.Line) { l.WindowSeconds = math.MaxInt32 + 1 })}},
+		{"a window past year 9999", "eu-1", pos, []ledgersink.Line{with(a, func(l *ledgersink.Line) { l.Window = math.MaxInt64 })}},
+		{"a rule not UTF-8", "eu-1", pos, []ledgersink.Line{with(a, func(l *ledgersink.Line) { l.Rule = "\xff" })}},
+		{"no cluster", "", ledgersink.Position{}, []ledgersink.Line{a}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := s.Write(ctx, tt.cluster, tt.from, tt.lines)
+			if !errors.Is(err, ledgersink.ErrBadBatch) {
+				t.Fatalf("Write = %v, want ErrBadBatch", err)
+			}
+			if got := sumUsage(t, dsn); got != before {
+				t.Errorf("allot_usage holds %+v after a bad batch, was %+v", got, before)
+			}
+		})
+	}
+	if got, _ := s.Position(ctx, "eu-1"); got != pos {
+		t.Errorf("position %+v after bad batches, was %+v", got, pos)
+	}
+}
+
+// TestAddingToAnExportedKey exports keys, forgets the position (as an
+// operator re-creating a cluster under the same ID would) and exports
+// the same keys again: counts add, saturating at bigint's maximum, and
+// granted adds with NULL as absent.
+func TestAddingToAnExportedKey(t *testing.T) {
+	const max = math.MaxInt64
+	tests := []struct {
+		name               string
+		first, second      uint64
+		want               int64
+		grantedA, grantedB *float64
+		wantGranted        *float64
+	}{
+		{"small counts, no grants", 3, 4, 7, nil, nil, nil},
+		{"the first granted", 1, 1, 2, ptr(1.5), nil, ptr(1.5)},
+		{"the second granted", 1, 1, 2, nil, ptr(2), ptr(2)},
+		{"both granted", 1, 1, 2, ptr(1.5), ptr(2), ptr(3.5)},
+		{"a count past MaxInt64 saturates", math.MaxUint64, 0, max, nil, nil, nil},
+		{"MaxInt64 exactly", max, 0, max, nil, nil, nil},
+		{"a sum past MaxInt64 saturates", max - 1, 5, max, nil, nil, nil},
+		{"both saturated", math.MaxUint64, math.MaxUint64, max, nil, nil, nil},
+	}
+	s, dsn := migrated(t)
+	conn := connect(t, dsn)
+	ctx := ctxFor(t, time.Minute)
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := ledgersink.Key{Window: hour(i), Tenant: "t", Rule: "r", Region: "eu"}
+			write := func(admitted uint64, granted *float64) {
+				t.Helper()
+				pos, err := s.Position(ctx, "c")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if pos.Set && ledgersink.CompareKeys(pos.Last, key) >= 0 {
+					// Forget the position, as a re-created cluster would.
+					if _, err := conn.Exec(ctx, "DELETE FROM allot_export_position WHERE cluster_id = 'c'"); err != nil {
+						t.Fatal(err)
+					}
+					pos = ledgersink.Position{}
+				}
+				l := ledgersink.Line{Key: key, WindowSeconds: 3600, Admitted: admitted, Denied: admitted, Granted: granted}
+				if _, err := s.Write(ctx, "c", pos, []ledgersink.Line{l}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write(tt.first, tt.grantedA)
+			write(tt.second, tt.grantedB)
+			lines, _, err := s.Query(ctx, "c", ledgersink.Query{From: key.Window, To: key.Window + 1})
+			if err != nil || len(lines) != 1 {
+				t.Fatalf("Query: %v, %v; want the one line", lines, err)
+			}
+			got := lines[0]
+			if got.Admitted != uint64(tt.want) || got.Denied != uint64(tt.want) {
+				t.Errorf("admitted %d denied %d, want %d", got.Admitted, got.Denied, tt.want)
+			}
+			switch {
+			case (got.Granted == nil) != (tt.wantGranted == nil):
+				t.Errorf("granted %v, want %v", got.Granted, tt.wantGranted)
+			case got.Granted != nil && *got.Granted != *tt.wantGranted:
+				t.Errorf("granted %v, want %v", *got.Granted, *tt.wantGranted)
+			}
+		})
+	}
+}

@@ -96,16 +96,6 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	return &snapshot{f.st.Snapshot()}, nil
 }
 
-// Frozen returns a copy of the state that Apply's later changes do not
-// reach, taken in O(1) under the write lock as Snapshot's clone is: a
-// reader walks a large part of it (the exporter's backlog) without
-// holding up Apply.
-func (f *FSM) Frozen() *state.State {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.st.Frozen()
-}
-
 // Restore implements raft.FSM: it builds a fresh state from a snapshot and
 // swaps it in.
 func (f *FSM) Restore(rc io.ReadCloser) error {

@@ -88,6 +88,7 @@ func (s *State) applyExported(cmd *fsmpb.ExportedCommand) {
 	for _, it := range drop {
 		s.ledger.Delete(it)
 	}
+	s.finalLines -= len(drop)
 	s.export = pos
 }
 
@@ -127,24 +128,46 @@ func (s *State) ExportPage(limit int) []Line {
 	return out
 }
 
-// ExportBacklog counts the lines waiting for export (final lines, which a
-// sink has not taken yet) and the oldest window among them; ok is false
-// when none wait. It walks the backlog: call it on a Frozen state, not
-// under the FSM's lock.
+// ExportBacklog counts the lines waiting for export (the final lines: a
+// sink has taken the others) and the oldest window among them; ok is false
+// when none wait. It costs O(log n) and a walk past the open lines older
+// than the oldest final one, which windows becoming final in order leave
+// none of.
 func (s *State) ExportBacklog() (lines int, oldest int64, ok bool) {
+	if s.finalLines == 0 {
+		return 0, 0, false
+	}
 	s.ledger.Ascend(func(it lineItem) bool {
 		if s.final.Has(it.key.Window) {
-			if !ok {
-				oldest, ok = it.key.Window, true
-			}
-			lines++
+			oldest, ok = it.key.Window, true
+			return false
 		}
 		return true
 	})
-	return lines, oldest, ok
+	return s.finalLines, oldest, ok
 }
 
-// Frozen returns a copy of the state that later changes to s do not
-// reach, in O(1): readers walk it without a lock. The caller holds the
-// lock that keeps s from changing while it is taken, as for Snapshot.
-func (s *State) Frozen() *State { return s.frozen() }
+// linesIn counts the lines of one window.
+func (s *State) linesIn(window int64) int {
+	n := 0
+	s.ledger.AscendGreaterOrEqual(lineItem{key: LedgerKey{Window: window}}, func(it lineItem) bool {
+		if it.key.Window != window {
+			return false
+		}
+		n++
+		return true
+	})
+	return n
+}
+
+// countFinalLines sets finalLines from the ledger, for a state read from a
+// snapshot.
+func (s *State) countFinalLines() {
+	s.finalLines = 0
+	s.ledger.Ascend(func(it lineItem) bool {
+		if s.final.Has(it.key.Window) {
+			s.finalLines++
+		}
+		return true
+	})
+}

@@ -203,6 +203,10 @@ func TestExportIsExact(t *testing.T) {
 		}
 		var held uint64
 		f.st.eachLine(func(_ LedgerKey, u usage) { held += u.admitted })
+		counted := f.st.finalLines
+		if f.st.countFinalLines(); f.st.finalLines != counted {
+			rt.Fatalf("the state counts %d final lines, the ledger holds %d", counted, f.st.finalLines)
+		}
 		if sunk+held != applied {
 			rt.Fatalf("sink %d + ledger %d = %d units, %d applied", sunk, held, sunk+held, applied)
 		}

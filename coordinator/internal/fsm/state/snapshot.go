@@ -162,10 +162,16 @@ func ReadSnapshot(in io.Reader) (*State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: an empty snapshot (%v)", ErrSnapshotFormat, err)
 	}
+	read := func() (*State, error) { return readFormat2(&recordReader{r: r}) }
 	if record(first[0]) != recHeader {
-		return readFormat1(r)
+		read = func() (*State, error) { return readFormat1(r) }
 	}
-	return readFormat2(&recordReader{r: r})
+	st, err := read()
+	if err != nil {
+		return nil, err
+	}
+	st.countFinalLines()
+	return st, nil
 }
 
 func readHeaderRecord(t record, payload []byte) (*fsmpb.SnapshotHeader, error) {

@@ -56,6 +56,10 @@ type State struct {
 	// retentionDropped counts the lines retention deleted.
 	export           ExportPosition
 	retentionDropped uint64
+	// finalLines counts the ledger's lines in final windows: with a sink,
+	// the lines waiting for it. Kept as lines come and go, so that the
+	// exporter's gauges cost nothing.
+	finalLines int
 }
 
 // incKey identifies one run of one agent.
@@ -323,6 +327,7 @@ func (s *State) maintain(cmd *fsmpb.MaintainCommand) {
 	for _, w := range finalize {
 		s.final.ReplaceOrInsert(w)
 		s.closeWindow(w)
+		s.finalLines += s.linesIn(w)
 	}
 	// An incarnation's record is what makes a retried batch count once;
 	// keep it far longer than any agent keeps a batch unacknowledged.
@@ -339,7 +344,9 @@ func (s *State) maintain(cmd *fsmpb.MaintainCommand) {
 	}
 	if r := cmd.GetRetentionNano(); r > 0 {
 		cutoff := now - r
-		s.retentionDropped += uint64(s.dropLedgerBefore(cutoff, width))
+		dropped := s.dropLedgerBefore(cutoff, width)
+		s.retentionDropped += uint64(dropped)
+		s.finalLines -= dropped
 		var expired []int64
 		s.final.Ascend(func(w int64) bool {
 			if windowEnd(w, width) >= cutoff {
@@ -373,7 +380,10 @@ func (s *State) applyGrants(cmd *fsmpb.GrantsCommand) {
 			window = s.accepting(window, cmd.GetProposedUnixNano())
 		}
 		k := LedgerKey{g.GetTenant(), g.GetRule(), cmd.GetRegion(), window}
-		line, _ := s.ledger.Get(lineItem{key: k})
+		line, found := s.ledger.Get(lineItem{key: k})
+		if !found && s.final.Has(window) {
+			s.finalLines++ // a grant from before grants carried the proposer's clock
+		}
 		line.key = k
 		sum := g.GetGranted()
 		if line.u.granted != nil {

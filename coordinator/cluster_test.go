@@ -466,7 +466,8 @@ func nanValue() float64 {
 	return zero / zero
 }
 
-// counterValue reads one labelled metric from a coordinator's registry.
+// counterValue reads one labelled counter from a coordinator's registry;
+// with label "", an unlabelled one.
 func counterValue(t *testing.T, c *Coordinator, name, label, value string) float64 {
 	t.Helper()
 	mfs, err := c.gather.Gather()
@@ -478,6 +479,9 @@ func counterValue(t *testing.T, c *Coordinator, name, label, value string) float
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			if label == "" {
+				return m.GetCounter().GetValue()
+			}
 			for _, l := range m.GetLabel() {
 				if l.GetName() == label && l.GetValue() == value {
 					return m.GetCounter().GetValue()

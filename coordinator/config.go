@@ -179,6 +179,20 @@ type Config struct {
 	// value (KeepLedger) keeps every window, and accepts usage up to
 	// MaxUsageAge old.
 	LedgerRetention time.Duration
+	// LedgerSink, a PostgreSQL DSN (postgres://…), makes the leader export
+	// every final ledger line to that database exactly once and the
+	// members drop what it holds (docs/billing.md). "" keeps the ledger
+	// in the cluster alone. With a sink, LedgerRetention bounds how long
+	// lines wait while the database is away: what it deletes unexported is
+	// counted and logged.
+	LedgerSink string
+	// ExportBatch is how many lines one export transaction writes
+	// (default DefaultExportBatch); ExportInterval how often the leader
+	// looks for final lines when none wait (DefaultExportInterval);
+	// ExportTimeout bounds one round's calls to the database (30s).
+	ExportBatch    int
+	ExportInterval time.Duration
+	ExportTimeout  time.Duration
 	// MaxReportBytes and MaxReportKeys bound one report.
 	MaxReportBytes int
 	MaxReportKeys  int
@@ -348,6 +362,18 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.LedgerRetention > 0 && cfg.LedgerRetention < cfg.AgentTimeout {
 		return cfg, bad("LedgerRetention", "%v is shorter than AgentTimeout (%v): usage of an agent cut off for less than that would be refused; use a negative value to keep everything", cfg.LedgerRetention, cfg.AgentTimeout)
+	}
+	if cfg.ExportBatch == 0 {
+		cfg.ExportBatch = DefaultExportBatch
+	}
+	if cfg.ExportInterval == 0 {
+		cfg.ExportInterval = DefaultExportInterval
+	}
+	if cfg.ExportTimeout == 0 {
+		cfg.ExportTimeout = 30 * time.Second
+	}
+	if cfg.ExportBatch < 0 || cfg.ExportBatch > 1_000_000 || cfg.ExportInterval < 0 || cfg.ExportTimeout < 0 {
+		return cfg, bad("ExportBatch", "must be from 1 to 1000000 lines, with a positive interval and timeout")
 	}
 	if cfg.MaxReportBytes == 0 {
 		cfg.MaxReportBytes = DefaultMaxReportBytes

@@ -17,6 +17,7 @@ import (
 	"github.com/allot-io/allot/coordinator/internal/fsm"
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/ledgersink"
 	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
@@ -72,7 +73,9 @@ type Coordinator struct {
 	batcher *batcher
 	// parent is a region cluster's link to its parent; nil without one.
 	parent *parentLink
-	peers  *peers
+	// sink is the ledger sink (Config.LedgerSink); nil without one.
+	sink  *ledgersink.Sink
+	peers *peers
 	// check confirms leadership before a report is answered.
 	check *leaderCheck
 	// roundEvery is the configured RoundInterval; 0 derives it from the
@@ -135,6 +138,13 @@ func New(config Config) (*Coordinator, error) {
 		if c.parent, err = newParentLink(&cfg, func(err error) { c.log.Error("a changed parent credential file could not be loaded", "error", err) }); err != nil {
 			cancel()
 			return nil, fmt.Errorf("%w: Parent: %w", ErrInvalidConfig, err)
+		}
+	}
+	if cfg.LedgerSink != "" {
+		// Open only parses the DSN: the database may be down now.
+		if c.sink, err = ledgersink.Open(ctx, cfg.LedgerSink, c.log.Named("sink")); err != nil {
+			cancel()
+			return nil, fmt.Errorf("%w: LedgerSink: %w", ErrInvalidConfig, err)
 		}
 	}
 	c.fsm = fsm.New(c.log.Named("fsm"), c.onApplied)
@@ -472,6 +482,9 @@ func (c *Coordinator) shutdown() error {
 	c.wg.Wait()
 	if c.peers != nil {
 		c.peers.close()
+	}
+	if c.sink != nil {
+		c.sink.Close()
 	}
 	if c.gate != nil {
 		errs = append(errs, c.gate.Close())

@@ -14,6 +14,7 @@ import (
 	"github.com/allot-io/allot/internal/auth"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -66,9 +67,13 @@ func (c *Coordinator) startHTTP() error {
 			writeError(w, http.StatusBadRequest, err)
 			return
 		}
-		resp, err := c.queryUsage(q)
+		resp, err := c.queryUsage(r.Context(), q)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, errors.New(status.Convert(err).Message()))
+			code := http.StatusBadRequest
+			if status.Code(err) == codes.Unavailable {
+				code = http.StatusServiceUnavailable // the sink is away
+			}
+			writeError(w, code, errors.New(status.Convert(err).Message()))
 			return
 		}
 		writeProto(w, http.StatusOK, resp)

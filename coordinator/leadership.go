@@ -156,6 +156,9 @@ func (c *Coordinator) lead(ctx context.Context) {
 			c.metrics.parentFallback.Set(0)
 		}()
 	}
+	if c.sink != nil {
+		c.goRun(func(context.Context) { c.exportLedger(ctx) })
+	}
 	rounds := c.cfg.Clock.NewTicker(c.roundInterval(set))
 	defer rounds.Stop()
 	maintain := c.cfg.Clock.NewTicker(min(time.Minute, set.billingWindow/4))

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -25,7 +26,7 @@ func BenchmarkExportLedger(b *testing.B) {
 	c := &Coordinator{fsm: f}
 	export := func(b *testing.B, q *allotpb.UsageQuery) (lines, pages int) {
 		for {
-			resp, err := c.queryUsage(q)
+			resp, err := c.queryUsage(context.Background(), q)
 			if err != nil {
 				b.Fatal(err)
 			}

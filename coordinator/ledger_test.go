@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"context"
 	"math"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ func TestQueryUsageBoundsTheScan(t *testing.T) {
 	}}}))
 	c := &Coordinator{fsm: f}
 	q := &allotpb.UsageQuery{Region: "us-east", PageSize: 10}
-	first, err := c.queryUsage(q)
+	first, err := c.queryUsage(context.Background(), q)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +42,7 @@ func TestQueryUsageBoundsTheScan(t *testing.T) {
 			break
 		}
 		q.PageToken = resp.GetNextPageToken()
-		if resp, err = c.queryUsage(q); err != nil {
+		if resp, err = c.queryUsage(context.Background(), q); err != nil {
 			t.Fatal(err)
 		}
 	}

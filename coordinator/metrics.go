@@ -32,6 +32,14 @@ type metrics struct {
 	parentReports  *prometheus.CounterVec
 	parentFallback prometheus.Gauge
 	parentLeased   prometheus.Gauge
+	// The ledger sink's export (export.go); the gauges are the leader's,
+	// 0 elsewhere.
+	exportedLines prometheus.Counter
+	exportSeconds prometheus.Histogram
+	exportErrors  *prometheus.CounterVec
+	exportPending prometheus.Gauge
+	exportLag     prometheus.Gauge
+	exportDropped prometheus.Counter
 	// grpc counts and times every gRPC call by service, method and code
 	// (grpc_server_*), from go-grpc-middleware's Prometheus provider.
 	grpc *grpcprom.ServerMetrics
@@ -135,7 +143,31 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.parentLeased = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "allot_coordinator_parent_leased_keys", Help: "Keys divided among regions that this region's leader holds a current lease from the parent for (leader only; 0 elsewhere).",
 	})
+	m.exportedLines = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "allot_coordinator_ledger_exported_lines_total", Help: "Final ledger lines this member, as leader, committed to the ledger sink.",
+	})
+	m.exportSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "allot_coordinator_ledger_export_batch_duration_seconds", Help: "Time to write one batch of ledger lines to the sink, its transaction included.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
+	})
+	m.exportErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "allot_coordinator_ledger_export_errors_total",
+		Help: "Failed export rounds, by cause (unreachable, auth, read_only, disk_full, schema, timeout, position, behind, not_leader, canceled, other); each is retried.",
+	}, []string{"cause"})
+	for _, c := range []string{"unreachable", "auth", "read_only", "disk_full", "schema", "timeout", "position", "behind", "other"} {
+		m.exportErrors.WithLabelValues(c)
+	}
+	m.exportPending = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "allot_coordinator_ledger_export_pending_lines", Help: "Final ledger lines waiting for the sink (leader with a sink only; 0 elsewhere).",
+	})
+	m.exportLag = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "allot_coordinator_ledger_export_lag_seconds", Help: "How long the oldest final window waiting for the sink has been over (leader with a sink only; 0 when nothing waits).",
+	})
+	m.exportDropped = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "allot_coordinator_ledger_export_dropped_lines_total", Help: "Final ledger lines retention deleted before the sink took them: usage lost to billing (leader with a sink only).",
+	})
 	m.grpc = newGRPCMetrics()
+	reg.MustRegister(m.exportedLines, m.exportSeconds, m.exportErrors, m.exportPending, m.exportLag, m.exportDropped)
 	reg.MustRegister(m.authRefusals, m.newNodes, m.rlqsStreams, m.rlqsRequests, m.parentReports, m.parentFallback, m.parentLeased, m.grpc)
 	reg.MustRegister(m.raftState, m.leaderChanges, m.reports, m.reportBytes, m.reportKeys, m.roundSeconds,
 		m.applySeconds, m.activeKeys, m.activeAgents, m.leasesGranted, m.learning, m.ledgerRecords,

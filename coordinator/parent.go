@@ -153,7 +153,7 @@ func (c *Coordinator) recordGrants(g *grantRecorder, now int64, window, round ti
 	g.lastFlush = now
 	if g.pending == nil && len(g.acc) > 0 {
 		g.seq++
-		cmd := &fsmpb.GrantsCommand{Epoch: g.epoch, Seq: g.seq, Region: c.cfg.Region}
+		cmd := &fsmpb.GrantsCommand{Epoch: g.epoch, Seq: g.seq, Region: c.cfg.Region, ProposedUnixNano: now}
 		for k, v := range g.acc {
 			cmd.Grants = append(cmd.Grants, &fsmpb.GrantRecord{Tenant: k.tenant, Rule: k.rule, WindowUnix: k.window, Granted: v})
 		}

@@ -96,7 +96,7 @@ func TestTierClusters(t *testing.T) {
 	var acked, billed uint64
 	for name, c := range regions {
 		acked += nodes[name].acked
-		resp, err := c.queryUsage(&allotpb.UsageQuery{Tenant: "acme", Rule: "plan-quota"})
+		resp, err := c.queryUsage(context.Background(), &allotpb.UsageQuery{Tenant: "acme", Rule: "plan-quota"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ package allotpb
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -221,7 +222,10 @@ type StatusResponse struct {
 	Tier *TierStatus `protobuf:"bytes,16,opt,name=tier,proto3" json:"tier,omitempty"`
 	// cluster_id identifies the cluster; fixed by its first leader, empty
 	// until then.
-	ClusterId     string `protobuf:"bytes,17,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ClusterId string `protobuf:"bytes,17,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// ledger is the usage ledger as this member holds it, and its export to
+	// a ledger sink (docs/billing.md).
+	Ledger        *LedgerStatus `protobuf:"bytes,18,opt,name=ledger,proto3" json:"ledger,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -375,6 +379,127 @@ func (x *StatusResponse) GetClusterId() string {
 	return ""
 }
 
+func (x *StatusResponse) GetLedger() *LedgerStatus {
+	if x != nil {
+		return x.Ledger
+	}
+	return nil
+}
+
+// LedgerStatus is what a member holds of the ledger and how far the
+// cluster has exported it.
+type LedgerStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// lines held in memory; retention_dropped counts what retention deleted.
+	Lines            uint64 `protobuf:"varint,1,opt,name=lines,proto3" json:"lines,omitempty"`
+	RetentionDropped uint64 `protobuf:"varint,2,opt,name=retention_dropped,json=retentionDropped,proto3" json:"retention_dropped,omitempty"`
+	// sink is true when this member runs with --ledger-sink.
+	Sink bool `protobuf:"varint,3,opt,name=sink,proto3" json:"sink,omitempty"`
+	// The export position: lines and batches committed to the sink in all,
+	// and the last line's key (empty before the first batch).
+	ExportedLines         uint64                 `protobuf:"varint,4,opt,name=exported_lines,json=exportedLines,proto3" json:"exported_lines,omitempty"`
+	ExportedBatches       uint64                 `protobuf:"varint,5,opt,name=exported_batches,json=exportedBatches,proto3" json:"exported_batches,omitempty"`
+	ExportedThroughWindow *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=exported_through_window,json=exportedThroughWindow,proto3" json:"exported_through_window,omitempty"`
+	ExportedThroughTenant string                 `protobuf:"bytes,7,opt,name=exported_through_tenant,json=exportedThroughTenant,proto3" json:"exported_through_tenant,omitempty"`
+	ExportedThroughRule   string                 `protobuf:"bytes,8,opt,name=exported_through_rule,json=exportedThroughRule,proto3" json:"exported_through_rule,omitempty"`
+	ExportedThroughRegion string                 `protobuf:"bytes,9,opt,name=exported_through_region,json=exportedThroughRegion,proto3" json:"exported_through_region,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *LedgerStatus) Reset() {
+	*x = LedgerStatus{}
+	mi := &file_cluster_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LedgerStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LedgerStatus) ProtoMessage() {}
+
+func (x *LedgerStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LedgerStatus.ProtoReflect.Descriptor instead.
+func (*LedgerStatus) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *LedgerStatus) GetLines() uint64 {
+	if x != nil {
+		return x.Lines
+	}
+	return 0
+}
+
+func (x *LedgerStatus) GetRetentionDropped() uint64 {
+	if x != nil {
+		return x.RetentionDropped
+	}
+	return 0
+}
+
+func (x *LedgerStatus) GetSink() bool {
+	if x != nil {
+		return x.Sink
+	}
+	return false
+}
+
+func (x *LedgerStatus) GetExportedLines() uint64 {
+	if x != nil {
+		return x.ExportedLines
+	}
+	return 0
+}
+
+func (x *LedgerStatus) GetExportedBatches() uint64 {
+	if x != nil {
+		return x.ExportedBatches
+	}
+	return 0
+}
+
+func (x *LedgerStatus) GetExportedThroughWindow() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExportedThroughWindow
+	}
+	return nil
+}
+
+func (x *LedgerStatus) GetExportedThroughTenant() string {
+	if x != nil {
+		return x.ExportedThroughTenant
+	}
+	return ""
+}
+
+func (x *LedgerStatus) GetExportedThroughRule() string {
+	if x != nil {
+		return x.ExportedThroughRule
+	}
+	return ""
+}
+
+func (x *LedgerStatus) GetExportedThroughRegion() string {
+	if x != nil {
+		return x.ExportedThroughRegion
+	}
+	return ""
+}
+
 // TierStatus is a cluster's part in the tier between regions.
 type TierStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -397,7 +522,7 @@ type TierStatus struct {
 
 func (x *TierStatus) Reset() {
 	*x = TierStatus{}
-	mi := &file_cluster_proto_msgTypes[3]
+	mi := &file_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -409,7 +534,7 @@ func (x *TierStatus) String() string {
 func (*TierStatus) ProtoMessage() {}
 
 func (x *TierStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[3]
+	mi := &file_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -422,7 +547,7 @@ func (x *TierStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierStatus.ProtoReflect.Descriptor instead.
 func (*TierStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{3}
+	return file_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TierStatus) GetRole() string {
@@ -485,7 +610,7 @@ type TierRegion struct {
 
 func (x *TierRegion) Reset() {
 	*x = TierRegion{}
-	mi := &file_cluster_proto_msgTypes[4]
+	mi := &file_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -497,7 +622,7 @@ func (x *TierRegion) String() string {
 func (*TierRegion) ProtoMessage() {}
 
 func (x *TierRegion) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[4]
+	mi := &file_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -510,7 +635,7 @@ func (x *TierRegion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierRegion.ProtoReflect.Descriptor instead.
 func (*TierRegion) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{4}
+	return file_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TierRegion) GetRegion() string {
@@ -551,7 +676,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -563,7 +688,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -576,7 +701,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{5}
+	return file_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -650,7 +775,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +787,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +800,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{6}
+	return file_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *JoinResponse) GetMembers() []*Member {
@@ -710,7 +835,7 @@ type IdentifyRequest struct {
 
 func (x *IdentifyRequest) Reset() {
 	*x = IdentifyRequest{}
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -722,7 +847,7 @@ func (x *IdentifyRequest) String() string {
 func (*IdentifyRequest) ProtoMessage() {}
 
 func (x *IdentifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -735,7 +860,7 @@ func (x *IdentifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentifyRequest.ProtoReflect.Descriptor instead.
 func (*IdentifyRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{7}
+	return file_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *IdentifyRequest) GetFromId() string {
@@ -771,7 +896,7 @@ type IdentifyResponse struct {
 
 func (x *IdentifyResponse) Reset() {
 	*x = IdentifyResponse{}
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -783,7 +908,7 @@ func (x *IdentifyResponse) String() string {
 func (*IdentifyResponse) ProtoMessage() {}
 
 func (x *IdentifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -796,7 +921,7 @@ func (x *IdentifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentifyResponse.ProtoReflect.Descriptor instead.
 func (*IdentifyResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{8}
+	return file_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *IdentifyResponse) GetId() string {
@@ -878,7 +1003,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -890,7 +1015,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -903,7 +1028,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{9}
+	return file_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RemoveRequest) GetId() string {
@@ -922,7 +1047,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -934,7 +1059,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1072,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{10}
+	return file_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RemoveResponse) GetMembers() []*Member {
@@ -965,7 +1090,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1102,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1115,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{11}
+	return file_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 // BackupChunk is part of a backup: the coordinator's snapshot format.
@@ -1005,7 +1130,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1017,7 +1142,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1030,7 +1155,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{12}
+	return file_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -1060,7 +1185,7 @@ type RestoreChunk struct {
 
 func (x *RestoreChunk) Reset() {
 	*x = RestoreChunk{}
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +1197,7 @@ func (x *RestoreChunk) String() string {
 func (*RestoreChunk) ProtoMessage() {}
 
 func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +1210,7 @@ func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreChunk.ProtoReflect.Descriptor instead.
 func (*RestoreChunk) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{13}
+	return file_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RestoreChunk) GetData() []byte {
@@ -1111,7 +1236,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1248,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1261,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{14}
+	return file_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RestoreResponse) GetIndex() uint64 {
@@ -1150,7 +1275,7 @@ var File_cluster_proto protoreflect.FileDescriptor
 
 const file_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\rcluster.proto\x12\ballot.v1\"\xaf\x01\n" +
+	"\rcluster.proto\x12\ballot.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xaf\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fraft_address\x18\x02 \x01(\tR\vraftAddress\x12!\n" +
@@ -1158,7 +1283,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\fhttp_address\x18\x04 \x01(\tR\vhttpAddress\x12\x16\n" +
 	"\x06leader\x18\x05 \x01(\bR\x06leader\x12\x14\n" +
 	"\x05voter\x18\x06 \x01(\bR\x05voter\"\x0f\n" +
-	"\rStatusRequest\"\x92\x04\n" +
+	"\rStatusRequest\"\xc2\x04\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x14\n" +
@@ -1179,7 +1304,18 @@ const file_cluster_proto_rawDesc = "" +
 	"activeKeys\x12(\n" +
 	"\x04tier\x18\x10 \x01(\v2\x14.allot.v1.TierStatusR\x04tier\x12\x1d\n" +
 	"\n" +
-	"cluster_id\x18\x11 \x01(\tR\tclusterId\"\xf8\x01\n" +
+	"cluster_id\x18\x11 \x01(\tR\tclusterId\x12.\n" +
+	"\x06ledger\x18\x12 \x01(\v2\x16.allot.v1.LedgerStatusR\x06ledger\"\xaf\x03\n" +
+	"\fLedgerStatus\x12\x14\n" +
+	"\x05lines\x18\x01 \x01(\x04R\x05lines\x12+\n" +
+	"\x11retention_dropped\x18\x02 \x01(\x04R\x10retentionDropped\x12\x12\n" +
+	"\x04sink\x18\x03 \x01(\bR\x04sink\x12%\n" +
+	"\x0eexported_lines\x18\x04 \x01(\x04R\rexportedLines\x12)\n" +
+	"\x10exported_batches\x18\x05 \x01(\x04R\x0fexportedBatches\x12R\n" +
+	"\x17exported_through_window\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x15exportedThroughWindow\x126\n" +
+	"\x17exported_through_tenant\x18\a \x01(\tR\x15exportedThroughTenant\x122\n" +
+	"\x15exported_through_rule\x18\b \x01(\tR\x13exportedThroughRule\x126\n" +
+	"\x17exported_through_region\x18\t \x01(\tR\x15exportedThroughRegion\"\xf8\x01\n" +
 	"\n" +
 	"TierStatus\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x16\n" +
@@ -1265,51 +1401,55 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_cluster_proto_goTypes = []any{
-	(DataState)(0),           // 0: allot.v1.DataState
-	(*Member)(nil),           // 1: allot.v1.Member
-	(*StatusRequest)(nil),    // 2: allot.v1.StatusRequest
-	(*StatusResponse)(nil),   // 3: allot.v1.StatusResponse
-	(*TierStatus)(nil),       // 4: allot.v1.TierStatus
-	(*TierRegion)(nil),       // 5: allot.v1.TierRegion
-	(*JoinRequest)(nil),      // 6: allot.v1.JoinRequest
-	(*JoinResponse)(nil),     // 7: allot.v1.JoinResponse
-	(*IdentifyRequest)(nil),  // 8: allot.v1.IdentifyRequest
-	(*IdentifyResponse)(nil), // 9: allot.v1.IdentifyResponse
-	(*RemoveRequest)(nil),    // 10: allot.v1.RemoveRequest
-	(*RemoveResponse)(nil),   // 11: allot.v1.RemoveResponse
-	(*BackupRequest)(nil),    // 12: allot.v1.BackupRequest
-	(*BackupChunk)(nil),      // 13: allot.v1.BackupChunk
-	(*RestoreChunk)(nil),     // 14: allot.v1.RestoreChunk
-	(*RestoreResponse)(nil),  // 15: allot.v1.RestoreResponse
+	(DataState)(0),                // 0: allot.v1.DataState
+	(*Member)(nil),                // 1: allot.v1.Member
+	(*StatusRequest)(nil),         // 2: allot.v1.StatusRequest
+	(*StatusResponse)(nil),        // 3: allot.v1.StatusResponse
+	(*LedgerStatus)(nil),          // 4: allot.v1.LedgerStatus
+	(*TierStatus)(nil),            // 5: allot.v1.TierStatus
+	(*TierRegion)(nil),            // 6: allot.v1.TierRegion
+	(*JoinRequest)(nil),           // 7: allot.v1.JoinRequest
+	(*JoinResponse)(nil),          // 8: allot.v1.JoinResponse
+	(*IdentifyRequest)(nil),       // 9: allot.v1.IdentifyRequest
+	(*IdentifyResponse)(nil),      // 10: allot.v1.IdentifyResponse
+	(*RemoveRequest)(nil),         // 11: allot.v1.RemoveRequest
+	(*RemoveResponse)(nil),        // 12: allot.v1.RemoveResponse
+	(*BackupRequest)(nil),         // 13: allot.v1.BackupRequest
+	(*BackupChunk)(nil),           // 14: allot.v1.BackupChunk
+	(*RestoreChunk)(nil),          // 15: allot.v1.RestoreChunk
+	(*RestoreResponse)(nil),       // 16: allot.v1.RestoreResponse
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
 }
 var file_cluster_proto_depIdxs = []int32{
 	1,  // 0: allot.v1.StatusResponse.members:type_name -> allot.v1.Member
-	4,  // 1: allot.v1.StatusResponse.tier:type_name -> allot.v1.TierStatus
-	5,  // 2: allot.v1.TierStatus.regions:type_name -> allot.v1.TierRegion
-	0,  // 3: allot.v1.JoinRequest.state:type_name -> allot.v1.DataState
-	1,  // 4: allot.v1.JoinResponse.members:type_name -> allot.v1.Member
-	0,  // 5: allot.v1.IdentifyResponse.state:type_name -> allot.v1.DataState
-	1,  // 6: allot.v1.IdentifyResponse.members:type_name -> allot.v1.Member
-	1,  // 7: allot.v1.RemoveResponse.members:type_name -> allot.v1.Member
-	2,  // 8: allot.v1.ClusterService.Status:input_type -> allot.v1.StatusRequest
-	6,  // 9: allot.v1.ClusterService.Join:input_type -> allot.v1.JoinRequest
-	10, // 10: allot.v1.ClusterService.Remove:input_type -> allot.v1.RemoveRequest
-	12, // 11: allot.v1.ClusterService.Backup:input_type -> allot.v1.BackupRequest
-	14, // 12: allot.v1.ClusterService.Restore:input_type -> allot.v1.RestoreChunk
-	8,  // 13: allot.v1.ClusterService.Identify:input_type -> allot.v1.IdentifyRequest
-	3,  // 14: allot.v1.ClusterService.Status:output_type -> allot.v1.StatusResponse
-	7,  // 15: allot.v1.ClusterService.Join:output_type -> allot.v1.JoinResponse
-	11, // 16: allot.v1.ClusterService.Remove:output_type -> allot.v1.RemoveResponse
-	13, // 17: allot.v1.ClusterService.Backup:output_type -> allot.v1.BackupChunk
-	15, // 18: allot.v1.ClusterService.Restore:output_type -> allot.v1.RestoreResponse
-	9,  // 19: allot.v1.ClusterService.Identify:output_type -> allot.v1.IdentifyResponse
-	14, // [14:20] is the sub-list for method output_type
-	8,  // [8:14] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	5,  // 1: allot.v1.StatusResponse.tier:type_name -> allot.v1.TierStatus
+	4,  // 2: allot.v1.StatusResponse.ledger:type_name -> allot.v1.LedgerStatus
+	17, // 3: allot.v1.LedgerStatus.exported_through_window:type_name -> google.protobuf.Timestamp
+	6,  // 4: allot.v1.TierStatus.regions:type_name -> allot.v1.TierRegion
+	0,  // 5: allot.v1.JoinRequest.state:type_name -> allot.v1.DataState
+	1,  // 6: allot.v1.JoinResponse.members:type_name -> allot.v1.Member
+	0,  // 7: allot.v1.IdentifyResponse.state:type_name -> allot.v1.DataState
+	1,  // 8: allot.v1.IdentifyResponse.members:type_name -> allot.v1.Member
+	1,  // 9: allot.v1.RemoveResponse.members:type_name -> allot.v1.Member
+	2,  // 10: allot.v1.ClusterService.Status:input_type -> allot.v1.StatusRequest
+	7,  // 11: allot.v1.ClusterService.Join:input_type -> allot.v1.JoinRequest
+	11, // 12: allot.v1.ClusterService.Remove:input_type -> allot.v1.RemoveRequest
+	13, // 13: allot.v1.ClusterService.Backup:input_type -> allot.v1.BackupRequest
+	15, // 14: allot.v1.ClusterService.Restore:input_type -> allot.v1.RestoreChunk
+	9,  // 15: allot.v1.ClusterService.Identify:input_type -> allot.v1.IdentifyRequest
+	3,  // 16: allot.v1.ClusterService.Status:output_type -> allot.v1.StatusResponse
+	8,  // 17: allot.v1.ClusterService.Join:output_type -> allot.v1.JoinResponse
+	12, // 18: allot.v1.ClusterService.Remove:output_type -> allot.v1.RemoveResponse
+	14, // 19: allot.v1.ClusterService.Backup:output_type -> allot.v1.BackupChunk
+	16, // 20: allot.v1.ClusterService.Restore:output_type -> allot.v1.RestoreResponse
+	10, // 21: allot.v1.ClusterService.Identify:output_type -> allot.v1.IdentifyResponse
+	16, // [16:22] is the sub-list for method output_type
+	10, // [10:16] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -1323,7 +1463,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

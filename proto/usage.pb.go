@@ -136,7 +136,11 @@ type UsageRecord struct {
 	// granted is, for a region whose cluster leases from a parent, the
 	// units of the tenant's allowance the parent leased it over the window;
 	// absent otherwise (docs/regions.md).
-	Granted       *float64 `protobuf:"fixed64,9,opt,name=granted,proto3,oneof" json:"granted,omitempty"`
+	Granted *float64 `protobuf:"fixed64,9,opt,name=granted,proto3,oneof" json:"granted,omitempty"`
+	// exported lines were read from the ledger sink (PostgreSQL) the
+	// cluster exports final windows to (docs/billing.md); the others from
+	// the cluster's memory. A line is in one place or the other, never both.
+	Exported      bool `protobuf:"varint,10,opt,name=exported,proto3" json:"exported,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -234,6 +238,13 @@ func (x *UsageRecord) GetGranted() float64 {
 	return 0
 }
 
+func (x *UsageRecord) GetExported() bool {
+	if x != nil {
+		return x.Exported
+	}
+	return false
+}
+
 type UsageResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Records       []*UsageRecord         `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
@@ -300,7 +311,7 @@ const file_usage_proto_rawDesc = "" +
 	"\x06region\x18\x05 \x01(\tR\x06region\x12\x1b\n" +
 	"\tpage_size\x18\x06 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\a \x01(\tR\tpageToken\"\xc0\x02\n" +
+	"page_token\x18\a \x01(\tR\tpageToken\"\xdc\x02\n" +
 	"\vUsageRecord\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x16\n" +
@@ -311,7 +322,9 @@ const file_usage_proto_rawDesc = "" +
 	"\badmitted\x18\x06 \x01(\x04R\badmitted\x12\x16\n" +
 	"\x06denied\x18\a \x01(\x04R\x06denied\x12\x14\n" +
 	"\x05final\x18\b \x01(\bR\x05final\x12\x1d\n" +
-	"\agranted\x18\t \x01(\x01H\x00R\agranted\x88\x01\x01B\n" +
+	"\agranted\x18\t \x01(\x01H\x00R\agranted\x88\x01\x01\x12\x1a\n" +
+	"\bexported\x18\n" +
+	" \x01(\bR\bexportedB\n" +
 	"\n" +
 	"\b_granted\"h\n" +
 	"\rUsageResponse\x12/\n" +

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/allot-io/allot/coordinator"
@@ -30,6 +32,7 @@ func runCoordinator(ctx context.Context, e *env) error {
 		join, parent string
 		cf           credFlags
 		lf           logFlags
+		sinkFile     string
 	)
 	f.StringVar(&cfg.NodeID, "node-id", "", "this member's name, unique and stable across restarts (required)")
 	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the Raft log, stable store and snapshots (required)")
@@ -62,6 +65,10 @@ func runCoordinator(ctx context.Context, e *env) error {
 	f.DurationVar(&cfg.BillingWindow, "billing-window", coordinator.DefaultBillingWindow, "the ledger's window: whole seconds from 1s to 24h dividing a day (e.g. 1m, 15m, 1h, 24h); fixed by a cluster's first leader")
 	f.DurationVar(&cfg.AgentTimeout, "agent-timeout", coordinator.DefaultAgentTimeout, "how long billing windows wait for a silent agent before they are final")
 	f.DurationVar(&cfg.LedgerRetention, "ledger-retention", coordinator.DefaultLedgerRetention, "delete final ledger windows older than this (at least --agent-timeout; negative keeps everything; see docs/billing.md for the memory it costs)")
+	f.StringVar(&cfg.LedgerSink, "ledger-sink", "", "PostgreSQL DSN (postgres://user@host/db): export every final ledger line to it exactly once and keep only what it has not taken (docs/billing.md); a password here shows in ps: prefer --ledger-sink-file")
+	f.StringVar(&sinkFile, "ledger-sink-file", "", "file holding the --ledger-sink DSN, for one with a password")
+	f.IntVar(&cfg.ExportBatch, "ledger-export-batch", coordinator.DefaultExportBatch, "ledger lines written to the sink per transaction")
+	f.DurationVar(&cfg.ExportInterval, "ledger-export-interval", coordinator.DefaultExportInterval, "how often the leader looks for final lines to export when none wait")
 	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", 8192, "Raft log entries between snapshots (Raft keeps at least 1024 entries behind the newest snapshot)")
 	f.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", 2*time.Minute, "how often Raft checks whether a snapshot is due")
 	f.IntVar(&cfg.MaxReportBytes, "max-report-bytes", coordinator.DefaultMaxReportBytes, "refuse agent reports larger than this")
@@ -80,6 +87,14 @@ func runCoordinator(ctx context.Context, e *env) error {
 	logger, err := lf.logger("coordinator", "allot", e.stderr)
 	if err != nil {
 		return err
+	}
+	if sinkFile != "" {
+		if cfg.LedgerSink != "" {
+			return usagef("coordinator", "give --ledger-sink or --ledger-sink-file, not both")
+		}
+		if cfg.LedgerSink, err = readSinkFile(sinkFile); err != nil {
+			return usagef("coordinator", "--ledger-sink-file: %v", err)
+		}
 	}
 	cfg.Join = splitList(join)
 	cfg.Parent = splitList(parent)
@@ -118,4 +133,18 @@ func runCoordinator(ctx context.Context, e *env) error {
 		return &refusedError{err}
 	}
 	return nil
+}
+
+// readSinkFile reads a DSN from the first non-empty line of a file.
+func readSinkFile(path string) (string, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			return line, nil
+		}
+	}
+	return "", fmt.Errorf("%s holds no DSN", path)
 }

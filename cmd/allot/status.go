@@ -41,8 +41,34 @@ type clusterStatus struct {
 	Learning   *bool   `json:"learning,omitempty"`
 	// Tier is the cluster's part in the tier between regions, as its
 	// leader sees it (docs/regions.md); absent without one.
-	Tier    *tierStatus    `json:"tier,omitempty"`
+	Tier *tierStatus `json:"tier,omitempty"`
+	// Ledger is the export to a ledger sink, as the answering member
+	// sees it; absent when the cluster has none.
+	Ledger  *ledgerExport  `json:"ledger_export,omitempty"`
 	Members []memberStatus `json:"members"`
+}
+
+// ledgerExport is how far the cluster has exported its ledger to the
+// sink (docs/billing.md), and what the answering member still holds.
+type ledgerExport struct {
+	InMemory         uint64 `json:"lines_in_memory"`
+	ExportedLines    uint64 `json:"exported_lines"`
+	ExportedBatches  uint64 `json:"exported_batches"`
+	ThroughWindow    string `json:"exported_through_window,omitempty"`
+	ThroughKey       string `json:"exported_through_key,omitempty"`
+	RetentionDropped uint64 `json:"retention_dropped_lines"`
+}
+
+func ledgerExportOf(l *allotpb.LedgerStatus) *ledgerExport {
+	if !l.GetSink() && l.GetExportedLines() == 0 {
+		return nil
+	}
+	out := &ledgerExport{InMemory: l.GetLines(), ExportedLines: l.GetExportedLines(), ExportedBatches: l.GetExportedBatches(), RetentionDropped: l.GetRetentionDropped()}
+	if w := l.GetExportedThroughWindow(); w != nil {
+		out.ThroughWindow = w.AsTime().UTC().Format(time.RFC3339)
+		out.ThroughKey = l.GetExportedThroughTenant() + "/" + l.GetExportedThroughRule() + "/" + l.GetExportedThroughRegion()
+	}
+	return out
 }
 
 // tierStatus is a parent's regions, or a region's link to its parent.
@@ -152,6 +178,7 @@ func gatherStatus(ctx context.Context, cf *clientFlags, st *allotpb.StatusRespon
 	cs := &clusterStatus{
 		Region: st.GetRegion(), AnsweredBy: st.GetId(), LeaderID: st.GetLeaderId(), LeaderGRPCAddress: st.GetLeaderGrpcAddress(),
 		Term: st.GetTerm(), Epoch: st.GetEpoch(), Rules: st.GetRules(), RulesVersion: st.GetRulesVersion(),
+		Ledger:  ledgerExportOf(st.GetLedger()),
 		Members: make([]memberStatus, len(st.GetMembers())),
 	}
 	// Raft lists members in the order they joined; by ID reads better.
@@ -229,6 +256,17 @@ func writeStatusTable(w io.Writer, cs *clusterStatus) error {
 		fmt.Fprintf(w, "agents: %d, active keys: %d, learning: %s\n", *cs.Agents, *cs.ActiveKeys, learning)
 	} else {
 		fmt.Fprintln(w, "agents: unknown (only the leader knows, and it did not answer)")
+	}
+	if l := cs.Ledger; l != nil {
+		through := "nothing yet"
+		if l.ThroughWindow != "" {
+			through = "through the window of " + l.ThroughWindow + " (" + l.ThroughKey + ")"
+		}
+		fmt.Fprintf(w, "ledger sink: %d lines exported in %d batches, %s; %d lines in memory", l.ExportedLines, l.ExportedBatches, through, l.InMemory)
+		if l.RetentionDropped > 0 {
+			fmt.Fprintf(w, "; %d deleted by retention", l.RetentionDropped)
+		}
+		fmt.Fprintln(w)
 	}
 	if t := cs.Tier; t != nil {
 		switch t.Role {

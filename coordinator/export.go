@@ -60,6 +60,10 @@ type exportRun struct {
 	failing    string
 	lastLogged time.Time
 	backoff    time.Duration
+	// stored is the sink's position as this exporter last wrote or read
+	// it, when known.
+	stored ledgersink.Position
+	known  bool
 }
 
 // exportLedger runs export rounds until ctx ends (leadership lost).
@@ -117,9 +121,16 @@ func (r *exportRun) round(ctx context.Context) (int, error) {
 	if cluster == "" {
 		return 0, nil // no leader has fixed the cluster's ID yet
 	}
-	stored, err := r.sink.Position(ctx, cluster)
-	if err != nil {
-		return 0, fmt.Errorf("reading the ledger sink's position: %w", err)
+	// The position this exporter wrote last is the stored one unless
+	// another writer moved it, which its next Write finds out: the
+	// database is read again only after a failure.
+	stored, known := r.stored, r.known
+	r.known = false
+	if !known {
+		var err error
+		if stored, err = r.sink.Position(ctx, cluster); err != nil {
+			return 0, fmt.Errorf("reading the ledger sink's position: %w", err)
+		}
 	}
 	theirs := positionFromSink(stored)
 	switch {
@@ -134,6 +145,7 @@ func (r *exportRun) round(ctx context.Context) (int, error) {
 			ErrSinkBehind, theirs.Lines, theirs.Last, ours.Lines, ours.Last)
 	}
 	if len(page) == 0 {
+		r.stored, r.known = stored, true
 		return 0, nil
 	}
 	lines := make([]ledgersink.Line, len(page))
@@ -155,6 +167,7 @@ func (r *exportRun) round(ctx context.Context) (int, error) {
 	if err := r.commit(positionFromSink(next)); err != nil {
 		return 0, err
 	}
+	r.stored, r.known = next, true
 	return len(lines), nil
 }
 

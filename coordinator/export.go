@@ -64,12 +64,15 @@ type exportRun struct {
 	// it, when known.
 	stored ledgersink.Position
 	known  bool
+	// pending is the commit of the last batch's position, in flight.
+	pending chan error
 }
 
 // exportLedger runs export rounds until ctx ends (leadership lost).
 func (c *Coordinator) exportLedger(ctx context.Context) {
 	r := &exportRun{c: c, sink: c.sink}
 	defer c.clearExportMetrics()
+	defer func() { _ = r.settle() }()
 	timer := c.cfg.Clock.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -98,6 +101,13 @@ func (c *Coordinator) exportLedger(ctx context.Context) {
 
 // round does one step of the export and returns how many lines it wrote
 // (-1 when it only caught the state up with the sink).
+//
+// Raft's commit of a batch's position runs while the next batch is
+// written: under load a commit waits behind large report entries, and
+// waiting for it before each write would halve the export's speed. The
+// next page is read after the sink's position, whose lines the state
+// still holds until the commit lands; the commits go in order, one at a
+// time.
 func (r *exportRun) round(ctx context.Context) (int, error) {
 	c := r.c
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ExportTimeout)
@@ -111,13 +121,9 @@ func (r *exportRun) round(ctx context.Context) (int, error) {
 	var (
 		cluster string
 		ours    state.ExportPosition
-		page    []state.Line
 		width   int64
 	)
-	c.fsm.Read(func(s *state.State) {
-		cluster, ours, width = s.ClusterID(), s.Exported(), s.BillingWindowSeconds()
-		page = s.ExportPage(c.cfg.ExportBatch)
-	})
+	c.fsm.Read(func(s *state.State) { cluster, ours, width = s.ClusterID(), s.Exported(), s.BillingWindowSeconds() })
 	if cluster == "" {
 		return 0, nil // no leader has fixed the cluster's ID yet
 	}
@@ -127,6 +133,10 @@ func (r *exportRun) round(ctx context.Context) (int, error) {
 	stored, known := r.stored, r.known
 	r.known = false
 	if !known {
+		if err := r.settle(); err != nil {
+			return 0, err
+		}
+		c.fsm.Read(func(s *state.State) { ours = s.Exported() })
 		var err error
 		if stored, err = r.sink.Position(ctx, cluster); err != nil {
 			return 0, fmt.Errorf("reading the ledger sink's position: %w", err)
@@ -134,17 +144,23 @@ func (r *exportRun) round(ctx context.Context) (int, error) {
 	}
 	theirs := positionFromSink(stored)
 	switch {
-	case theirs.After(ours):
+	case theirs.After(ours) && r.pending == nil:
 		if err := r.commit(theirs); err != nil {
 			return 0, err
 		}
 		c.log.Info("ledger export resumed from the sink's position", "lines", theirs.Lines, "batches", theirs.Batches)
+		r.stored, r.known = stored, true
 		return -1, nil
-	case ours.After(theirs) || ours.Set && ours.Lines != theirs.Lines:
+	case ours.After(theirs) || !theirs.After(ours) && ours.Set && ours.Lines != theirs.Lines:
 		return 0, fmt.Errorf("%w: the sink holds %d lines up to %v, the cluster committed %d up to %v",
 			ErrSinkBehind, theirs.Lines, theirs.Last, ours.Lines, ours.Last)
 	}
+	var page []state.Line
+	c.fsm.Read(func(s *state.State) { page = s.ExportPageAfter(theirs, c.cfg.ExportBatch) })
 	if len(page) == 0 {
+		if err := r.settle(); err != nil {
+			return 0, err
+		}
 		r.stored, r.known = stored, true
 		return 0, nil
 	}
@@ -163,12 +179,27 @@ func (r *exportRun) round(ctx context.Context) (int, error) {
 	c.metrics.exportSeconds.Observe(time.Since(start).Seconds())
 	c.metrics.exportedLines.Add(float64(len(lines)))
 	// The batch is in the sink: from here a crash loses nothing, the next
-	// leader finds the sink ahead and proposes its position.
-	if err := r.commit(positionFromSink(next)); err != nil {
+	// leader finds the sink ahead and proposes its position. The previous
+	// batch's commit must land before this one's is proposed.
+	if err := r.settle(); err != nil {
 		return 0, err
 	}
+	pos := positionFromSink(next)
+	done := make(chan error, 1)
+	r.pending = done
+	go func() { done <- r.commit(pos) }()
 	r.stored, r.known = next, true
 	return len(lines), nil
+}
+
+// settle waits for the commit in flight, if any, and returns its error.
+func (r *exportRun) settle() error {
+	if r.pending == nil {
+		return nil
+	}
+	err := <-r.pending
+	r.pending = nil
+	return err
 }
 
 // commit proposes pos through Raft: members drop what it covers.

@@ -104,14 +104,20 @@ func (s *State) exportFrontier() (frontier int64, any bool) {
 // ExportPage returns up to limit lines to export next, in the ledger's
 // order: the final lines after the position, in windows older than every
 // open window. It costs O(log n + limit).
-func (s *State) ExportPage(limit int) []Line {
+func (s *State) ExportPage(limit int) []Line { return s.ExportPageAfter(s.export, limit) }
+
+// ExportPageAfter is ExportPage after a position the sink is known to
+// hold that the state has not applied yet (a batch committed in the sink
+// whose ExportedCommand is still in flight): the lines up to it are still
+// here, and are skipped.
+func (s *State) ExportPageAfter(after ExportPosition, limit int) []Line {
 	frontier, bounded := s.exportFrontier()
 	var out []Line
 	visit := func(it lineItem) bool {
 		if len(out) == limit || bounded && it.key.Window >= frontier {
 			return false
 		}
-		if s.export.Set && compareLedgerKeys(it.key, s.export.Last) <= 0 {
+		if after.Set && compareLedgerKeys(it.key, after.Last) <= 0 {
 			return true // the position's own line, when it is still here
 		}
 		if !s.final.Has(it.key.Window) {
@@ -120,8 +126,8 @@ func (s *State) ExportPage(limit int) []Line {
 		out = append(out, s.line(it))
 		return true
 	}
-	if s.export.Set {
-		s.ledger.AscendGreaterOrEqual(lineItem{key: s.export.Last}, visit)
+	if after.Set {
+		s.ledger.AscendGreaterOrEqual(lineItem{key: after.Last}, visit)
 	} else {
 		s.ledger.Ascend(visit)
 	}

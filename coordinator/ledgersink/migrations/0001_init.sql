@@ -17,11 +17,13 @@ CREATE TABLE allot_usage (
     PRIMARY KEY (cluster_id, window_start, tenant, rule, region)
 );
 
--- One tenant's month (QueryTenantMonth, QueryRegionsMerged). The key
--- alone: carrying the counts in the index (INCLUDE) made those queries
--- index-only (10 ms against 35 ms on 20 million lines) but the index four
--- times the size and every export slower.
-CREATE INDEX allot_usage_tenant_window ON allot_usage (tenant, window_start);
+-- One tenant's month (QueryTenantMonth, QueryRegionsMerged). The counts
+-- ride in the index (INCLUDE), so the month is an index-only scan: on 20
+-- million lines 13 ms, against 58 ms reading the rows the key alone
+-- finds. granted is left out: it would make every entry wider for the
+-- regions-merged query only, which reads the rows either way.
+CREATE INDEX allot_usage_tenant_window ON allot_usage (tenant, window_start)
+    INCLUDE (rule, admitted, denied);
 
 -- All tenants' day, over every cluster (QueryAllTenantsDay). Rows arrive
 -- in window order, so a block range index narrows a day to its run of

@@ -14,7 +14,7 @@ PROTOC_GEN_GO      := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 BIN                := $(CURDIR)/bin
 
-.PHONY: all build test gateways-deps bench bench-peers lint fuzz demo chaos chaos-short soak soak-short accuracy accuracy-short proto clean
+.PHONY: all build test gateways-deps bench bench-peers bench-sink lint fuzz demo chaos chaos-short soak soak-short accuracy accuracy-short proto clean
 
 all: build test
 
@@ -22,26 +22,32 @@ build:
 	$(GO) build $(PKGS)
 
 # The race detector is on for every test. This includes the short chaos
-# run (cmd/chaos TestChaosShort, about 70 s: real allot processes, built
+# run (cmd/chaos TestChaosShort, about 110 s: real allot processes, built
 # without the race detector, under a leader kill, a pause, an outage and
-# hostile input) and the short accuracy check (cmd/accuracy
+# hostile input, exporting the ledger to a real PostgreSQL that is
+# stopped, frozen and has the exporting leader killed mid-transaction)
+# and the short accuracy check (cmd/accuracy
 # TestAccuracyShort, about 60 s: steady quotas through real processes);
 # -short skips both. Then the demo runs as `make demo` does,
 # without the race detector (which slows each check tenfold), and every
 # one of its checks must pass (TestDemoChecks, about 35 s). The real
 # nginx and Caddy in front of a sidecar (cmd/allot TestGatewayForwardAuth)
 # must run too: gateways-deps installs them, and ALLOT_GATEWAY_TESTS=1
-# makes a missing one a failure rather than a skip.
+# makes a missing one a failure rather than a skip. So must the tests
+# against a real PostgreSQL (internal/pgserver, coordinator/ledgersink):
+# gateways-deps installs it, and ALLOT_PG_TESTS=1 makes it required.
 test: gateways-deps
-	ALLOT_GATEWAY_TESTS=1 ALLOT_PEER_TESTS=1 $(GO) test -race -count=1 $(PKGS)
+	ALLOT_GATEWAY_TESTS=1 ALLOT_PG_TESTS=1 ALLOT_PEER_TESTS=1 $(GO) test -race -count=1 $(PKGS)
 	$(GO) test -count=1 -run '^TestDemoChecks$$' ./cmd/allot
 
 # nginx, Caddy and Redis from Debian, for TestGatewayForwardAuth and
 # bench-peers, Prometheus (TestPrometheusAlerts, TestMetricsLint,
-# TestGrafanaDashboard) and Chromium (TestStatusPage), when missing: as root, or through sudo. Debian may
-# start the system's on their usual ports; they are stopped (the tests run
-# their own on free loopback ports, with their own pid files and
-# directories, so they never touch them).
+# TestGrafanaDashboard), Chromium (TestStatusPage) and PostgreSQL
+# (internal/pgserver and the tests that use it; its programs live in
+# /usr/lib/postgresql/NN/bin, off PATH), when missing: as root, or
+# through sudo. Debian may start the system's on their usual ports; they
+# are stopped (the tests run their own on free loopback ports, with their
+# own pid files and directories, so they never touch them).
 gateways-deps:
 	@missing=; \
 	command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
@@ -49,6 +55,7 @@ gateways-deps:
 	command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || missing="$$missing redis-server"; \
 	command -v promtool >/dev/null 2>&1 || [ -x /usr/bin/promtool ] || missing="$$missing prometheus"; \
 	command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	[ -x /usr/lib/postgresql/15/bin/initdb ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" -eq 0 ]; then sudo=; else sudo=sudo; fi; \
 		echo "installing$$missing from Debian"; \
@@ -66,6 +73,15 @@ bench:
 # and runs its own on a loopback port. About a minute.
 bench-peers: gateways-deps
 	$(GO) run ./cmd/benchpeers $(BENCH_PEERS_FLAGS)
+
+# The ledger sink as an operator sizes it (cmd/sinkbench): a real
+# coordinator fed 100,000 usage lines a second over gRPC, first without a
+# sink, then exporting to a real PostgreSQL (installed by gateways-deps),
+# until 20 million lines are exported; prints both intakes, the export
+# rate and the coordinator's memory as the lines add up. About 8 minutes.
+# SINK_BENCH_FLAGS passes flags through, e.g. -lines 2000000.
+bench-sink: gateways-deps
+	$(GO) run ./cmd/sinkbench $(SINK_BENCH_FLAGS)
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -108,11 +124,15 @@ demo:
 
 # Real crashes with real processes: 3 coordinators and 3 sidecars on
 # loopback under load, the leader SIGKILLed and SIGSTOPped, the whole
-# cluster down and back, new tenants and hostile input, and what disks do
+# cluster down and back, new tenants and hostile input, what disks do
 # (a damaged and a truncated raft.db, a damaged snapshot, a member's disk
 # lost while the others are stopped, a full disk when run as root, a
-# quorum lost for good and recovered); fails unless the ledger equals,
-# unit for unit, what the sidecars answered. About five minutes.
+# quorum lost for good and recovered), and the ledger exported to a real
+# PostgreSQL (when installed; -sink=false leaves it out) that is stopped,
+# frozen and has the exporting leader killed mid-transaction; fails
+# unless the ledger, as allot usage reads it and as PostgreSQL holds it
+# plus what the cluster keeps in memory, equals, unit for unit, what the
+# sidecars answered. About seven minutes.
 # CHAOS_FLAGS passes flags through, e.g.
 # make chaos CHAOS_FLAGS='-outage 20s -hostile=false' (docs/chaos.md).
 chaos:

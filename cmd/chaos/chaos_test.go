@@ -24,6 +24,10 @@ func shortConfig() config {
 	cfg.flood = 10_000
 	cfg.maxLines = 25
 	cfg.storage = storageConfig{}
+	// Ten-second windows: final lines for the sink every few seconds, so
+	// that sink-kill-mid-tx soon finds an export to block.
+	cfg.billingWindow = 10 * time.Second
+	cfg.sink.down, cfg.sink.pause = 5*time.Second, 4*time.Second
 	return cfg
 }
 
@@ -38,6 +42,9 @@ func storageShortConfig() config {
 	cfg.killGap = 2 * time.Second
 	cfg.storage = allStorage()
 	cfg.storage.lostDiskHold, cfg.storage.fullHold = 8*time.Second, 5*time.Second
+	// The sink exports through the storage phases; its own phases are
+	// TestChaosShort's.
+	cfg.sink.killMidTx, cfg.sink.down, cfg.sink.pause, cfg.restartMember = false, 0, 0, false
 	return cfg
 }
 
@@ -98,6 +105,39 @@ func TestParseFlags(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"-long-tenant-sidecar", "4"}, io.Discard, defaultConfig()); err == nil {
 		t.Error("-long-tenant-sidecar 4 accepted")
+	}
+}
+
+// TestParseSinkFlags: the sink is on by default, required (a missing
+// PostgreSQL fails the run) when asked for by name or by ALLOT_PG_TESTS=1,
+// and left out of the soak.
+func TestParseSinkFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		args         []string
+		env          string
+		on, required bool
+		err          bool
+	}{
+		{name: "default", on: true},
+		{name: "given", args: []string{"-sink"}, on: true, required: true},
+		{name: "off", args: []string{"-sink=false"}},
+		{name: "off even if required by the environment", args: []string{"-sink=false"}, env: "1"},
+		{name: "required by the environment", env: "1", on: true, required: true},
+		{name: "the soak leaves it out", args: []string{"-soak", "1m"}, env: "1"},
+		{name: "the soak refuses it by name", args: []string{"-soak", "1m", "-sink"}, err: true},
+		{name: "a batch of 0", args: []string{"-sink-batch", "0"}, on: true, err: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(pgRequireEnv, tc.env)
+			cfg, err := parseFlags(tc.args, io.Discard, defaultConfig())
+			if (err != nil) != tc.err {
+				t.Fatalf("parseFlags(%q): %v; want an error: %v", tc.args, err, tc.err)
+			}
+			if err == nil && (cfg.sink.on != tc.on || cfg.sink.required != tc.required) {
+				t.Errorf("parseFlags(%q) with %s=%q: sink on %v, required %v; want %v, %v", tc.args, pgRequireEnv, tc.env, cfg.sink.on, cfg.sink.required, tc.on, tc.required)
+			}
+		})
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/big"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,7 +48,15 @@ type harness struct {
 	// deleted them.
 	soakOK   bool
 	exported *exportedLines
-	once     sync.Once
+	// sink is the PostgreSQL the coordinators export the ledger to, nil
+	// without one; cluster is the cluster's ID, which its rows carry.
+	// sinkProblems are the sink phases' failed expectations, and sinkV
+	// the sink's ledger check.
+	sink         *sinkDB
+	cluster      string
+	sinkProblems []string
+	sinkV        *sinkVerdict
+	once         sync.Once
 }
 
 func newHarness(cfg config, out io.Writer) *harness {
@@ -63,6 +70,11 @@ func (h *harness) close() {
 	h.once.Do(func() {
 		if h.cl != nil {
 			h.cl.StopAll()
+		}
+		if h.sink != nil {
+			if err := h.sink.close(); err != nil {
+				fmt.Fprintf(h.out, "stopping PostgreSQL: %v\n", err)
+			}
 		}
 		if h.tmpfs {
 			if out, err := exec.Command("umount", h.cl.Coords[h.fullMember].DataDir).CombinedOutput(); err != nil {
@@ -128,6 +140,9 @@ func (h *harness) run(ctx context.Context) (*verdict, error) {
 	for _, n := range got.notes {
 		h.log.logf("anomaly: %s", n)
 	}
+	for _, n := range client.errorNotes() {
+		h.log.logf("failed check: %s", n)
+	}
 	client.http.CloseIdleConnections()
 
 	// Let a few cuts pass, so that the sidecars' counters are settled, then
@@ -147,10 +162,15 @@ func (h *harness) run(ctx context.Context) (*verdict, error) {
 	if err != nil {
 		return nil, err
 	}
+	if h.sink != nil {
+		if h.sinkV, err = h.checkSink(ctx, got, rules, led); err != nil {
+			return nil, err
+		}
+	}
 	envoysOK := h.envoyVerdict(envoys, led, rules)
 	v := compare(got, led, rules)
-	h.report(got, v, rules, counts)
-	h.passed, h.anomalies = v.passWithin(h.lostAllowed) && envoysOK && got.stats.anomalies == 0 && (cfg.soak.duration == 0 || h.soakOK), got.stats.anomalies
+	h.report(got, v, rules, counts, envoysOK)
+	h.passed, h.anomalies = v.passWithin(h.lostAllowed) && envoysOK && got.stats.anomalies == 0 && (cfg.soak.duration == 0 || h.soakOK) && h.sinkPass(), got.stats.anomalies
 	var wg sync.WaitGroup
 	for _, co := range h.cl.Coords {
 		wg.Go(func() {
@@ -212,10 +232,25 @@ func (h *harness) setup(ctx context.Context) error {
 			opts.SnapshotThreshold, opts.SnapshotInterval = t, 10*time.Second
 		}
 	}
+	if cfg.soak.duration == 0 && cfg.agentTimeout > 0 {
+		// Every RLQS stream is a reporter of its own; one whose
+		// coordinator was killed never reports again, and the windows it
+		// reported in, with every window after them for the sink, wait
+		// the agent timeout before they are final.
+		opts.CoordinatorArgs = append(opts.CoordinatorArgs, "--agent-timeout", cfg.agentTimeout.String())
+	}
 	if cfg.storage.damagedSnapshot {
 		// Snapshots every few dozen entries, so that a member soon holds
 		// two to damage one of.
 		opts.SnapshotThreshold, opts.SnapshotInterval = 64, time.Second
+	}
+	if cfg.sink.on {
+		if h.sink, err = h.startSink(ctx); err != nil {
+			return err
+		}
+	}
+	if h.sink != nil {
+		opts.LedgerSinkFile, opts.LedgerExportBatch, opts.LedgerExportInterval = h.sink.file, cfg.sink.batch, cfg.sink.interval
 	}
 	h.cl, err = fleet.New(opts)
 	if err != nil {
@@ -232,6 +267,13 @@ func (h *harness) setup(ctx context.Context) error {
 	leader, _ := h.cl.FindLeader(ctx)
 	if leader != nil {
 		h.log.logf("cluster up: leader %s; every sidecar has rules", leader.ID)
+	}
+	if h.sink != nil {
+		if h.cluster, err = h.clusterID(ctx); err != nil {
+			return err
+		}
+		h.log.logf("sink: every coordinator exports to it (--ledger-export-batch %d, --ledger-export-interval %v); cluster ID %s",
+			cfg.sink.batch, cfg.sink.interval, h.cluster)
 	}
 	return nil
 }
@@ -301,6 +343,9 @@ func (h *harness) faults(ctx context.Context, ld *load, client *client) (*tally,
 			return nil, err
 		}
 	}
+	if err := h.sinkPhases(ctx, client, phase); err != nil {
+		return nil, err
+	}
 	if cfg.storage.any() {
 		if err := h.storagePhases(ctx); err != nil {
 			return nil, err
@@ -326,8 +371,15 @@ func (h *harness) faults(ctx context.Context, ld *load, client *client) (*tally,
 			}
 		}
 	}
+	var mark sinkPosition
+	if h.sink != nil {
+		mark, _ = h.sink.position(ctx, h.cluster)
+	}
 	if err := phase("cooldown", cfg.cooldown); err != nil {
 		return nil, err
+	}
+	if h.sink != nil {
+		h.sinkCatchUp(ctx, mark)
 	}
 	h.checkSidecars(ctx)
 	return hostile, nil
@@ -350,7 +402,7 @@ func (h *harness) checkSidecars(ctx context.Context) {
 		h.reports[i] = [2]float64{sc.reportsOK, sc.reportsBad}
 	}
 	h.log.logf("sidecar reports answered/failed since the last phase: %s", strings.Join(parts, ", "))
-	h.log.logf("%s", leaderMetrics(ctx, h.cl))
+	h.log.logf("%s", leaderMetrics(ctx, h.cl, h.sink != nil))
 }
 
 // stopSidecars SIGTERMs every sidecar at once and waits for them: each
@@ -412,7 +464,7 @@ func (h *harness) settledLedger(ctx context.Context, rules *ruleSet) (ledger, er
 
 // report prints the mismatches, the sidecars' own counts where they
 // differ, and the summary.
-func (h *harness) report(got *tally, v *verdict, rules *ruleSet, counts []*sidecarCounts) {
+func (h *harness) report(got *tally, v *verdict, rules *ruleSet, counts []*sidecarCounts, envoysOK bool) {
 	var b strings.Builder
 	if err := printMismatches(&b, v, h.cfg.maxLines, mismatchPath(filepath.Join(h.dir, "logs"))); err != nil {
 		fmt.Fprintln(&b, err)
@@ -429,8 +481,11 @@ func (h *harness) report(got *tally, v *verdict, rules *ruleSet, counts []*sidec
 	if h.lostAllowed.Sign() > 0 {
 		fmt.Fprintf(&b, "SUMMARY units the lost quorum may have lost (in entries the recovered member never received): at most %s\n", h.lostAllowed)
 	}
+	if h.sinkV != nil {
+		h.sinkV.print(&b, h.cfg.maxLines, filepath.Join(h.dir, "logs"), h.lostAllowed, h.sinkProblems)
+	}
 	result := "PASS"
-	if !v.passWithin(h.lostAllowed) || s.anomalies > 0 {
+	if !v.passWithin(h.lostAllowed) || s.anomalies > 0 || !envoysOK || !h.sinkPass() || h.cfg.soak.duration > 0 && !h.soakOK {
 		result = "FAIL"
 	}
 	fmt.Fprintf(&b, "RESULT: %s\n", result)
@@ -455,35 +510,27 @@ func lastLine(path string) string {
 	return clip(last, 300)
 }
 
+// sinkPass is whether the sink's check passed and every sink phase held
+// (true without a sink).
+func (h *harness) sinkPass() bool {
+	if h.sinkV == nil {
+		return len(h.sinkProblems) == 0
+	}
+	return h.sinkV.pass(h.lostAllowed, h.sinkProblems)
+}
+
 // leaderMetrics summarises the leader's /metrics in one line, since the
 // leader started: reports by result, mean commit and allocation times,
-// mean report size, and the keys it divides.
-func leaderMetrics(ctx context.Context, c *fleet.Cluster) string {
+// mean report size, the keys it divides, and with a sink, the export's
+// lines, backlog, lag and errors.
+func leaderMetrics(ctx context.Context, c *fleet.Cluster, sink bool) string {
 	leader, _ := c.FindLeader(ctx)
 	if leader == nil {
 		return "no leader"
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, leader.URL("/metrics"), nil)
+	m, err := coordinatorMetrics(ctx, c, leader)
 	if err != nil {
 		return err.Error()
-	}
-	resp, err := c.HTTP.Do(req)
-	if err != nil {
-		return err.Error()
-	}
-	defer resp.Body.Close()
-	m := map[string]float64{}
-	in := bufio.NewScanner(resp.Body)
-	in.Buffer(nil, 1<<20)
-	for in.Scan() {
-		name, labels, v, ok := parseSample(in.Text())
-		if !ok {
-			continue
-		}
-		if r := labels["result"]; r != "" {
-			name += "/" + r
-		}
-		m[name] += v
 	}
 	mean := func(name string, scale float64) float64 {
 		if n := m[name+"_count"]; n > 0 {
@@ -492,8 +539,12 @@ func leaderMetrics(ctx context.Context, c *fleet.Cluster) string {
 		return 0
 	}
 	const p = "allot_coordinator_"
-	return fmt.Sprintf("leader %s: reports ok %.0f, failed %.0f, redirected %.0f, invalid %.0f; mean commit %.0f ms, allocation round %.0f ms, report %.0f KiB with %.0f keys; active keys %.0f",
+	line := fmt.Sprintf("leader %s: reports ok %.0f, failed %.0f, redirected %.0f, invalid %.0f; mean commit %.0f ms, allocation round %.0f ms, report %.0f KiB with %.0f keys; active keys %.0f",
 		leader.ID, m[p+"reports_total/ok"], m[p+"reports_total/failed"], m[p+"reports_total/redirected"], m[p+"reports_total/invalid"],
 		mean(p+"raft_apply_duration_seconds", 1000), mean(p+"allocation_round_duration_seconds", 1000),
 		mean(p+"report_size_bytes", 1.0/1024), mean(p+"report_keys", 1), m[p+"active_keys"])
+	if sink {
+		line += "; " + sinkLine(m)
+	}
+	return line
 }

@@ -229,10 +229,13 @@ func printMismatches(w io.Writer, v *verdict, max int, path string) error {
 }
 
 // sidecarCounts is what a sidecar says it decided, from its /metrics:
-// allot_agent_decisions_total per rule (units, as float64), and reports.
+// allot_agent_decisions_total per rule (units, as float64), reports, and
+// the checks decided on a rule's fail mode (allot_agent_fallback_decisions_total,
+// over every rule).
 type sidecarCounts struct {
 	adm, den              map[string]float64
 	reportsOK, reportsBad float64
+	fallback              float64
 }
 
 func scrapeSidecar(ctx context.Context, hc *http.Client, s *fleet.Sidecar) (*sidecarCounts, error) {
@@ -262,6 +265,8 @@ func scrapeSidecar(ctx context.Context, hc *http.Client, s *fleet.Sidecar) (*sid
 			sc.reportsOK = value
 		case name == "allot_agent_reports_total" && labels["result"] == "failed":
 			sc.reportsBad = value
+		case name == "allot_agent_fallback_decisions_total":
+			sc.fallback += value
 		}
 	}
 	return sc, in.Err()

@@ -9,6 +9,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -139,10 +140,21 @@ type client struct {
 	http     *http.Client
 	sidecars []*fleet.Sidecar
 	rules    *ruleSet
+	// errors counts, as it happens, the checks that got a transport
+	// error or an unexpected status (each tally has them too, for the
+	// end): a phase compares it before and after. errNotes says what the
+	// first of them were.
+	errors   atomic.Int64
+	mu       sync.Mutex
+	errNotes []string
 }
 
 func newClient(sidecars []*fleet.Sidecar, rules *ruleSet, conns int) *client {
-	tr := &http.Transport{MaxIdleConns: 4 * conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: time.Minute, DisableCompression: true}
+	// Idle connections are closed after 5 s, before the sidecars close
+	// them (their idle timeout is their 10 s read timeout): a request
+	// written onto a connection the server is closing fails, and a POST
+	// is not retried.
+	tr := &http.Transport{MaxIdleConns: 4 * conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: 5 * time.Second, DisableCompression: true}
 	// Generous: a request that times out after the sidecar decided it
 	// would be counted there and not here.
 	return &client{http: &http.Client{Transport: tr, Timeout: 60 * time.Second}, sidecars: sidecars, rules: rules}
@@ -164,19 +176,19 @@ func (c *client) check(ctx context.Context, t *tally, node int, method string, b
 	t.stats.sent++
 	req, err := http.NewRequestWithContext(ctx, method, c.sidecars[node].URL("/v1/check"), bytes.NewReader(body))
 	if err != nil {
-		t.stats.errors++
+		c.failed(t, node, err.Error())
 		return 0
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		t.stats.errors++
+		c.failed(t, node, err.Error())
 		return 0
 	}
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	resp.Body.Close()
 	if err != nil {
-		t.stats.errors++
+		c.failed(t, node, "reading the answer: "+err.Error())
 		return 0
 	}
 	switch resp.StatusCode {
@@ -188,7 +200,7 @@ func (c *client) check(ctx context.Context, t *tally, node int, method string, b
 		}
 		return resp.StatusCode
 	default:
-		t.stats.errors++
+		c.failed(t, node, fmt.Sprintf("%d %s", resp.StatusCode, clip(string(bytes.TrimSpace(data)), 120)))
 		return resp.StatusCode
 	}
 	if want == mustRefuse {
@@ -233,6 +245,25 @@ func (c *client) check(ctx context.Context, t *tally, node int, method string, b
 	t.at(shadow.Tenant, i).den.add(n)
 	t.byNode[node][i].den.add(n)
 	return resp.StatusCode
+}
+
+// failed counts a check sent to sidecar node that got no answer the
+// harness can count, and keeps what happened for the first ten.
+func (c *client) failed(t *tally, node int, what string) {
+	t.stats.errors++
+	c.errors.Add(1)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.errNotes) < 10 {
+		c.errNotes = append(c.errNotes, fmt.Sprintf("%s %s: %s", time.Now().UTC().Format("15:04:05.000"), c.sidecars[node].ID, what))
+	}
+}
+
+// errorNotes are the first failed checks, as failed noted them.
+func (c *client) errorNotes() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.errNotes)
 }
 
 func (c *client) send(ctx context.Context, t *tally, node int, r *checkReq) int {

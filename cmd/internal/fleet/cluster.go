@@ -70,6 +70,14 @@ type Options struct {
 	// --snapshot-interval), so that a run has snapshots to damage.
 	SnapshotThreshold int
 	SnapshotInterval  time.Duration
+	// LedgerSinkFile, when set, is every coordinator's
+	// --ledger-sink-file: a file holding the DSN of the PostgreSQL the
+	// leader exports final ledger lines to. LedgerExportBatch and
+	// LedgerExportInterval, when set, are their --ledger-export-batch
+	// and --ledger-export-interval.
+	LedgerSinkFile       string
+	LedgerExportBatch    int
+	LedgerExportInterval time.Duration
 	// CoordinatorArgs are more flags for every coordinator.
 	CoordinatorArgs []string
 	// PollInterval is how often the cluster's waits poll (default
@@ -168,6 +176,15 @@ func New(o Options) (*Cluster, error) {
 		}
 		if o.SnapshotInterval > 0 {
 			args = append(args, "--snapshot-interval", o.SnapshotInterval.String())
+		}
+		if o.LedgerSinkFile != "" {
+			args = append(args, "--ledger-sink-file", o.LedgerSinkFile)
+		}
+		if o.LedgerExportBatch > 0 {
+			args = append(args, "--ledger-export-batch", strconv.Itoa(o.LedgerExportBatch))
+		}
+		if o.LedgerExportInterval > 0 {
+			args = append(args, "--ledger-export-interval", o.LedgerExportInterval.String())
 		}
 		args = append(args, o.CoordinatorArgs...)
 		// The same flags on every member, as deploy/ starts them: they
@@ -282,6 +299,43 @@ func (c *Cluster) KillLeader(ctx context.Context, down time.Duration) error {
 	}
 	c.logf("%s restarted with its data", leader.ID)
 	return nil
+}
+
+// KillFollower SIGKILLs the member that has run the longest without
+// leading (a settled follower, not one just restarted), waits down, and
+// restarts it with its data. It returns the member it killed.
+func (c *Cluster) KillFollower(ctx context.Context, down time.Duration) (*Coordinator, error) {
+	leader, err := c.WaitLeader(ctx, 60*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	var co *Coordinator
+	for _, f := range c.Coords {
+		if f == leader || !f.Running() || f.IsPaused() {
+			continue
+		}
+		if st, err := c.Status(ctx, f); err != nil || st.State == "Leader" {
+			continue
+		}
+		if co == nil || f.Started().Before(co.Started()) {
+			co = f
+		}
+	}
+	if co == nil {
+		return nil, errors.New("no follower answers")
+	}
+	c.logf("SIGKILL follower %s; down for %v", co.ID, down)
+	if err := co.Kill(); err != nil {
+		return co, err
+	}
+	if err := Sleep(ctx, down); err != nil {
+		return co, err
+	}
+	if err := c.Restart(ctx, co); err != nil {
+		return co, fmt.Errorf("restarting %s: %w", co.ID, err)
+	}
+	c.logf("%s restarted with its data", co.ID)
+	return co, nil
 }
 
 // PauseLeader SIGSTOPs the leader for d, then SIGCONTs it.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/allot-io/allot/internal/auth"
 )
@@ -104,16 +105,61 @@ func TestNewOptions(t *testing.T) {
 	}
 }
 
+// TestNewSinkFlags passes the ledger sink's flags to every coordinator,
+// and none of them when the options leave them out.
+func TestNewSinkFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		o           Options
+		want, never []string
+	}{
+		{"sink, batch and interval", Options{Sidecars: 1, LedgerSinkFile: "/run/sink.dsn", LedgerExportBatch: 500, LedgerExportInterval: 500 * time.Millisecond},
+			[]string{"--ledger-sink-file /run/sink.dsn", "--ledger-export-batch 500", "--ledger-export-interval 500ms"}, nil},
+		{"sink alone", Options{LedgerSinkFile: "/run/sink.dsn"},
+			[]string{"--ledger-sink-file /run/sink.dsn"}, []string{"--ledger-export-batch", "--ledger-export-interval"}},
+		{"no sink", Options{}, nil, []string{"--ledger-sink", "--ledger-export-batch", "--ledger-export-interval"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.o
+			o.Bin, o.Dir = "/bin/allot", t.TempDir()
+			cl, err := New(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, co := range cl.Coords {
+				args := strings.Join(co.Args, " ")
+				for _, w := range tc.want {
+					if !strings.Contains(args, w) {
+						t.Errorf("%s's flags %q lack %q", co.ID, args, w)
+					}
+				}
+				for _, n := range tc.never {
+					if strings.Contains(args, n) {
+						t.Errorf("%s's flags %q have %q", co.ID, args, n)
+					}
+				}
+			}
+			for _, s := range cl.Sidecars {
+				if args := strings.Join(s.Args, " "); strings.Contains(args, "--ledger") {
+					t.Errorf("sidecar %s got a ledger flag: %q", s.ID, args)
+				}
+			}
+		})
+	}
+}
+
 // TestMemberStatusJSON decodes a status as the coordinator writes it
 // (protobuf JSON: 64-bit integers quoted), and refuses a bad index.
 func TestMemberStatusJSON(t *testing.T) {
 	var st MemberStatus
-	in := `{"id":"c2","state":"Follower","leader_id":"c1","leader_grpc_address":"127.0.0.1:7400","term":"4","applied_index":"1234","commit_index":1235,
+	in := `{"id":"c2","state":"Follower","leader_id":"c1","leader_grpc_address":"127.0.0.1:7400","term":"4","applied_index":"1234","commit_index":1235,"cluster_id":"7f3a",
+		"ledger":{"lines":"11776","sink":true,"exported_lines":"147340","exported_batches":"295","exported_through_window":"2026-12-02T03:03:00Z"},
 		"members":[{"id":"c1","voter":true},{"id":"c2","voter":true},{"id":"c3","voter":false}]}`
 	if err := json.Unmarshal([]byte(in), &st); err != nil {
 		t.Fatal(err)
 	}
-	if st.Term != 4 || st.AppliedIndex != 1234 || st.CommitIndex != 1235 || st.Voters() != 2 || st.LeaderID != "c1" || st.LeaderGRPC != "127.0.0.1:7400" {
+	if st.Term != 4 || st.AppliedIndex != 1234 || st.CommitIndex != 1235 || st.Voters() != 2 || st.LeaderID != "c1" || st.LeaderGRPC != "127.0.0.1:7400" || st.ClusterID != "7f3a" ||
+		st.Ledger.Lines != 11776 || !st.Ledger.Sink || st.Ledger.ExportedLines != 147340 || st.Ledger.ExportedBatches != 295 || st.Ledger.ExportedThroughWindow != "2026-12-02T03:03:00Z" {
 		t.Errorf("decoded %+v, voters %d", st, st.Voters())
 	}
 	if err := json.Unmarshal([]byte(`{"commit_index":"-1"}`), &st); err == nil {

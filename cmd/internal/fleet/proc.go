@@ -35,6 +35,7 @@ type Proc struct {
 	paused   bool          // SIGSTOPped
 	stopping bool          // the current run was sent a terminating signal
 	runs     int           // how many times it was started
+	started  time.Time     // when the current (or last) run started
 }
 
 // Start runs the process again. It is an error to start one that runs.
@@ -60,6 +61,7 @@ func (p *Proc) Start() error {
 	done := make(chan struct{})
 	p.cmd, p.done, p.err, p.paused, p.stopping = cmd, done, nil, false, false
 	p.runs++
+	p.started = time.Now()
 	go func() {
 		err := cmd.Wait()
 		f.Close()
@@ -105,6 +107,14 @@ func (p *Proc) Pid() int {
 		return 0
 	}
 	return p.cmd.Process.Pid
+}
+
+// Started is when the current (or last) run started; zero before the
+// first.
+func (p *Proc) Started() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.started
 }
 
 // Runs is how many times the process was started.

@@ -24,7 +24,20 @@ type MemberStatus struct {
 	Term         Uint64 `json:"term"`
 	AppliedIndex Uint64 `json:"applied_index"`
 	CommitIndex  Uint64 `json:"commit_index"`
-	Members      []struct {
+	// ClusterID is fixed by the cluster's first leader, empty until then:
+	// the cluster's rows in a ledger sink carry it.
+	ClusterID string `json:"cluster_id"`
+	// Ledger is what the member holds of the ledger, and how far its
+	// state says the ledger sink has it: the last exported line's window
+	// (RFC 3339), empty before the first batch.
+	Ledger struct {
+		Lines                 Uint64 `json:"lines"`
+		Sink                  bool   `json:"sink"`
+		ExportedLines         Uint64 `json:"exported_lines"`
+		ExportedBatches       Uint64 `json:"exported_batches"`
+		ExportedThroughWindow string `json:"exported_through_window"`
+	} `json:"ledger"`
+	Members []struct {
 		ID    string `json:"id"`
 		Voter bool   `json:"voter"`
 	} `json:"members"`

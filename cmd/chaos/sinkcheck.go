@@ -1,0 +1,370 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/internal/auth"
+	allotpb "github.com/allot-io/allot/proto"
+)
+
+// The sink's ledger check: the units in PostgreSQL, read with SQL from
+// allot_usage, plus those the cluster still holds in memory (the lines
+// QueryUsage returns with exported false), must equal what the sidecars
+// answered, per tenant and rule, exactly; and every line QueryUsage
+// returns with exported true must equal its row in PostgreSQL.
+
+// lineKey is a ledger line's key.
+type lineKey struct {
+	window               int64
+	tenant, rule, region string
+}
+
+func (k lineKey) String() string {
+	return fmt.Sprintf("%s %q %s %q", time.Unix(k.window, 0).UTC().Format(time.RFC3339), k.tenant, k.rule, k.region)
+}
+
+// lineUnits is one line's counts, and its window's length.
+type lineUnits struct {
+	adm, den uint64
+	seconds  int64
+}
+
+// sinkSnapshot is the cluster's ledger read at one export position: the
+// sink's rows and the lines QueryUsage returned, split by where they
+// came from.
+type sinkSnapshot struct {
+	pos      sinkPosition
+	rows     map[lineKey]lineUnits // allot_usage, this cluster's
+	exported map[lineKey]lineUnits // QueryUsage's lines with exported set
+	memory   map[lineKey]lineUnits // QueryUsage's others
+	final    int                   // of memory, final lines
+	// oldestOpen is the oldest window not yet final (hasOpen says there
+	// is one), and behind the final lines after it, which wait for it
+	// before the sink may take them.
+	oldestOpen int64
+	hasOpen    bool
+	behind     int
+	twice      []string // keys QueryUsage returned more than once
+	reads      int
+}
+
+// readSink reads the sink and the cluster's ledger until one read is
+// consistent: the position the same before and after, and QueryUsage
+// returning as exported every row the sink holds (its state's position
+// is the sink's: a position committed to PostgreSQL and not yet through
+// Raft leaves lines in both places for a moment).
+func (h *harness) readSink(ctx context.Context) (*sinkSnapshot, error) {
+	var last string
+	for attempt := 1; attempt <= 30; attempt++ {
+		s, why, err := h.readSinkOnce(ctx)
+		switch {
+		case err != nil:
+			last = err.Error()
+		case why == "":
+			s.reads = attempt
+			return s, nil
+		default:
+			last = why
+		}
+		if err := fleet.Sleep(ctx, time.Second); err != nil {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("reading the sink: no consistent read in 30 attempts (last: %s)", last)
+}
+
+// readSinkOnce reads once, and says why the read is not consistent ("" if
+// it is).
+func (h *harness) readSinkOnce(ctx context.Context) (*sinkSnapshot, string, error) {
+	conn, err := h.sink.connect(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	defer conn.Close(context.Background())
+	p1, err := readPosition(ctx, conn, h.cluster)
+	if err != nil {
+		return nil, "", err
+	}
+	recs, err := h.queryUsage(ctx, time.Now().Add(-48*time.Hour))
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := readRows(ctx, conn, h.cluster)
+	if err != nil {
+		return nil, "", err
+	}
+	p2, err := readPosition(ctx, conn, h.cluster)
+	if err != nil {
+		return nil, "", err
+	}
+	s := &sinkSnapshot{pos: p2, rows: rows, exported: map[lineKey]lineUnits{}, memory: map[lineKey]lineUnits{}}
+	var finals []int64
+	for _, r := range recs {
+		k := lineKey{r.GetWindowStart().GetSeconds(), r.GetTenant(), r.GetRule(), r.GetRegion()}
+		u := lineUnits{adm: r.GetAdmitted(), den: r.GetDenied(), seconds: r.GetWindowEnd().GetSeconds() - k.window}
+		into := s.memory
+		if r.GetExported() {
+			into = s.exported
+		} else if r.GetFinal() {
+			s.final++
+			finals = append(finals, k.window)
+		} else if !s.hasOpen || k.window < s.oldestOpen {
+			s.oldestOpen, s.hasOpen = k.window, true
+		}
+		if _, dup := s.exported[k]; dup {
+			s.twice = append(s.twice, k.String())
+		} else if _, dup := s.memory[k]; dup {
+			s.twice = append(s.twice, k.String())
+		}
+		into[k] = u
+	}
+	for _, w := range finals {
+		if s.hasOpen && w > s.oldestOpen {
+			s.behind++
+		}
+	}
+	switch {
+	case p1 != p2:
+		return nil, fmt.Sprintf("the position moved during the read, from %v to %v", p1, p2), nil
+	case len(s.exported) != len(rows):
+		return nil, fmt.Sprintf("QueryUsage returned %d lines as exported, the sink holds %d rows: its position is not yet the sink's", len(s.exported), len(rows)), nil
+	}
+	return s, "", nil
+}
+
+// readRows reads every row of cluster in allot_usage.
+func readRows(ctx context.Context, conn *pgx.Conn, cluster string) (map[lineKey]lineUnits, error) {
+	rows, err := conn.Query(ctx, `SELECT extract(epoch FROM window_start)::bigint, tenant, rule, region, window_seconds, admitted, denied
+FROM allot_usage WHERE cluster_id = $1`, cluster)
+	if err != nil {
+		return nil, fmt.Errorf("reading allot_usage: %w", err)
+	}
+	out := map[lineKey]lineUnits{}
+	for rows.Next() {
+		var (
+			k        lineKey
+			seconds  int32
+			adm, den int64
+		)
+		if err := rows.Scan(&k.window, &k.tenant, &k.rule, &k.region, &seconds, &adm, &den); err != nil {
+			return nil, fmt.Errorf("reading allot_usage: %w", err)
+		}
+		out[k] = lineUnits{adm: uint64(adm), den: uint64(den), seconds: int64(seconds)}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("reading allot_usage: %w", err)
+	}
+	return out, nil
+}
+
+// queryUsage reads every ledger line of the windows from from to two days
+// ahead with QueryUsage, the leader first, as `allot usage` does, keeping
+// the exported flag, which `allot usage` does not print.
+func (h *harness) queryUsage(ctx context.Context, from time.Time) ([]*allotpb.UsageRecord, error) {
+	leader, _ := h.cl.FindLeader(ctx)
+	order := []*fleet.Coordinator{}
+	if leader != nil {
+		order = append(order, leader)
+	}
+	for _, co := range h.cl.Coords {
+		if co != leader && co.Running() {
+			order = append(order, co)
+		}
+	}
+	var errs []error
+	for _, co := range order {
+		recs, err := h.queryUsageOf(ctx, co, from)
+		if err == nil {
+			return recs, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", co.ID, err))
+	}
+	return nil, fmt.Errorf("QueryUsage: %w", errors.Join(errs...))
+}
+
+func (h *harness) queryUsageOf(ctx context.Context, co *fleet.Coordinator, from time.Time) ([]*allotpb.UsageRecord, error) {
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if cr := h.cl.Creds; cr != nil {
+		r, err := auth.NewReloader(auth.TLSFiles{CAFile: cr.CA}, nil)
+		if err != nil {
+			return nil, err
+		}
+		opts = []grpc.DialOption{grpc.WithTransportCredentials(r.ClientCredentials()),
+			grpc.WithPerRPCCredentials(auth.StaticTokenCredentials(fleet.Token(cr.Reader)))}
+	}
+	cc, err := grpc.NewClient(co.GRPC, append(opts, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64<<20)))...)
+	if err != nil {
+		return nil, err
+	}
+	defer cc.Close()
+	client := allotpb.NewUsageServiceClient(cc)
+	q := &allotpb.UsageQuery{From: timestamppb.New(from), To: timestamppb.New(time.Now().Add(48 * time.Hour)), PageSize: 10000}
+	var out []*allotpb.UsageRecord
+	for range 1000 {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		resp, err := client.QueryUsage(cctx, q)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, resp.GetRecords()...)
+		if resp.GetNextPageToken() == "" {
+			return out, nil
+		}
+		q.PageToken = resp.GetNextPageToken()
+	}
+	return nil, errors.New("more than 1000 pages")
+}
+
+// sinkVerdict is the sink's ledger against the answers.
+type sinkVerdict struct {
+	snap *sinkSnapshot
+	v    *verdict
+	// crossOK and crossBad count the exported lines equal to their row
+	// and not; badLines are the first that differ.
+	crossOK, crossBad int
+	badLines          []string
+	// envoys says whether the Envoys' lines in the sink and memory equal
+	// those allot usage read.
+	envoys                       string
+	envoysOK                     bool
+	pgAdm, pgDen, memAdm, memDen u128
+}
+
+// checkSink reads the sink and compares it with the answers; led is the
+// ledger allot usage read, before the Envoys' lines were taken out of it.
+func (h *harness) checkSink(ctx context.Context, got *tally, rules *ruleSet, led ledger) (*sinkVerdict, error) {
+	snap, err := h.readSink(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sv := &sinkVerdict{snap: snap, envoysOK: true}
+	for k, row := range snap.rows {
+		if k.tenant != envoyTenant {
+			sv.pgAdm.add(row.adm)
+			sv.pgDen.add(row.den)
+		}
+		if u, ok := snap.exported[k]; ok && u == row {
+			sv.crossOK++
+			continue
+		}
+		sv.crossBad++
+		if len(sv.badLines) < 10 {
+			u, ok := snap.exported[k]
+			sv.badLines = append(sv.badLines, fmt.Sprintf("%v: in PostgreSQL admitted %d denied %d (%d s); allot usage: %v %+v", k, row.adm, row.den, row.seconds, ok, u))
+		}
+	}
+	for k := range snap.exported {
+		if _, ok := snap.rows[k]; !ok {
+			sv.crossBad++
+			if len(sv.badLines) < 10 {
+				sv.badLines = append(sv.badLines, fmt.Sprintf("%v: exported according to allot usage, not in PostgreSQL", k))
+			}
+		}
+	}
+	sl := ledger{}
+	add := func(k lineKey, u lineUnits) {
+		i, ok := rules.index[k.rule]
+		if !ok {
+			i = -1
+		}
+		tr := tenantRule{k.tenant, i}
+		if sl[tr] == nil {
+			sl[tr] = &units{}
+		}
+		sl[tr].adm.add(u.adm)
+		sl[tr].den.add(u.den)
+	}
+	for k, u := range snap.rows {
+		add(k, u)
+	}
+	for k, u := range snap.memory {
+		add(k, u)
+		if k.tenant != envoyTenant {
+			sv.memAdm.add(u.adm)
+			sv.memDen.add(u.den)
+		}
+	}
+	// The Envoys' lines are checked on their own (envoyVerdict): here
+	// they must only be what allot usage read.
+	var inSink, inUsage units
+	for k, u := range sl {
+		if k.tenant == envoyTenant {
+			inSink.adm.addU(u.adm)
+			inSink.den.addU(u.den)
+			delete(sl, k)
+		}
+	}
+	for k, u := range led {
+		if k.tenant == envoyTenant {
+			inUsage.adm.addU(u.adm)
+			inUsage.den.addU(u.den)
+		}
+	}
+	sv.envoysOK = inSink == inUsage
+	sv.envoys = fmt.Sprintf("admitted %s denied %s, allot usage read admitted %s denied %s", inSink.adm.big(), inSink.den.big(), inUsage.adm.big(), inUsage.den.big())
+	sv.v = compare(got, sl, rules)
+	return sv, nil
+}
+
+// pass is whether the sink's ledger is exact (less at most allowed lost),
+// agrees with allot usage, and every sink phase held.
+func (sv *sinkVerdict) pass(allowed *big.Int, problems []string) bool {
+	return sv.v.passWithin(allowed) && sv.crossBad == 0 && sv.envoysOK && len(sv.snap.twice) == 0 && len(problems) == 0
+}
+
+// print writes the sink's mismatching lines (all of them to
+// logs/sink-mismatches.tsv) and its summary lines.
+func (sv *sinkVerdict) print(w io.Writer, max int, logs string, allowed *big.Int, problems []string) {
+	v, s := sv.v, sv.snap
+	if len(v.mismatches) > 0 {
+		fmt.Fprintln(w, "The sink's ledger (PostgreSQL + memory) against the answers, where they differ:")
+		if err := printMismatches(w, v, max, filepath.Join(logs, "sink-mismatches.tsv")); err != nil {
+			fmt.Fprintln(w, err)
+		}
+	}
+	for _, l := range sv.badLines {
+		fmt.Fprintf(w, "exported line differs from PostgreSQL: %s\n", l)
+	}
+	for i, k := range s.twice {
+		if i == 10 {
+			fmt.Fprintf(w, "… and %d more\n", len(s.twice)-i)
+			break
+		}
+		fmt.Fprintf(w, "QueryUsage returned a line twice: %s\n", k)
+	}
+	open := ""
+	if s.hasOpen {
+		open = fmt.Sprintf("; oldest window not final %s, %d final lines after it wait for it",
+			time.Unix(s.oldestOpen, 0).UTC().Format(time.RFC3339), s.behind)
+	}
+	fmt.Fprintf(w, "SUMMARY sink: %d lines in PostgreSQL (%d rows), %d batches; %d lines still in memory (%d final%s); read %d times to a consistent position\n",
+		s.pos.lines, len(s.rows), s.pos.batches, len(s.memory), s.final, open, s.reads)
+	fmt.Fprintf(w, "SUMMARY sink units (the Envoys' apart): PostgreSQL admitted %s, denied %s; memory admitted %s, denied %s; answered admitted %s, denied %s\n",
+		sv.pgAdm.big(), sv.pgDen.big(), sv.memAdm.big(), sv.memDen.big(), v.genAdm, v.genDen)
+	fmt.Fprintf(w, "SUMMARY sink tenant/rule lines: %d, mismatching %d (%d lines short in %d tenants, %d lines over in %d tenants)\n",
+		v.lines, len(v.mismatches), v.lostLines, v.lostTenants, v.doubleLines, v.doubleTenants)
+	fmt.Fprintf(w, "SUMMARY sink lost units: %s, double-counted units: %s\n", v.lost, v.double)
+	fmt.Fprintf(w, "SUMMARY sink cross-check: %d exported lines equal their PostgreSQL rows, %d differ; Envoys' lines: %s\n", sv.crossOK, sv.crossBad, sv.envoys)
+	if len(problems) > 0 {
+		fmt.Fprintf(w, "SUMMARY sink phases: %d failed: %s\n", len(problems), strings.Join(problems, "; "))
+	}
+	result := "PASS"
+	if !sv.pass(allowed, problems) {
+		result = "FAIL"
+	}
+	fmt.Fprintf(w, "SUMMARY sink: %s\n", result)
+}

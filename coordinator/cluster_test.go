@@ -282,29 +282,10 @@ func TestClusterFailoverLosesNothing(t *testing.T) {
 	}
 	old := waitLeader(t, nodes)
 	testwait.For(t, 10*time.Second, "usage to flow", func() bool { return agents[0].ackedTotal() > 50 })
-	stop(old)
-	var rest []*Coordinator
-	for _, c := range nodes {
-		if c != old {
-			rest = append(rest, c)
-		}
-	}
-	next := waitLeader(t, rest)
-	before := agents[0].ackedTotal()
-	testwait.For(t, 20*time.Second, "usage to flow through the new leader", func() bool { return agents[0].ackedTotal() > before+50 })
+	next, rest := failOver(t, nodes, old, agents[0], 50)
 	cancel()
 	wg.Wait()
-	// Flush what is still pending, through the new leader.
-	for _, a := range agents {
-		testwait.For(t, 20*time.Second, a.node+"'s last batch to be acknowledged", func() bool {
-			_, err := a.report(context.Background(), "acme", 0, nil)
-			return err == nil && a.pendingBatch() == nil
-		})
-	}
-	var want uint64
-	for _, a := range agents {
-		want += a.ackedTotal()
-	}
+	want := flushAgents(t, agents)
 	for _, c := range rest {
 		testwait.For(t, 10*time.Second, c.ID()+" to apply everything", func() bool {
 			got, _ := ledgerTotal(c.fsm, "acme")
@@ -318,6 +299,37 @@ func TestClusterFailoverLosesNothing(t *testing.T) {
 		t.Errorf("the new leader did not start a new epoch: %d", next.Status().GetEpoch())
 	}
 	t.Logf("acknowledged and ledgered exactly %d units across the failover", want)
+}
+
+// failOver stops old, waits for a leader among the rest and for a's
+// usage to grow by n through it, and returns the new leader and the rest.
+func failOver(t *testing.T, nodes []*Coordinator, old *Coordinator, a *agentSim, n uint64) (*Coordinator, []*Coordinator) {
+	t.Helper()
+	stop(old)
+	var rest []*Coordinator
+	for _, c := range nodes {
+		if c != old {
+			rest = append(rest, c)
+		}
+	}
+	next := waitLeader(t, rest)
+	before := a.ackedTotal()
+	testwait.For(t, 20*time.Second, "usage to flow through the new leader", func() bool { return a.ackedTotal() > before+n })
+	return next, rest
+}
+
+// flushAgents has every agent's pending batch acknowledged and returns
+// the usage the cluster acknowledged in all.
+func flushAgents(t *testing.T, agents []*agentSim) (acked uint64) {
+	t.Helper()
+	for _, a := range agents {
+		testwait.For(t, 20*time.Second, a.node+"'s last batch to be acknowledged", func() bool {
+			_, err := a.report(context.Background(), "", 0, nil)
+			return err == nil && a.pendingBatch() == nil
+		})
+		acked += a.ackedTotal()
+	}
+	return acked
 }
 
 func (a *agentSim) ackedTotal() uint64 {

@@ -128,29 +128,10 @@ func TestExportToPostgresExactlyOnce(t *testing.T) {
 	}
 
 	// The leader is stopped; the next resumes from the sink's position.
-	old := waitLeader(t, nodes)
-	stop(old)
-	var rest []*Coordinator
-	for _, c := range nodes {
-		if c != old {
-			rest = append(rest, c)
-		}
-	}
-	next := waitLeader(t, rest)
-	before = agents[0].ackedTotal()
-	testwait.For(t, 20*time.Second, "usage to flow through the new leader", func() bool { return agents[0].ackedTotal() > before+20 })
+	next, rest := failOver(t, nodes, waitLeader(t, nodes), agents[0], 20)
 	cancel()
 	wg.Wait()
-	for _, a := range agents {
-		testwait.For(t, 20*time.Second, a.node+"'s last batch to be acknowledged", func() bool {
-			_, err := a.report(context.Background(), "", 0, nil)
-			return err == nil && a.pendingBatch() == nil
-		})
-	}
-	var want uint64
-	for _, a := range agents {
-		want += a.ackedTotal()
-	}
+	want := flushAgents(t, agents)
 	var cluster string
 	next.fsm.Read(func(s *state.State) { cluster = s.ClusterID() })
 	// Once every window is final and exported, the sink holds it all and

@@ -75,20 +75,7 @@ func (s *State) applyExported(cmd *fsmpb.ExportedCommand) {
 	if !pos.After(s.export) {
 		return
 	}
-	var drop []lineItem
-	s.ledger.Ascend(func(it lineItem) bool {
-		if compareLedgerKeys(it.key, pos.Last) > 0 {
-			return false
-		}
-		if s.final.Has(it.key.Window) {
-			drop = append(drop, it)
-		}
-		return true
-	})
-	for _, it := range drop {
-		s.ledger.Delete(it)
-	}
-	s.finalLines -= len(drop)
+	s.dropFinalLines(func(k LedgerKey) bool { return compareLedgerKeys(k, pos.Last) <= 0 })
 	s.export = pos
 }
 

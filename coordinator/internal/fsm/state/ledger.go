@@ -44,9 +44,16 @@ func windowEnd(window, width int64) int64 {
 // deletes and the old windows not yet final. It returns how many lines it
 // deleted.
 func (s *State) dropLedgerBefore(cutoff, width int64) int {
+	return s.dropFinalLines(func(k LedgerKey) bool { return windowEnd(k.Window, width) < cutoff })
+}
+
+// dropFinalLines deletes the lines of final windows from the ledger's
+// start for as long as within holds, and returns how many it deleted;
+// lines of windows not final are kept.
+func (s *State) dropFinalLines(within func(LedgerKey) bool) int {
 	var drop []lineItem
 	s.ledger.Ascend(func(it lineItem) bool {
-		if windowEnd(it.key.Window, width) >= cutoff {
+		if !within(it.key) {
 			return false
 		}
 		if s.final.Has(it.key.Window) {
@@ -57,6 +64,7 @@ func (s *State) dropLedgerBefore(cutoff, width int64) int {
 	for _, it := range drop {
 		s.ledger.Delete(it)
 	}
+	s.finalLines -= len(drop)
 	return len(drop)
 }
 

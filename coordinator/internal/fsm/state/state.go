@@ -344,9 +344,7 @@ func (s *State) maintain(cmd *fsmpb.MaintainCommand) {
 	}
 	if r := cmd.GetRetentionNano(); r > 0 {
 		cutoff := now - r
-		dropped := s.dropLedgerBefore(cutoff, width)
-		s.retentionDropped += uint64(dropped)
-		s.finalLines -= dropped
+		s.retentionDropped += uint64(s.dropLedgerBefore(cutoff, width))
 		var expired []int64
 		s.final.Ascend(func(w int64) bool {
 			if windowEnd(w, width) >= cutoff {

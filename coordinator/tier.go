@@ -135,15 +135,38 @@ func (a *allocator) refreshLimits(now int64) (fallback int) {
 // the key reserves nothing: its nodes spend their unleased shares of it
 // until their cluster reports it, as nodes do in a region for a key its
 // cluster has not heard of (docs/regions.md).
+//
+// A region that still reports, but no longer this key, is not on its
+// fraction: a region reports every key it divides, on its fraction or
+// not, so its cluster has forgotten the key (its nodes' traffic went
+// elsewhere and they gave their leases up). It is a region that never
+// reported the key, and reserves nothing. Counting it fallen took its
+// third from the region the traffic had moved to, a minute after every
+// move (follow-the-sun: 67% of the quota for the last seconds of the run).
 func (a *allocator) fallenRegions(p *pool, now int64) float64 {
 	fallen := 0.0
 	ttl := a.ttl.Load()
 	for name, seen := range p.regionSeen {
-		if now-seen >= ttl {
-			fallen += p.rule.Regions[name] * p.limit
+		if now-seen < ttl {
+			continue
 		}
+		if a.regionReportedSince(name, seen, now) {
+			delete(p.regionSeen, name)
+			continue
+		}
+		fallen += p.rule.Regions[name] * p.limit
 	}
 	return fallen
+}
+
+// regionReportedSince reports whether, on a parent, a region has reported
+// within the last lease period, after seen: it is in touch, and a key it
+// reported at seen and not since is no longer one it divides.
+func (a *allocator) regionReportedSince(region string, seen, now int64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	info := a.nodes[RegionNode(region)]
+	return info != nil && info.lastSeen > seen && now-info.lastSeen < a.ttl.Load()
 }
 
 // regionDemand is the region's report to the parent: for every tiered

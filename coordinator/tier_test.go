@@ -20,8 +20,10 @@ type world struct {
 	parent  *Engine
 	regions map[string]*Engine
 	nodes   map[string]*engineNode
-	// cut holds the regions that cannot reach the parent.
-	cut map[string]bool
+	// cut holds the regions that cannot reach the parent; dropped, those
+	// whose node no longer reports acme's key (its traffic long gone, it
+	// gave its lease up).
+	cut, dropped map[string]bool
 }
 
 var worldRegions = []string{"us", "eu", "ap"}
@@ -30,7 +32,8 @@ func newWorld(t *testing.T, limit int64) *world {
 	t.Helper()
 	r := rules.Rule{Name: "quota", Scope: rules.Tenant, Algorithm: algo.TokenBucket, Limit: limit, Period: time.Second,
 		Intent: lease.Quota, Regions: map[string]float64{"us": 1.0 / 3, "eu": 1.0 / 3, "ap": 1.0 / 3}}
-	w := &world{t: t, now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), regions: map[string]*Engine{}, nodes: map[string]*engineNode{}, cut: map[string]bool{}}
+	w := &world{t: t, now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), regions: map[string]*Engine{}, nodes: map[string]*engineNode{}, cut: map[string]bool{},
+		dropped: map[string]bool{}}
 	var err error
 	if w.parent, err = NewEngine(EngineConfig{Global: true, Rules: []rules.Rule{r}}, w.now); err != nil {
 		t.Fatal(err)
@@ -56,6 +59,9 @@ func (w *world) step(rates map[string]float64) {
 			Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: n.name, Incarnation: 1, Region: name,
 			SentUnixNano: w.now.UnixNano(), IntervalNano: int64(time.Second),
 			Demand: []*allotpb.KeyDemand{{Rule: "quota", Key: "acme", Tenant: "acme", Admitted: rates[name], Held: n.held, HeldEpoch: n.epoch, HeldSeq: n.seq}},
+		}
+		if w.dropped[name] {
+			req.Demand = nil
 		}
 		resp, err := w.regions[name].Report(w.now, req)
 		if err != nil {
@@ -136,6 +142,29 @@ func TestTierFollowsDemand(t *testing.T) {
 	}
 	if got := w.regionLimit("us"); got > 0.1*900 {
 		t.Fatalf("us still divides %.1f after its traffic left", got)
+	}
+}
+
+// TestTierForgottenKey: a region whose nodes gave up a key their traffic
+// left long ago, and whose cluster forgot it, still reports its other
+// keys: it is not on its static fraction of the forgotten key, and the
+// parent keeps nothing of it out of what the region the traffic moved to
+// divides.
+func TestTierForgottenKey(t *testing.T) {
+	w := newWorld(t, 900)
+	for range 10 {
+		w.step(map[string]float64{"us": 2000})
+	}
+	for range 10 {
+		w.step(map[string]float64{"eu": 2000})
+	}
+	w.dropped["us"] = true
+	for i := range 30 {
+		w.step(map[string]float64{"eu": 2000})
+		w.withinQuota(fmt.Sprintf("second %d after us forgot the key", i+1))
+		if got := w.regionLimit("eu"); got < 0.95*900 {
+			t.Fatalf("second %d after us forgot the key: eu, where all the traffic is, divides %.1f of 900", i+1, got)
+		}
 	}
 }
 

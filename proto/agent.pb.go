@@ -552,8 +552,13 @@ type ReportResponse struct {
 	// billing_window_nano is the ledger's billing window: the agent cuts
 	// usage at its boundaries.
 	BillingWindowNano int64 `protobuf:"varint,13,opt,name=billing_window_nano,json=billingWindowNano,proto3" json:"billing_window_nano,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// group is the shard group that answered (docs/coordinator.md#shard-groups);
+	// shard_map_version is the home group's shard map version, set by the
+	// home group's members only: an agent holding an older map fetches it.
+	Group           string `protobuf:"bytes,14,opt,name=group,proto3" json:"group,omitempty"`
+	ShardMapVersion uint64 `protobuf:"varint,15,opt,name=shard_map_version,json=shardMapVersion,proto3" json:"shard_map_version,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ReportResponse) Reset() {
@@ -673,6 +678,20 @@ func (x *ReportResponse) GetRenewUnixNano() int64 {
 func (x *ReportResponse) GetBillingWindowNano() int64 {
 	if x != nil {
 		return x.BillingWindowNano
+	}
+	return 0
+}
+
+func (x *ReportResponse) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *ReportResponse) GetShardMapVersion() uint64 {
+	if x != nil {
+		return x.ShardMapVersion
 	}
 	return 0
 }
@@ -902,7 +921,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x06weight\x18\f \x01(\x01R\x06weight\x12\x12\n" +
 	"\x04plan\x18\r \x01(\tR\x04plan\x12#\n" +
 	"\rinterval_nano\x18\x0e \x01(\x03R\fintervalNano\x12\x1b\n" +
-	"\tnext_held\x18\x0f \x01(\x01R\bnextHeld\"\x8f\x04\n" +
+	"\tnext_held\x18\x0f \x01(\x01R\bnextHeld\"\xd1\x04\n" +
 	"\x0eReportResponse\x125\n" +
 	"\bprotocol\x18\x01 \x01(\x0e2\x19.allot.v1.ProtocolVersionR\bprotocol\x12\x1b\n" +
 	"\tacked_seq\x18\x02 \x01(\x04R\backedSeq\x12\x14\n" +
@@ -917,7 +936,9 @@ const file_agent_proto_rawDesc = "" +
 	" \x01(\x03R\fleaseTtlNano\x12\"\n" +
 	"\fcoordinators\x18\v \x03(\tR\fcoordinators\x12&\n" +
 	"\x0frenew_unix_nano\x18\f \x01(\x03R\rrenewUnixNano\x12.\n" +
-	"\x13billing_window_nano\x18\r \x01(\x03R\x11billingWindowNano\"\xaa\x02\n" +
+	"\x13billing_window_nano\x18\r \x01(\x03R\x11billingWindowNano\x12\x14\n" +
+	"\x05group\x18\x0e \x01(\tR\x05group\x12*\n" +
+	"\x11shard_map_version\x18\x0f \x01(\x04R\x0fshardMapVersion\"\xaa\x02\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +

@@ -28,6 +28,73 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type SlotsCommand_Op int32
+
+const (
+	SlotsCommand_OP_UNSPECIFIED SlotsCommand_Op = 0
+	// empty: the group starts owning no slot (a group added to a region).
+	SlotsCommand_EMPTY SlotsCommand_Op = 1
+	// freeze: the source stops taking usage for the slots.
+	SlotsCommand_FREEZE SlotsCommand_Op = 2
+	// acquire: the target owns the slots; refused after an abort.
+	SlotsCommand_ACQUIRE SlotsCommand_Op = 3
+	// release: the source lets the frozen slots go for good.
+	SlotsCommand_RELEASE SlotsCommand_Op = 4
+	// abort: the target refuses the move for good; refused after an acquire.
+	SlotsCommand_ABORT SlotsCommand_Op = 5
+	// unfreeze: the source owns the frozen slots again (an aborted move).
+	SlotsCommand_UNFREEZE SlotsCommand_Op = 6
+)
+
+// Enum value maps for SlotsCommand_Op.
+var (
+	SlotsCommand_Op_name = map[int32]string{
+		0: "OP_UNSPECIFIED",
+		1: "EMPTY",
+		2: "FREEZE",
+		3: "ACQUIRE",
+		4: "RELEASE",
+		5: "ABORT",
+		6: "UNFREEZE",
+	}
+	SlotsCommand_Op_value = map[string]int32{
+		"OP_UNSPECIFIED": 0,
+		"EMPTY":          1,
+		"FREEZE":         2,
+		"ACQUIRE":        3,
+		"RELEASE":        4,
+		"ABORT":          5,
+		"UNFREEZE":       6,
+	}
+)
+
+func (x SlotsCommand_Op) Enum() *SlotsCommand_Op {
+	p := new(SlotsCommand_Op)
+	*p = x
+	return p
+}
+
+func (x SlotsCommand_Op) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SlotsCommand_Op) Descriptor() protoreflect.EnumDescriptor {
+	return file_fsm_proto_enumTypes[0].Descriptor()
+}
+
+func (SlotsCommand_Op) Type() protoreflect.EnumType {
+	return &file_fsm_proto_enumTypes[0]
+}
+
+func (x SlotsCommand_Op) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SlotsCommand_Op.Descriptor instead.
+func (SlotsCommand_Op) EnumDescriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{19, 0}
+}
+
 // ReportsCommand applies the usage batches of many reports in one entry.
 type ReportsCommand struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -154,8 +221,11 @@ func (x *AgentUsage) GetBatch() *proto.UsageBatch {
 // ReportsResult is what applying a ReportsCommand returns to the proposer:
 // for each report, the highest batch now applied for its incarnation.
 type ReportsResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AckedSeq      []uint64               `protobuf:"varint,1,rep,packed,name=acked_seq,json=ackedSeq,proto3" json:"acked_seq,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	AckedSeq []uint64               `protobuf:"varint,1,rep,packed,name=acked_seq,json=ackedSeq,proto3" json:"acked_seq,omitempty"`
+	// moved lists the reports refused, not applied, because their usage
+	// falls in slots this group does not own (docs/coordinator.md#shard-groups).
+	Moved         []*MovedReport `protobuf:"bytes,2,rep,name=moved,proto3" json:"moved,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -197,6 +267,65 @@ func (x *ReportsResult) GetAckedSeq() []uint64 {
 	return nil
 }
 
+func (x *ReportsResult) GetMoved() []*MovedReport {
+	if x != nil {
+		return x.Moved
+	}
+	return nil
+}
+
+type MovedReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Report        uint32                 `protobuf:"varint,1,opt,name=report,proto3" json:"report,omitempty"`
+	Slots         []uint32               `protobuf:"varint,2,rep,packed,name=slots,proto3" json:"slots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MovedReport) Reset() {
+	*x = MovedReport{}
+	mi := &file_fsm_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MovedReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MovedReport) ProtoMessage() {}
+
+func (x *MovedReport) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MovedReport.ProtoReflect.Descriptor instead.
+func (*MovedReport) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *MovedReport) GetReport() uint32 {
+	if x != nil {
+		return x.Report
+	}
+	return 0
+}
+
+func (x *MovedReport) GetSlots() []uint32 {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
 type RulesCommand struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Put           []*proto.Rule          `protobuf:"bytes,1,rep,name=put,proto3" json:"put,omitempty"`
@@ -208,7 +337,7 @@ type RulesCommand struct {
 
 func (x *RulesCommand) Reset() {
 	*x = RulesCommand{}
-	mi := &file_fsm_proto_msgTypes[3]
+	mi := &file_fsm_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -220,7 +349,7 @@ func (x *RulesCommand) String() string {
 func (*RulesCommand) ProtoMessage() {}
 
 func (x *RulesCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[3]
+	mi := &file_fsm_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -233,7 +362,7 @@ func (x *RulesCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RulesCommand.ProtoReflect.Descriptor instead.
 func (*RulesCommand) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{3}
+	return file_fsm_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RulesCommand) GetPut() []*proto.Rule {
@@ -267,7 +396,7 @@ type MemberCommand struct {
 
 func (x *MemberCommand) Reset() {
 	*x = MemberCommand{}
-	mi := &file_fsm_proto_msgTypes[4]
+	mi := &file_fsm_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -279,7 +408,7 @@ func (x *MemberCommand) String() string {
 func (*MemberCommand) ProtoMessage() {}
 
 func (x *MemberCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[4]
+	mi := &file_fsm_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -292,7 +421,7 @@ func (x *MemberCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MemberCommand.ProtoReflect.Descriptor instead.
 func (*MemberCommand) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{4}
+	return file_fsm_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MemberCommand) GetMember() *proto.Member {
@@ -323,7 +452,7 @@ type EpochCommand struct {
 
 func (x *EpochCommand) Reset() {
 	*x = EpochCommand{}
-	mi := &file_fsm_proto_msgTypes[5]
+	mi := &file_fsm_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -335,7 +464,7 @@ func (x *EpochCommand) String() string {
 func (*EpochCommand) ProtoMessage() {}
 
 func (x *EpochCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[5]
+	mi := &file_fsm_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -348,7 +477,7 @@ func (x *EpochCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EpochCommand.ProtoReflect.Descriptor instead.
 func (*EpochCommand) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{5}
+	return file_fsm_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EpochCommand) GetLeader() string {
@@ -382,7 +511,7 @@ type MaintainCommand struct {
 
 func (x *MaintainCommand) Reset() {
 	*x = MaintainCommand{}
-	mi := &file_fsm_proto_msgTypes[6]
+	mi := &file_fsm_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -394,7 +523,7 @@ func (x *MaintainCommand) String() string {
 func (*MaintainCommand) ProtoMessage() {}
 
 func (x *MaintainCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[6]
+	mi := &file_fsm_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -407,7 +536,7 @@ func (x *MaintainCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MaintainCommand.ProtoReflect.Descriptor instead.
 func (*MaintainCommand) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{6}
+	return file_fsm_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *MaintainCommand) GetNowUnixNano() int64 {
@@ -477,7 +606,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_fsm_proto_msgTypes[7]
+	mi := &file_fsm_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -489,7 +618,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[7]
+	mi := &file_fsm_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -502,7 +631,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{7}
+	return file_fsm_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SnapshotHeader) GetFormat() uint32 {
@@ -623,7 +752,7 @@ type IncarnationRecord struct {
 
 func (x *IncarnationRecord) Reset() {
 	*x = IncarnationRecord{}
-	mi := &file_fsm_proto_msgTypes[8]
+	mi := &file_fsm_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -635,7 +764,7 @@ func (x *IncarnationRecord) String() string {
 func (*IncarnationRecord) ProtoMessage() {}
 
 func (x *IncarnationRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[8]
+	mi := &file_fsm_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,7 +777,7 @@ func (x *IncarnationRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IncarnationRecord.ProtoReflect.Descriptor instead.
 func (*IncarnationRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{8}
+	return file_fsm_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *IncarnationRecord) GetNode() string {
@@ -704,7 +833,7 @@ type LedgerRecord struct {
 
 func (x *LedgerRecord) Reset() {
 	*x = LedgerRecord{}
-	mi := &file_fsm_proto_msgTypes[9]
+	mi := &file_fsm_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +845,7 @@ func (x *LedgerRecord) String() string {
 func (*LedgerRecord) ProtoMessage() {}
 
 func (x *LedgerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[9]
+	mi := &file_fsm_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +858,7 @@ func (x *LedgerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedgerRecord.ProtoReflect.Descriptor instead.
 func (*LedgerRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{9}
+	return file_fsm_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LedgerRecord) GetTenant() string {
@@ -799,7 +928,7 @@ type WindowRecord struct {
 
 func (x *WindowRecord) Reset() {
 	*x = WindowRecord{}
-	mi := &file_fsm_proto_msgTypes[10]
+	mi := &file_fsm_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -811,7 +940,7 @@ func (x *WindowRecord) String() string {
 func (*WindowRecord) ProtoMessage() {}
 
 func (x *WindowRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[10]
+	mi := &file_fsm_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -824,7 +953,7 @@ func (x *WindowRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowRecord.ProtoReflect.Descriptor instead.
 func (*WindowRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{10}
+	return file_fsm_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WindowRecord) GetWindowUnix() int64 {
@@ -862,7 +991,7 @@ type SettingsCommand struct {
 
 func (x *SettingsCommand) Reset() {
 	*x = SettingsCommand{}
-	mi := &file_fsm_proto_msgTypes[11]
+	mi := &file_fsm_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +1003,7 @@ func (x *SettingsCommand) String() string {
 func (*SettingsCommand) ProtoMessage() {}
 
 func (x *SettingsCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[11]
+	mi := &file_fsm_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +1016,7 @@ func (x *SettingsCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SettingsCommand.ProtoReflect.Descriptor instead.
 func (*SettingsCommand) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{11}
+	return file_fsm_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SettingsCommand) GetBillingWindowNano() int64 {
@@ -928,7 +1057,7 @@ type FinalWindows struct {
 
 func (x *FinalWindows) Reset() {
 	*x = FinalWindows{}
-	mi := &file_fsm_proto_msgTypes[12]
+	mi := &file_fsm_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -940,7 +1069,7 @@ func (x *FinalWindows) String() string {
 func (*FinalWindows) ProtoMessage() {}
 
 func (x *FinalWindows) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[12]
+	mi := &file_fsm_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -953,7 +1082,7 @@ func (x *FinalWindows) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinalWindows.ProtoReflect.Descriptor instead.
 func (*FinalWindows) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{12}
+	return file_fsm_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FinalWindows) GetWindowUnix() []int64 {
@@ -985,7 +1114,7 @@ type GrantsCommand struct {
 
 func (x *GrantsCommand) Reset() {
 	*x = GrantsCommand{}
-	mi := &file_fsm_proto_msgTypes[13]
+	mi := &file_fsm_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -997,7 +1126,7 @@ func (x *GrantsCommand) String() string {
 func (*GrantsCommand) ProtoMessage() {}
 
 func (x *GrantsCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[13]
+	mi := &file_fsm_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1010,7 +1139,7 @@ func (x *GrantsCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantsCommand.ProtoReflect.Descriptor instead.
 func (*GrantsCommand) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{13}
+	return file_fsm_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GrantsCommand) GetEpoch() uint64 {
@@ -1062,7 +1191,7 @@ type GrantRecord struct {
 
 func (x *GrantRecord) Reset() {
 	*x = GrantRecord{}
-	mi := &file_fsm_proto_msgTypes[14]
+	mi := &file_fsm_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1203,7 @@ func (x *GrantRecord) String() string {
 func (*GrantRecord) ProtoMessage() {}
 
 func (x *GrantRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[14]
+	mi := &file_fsm_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1216,7 @@ func (x *GrantRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantRecord.ProtoReflect.Descriptor instead.
 func (*GrantRecord) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{14}
+	return file_fsm_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GrantRecord) GetTenant() string {
@@ -1130,7 +1259,7 @@ type SnapshotEnd struct {
 
 func (x *SnapshotEnd) Reset() {
 	*x = SnapshotEnd{}
-	mi := &file_fsm_proto_msgTypes[15]
+	mi := &file_fsm_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1271,7 @@ func (x *SnapshotEnd) String() string {
 func (*SnapshotEnd) ProtoMessage() {}
 
 func (x *SnapshotEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[15]
+	mi := &file_fsm_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1284,7 @@ func (x *SnapshotEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotEnd.ProtoReflect.Descriptor instead.
 func (*SnapshotEnd) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{15}
+	return file_fsm_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SnapshotEnd) GetRecords() uint64 {
@@ -1179,7 +1308,7 @@ type ExportedCommand struct {
 
 func (x *ExportedCommand) Reset() {
 	*x = ExportedCommand{}
-	mi := &file_fsm_proto_msgTypes[16]
+	mi := &file_fsm_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1191,7 +1320,7 @@ func (x *ExportedCommand) String() string {
 func (*ExportedCommand) ProtoMessage() {}
 
 func (x *ExportedCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[16]
+	mi := &file_fsm_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1204,7 +1333,7 @@ func (x *ExportedCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportedCommand.ProtoReflect.Descriptor instead.
 func (*ExportedCommand) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{16}
+	return file_fsm_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExportedCommand) GetPosition() *ExportPosition {
@@ -1230,7 +1359,7 @@ type ExportPosition struct {
 
 func (x *ExportPosition) Reset() {
 	*x = ExportPosition{}
-	mi := &file_fsm_proto_msgTypes[17]
+	mi := &file_fsm_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1371,7 @@ func (x *ExportPosition) String() string {
 func (*ExportPosition) ProtoMessage() {}
 
 func (x *ExportPosition) ProtoReflect() protoreflect.Message {
-	mi := &file_fsm_proto_msgTypes[17]
+	mi := &file_fsm_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1384,7 @@ func (x *ExportPosition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportPosition.ProtoReflect.Descriptor instead.
 func (*ExportPosition) Descriptor() ([]byte, []int) {
-	return file_fsm_proto_rawDescGZIP(), []int{17}
+	return file_fsm_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExportPosition) GetWindowUnix() int64 {
@@ -1300,11 +1429,394 @@ func (x *ExportPosition) GetBatches() uint64 {
 	return 0
 }
 
+// SlotsCommand is one step of a slot move at a group (or a new group's
+// start, owning nothing): what the group owns changes only through it,
+// and a usage batch for a slot the group does not own is never applied.
+type SlotsCommand struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Op     SlotsCommand_Op        `protobuf:"varint,1,opt,name=op,proto3,enum=allot.fsm.v1.SlotsCommand_Op" json:"op,omitempty"`
+	MoveId uint64                 `protobuf:"varint,2,opt,name=move_id,json=moveId,proto3" json:"move_id,omitempty"`
+	First  uint32                 `protobuf:"varint,3,opt,name=first,proto3" json:"first,omitempty"`
+	Last   uint32                 `protobuf:"varint,4,opt,name=last,proto3" json:"last,omitempty"`
+	Peer   string                 `protobuf:"bytes,5,opt,name=peer,proto3" json:"peer,omitempty"`
+	// group is the group the step is for: a state of another group refuses it.
+	Group            string `protobuf:"bytes,6,opt,name=group,proto3" json:"group,omitempty"`
+	ProposedUnixNano int64  `protobuf:"varint,7,opt,name=proposed_unix_nano,json=proposedUnixNano,proto3" json:"proposed_unix_nano,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *SlotsCommand) Reset() {
+	*x = SlotsCommand{}
+	mi := &file_fsm_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotsCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotsCommand) ProtoMessage() {}
+
+func (x *SlotsCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotsCommand.ProtoReflect.Descriptor instead.
+func (*SlotsCommand) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *SlotsCommand) GetOp() SlotsCommand_Op {
+	if x != nil {
+		return x.Op
+	}
+	return SlotsCommand_OP_UNSPECIFIED
+}
+
+func (x *SlotsCommand) GetMoveId() uint64 {
+	if x != nil {
+		return x.MoveId
+	}
+	return 0
+}
+
+func (x *SlotsCommand) GetFirst() uint32 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *SlotsCommand) GetLast() uint32 {
+	if x != nil {
+		return x.Last
+	}
+	return 0
+}
+
+func (x *SlotsCommand) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *SlotsCommand) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *SlotsCommand) GetProposedUnixNano() int64 {
+	if x != nil {
+		return x.ProposedUnixNano
+	}
+	return 0
+}
+
+type SlotsResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Done          bool                   `protobuf:"varint,1,opt,name=done,proto3" json:"done,omitempty"`
+	Refused       string                 `protobuf:"bytes,2,opt,name=refused,proto3" json:"refused,omitempty"`
+	Owned         uint32                 `protobuf:"varint,3,opt,name=owned,proto3" json:"owned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotsResult) Reset() {
+	*x = SlotsResult{}
+	mi := &file_fsm_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotsResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotsResult) ProtoMessage() {}
+
+func (x *SlotsResult) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotsResult.ProtoReflect.Descriptor instead.
+func (*SlotsResult) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *SlotsResult) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *SlotsResult) GetRefused() string {
+	if x != nil {
+		return x.Refused
+	}
+	return ""
+}
+
+func (x *SlotsResult) GetOwned() uint32 {
+	if x != nil {
+		return x.Owned
+	}
+	return 0
+}
+
+// ShardMapCommand changes the home group's shard map.
+type ShardMapCommand struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// home and coordinators make the first map, when there is none: the
+	// region as one group owning every slot.
+	Home         string            `protobuf:"bytes,1,opt,name=home,proto3" json:"home,omitempty"`
+	Coordinators []string          `protobuf:"bytes,2,rep,name=coordinators,proto3" json:"coordinators,omitempty"`
+	AddGroup     *proto.ShardGroup `protobuf:"bytes,3,opt,name=add_group,json=addGroup,proto3" json:"add_group,omitempty"`
+	// plan records a new move (its id is assigned in order).
+	Plan *proto.SlotMove `protobuf:"bytes,4,opt,name=plan,proto3" json:"plan,omitempty"`
+	// phase moves a recorded move on (id, phase, error, updated).
+	Phase         *proto.SlotMove `protobuf:"bytes,5,opt,name=phase,proto3" json:"phase,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardMapCommand) Reset() {
+	*x = ShardMapCommand{}
+	mi := &file_fsm_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardMapCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardMapCommand) ProtoMessage() {}
+
+func (x *ShardMapCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardMapCommand.ProtoReflect.Descriptor instead.
+func (*ShardMapCommand) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ShardMapCommand) GetHome() string {
+	if x != nil {
+		return x.Home
+	}
+	return ""
+}
+
+func (x *ShardMapCommand) GetCoordinators() []string {
+	if x != nil {
+		return x.Coordinators
+	}
+	return nil
+}
+
+func (x *ShardMapCommand) GetAddGroup() *proto.ShardGroup {
+	if x != nil {
+		return x.AddGroup
+	}
+	return nil
+}
+
+func (x *ShardMapCommand) GetPlan() *proto.SlotMove {
+	if x != nil {
+		return x.Plan
+	}
+	return nil
+}
+
+func (x *ShardMapCommand) GetPhase() *proto.SlotMove {
+	if x != nil {
+		return x.Phase
+	}
+	return nil
+}
+
+// SlotsRecord is the snapshot record of what a group owns: one byte per
+// slot (0 owned, 1 frozen, 2 absent) and the moves it took part in.
+type SlotsRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Slots         []byte                 `protobuf:"bytes,2,opt,name=slots,proto3" json:"slots,omitempty"`
+	Moves         []*MoveOutcome         `protobuf:"bytes,3,rep,name=moves,proto3" json:"moves,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotsRecord) Reset() {
+	*x = SlotsRecord{}
+	mi := &file_fsm_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotsRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotsRecord) ProtoMessage() {}
+
+func (x *SlotsRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotsRecord.ProtoReflect.Descriptor instead.
+func (*SlotsRecord) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SlotsRecord) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *SlotsRecord) GetSlots() []byte {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
+func (x *SlotsRecord) GetMoves() []*MoveOutcome {
+	if x != nil {
+		return x.Moves
+	}
+	return nil
+}
+
+type MoveOutcome struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MoveId        uint64                 `protobuf:"varint,1,opt,name=move_id,json=moveId,proto3" json:"move_id,omitempty"`
+	Op            SlotsCommand_Op        `protobuf:"varint,2,opt,name=op,proto3,enum=allot.fsm.v1.SlotsCommand_Op" json:"op,omitempty"`
+	First         uint32                 `protobuf:"varint,3,opt,name=first,proto3" json:"first,omitempty"`
+	Last          uint32                 `protobuf:"varint,4,opt,name=last,proto3" json:"last,omitempty"`
+	Peer          string                 `protobuf:"bytes,5,opt,name=peer,proto3" json:"peer,omitempty"`
+	AtUnixNano    int64                  `protobuf:"varint,6,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveOutcome) Reset() {
+	*x = MoveOutcome{}
+	mi := &file_fsm_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveOutcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveOutcome) ProtoMessage() {}
+
+func (x *MoveOutcome) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveOutcome.ProtoReflect.Descriptor instead.
+func (*MoveOutcome) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *MoveOutcome) GetMoveId() uint64 {
+	if x != nil {
+		return x.MoveId
+	}
+	return 0
+}
+
+func (x *MoveOutcome) GetOp() SlotsCommand_Op {
+	if x != nil {
+		return x.Op
+	}
+	return SlotsCommand_OP_UNSPECIFIED
+}
+
+func (x *MoveOutcome) GetFirst() uint32 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *MoveOutcome) GetLast() uint32 {
+	if x != nil {
+		return x.Last
+	}
+	return 0
+}
+
+func (x *MoveOutcome) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *MoveOutcome) GetAtUnixNano() int64 {
+	if x != nil {
+		return x.AtUnixNano
+	}
+	return 0
+}
+
 var File_fsm_proto protoreflect.FileDescriptor
 
 const file_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\tfsm.proto\x12\fallot.fsm.v1\x1a\vagent.proto\x1a\rcluster.proto\x1a\vrules.proto\"r\n" +
+	"\tfsm.proto\x12\fallot.fsm.v1\x1a\vagent.proto\x1a\rcluster.proto\x1a\vrules.proto\x1a\fshards.proto\"r\n" +
 	"\x0eReportsCommand\x12,\n" +
 	"\x12proposed_unix_nano\x18\x01 \x01(\x03R\x10proposedUnixNano\x122\n" +
 	"\areports\x18\x02 \x03(\v2\x18.allot.fsm.v1.AgentUsageR\areports\"\x86\x01\n" +
@@ -1313,9 +1825,13 @@ const file_fsm_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x16\n" +
 	"\x06region\x18\x03 \x01(\tR\x06region\x12*\n" +
-	"\x05batch\x18\x04 \x01(\v2\x14.allot.v1.UsageBatchR\x05batch\",\n" +
+	"\x05batch\x18\x04 \x01(\v2\x14.allot.v1.UsageBatchR\x05batch\"]\n" +
 	"\rReportsResult\x12\x1b\n" +
-	"\tacked_seq\x18\x01 \x03(\x04R\backedSeq\"i\n" +
+	"\tacked_seq\x18\x01 \x03(\x04R\backedSeq\x12/\n" +
+	"\x05moved\x18\x02 \x03(\v2\x19.allot.fsm.v1.MovedReportR\x05moved\";\n" +
+	"\vMovedReport\x12\x16\n" +
+	"\x06report\x18\x01 \x01(\rR\x06report\x12\x14\n" +
+	"\x05slots\x18\x02 \x03(\rR\x05slots\"i\n" +
 	"\fRulesCommand\x12 \n" +
 	"\x03put\x18\x01 \x03(\v2\x0e.allot.v1.RuleR\x03put\x12\x16\n" +
 	"\x06delete\x18\x02 \x03(\tR\x06delete\x12\x1f\n" +
@@ -1404,7 +1920,46 @@ const file_fsm_proto_rawDesc = "" +
 	"\x04rule\x18\x03 \x01(\tR\x04rule\x12\x16\n" +
 	"\x06region\x18\x04 \x01(\tR\x06region\x12\x14\n" +
 	"\x05lines\x18\x05 \x01(\x04R\x05lines\x12\x18\n" +
-	"\abatches\x18\x06 \x01(\x04R\abatchesB@Z>github.com/allot-io/allot/coordinator/internal/fsm/fsmpb;fsmpbb\x06proto3"
+	"\abatches\x18\x06 \x01(\x04R\abatches\"\xbc\x02\n" +
+	"\fSlotsCommand\x12-\n" +
+	"\x02op\x18\x01 \x01(\x0e2\x1d.allot.fsm.v1.SlotsCommand.OpR\x02op\x12\x17\n" +
+	"\amove_id\x18\x02 \x01(\x04R\x06moveId\x12\x14\n" +
+	"\x05first\x18\x03 \x01(\rR\x05first\x12\x12\n" +
+	"\x04last\x18\x04 \x01(\rR\x04last\x12\x12\n" +
+	"\x04peer\x18\x05 \x01(\tR\x04peer\x12\x14\n" +
+	"\x05group\x18\x06 \x01(\tR\x05group\x12,\n" +
+	"\x12proposed_unix_nano\x18\a \x01(\x03R\x10proposedUnixNano\"b\n" +
+	"\x02Op\x12\x12\n" +
+	"\x0eOP_UNSPECIFIED\x10\x00\x12\t\n" +
+	"\x05EMPTY\x10\x01\x12\n" +
+	"\n" +
+	"\x06FREEZE\x10\x02\x12\v\n" +
+	"\aACQUIRE\x10\x03\x12\v\n" +
+	"\aRELEASE\x10\x04\x12\t\n" +
+	"\x05ABORT\x10\x05\x12\f\n" +
+	"\bUNFREEZE\x10\x06\"Q\n" +
+	"\vSlotsResult\x12\x12\n" +
+	"\x04done\x18\x01 \x01(\bR\x04done\x12\x18\n" +
+	"\arefused\x18\x02 \x01(\tR\arefused\x12\x14\n" +
+	"\x05owned\x18\x03 \x01(\rR\x05owned\"\xce\x01\n" +
+	"\x0fShardMapCommand\x12\x12\n" +
+	"\x04home\x18\x01 \x01(\tR\x04home\x12\"\n" +
+	"\fcoordinators\x18\x02 \x03(\tR\fcoordinators\x121\n" +
+	"\tadd_group\x18\x03 \x01(\v2\x14.allot.v1.ShardGroupR\baddGroup\x12&\n" +
+	"\x04plan\x18\x04 \x01(\v2\x12.allot.v1.SlotMoveR\x04plan\x12(\n" +
+	"\x05phase\x18\x05 \x01(\v2\x12.allot.v1.SlotMoveR\x05phase\"j\n" +
+	"\vSlotsRecord\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
+	"\x05slots\x18\x02 \x01(\fR\x05slots\x12/\n" +
+	"\x05moves\x18\x03 \x03(\v2\x19.allot.fsm.v1.MoveOutcomeR\x05moves\"\xb5\x01\n" +
+	"\vMoveOutcome\x12\x17\n" +
+	"\amove_id\x18\x01 \x01(\x04R\x06moveId\x12-\n" +
+	"\x02op\x18\x02 \x01(\x0e2\x1d.allot.fsm.v1.SlotsCommand.OpR\x02op\x12\x14\n" +
+	"\x05first\x18\x03 \x01(\rR\x05first\x12\x12\n" +
+	"\x04last\x18\x04 \x01(\rR\x04last\x12\x12\n" +
+	"\x04peer\x18\x05 \x01(\tR\x04peer\x12 \n" +
+	"\fat_unix_nano\x18\x06 \x01(\x03R\n" +
+	"atUnixNanoB@Z>github.com/allot-io/allot/coordinator/internal/fsm/fsmpb;fsmpbb\x06proto3"
 
 var (
 	file_fsm_proto_rawDescOnce sync.Once
@@ -1418,43 +1973,60 @@ func file_fsm_proto_rawDescGZIP() []byte {
 	return file_fsm_proto_rawDescData
 }
 
-var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_fsm_proto_goTypes = []any{
-	(*ReportsCommand)(nil),    // 0: allot.fsm.v1.ReportsCommand
-	(*AgentUsage)(nil),        // 1: allot.fsm.v1.AgentUsage
-	(*ReportsResult)(nil),     // 2: allot.fsm.v1.ReportsResult
-	(*RulesCommand)(nil),      // 3: allot.fsm.v1.RulesCommand
-	(*MemberCommand)(nil),     // 4: allot.fsm.v1.MemberCommand
-	(*EpochCommand)(nil),      // 5: allot.fsm.v1.EpochCommand
-	(*MaintainCommand)(nil),   // 6: allot.fsm.v1.MaintainCommand
-	(*SnapshotHeader)(nil),    // 7: allot.fsm.v1.SnapshotHeader
-	(*IncarnationRecord)(nil), // 8: allot.fsm.v1.IncarnationRecord
-	(*LedgerRecord)(nil),      // 9: allot.fsm.v1.LedgerRecord
-	(*WindowRecord)(nil),      // 10: allot.fsm.v1.WindowRecord
-	(*SettingsCommand)(nil),   // 11: allot.fsm.v1.SettingsCommand
-	(*FinalWindows)(nil),      // 12: allot.fsm.v1.FinalWindows
-	(*GrantsCommand)(nil),     // 13: allot.fsm.v1.GrantsCommand
-	(*GrantRecord)(nil),       // 14: allot.fsm.v1.GrantRecord
-	(*SnapshotEnd)(nil),       // 15: allot.fsm.v1.SnapshotEnd
-	(*ExportedCommand)(nil),   // 16: allot.fsm.v1.ExportedCommand
-	(*ExportPosition)(nil),    // 17: allot.fsm.v1.ExportPosition
-	(*proto.UsageBatch)(nil),  // 18: allot.v1.UsageBatch
-	(*proto.Rule)(nil),        // 19: allot.v1.Rule
-	(*proto.Member)(nil),      // 20: allot.v1.Member
+	(SlotsCommand_Op)(0),      // 0: allot.fsm.v1.SlotsCommand.Op
+	(*ReportsCommand)(nil),    // 1: allot.fsm.v1.ReportsCommand
+	(*AgentUsage)(nil),        // 2: allot.fsm.v1.AgentUsage
+	(*ReportsResult)(nil),     // 3: allot.fsm.v1.ReportsResult
+	(*MovedReport)(nil),       // 4: allot.fsm.v1.MovedReport
+	(*RulesCommand)(nil),      // 5: allot.fsm.v1.RulesCommand
+	(*MemberCommand)(nil),     // 6: allot.fsm.v1.MemberCommand
+	(*EpochCommand)(nil),      // 7: allot.fsm.v1.EpochCommand
+	(*MaintainCommand)(nil),   // 8: allot.fsm.v1.MaintainCommand
+	(*SnapshotHeader)(nil),    // 9: allot.fsm.v1.SnapshotHeader
+	(*IncarnationRecord)(nil), // 10: allot.fsm.v1.IncarnationRecord
+	(*LedgerRecord)(nil),      // 11: allot.fsm.v1.LedgerRecord
+	(*WindowRecord)(nil),      // 12: allot.fsm.v1.WindowRecord
+	(*SettingsCommand)(nil),   // 13: allot.fsm.v1.SettingsCommand
+	(*FinalWindows)(nil),      // 14: allot.fsm.v1.FinalWindows
+	(*GrantsCommand)(nil),     // 15: allot.fsm.v1.GrantsCommand
+	(*GrantRecord)(nil),       // 16: allot.fsm.v1.GrantRecord
+	(*SnapshotEnd)(nil),       // 17: allot.fsm.v1.SnapshotEnd
+	(*ExportedCommand)(nil),   // 18: allot.fsm.v1.ExportedCommand
+	(*ExportPosition)(nil),    // 19: allot.fsm.v1.ExportPosition
+	(*SlotsCommand)(nil),      // 20: allot.fsm.v1.SlotsCommand
+	(*SlotsResult)(nil),       // 21: allot.fsm.v1.SlotsResult
+	(*ShardMapCommand)(nil),   // 22: allot.fsm.v1.ShardMapCommand
+	(*SlotsRecord)(nil),       // 23: allot.fsm.v1.SlotsRecord
+	(*MoveOutcome)(nil),       // 24: allot.fsm.v1.MoveOutcome
+	(*proto.UsageBatch)(nil),  // 25: allot.v1.UsageBatch
+	(*proto.Rule)(nil),        // 26: allot.v1.Rule
+	(*proto.Member)(nil),      // 27: allot.v1.Member
+	(*proto.ShardGroup)(nil),  // 28: allot.v1.ShardGroup
+	(*proto.SlotMove)(nil),    // 29: allot.v1.SlotMove
 }
 var file_fsm_proto_depIdxs = []int32{
-	1,  // 0: allot.fsm.v1.ReportsCommand.reports:type_name -> allot.fsm.v1.AgentUsage
-	18, // 1: allot.fsm.v1.AgentUsage.batch:type_name -> allot.v1.UsageBatch
-	19, // 2: allot.fsm.v1.RulesCommand.put:type_name -> allot.v1.Rule
-	20, // 3: allot.fsm.v1.MemberCommand.member:type_name -> allot.v1.Member
-	17, // 4: allot.fsm.v1.SnapshotHeader.export:type_name -> allot.fsm.v1.ExportPosition
-	14, // 5: allot.fsm.v1.GrantsCommand.grants:type_name -> allot.fsm.v1.GrantRecord
-	17, // 6: allot.fsm.v1.ExportedCommand.position:type_name -> allot.fsm.v1.ExportPosition
-	7,  // [7:7] is the sub-list for method output_type
-	7,  // [7:7] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	2,  // 0: allot.fsm.v1.ReportsCommand.reports:type_name -> allot.fsm.v1.AgentUsage
+	25, // 1: allot.fsm.v1.AgentUsage.batch:type_name -> allot.v1.UsageBatch
+	4,  // 2: allot.fsm.v1.ReportsResult.moved:type_name -> allot.fsm.v1.MovedReport
+	26, // 3: allot.fsm.v1.RulesCommand.put:type_name -> allot.v1.Rule
+	27, // 4: allot.fsm.v1.MemberCommand.member:type_name -> allot.v1.Member
+	19, // 5: allot.fsm.v1.SnapshotHeader.export:type_name -> allot.fsm.v1.ExportPosition
+	16, // 6: allot.fsm.v1.GrantsCommand.grants:type_name -> allot.fsm.v1.GrantRecord
+	19, // 7: allot.fsm.v1.ExportedCommand.position:type_name -> allot.fsm.v1.ExportPosition
+	0,  // 8: allot.fsm.v1.SlotsCommand.op:type_name -> allot.fsm.v1.SlotsCommand.Op
+	28, // 9: allot.fsm.v1.ShardMapCommand.add_group:type_name -> allot.v1.ShardGroup
+	29, // 10: allot.fsm.v1.ShardMapCommand.plan:type_name -> allot.v1.SlotMove
+	29, // 11: allot.fsm.v1.ShardMapCommand.phase:type_name -> allot.v1.SlotMove
+	24, // 12: allot.fsm.v1.SlotsRecord.moves:type_name -> allot.fsm.v1.MoveOutcome
+	0,  // 13: allot.fsm.v1.MoveOutcome.op:type_name -> allot.fsm.v1.SlotsCommand.Op
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_fsm_proto_init() }
@@ -1462,19 +2034,20 @@ func file_fsm_proto_init() {
 	if File_fsm_proto != nil {
 		return
 	}
-	file_fsm_proto_msgTypes[9].OneofWrappers = []any{}
+	file_fsm_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_proto_rawDesc), len(file_fsm_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   18,
+			NumEnums:      1,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_fsm_proto_goTypes,
 		DependencyIndexes: file_fsm_proto_depIdxs,
+		EnumInfos:         file_fsm_proto_enumTypes,
 		MessageInfos:      file_fsm_proto_msgTypes,
 	}.Build()
 	File_fsm_proto = out.File

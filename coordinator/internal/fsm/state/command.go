@@ -28,12 +28,17 @@ const (
 	// CmdExported is proposed with the ignorable bit: a member too old to
 	// know it keeps lines the sink already holds, in memory only.
 	CmdExported Command = 8
+	// CmdSlots and CmdShardMap change what a shard group owns and the
+	// region's shard map. Never ignorable: a member that skipped one
+	// would apply usage its group does not own.
+	CmdSlots    Command = 9
+	CmdShardMap Command = 10
 
 	Ignorable Command = 0x80
 )
 
 // Commands lists every command type this version knows.
-var Commands = []Command{CmdReports, CmdRules, CmdMember, CmdEpoch, CmdMaintain, CmdSettings, CmdGrants, CmdExported}
+var Commands = []Command{CmdReports, CmdRules, CmdMember, CmdEpoch, CmdMaintain, CmdSettings, CmdGrants, CmdExported, CmdSlots, CmdShardMap}
 
 func (t Command) String() string {
 	switch t &^ Ignorable {
@@ -53,6 +58,10 @@ func (t Command) String() string {
 		return "grants"
 	case CmdExported:
 		return "exported"
+	case CmdSlots:
+		return "slots"
+	case CmdShardMap:
+		return "shard map"
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }
@@ -111,6 +120,14 @@ var handlers = map[Command]handler{
 	CmdExported: {
 		msg:   func() proto.Message { return &fsmpb.ExportedCommand{} },
 		apply: func(s *State, m proto.Message) any { s.applyExported(m.(*fsmpb.ExportedCommand)); return nil },
+	},
+	CmdSlots: {
+		msg:   func() proto.Message { return &fsmpb.SlotsCommand{} },
+		apply: func(s *State, m proto.Message) any { return s.applySlots(m.(*fsmpb.SlotsCommand)) },
+	},
+	CmdShardMap: {
+		msg:   func() proto.Message { return &fsmpb.ShardMapCommand{} },
+		apply: func(s *State, m proto.Message) any { return s.applyShardMap(m.(*fsmpb.ShardMapCommand)) },
 	},
 }
 

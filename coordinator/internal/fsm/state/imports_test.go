@@ -12,9 +12,10 @@ import (
 
 // allowedImports are what the state may import: the standard library
 // (less what reads a clock or is random, below), the protocol's messages
-// and the rule model, protobuf's encoding, and the B-tree.
+// the rule model and the slot function, protobuf's encoding, and the B-tree.
 var allowedImports = map[string]bool{
 	"github.com/allot-io/allot/lease/rules":                    true,
+	"github.com/allot-io/allot/internal/shard":                 true, // the slot of a tenant: a pure function
 	"github.com/allot-io/allot/proto":                          true,
 	"github.com/allot-io/allot/proto/rulespb":                  true,
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb": true,

@@ -40,6 +40,10 @@ const (
 	recWindow      record = 6
 	recFinals      record = 7
 	recEnd         record = 8
+	// Written only by a shard group that took a step, and by the home
+	// group of a split region; not ignorable (see CmdSlots).
+	recSlots    record = 9
+	recShardMap record = 10
 
 	recIgnorable record = 0x80
 )
@@ -94,6 +98,12 @@ func (sn *Snapshot) Write(out io.Writer) error {
 		w.write(recWindow, rec)
 	})
 	w.write(recFinals, &fsmpb.FinalWindows{WindowUnix: s.finalWindows()})
+	if rec := s.slotsRecord(); rec != nil {
+		w.write(recSlots, rec)
+	}
+	if s.shardMap != nil {
+		w.write(recShardMap, s.shardMap.Proto())
+	}
 	w.write(recEnd, &fsmpb.SnapshotEnd{Records: w.records})
 	if w.err != nil {
 		return w.err
@@ -307,6 +317,18 @@ func (st *State) readRecord(t record, payload []byte) error {
 		for _, w := range m.GetWindowUnix() {
 			st.setFinal(w)
 		}
+	case recSlots:
+		m := &fsmpb.SlotsRecord{}
+		if err := unmarshal(m); err != nil {
+			return err
+		}
+		return st.restoreSlots(m)
+	case recShardMap:
+		m := &allotpb.ShardMap{}
+		if err := unmarshal(m); err != nil {
+			return err
+		}
+		return st.restoreShardMap(m)
 	default:
 		if t&recIgnorable == 0 {
 			return fmt.Errorf("%w: unknown record type %d: this version is older than the snapshot; upgrade it", ErrSnapshotFormat, t)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
+	"github.com/allot-io/allot/internal/shard"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"
@@ -60,6 +61,12 @@ type State struct {
 	// the lines waiting for it. Kept as lines come and go, so that the
 	// exporter's gauges cost nothing.
 	finalLines int
+	// slots is what this shard group owns (slots.go): nil for a cluster
+	// never split, which owns every slot. shardMap is the region's map,
+	// held by the home group only (shardmap.go); nil until a group is
+	// added.
+	slots    *slotTable
+	shardMap *shard.Map
 }
 
 // incKey identifies one run of one agent.
@@ -159,6 +166,15 @@ func (s *State) applyReports(cmd *fsmpb.ReportsCommand) *fsmpb.ReportsResult {
 		inc := &it.inc
 		inc.lastApplied = now
 		if b := r.GetBatch(); b != nil && b.GetSeq() > inc.lastSeq {
+			// A batch holding usage of a slot this group does not own is
+			// not applied at all: the agent routes it again. A batch
+			// already applied is acknowledged first, whatever moved since.
+			if moved := s.unowned(b); moved != nil {
+				res.Moved = append(res.Moved, &fsmpb.MovedReport{Report: uint32(i), Slots: moved})
+				s.incarnations.ReplaceOrInsert(it)
+				res.AckedSeq[i] = inc.lastSeq
+				continue
+			}
 			for _, c := range b.GetCounts() {
 				s.addUsage(k, r.GetRegion(), c, now)
 			}

@@ -1,0 +1,115 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
+	"github.com/allot-io/allot/internal/shard"
+	allotpb "github.com/allot-io/allot/proto"
+	"google.golang.org/protobuf/proto"
+)
+
+// ErrShardMap is wrapped by every ShardMapCommand refused.
+var ErrShardMap = errors.New("shard map change refused")
+
+// ShardMap is the region's shard map as the home group holds it, or nil
+// when the region was never split (one group owning every slot). The
+// caller must not change it.
+func (s *State) ShardMap() *shard.Map { return s.shardMap }
+
+// ShardMapVersion is the map's version, 0 when there is none.
+func (s *State) ShardMapVersion() uint64 {
+	if s.shardMap == nil {
+		return 0
+	}
+	return s.shardMap.Version
+}
+
+// applyShardMap changes the map: a group added, a move planned or moved
+// on. It returns the new map's wire form, or an error wrapping
+// ErrShardMap that changed nothing.
+func (s *State) applyShardMap(cmd *fsmpb.ShardMapCommand) any {
+	m := s.shardMap
+	if m == nil {
+		if cmd.GetHome() == "" {
+			return fmt.Errorf("%w: no map yet, and the command names no home group", ErrShardMap)
+		}
+		m = shard.Single(cmd.GetHome(), cmd.GetCoordinators())
+		m.Version = 0
+	} else {
+		m = m.Clone()
+	}
+	switch {
+	case cmd.GetAddGroup() != nil:
+		g := cmd.GetAddGroup()
+		if err := shard.ValidGroupID(g.GetId()); err != nil {
+			return fmt.Errorf("%w: %v", ErrShardMap, err)
+		}
+		if old, dup := m.Groups[g.GetId()]; dup && s.shardMap != nil && equalStrings(old, g.GetCoordinators()) {
+			return s.shardMap.Proto() // added before: done again
+		}
+		// A group added again with other members: its addresses change.
+		m.Groups[g.GetId()] = append([]string(nil), g.GetCoordinators()...)
+	case cmd.GetPlan() != nil:
+		p := proto.Clone(cmd.GetPlan()).(*allotpb.SlotMove)
+		if err := m.CanMove(p); err != nil {
+			return fmt.Errorf("%w: %v", ErrShardMap, err)
+		}
+		p.Id = uint64(len(m.Moves)) + 1
+		p.Phase = allotpb.SlotMove_PLANNED
+		p.UpdatedUnixNano = p.GetStartedUnixNano()
+		m.Moves = append(m.Moves, p)
+	case cmd.GetPhase() != nil:
+		ph := cmd.GetPhase()
+		i := int(ph.GetId()) - 1
+		if i < 0 || i >= len(m.Moves) {
+			return fmt.Errorf("%w: no move %d", ErrShardMap, ph.GetId())
+		}
+		mv := proto.Clone(m.Moves[i]).(*allotpb.SlotMove)
+		if finished(mv.GetPhase()) || ph.GetPhase() < mv.GetPhase() {
+			return s.shardMap.Proto() // a step done before: nothing to change
+		}
+		mv.Phase, mv.Error, mv.UpdatedUnixNano = ph.GetPhase(), ph.GetError(), ph.GetUpdatedUnixNano()
+		if mv.GetPhase() == allotpb.SlotMove_DONE {
+			if err := m.Assign(shard.Slot(mv.GetFirst()), shard.Slot(mv.GetLast()), mv.GetTo()); err != nil {
+				return fmt.Errorf("%w: %v", ErrShardMap, err)
+			}
+		}
+		m.Moves[i] = mv
+	default:
+		if s.shardMap != nil {
+			return s.shardMap.Proto()
+		}
+	}
+	m.Version++
+	s.shardMap = m
+	return m.Proto()
+}
+
+// finished reports whether a move's phase is its last.
+func finished(p allotpb.SlotMove_Phase) bool {
+	return p == allotpb.SlotMove_DONE || p == allotpb.SlotMove_ABORTED
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// restoreShardMap reads the map back from a snapshot.
+func (s *State) restoreShardMap(pm *allotpb.ShardMap) error {
+	m, err := shard.FromProto(pm)
+	if err != nil {
+		return err
+	}
+	s.shardMap = m
+	return nil
+}

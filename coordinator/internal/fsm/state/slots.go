@@ -1,0 +1,247 @@
+package state
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
+	"github.com/allot-io/allot/internal/shard"
+	allotpb "github.com/allot-io/allot/proto"
+)
+
+// A slot's state at this group.
+const (
+	slotOwned  byte = 0
+	slotFrozen byte = 1
+	slotAbsent byte = 2
+)
+
+// slotTable is what a group owns: never changed once made, replaced
+// whole by each step (steps are rare), so a snapshot shares it.
+type slotTable struct {
+	group string
+	state [shard.Slots]byte
+	// frozenBy is the move each frozen slot is frozen for.
+	frozenBy map[shard.Slot]uint64
+	// moves are the steps this group took, by move: the last op of each,
+	// which makes every step idempotent and an acquire and an abort of
+	// one move exclusive.
+	moves map[uint64]*fsmpb.MoveOutcome
+}
+
+func (t *slotTable) clone() *slotTable {
+	c := &slotTable{group: t.group, state: t.state, frozenBy: make(map[shard.Slot]uint64, len(t.frozenBy)), moves: make(map[uint64]*fsmpb.MoveOutcome, len(t.moves)+1)}
+	for k, v := range t.frozenBy {
+		c.frozenBy[k] = v
+	}
+	for k, v := range t.moves {
+		c.moves[k] = v
+	}
+	return c
+}
+
+// Owns reports whether this group takes usage for the slot now.
+func (s *State) Owns(sl shard.Slot) bool { return s.slots == nil || s.slots.state[sl] == slotOwned }
+
+// Group is the shard group this state belongs to, "" until a step named it.
+func (s *State) Group() string {
+	if s.slots == nil {
+		return ""
+	}
+	return s.slots.group
+}
+
+// OwnedSlots counts the slots this group owns.
+func (s *State) OwnedSlots() int {
+	if s.slots == nil {
+		return shard.Slots
+	}
+	n := 0
+	for _, st := range s.slots.state {
+		if st == slotOwned {
+			n++
+		}
+	}
+	return n
+}
+
+// AcquiredSince lists the slot ranges this group acquired at or after
+// since (the proposer's clock): a new owner divides them in learning mode
+// for one lease period, as a new leader does.
+func (s *State) AcquiredSince(since int64) [][2]shard.Slot {
+	if s.slots == nil {
+		return nil
+	}
+	var out [][2]shard.Slot
+	for _, o := range s.slots.moves {
+		if o.GetOp() == fsmpb.SlotsCommand_ACQUIRE && o.GetAtUnixNano() >= since {
+			out = append(out, [2]shard.Slot{shard.Slot(o.GetFirst()), shard.Slot(o.GetLast())})
+		}
+	}
+	return out
+}
+
+// unowned returns the slots of a batch's counts this group does not own,
+// in order, or nil when it owns them all.
+func (s *State) unowned(b *allotpb.UsageBatch) []uint32 {
+	if s.slots == nil {
+		return nil
+	}
+	var out []uint32
+	for _, c := range b.GetCounts() {
+		if sl := shard.Of(c.GetTenant()); s.slots.state[sl] != slotOwned {
+			out = append(out, uint32(sl))
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// applySlots applies one step of a move. A step the state cannot take
+// (a slot in the wrong state, an acquire after an abort) changes nothing
+// and says why; a step taken before is done again, changing nothing.
+func (s *State) applySlots(cmd *fsmpb.SlotsCommand) *fsmpb.SlotsResult {
+	refuse := func(format string, a ...any) *fsmpb.SlotsResult {
+		return &fsmpb.SlotsResult{Refused: fmt.Sprintf(format, a...), Owned: uint32(s.OwnedSlots())}
+	}
+	first, last := cmd.GetFirst(), cmd.GetLast()
+	if cmd.GetGroup() == "" || shard.ValidGroupID(cmd.GetGroup()) != nil {
+		return refuse("the step names no valid group")
+	}
+	if cmd.GetOp() != fsmpb.SlotsCommand_EMPTY && (first > last || last >= shard.Slots) {
+		return refuse("slots %d..%d are not a range of 0..%d", first, last, shard.Slots-1)
+	}
+	t := s.slots
+	if t == nil {
+		t = &slotTable{group: cmd.GetGroup(), frozenBy: map[shard.Slot]uint64{}, moves: map[uint64]*fsmpb.MoveOutcome{}}
+	} else if t.group != cmd.GetGroup() {
+		return refuse("this is group %q, not %q", t.group, cmd.GetGroup())
+	} else {
+		t = t.clone()
+	}
+	id := cmd.GetMoveId()
+	prev := t.moves[id]
+	each := func(fn func(shard.Slot)) {
+		for sl := first; sl <= last; sl++ {
+			fn(shard.Slot(sl))
+		}
+	}
+	all := func(want byte, by uint64) bool {
+		ok := true
+		each(func(sl shard.Slot) { ok = ok && t.state[sl] == want && (by == 0 || t.frozenBy[sl] == by) })
+		return ok
+	}
+	switch cmd.GetOp() {
+	case fsmpb.SlotsCommand_EMPTY:
+		if s.slots != nil {
+			return &fsmpb.SlotsResult{Done: true, Owned: uint32(s.OwnedSlots())}
+		}
+		for i := range t.state {
+			t.state[i] = slotAbsent
+		}
+		s.slots = t
+		return &fsmpb.SlotsResult{Done: true}
+	case fsmpb.SlotsCommand_FREEZE:
+		switch {
+		case prev.GetOp() == fsmpb.SlotsCommand_FREEZE || prev.GetOp() == fsmpb.SlotsCommand_RELEASE:
+			return &fsmpb.SlotsResult{Done: true, Owned: uint32(s.OwnedSlots())}
+		case prev != nil:
+			return refuse("move %d is past freezing here (%v)", id, prev.GetOp())
+		case !all(slotOwned, 0):
+			return refuse("group %q does not own every slot of %d..%d", t.group, first, last)
+		}
+		each(func(sl shard.Slot) { t.state[sl], t.frozenBy[sl] = slotFrozen, id })
+	case fsmpb.SlotsCommand_UNFREEZE:
+		switch {
+		case prev.GetOp() == fsmpb.SlotsCommand_UNFREEZE:
+			return &fsmpb.SlotsResult{Done: true, Owned: uint32(s.OwnedSlots())}
+		case prev.GetOp() != fsmpb.SlotsCommand_FREEZE || !all(slotFrozen, id):
+			return refuse("move %d has not frozen slots %d..%d here", id, first, last)
+		}
+		each(func(sl shard.Slot) { t.state[sl] = slotOwned; delete(t.frozenBy, sl) })
+	case fsmpb.SlotsCommand_RELEASE:
+		switch {
+		case prev.GetOp() == fsmpb.SlotsCommand_RELEASE:
+			return &fsmpb.SlotsResult{Done: true, Owned: uint32(s.OwnedSlots())}
+		case prev.GetOp() != fsmpb.SlotsCommand_FREEZE || !all(slotFrozen, id):
+			return refuse("move %d has not frozen slots %d..%d here", id, first, last)
+		}
+		each(func(sl shard.Slot) { t.state[sl] = slotAbsent; delete(t.frozenBy, sl) })
+	case fsmpb.SlotsCommand_ACQUIRE:
+		switch {
+		case prev.GetOp() == fsmpb.SlotsCommand_ACQUIRE:
+			return &fsmpb.SlotsResult{Done: true, Owned: uint32(s.OwnedSlots())}
+		case prev.GetOp() == fsmpb.SlotsCommand_ABORT:
+			return refuse("move %d was aborted here", id)
+		case !all(slotAbsent, 0):
+			return refuse("group %q already holds some slot of %d..%d", t.group, first, last)
+		}
+		each(func(sl shard.Slot) { t.state[sl] = slotOwned })
+	case fsmpb.SlotsCommand_ABORT:
+		switch {
+		case prev.GetOp() == fsmpb.SlotsCommand_ABORT:
+			return &fsmpb.SlotsResult{Done: true, Owned: uint32(s.OwnedSlots())}
+		case prev.GetOp() == fsmpb.SlotsCommand_ACQUIRE:
+			return refuse("move %d has acquired its slots here", id)
+		}
+	default:
+		return refuse("unknown step %v", cmd.GetOp())
+	}
+	t.moves[id] = &fsmpb.MoveOutcome{MoveId: id, Op: cmd.GetOp(), First: first, Last: last, Peer: cmd.GetPeer(), AtUnixNano: cmd.GetProposedUnixNano()}
+	s.slots = t
+	return &fsmpb.SlotsResult{Done: true, Owned: uint32(s.OwnedSlots())}
+}
+
+// slotsRecord is the snapshot record of the table, nil when the group
+// owns every slot and never took a step.
+func (s *State) slotsRecord() *fsmpb.SlotsRecord {
+	t := s.slots
+	if t == nil {
+		return nil
+	}
+	rec := &fsmpb.SlotsRecord{Group: t.group, Slots: slices.Clone(t.state[:])}
+	for _, o := range t.moves {
+		rec.Moves = append(rec.Moves, o)
+	}
+	slices.SortFunc(rec.Moves, func(a, b *fsmpb.MoveOutcome) int { return cmpU64(a.GetMoveId(), b.GetMoveId()) })
+	return rec
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// restoreSlots reads the table back from a snapshot.
+func (s *State) restoreSlots(rec *fsmpb.SlotsRecord) error {
+	if len(rec.GetSlots()) != shard.Slots {
+		return fmt.Errorf("slots record: %d slots, this version uses %d", len(rec.GetSlots()), shard.Slots)
+	}
+	t := &slotTable{group: rec.GetGroup(), frozenBy: map[shard.Slot]uint64{}, moves: map[uint64]*fsmpb.MoveOutcome{}}
+	copy(t.state[:], rec.GetSlots())
+	for _, o := range rec.GetMoves() {
+		t.moves[o.GetMoveId()] = o
+	}
+	for i, st := range t.state {
+		switch st {
+		case slotOwned, slotAbsent:
+		case slotFrozen:
+			// The move that froze it is the one whose last step here is a
+			// freeze covering it.
+			for _, o := range rec.GetMoves() {
+				if o.GetOp() == fsmpb.SlotsCommand_FREEZE && uint32(i) >= o.GetFirst() && uint32(i) <= o.GetLast() {
+					t.frozenBy[shard.Slot(i)] = o.GetMoveId()
+				}
+			}
+		default:
+			return fmt.Errorf("slots record: slot %d in unknown state %d", i, st)
+		}
+	}
+	s.slots = t
+	return nil
+}

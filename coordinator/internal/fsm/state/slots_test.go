@@ -1,0 +1,296 @@
+package state
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
+	"github.com/allot-io/allot/internal/shard"
+	allotpb "github.com/allot-io/allot/proto"
+	"pgregory.net/rapid"
+)
+
+func step(op fsmpb.SlotsCommand_Op, id uint64, first, last uint32, group string) *fsmpb.SlotsCommand {
+	return &fsmpb.SlotsCommand{Op: op, MoveId: id, First: first, Last: last, Group: group, Peer: "peer", ProposedUnixNano: 1}
+}
+
+func TestSlotSteps(t *testing.T) {
+	const (
+		F = fsmpb.SlotsCommand_FREEZE
+		A = fsmpb.SlotsCommand_ACQUIRE
+		R = fsmpb.SlotsCommand_RELEASE
+		X = fsmpb.SlotsCommand_ABORT
+		U = fsmpb.SlotsCommand_UNFREEZE
+		E = fsmpb.SlotsCommand_EMPTY
+	)
+	type st struct {
+		cmd     *fsmpb.SlotsCommand
+		refused string // "" when the step must be done
+		owned   int
+	}
+	cases := []struct {
+		name  string
+		steps []st
+	}{
+		{"source freezes then releases", []st{
+			{step(F, 1, 0, 99, "main"), "", shard.Slots - 100},
+			{step(F, 1, 0, 99, "main"), "", shard.Slots - 100}, // again: done
+			{step(R, 1, 0, 99, "main"), "", shard.Slots - 100},
+			{step(R, 1, 0, 99, "main"), "", shard.Slots - 100},
+			{step(U, 1, 0, 99, "main"), "has not frozen", shard.Slots - 100},
+		}},
+		{"source unfreezes an aborted move", []st{
+			{step(F, 1, 10, 10, "main"), "", shard.Slots - 1},
+			{step(U, 1, 10, 10, "main"), "", shard.Slots},
+			{step(R, 1, 10, 10, "main"), "has not frozen", shard.Slots},
+		}},
+		{"freeze what is not owned", []st{
+			{step(F, 1, 0, 9, "main"), "", shard.Slots - 10},
+			{step(F, 2, 5, 20, "main"), "does not own", shard.Slots - 10},
+		}},
+		{"target acquires once", []st{
+			{step(E, 0, 0, 0, "g1"), "", 0},
+			{step(A, 1, 0, 99, "g1"), "", 100},
+			{step(A, 1, 0, 99, "g1"), "", 100},
+			{step(X, 1, 0, 99, "g1"), "has acquired", 100},
+		}},
+		{"an abort wins over a late acquire", []st{
+			{step(E, 0, 0, 0, "g1"), "", 0},
+			{step(X, 1, 0, 99, "g1"), "", 0},
+			{step(A, 1, 0, 99, "g1"), "was aborted", 0},
+		}},
+		{"a step for another group", []st{
+			{step(E, 0, 0, 0, "g1"), "", 0},
+			{step(A, 1, 0, 9, "g2"), "not \"g2\"", 0},
+		}},
+		{"bad range", []st{{step(F, 1, 9, 3, "main"), "not a range", shard.Slots}}},
+		{"no group", []st{{step(F, 1, 0, 3, ""), "no valid group", shard.Slots}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := New()
+			for i, x := range c.steps {
+				res := s.Apply(CmdSlots, x.cmd).(*fsmpb.SlotsResult)
+				if x.refused == "" && (!res.GetDone() || res.GetRefused() != "") {
+					t.Fatalf("step %d (%v): refused: %s", i, x.cmd.GetOp(), res.GetRefused())
+				}
+				if x.refused != "" && (res.GetDone() || !strings.Contains(res.GetRefused(), x.refused)) {
+					t.Fatalf("step %d (%v): %+v, want a refusal saying %q", i, x.cmd.GetOp(), res, x.refused)
+				}
+				if got := s.OwnedSlots(); got != x.owned {
+					t.Fatalf("step %d (%v): owns %d slots, want %d", i, x.cmd.GetOp(), got, x.owned)
+				}
+			}
+			// What a group owns survives a snapshot.
+			var buf bytes.Buffer
+			if err := s.Snapshot().Write(&buf); err != nil {
+				t.Fatal(err)
+			}
+			back, err := ReadSnapshot(&buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if back.OwnedSlots() != s.OwnedSlots() || back.Group() != s.Group() {
+				t.Fatalf("after a snapshot: %d slots of %q, before %d of %q", back.OwnedSlots(), back.Group(), s.OwnedSlots(), s.Group())
+			}
+		})
+	}
+}
+
+// TestMovesCountOnce: two groups, one agent sending usage by a map that
+// may be stale, and moves of slots back and forth, each step carried any
+// number of times (a mover that crashed and resumed) in any order the
+// protocol allows. Every unit is counted by exactly one group, and no
+// slot is ever owned by both.
+func TestMovesCountOnce(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		groups := map[string]*State{"main": New(), "g1": New()}
+		groups["g1"].Apply(CmdSlots, step(fsmpb.SlotsCommand_EMPTY, 0, 0, 0, "g1"))
+		tenants := []string{"a", "b", "c", "d", "e", "f"}
+		slot := func(tn string) uint32 { return uint32(shard.Of(tn)) }
+		owner := map[uint32]string{} // where the mover has the slot, as the map says
+		for _, tn := range tenants {
+			owner[slot(tn)] = "main"
+		}
+		seq := map[string]uint64{}
+		var sent, queue []*allotpb.UsageCount
+		var moveID uint64
+		type move struct {
+			id       uint64
+			sl       uint32
+			from, to string
+			phase    int // 0 frozen, 1 acquired or aborted
+			abort    bool
+		}
+		var moves []*move
+		apply := func(g string, cmd *fsmpb.SlotsCommand) *fsmpb.SlotsResult {
+			cmd.Group = g
+			return groups[g].Apply(CmdSlots, cmd).(*fsmpb.SlotsResult)
+		}
+		deliver := func(c *allotpb.UsageCount, g string) bool {
+			seq[g]++
+			res := groups[g].Apply(CmdReports, &fsmpb.ReportsCommand{ProposedUnixNano: 1e9, Reports: []*fsmpb.AgentUsage{{
+				Node: "n", Incarnation: 1, Batch: &allotpb.UsageBatch{Seq: seq[g], Counts: []*allotpb.UsageCount{c}},
+			}}}).(*fsmpb.ReportsResult)
+			if len(res.GetMoved()) > 0 {
+				if res.GetAckedSeq()[0] >= seq[g] {
+					t.Fatalf("a refused batch was acknowledged")
+				}
+				return false
+			}
+			return true
+		}
+		n := rapid.IntRange(1, 60).Draw(t, "steps")
+		for range n {
+			switch rapid.IntRange(0, 3).Draw(t, "what") {
+			case 0: // new usage
+				c := &allotpb.UsageCount{Rule: "r", Tenant: rapid.SampledFrom(tenants).Draw(t, "tenant"), WindowUnix: 0, Admitted: uint64(rapid.IntRange(1, 9).Draw(t, "n"))}
+				sent = append(sent, c)
+				queue = append(queue, c)
+			case 1: // the agent sends the head, to the map's owner or a stale one
+				if len(queue) == 0 {
+					continue
+				}
+				g := owner[slot(queue[0].GetTenant())]
+				if rapid.Bool().Draw(t, "stale") {
+					g = rapid.SampledFrom([]string{"main", "g1"}).Draw(t, "g")
+				}
+				if deliver(queue[0], g) {
+					queue = queue[1:]
+				}
+			case 2: // start a move of one tenant's slot
+				sl := slot(rapid.SampledFrom(tenants).Draw(t, "moved"))
+				busy := false
+				for _, m := range moves {
+					busy = busy || (m.sl == sl && m.phase < 2)
+				}
+				if busy {
+					continue
+				}
+				from := owner[sl]
+				to := map[string]string{"main": "g1", "g1": "main"}[from]
+				moveID++
+				if r := apply(from, step(fsmpb.SlotsCommand_FREEZE, moveID, sl, sl, to)); !r.GetDone() {
+					t.Fatalf("freeze refused: %s", r.GetRefused())
+				}
+				moves = append(moves, &move{id: moveID, sl: sl, from: from, to: to, abort: rapid.IntRange(0, 4).Draw(t, "abort") == 0})
+			case 3: // move a move on by one step, or repeat its last
+				if len(moves) == 0 {
+					continue
+				}
+				m := rapid.SampledFrom(moves).Draw(t, "move")
+				repeat := rapid.Bool().Draw(t, "repeat")
+				switch {
+				case m.abort && (m.phase == 0 || repeat):
+					if r := apply(m.to, step(fsmpb.SlotsCommand_ABORT, m.id, m.sl, m.sl, m.from)); !r.GetDone() {
+						t.Fatalf("abort refused: %s", r.GetRefused())
+					}
+					if r := apply(m.from, step(fsmpb.SlotsCommand_UNFREEZE, m.id, m.sl, m.sl, m.to)); !r.GetDone() {
+						t.Fatalf("unfreeze refused: %s", r.GetRefused())
+					}
+					m.phase = 2
+				case m.abort:
+				case m.phase == 0, m.phase >= 1 && repeat:
+					if r := apply(m.to, step(fsmpb.SlotsCommand_ACQUIRE, m.id, m.sl, m.sl, m.from)); !r.GetDone() {
+						t.Fatalf("acquire refused: %s", r.GetRefused())
+					}
+					m.phase = 1
+				case m.phase == 1:
+					owner[m.sl] = m.to // the map, then the release
+					if r := apply(m.from, step(fsmpb.SlotsCommand_RELEASE, m.id, m.sl, m.sl, m.to)); !r.GetDone() {
+						t.Fatalf("release refused: %s", r.GetRefused())
+					}
+					m.phase = 2
+				}
+			}
+			for _, tn := range tenants {
+				s := shard.Of(tn)
+				if groups["main"].Owns(s) && groups["g1"].Owns(s) {
+					t.Fatalf("slot %d is owned by both groups", s)
+				}
+			}
+		}
+		// Finish every move, then deliver what waits where it is owned.
+		for _, m := range moves {
+			if m.phase < 2 && !m.abort {
+				apply(m.to, step(fsmpb.SlotsCommand_ACQUIRE, m.id, m.sl, m.sl, m.from))
+				apply(m.from, step(fsmpb.SlotsCommand_RELEASE, m.id, m.sl, m.sl, m.to))
+			} else if m.phase < 2 {
+				apply(m.to, step(fsmpb.SlotsCommand_ABORT, m.id, m.sl, m.sl, m.from))
+				apply(m.from, step(fsmpb.SlotsCommand_UNFREEZE, m.id, m.sl, m.sl, m.to))
+			}
+		}
+		for _, c := range queue {
+			if !deliver(c, "main") && !deliver(c, "g1") {
+				t.Fatalf("tenant %s's slot is owned by no group once every move is over", c.GetTenant())
+			}
+		}
+		var want, got uint64
+		for _, c := range sent {
+			want += c.GetAdmitted()
+		}
+		for _, g := range groups {
+			g.eachLine(func(_ LedgerKey, u usage) { got += u.admitted })
+		}
+		if got != want {
+			t.Fatalf("the groups' ledgers sum to %d admitted, the agent sent %d", got, want)
+		}
+	})
+}
+
+func TestShardMapCommands(t *testing.T) {
+	s := New()
+	mustMap := func(cmd *fsmpb.ShardMapCommand) *allotpb.ShardMap {
+		t.Helper()
+		res := s.Apply(CmdShardMap, cmd)
+		if err, ok := res.(error); ok {
+			t.Fatal(err)
+		}
+		return res.(*allotpb.ShardMap)
+	}
+	if err, _ := s.Apply(CmdShardMap, &fsmpb.ShardMapCommand{AddGroup: &allotpb.ShardGroup{Id: "g1"}}).(error); err == nil {
+		t.Fatal("a first map without a home group was made")
+	}
+	pm := mustMap(&fsmpb.ShardMapCommand{Home: "main", Coordinators: []string{"a:1"}, AddGroup: &allotpb.ShardGroup{Id: "g1", Coordinators: []string{"b:1"}}})
+	if pm.GetVersion() != 1 || len(pm.GetGroups()) != 2 {
+		t.Fatalf("first map: %v", pm)
+	}
+	if again := mustMap(&fsmpb.ShardMapCommand{AddGroup: &allotpb.ShardGroup{Id: "g1", Coordinators: []string{"b:1"}}}); again.GetVersion() != 1 {
+		t.Fatalf("adding a group again bumped the version to %d", again.GetVersion())
+	}
+	pm = mustMap(&fsmpb.ShardMapCommand{Plan: &allotpb.SlotMove{First: 0, Last: 99, From: "main", To: "g1", StartedUnixNano: 5}})
+	if mv := pm.GetMoves()[0]; mv.GetId() != 1 || mv.GetPhase() != allotpb.SlotMove_PLANNED {
+		t.Fatalf("planned move: %v", mv)
+	}
+	for _, bad := range []*allotpb.SlotMove{
+		{First: 50, Last: 150, From: "main", To: "g1"},    // overlaps move 1
+		{First: 200, Last: 300, From: "g1", To: "main"},   // g1 does not own them
+		{First: 200, Last: 300, From: "main", To: "nope"}, // no such group
+		{First: 200, Last: 300, From: "main", To: "main"}, // to itself
+		{First: 300, Last: 200, From: "main", To: "g1"},   // not a range
+	} {
+		if err, _ := s.Apply(CmdShardMap, &fsmpb.ShardMapCommand{Plan: bad}).(error); err == nil {
+			t.Errorf("move %v was planned", bad)
+		}
+	}
+	mustMap(&fsmpb.ShardMapCommand{Phase: &allotpb.SlotMove{Id: 1, Phase: allotpb.SlotMove_ACQUIRED}})
+	pm = mustMap(&fsmpb.ShardMapCommand{Phase: &allotpb.SlotMove{Id: 1, Phase: allotpb.SlotMove_DONE}})
+	if s.ShardMap().Owner(0) != "g1" || s.ShardMap().Owner(100) != "main" {
+		t.Fatalf("after the move: slot 0 in %s, slot 100 in %s", s.ShardMap().Owner(0), s.ShardMap().Owner(100))
+	}
+	if back := mustMap(&fsmpb.ShardMapCommand{Phase: &allotpb.SlotMove{Id: 1, Phase: allotpb.SlotMove_FROZEN}}); back.GetVersion() != pm.GetVersion() {
+		t.Fatal("a move went back a phase")
+	}
+	var buf bytes.Buffer
+	if err := s.Snapshot().Write(&buf); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadSnapshot(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.ShardMapVersion() != s.ShardMapVersion() || back.ShardMap().Owner(0) != "g1" {
+		t.Fatal("the map did not survive a snapshot")
+	}
+}

@@ -1,0 +1,241 @@
+package shard
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	allotpb "github.com/allot-io/allot/proto"
+)
+
+// Slots is how many slots a region's tenants are spread over. It is fixed
+// for the life of a region: every agent and group must agree on it.
+const Slots = 16384
+
+// Slot is one of the Slots slots.
+type Slot uint16
+
+// Of is the slot of a tenant: FNV-1a 64 of its bytes, modulo Slots.
+func Of(tenant string) Slot {
+	const (
+		offset = 14695981039346656037
+		prime  = 1099511628211
+	)
+	h := uint64(offset)
+	for i := 0; i < len(tenant); i++ {
+		h ^= uint64(tenant[i])
+		h *= prime
+	}
+	return Slot(h % Slots)
+}
+
+// DefaultGroup is the group a cluster is when nobody named one: a region
+// started as a single cluster is the home group "main" owning every slot.
+const DefaultGroup = "main"
+
+// ErrInvalid is wrapped by every refusal of a map or a move that breaks
+// the rules below.
+var ErrInvalid = errors.New("invalid shard map")
+
+// Map sends every slot to a group. The zero Map is not valid; Single
+// gives a region's first map.
+type Map struct {
+	Version uint64
+	// Home holds the map and the rules; Global divides global rules.
+	Home, Global string
+	// Groups are the groups by ID, each with its members' gRPC addresses.
+	Groups map[string][]string
+	// owner is each slot's group.
+	owner [Slots]string
+	// Moves are the moves recorded, in order of their IDs.
+	Moves []*allotpb.SlotMove
+}
+
+// Single is the map of a region that is one group, home, owning every
+// slot, at version 1.
+func Single(home string, coordinators []string) *Map {
+	m := &Map{Version: 1, Home: home, Global: home, Groups: map[string][]string{home: slices.Clone(coordinators)}}
+	for i := range m.owner {
+		m.owner[i] = home
+	}
+	return m
+}
+
+// Owner is the group a slot is routed to.
+func (m *Map) Owner(s Slot) string { return m.owner[s] }
+
+// Route is the group a tenant's usage and demand go to.
+func (m *Map) Route(tenant string) string { return m.owner[Of(tenant)] }
+
+// Assign routes the slots first..last to group, without a version bump:
+// the caller (the home group's state) numbers versions.
+func (m *Map) Assign(first, last Slot, group string) error {
+	if first > last || int(last) >= Slots {
+		return fmt.Errorf("%w: slots %d..%d are not a range of 0..%d", ErrInvalid, first, last, Slots-1)
+	}
+	if _, ok := m.Groups[group]; !ok {
+		return fmt.Errorf("%w: no group %q", ErrInvalid, group)
+	}
+	for s := int(first); s <= int(last); s++ {
+		m.owner[s] = group
+	}
+	return nil
+}
+
+// Count is how many slots each group owns.
+func (m *Map) Count() map[string]int {
+	n := make(map[string]int, len(m.Groups))
+	for g := range m.Groups {
+		n[g] = 0
+	}
+	for _, g := range m.owner {
+		n[g]++
+	}
+	return n
+}
+
+// GroupIDs are the groups in order.
+func (m *Map) GroupIDs() []string {
+	ids := make([]string, 0, len(m.Groups))
+	for g := range m.Groups {
+		ids = append(ids, g)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Clone is an independent copy.
+func (m *Map) Clone() *Map {
+	c := *m
+	c.Groups = make(map[string][]string, len(m.Groups))
+	for g, a := range m.Groups {
+		c.Groups[g] = slices.Clone(a)
+	}
+	c.Moves = slices.Clone(m.Moves)
+	return &c
+}
+
+// Ranges are the map's slots as ranges of one owner, in order.
+func (m *Map) Ranges() []*allotpb.SlotRange {
+	var out []*allotpb.SlotRange
+	for s := 0; s < Slots; s++ {
+		if n := len(out); n > 0 && out[n-1].Group == m.owner[s] {
+			out[n-1].Last = uint32(s)
+			continue
+		}
+		out = append(out, &allotpb.SlotRange{First: uint32(s), Last: uint32(s), Group: m.owner[s]})
+	}
+	return out
+}
+
+// Proto is the map's wire form.
+func (m *Map) Proto() *allotpb.ShardMap {
+	pm := &allotpb.ShardMap{Version: m.Version, Slots: Slots, Home: m.Home, Global: m.Global, Ranges: m.Ranges(), Moves: m.Moves}
+	for _, g := range m.GroupIDs() {
+		pm.Groups = append(pm.Groups, &allotpb.ShardGroup{Id: g, Coordinators: slices.Clone(m.Groups[g])})
+	}
+	return pm
+}
+
+// FromProto reads a map's wire form, refusing one that does not route
+// every slot to a known group exactly once.
+func FromProto(pm *allotpb.ShardMap) (*Map, error) {
+	if pm.GetSlots() != Slots {
+		return nil, fmt.Errorf("%w: %d slots, this version uses %d", ErrInvalid, pm.GetSlots(), Slots)
+	}
+	m := &Map{Version: pm.GetVersion(), Home: pm.GetHome(), Global: pm.GetGlobal(), Groups: map[string][]string{}, Moves: pm.GetMoves()}
+	for i, g := range pm.GetGroups() {
+		if err := ValidGroupID(g.GetId()); err != nil {
+			return nil, fmt.Errorf("%w: groups[%d]: %v", ErrInvalid, i, err)
+		}
+		if _, dup := m.Groups[g.GetId()]; dup {
+			return nil, fmt.Errorf("%w: group %q listed twice", ErrInvalid, g.GetId())
+		}
+		m.Groups[g.GetId()] = slices.Clone(g.GetCoordinators())
+	}
+	for _, g := range []string{m.Home, m.Global} {
+		if _, ok := m.Groups[g]; !ok {
+			return nil, fmt.Errorf("%w: home or global group %q is not listed", ErrInvalid, g)
+		}
+	}
+	next := uint32(0)
+	for i, r := range pm.GetRanges() {
+		if r.GetFirst() != next || r.GetLast() < r.GetFirst() || r.GetLast() >= Slots {
+			return nil, fmt.Errorf("%w: ranges[%d] is %d..%d, expected one starting at %d", ErrInvalid, i, r.GetFirst(), r.GetLast(), next)
+		}
+		if err := m.Assign(Slot(r.GetFirst()), Slot(r.GetLast()), r.GetGroup()); err != nil {
+			return nil, fmt.Errorf("ranges[%d]: %w", i, err)
+		}
+		next = r.GetLast() + 1
+	}
+	if next != Slots {
+		return nil, fmt.Errorf("%w: the ranges end at slot %d, not %d", ErrInvalid, next, Slots)
+	}
+	return m, nil
+}
+
+// ValidGroupID refuses a group ID that is empty, over 64 bytes, or not
+// made of letters, digits, '-', '_' and '.'.
+func ValidGroupID(id string) error {
+	if id == "" || len(id) > 64 {
+		return fmt.Errorf("group ID %q must be 1 to 64 bytes", id)
+	}
+	if strings.IndexFunc(id, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
+	}) >= 0 {
+		return fmt.Errorf("group ID %q may hold only letters, digits, '-', '_' and '.'", id)
+	}
+	return nil
+}
+
+// ParseRange reads "N" or "N-M" (inclusive) as slots.
+func ParseRange(s string) (first, last Slot, err error) {
+	a, b, isRange := strings.Cut(s, "-")
+	var x, y int
+	if _, err := fmt.Sscanf(a, "%d", &x); err != nil {
+		return 0, 0, fmt.Errorf("slots %q: not N or N-M", s)
+	}
+	y = x
+	if isRange {
+		if _, err := fmt.Sscanf(b, "%d", &y); err != nil {
+			return 0, 0, fmt.Errorf("slots %q: not N or N-M", s)
+		}
+	}
+	if x < 0 || y < x || y >= Slots {
+		return 0, 0, fmt.Errorf("slots %q: a range of 0..%d, first ≤ last", s, Slots-1)
+	}
+	return Slot(x), Slot(y), nil
+}
+
+// Active reports whether a move is still under way.
+func Active(mv *allotpb.SlotMove) bool {
+	return mv.GetPhase() != allotpb.SlotMove_DONE && mv.GetPhase() != allotpb.SlotMove_ABORTED
+}
+
+// CanMove refuses a move of slots the map does not route to its source,
+// to an unknown group or to the source itself, or overlapping a move
+// under way.
+func (m *Map) CanMove(mv *allotpb.SlotMove) error {
+	first, last := mv.GetFirst(), mv.GetLast()
+	if first > last || last >= Slots {
+		return fmt.Errorf("%w: slots %d..%d are not a range of 0..%d", ErrInvalid, first, last, Slots-1)
+	}
+	if _, ok := m.Groups[mv.GetTo()]; !ok {
+		return fmt.Errorf("%w: no group %q to move to", ErrInvalid, mv.GetTo())
+	}
+	if mv.GetFrom() == mv.GetTo() {
+		return fmt.Errorf("%w: slots %d..%d are in group %q already", ErrInvalid, first, last, mv.GetTo())
+	}
+	for s := first; s <= last; s++ {
+		if m.owner[s] != mv.GetFrom() {
+			return fmt.Errorf("%w: slot %d is in group %q, not %q: move one owner's slots at a time", ErrInvalid, s, m.owner[s], mv.GetFrom())
+		}
+	}
+	for _, o := range m.Moves {
+		if Active(o) && o.GetFirst() <= last && first <= o.GetLast() {
+			return fmt.Errorf("%w: slots %d..%d overlap move %d (%d..%d), still under way", ErrInvalid, first, last, o.GetId(), o.GetFirst(), o.GetLast())
+		}
+	}
+	return nil
+}

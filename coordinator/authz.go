@@ -33,6 +33,7 @@ var methodRoles = map[string]auth.Role{
 	allotpb.RulesService_GetRule_FullMethodName:                       auth.Agent | auth.Reader,
 	allotpb.ClusterService_Status_FullMethodName:                      auth.Reader,
 	allotpb.UsageService_QueryUsage_FullMethodName:                    auth.Reader,
+	allotpb.ShardService_GetShardMap_FullMethodName:                   auth.Agent | auth.Reader,
 	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":       auth.Reader,
 	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo":  auth.Reader,
 }

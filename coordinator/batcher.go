@@ -27,6 +27,9 @@ type pendingUsage struct {
 
 type batchResult struct {
 	acked uint64
+	// moved are the slots of the batch this group does not own: the
+	// batch was not applied (see state.ReportsResult).
+	moved []uint32
 	err   error
 }
 
@@ -94,8 +97,12 @@ func (b *batcher) flush(pending []pendingUsage) {
 		b.fail(pending, err)
 		return
 	}
+	moved := make(map[uint32][]uint32, len(res.GetMoved()))
+	for _, m := range res.GetMoved() {
+		moved[m.GetReport()] = m.GetSlots()
+	}
 	for i, p := range pending {
-		p.done <- batchResult{acked: res.GetAckedSeq()[i]}
+		p.done <- batchResult{acked: res.GetAckedSeq()[i], moved: moved[uint32(i)]}
 	}
 }
 

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"errors"
 	"fmt"
+	"github.com/allot-io/allot/internal/shard"
 	"math"
 	"net"
 	"strings"
@@ -109,6 +110,13 @@ type Config struct {
 	// Global makes this cluster a parent: its nodes are regions' clusters,
 	// among which it divides every rule's whole limit.
 	Global bool
+	// Group names this cluster's shard group (docs/coordinator.md#shard-groups);
+	// "" is shard.DefaultGroup. ShardHome lists the gRPC addresses of the
+	// region's home group, on every group but the home: such a group
+	// starts owning no slot, takes its rules from the home group, and
+	// refuses rule writes.
+	Group     string
+	ShardHome []string
 	// RulesFile, when set, is loaded and put as the whole rule set by the
 	// leader when it differs from the replicated one.
 	RulesFile string
@@ -314,6 +322,12 @@ func (c *Config) withDefaults() (Config, error) {
 		return cfg, bad("Insecure", "%s is not a loopback address and no credential is configured: anyone who reaches it could write the ledger; configure tokens (--auth-tokens) or a client CA (--ca), or pass --insecure", cfg.exposed())
 	case cfg.AuthTokensFile != "" && !cfg.TLS.Enabled() && !cfg.Insecure && !isLoopback(cfg.GRPCAddr):
 		return cfg, bad("TLS", "%s is not a loopback address and bearer tokens would cross the network in the clear: configure a certificate (--cert, --key), or pass --insecure", cfg.GRPCAddr)
+	case cfg.Group != "" && shard.ValidGroupID(cfg.Group) != nil:
+		return cfg, bad("Group", "%v", shard.ValidGroupID(cfg.Group))
+	case len(cfg.ShardHome) > 0 && (cfg.Global || len(cfg.Parent) > 0):
+		return cfg, bad("ShardHome", "shard groups other than the home group take no part in a tier between regions yet: run the parent tier with the home group only")
+	case len(cfg.ShardHome) > 0 && cfg.RulesFile != "":
+		return cfg, bad("RulesFile", "a shard group that is not its region's home takes its rules from the home group; give the rules file to the home group")
 	case cfg.Global && len(cfg.Parent) > 0:
 		return cfg, bad("Parent", "a parent cluster (Global) leases from no parent: there is one tier between regions")
 	case cfg.ParentInterval < 0 || cfg.ParentInterval > time.Minute:

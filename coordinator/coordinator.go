@@ -76,6 +76,8 @@ type Coordinator struct {
 	// sink is the ledger sink (Config.LedgerSink); nil without one.
 	sink  *ledgersink.Sink
 	peers *peers
+	// moverKick wakes the home leader's mover when a move is planned.
+	moverKick chan struct{}
 	// check confirms leadership before a report is answered.
 	check *leaderCheck
 	// roundEvery is the configured RoundInterval; 0 derives it from the
@@ -130,7 +132,7 @@ func New(config Config) (*Coordinator, error) {
 		cfg: cfg, log: cfg.Logger.Named("coordinator"), metrics: newMetrics(reg), gather: gather,
 		alloc:      newAllocator(cfg.Region, cfg.ReportInterval, cfg.LeaseTTL),
 		roundEvery: config.RoundInterval,
-		ctx:        ctx, cancel: cancel, draining: make(chan struct{}), failed: make(chan struct{}),
+		ctx:        ctx, cancel: cancel, draining: make(chan struct{}), failed: make(chan struct{}), moverKick: make(chan struct{}, 1),
 	}
 	c.alloc.global = cfg.Global
 	if len(cfg.Parent) > 0 {
@@ -311,6 +313,7 @@ func (c *Coordinator) startGRPC() error {
 	allotpb.RegisterRulesServiceServer(c.grpc, &rulesServer{c: c})
 	allotpb.RegisterClusterServiceServer(c.grpc, &clusterServer{c: c})
 	allotpb.RegisterUsageServiceServer(c.grpc, &usageServer{c: c})
+	allotpb.RegisterShardServiceServer(c.grpc, &shardServer{c: c})
 	rlqsv3.RegisterRateLimitQuotaServiceServer(c.grpc, &rlqsServer{c: c})
 	c.health = health.NewServer()
 	healthpb.RegisterHealthServer(c.grpc, c.health)

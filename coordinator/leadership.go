@@ -117,6 +117,10 @@ func (c *Coordinator) lead(ctx context.Context) {
 		c.log.Warn("leader could not forget members no longer in the configuration", "error", err)
 		return
 	}
+	if err := c.startGroup(); err != nil {
+		c.log.Warn("leader could not start its shard group owning no slot", "error", err)
+		return
+	}
 	res, err := c.apply(state.CmdEpoch, &fsmpb.EpochCommand{Leader: c.cfg.NodeID}, 10*time.Second)
 	if err != nil {
 		c.log.Warn("leader could not start an epoch", "error", err)
@@ -158,6 +162,11 @@ func (c *Coordinator) lead(ctx context.Context) {
 	}
 	if c.sink != nil {
 		c.goRun(func(context.Context) { c.exportLedger(ctx) })
+	}
+	if c.isHome() {
+		c.goRun(func(context.Context) { c.moveSlots(ctx) })
+	} else {
+		c.goRun(func(context.Context) { c.mirrorRules(ctx, set.reportInterval) })
 	}
 	rounds := c.cfg.Clock.NewTicker(c.roundInterval(set))
 	defer rounds.Stop()

@@ -63,6 +63,10 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 			return nil, err
 		}
 	}
+	if g := req.GetGroup(); g != "" && g != c.groupID() {
+		c.metrics.reports.WithLabelValues("wrong_group").Inc()
+		return nil, status.Errorf(codes.FailedPrecondition, "this is shard group %q, not %q: nothing of the report was applied", c.groupID(), g)
+	}
 	if !c.leading.Load() {
 		c.metrics.reports.WithLabelValues("redirected").Inc()
 		return nil, c.notLeader(ctx)
@@ -87,6 +91,9 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 			case r.err != nil:
 				c.metrics.reports.WithLabelValues("failed").Inc()
 				return nil, status.Errorf(codes.Unavailable, "usage not committed, re-send it: %v", r.err)
+			case r.moved != nil:
+				c.metrics.reports.WithLabelValues("moved").Inc()
+				return nil, c.slotsMoved(r.moved)
 			}
 			committed, acked = true, r.acked
 		case <-ctx.Done():
@@ -106,6 +113,7 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 		return nil, c.notLeader(ctx)
 	}
 	now := c.now()
+	c.ownDemand(req)
 	leases := c.alloc.report(req, now.UnixNano())
 	c.metrics.leasesGranted.Add(float64(len(leases)))
 	var resp *allotpb.ReportResponse
@@ -155,6 +163,8 @@ func respond(st *state.State, alloc *allocator, req *allotpb.ReportRequest, now 
 		BillingWindowNano:   int64(set.billingWindow),
 		RulesVersion:        st.Rules().Version(),
 		CoordinatorUnixNano: now.UnixNano(),
+		Group:               st.Group(),
+		ShardMapVersion:     st.ShardMapVersion(),
 	}
 	if !applied {
 		if seq, ok := st.LastSeq(req.GetNode(), req.GetIncarnation()); ok {
@@ -225,6 +235,9 @@ func (s *rulesServer) GetRule(_ context.Context, req *allotpb.GetRuleRequest) (*
 // forwarded to the leader.
 func (s *rulesServer) PutRules(ctx context.Context, req *allotpb.PutRulesRequest) (*allotpb.RuleSet, error) {
 	c := s.c
+	if !c.isHome() {
+		return nil, c.notHome("PutRules")
+	}
 	cmd := &fsmpb.RulesCommand{Put: req.GetRules(), ReplaceAll: req.GetReplaceAll()}
 	if err := c.checkRulesCommand(cmd); err != nil {
 		c.metrics.adminRequests.WithLabelValues("PutRules", "invalid").Inc()
@@ -240,6 +253,9 @@ func (s *rulesServer) PutRules(ctx context.Context, req *allotpb.PutRulesRequest
 
 func (s *rulesServer) DeleteRule(ctx context.Context, req *allotpb.DeleteRuleRequest) (*allotpb.RuleSet, error) {
 	c := s.c
+	if !c.isHome() {
+		return nil, c.notHome("DeleteRule")
+	}
 	var found bool
 	c.fsm.Read(func(st *state.State) { _, found = st.Rules().Get(req.GetName()) })
 	if !found {

@@ -98,7 +98,11 @@ type ReportRequest struct {
 	// its leases are released at once.
 	Leaving bool `protobuf:"varint,10,opt,name=leaving,proto3" json:"leaving,omitempty"`
 	// urgent is set on a report sent early because a key's share ran low.
-	Urgent        bool `protobuf:"varint,11,opt,name=urgent,proto3" json:"urgent,omitempty"`
+	Urgent bool `protobuf:"varint,11,opt,name=urgent,proto3" json:"urgent,omitempty"`
+	// group is the shard group the report is for: a member of another group
+	// refuses it, applying nothing (docs/coordinator.md#shard-groups). Empty:
+	// whichever group answers (a region never split).
+	Group         string `protobuf:"bytes,12,opt,name=group,proto3" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -208,6 +212,13 @@ func (x *ReportRequest) GetUrgent() bool {
 		return x.Urgent
 	}
 	return false
+}
+
+func (x *ReportRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
 }
 
 // UsageBatch is a numbered batch of billing counts. The agent sends the
@@ -877,7 +888,7 @@ var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
 	"\n" +
-	"\vagent.proto\x12\ballot.v1\x1a\vrules.proto\"\x8f\x03\n" +
+	"\vagent.proto\x12\ballot.v1\x1a\vrules.proto\"\xa5\x03\n" +
 	"\rReportRequest\x125\n" +
 	"\bprotocol\x18\x01 \x01(\x0e2\x19.allot.v1.ProtocolVersionR\bprotocol\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12 \n" +
@@ -890,7 +901,8 @@ const file_agent_proto_rawDesc = "" +
 	"\x06demand\x18\t \x03(\v2\x13.allot.v1.KeyDemandR\x06demand\x12\x18\n" +
 	"\aleaving\x18\n" +
 	" \x01(\bR\aleaving\x12\x16\n" +
-	"\x06urgent\x18\v \x01(\bR\x06urgent\"p\n" +
+	"\x06urgent\x18\v \x01(\bR\x06urgent\x12\x14\n" +
+	"\x05group\x18\f \x01(\tR\x05group\"p\n" +
 	"\n" +
 	"UsageBatch\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12,\n" +

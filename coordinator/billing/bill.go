@@ -170,3 +170,45 @@ func regionPart(def *rules.Rule, region string, whole *big.Rat) (string, *big.Ra
 	}
 	return def.RegionPart(region, whole)
 }
+
+// SumGroups makes one cluster's ledger of the ledgers of a region's shard
+// groups (docs/coordinator.md#shard-groups): a tenant's usage is counted
+// in the group owning its slot when it was reported, so a tenant whose
+// slot moved within a window has a line in each group, and the region's
+// line is their sum. Every group's line counts different units: adding
+// them counts each unit once. A sum is final when every part is, and
+// keeps the first group's source and rule.
+func SumGroups(groups [][]LedgerLine) []LedgerLine {
+	type key struct {
+		start, end           int64
+		tenant, rule, region string
+	}
+	at := map[key]int{}
+	var out []LedgerLine
+	for _, lines := range groups {
+		for _, l := range lines {
+			k := key{l.Start.UnixNano(), l.End.UnixNano(), l.Tenant, l.Rule, l.Region}
+			i, ok := at[k]
+			if !ok {
+				at[k] = len(out)
+				out = append(out, l)
+				continue
+			}
+			s := &out[i]
+			s.Admitted += l.Admitted
+			s.Denied += l.Denied
+			s.Final = s.Final && l.Final
+			if l.Granted != nil {
+				g := *l.Granted
+				if s.Granted != nil {
+					g += *s.Granted
+				}
+				s.Granted = &g
+			}
+			if s.Def == nil {
+				s.Def = l.Def
+			}
+		}
+	}
+	return out
+}

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	allotpb "github.com/allot-io/allot/proto"
 )
@@ -41,15 +43,9 @@ func New(addrs []string, opts []grpc.DialOption) *Client {
 }
 
 func (c *Client) stub(addr string) (allotpb.AgentServiceClient, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	cc := c.conns[addr]
-	if cc == nil {
-		var err error
-		if cc, err = grpc.NewClient(addr, c.opts...); err != nil {
-			return nil, err
-		}
-		c.conns[addr] = cc
+	cc, err := c.conn(addr)
+	if err != nil {
+		return nil, err
 	}
 	return allotpb.NewAgentServiceClient(cc), nil
 }
@@ -57,6 +53,9 @@ func (c *Client) stub(addr string) (allotpb.AgentServiceClient, error) {
 func (c *Client) current() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if len(c.addrs) == 0 {
+		return ""
+	}
 	return c.addrs[c.cur%len(c.addrs)]
 }
 
@@ -74,7 +73,9 @@ func (c *Client) prefer(addr string) {
 
 func (c *Client) next() {
 	c.mu.Lock()
-	c.cur = (c.cur + 1) % len(c.addrs)
+	if len(c.addrs) > 0 {
+		c.cur = (c.cur + 1) % len(c.addrs)
+	}
 	c.mu.Unlock()
 }
 
@@ -99,6 +100,9 @@ func (c *Client) Report(ctx context.Context, req *allotpb.ReportRequest) (*allot
 	lastErr := ErrNoCoordinator
 	for i := 0; i < tries && ctx.Err() == nil; i++ {
 		addr := c.current()
+		if addr == "" {
+			break
+		}
 		stub, err := c.stub(addr)
 		if err != nil {
 			lastErr = err
@@ -113,6 +117,9 @@ func (c *Client) Report(ctx context.Context, req *allotpb.ReportRequest) (*allot
 			return resp, nil
 		}
 		lastErr = err
+		if final(err) {
+			return nil, err
+		}
 		if leader := trailer.Get(LeaderTrailer); len(leader) > 0 && leader[0] != addr {
 			c.prefer(leader[0])
 			continue
@@ -120,6 +127,19 @@ func (c *Client) Report(ctx context.Context, req *allotpb.ReportRequest) (*allot
 		c.next()
 	}
 	return nil, lastErr
+}
+
+// final reports whether an error is the cluster's answer about the
+// report itself, which any other member would give as well: a report
+// refused as malformed, by its shard group, or for its credential is not
+// tried elsewhere, so that the caller sees that answer and not a
+// follower's pointer to the leader that gave it.
+func final(err error) bool {
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.PermissionDenied, codes.Unauthenticated:
+		return true
+	}
+	return false
 }
 
 // attemptContext gives one attempt its part of what is left of ctx's time.
@@ -144,4 +164,49 @@ func (c *Client) Close() {
 		cc.Close()
 	}
 	c.conns = map[string]*grpc.ClientConn{}
+}
+
+// Sibling is a client of another cluster (a shard group of the same
+// region), dialled with this one's options.
+func (c *Client) Sibling(addrs []string) *Client { return New(addrs, c.opts) }
+
+// Call runs fn against the members in turn, from the preferred one, until
+// one answers without error, within ctx: for reads any member serves.
+func (c *Client) Call(ctx context.Context, fn func(ctx context.Context, cc grpc.ClientConnInterface) error) error {
+	c.mu.Lock()
+	tries := len(c.addrs)
+	c.mu.Unlock()
+	lastErr := ErrNoCoordinator
+	for i := 0; i < tries && ctx.Err() == nil; i++ {
+		addr := c.current()
+		if addr == "" {
+			break
+		}
+		cc, err := c.conn(addr)
+		if err == nil {
+			actx, cancel := attemptContext(ctx, tries-i)
+			err = fn(actx, cc)
+			cancel()
+			if err == nil {
+				return nil
+			}
+		}
+		lastErr = err
+		c.next()
+	}
+	return lastErr
+}
+
+func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cc := c.conns[addr]
+	if cc == nil {
+		var err error
+		if cc, err = grpc.NewClient(addr, c.opts...); err != nil {
+			return nil, err
+		}
+		c.conns[addr] = cc
+	}
+	return cc, nil
 }

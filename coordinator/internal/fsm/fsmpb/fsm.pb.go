@@ -327,10 +327,14 @@ func (x *MovedReport) GetSlots() []uint32 {
 }
 
 type RulesCommand struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Put           []*proto.Rule          `protobuf:"bytes,1,rep,name=put,proto3" json:"put,omitempty"`
-	Delete        []string               `protobuf:"bytes,2,rep,name=delete,proto3" json:"delete,omitempty"`
-	ReplaceAll    bool                   `protobuf:"varint,3,opt,name=replace_all,json=replaceAll,proto3" json:"replace_all,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Put        []*proto.Rule          `protobuf:"bytes,1,rep,name=put,proto3" json:"put,omitempty"`
+	Delete     []string               `protobuf:"bytes,2,rep,name=delete,proto3" json:"delete,omitempty"`
+	ReplaceAll bool                   `protobuf:"varint,3,opt,name=replace_all,json=replaceAll,proto3" json:"replace_all,omitempty"`
+	// version, when set, is the new set's version: a shard group mirroring
+	// its home group's rules takes the home's version, so agents see one
+	// version across groups. 0: the next version.
+	Version       uint64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -384,6 +388,13 @@ func (x *RulesCommand) GetReplaceAll() bool {
 		return x.ReplaceAll
 	}
 	return false
+}
+
+func (x *RulesCommand) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
 }
 
 type MemberCommand struct {
@@ -1831,12 +1842,13 @@ const file_fsm_proto_rawDesc = "" +
 	"\x05moved\x18\x02 \x03(\v2\x19.allot.fsm.v1.MovedReportR\x05moved\";\n" +
 	"\vMovedReport\x12\x16\n" +
 	"\x06report\x18\x01 \x01(\rR\x06report\x12\x14\n" +
-	"\x05slots\x18\x02 \x03(\rR\x05slots\"i\n" +
+	"\x05slots\x18\x02 \x03(\rR\x05slots\"\x83\x01\n" +
 	"\fRulesCommand\x12 \n" +
 	"\x03put\x18\x01 \x03(\v2\x0e.allot.v1.RuleR\x03put\x12\x16\n" +
 	"\x06delete\x18\x02 \x03(\tR\x06delete\x12\x1f\n" +
 	"\vreplace_all\x18\x03 \x01(\bR\n" +
-	"replaceAll\"Q\n" +
+	"replaceAll\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\"Q\n" +
 	"\rMemberCommand\x12(\n" +
 	"\x06member\x18\x01 \x01(\v2\x10.allot.v1.MemberR\x06member\x12\x16\n" +
 	"\x06remove\x18\x02 \x01(\bR\x06remove\"A\n" +

@@ -245,3 +245,14 @@ func (s *State) restoreSlots(rec *fsmpb.SlotsRecord) error {
 	s.slots = t
 	return nil
 }
+
+// Owner returns whether this group owns a slot now, as a function that
+// may be called after the state's lock is released: it reads the table
+// of the moment it was made, which is never changed.
+func (s *State) Owner() func(shard.Slot) bool {
+	t := s.slots
+	if t == nil {
+		return func(shard.Slot) bool { return true }
+	}
+	return func(sl shard.Slot) bool { return t.state[sl] == slotOwned }
+}

@@ -272,7 +272,11 @@ func nextRules(cur *rules.Set, cmd *fsmpb.RulesCommand) (*rules.Set, error) {
 	for _, r := range byName {
 		list = append(list, r)
 	}
-	return rules.NewSet(cur.Version()+1, list)
+	version := cur.Version() + 1
+	if v := cmd.GetVersion(); v > 0 {
+		version = v
+	}
+	return rules.NewSet(version, list)
 }
 
 func (s *State) applyMember(cmd *fsmpb.MemberCommand) {

@@ -1,0 +1,408 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/internal/shard"
+	"github.com/allot-io/allot/lease/rules"
+	allotpb "github.com/allot-io/allot/proto"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Shard groups (docs/coordinator.md#shard-groups). A region's coordinators
+// may run as several groups, each an ordinary cluster owning some slots.
+// The home group, the one started without ShardHome, holds the shard map
+// and the rules, divides the global rules, and its leader carries out
+// moves; every other group mirrors the home's rules and owns only what
+// moves gave it.
+
+// moveStepTimeout bounds one step of a move sent to a group; moveAbortAfter
+// is how long a move waits for its target before aborting it.
+const (
+	moveStepTimeout = 10 * time.Second
+	moveAbortAfter  = 60 * time.Second
+	moveRetry       = 250 * time.Millisecond
+)
+
+// groupID is this cluster's shard group.
+func (c *Coordinator) groupID() string {
+	if c.cfg.Group != "" {
+		return c.cfg.Group
+	}
+	return shard.DefaultGroup
+}
+
+// isHome reports whether this cluster is its region's home group.
+func (c *Coordinator) isHome() bool { return len(c.cfg.ShardHome) == 0 }
+
+// slotsMoved is the refusal of a report whose usage falls in slots this
+// group does not own: nothing of it was applied.
+func (c *Coordinator) slotsMoved(slots []uint32) error {
+	var v uint64
+	c.fsm.Read(func(st *state.State) { v = st.ShardMapVersion() })
+	shown := slots
+	if len(shown) > 8 {
+		shown = shown[:8]
+	}
+	st := status.New(codes.FailedPrecondition, fmt.Sprintf("shard group %q does not own slots %v (of %d) of this report's usage: nothing of it was applied; route it by a newer shard map", c.groupID(), shown, len(slots)))
+	if d, err := st.WithDetails(&allotpb.SlotsMoved{Group: c.groupID(), Slots: slots, MapVersion: v}); err == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// ownDemand drops the demand of keys this group does not divide: keys of
+// slots it does not own, and global rules' classes outside the home group.
+// They get no lease here; the agent routes them by its map.
+func (c *Coordinator) ownDemand(req *allotpb.ReportRequest) {
+	var owns func(shard.Slot) bool
+	split := false
+	c.fsm.Read(func(st *state.State) { split, owns = st.Group() != "", st.Owner() })
+	if !split && c.isHome() {
+		return
+	}
+	rs := c.currentRules()
+	keep := req.Demand[:0]
+	for _, d := range req.GetDemand() {
+		if r, ok := rs.Get(d.GetRule()); ok && r.Scope == rules.Global {
+			if c.isHome() {
+				keep = append(keep, d)
+			}
+			continue
+		}
+		if owns(shard.Of(d.GetTenant())) {
+			keep = append(keep, d)
+		}
+	}
+	clear(req.Demand[len(keep):])
+	req.Demand = keep
+}
+
+// shardMap is the region's map as this (home) member holds it: the
+// region as one group owning every slot, version 0, until a group is
+// added.
+func (c *Coordinator) shardMap() *shard.Map {
+	var m *shard.Map
+	var addrs []string
+	c.fsm.Read(func(st *state.State) {
+		if sm := st.ShardMap(); sm != nil {
+			m = sm.Clone()
+			return
+		}
+		for _, mb := range st.Members() {
+			if a := mb.GetGrpcAddress(); a != "" {
+				addrs = append(addrs, a)
+			}
+		}
+	})
+	if m == nil {
+		m = shard.Single(c.groupID(), addrs)
+		m.Version = 0
+	}
+	return m
+}
+
+type shardServer struct {
+	allotpb.UnimplementedShardServiceServer
+	c *Coordinator
+}
+
+// notHome refuses a call only the home group answers.
+func (c *Coordinator) notHome(what string) error {
+	return status.Errorf(codes.FailedPrecondition, "%s: shard group %q is not its region's home group; call the home group (%v)", what, c.groupID(), c.cfg.ShardHome)
+}
+
+func (s *shardServer) GetShardMap(_ context.Context, req *allotpb.GetShardMapRequest) (*allotpb.ShardMap, error) {
+	if !s.c.isHome() {
+		return nil, s.c.notHome("GetShardMap")
+	}
+	m := s.c.shardMap()
+	if req.GetKnownVersion() >= m.Version && m.Version > 0 {
+		return &allotpb.ShardMap{Version: m.Version}, nil
+	}
+	return m.Proto(), nil
+}
+
+func (s *shardServer) AddGroup(ctx context.Context, req *allotpb.AddGroupRequest) (*allotpb.ShardMap, error) {
+	c := s.c
+	if !c.isHome() {
+		return nil, c.notHome("AddGroup")
+	}
+	if err := shard.ValidGroupID(req.GetId()); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "id: %v", err)
+	}
+	if len(req.GetCoordinators()) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "coordinators: a group needs at least one member's gRPC address")
+	}
+	if req.GetId() == c.groupID() {
+		return nil, status.Errorf(codes.InvalidArgument, "id: %q is the home group", req.GetId())
+	}
+	out, err := onLeader(ctx, c, func() (*allotpb.ShardMap, error) {
+		return c.applyShardMap(&fsmpb.ShardMapCommand{AddGroup: &allotpb.ShardGroup{Id: req.GetId(), Coordinators: req.GetCoordinators()}})
+	}, func(ctx context.Context, addr string) (*allotpb.ShardMap, error) {
+		return allotpb.NewShardServiceClient(c.peers.conn(addr)).AddGroup(ctx, req)
+	})
+	c.metrics.adminRequests.WithLabelValues("AddGroup", resultLabel(err)).Inc()
+	return out, grpcError(err)
+}
+
+func (s *shardServer) MoveSlots(ctx context.Context, req *allotpb.MoveSlotsRequest) (*allotpb.MoveSlotsResponse, error) {
+	c := s.c
+	if !c.isHome() {
+		return nil, c.notHome("MoveSlots")
+	}
+	if req.GetFirst() > req.GetLast() || req.GetLast() >= shard.Slots {
+		return nil, status.Errorf(codes.InvalidArgument, "slots %d..%d are not a range of 0..%d", req.GetFirst(), req.GetLast(), shard.Slots-1)
+	}
+	out, err := onLeader(ctx, c, func() (*allotpb.MoveSlotsResponse, error) {
+		m := c.shardMap()
+		mv := &allotpb.SlotMove{First: req.GetFirst(), Last: req.GetLast(), From: m.Owner(shard.Slot(req.GetFirst())), To: req.GetTo(), StartedUnixNano: c.now().UnixNano()}
+		pm, err := c.applyShardMap(&fsmpb.ShardMapCommand{Plan: mv})
+		if err != nil {
+			return nil, err
+		}
+		c.kickMover()
+		return &allotpb.MoveSlotsResponse{Move: pm.GetMoves()[len(pm.GetMoves())-1]}, nil
+	}, func(ctx context.Context, addr string) (*allotpb.MoveSlotsResponse, error) {
+		return allotpb.NewShardServiceClient(c.peers.conn(addr)).MoveSlots(ctx, req)
+	})
+	c.metrics.adminRequests.WithLabelValues("MoveSlots", resultLabel(err)).Inc()
+	return out, grpcError(err)
+}
+
+func (s *shardServer) GroupSlots(ctx context.Context, req *allotpb.GroupSlotsRequest) (*allotpb.GroupSlotsResponse, error) {
+	c := s.c
+	if req.GetGroup() != c.groupID() {
+		return nil, status.Errorf(codes.FailedPrecondition, "this is shard group %q, not %q", c.groupID(), req.GetGroup())
+	}
+	return onLeader(ctx, c, func() (*allotpb.GroupSlotsResponse, error) { return c.groupStep(req) },
+		func(ctx context.Context, addr string) (*allotpb.GroupSlotsResponse, error) {
+			return allotpb.NewShardServiceClient(c.peers.conn(addr)).GroupSlots(ctx, req)
+		})
+}
+
+// stepOps are the log's ops for the wire's steps.
+var stepOps = map[allotpb.GroupSlotsRequest_Step]fsmpb.SlotsCommand_Op{
+	allotpb.GroupSlotsRequest_FREEZE:   fsmpb.SlotsCommand_FREEZE,
+	allotpb.GroupSlotsRequest_ACQUIRE:  fsmpb.SlotsCommand_ACQUIRE,
+	allotpb.GroupSlotsRequest_RELEASE:  fsmpb.SlotsCommand_RELEASE,
+	allotpb.GroupSlotsRequest_ABORT:    fsmpb.SlotsCommand_ABORT,
+	allotpb.GroupSlotsRequest_UNFREEZE: fsmpb.SlotsCommand_UNFREEZE,
+}
+
+// groupStep commits one step of a move in this group's log.
+func (c *Coordinator) groupStep(req *allotpb.GroupSlotsRequest) (*allotpb.GroupSlotsResponse, error) {
+	op, ok := stepOps[req.GetStep()]
+	if !ok {
+		return nil, status.Errorf(codes.InvalidArgument, "step: unknown step %v", req.GetStep())
+	}
+	res, err := c.apply(state.CmdSlots, &fsmpb.SlotsCommand{
+		Op: op, MoveId: req.GetMoveId(), First: req.GetFirst(), Last: req.GetLast(), Peer: req.GetPeer(),
+		Group: c.groupID(), ProposedUnixNano: c.now().UnixNano(),
+	}, moveStepTimeout)
+	if err != nil {
+		return nil, err
+	}
+	r := res.(*fsmpb.SlotsResult)
+	if r.GetDone() {
+		c.log.Info("shard step committed", "step", req.GetStep().String(), "move", req.GetMoveId(), "slots", fmt.Sprintf("%d-%d", req.GetFirst(), req.GetLast()), "owned", r.GetOwned())
+	}
+	return &allotpb.GroupSlotsResponse{Done: r.GetDone(), Refused: r.GetRefused(), Owned: r.GetOwned()}, nil
+}
+
+// applyShardMap commits a change of the home group's map.
+func (c *Coordinator) applyShardMap(cmd *fsmpb.ShardMapCommand) (*allotpb.ShardMap, error) {
+	cmd.Home = c.groupID()
+	cmd.Coordinators = append(cmd.Coordinators, c.shardMap().Groups[c.groupID()]...)
+	res, err := c.apply(state.CmdShardMap, cmd, 10*time.Second)
+	if errors.Is(err, state.ErrShardMap) {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res.(*allotpb.ShardMap), nil
+}
+
+// kickMover wakes the mover, if it runs.
+func (c *Coordinator) kickMover() {
+	select {
+	case c.moverKick <- struct{}{}:
+	default:
+	}
+}
+
+// startGroup is what a leader of a group that is not home does first: a
+// group added to a region owns no slot until a move gives it some.
+func (c *Coordinator) startGroup() error {
+	if c.isHome() {
+		return nil
+	}
+	named := ""
+	c.fsm.Read(func(st *state.State) { named = st.Group() })
+	if named != "" {
+		return nil
+	}
+	_, err := c.apply(state.CmdSlots, &fsmpb.SlotsCommand{Op: fsmpb.SlotsCommand_EMPTY, Group: c.groupID(), ProposedUnixNano: c.now().UnixNano()}, 10*time.Second)
+	return err
+}
+
+// moveSlots is the home leader's mover: it carries every move under way
+// forward, one step at a time, until it is done or aborted. Each step is
+// idempotent and the phase is recorded in the home group's log after
+// each, so a new leader resumes where its predecessor stopped.
+func (c *Coordinator) moveSlots(ctx context.Context) {
+	t := c.cfg.Clock.NewTicker(moveRetry)
+	defer t.Stop()
+	for {
+		m := c.shardMap()
+		for _, mv := range m.Moves {
+			if shard.Active(mv) && ctx.Err() == nil {
+				c.advanceMove(ctx, m, mv)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		case <-c.moverKick:
+		}
+	}
+}
+
+// advanceMove takes one step of a move.
+func (c *Coordinator) advanceMove(ctx context.Context, m *shard.Map, mv *allotpb.SlotMove) {
+	step := func(group string, s allotpb.GroupSlotsRequest_Step, peer string) (*allotpb.GroupSlotsResponse, error) {
+		return c.stepAt(ctx, m, group, &allotpb.GroupSlotsRequest{MoveId: mv.GetId(), First: mv.GetFirst(), Last: mv.GetLast(), Step: s, Peer: peer, Group: group})
+	}
+	phase := func(p allotpb.SlotMove_Phase, why string) {
+		if _, err := c.applyShardMap(&fsmpb.ShardMapCommand{Phase: &allotpb.SlotMove{Id: mv.GetId(), Phase: p, Error: why, UpdatedUnixNano: c.now().UnixNano()}}); err != nil {
+			c.log.Warn("shard move: recording a phase failed; retrying", "move", mv.GetId(), "phase", p.String(), "error", err)
+			return
+		}
+		c.log.Info("shard move", "move", mv.GetId(), "slots", fmt.Sprintf("%d-%d", mv.GetFirst(), mv.GetLast()), "from", mv.GetFrom(), "to", mv.GetTo(), "phase", p.String(), "error", why)
+	}
+	abort := func(why string) {
+		if r, err := step(mv.GetFrom(), allotpb.GroupSlotsRequest_UNFREEZE, mv.GetTo()); err != nil || !r.GetDone() {
+			c.log.Warn("shard move: unfreezing at the source failed; retrying", "move", mv.GetId(), "error", err, "refused", r.GetRefused())
+			return
+		}
+		phase(allotpb.SlotMove_ABORTED, why)
+	}
+	switch mv.GetPhase() {
+	case allotpb.SlotMove_PLANNED:
+		r, err := step(mv.GetFrom(), allotpb.GroupSlotsRequest_FREEZE, mv.GetTo())
+		switch {
+		case err != nil:
+			c.log.Warn("shard move: the source did not freeze; retrying", "move", mv.GetId(), "group", mv.GetFrom(), "error", err)
+		case r.GetDone():
+			phase(allotpb.SlotMove_FROZEN, "")
+		default:
+			phase(allotpb.SlotMove_ABORTED, "the source refused to freeze: "+r.GetRefused())
+		}
+	case allotpb.SlotMove_FROZEN:
+		r, err := step(mv.GetTo(), allotpb.GroupSlotsRequest_ACQUIRE, mv.GetFrom())
+		switch {
+		case err == nil && r.GetDone():
+			phase(allotpb.SlotMove_ACQUIRED, "")
+		case err == nil:
+			abort("the target refused the slots: " + r.GetRefused())
+		case c.now().UnixNano()-mv.GetUpdatedUnixNano() > int64(moveAbortAfter):
+			// The target has not answered for long: abort there, so
+			// that a late acquire cannot commit, then give the slots back.
+			r, aerr := step(mv.GetTo(), allotpb.GroupSlotsRequest_ABORT, mv.GetFrom())
+			switch {
+			case aerr != nil:
+				c.log.Warn("shard move: the target answers neither an acquire nor an abort; retrying", "move", mv.GetId(), "group", mv.GetTo(), "error", aerr)
+			case r.GetDone():
+				abort(fmt.Sprintf("the target did not acquire the slots within %v: %v", moveAbortAfter, err))
+			default: // it did acquire, its answer lost
+				phase(allotpb.SlotMove_ACQUIRED, "")
+			}
+		default:
+			c.log.Warn("shard move: the target did not acquire; retrying", "move", mv.GetId(), "group", mv.GetTo(), "error", err)
+		}
+	case allotpb.SlotMove_ACQUIRED:
+		r, err := step(mv.GetFrom(), allotpb.GroupSlotsRequest_RELEASE, mv.GetTo())
+		switch {
+		case err != nil:
+			c.log.Warn("shard move: the source did not release; retrying", "move", mv.GetId(), "group", mv.GetFrom(), "error", err)
+		case r.GetDone():
+			phase(allotpb.SlotMove_DONE, "")
+		default:
+			c.log.Error("shard move: the source refuses to release slots the target acquired", "move", mv.GetId(), "refused", r.GetRefused())
+		}
+	}
+}
+
+// stepAt carries one step to a group: here when it is this group,
+// otherwise to each of its members in turn (a follower forwards it to its
+// leader).
+func (c *Coordinator) stepAt(ctx context.Context, m *shard.Map, group string, req *allotpb.GroupSlotsRequest) (*allotpb.GroupSlotsResponse, error) {
+	if group == c.groupID() {
+		return c.groupStep(req)
+	}
+	addrs := slices.Clone(m.Groups[group])
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("shard group %q has no known member", group)
+	}
+	var lastErr error
+	for _, a := range addrs {
+		sctx, cancel := context.WithTimeout(forwardToken(ctx), moveStepTimeout)
+		r, err := allotpb.NewShardServiceClient(c.peers.conn(a)).GroupSlots(sctx, req)
+		cancel()
+		if err == nil {
+			return r, nil
+		}
+		lastErr = err
+	}
+	return nil, fmt.Errorf("shard group %q: %w", group, lastErr)
+}
+
+// mirrorRules is a non-home group leader's loop: the rules are the home
+// group's, taken with their version, so that agents see one rule set and
+// one version whichever group answers.
+func (c *Coordinator) mirrorRules(ctx context.Context, every time.Duration) {
+	t := c.cfg.Clock.NewTicker(every)
+	defer t.Stop()
+	for {
+		if err := c.mirrorOnce(ctx); err != nil {
+			c.log.Warn("could not mirror the home group's rules; retrying", "home", c.cfg.ShardHome, "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+	}
+}
+
+func (c *Coordinator) mirrorOnce(ctx context.Context) error {
+	have := c.currentRules().Version()
+	var lastErr error
+	for _, a := range c.cfg.ShardHome {
+		rctx, cancel := context.WithTimeout(forwardToken(ctx), 5*time.Second)
+		rs, err := allotpb.NewAgentServiceClient(c.peers.conn(a)).GetRules(rctx, &allotpb.GetRulesRequest{KnownVersion: have})
+		cancel()
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if rs.GetVersion() == have || rs.GetVersion() == 0 {
+			return nil // in step, or the home group has no rules yet
+		}
+		_, err = c.applyRulesCommand(&fsmpb.RulesCommand{Put: rs.GetRules(), ReplaceAll: true, Version: rs.GetVersion()})
+		if err == nil {
+			c.log.Info("rules mirrored from the home group", "version", rs.GetVersion(), "rules", len(rs.GetRules()))
+		}
+		return err
+	}
+	return lastErr
+}

@@ -1,0 +1,129 @@
+package coordinator
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/internal/shard"
+	"github.com/allot-io/allot/internal/testwait"
+	allotpb "github.com/allot-io/allot/proto"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// twoGroups starts a region as two one-member groups: the home group and
+// g1, added to the map and owning nothing yet.
+func twoGroups(t *testing.T) (home, g1 *Coordinator) {
+	t.Helper()
+	home = cluster(t, 1, nil)[0]
+	g1 = cluster(t, 1, func(cfg *Config) { cfg.Group, cfg.ShardHome = "g1", []string{home.GRPCAddr()} })[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := allotpb.NewShardServiceClient(dial(t, home.GRPCAddr())).AddGroup(ctx, &allotpb.AddGroupRequest{Id: "g1", Coordinators: []string{g1.GRPCAddr()}}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 10*time.Second, "g1 to start owning no slot", func() bool {
+		n := -1
+		g1.fsm.Read(func(st *state.State) {
+			if st.Group() == "g1" {
+				n = st.OwnedSlots()
+			}
+		})
+		return n == 0
+	})
+	return home, g1
+}
+
+func TestShardGroupsMirrorRulesAndRefuseWrites(t *testing.T) {
+	home, g1 := twoGroups(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := allotpb.NewRulesServiceClient(dial(t, home.GRPCAddr())).PutRules(ctx, &allotpb.PutRulesRequest{Rules: []*allotpb.Rule{quotaRule}}); err != nil {
+		t.Fatal(err)
+	}
+	want := home.currentRules().Version()
+	testwait.For(t, 10*time.Second, "g1 to mirror the home group's rules with their version", func() bool {
+		return g1.currentRules().Version() == want && g1.currentRules().Len() == 1
+	})
+	_, err := allotpb.NewRulesServiceClient(dial(t, g1.GRPCAddr())).PutRules(ctx, &allotpb.PutRulesRequest{Rules: []*allotpb.Rule{quotaRule}})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("a rule write to a group that is not home: %v, want FailedPrecondition", err)
+	}
+	_, err = allotpb.NewShardServiceClient(dial(t, g1.GRPCAddr())).GetShardMap(ctx, &allotpb.GetShardMapRequest{})
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("the map asked of a group that is not home: %v, want FailedPrecondition", err)
+	}
+}
+
+// TestMoveSlotsRoutesUsage: a tenant's slot moved from the home group to
+// g1; the home group refuses the tenant's usage after the move, naming
+// the slot, and g1 takes it; the two ledgers sum to what was sent.
+func TestMoveSlotsRoutesUsage(t *testing.T) {
+	home, g1 := twoGroups(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	shards := allotpb.NewShardServiceClient(dial(t, home.GRPCAddr()))
+	a := newAgentSim(t, "gw-1", []string{home.GRPCAddr()})
+	if _, err := a.report(ctx, "acme", 7, nil); err != nil || a.ackedTotal() != 7 {
+		t.Fatalf("first report: %v (acked %d)", err, a.ackedTotal())
+	}
+	sl := uint32(shard.Of("acme"))
+	if _, err := shards.MoveSlots(ctx, &allotpb.MoveSlotsRequest{First: sl, Last: sl, To: "nope"}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("a move to no group: %v, want FailedPrecondition", err)
+	}
+	mv, err := shards.MoveSlots(ctx, &allotpb.MoveSlotsRequest{First: sl, Last: sl, To: "g1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 15*time.Second, "the move to be done", func() bool {
+		m, err := shards.GetShardMap(ctx, &allotpb.GetShardMapRequest{})
+		return err == nil && len(m.GetMoves()) == 1 && m.GetMoves()[0].GetPhase() == allotpb.SlotMove_DONE
+	})
+	m, err := shards.GetShardMap(ctx, &allotpb.GetShardMapRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sm, err := shard.FromProto(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sm.Route("acme") != "g1" || sm.Count()["g1"] != 1 {
+		t.Fatalf("after move %d: acme routed to %s, g1 owns %d slots", mv.GetMove().GetId(), sm.Route("acme"), sm.Count()["g1"])
+	}
+	// The home group refuses acme's next batch, naming the slot.
+	_, err = a.report(ctx, "acme", 5, nil)
+	st := status.Convert(err)
+	if st.Code() != codes.FailedPrecondition {
+		t.Fatalf("usage of a moved slot at its old group: %v, want FailedPrecondition", err)
+	}
+	var moved *allotpb.SlotsMoved
+	for _, d := range st.Details() {
+		if x, ok := d.(*allotpb.SlotsMoved); ok {
+			moved = x
+		}
+	}
+	if moved == nil || len(moved.GetSlots()) != 1 || moved.GetSlots()[0] != sl || moved.GetMapVersion() != m.GetVersion() {
+		t.Fatalf("refusal detail %v, want slot %d at map version %d", moved, sl, m.GetVersion())
+	}
+	// The same agent at g1: a new sequence of its own there.
+	b := newAgentSim(t, "gw-1", []string{g1.GRPCAddr()})
+	b.incarnation = a.incarnation
+	if _, err := b.report(ctx, "acme", 5, nil); err != nil || b.ackedTotal() != 5 {
+		t.Fatalf("report to the new owner: %v (acked %d)", err, b.ackedTotal())
+	}
+	h, _ := ledgerTotal(home.fsm, "acme")
+	g, _ := ledgerTotal(g1.fsm, "acme")
+	if h != 7 || g != 5 {
+		t.Fatalf("ledgers: home %d, g1 %d; want 7 and 5", h, g)
+	}
+	// Demand for the moved tenant gets no lease at home any more.
+	resp, err := newAgentSim(t, "gw-2", []string{home.GRPCAddr()}).report(ctx, "", 0, []*allotpb.KeyDemand{{Rule: "plan-quota", Key: "acme", Tenant: "acme", Admitted: 100}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetLeases()) != 0 || resp.GetShardMapVersion() != m.GetVersion() {
+		t.Fatalf("home answered demand for a moved tenant with %d leases, map version %d", len(resp.GetLeases()), resp.GetShardMapVersion())
+	}
+}

@@ -81,7 +81,7 @@ func newReporter(a *Agent) (*reporter, error) {
 		if r.client, err = newClient(&a.cfg); err != nil {
 			return nil, err
 		}
-		r.transport = r.client
+		r.transport = newRouter(r.client, a.log, a.globalRule)
 	}
 	return r, nil
 }

@@ -30,6 +30,7 @@ func runCoordinator(ctx context.Context, e *env) error {
 	var (
 		cfg          coordinator.Config
 		join, parent string
+		shardHome    string
 		cf           credFlags
 		lf           logFlags
 		sinkFile     string
@@ -50,6 +51,8 @@ func runCoordinator(ctx context.Context, e *env) error {
 	f.StringVar(&cfg.ParentCredentials.CertFile, "parent-cert", "", "PEM client certificate presented to --parent (agent role, node region-<region>)")
 	f.StringVar(&cfg.ParentCredentials.KeyFile, "parent-key", "", "PEM private key of --parent-cert")
 	f.StringVar(&cfg.ParentCredentials.TokenFile, "parent-token-file", "", "file holding the bearer token presented to --parent (agent role, node region-<region>)")
+	f.StringVar(&cfg.Group, "group", "", "this cluster's shard group ID (docs/coordinator.md#shard-groups); default \"main\", the region's home group")
+	f.StringVar(&shardHome, "shard-home", "", "gRPC addresses of the region's home shard group, comma-separated: this cluster is another group of the region; it starts owning no slot, takes its rules from the home group and refuses rule writes")
 	f.BoolVar(&cfg.Global, "global", false, "this cluster is the parent of regions' clusters: it divides every rule's whole limit among the regions that report to it")
 	f.StringVar(&cfg.RulesFile, "rules", "", "rules file the leader installs when it differs from the replicated rules")
 	f.StringVar(&cfg.AuthTokensFile, "auth-tokens", "", "tokens file: the bearer tokens accepted, with their roles (docs/security.md); re-read when it changes")
@@ -98,6 +101,7 @@ func runCoordinator(ctx context.Context, e *env) error {
 	}
 	cfg.Join = splitList(join)
 	cfg.Parent = splitList(parent)
+	cfg.ShardHome = splitList(shardHome)
 	cfg.TLS = coordinator.TLSConfig{CertFile: cf.cert, KeyFile: cf.key, CAFile: cf.ca}
 	cfg.TokenFile = cf.tokenFile
 	cfg.Logger = logger

@@ -67,6 +67,7 @@ func commands() []command {
 		{"status", "show the coordinator cluster", runStatus},
 		{"usage", "export reconciled usage for billing", runUsage},
 		{"cluster", "remove members, back up and restore the cluster", runCluster},
+		{"shards", "split a region into shard groups and move slots between them", runShards},
 		{"token", "make a bearer token for an agent, a reader or an admin", runToken},
 		{"version", "print the version, VCS revision and Go version (also allot --version)", runVersion},
 	}

@@ -1,0 +1,317 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/allot-io/allot/internal/shard"
+	allotpb "github.com/allot-io/allot/proto"
+	"google.golang.org/grpc"
+)
+
+const shardsAbout = `
+Administers a region's shard groups (docs/coordinator.md#shard-groups):
+independent coordinator clusters, each owning some of the region's 16,384
+slots. A tenant's slot is FNV-1a 64 of its name modulo 16,384; all of a
+tenant's keys and ledger lines live in the group owning its slot.
+
+  status                  the map: groups, their slots, members and load, moves
+  add-group ID            record a group (started with --group ID --shard-home
+                          ADDRS) in the map, owning no slot yet
+  move SLOTS --to GROUP   move slots N or N-M (or --tenant T's) to GROUP, under
+                          load: exactly once, no unit lost or counted twice
+
+--coordinator names the home group (the one started without --shard-home).
+add-group and move need the admin token when the cluster has one.`
+
+func runShards(ctx context.Context, e *env) error {
+	return runSubcommand(ctx, e, "shards", shardsAbout, []subcommand{
+		{"status", runShardsStatus},
+		{"add-group", runShardsAddGroup},
+		{"move", runShardsMove},
+	})
+}
+
+// shardMapOf asks the home group for its map.
+func shardMapOf(ctx context.Context, cf *clientFlags, cl *coordinatorClient) (*allotpb.ShardMap, error) {
+	var pm *allotpb.ShardMap
+	err := cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
+		var err error
+		pm, err = allotpb.NewShardServiceClient(cc).GetShardMap(ctx, &allotpb.GetShardMapRequest{})
+		return err
+	})
+	return pm, err
+}
+
+// groupStatus is one group's line of `allot shards status`.
+type groupStatus struct {
+	ID      string   `json:"id"`
+	Slots   int      `json:"slots"`
+	Members []string `json:"members"`
+	Leader  string   `json:"leader,omitempty"`
+	Agents  uint32   `json:"agents"`
+	Keys    uint64   `json:"active_keys"`
+	Lines   uint64   `json:"ledger_lines"`
+	Error   string   `json:"error,omitempty"`
+}
+
+type shardsStatus struct {
+	Version uint64              `json:"version"`
+	Home    string              `json:"home"`
+	Global  string              `json:"global"`
+	Groups  []groupStatus       `json:"groups"`
+	Moves   []*allotpb.SlotMove `json:"moves"`
+}
+
+const shardsStatusAbout = `
+Prints the region's shard map as its home group holds it: every group with
+the slots it owns, its members and its leader's load (agents reporting,
+active keys, ledger lines held), and every move with its phase. A region
+never split is one group owning every slot, map version 0.`
+
+func runShardsStatus(ctx context.Context, e *env) error {
+	const cmd = "shards status"
+	f := newFlags(e, cmd, "[--format table|json] [flags]", shardsStatusAbout)
+	var cf clientFlags
+	var format string
+	cf.register(f)
+	f.StringVar(&format, "format", "table", "output format: table or json")
+	if err := f.parse(e); err != nil {
+		return err
+	}
+	if err := f.noArgs(); err != nil {
+		return err
+	}
+	if format != "table" && format != "json" {
+		return usagef(cmd, "--format %q: want table or json", format)
+	}
+	cl, err := cf.dial()
+	if err != nil {
+		return &usageError{err: err, hint: cmd}
+	}
+	defer cl.Close()
+	pm, err := shardMapOf(ctx, &cf, cl)
+	if err != nil {
+		return fmt.Errorf("reading the shard map: %w", err)
+	}
+	m, err := shard.FromProto(pm)
+	if err != nil {
+		return fmt.Errorf("the home group's shard map: %w", err)
+	}
+	out := shardsStatus{Version: m.Version, Home: m.Home, Global: m.Global, Moves: pm.GetMoves()}
+	counts := m.Count()
+	for _, g := range m.GroupIDs() {
+		gs := groupStatus{ID: g, Slots: counts[g], Members: m.Groups[g]}
+		if err := groupLoad(ctx, &cf, &gs); err != nil {
+			gs.Error = err.Error()
+		}
+		out.Groups = append(out.Groups, gs)
+	}
+	if format == "json" {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	return writeShardsTable(e.stdout, &out)
+}
+
+// groupLoad fills a group's leader and load from its members' status.
+func groupLoad(ctx context.Context, cf *clientFlags, gs *groupStatus) error {
+	if len(gs.Members) == 0 {
+		return errors.New("no member known")
+	}
+	gf := *cf
+	gf.coordinators = strings.Join(gs.Members, ",")
+	cl, err := gf.dial()
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	st, err := memberStatusOf(ctx, &gf, cl)
+	if err != nil {
+		return err
+	}
+	gs.Leader = st.GetLeaderId()
+	if st.GetLeaderGrpcAddress() != "" {
+		lf := gf
+		lf.coordinators = st.GetLeaderGrpcAddress()
+		if lc, err := lf.dial(); err == nil {
+			if ls, err := memberStatusOf(ctx, &lf, lc); err == nil {
+				st = ls
+			}
+			lc.Close()
+		}
+	}
+	gs.Agents, gs.Keys, gs.Lines = st.GetAgents(), st.GetActiveKeys(), st.GetLedger().GetLines()
+	return nil
+}
+
+func writeShardsTable(w io.Writer, s *shardsStatus) error {
+	fmt.Fprintf(w, "shard map version %d, home group %s, global rules in %s, %d slots\n\n", s.Version, s.Home, s.Global, shard.Slots)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "GROUP\tSLOTS\tLEADER\tAGENTS\tACTIVE KEYS\tLEDGER LINES\tMEMBERS")
+	for _, g := range s.Groups {
+		leader := g.Leader
+		if g.Error != "" {
+			leader = "unreachable: " + g.Error
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%d\t%d\t%s\n", g.ID, g.Slots, leader, g.Agents, g.Keys, g.Lines, strings.Join(g.Members, ","))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(s.Moves) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MOVE\tSLOTS\tFROM\tTO\tPHASE\tSTARTED\tERROR")
+	for _, mv := range s.Moves {
+		fmt.Fprintf(tw, "%d\t%d-%d\t%s\t%s\t%s\t%s\t%s\n", mv.GetId(), mv.GetFirst(), mv.GetLast(), mv.GetFrom(), mv.GetTo(),
+			strings.ToLower(mv.GetPhase().String()), time.Unix(0, mv.GetStartedUnixNano()).UTC().Format(time.RFC3339), mv.GetError())
+	}
+	return tw.Flush()
+}
+
+const shardsAddGroupAbout = `
+Records group ID in the region's shard map with its members' gRPC
+addresses. Start the group first: its members run 'allot coordinator
+--group ID --shard-home HOME-ADDRS'; it starts owning no slot, takes its
+rules from the home group, and refuses rule writes. Move slots to it with
+'allot shards move'.`
+
+func runShardsAddGroup(ctx context.Context, e *env) error {
+	const cmd = "shards add-group"
+	f := newFlags(e, cmd, "ID --members ADDRS [flags]", shardsAddGroupAbout)
+	var cf clientFlags
+	var members string
+	cf.register(f)
+	f.StringVar(&members, "members", "", "the group's members' gRPC addresses, comma-separated")
+	args, err := parseArgs(f, e)
+	if err != nil {
+		return err
+	}
+	id, err := exactlyOne(cmd, "group ID", args)
+	if err != nil {
+		return err
+	}
+	if err := shard.ValidGroupID(id); err != nil {
+		return usagef(cmd, "%v", err)
+	}
+	addrs := splitList(members)
+	if len(addrs) == 0 {
+		return usagef(cmd, "--members: a group needs at least one member's gRPC address")
+	}
+	cl, err := cf.dial()
+	if err != nil {
+		return &usageError{err: err, hint: cmd}
+	}
+	defer cl.Close()
+	var pm *allotpb.ShardMap
+	err = cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
+		var err error
+		pm, err = allotpb.NewShardServiceClient(cc).AddGroup(ctx, &allotpb.AddGroupRequest{Id: id, Coordinators: addrs})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("adding group %s: %w", id, err)
+	}
+	fmt.Fprintf(e.stdout, "group %s added (shard map version %d); move slots to it with: allot shards move SLOTS --to %s\n", id, pm.GetVersion(), id)
+	return nil
+}
+
+const shardsMoveAbout = `
+Moves slots N or N-M (inclusive), or the slot of --tenant T, to GROUP,
+while agents report. All the slots must be in one group now. The home
+group's leader carries the move out: freeze at the source (it takes no more
+usage for them; agents keep it and retry), acquire at the target (the commit
+point), update the map (agents follow it within a report), release at the
+source. A crash of any participant resumes or aborts the move; no unit is
+lost or counted twice. --wait waits until it is over.`
+
+func runShardsMove(ctx context.Context, e *env) error {
+	const cmd = "shards move"
+	f := newFlags(e, cmd, "SLOTS --to GROUP [--wait] [flags] | --tenant T --to GROUP", shardsMoveAbout)
+	var cf clientFlags
+	var to, tenant string
+	var wait bool
+	cf.register(f)
+	f.StringVar(&to, "to", "", "the group to move the slots to")
+	f.StringVar(&tenant, "tenant", "", "move this tenant's slot (instead of SLOTS)")
+	f.BoolVar(&wait, "wait", false, "wait until the move is done or aborted")
+	args, err := parseArgs(f, e)
+	if err != nil {
+		return err
+	}
+	var first, last shard.Slot
+	switch {
+	case tenant != "" && len(args) == 0:
+		first = shard.Of(tenant)
+		last = first
+	case tenant == "":
+		s, err := exactlyOne(cmd, "slot range (N or N-M)", args)
+		if err != nil {
+			return err
+		}
+		if first, last, err = shard.ParseRange(s); err != nil {
+			return usagef(cmd, "%v", err)
+		}
+	default:
+		return usagef(cmd, "give SLOTS or --tenant, not both")
+	}
+	if to == "" {
+		return usagef(cmd, "--to: name the group to move the slots to")
+	}
+	cl, err := cf.dial()
+	if err != nil {
+		return &usageError{err: err, hint: cmd}
+	}
+	defer cl.Close()
+	var resp *allotpb.MoveSlotsResponse
+	err = cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
+		var err error
+		resp, err = allotpb.NewShardServiceClient(cc).MoveSlots(ctx, &allotpb.MoveSlotsRequest{First: uint32(first), Last: uint32(last), To: to})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("moving slots %d-%d to %s: %w", first, last, to, err)
+	}
+	mv := resp.GetMove()
+	fmt.Fprintf(e.stdout, "move %d: slots %d-%d from %s to %s, %s\n", mv.GetId(), mv.GetFirst(), mv.GetLast(), mv.GetFrom(), mv.GetTo(), strings.ToLower(mv.GetPhase().String()))
+	if !wait {
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		pm, err := shardMapOf(ctx, &cf, cl)
+		if err != nil {
+			continue // a leader change: ask again
+		}
+		if int(mv.GetId()) > len(pm.GetMoves()) {
+			continue
+		}
+		cur := pm.GetMoves()[mv.GetId()-1]
+		if shard.Active(cur) {
+			continue
+		}
+		fmt.Fprintf(e.stdout, "move %d: %s", cur.GetId(), strings.ToLower(cur.GetPhase().String()))
+		if cur.GetError() != "" {
+			fmt.Fprintf(e.stdout, " (%s)", cur.GetError())
+		}
+		fmt.Fprintln(e.stdout)
+		if cur.GetPhase() != allotpb.SlotMove_DONE {
+			return &refusedError{err: fmt.Errorf("move %d was aborted: %s", cur.GetId(), cur.GetError())}
+		}
+		return nil
+	}
+}

@@ -62,11 +62,12 @@ type groupStatus struct {
 }
 
 type shardsStatus struct {
-	Version uint64              `json:"version"`
-	Home    string              `json:"home"`
-	Global  string              `json:"global"`
-	Groups  []groupStatus       `json:"groups"`
-	Moves   []*allotpb.SlotMove `json:"moves"`
+	Version uint64               `json:"version"`
+	Home    string               `json:"home"`
+	Global  string               `json:"global"`
+	Groups  []groupStatus        `json:"groups"`
+	Ranges  []*allotpb.SlotRange `json:"ranges"`
+	Moves   []*allotpb.SlotMove  `json:"moves"`
 }
 
 const shardsStatusAbout = `
@@ -104,7 +105,7 @@ func runShardsStatus(ctx context.Context, e *env) error {
 	if err != nil {
 		return fmt.Errorf("the home group's shard map: %w", err)
 	}
-	out := shardsStatus{Version: m.Version, Home: m.Home, Global: m.Global, Moves: pm.GetMoves()}
+	out := shardsStatus{Version: m.Version, Home: m.Home, Global: m.Global, Ranges: m.Ranges(), Moves: pm.GetMoves()}
 	counts := m.Count()
 	for _, g := range m.GroupIDs() {
 		gs := groupStatus{ID: g, Slots: counts[g], Members: m.Groups[g]}

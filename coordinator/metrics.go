@@ -28,6 +28,12 @@ type metrics struct {
 	authRefusals   *prometheus.CounterVec
 	newNodes       *prometheus.CounterVec
 	rlqsStreams    prometheus.Gauge
+	// Shard groups (shards.go): slots this group owns (leader only), and
+	// on the home group's leader the moves under way and the age of the
+	// oldest.
+	slotsOwned     prometheus.Gauge
+	movesActive    prometheus.Gauge
+	moveOldest     prometheus.Gauge
 	rlqsRequests   *prometheus.CounterVec
 	parentReports  *prometheus.CounterVec
 	parentFallback prometheus.Gauge
@@ -111,7 +117,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.newNodes.WithLabelValues("refused")
 	// Every known label value starts at 0, so that increase() sees the
 	// first event too: an alert on the first invalid report fires.
-	for _, r := range []string{"ok", "invalid", "too_large", "redirected", "failed", "forbidden", "new_node_limit"} {
+	for _, r := range []string{"ok", "invalid", "too_large", "redirected", "failed", "forbidden", "new_node_limit", "moved", "wrong_group"} {
 		m.reports.WithLabelValues(r)
 	}
 	for _, t := range state.Commands {
@@ -166,6 +172,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.exportDropped = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "allot_coordinator_ledger_export_dropped_lines_total", Help: "Final ledger lines retention deleted before the sink took them: usage lost to billing (leader with a sink only).",
 	})
+	m.slotsOwned = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "allot_coordinator_shard_slots_owned", Help: "Slots of the region's 16,384 this shard group owns (leader only; 0 elsewhere).",
+	})
+	m.movesActive = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "allot_coordinator_shard_moves_active", Help: "Slot moves under way (the home group's leader only; 0 elsewhere).",
+	})
+	m.moveOldest = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "allot_coordinator_shard_move_oldest_seconds", Help: "How long the oldest slot move under way has been going (the home group's leader only; 0 when none).",
+	})
+	reg.MustRegister(m.slotsOwned, m.movesActive, m.moveOldest)
 	m.grpc = newGRPCMetrics()
 	reg.MustRegister(m.exportedLines, m.exportSeconds, m.exportErrors, m.exportPending, m.exportLag, m.exportDropped)
 	reg.MustRegister(m.authRefusals, m.newNodes, m.rlqsStreams, m.rlqsRequests, m.parentReports, m.parentFallback, m.parentLeased, m.grpc)

@@ -261,13 +261,24 @@ func (c *Coordinator) startGroup() error {
 func (c *Coordinator) moveSlots(ctx context.Context) {
 	t := c.cfg.Clock.NewTicker(moveRetry)
 	defer t.Stop()
+	defer func() { c.metrics.movesActive.Set(0); c.metrics.moveOldest.Set(0) }()
 	for {
 		m := c.shardMap()
+		active, oldest := 0, int64(0)
 		for _, mv := range m.Moves {
 			if shard.Active(mv) && ctx.Err() == nil {
+				active++
+				if age := c.now().UnixNano() - mv.GetStartedUnixNano(); age > oldest {
+					oldest = age
+				}
 				c.advanceMove(ctx, m, mv)
 			}
 		}
+		c.metrics.movesActive.Set(float64(active))
+		c.metrics.moveOldest.Set(time.Duration(oldest).Seconds())
+		var owned int
+		c.fsm.Read(func(st *state.State) { owned = st.OwnedSlots() })
+		c.metrics.slotsOwned.Set(float64(owned))
 		select {
 		case <-ctx.Done():
 			return
@@ -372,7 +383,11 @@ func (c *Coordinator) stepAt(ctx context.Context, m *shard.Map, group string, re
 func (c *Coordinator) mirrorRules(ctx context.Context, every time.Duration) {
 	t := c.cfg.Clock.NewTicker(every)
 	defer t.Stop()
+	defer c.metrics.slotsOwned.Set(0)
 	for {
+		var owned int
+		c.fsm.Read(func(st *state.State) { owned = st.OwnedSlots() })
+		c.metrics.slotsOwned.Set(float64(owned))
 		if err := c.mirrorOnce(ctx); err != nil {
 			c.log.Warn("could not mirror the home group's rules; retrying", "home", c.cfg.ShardHome, "error", err)
 		}

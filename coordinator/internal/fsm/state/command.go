@@ -61,7 +61,7 @@ func (t Command) String() string {
 	case CmdSlots:
 		return "slots"
 	case CmdShardMap:
-		return "shard map"
+		return "shard_map"
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }

@@ -366,6 +366,9 @@ func (c *Coordinator) Status() *allotpb.StatusResponse {
 	c.fsm.Read(func(s *state.State) {
 		st.Epoch, st.Rules, st.RulesVersion = s.Epoch(), uint32(s.Rules().Len()), s.Rules().Version()
 		st.Ledger = ledgerStatus(s, c.sink != nil)
+		if s.Group() != "" || !c.isHome() || s.ShardMapVersion() > 0 {
+			st.Shards = &allotpb.ShardStatus{Group: c.groupID(), Home: c.isHome(), OwnedSlots: uint32(s.OwnedSlots()), MapVersion: s.ShardMapVersion()}
+		}
 	})
 	st.Tier = c.tierStatus(now)
 	return st

@@ -225,7 +225,10 @@ type StatusResponse struct {
 	ClusterId string `protobuf:"bytes,17,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
 	// ledger is the usage ledger as this member holds it, and its export to
 	// a ledger sink (docs/billing.md).
-	Ledger        *LedgerStatus `protobuf:"bytes,18,opt,name=ledger,proto3" json:"ledger,omitempty"`
+	Ledger *LedgerStatus `protobuf:"bytes,18,opt,name=ledger,proto3" json:"ledger,omitempty"`
+	// shards is this cluster's place among its region's shard groups
+	// (docs/coordinator.md#shard-groups); unset for a region never split.
+	Shards        *ShardStatus `protobuf:"bytes,19,opt,name=shards,proto3" json:"shards,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -386,6 +389,84 @@ func (x *StatusResponse) GetLedger() *LedgerStatus {
 	return nil
 }
 
+func (x *StatusResponse) GetShards() *ShardStatus {
+	if x != nil {
+		return x.Shards
+	}
+	return nil
+}
+
+// ShardStatus is a shard group as one of its members sees it.
+type ShardStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Group string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// home is true for the group that holds the map and the rules.
+	Home       bool   `protobuf:"varint,2,opt,name=home,proto3" json:"home,omitempty"`
+	OwnedSlots uint32 `protobuf:"varint,3,opt,name=owned_slots,json=ownedSlots,proto3" json:"owned_slots,omitempty"`
+	// map_version is the home group's map version (home only).
+	MapVersion    uint64 `protobuf:"varint,4,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShardStatus) Reset() {
+	*x = ShardStatus{}
+	mi := &file_cluster_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShardStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShardStatus) ProtoMessage() {}
+
+func (x *ShardStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_cluster_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShardStatus.ProtoReflect.Descriptor instead.
+func (*ShardStatus) Descriptor() ([]byte, []int) {
+	return file_cluster_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ShardStatus) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *ShardStatus) GetHome() bool {
+	if x != nil {
+		return x.Home
+	}
+	return false
+}
+
+func (x *ShardStatus) GetOwnedSlots() uint32 {
+	if x != nil {
+		return x.OwnedSlots
+	}
+	return 0
+}
+
+func (x *ShardStatus) GetMapVersion() uint64 {
+	if x != nil {
+		return x.MapVersion
+	}
+	return 0
+}
+
 // LedgerStatus is what a member holds of the ledger and how far the
 // cluster has exported it.
 type LedgerStatus struct {
@@ -409,7 +490,7 @@ type LedgerStatus struct {
 
 func (x *LedgerStatus) Reset() {
 	*x = LedgerStatus{}
-	mi := &file_cluster_proto_msgTypes[3]
+	mi := &file_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -421,7 +502,7 @@ func (x *LedgerStatus) String() string {
 func (*LedgerStatus) ProtoMessage() {}
 
 func (x *LedgerStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[3]
+	mi := &file_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -434,7 +515,7 @@ func (x *LedgerStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LedgerStatus.ProtoReflect.Descriptor instead.
 func (*LedgerStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{3}
+	return file_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LedgerStatus) GetLines() uint64 {
@@ -522,7 +603,7 @@ type TierStatus struct {
 
 func (x *TierStatus) Reset() {
 	*x = TierStatus{}
-	mi := &file_cluster_proto_msgTypes[4]
+	mi := &file_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -534,7 +615,7 @@ func (x *TierStatus) String() string {
 func (*TierStatus) ProtoMessage() {}
 
 func (x *TierStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[4]
+	mi := &file_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -547,7 +628,7 @@ func (x *TierStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierStatus.ProtoReflect.Descriptor instead.
 func (*TierStatus) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{4}
+	return file_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TierStatus) GetRole() string {
@@ -610,7 +691,7 @@ type TierRegion struct {
 
 func (x *TierRegion) Reset() {
 	*x = TierRegion{}
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +703,7 @@ func (x *TierRegion) String() string {
 func (*TierRegion) ProtoMessage() {}
 
 func (x *TierRegion) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[5]
+	mi := &file_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +716,7 @@ func (x *TierRegion) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TierRegion.ProtoReflect.Descriptor instead.
 func (*TierRegion) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{5}
+	return file_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TierRegion) GetRegion() string {
@@ -676,7 +757,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -688,7 +769,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[6]
+	mi := &file_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -701,7 +782,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{6}
+	return file_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *JoinRequest) GetId() string {
@@ -775,7 +856,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +868,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[7]
+	mi := &file_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +881,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{7}
+	return file_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *JoinResponse) GetMembers() []*Member {
@@ -835,7 +916,7 @@ type IdentifyRequest struct {
 
 func (x *IdentifyRequest) Reset() {
 	*x = IdentifyRequest{}
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -847,7 +928,7 @@ func (x *IdentifyRequest) String() string {
 func (*IdentifyRequest) ProtoMessage() {}
 
 func (x *IdentifyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[8]
+	mi := &file_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -860,7 +941,7 @@ func (x *IdentifyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentifyRequest.ProtoReflect.Descriptor instead.
 func (*IdentifyRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{8}
+	return file_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *IdentifyRequest) GetFromId() string {
@@ -896,7 +977,7 @@ type IdentifyResponse struct {
 
 func (x *IdentifyResponse) Reset() {
 	*x = IdentifyResponse{}
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +989,7 @@ func (x *IdentifyResponse) String() string {
 func (*IdentifyResponse) ProtoMessage() {}
 
 func (x *IdentifyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[9]
+	mi := &file_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1002,7 @@ func (x *IdentifyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdentifyResponse.ProtoReflect.Descriptor instead.
 func (*IdentifyResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{9}
+	return file_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *IdentifyResponse) GetId() string {
@@ -1003,7 +1084,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1015,7 +1096,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[10]
+	mi := &file_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1028,7 +1109,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{10}
+	return file_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RemoveRequest) GetId() string {
@@ -1047,7 +1128,7 @@ type RemoveResponse struct {
 
 func (x *RemoveResponse) Reset() {
 	*x = RemoveResponse{}
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1140,7 @@ func (x *RemoveResponse) String() string {
 func (*RemoveResponse) ProtoMessage() {}
 
 func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[11]
+	mi := &file_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1153,7 @@ func (x *RemoveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveResponse.ProtoReflect.Descriptor instead.
 func (*RemoveResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{11}
+	return file_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RemoveResponse) GetMembers() []*Member {
@@ -1090,7 +1171,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1102,7 +1183,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[12]
+	mi := &file_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1115,7 +1196,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{12}
+	return file_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 // BackupChunk is part of a backup: the coordinator's snapshot format.
@@ -1130,7 +1211,7 @@ type BackupChunk struct {
 
 func (x *BackupChunk) Reset() {
 	*x = BackupChunk{}
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1223,7 @@ func (x *BackupChunk) String() string {
 func (*BackupChunk) ProtoMessage() {}
 
 func (x *BackupChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[13]
+	mi := &file_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1236,7 @@ func (x *BackupChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupChunk.ProtoReflect.Descriptor instead.
 func (*BackupChunk) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{13}
+	return file_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BackupChunk) GetData() []byte {
@@ -1185,7 +1266,7 @@ type RestoreChunk struct {
 
 func (x *RestoreChunk) Reset() {
 	*x = RestoreChunk{}
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1278,7 @@ func (x *RestoreChunk) String() string {
 func (*RestoreChunk) ProtoMessage() {}
 
 func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[14]
+	mi := &file_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1291,7 @@ func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreChunk.ProtoReflect.Descriptor instead.
 func (*RestoreChunk) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{14}
+	return file_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RestoreChunk) GetData() []byte {
@@ -1236,7 +1317,7 @@ type RestoreResponse struct {
 
 func (x *RestoreResponse) Reset() {
 	*x = RestoreResponse{}
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1329,7 @@ func (x *RestoreResponse) String() string {
 func (*RestoreResponse) ProtoMessage() {}
 
 func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cluster_proto_msgTypes[15]
+	mi := &file_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1342,7 @@ func (x *RestoreResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreResponse.ProtoReflect.Descriptor instead.
 func (*RestoreResponse) Descriptor() ([]byte, []int) {
-	return file_cluster_proto_rawDescGZIP(), []int{15}
+	return file_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RestoreResponse) GetIndex() uint64 {
@@ -1283,7 +1364,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\fhttp_address\x18\x04 \x01(\tR\vhttpAddress\x12\x16\n" +
 	"\x06leader\x18\x05 \x01(\bR\x06leader\x12\x14\n" +
 	"\x05voter\x18\x06 \x01(\bR\x05voter\"\x0f\n" +
-	"\rStatusRequest\"\xc2\x04\n" +
+	"\rStatusRequest\"\xf1\x04\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
 	"\x06region\x18\x02 \x01(\tR\x06region\x12\x14\n" +
@@ -1305,7 +1386,15 @@ const file_cluster_proto_rawDesc = "" +
 	"\x04tier\x18\x10 \x01(\v2\x14.allot.v1.TierStatusR\x04tier\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x11 \x01(\tR\tclusterId\x12.\n" +
-	"\x06ledger\x18\x12 \x01(\v2\x16.allot.v1.LedgerStatusR\x06ledger\"\xaf\x03\n" +
+	"\x06ledger\x18\x12 \x01(\v2\x16.allot.v1.LedgerStatusR\x06ledger\x12-\n" +
+	"\x06shards\x18\x13 \x01(\v2\x15.allot.v1.ShardStatusR\x06shards\"y\n" +
+	"\vShardStatus\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x12\n" +
+	"\x04home\x18\x02 \x01(\bR\x04home\x12\x1f\n" +
+	"\vowned_slots\x18\x03 \x01(\rR\n" +
+	"ownedSlots\x12\x1f\n" +
+	"\vmap_version\x18\x04 \x01(\x04R\n" +
+	"mapVersion\"\xaf\x03\n" +
 	"\fLedgerStatus\x12\x14\n" +
 	"\x05lines\x18\x01 \x01(\x04R\x05lines\x12+\n" +
 	"\x11retention_dropped\x18\x02 \x01(\x04R\x10retentionDropped\x12\x12\n" +
@@ -1401,55 +1490,57 @@ func file_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_cluster_proto_goTypes = []any{
 	(DataState)(0),                // 0: allot.v1.DataState
 	(*Member)(nil),                // 1: allot.v1.Member
 	(*StatusRequest)(nil),         // 2: allot.v1.StatusRequest
 	(*StatusResponse)(nil),        // 3: allot.v1.StatusResponse
-	(*LedgerStatus)(nil),          // 4: allot.v1.LedgerStatus
-	(*TierStatus)(nil),            // 5: allot.v1.TierStatus
-	(*TierRegion)(nil),            // 6: allot.v1.TierRegion
-	(*JoinRequest)(nil),           // 7: allot.v1.JoinRequest
-	(*JoinResponse)(nil),          // 8: allot.v1.JoinResponse
-	(*IdentifyRequest)(nil),       // 9: allot.v1.IdentifyRequest
-	(*IdentifyResponse)(nil),      // 10: allot.v1.IdentifyResponse
-	(*RemoveRequest)(nil),         // 11: allot.v1.RemoveRequest
-	(*RemoveResponse)(nil),        // 12: allot.v1.RemoveResponse
-	(*BackupRequest)(nil),         // 13: allot.v1.BackupRequest
-	(*BackupChunk)(nil),           // 14: allot.v1.BackupChunk
-	(*RestoreChunk)(nil),          // 15: allot.v1.RestoreChunk
-	(*RestoreResponse)(nil),       // 16: allot.v1.RestoreResponse
-	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(*ShardStatus)(nil),           // 4: allot.v1.ShardStatus
+	(*LedgerStatus)(nil),          // 5: allot.v1.LedgerStatus
+	(*TierStatus)(nil),            // 6: allot.v1.TierStatus
+	(*TierRegion)(nil),            // 7: allot.v1.TierRegion
+	(*JoinRequest)(nil),           // 8: allot.v1.JoinRequest
+	(*JoinResponse)(nil),          // 9: allot.v1.JoinResponse
+	(*IdentifyRequest)(nil),       // 10: allot.v1.IdentifyRequest
+	(*IdentifyResponse)(nil),      // 11: allot.v1.IdentifyResponse
+	(*RemoveRequest)(nil),         // 12: allot.v1.RemoveRequest
+	(*RemoveResponse)(nil),        // 13: allot.v1.RemoveResponse
+	(*BackupRequest)(nil),         // 14: allot.v1.BackupRequest
+	(*BackupChunk)(nil),           // 15: allot.v1.BackupChunk
+	(*RestoreChunk)(nil),          // 16: allot.v1.RestoreChunk
+	(*RestoreResponse)(nil),       // 17: allot.v1.RestoreResponse
+	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
 }
 var file_cluster_proto_depIdxs = []int32{
 	1,  // 0: allot.v1.StatusResponse.members:type_name -> allot.v1.Member
-	5,  // 1: allot.v1.StatusResponse.tier:type_name -> allot.v1.TierStatus
-	4,  // 2: allot.v1.StatusResponse.ledger:type_name -> allot.v1.LedgerStatus
-	17, // 3: allot.v1.LedgerStatus.exported_through_window:type_name -> google.protobuf.Timestamp
-	6,  // 4: allot.v1.TierStatus.regions:type_name -> allot.v1.TierRegion
-	0,  // 5: allot.v1.JoinRequest.state:type_name -> allot.v1.DataState
-	1,  // 6: allot.v1.JoinResponse.members:type_name -> allot.v1.Member
-	0,  // 7: allot.v1.IdentifyResponse.state:type_name -> allot.v1.DataState
-	1,  // 8: allot.v1.IdentifyResponse.members:type_name -> allot.v1.Member
-	1,  // 9: allot.v1.RemoveResponse.members:type_name -> allot.v1.Member
-	2,  // 10: allot.v1.ClusterService.Status:input_type -> allot.v1.StatusRequest
-	7,  // 11: allot.v1.ClusterService.Join:input_type -> allot.v1.JoinRequest
-	11, // 12: allot.v1.ClusterService.Remove:input_type -> allot.v1.RemoveRequest
-	13, // 13: allot.v1.ClusterService.Backup:input_type -> allot.v1.BackupRequest
-	15, // 14: allot.v1.ClusterService.Restore:input_type -> allot.v1.RestoreChunk
-	9,  // 15: allot.v1.ClusterService.Identify:input_type -> allot.v1.IdentifyRequest
-	3,  // 16: allot.v1.ClusterService.Status:output_type -> allot.v1.StatusResponse
-	8,  // 17: allot.v1.ClusterService.Join:output_type -> allot.v1.JoinResponse
-	12, // 18: allot.v1.ClusterService.Remove:output_type -> allot.v1.RemoveResponse
-	14, // 19: allot.v1.ClusterService.Backup:output_type -> allot.v1.BackupChunk
-	16, // 20: allot.v1.ClusterService.Restore:output_type -> allot.v1.RestoreResponse
-	10, // 21: allot.v1.ClusterService.Identify:output_type -> allot.v1.IdentifyResponse
-	16, // [16:22] is the sub-list for method output_type
-	10, // [10:16] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	6,  // 1: allot.v1.StatusResponse.tier:type_name -> allot.v1.TierStatus
+	5,  // 2: allot.v1.StatusResponse.ledger:type_name -> allot.v1.LedgerStatus
+	4,  // 3: allot.v1.StatusResponse.shards:type_name -> allot.v1.ShardStatus
+	18, // 4: allot.v1.LedgerStatus.exported_through_window:type_name -> google.protobuf.Timestamp
+	7,  // 5: allot.v1.TierStatus.regions:type_name -> allot.v1.TierRegion
+	0,  // 6: allot.v1.JoinRequest.state:type_name -> allot.v1.DataState
+	1,  // 7: allot.v1.JoinResponse.members:type_name -> allot.v1.Member
+	0,  // 8: allot.v1.IdentifyResponse.state:type_name -> allot.v1.DataState
+	1,  // 9: allot.v1.IdentifyResponse.members:type_name -> allot.v1.Member
+	1,  // 10: allot.v1.RemoveResponse.members:type_name -> allot.v1.Member
+	2,  // 11: allot.v1.ClusterService.Status:input_type -> allot.v1.StatusRequest
+	8,  // 12: allot.v1.ClusterService.Join:input_type -> allot.v1.JoinRequest
+	12, // 13: allot.v1.ClusterService.Remove:input_type -> allot.v1.RemoveRequest
+	14, // 14: allot.v1.ClusterService.Backup:input_type -> allot.v1.BackupRequest
+	16, // 15: allot.v1.ClusterService.Restore:input_type -> allot.v1.RestoreChunk
+	10, // 16: allot.v1.ClusterService.Identify:input_type -> allot.v1.IdentifyRequest
+	3,  // 17: allot.v1.ClusterService.Status:output_type -> allot.v1.StatusResponse
+	9,  // 18: allot.v1.ClusterService.Join:output_type -> allot.v1.JoinResponse
+	13, // 19: allot.v1.ClusterService.Remove:output_type -> allot.v1.RemoveResponse
+	15, // 20: allot.v1.ClusterService.Backup:output_type -> allot.v1.BackupChunk
+	17, // 21: allot.v1.ClusterService.Restore:output_type -> allot.v1.RestoreResponse
+	11, // 22: allot.v1.ClusterService.Identify:output_type -> allot.v1.IdentifyResponse
+	17, // [17:23] is the sub-list for method output_type
+	11, // [11:17] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }
@@ -1463,7 +1554,7 @@ func file_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cluster_proto_rawDesc), len(file_cluster_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -207,6 +207,14 @@ func TestShardsProcess(t *testing.T) {
 	}
 	cancel()
 	wg.Wait()
+	ok, out := allot("shards", "status", "--coordinator", home)
+	if !ok || !strings.Contains(out, "GROUP") || !strings.Contains(out, "done") {
+		t.Errorf("allot shards status:\n%s", out)
+	}
+	t.Logf("allot shards status:\n%s", out)
+	if ok, out := allot("status", "--coordinator", groups[1].m.grpc); !ok || !strings.Contains(out, "shard group: g1, owning") {
+		t.Errorf("allot status of g1 does not show its shard group:\n%s", out)
+	}
 	elapsed := int(time.Since(start) / time.Second)
 	var perSec []int64
 	worst := int64(0)

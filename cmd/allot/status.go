@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/allot-io/allot/internal/shard"
 	"io"
 	"slices"
 	"strconv"
@@ -44,8 +45,26 @@ type clusterStatus struct {
 	Tier *tierStatus `json:"tier,omitempty"`
 	// Ledger is the export to a ledger sink, as the answering member
 	// sees it; absent when the cluster has none.
-	Ledger  *ledgerExport  `json:"ledger_export,omitempty"`
+	Ledger *ledgerExport `json:"ledger_export,omitempty"`
+	// Shards is the cluster's place among its region's shard groups;
+	// absent for a region never split.
+	Shards  *shardPlace    `json:"shards,omitempty"`
 	Members []memberStatus `json:"members"`
+}
+
+// shardPlace is a shard group as the answering member sees it.
+type shardPlace struct {
+	Group      string `json:"group"`
+	Home       bool   `json:"home"`
+	OwnedSlots uint32 `json:"owned_slots"`
+	MapVersion uint64 `json:"map_version,omitempty"`
+}
+
+func shardPlaceOf(s *allotpb.ShardStatus) *shardPlace {
+	if s == nil {
+		return nil
+	}
+	return &shardPlace{Group: s.GetGroup(), Home: s.GetHome(), OwnedSlots: s.GetOwnedSlots(), MapVersion: s.GetMapVersion()}
 }
 
 // ledgerExport is how far the cluster has exported its ledger to the
@@ -179,6 +198,7 @@ func gatherStatus(ctx context.Context, cf *clientFlags, st *allotpb.StatusRespon
 		Region: st.GetRegion(), AnsweredBy: st.GetId(), LeaderID: st.GetLeaderId(), LeaderGRPCAddress: st.GetLeaderGrpcAddress(),
 		Term: st.GetTerm(), Epoch: st.GetEpoch(), Rules: st.GetRules(), RulesVersion: st.GetRulesVersion(),
 		Ledger:  ledgerExportOf(st.GetLedger()),
+		Shards:  shardPlaceOf(st.GetShards()),
 		Members: make([]memberStatus, len(st.GetMembers())),
 	}
 	// Raft lists members in the order they joined; by ID reads better.
@@ -256,6 +276,13 @@ func writeStatusTable(w io.Writer, cs *clusterStatus) error {
 		fmt.Fprintf(w, "agents: %d, active keys: %d, learning: %s\n", *cs.Agents, *cs.ActiveKeys, learning)
 	} else {
 		fmt.Fprintln(w, "agents: unknown (only the leader knows, and it did not answer)")
+	}
+	if sh := cs.Shards; sh != nil {
+		if sh.Home {
+			fmt.Fprintf(w, "shard group: %s, the home group (shard map version %d), owning %d of %d slots; see allot shards status\n", sh.Group, sh.MapVersion, sh.OwnedSlots, shard.Slots)
+		} else {
+			fmt.Fprintf(w, "shard group: %s, owning %d of %d slots; the map and the rules are the home group's\n", sh.Group, sh.OwnedSlots, shard.Slots)
+		}
 	}
 	if l := cs.Ledger; l != nil {
 		through := "nothing yet"

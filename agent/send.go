@@ -122,7 +122,7 @@ func (r *reporter) splitDemand(x *Exchange) {
 		if cut == len(d) {
 			continue
 		}
-		rest := header(part.Request)
+		rest := allotpb.ReportHeader(part.Request)
 		rest.Demand = d[cut:]
 		part.Request.Demand = d[:cut]
 		part.next = &Exchange{Request: rest, held: part.held[cut:], sent: part.sent, urgent: part.urgent, next: part.next}
@@ -173,7 +173,7 @@ func (r *reporter) mendRefusal(x *Exchange, err error) bool {
 			continue
 		}
 		for _, fv := range br.GetFieldViolations() {
-			vs = append(vs, parseViolation(fv.GetField(), fv.GetDescription()))
+			vs = append(vs, allotpb.ParseViolation(fv.GetField(), fv.GetDescription()))
 		}
 	}
 	if len(vs) == 0 {
@@ -188,29 +188,6 @@ func (r *reporter) mendRefusal(x *Exchange, err error) bool {
 		return false
 	}
 	return r.mend(x, vs, "refused by the coordinator")
-}
-
-// parseViolation reads a field violation's path: usage.counts[i].f and
-// demand[i].f name one entry; anything else is about the whole report.
-func parseViolation(field, desc string) allotpb.Violation {
-	v := allotpb.Violation{Field: field, Description: desc, Count: -1, Demand: -1}
-	index := func(prefix string) int {
-		rest, ok := strings.CutPrefix(field, prefix)
-		if !ok {
-			return -1
-		}
-		end := strings.IndexByte(rest, ']')
-		if end < 0 {
-			return -1
-		}
-		i, err := strconv.Atoi(rest[:end])
-		if err != nil || i < 0 {
-			return -1
-		}
-		return i
-	}
-	v.Count, v.Demand = index("usage.counts["), index("demand[")
-	return v
 }
 
 func allCounts(n int, why string) []allotpb.Violation {
@@ -268,16 +245,6 @@ func (r *reporter) mend(x *Exchange, vs []allotpb.Violation, why string) bool {
 		x.Request.Demand, x.held = keep, held
 	}
 	return true
-}
-
-// header is a report's header without its usage or demand: for the
-// further parts of a split report.
-func header(req *allotpb.ReportRequest) *allotpb.ReportRequest {
-	return &allotpb.ReportRequest{
-		Protocol: req.GetProtocol(), Node: req.GetNode(), Incarnation: req.GetIncarnation(), Region: req.GetRegion(),
-		SentUnixNano: req.GetSentUnixNano(), IntervalNano: req.GetIntervalNano(), RulesVersion: req.GetRulesVersion(),
-		Leaving: req.GetLeaving(), Urgent: req.GetUrgent(),
-	}
 }
 
 // shrink halves the report limits, or lowers them to the count a refusal

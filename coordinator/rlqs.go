@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"github.com/allot-io/allot/internal/shardroute"
 	"maps"
 	"regexp"
 	"slices"
@@ -150,6 +151,9 @@ type quotaStream struct {
 	// rulesVersion is the rule set the buckets are mapped under.
 	rulesVersion uint64
 	failures     int // exchanges failed in a row
+	// router carries the stream's reports to the shard groups (made at
+	// the first report).
+	router *shardroute.Router
 }
 
 type usageCountKey struct {

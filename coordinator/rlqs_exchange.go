@@ -97,10 +97,18 @@ func (q *quotaStream) request(now time.Time, version uint64, leaving bool) *allo
 	return req
 }
 
-// send makes a report on the leader: here, or forwarded to it with this
-// member's own credentials (the leader accepts a member's report for any
-// node).
+// send makes a report through the stream's shard router (rlqs_route.go).
 func (q *quotaStream) send(ctx context.Context, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
+	if q.router == nil {
+		q.router = q.c.routeStream(q)
+	}
+	return q.router.Report(ctx, req)
+}
+
+// sendLeader makes a report on this group's leader: here, or forwarded to
+// it with this member's own credentials (the leader accepts a member's
+// report for any node).
+func (q *quotaStream) sendLeader(ctx context.Context, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
 	c := q.c
 	if c.leading.Load() {
 		resp, err := c.report(ctx, req, false)

@@ -366,7 +366,7 @@ func (c *Coordinator) stepAt(ctx context.Context, m *shard.Map, group string, re
 	}
 	var lastErr error
 	for _, a := range addrs {
-		sctx, cancel := context.WithTimeout(forwardToken(ctx), moveStepTimeout)
+		sctx, cancel := context.WithTimeout(withToken(ctx, c.joinToken()), moveStepTimeout)
 		r, err := allotpb.NewShardServiceClient(c.peers.conn(a)).GroupSlots(sctx, req)
 		cancel()
 		if err == nil {
@@ -403,7 +403,7 @@ func (c *Coordinator) mirrorOnce(ctx context.Context) error {
 	have := c.currentRules().Version()
 	var lastErr error
 	for _, a := range c.cfg.ShardHome {
-		rctx, cancel := context.WithTimeout(forwardToken(ctx), 5*time.Second)
+		rctx, cancel := context.WithTimeout(withToken(ctx, c.joinToken()), 5*time.Second)
 		rs, err := allotpb.NewAgentServiceClient(c.peers.conn(a)).GetRules(rctx, &allotpb.GetRulesRequest{KnownVersion: have})
 		cancel()
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/rlqstest"
 	"github.com/allot-io/allot/internal/shard"
 	"github.com/allot-io/allot/internal/testwait"
 	allotpb "github.com/allot-io/allot/proto"
@@ -126,4 +127,41 @@ func TestMoveSlotsRoutesUsage(t *testing.T) {
 	if len(resp.GetLeases()) != 0 || resp.GetShardMapVersion() != m.GetVersion() {
 		t.Fatalf("home answered demand for a moved tenant with %d leases, map version %d", len(resp.GetLeases()), resp.GetShardMapVersion())
 	}
+}
+
+// TestRLQSInSplitRegion: an Envoy's RLQS stream on the home group for a
+// tenant whose slot moved to g1: the stream's usage lands in g1's ledger,
+// and the home group's plus g1's hold every request the member received
+// as allowed, once.
+func TestRLQSInSplitRegion(t *testing.T) {
+	home, g1 := twoGroups(t)
+	putRules(t, home, rlqsRule)
+	testwait.For(t, 10*time.Second, "g1 to mirror the rules", func() bool { return g1.currentRules().Len() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	shards := allotpb.NewShardServiceClient(dial(t, home.GRPCAddr()))
+	envoy := rlqstest.New([]string{home.GRPCAddr()}, map[string]string{"rule": "api", "tenant": "acme"}, 100, plain)
+	run, stopEnvoy := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = envoy.Run(run) }()
+	testwait.For(t, 15*time.Second, "the Envoy's first usage in the home group's ledger", func() bool {
+		got, _ := ledgerTotal(home.fsm, "acme")
+		return got > 0
+	})
+	sl := uint32(shard.Of("acme"))
+	if _, err := shards.MoveSlots(ctx, &allotpb.MoveSlotsRequest{First: sl, Last: sl, To: "g1"}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 15*time.Second, "the stream's usage to reach g1", func() bool {
+		got, _ := ledgerTotal(g1.fsm, "acme")
+		return got > 0
+	})
+	stopEnvoy()
+	<-done
+	received := counterValue(t, home, "allot_coordinator_rlqs_requests_total", "result", "allowed")
+	testwait.For(t, 15*time.Second, "the two ledgers to hold every request received, once", func() bool {
+		h, _ := ledgerTotal(home.fsm, "acme")
+		g, _ := ledgerTotal(g1.fsm, "acme")
+		return float64(h+g) == received
+	})
 }

@@ -50,6 +50,9 @@ type allocator struct {
 	next  int32 // index of the next new node; indexes are not reused
 
 	seq atomic.Uint64 // allocations, numbering grants
+	// acquired are the slots this group took over from another by a move,
+	// each learning until its end (shards.go); nil when none is.
+	acquired atomic.Pointer[[]slotLearning]
 
 	shards [allocShards]allocShard
 }
@@ -381,6 +384,11 @@ const leaveHold = 2
 // after they did, except while learning, when what they held still counts
 // among the bases.
 func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bool) {
+	if !learning && p.rule.Scope != rules.Global {
+		// A key whose slot moved here divides, for one lease period, as
+		// a new leader's do: nodes still hold the source group's leases.
+		learning = a.slotLearning(p.tenant, now)
+	}
 	seq := a.seq.Add(1)
 	window := p.rule.Algorithm.Windowed()
 	// A new leader cannot know what its predecessor granted to nodes that

@@ -3,6 +3,7 @@ package coordinator
 import (
 	_ "embed"
 	"encoding/json"
+	allotpb "github.com/allot-io/allot/proto"
 	"math"
 	"net/http"
 	"slices"
@@ -27,23 +28,25 @@ var uiPage []byte
 
 // uiState is what /v1/ui answers.
 type uiState struct {
-	Now        time.Time     `json:"now"`
-	Region     string        `json:"region"`
-	Member     string        `json:"member"`
-	Leader     string        `json:"leader"`
-	Leading    bool          `json:"leading"`
-	Term       uint64        `json:"term"`
-	Epoch      uint64        `json:"epoch"`
-	Learning   bool          `json:"learning"`
-	Members    []uiMember    `json:"members"`
-	Rules      []uiRule      `json:"rules"`
-	Usage      []uiUsage     `json:"usage"`
-	Pools      []uiPool      `json:"pools"`
-	Agents     []uiAgent     `json:"agents"`
-	Windows    uiWindows     `json:"windows"`
-	Tier       *tierSummary  `json:"tier,omitempty"`
-	WindowSecs int64         `json:"window_seconds"`
-	LeaseTTL   time.Duration `json:"lease_ttl_ns"`
+	Now      time.Time    `json:"now"`
+	Region   string       `json:"region"`
+	Member   string       `json:"member"`
+	Leader   string       `json:"leader"`
+	Leading  bool         `json:"leading"`
+	Term     uint64       `json:"term"`
+	Epoch    uint64       `json:"epoch"`
+	Learning bool         `json:"learning"`
+	Members  []uiMember   `json:"members"`
+	Rules    []uiRule     `json:"rules"`
+	Usage    []uiUsage    `json:"usage"`
+	Pools    []uiPool     `json:"pools"`
+	Agents   []uiAgent    `json:"agents"`
+	Windows  uiWindows    `json:"windows"`
+	Tier     *tierSummary `json:"tier,omitempty"`
+	// Shards is the member's shard group; absent for a region never split.
+	Shards     *allotpb.ShardStatus `json:"shards,omitempty"`
+	WindowSecs int64                `json:"window_seconds"`
+	LeaseTTL   time.Duration        `json:"lease_ttl_ns"`
 }
 
 type uiMember struct {
@@ -149,6 +152,7 @@ func (c *Coordinator) uiState() *uiState {
 		u.Rules = append(u.Rules, uiRule{Name: r.Name, Scope: r.Scope.String(), Algorithm: r.Algorithm.String(), Limit: r.Limit,
 			PeriodSec: r.Period.Seconds(), Intent: r.Intent.String(), Per: allowancePer(&r), Shadow: r.Shadow})
 	}
+	u.Shards = st.GetShards()
 	if t := st.GetTier(); t != nil {
 		u.Tier = &tierSummary{Role: t.GetRole(), LastError: t.GetLastError(), LeasedKeys: t.GetLeasedKeys(), FallbackKeys: t.GetFallbackKeys(), Regions: len(t.GetRegions())}
 	}

@@ -85,9 +85,7 @@ func (e *Engine) Failover(now time.Time) {
 	if e.alloc.parent != nil {
 		// A new leader holds no lease from the parent: its first
 		// exchange brings them back.
-		e.alloc.parent.mu.Lock()
-		clear(e.alloc.parent.m)
-		e.alloc.parent.mu.Unlock()
+		e.alloc.parent.reset()
 		e.alloc.refreshLimits(now.UnixNano())
 	}
 }
@@ -104,6 +102,33 @@ func (e *Engine) RegionReport(now time.Time, interval time.Duration) *allotpb.Re
 		RulesVersion: e.st.Rules().Version(), Demand: e.alloc.regionDemand(now.UnixNano(), int64(interval)),
 	}
 }
+
+// RegionEarlyReport is the early report a region's engine sends its
+// parent at now, ahead of its interval, or nil when none is due: the keys
+// whose demand moved since the parent was told (see earlyDemand). The
+// caller checks RegionEarlyChecks times an interval, with at most
+// RegionEarlyInFlight of these exchanges under way at once.
+func (e *Engine) RegionEarlyReport(now time.Time, interval time.Duration) *allotpb.ReportRequest {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	demand := e.alloc.earlyDemand(now.UnixNano(), int64(interval))
+	if demand == nil {
+		return nil
+	}
+	return &allotpb.ReportRequest{
+		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: RegionNode(e.cfg.Region), Incarnation: e.incarnation,
+		Region: e.cfg.Region, SentUnixNano: now.UnixNano(), IntervalNano: int64(interval),
+		RulesVersion: e.st.Rules().Version(), Demand: demand,
+	}
+}
+
+// RegionEarlyChecks and RegionEarlyInFlight are how often a region's
+// leader checks for an early report, a region interval, and how many
+// early exchanges it has under way at most.
+const (
+	RegionEarlyChecks   = earlyChecks
+	RegionEarlyInFlight = earlyInFlight
+)
 
 // RegionNode is the node name a region's cluster reports to its parent as.
 func RegionNode(region string) string { return "region-" + region }

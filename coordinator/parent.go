@@ -35,35 +35,66 @@ func newParentLink(cfg *Config, onError func(error)) (*parentLink, error) {
 }
 
 // reportToParent runs the leader's exchanges with the parent until ctx
-// ends (leadership lost, or shutdown).
+// ends (leadership lost, or shutdown): a report of every tiered key each
+// ParentInterval, and between them, checked earlyChecks times an
+// interval, early reports of the keys whose demand moved (tierearly.go),
+// at most earlyInFlight under way at once. Exchanges do not wait for each
+// other: an answer older than one applied since is recognised by its
+// leases' numbers (applyParent), and a report made before an answer
+// arrived, holding the lease that answer replaced, is answered with the
+// region's grant as it stands, as the parent resends a lease to whoever
+// reports holding an older one.
 func (c *Coordinator) reportToParent(ctx context.Context) {
 	// A new leader holds no lease from the parent: until its first
 	// exchange it divides the static fractions.
-	c.alloc.parent.mu.Lock()
-	clear(c.alloc.parent.m)
-	c.alloc.parent.mu.Unlock()
-	c.exchangeWithParent(ctx)
-	t := c.cfg.Clock.NewTicker(c.cfg.ParentInterval)
+	c.alloc.parent.reset()
+	interval := c.cfg.ParentInterval
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	c.exchangeWithParent(ctx, c.now().UnixNano(), nil)
+	t := c.cfg.Clock.NewTicker(interval)
 	defer t.Stop()
+	check := c.cfg.Clock.NewTicker(max(interval/earlyChecks, time.Millisecond))
+	defer check.Stop()
+	early := make(chan struct{}, earlyInFlight) // a slot per early exchange under way
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C():
-			c.exchangeWithParent(ctx)
+			wg.Go(func() { c.exchangeWithParent(ctx, c.now().UnixNano(), nil) })
+		case <-check.C():
+			select {
+			case early <- struct{}{}:
+			default:
+				continue // as many under way as may be
+			}
+			now := c.now().UnixNano()
+			demand := c.alloc.earlyDemand(now, int64(interval))
+			if demand == nil {
+				<-early
+				continue
+			}
+			wg.Go(func() {
+				defer func() { <-early }()
+				c.exchangeWithParent(ctx, now, demand)
+			})
 		}
 	}
 }
 
-// exchangeWithParent sends one report to the parent, within an interval,
-// and applies the answer.
-func (c *Coordinator) exchangeWithParent(ctx context.Context) {
+// exchangeWithParent sends one report to the parent, made at now, within
+// an interval, and applies the answer: an early report of demand, or with
+// demand nil the regular report of every tiered key.
+func (c *Coordinator) exchangeWithParent(ctx context.Context, now int64, demand []*allotpb.KeyDemand) {
 	interval := c.cfg.ParentInterval
-	now := c.now().UnixNano()
+	if demand == nil {
+		demand = c.alloc.regionDemand(now, int64(interval))
+	}
 	req := &allotpb.ReportRequest{
 		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: RegionNode(c.cfg.Region), Incarnation: c.parent.incarnation,
 		Region: c.cfg.Region, SentUnixNano: now, IntervalNano: int64(interval),
-		RulesVersion: c.currentRules().Version(), Demand: c.alloc.regionDemand(now, int64(interval)),
+		RulesVersion: c.currentRules().Version(), Demand: demand,
 	}
 	rctx, cancel := context.WithTimeout(ctx, interval)
 	resp, err := c.parent.client.Report(rctx, req)
@@ -91,7 +122,7 @@ func (c *Coordinator) exchangeWithParent(ctx context.Context) {
 	if p.lastErr != "" {
 		c.log.Info("the parent cluster answers again", "parent", c.cfg.Parent)
 	}
-	p.lastOK, p.lastErr = at, ""
+	p.lastOK, p.lastErr = max(p.lastOK, at), ""
 	p.mu.Unlock()
 }
 

@@ -34,6 +34,21 @@ import (
 type parentLeases struct {
 	mu sync.Mutex
 	m  map[poolKey]*parentLease
+	// told is, per key, the demand last reported to the parent (per
+	// period); lastEarly is when the last early report went, and
+	// followUntil until when keys whose demand outruns their lease are
+	// reported early again (ns; see earlyDemand, tierearly.go).
+	told                   map[poolKey]float64
+	lastEarly, followUntil int64
+}
+
+// reset forgets the leases and what was reported, for a new leader.
+func (l *parentLeases) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	clear(l.m)
+	clear(l.told)
+	l.lastEarly, l.followUntil = 0, 0
 }
 
 // parentLease is one key's lease from the parent.
@@ -177,40 +192,63 @@ func (a *allocator) regionReportedSince(region string, seen, now int64) bool {
 // weight; between regions, by demand.
 func (a *allocator) regionDemand(now, interval int64) []*allotpb.KeyDemand {
 	var out []*allotpb.KeyDemand
+	told := map[poolKey]float64{}
 	a.tieredPools(func(k poolKey, p *pool) {
-		d := &allotpb.KeyDemand{Rule: k.rule, Key: k.key, Tenant: p.tenant, Plan: p.plan, WindowUnixNano: p.window, IntervalNano: interval}
-		est, committed := 0.0, 0.0
-		for _, c := range p.classes {
-			for _, cl := range c.claims {
-				if cl.lastSeen > 0 && now-cl.lastSeen < 2*a.interval.Load() {
-					est += cl.est
-				}
-				committed += cl.committed
-			}
-		}
-		d.Admitted = est * float64(interval) / float64(p.rule.Period)
-		if p.rule.Algorithm.Windowed() {
-			d.Committed = committed
-		}
-		a.parent.mu.Lock()
-		if l := a.parent.m[k]; l != nil && now < l.expires {
-			d.Held, d.HeldEpoch, d.HeldSeq, d.NextHeld = l.limit, l.epoch, l.seq, l.next
-		} else {
-			// On its static fraction the region holds that: a parent
-			// counting it as holding nothing would grant the others
-			// what the region divides until its lease comes back.
-			d.Held, d.NextHeld = p.limit, p.limit
-		}
-		a.parent.mu.Unlock()
+		d, est := a.keyDemand(k, p, now, interval)
 		out = append(out, d)
+		told[k] = est
 	})
+	a.parent.mu.Lock()
+	a.parent.told = told // and a pool forgotten since is forgotten here
+	a.parent.mu.Unlock()
+	sortDemand(out)
+	return out
+}
+
+// keyDemand is one tiered pool's part in a report to the parent, and the
+// demand it tells, per period.
+func (a *allocator) keyDemand(k poolKey, p *pool, now, interval int64) (*allotpb.KeyDemand, float64) {
+	d := &allotpb.KeyDemand{Rule: k.rule, Key: k.key, Tenant: p.tenant, Plan: p.plan, WindowUnixNano: p.window, IntervalNano: interval}
+	est, committed := a.regionEst(p, now)
+	d.Admitted = est * float64(interval) / float64(p.rule.Period)
+	if p.rule.Algorithm.Windowed() {
+		d.Committed = committed
+	}
+	a.parent.mu.Lock()
+	defer a.parent.mu.Unlock()
+	if l := a.parent.m[k]; l != nil && now < l.expires {
+		d.Held, d.HeldEpoch, d.HeldSeq, d.NextHeld = l.limit, l.epoch, l.seq, l.next
+	} else {
+		// On its static fraction the region holds that: a parent
+		// counting it as holding nothing would grant the others
+		// what the region divides until its lease comes back.
+		d.Held, d.NextHeld = p.limit, p.limit
+	}
+	return d, est
+}
+
+func sortDemand(out []*allotpb.KeyDemand) {
 	slices.SortFunc(out, func(x, y *allotpb.KeyDemand) int {
 		if x.GetRule() != y.GetRule() {
 			return compareStrings(x.GetRule(), y.GetRule())
 		}
 		return compareStrings(x.GetKey(), y.GetKey())
 	})
-	return out
+}
+
+// regionEst is a pool's demand in the region (its present nodes'
+// smoothed estimates, summed, per period) and what its nodes have spent
+// in the current window.
+func (a *allocator) regionEst(p *pool, now int64) (est, committed float64) {
+	for _, c := range p.classes {
+		for _, cl := range c.claims {
+			if cl.lastSeen > 0 && now-cl.lastSeen < 2*a.interval.Load() {
+				est += cl.est
+			}
+			committed += cl.committed
+		}
+	}
+	return est, committed
 }
 
 func compareStrings(x, y string) int {

@@ -112,6 +112,79 @@ func TestTierClusters(t *testing.T) {
 	}
 }
 
+// TestTierClustersReportEarly: on real clusters, a region whose demand
+// moved reports it to the parent ahead of its interval. With a parent
+// interval of 16 s, and no regular exchange after each region's first, a
+// tenant's quota is leased to the region its demand appears in, then
+// follows the demand to another, each within a few seconds.
+func TestTierClustersReportEarly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three clusters")
+	}
+	const interval = 16 * time.Second
+	rule := &allotpb.Rule{Name: "plan-quota", Scope: "tenant", Algorithm: "token_bucket", Limit: 900, Period: durationpb.New(time.Second),
+		Burst: 900, Intent: "quota", Regions: map[string]float64{"us": 0.5, "eu": 0.5}}
+	// The parent's interval is the regions': a region silent for two of
+	// its intervals is not present.
+	parent := cluster(t, 1, func(c *Config) { c.Global, c.Region, c.ReportInterval = true, "global", interval })[0]
+	putRules(t, parent, rule)
+	var mu sync.Mutex
+	rates := map[string]float64{} // a second's demand, per region
+	held := map[string]float64{}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for _, name := range []string{"us", "eu"} {
+		c := cluster(t, 1, func(c *Config) {
+			c.Region, c.Parent, c.ParentInterval = name, []string{parent.GRPCAddr()}, interval
+		})[0]
+		putRules(t, c, rule)
+		n := newAgentSim(t, "gw-"+name, []string{c.GRPCAddr()})
+		n.region = name
+		wg.Go(func() {
+			tick := time.NewTicker(200 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				mu.Lock()
+				rate, h := rates[name], held[name]
+				mu.Unlock()
+				resp, err := n.report(ctx, "acme", 0, []*allotpb.KeyDemand{demand("plan-quota", "acme", rate/5, 0, h)})
+				if err == nil {
+					for _, l := range resp.GetLeases() {
+						mu.Lock()
+						held[name] = l.GetLimit()
+						mu.Unlock()
+					}
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+				}
+			}
+		})
+	}
+	lease := func(name string) float64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return held[name]
+	}
+	// Each region has made its first exchange, at leadership, before
+	// there was any demand; its next regular one is an interval later.
+	start := time.Now()
+	mu.Lock()
+	rates["us"] = 2000
+	mu.Unlock()
+	testwait.For(t, interval/2, "us, where the demand appeared, to be leased nearly the whole quota", func() bool { return lease("us") >= 0.9*900 })
+	mu.Lock()
+	rates = map[string]float64{"eu": 2000}
+	mu.Unlock()
+	testwait.For(t, interval/2, "the quota to follow the demand to eu", func() bool { return lease("eu") >= 0.9*900 && lease("us") <= 0.1*900 })
+	if took := time.Since(start); took >= interval {
+		t.Fatalf("the two hand-overs took %v, a regular exchange's interval is %v", took, interval)
+	}
+}
+
 // TestTierParentUnreachable: a region whose parent does not answer
 // divides its static fraction, says so in its status, and keeps serving.
 func TestTierParentUnreachable(t *testing.T) {

@@ -54,22 +54,7 @@ func (w *world) step(rates map[string]float64) {
 	w.t.Helper()
 	w.now = w.now.Add(time.Second)
 	for _, name := range worldRegions {
-		n := w.nodes[name]
-		req := &allotpb.ReportRequest{
-			Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: n.name, Incarnation: 1, Region: name,
-			SentUnixNano: w.now.UnixNano(), IntervalNano: int64(time.Second),
-			Demand: []*allotpb.KeyDemand{{Rule: "quota", Key: "acme", Tenant: "acme", Admitted: rates[name], Held: n.held, HeldEpoch: n.epoch, HeldSeq: n.seq}},
-		}
-		if w.dropped[name] {
-			req.Demand = nil
-		}
-		resp, err := w.regions[name].Report(w.now, req)
-		if err != nil {
-			w.t.Fatal(err)
-		}
-		for _, l := range resp.GetLeases() {
-			n.held, n.epoch, n.seq = l.GetLimit(), l.GetEpoch(), l.GetSeq()
-		}
+		w.nodeReport(name, rates[name])
 	}
 	for _, name := range worldRegions {
 		e := w.regions[name]
@@ -83,6 +68,28 @@ func (w *world) step(rates map[string]float64) {
 		e.Round(w.now)
 	}
 	w.parent.Round(w.now)
+}
+
+// nodeReport has a region's node report a second of acme's demand at
+// rate to its region's cluster, at the world's time, and take its lease.
+func (w *world) nodeReport(name string, rate float64) {
+	w.t.Helper()
+	n := w.nodes[name]
+	req := &allotpb.ReportRequest{
+		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: n.name, Incarnation: 1, Region: name,
+		SentUnixNano: w.now.UnixNano(), IntervalNano: int64(time.Second),
+		Demand: []*allotpb.KeyDemand{{Rule: "quota", Key: "acme", Tenant: "acme", Admitted: rate, Held: n.held, HeldEpoch: n.epoch, HeldSeq: n.seq}},
+	}
+	if w.dropped[name] {
+		req.Demand = nil
+	}
+	resp, err := w.regions[name].Report(w.now, req)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for _, l := range resp.GetLeases() {
+		n.held, n.epoch, n.seq = l.GetLimit(), l.GetEpoch(), l.GetSeq()
+	}
 }
 
 // regionLimit is what a region's cluster divides for acme now.
@@ -223,5 +230,64 @@ func TestTierParentFailover(t *testing.T) {
 	// (lease.Allocate): eu's part of 900 is 754.2, us's 145.8.
 	if got := w.regionLimit("eu"); got < 740 {
 		t.Fatalf("ten seconds after the failover eu, with nine tenths of the demand, divides %.1f of 900; want its 754", got)
+	}
+}
+
+// TestTierEarlyReports: a region's leader reports a key to the parent
+// ahead of its interval only when the key's demand moved: when it outgrew
+// the region's lease (and then at every check for an interval, while it
+// still outruns the lease, to collect the increase as other regions
+// confirm their decreases), or when it fell away. Steady demand, over the
+// quota or under it, and small moves wait for the regular report.
+func TestTierEarlyReports(t *testing.T) {
+	const checks = 2 * earlyChecks // a check apart: two parent intervals
+	for _, tc := range []struct {
+		name          string
+		before, after float64 // us's demand, per second
+		// due is how many of the checks find an early report due.
+		due int
+	}{
+		{"steady demand over the quota", 2000, 2000, 0},
+		{"steady demand under the quota", 200, 200, 0},
+		{"a small move", 2000, 1950, 0},
+		{"a rise within the lease", 100, 400, 0},
+		{"demand outgrows the lease", 100, 2000, earlyChecks}, // then followed for an interval
+		{"demand falls away", 2000, 0, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, 900)
+			for range 10 {
+				w.step(map[string]float64{"us": tc.before})
+			}
+			w.now = w.now.Add(100 * time.Millisecond)
+			w.nodeReport("us", tc.after)
+			us, due := w.regions["us"], 0
+			for i := range checks {
+				w.now = w.now.Add(time.Second / earlyChecks)
+				if i%earlyChecks == earlyChecks-1 {
+					w.nodeReport("us", tc.after) // its next regular report
+				}
+				req := us.RegionEarlyReport(w.now, time.Second)
+				if req == nil {
+					continue
+				}
+				due++
+				if len(req.GetDemand()) != 1 || req.GetDemand()[0].GetKey() != "acme" {
+					t.Fatalf("early report of %v; want acme's demand", req.GetDemand())
+				}
+				if got := req.GetDemand()[0].GetAdmitted(); got != tc.after {
+					t.Fatalf("early report of a demand of %.1f; want %.1f", got, tc.after)
+				}
+				resp, err := w.parent.Report(w.now, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				us.ApplyParent(w.now, resp)
+				w.withinQuota("after an early report")
+			}
+			if due != tc.due {
+				t.Fatalf("%d of %d checks found an early report due; want %d", due, checks, tc.due)
+			}
+		})
 	}
 }

@@ -26,11 +26,14 @@ type quotaLease struct {
 	engines []*coordinator.Engine
 	parent  *coordinator.Engine
 	nodes   []*simNode
-	queue   eventQueue
-	rng     *rand.Rand
-	now     atomic.Int64 // virtual time since origin, read by the agents' clocks
-	msgs    int64
-	active  int
+	// early is, per region, when each of its leader's early exchanges
+	// with the parent under way ends.
+	early  [][]time.Duration
+	queue  eventQueue
+	rng    *rand.Rand
+	now    atomic.Int64 // virtual time since origin, read by the agents' clocks
+	msgs   int64
+	active int
 }
 
 // simNode is one gateway.
@@ -78,10 +81,13 @@ func newQuotaLease(e *env, tier bool) (*quotaLease, error) {
 		}, e.origin); err != nil {
 			return nil, err
 		}
+		q.early = make([][]time.Duration, regions)
 		for r := range regions {
 			// Regions report at spread phases, as independent clusters do.
 			at := time.Duration(int64(e.s.Regions.regionInterval())*int64(r)/int64(regions)) + 2*time.Millisecond
 			heap.Push(&q.queue, event{at: at, fn: func() { q.regionReport(at, r) }})
+			check := at + q.checkEvery()
+			heap.Push(&q.queue, event{at: check, fn: func() { q.regionCheck(check, r) }})
 		}
 	}
 	q.fleet(0, e.s.Nodes)
@@ -100,32 +106,65 @@ func (q *quotaLease) regionName(r int) string {
 // engineOf is the cluster a node reports to: its region's.
 func (q *quotaLease) engineOf(node int) *coordinator.Engine { return q.engines[q.e.regionOf(node)] }
 
-// regionReport sends a region's report to the parent and schedules the
-// next: it arrives after the regions' network delay, unless lost or the
-// region is cut off, and its answer comes back after another.
+// regionReport sends a region's regular report and schedules the next.
 func (q *quotaLease) regionReport(at time.Duration, r int) {
 	g := q.e.s.Regions
-	eng := q.engines[r]
-	req := eng.RegionReport(q.e.time(at), g.regionInterval())
-	q.msgs++
-	if q.e.parentReachable(at, r) && !(q.rng.Float64() < g.Loss) {
-		arrive := at + q.regionDelay()
-		heap.Push(&q.queue, event{at: arrive, fn: func() {
-			resp, err := q.parent.Report(q.e.time(arrive), req)
-			if err != nil {
-				return
-			}
-			back := arrive + q.regionDelay()
-			q.msgs++
-			heap.Push(&q.queue, event{at: back, fn: func() {
-				if q.e.parentReachable(back, r) {
-					eng.ApplyParent(q.e.time(back), resp)
-				}
-			}})
-		}})
-	}
+	q.exchange(at, r, q.engines[r].RegionReport(q.e.time(at), g.regionInterval()))
 	next := at + g.regionInterval()
 	heap.Push(&q.queue, event{at: next, fn: func() { q.regionReport(next, r) }})
+}
+
+// regionCheck is the region leader's check for an early report, as the
+// coordinator's (RegionEarlyChecks times an interval, with at most
+// RegionEarlyInFlight early exchanges under way), and schedules the next.
+func (q *quotaLease) regionCheck(at time.Duration, r int) {
+	live := q.early[r][:0]
+	for _, end := range q.early[r] {
+		if end > at {
+			live = append(live, end)
+		}
+	}
+	q.early[r] = live
+	if len(live) < coordinator.RegionEarlyInFlight {
+		if req := q.engines[r].RegionEarlyReport(q.e.time(at), q.e.s.Regions.regionInterval()); req != nil {
+			q.early[r] = append(q.early[r], q.exchange(at, r, req))
+		}
+	}
+	next := at + q.checkEvery()
+	heap.Push(&q.queue, event{at: next, fn: func() { q.regionCheck(next, r) }})
+}
+
+func (q *quotaLease) checkEvery() time.Duration {
+	return q.e.s.Regions.regionInterval() / coordinator.RegionEarlyChecks
+}
+
+// exchange carries a region's report to the parent: it arrives after the
+// regions' network delay, unless lost or the region is cut off, and its
+// answer comes back after another. It returns when the exchange is over:
+// the answer's arrival, or an interval later when none comes, as the
+// leader's timeout.
+func (q *quotaLease) exchange(at time.Duration, r int, req *allotpb.ReportRequest) (done time.Duration) {
+	g := q.e.s.Regions
+	eng := q.engines[r]
+	q.msgs++
+	if !q.e.parentReachable(at, r) || q.rng.Float64() < g.Loss {
+		return at + g.regionInterval()
+	}
+	arrive := at + q.regionDelay()
+	back := arrive + q.regionDelay()
+	heap.Push(&q.queue, event{at: arrive, fn: func() {
+		resp, err := q.parent.Report(q.e.time(arrive), req)
+		if err != nil {
+			return
+		}
+		q.msgs++
+		heap.Push(&q.queue, event{at: back, fn: func() {
+			if q.e.parentReachable(back, r) {
+				eng.ApplyParent(q.e.time(back), resp)
+			}
+		}})
+	}})
+	return back
 }
 
 func (q *quotaLease) regionDelay() time.Duration {

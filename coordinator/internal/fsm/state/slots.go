@@ -1,6 +1,7 @@
 package state
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -203,18 +204,8 @@ func (s *State) slotsRecord() *fsmpb.SlotsRecord {
 	for _, o := range t.moves {
 		rec.Moves = append(rec.Moves, o)
 	}
-	slices.SortFunc(rec.Moves, func(a, b *fsmpb.MoveOutcome) int { return cmpU64(a.GetMoveId(), b.GetMoveId()) })
+	slices.SortFunc(rec.Moves, func(a, b *fsmpb.MoveOutcome) int { return cmp.Compare(a.GetMoveId(), b.GetMoveId()) })
 	return rec
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // restoreSlots reads the table back from a snapshot.

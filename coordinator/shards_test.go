@@ -6,10 +6,13 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/ledgersink"
 	"github.com/allot-io/allot/coordinator/rlqstest"
+	"github.com/allot-io/allot/internal/pgserver/pgtest"
 	"github.com/allot-io/allot/internal/shard"
 	"github.com/allot-io/allot/internal/testwait"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -186,5 +189,70 @@ func TestMovedSlotsLearn(t *testing.T) {
 		if got := a.slotLearning(c.tenant, c.at); got != c.want {
 			t.Errorf("slotLearning(%s, %d) = %v, want %v", c.tenant, c.at, got, c.want)
 		}
+	}
+}
+
+// TestShardGroupsExportToOneSink: both groups of a split region export to
+// one PostgreSQL, each under its own cluster ID and position; a tenant
+// whose slot moved mid-run has lines from both, and the billing query
+// sums them to what the agent had acknowledged.
+func TestShardGroupsExportToOneSink(t *testing.T) {
+	pg := pgtest.Start(t)
+	dsn := pgtest.CreateDatabase(t, pg)
+	home := cluster(t, 1, sinkConfig(dsn))[0]
+	g1 := cluster(t, 1, func(cfg *Config) {
+		sinkConfig(dsn)(cfg)
+		cfg.Group, cfg.ShardHome = "g1", []string{home.GRPCAddr()}
+	})[0]
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	shards := allotpb.NewShardServiceClient(dial(t, home.GRPCAddr()))
+	if _, err := shards.AddGroup(ctx, &allotpb.AddGroupRequest{Id: "g1", Coordinators: []string{g1.GRPCAddr()}}); err != nil {
+		t.Fatal(err)
+	}
+	a := newAgentSim(t, "gw-1", []string{home.GRPCAddr()})
+	for range 5 {
+		if _, err := a.report(ctx, "acme", 3, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sl := uint32(shard.Of("acme"))
+	if _, err := shards.MoveSlots(ctx, &allotpb.MoveSlotsRequest{First: sl, Last: sl, To: "g1"}); err != nil {
+		t.Fatal(err)
+	}
+	b := newAgentSim(t, "gw-1", []string{g1.GRPCAddr()})
+	b.incarnation = a.incarnation
+	testwait.For(t, 20*time.Second, "usage to be taken by g1 once the move is done", func() bool {
+		_, err := b.report(ctx, "acme", 4, nil)
+		return err == nil && b.ackedTotal() > 0
+	})
+	for range 4 {
+		if _, err := b.report(ctx, "acme", 4, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := a.ackedTotal() + b.ackedTotal()
+	clusterOf := func(c *Coordinator) (id string) {
+		c.fsm.Read(func(s *state.State) { id = s.ClusterID() })
+		return id
+	}
+	testwait.For(t, 30*time.Second, "both groups to export every line", func() bool {
+		h, _ := sinkTotal(t, dsn, clusterOf(home), "acme")
+		g, _ := sinkTotal(t, dsn, clusterOf(g1), "acme")
+		return h > 0 && g > 0 && h+g == want
+	})
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var admitted int64
+	var rule string
+	var denied int64
+	if err := conn.QueryRow(ctx, ledgersink.QueryTenantMonth, "acme", time.Now().Add(-time.Hour), time.Now().Add(time.Hour)).Scan(&rule, &admitted, &denied); err != nil {
+		t.Fatal(err)
+	}
+	if uint64(admitted) != want {
+		t.Fatalf("the billing query sums %d for acme over both groups, the groups acknowledged %d", admitted, want)
 	}
 }

@@ -85,25 +85,33 @@ func (c *Coordinator) ownDemand(req *allotpb.ReportRequest) {
 	req.Demand = keep
 }
 
-// shardMap is the region's map as this (home) member holds it: the
-// region as one group owning every slot, version 0, until a group is
-// added.
-func (c *Coordinator) shardMap() *shard.Map {
-	var m *shard.Map
+// memberAddrs are the gRPC addresses of this group's members, as the
+// replicated state records them.
+func (c *Coordinator) memberAddrs() []string {
 	var addrs []string
 	c.fsm.Read(func(st *state.State) {
-		if sm := st.ShardMap(); sm != nil {
-			m = sm.Clone()
-			return
-		}
 		for _, mb := range st.Members() {
 			if a := mb.GetGrpcAddress(); a != "" {
 				addrs = append(addrs, a)
 			}
 		}
 	})
+	slices.Sort(addrs)
+	return addrs
+}
+
+// shardMap is the region's map as this (home) member holds it: the
+// region as one group owning every slot, version 0, until a group is
+// added.
+func (c *Coordinator) shardMap() *shard.Map {
+	var m *shard.Map
+	c.fsm.Read(func(st *state.State) {
+		if sm := st.ShardMap(); sm != nil {
+			m = sm.Clone()
+		}
+	})
 	if m == nil {
-		m = shard.Single(c.groupID(), addrs)
+		m = shard.Single(c.groupID(), c.memberAddrs())
 		m.Version = 0
 	}
 	return m
@@ -223,7 +231,7 @@ func (c *Coordinator) groupStep(req *allotpb.GroupSlotsRequest) (*allotpb.GroupS
 // applyShardMap commits a change of the home group's map.
 func (c *Coordinator) applyShardMap(cmd *fsmpb.ShardMapCommand) (*allotpb.ShardMap, error) {
 	cmd.Home = c.groupID()
-	cmd.Coordinators = append(cmd.Coordinators, c.shardMap().Groups[c.groupID()]...)
+	cmd.Coordinators = c.memberAddrs()
 	res, err := c.apply(state.CmdShardMap, cmd, 10*time.Second)
 	if errors.Is(err, state.ErrShardMap) {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
@@ -267,6 +275,14 @@ func (c *Coordinator) moveSlots(ctx context.Context) {
 	defer func() { c.metrics.movesActive.Set(0); c.metrics.moveOldest.Set(0) }()
 	for {
 		m := c.shardMap()
+		if addrs := c.memberAddrs(); m.Version > 0 && len(addrs) > 0 && !slices.Equal(addrs, m.Groups[m.Home]) {
+			// Members joined or left: agents learn the home group's
+			// members from the map as well as from its answers.
+			if _, err := c.applyShardMap(&fsmpb.ShardMapCommand{}); err != nil {
+				c.log.Warn("could not record the home group's members in the shard map", "error", err)
+			}
+			m = c.shardMap()
+		}
 		active, oldest := 0, int64(0)
 		for _, mv := range m.Moves {
 			if shard.Active(mv) && ctx.Err() == nil {

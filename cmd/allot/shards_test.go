@@ -18,44 +18,83 @@ import (
 	"github.com/allot-io/allot/internal/shard"
 )
 
-// shardGroupProc is one shard group of one coordinator process, which
-// the test SIGKILLs and starts again from its data directory.
+// shardGroupProc is one shard group of `allot coordinator` processes,
+// whose leader the test SIGKILLs and starts again from its data directory.
 type shardGroupProc struct {
-	id   string
+	id      string
+	members []*shardMember
+}
+
+type shardMember struct {
 	m    member
 	args []string
 }
 
-func (g *shardGroupProc) start(t *testing.T, env []string) {
+func (m *shardMember) start(t *testing.T, env []string) {
 	t.Helper()
-	g.m.proc = startProcess(t, env, "coordinator-"+g.id, g.args...)
+	m.m.proc = startProcess(t, env, "coordinator-"+m.m.id, m.args...)
 }
 
-func (g *shardGroupProc) kill(t *testing.T) {
+// addrs are the group's members' gRPC addresses, comma-separated.
+func (g *shardGroupProc) addrs() string {
+	var out []string
+	for _, m := range g.members {
+		out = append(out, m.m.grpc)
+	}
+	return strings.Join(out, ",")
+}
+
+// leader is the member the group names as its leader, or its first.
+func (g *shardGroupProc) leader(t *testing.T, env []string) *shardMember {
 	t.Helper()
-	if err := g.m.proc.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if len(g.members) == 1 {
+		return g.members[0]
+	}
+	code, stdout, _ := runAllot(t, env, "status", "--format", "json", "--coordinator", g.addrs())
+	var cs clusterStatus
+	if code == exitOK && json.Unmarshal([]byte(stdout), &cs) == nil {
+		for _, m := range g.members {
+			if m.m.id == cs.LeaderID {
+				return m
+			}
+		}
+	}
+	return g.members[0]
+}
+
+// killLeader SIGKILLs the group's leader and starts it again.
+func (g *shardGroupProc) killLeader(t *testing.T, env []string) string {
+	t.Helper()
+	m := g.leader(t, env)
+	if err := m.m.proc.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-g.m.proc.done
+	<-m.m.proc.done
+	m.start(t, env)
+	return m.m.id
 }
 
 // TestShardsProcess splits a region as an operator would: three shard
-// groups of one `allot coordinator` each, three sidecars, and slots moved
-// back and forth between the groups under load while the source, the
-// target or the home group (the mover) is SIGKILLed during the move and
-// started again from its data directory. Every move ends done; the
-// groups' ledgers, summed by `allot usage`, hold exactly what the sidecars
-// answered as admitted, tenant by tenant; and a tenant over its quota
-// stays within it second by second.
+// groups of `allot coordinator` processes (one member each; three with
+// ALLOT_SHARD_MEMBERS=3, as make chaos runs it), three sidecars, and
+// slots moved back and forth between the groups under load while the
+// source's, the target's or the home group's (the mover's) leader is
+// SIGKILLed during the move and started again from its data directory.
+// Every move ends done; the groups' ledgers, summed by `allot usage`, hold
+// exactly what the sidecars answered as admitted, tenant by tenant; and a
+// tenant over its quota stays within it second by second.
 func TestShardsProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs three coordinator groups and three sidecars")
 	}
-	// make test runs three moves, one per kind of victim; make chaos
-	// runs more (ALLOT_SHARD_MOVES).
-	moves := 3
+	// make test runs three moves, one per kind of victim, on groups of
+	// one member; make chaos runs more on groups of three.
+	moves, size := 3, 1
 	if n, err := strconv.Atoi(os.Getenv("ALLOT_SHARD_MOVES")); err == nil && n > 0 {
 		moves = n
+	}
+	if n, err := strconv.Atoi(os.Getenv("ALLOT_SHARD_MEMBERS")); err == nil && n > 0 {
+		size = n
 	}
 	rulesFile := writeTemp(t, "rules.yaml", `rules:
   - name: plan-quota
@@ -67,25 +106,41 @@ func TestShardsProcess(t *testing.T) {
     intent: quota
 `)
 	env := cliEnv()
-	addrs := loopbackAddrs(t, 3*3+3)
+	addrs := loopbackAddrs(t, 3*3*size+3)
+	sidecarBase := 3 * 3 * size
 	var groups []*shardGroupProc
 	for i, id := range []string{"main", "g1", "g2"} {
-		g := &shardGroupProc{id: id, m: member{id: id, raft: addrs[3*i], grpc: addrs[3*i+1], http: addrs[3*i+2]}}
-		g.args = []string{"coordinator", "--node-id", id + "-1", "--data-dir", t.TempDir(), "--bootstrap", "--region", "eu",
-			"--raft-addr", g.m.raft, "--grpc-addr", g.m.grpc, "--http-addr", g.m.http, "--report-interval", "200ms", "--billing-window", "1m"}
-		if id == "main" {
-			g.args = append(g.args, "--rules", rulesFile)
-		} else {
-			g.args = append(g.args, "--group", id, "--shard-home", groups[0].m.grpc)
+		g := &shardGroupProc{id: id}
+		var join []string
+		for j := range size {
+			k := 3 * (i*size + j)
+			g.members = append(g.members, &shardMember{m: member{id: fmt.Sprintf("%s-%d", id, j+1), raft: addrs[k], grpc: addrs[k+1], http: addrs[k+2]}})
+			join = append(join, addrs[k+1])
 		}
-		g.start(t, env)
+		for _, m := range g.members {
+			m.args = []string{"coordinator", "--node-id", m.m.id, "--data-dir", t.TempDir(), "--region", "eu",
+				"--raft-addr", m.m.raft, "--grpc-addr", m.m.grpc, "--http-addr", m.m.http, "--report-interval", "200ms", "--billing-window", "1m"}
+			if size == 1 {
+				m.args = append(m.args, "--bootstrap")
+			} else {
+				m.args = append(m.args, "--bootstrap-expect", strconv.Itoa(size), "--join", strings.Join(join, ","))
+			}
+			if id == "main" {
+				m.args = append(m.args, "--rules", rulesFile)
+			} else {
+				m.args = append(m.args, "--group", id, "--shard-home", groups[0].addrs())
+			}
+			m.start(t, env)
+		}
 		groups = append(groups, g)
 	}
-	home := groups[0].m.grpc
+	home := groups[0].addrs()
 	procs := func() []*process {
 		var ps []*process
 		for _, g := range groups {
-			ps = append(ps, g.m.proc)
+			for _, m := range g.members {
+				ps = append(ps, m.m.proc)
+			}
 		}
 		return ps
 	}
@@ -95,13 +150,13 @@ func TestShardsProcess(t *testing.T) {
 	}
 	for _, g := range groups[1:] {
 		eventually(t, "adding group "+g.id, procs(), func() (bool, string) {
-			return allot("shards", "add-group", g.id, "--members", g.m.grpc, "--coordinator", home)
+			return allot("shards", "add-group", g.id, "--members", g.addrs(), "--coordinator", home)
 		})
 	}
 	var sidecars []*process
 	var sidecarAddrs []string
 	for i := range 3 {
-		a := addrs[9+i]
+		a := addrs[sidecarBase+i]
 		sidecars = append(sidecars, startProcess(t, env, fmt.Sprintf("sidecar-%d", i), "agent", "--coordinators", home,
 			"--node-id", fmt.Sprintf("gw-%d", i), "--region", "eu", "--http-addr", a))
 		sidecarAddrs = append(sidecarAddrs, a)
@@ -186,9 +241,8 @@ func TestShardsProcess(t *testing.T) {
 			return allot("shards", "move", slots, "--to", to, "--coordinator", home)
 		})
 		time.Sleep(delays[i%len(delays)])
-		victim.kill(t)
-		t.Logf("move %d: slots %s to %s, %s SIGKILLed %v after it started", i+1, slots, to, victim.id, delays[i%len(delays)])
-		victim.start(t, env)
+		killed := victim.killLeader(t, env)
+		t.Logf("move %d: slots %s to %s, %s's leader %s SIGKILLed %v after it started", i+1, slots, to, victim.id, killed, delays[i%len(delays)])
 		eventually(t, "move "+slots+" to "+to+" to finish", procs(), func() (bool, string) {
 			ok, out := allot("shards", "status", "--format", "json", "--coordinator", home)
 			var st shardsStatus
@@ -212,7 +266,7 @@ func TestShardsProcess(t *testing.T) {
 		t.Errorf("allot shards status:\n%s", out)
 	}
 	t.Logf("allot shards status:\n%s", out)
-	if ok, out := allot("status", "--coordinator", groups[1].m.grpc); !ok || !strings.Contains(out, "shard group: g1, owning") {
+	if ok, out := allot("status", "--coordinator", groups[1].addrs()); !ok || !strings.Contains(out, "shard group: g1, owning") {
 		t.Errorf("allot status of g1 does not show its shard group:\n%s", out)
 	}
 	elapsed := int(time.Since(start) / time.Second)

@@ -428,6 +428,12 @@ func after(s, sep string) string {
 // The batch is acknowledged once each of its counts is. Leases are
 // renewed only when every group asked for keys answered.
 func (r *Router) merge(req *allotpb.ReportRequest, answered []*exchange, demandLost bool) *allotpb.ReportResponse {
+	// The home group's answer first: its rules, settings and clock are the
+	// region's (the others mirror its rules, and may lag behind).
+	slices.SortStableFunc(answered, func(a, b *exchange) int {
+		return boolRank(a.lane.group != r.homeID()) - boolRank(b.lane.group != r.homeID())
+	})
+	homeAnswered := answered[0].lane.group == r.homeID()
 	var out *allotpb.ReportResponse
 	renew := int64(0)
 	for _, x := range answered {
@@ -438,6 +444,11 @@ func (r *Router) merge(req *allotpb.ReportRequest, answered []*exchange, demandL
 				RulesVersion: resp.GetRulesVersion(), Rules: resp.GetRules(), ReportIntervalNano: resp.GetReportIntervalNano(),
 				LeaseTtlNano: resp.GetLeaseTtlNano(), BillingWindowNano: resp.GetBillingWindowNano(),
 				Group: resp.GetGroup(), ShardMapVersion: resp.GetShardMapVersion(),
+			}
+			if !homeAnswered {
+				// Another group's rules may be behind the home's: keep
+				// the agent's until the home group answers.
+				out.RulesVersion, out.Rules = req.GetRulesVersion(), nil
 			}
 			renew = resp.GetRenewUnixNano()
 		}

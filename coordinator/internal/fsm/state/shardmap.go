@@ -40,13 +40,20 @@ func (s *State) applyShardMap(cmd *fsmpb.ShardMapCommand) any {
 	} else {
 		m = m.Clone()
 	}
+	// The home group's members as its leader knows them now: the map
+	// follows the home group's membership.
+	homeMoved := false
+	if hc := cmd.GetCoordinators(); len(hc) > 0 && !equalStrings(m.Groups[m.Home], hc) {
+		m.Groups[m.Home] = append([]string(nil), hc...)
+		homeMoved = true
+	}
 	switch {
 	case cmd.GetAddGroup() != nil:
 		g := cmd.GetAddGroup()
 		if err := shard.ValidGroupID(g.GetId()); err != nil {
 			return fmt.Errorf("%w: %v", ErrShardMap, err)
 		}
-		if old, dup := m.Groups[g.GetId()]; dup && s.shardMap != nil && equalStrings(old, g.GetCoordinators()) {
+		if old, dup := m.Groups[g.GetId()]; dup && s.shardMap != nil && equalStrings(old, g.GetCoordinators()) && !homeMoved {
 			return s.shardMap.Proto() // added before: done again
 		}
 		// A group added again with other members: its addresses change.
@@ -68,7 +75,11 @@ func (s *State) applyShardMap(cmd *fsmpb.ShardMapCommand) any {
 		}
 		mv := proto.Clone(m.Moves[i]).(*allotpb.SlotMove)
 		if finished(mv.GetPhase()) || ph.GetPhase() < mv.GetPhase() {
-			return s.shardMap.Proto() // a step done before: nothing to change
+			// A step done before: nothing to change but the home's members.
+			if !homeMoved {
+				return s.shardMap.Proto()
+			}
+			break
 		}
 		mv.Phase, mv.Error, mv.UpdatedUnixNano = ph.GetPhase(), ph.GetError(), ph.GetUpdatedUnixNano()
 		if mv.GetPhase() == allotpb.SlotMove_DONE {
@@ -78,7 +89,7 @@ func (s *State) applyShardMap(cmd *fsmpb.ShardMapCommand) any {
 		}
 		m.Moves[i] = mv
 	default:
-		if s.shardMap != nil {
+		if s.shardMap != nil && !homeMoved {
 			return s.shardMap.Proto()
 		}
 	}

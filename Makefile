@@ -133,15 +133,16 @@ demo:
 # unless the ledger, as allot usage reads it and as PostgreSQL holds it
 # plus what the cluster keeps in memory, equals, unit for unit, what the
 # sidecars answered. About seven minutes. Then a region split into three
-# shard groups with slots moved back and forth under load, 24 times, the
-# source, the target or the mover SIGKILLed during each move
-# (TestShardsProcess; make test runs three moves): about a minute.
+# shard groups of three members with slots moved back and forth under
+# load, 24 times, the source's, the target's or the mover's leader
+# SIGKILLed during each move (TestShardsProcess; make test runs three
+# moves on groups of one): about a minute.
 # CHAOS_FLAGS passes flags through, e.g.
 # make chaos CHAOS_FLAGS='-outage 20s -hostile=false' (docs/chaos.md).
 SHARD_MOVES ?= 24
 chaos:
 	$(GO) run ./cmd/chaos $(CHAOS_FLAGS)
-	ALLOT_SHARD_MOVES=$(SHARD_MOVES) $(GO) test -count=1 -v -run '^TestShardsProcess$$' ./cmd/allot
+	ALLOT_SHARD_MOVES=$(SHARD_MOVES) ALLOT_SHARD_MEMBERS=3 $(GO) test -count=1 -v -run '^TestShardsProcess$$' ./cmd/allot
 
 # The short versions alone, as make test runs them.
 chaos-short:

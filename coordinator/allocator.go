@@ -73,6 +73,9 @@ type nodeInfo struct {
 	index    int32
 	lastSeen int64
 	region   string // the region it reported from (a parent's nodes are regions)
+	// groupSeen is, on a parent, when each shard group of the region
+	// last reported (ns); "" for a region never split.
+	groupSeen map[string]int64
 }
 
 // pool is one key of one rule: the allowance being divided.
@@ -252,6 +255,12 @@ func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lea
 		a.next++
 	}
 	info.lastSeen, info.region = now, req.GetRegion()
+	if a.global {
+		if info.groupSeen == nil {
+			info.groupSeen = map[string]int64{}
+		}
+		info.groupSeen[req.GetReporterGroup()] = now
+	}
 	if leaving {
 		info.lastSeen = 0 // out of the fleet's count at once; its claims go below
 	}
@@ -293,7 +302,7 @@ func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lea
 		}
 		p.limit = a.poolLimit(k, r, p.ruleLimit, max(p.window, d.GetWindowUnixNano()), now)
 		if a.global && !leaving {
-			p.sawRegion(req.GetRegion(), now)
+			p.sawRegion(req.GetRegion(), req.GetReporterGroup(), now)
 		}
 		c := p.class(classKey{d.GetTenant(), d.GetPriority()}, r, d.GetPlan())
 		cl := c.claim(info.index)

@@ -324,8 +324,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return cfg, bad("TLS", "%s is not a loopback address and bearer tokens would cross the network in the clear: configure a certificate (--cert, --key), or pass --insecure", cfg.GRPCAddr)
 	case cfg.Group != "" && shard.ValidGroupID(cfg.Group) != nil:
 		return cfg, bad("Group", "%v", shard.ValidGroupID(cfg.Group))
-	case len(cfg.ShardHome) > 0 && (cfg.Global || len(cfg.Parent) > 0):
-		return cfg, bad("ShardHome", "shard groups other than the home group take no part in a tier between regions yet: run the parent tier with the home group only")
+	case len(cfg.ShardHome) > 0 && cfg.Global:
+		return cfg, bad("ShardHome", "a parent cluster (Global) is not split into shard groups: its nodes are regions, a few, not tenants")
 	case len(cfg.ShardHome) > 0 && cfg.RulesFile != "":
 		return cfg, bad("RulesFile", "a shard group that is not its region's home takes its rules from the home group; give the rules file to the home group")
 	case cfg.Global && len(cfg.Parent) > 0:

@@ -34,6 +34,19 @@ func newParentLink(cfg *Config, onError func(error)) (*parentLink, error) {
 	return &parentLink{client: clusterclient.New(cfg.Parent, opts), incarnation: rand.Uint64()}, nil
 }
 
+// tierGroup is the shard group the region's reports to the parent come
+// from: "" for a region never split, so that its reports are as before.
+func (c *Coordinator) tierGroup() string {
+	split := !c.isHome()
+	if !split {
+		c.fsm.Read(func(st *state.State) { split = st.ShardMapVersion() > 0 })
+	}
+	if !split {
+		return ""
+	}
+	return c.groupID()
+}
+
 // reportToParent runs the leader's exchanges with the parent until ctx
 // ends (leadership lost, or shutdown): a report of every tiered key each
 // ParentInterval, and between them, checked earlyChecks times an
@@ -94,7 +107,7 @@ func (c *Coordinator) exchangeWithParent(ctx context.Context, now int64, demand 
 	req := &allotpb.ReportRequest{
 		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: RegionNode(c.cfg.Region), Incarnation: c.parent.incarnation,
 		Region: c.cfg.Region, SentUnixNano: now, IntervalNano: int64(interval),
-		RulesVersion: c.currentRules().Version(), Demand: demand,
+		RulesVersion: c.currentRules().Version(), Demand: demand, ReporterGroup: c.tierGroup(),
 	}
 	rctx, cancel := context.WithTimeout(ctx, interval)
 	resp, err := c.parent.client.Report(rctx, req)

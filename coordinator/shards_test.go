@@ -11,10 +11,12 @@ import (
 	"github.com/allot-io/allot/internal/pgserver/pgtest"
 	"github.com/allot-io/allot/internal/shard"
 	"github.com/allot-io/allot/internal/testwait"
+	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // twoGroups starts a region as two one-member groups: the home group and
@@ -254,5 +256,85 @@ func TestShardGroupsExportToOneSink(t *testing.T) {
 	}
 	if uint64(admitted) != want {
 		t.Fatalf("the billing query sums %d for acme over both groups, the groups acknowledged %d", admitted, want)
+	}
+}
+
+// TestTierWithShardGroups: a region split into two groups leases from the
+// parent from the group owning the tenant's slot: eu's g1 divides acme,
+// and the quota follows acme's demand to it.
+func TestTierWithShardGroups(t *testing.T) {
+	rule := &allotpb.Rule{Name: "plan-quota", Scope: "tenant", Algorithm: "token_bucket", Limit: 900, Period: durationpb.New(time.Second),
+		Burst: 900, Intent: "quota", Regions: map[string]float64{"us": 0.5, "eu": 0.5}}
+	parent := cluster(t, 1, func(c *Config) { c.Global, c.Region = true, "global" })[0]
+	putRules(t, parent, rule)
+	tier := func(region string) func(*Config) {
+		return func(c *Config) {
+			c.Region, c.Parent, c.ParentInterval = region, []string{parent.GRPCAddr()}, 200*time.Millisecond
+		}
+	}
+	us := cluster(t, 1, tier("us"))[0]
+	putRules(t, us, rule)
+	home := cluster(t, 1, tier("eu"))[0]
+	putRules(t, home, rule)
+	g1 := cluster(t, 1, func(c *Config) { tier("eu")(c); c.Group, c.ShardHome = "g1", []string{home.GRPCAddr()} })[0]
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	shards := allotpb.NewShardServiceClient(dial(t, home.GRPCAddr()))
+	if _, err := shards.AddGroup(ctx, &allotpb.AddGroupRequest{Id: "g1", Coordinators: []string{g1.GRPCAddr()}}); err != nil {
+		t.Fatal(err)
+	}
+	sl := uint32(shard.Of("acme"))
+	if _, err := shards.MoveSlots(ctx, &allotpb.MoveSlotsRequest{First: sl, Last: sl, To: "g1"}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 15*time.Second, "g1 to own acme's slot and mirror the rule", func() bool {
+		owns := false
+		g1.fsm.Read(func(s *state.State) { owns = s.Owns(shard.Slot(sl)) })
+		return owns && g1.currentRules().Len() == 1
+	})
+	node := newAgentSim(t, "gw-eu", []string{g1.GRPCAddr()})
+	node.region = "eu"
+	held := 0.0
+	testwait.For(t, 20*time.Second, "eu's g1, where acme's demand is, to be leased nearly the whole quota", func() bool {
+		resp, err := node.report(ctx, "acme", 0, []*allotpb.KeyDemand{demand("plan-quota", "acme", 400, 0, held)})
+		if err != nil {
+			return false
+		}
+		for _, l := range resp.GetLeases() {
+			held = l.GetLimit()
+		}
+		return held >= 0.9*900
+	})
+	if st := g1.Status().GetTier(); st.GetRole() != "region" || st.GetLeasedKeys() != 1 {
+		t.Errorf("g1's tier status: %v", st)
+	}
+}
+
+// TestFallenRegionsByGroup: on a parent, a key a region's group reported
+// and no longer does is the region's static fraction only if that group
+// went silent; another group of the region reporting says nothing of it.
+func TestFallenRegionsByGroup(t *testing.T) {
+	ttl := int64(5 * time.Second)
+	cases := []struct {
+		name       string
+		groupsLast map[string]int64 // when each of eu's groups last reported
+		want       float64
+	}{
+		{"the group that divides the key reports other keys: it forgot the key", map[string]int64{"g1": 9 * ttl / 5, "main": 9 * ttl / 5}, 0},
+		{"the group went silent while the home group reports: eu is on its fraction", map[string]int64{"g1": ttl / 10, "main": 9 * ttl / 5}, 450},
+		{"the whole region went silent", map[string]int64{"g1": ttl / 10, "main": ttl / 10}, 450},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a := newAllocator("global", time.Second, 5*time.Second)
+			a.global = true
+			a.nodes[RegionNode("eu")] = &nodeInfo{groupSeen: c.groupsLast}
+			r := &rules.Rule{Name: "q", Limit: 900, Regions: map[string]float64{"us": 0.5, "eu": 0.5}}
+			p := &pool{rule: r, limit: 900}
+			p.sawRegion("eu", "g1", ttl/20) // g1 reported the key, then not again
+			if got := a.fallenRegions(p, 2*ttl); got != c.want {
+				t.Fatalf("fallen %v, want %v", got, c.want)
+			}
+		})
 	}
 }

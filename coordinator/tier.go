@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,12 +62,26 @@ type parentLease struct {
 	seq     uint64
 }
 
-// sawRegion records, on a parent, that a region reported a pool's key.
-func (p *pool) sawRegion(region string, now int64) {
+// sawRegion records, on a parent, that a region (its shard group, ""
+// for a region never split) reported a pool's key.
+func (p *pool) sawRegion(region, group string, now int64) {
 	if p.regionSeen == nil {
 		p.regionSeen = map[string]int64{}
 	}
-	p.regionSeen[region] = now
+	p.regionSeen[regionGroup(region, group)] = now
+}
+
+// regionGroup keys a region's shard group; regionOf takes it apart.
+func regionGroup(region, group string) string {
+	if group == "" {
+		return region
+	}
+	return region + "\x00" + group
+}
+
+func regionOf(key string) (region, group string) {
+	region, group, _ = strings.Cut(key, "\x00")
+	return region, group
 }
 
 // tiered reports whether a rule's allowance is divided by the parent: it
@@ -158,30 +173,48 @@ func (a *allocator) refreshLimits(now int64) (fallback int) {
 // reported the key, and reserves nothing. Counting it fallen took its
 // third from the region the traffic had moved to, a minute after every
 // move (follow-the-sun: 67% of the quota for the last seconds of the run).
+//
+// A region split into shard groups reports each key from the group owning
+// its slot: what counts is whether that group is in touch, not the region
+// (another of its groups reporting says nothing of the one that divides
+// the key). A region is counted once, however many of its groups fell.
 func (a *allocator) fallenRegions(p *pool, now int64) float64 {
-	fallen := 0.0
+	var fallen map[string]bool
 	ttl := a.ttl.Load()
-	for name, seen := range p.regionSeen {
+	for key, seen := range p.regionSeen {
 		if now-seen < ttl {
 			continue
 		}
-		if a.regionReportedSince(name, seen, now) {
-			delete(p.regionSeen, name)
+		region, group := regionOf(key)
+		if a.regionReportedSince(region, group, seen, now) {
+			delete(p.regionSeen, key)
 			continue
 		}
-		fallen += p.rule.Regions[name] * p.limit
+		if fallen == nil {
+			fallen = map[string]bool{}
+		}
+		fallen[region] = true
 	}
-	return fallen
+	total := 0.0
+	for region := range fallen {
+		total += p.rule.Regions[region] * p.limit
+	}
+	return total
 }
 
-// regionReportedSince reports whether, on a parent, a region has reported
-// within the last lease period, after seen: it is in touch, and a key it
-// reported at seen and not since is no longer one it divides.
-func (a *allocator) regionReportedSince(region string, seen, now int64) bool {
+// regionReportedSince reports whether, on a parent, a region's shard
+// group ("" for a region never split) has reported within the last lease
+// period, after seen: it is in touch, and a key it reported at seen and
+// not since is no longer one it divides.
+func (a *allocator) regionReportedSince(region, group string, seen, now int64) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	info := a.nodes[RegionNode(region)]
-	return info != nil && info.lastSeen > seen && now-info.lastSeen < a.ttl.Load()
+	if info == nil {
+		return false
+	}
+	last := info.groupSeen[group]
+	return last > seen && now-last < a.ttl.Load()
 }
 
 // regionDemand is the region's report to the parent: for every tiered

@@ -102,7 +102,12 @@ type ReportRequest struct {
 	// group is the shard group the report is for: a member of another group
 	// refuses it, applying nothing (docs/coordinator.md#shard-groups). Empty:
 	// whichever group answers (a region never split).
-	Group         string `protobuf:"bytes,12,opt,name=group,proto3" json:"group,omitempty"`
+	Group string `protobuf:"bytes,12,opt,name=group,proto3" json:"group,omitempty"`
+	// reporter_group is, on a region cluster's report to its parent, the
+	// shard group of the region making it: each group reports the keys of
+	// its own slots, and the parent tells a group that went silent from one
+	// that no longer divides a key. Empty: a region never split.
+	ReporterGroup string `protobuf:"bytes,13,opt,name=reporter_group,json=reporterGroup,proto3" json:"reporter_group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -217,6 +222,13 @@ func (x *ReportRequest) GetUrgent() bool {
 func (x *ReportRequest) GetGroup() string {
 	if x != nil {
 		return x.Group
+	}
+	return ""
+}
+
+func (x *ReportRequest) GetReporterGroup() string {
+	if x != nil {
+		return x.ReporterGroup
 	}
 	return ""
 }
@@ -888,7 +900,7 @@ var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
 	"\n" +
-	"\vagent.proto\x12\ballot.v1\x1a\vrules.proto\"\xa5\x03\n" +
+	"\vagent.proto\x12\ballot.v1\x1a\vrules.proto\"\xcc\x03\n" +
 	"\rReportRequest\x125\n" +
 	"\bprotocol\x18\x01 \x01(\x0e2\x19.allot.v1.ProtocolVersionR\bprotocol\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12 \n" +
@@ -902,7 +914,8 @@ const file_agent_proto_rawDesc = "" +
 	"\aleaving\x18\n" +
 	" \x01(\bR\aleaving\x12\x16\n" +
 	"\x06urgent\x18\v \x01(\bR\x06urgent\x12\x14\n" +
-	"\x05group\x18\f \x01(\tR\x05group\"p\n" +
+	"\x05group\x18\f \x01(\tR\x05group\x12%\n" +
+	"\x0ereporter_group\x18\r \x01(\tR\rreporterGroup\"p\n" +
 	"\n" +
 	"UsageBatch\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12,\n" +

@@ -40,6 +40,9 @@ type EngineConfig struct {
 	RoundInterval  time.Duration // default ReportInterval / 4, as Config's
 	BillingWindow  time.Duration // default 1h
 	Rules          []rules.Rule
+	// Shards, when set, makes the engine one shard group of a split
+	// region (engine_shards.go); nil is a region never split.
+	Shards *EngineShards
 }
 
 // NewEngine returns an engine that has just become leader at now.
@@ -70,6 +73,9 @@ func NewEngine(cfg EngineConfig, now time.Time) (*Engine, error) {
 	e.st.Apply(state.CmdSettings, &fsmpb.SettingsCommand{
 		BillingWindowNano: int64(cfg.BillingWindow), ReportIntervalNano: int64(cfg.ReportInterval), LeaseTtlNano: int64(cfg.LeaseTTL),
 	})
+	if err := e.startShards(now); err != nil {
+		return nil, err
+	}
 	e.Failover(now)
 	return e, nil
 }
@@ -171,13 +177,20 @@ func (e *Engine) Report(now time.Time, req *allotpb.ReportRequest) (*allotpb.Rep
 	if err := reportError(allotpb.ValidateReport(req, lim)); err != nil {
 		return nil, err
 	}
+	if err := e.wrongGroup(req); err != nil {
+		return nil, err
+	}
 	applied, acked := false, uint64(0)
 	if b := req.GetUsage(); b != nil && b.GetSeq() > 0 {
 		res := e.st.Apply(state.CmdReports, &fsmpb.ReportsCommand{ProposedUnixNano: now.UnixNano(), Reports: []*fsmpb.AgentUsage{
 			{Node: req.GetNode(), Incarnation: req.GetIncarnation(), Region: req.GetRegion(), Batch: b},
 		}}).(*fsmpb.ReportsResult)
+		if err := e.slotsMoved(res.GetMoved()); err != nil {
+			return nil, err
+		}
 		applied, acked = true, res.GetAckedSeq()[0]
 	}
+	req = e.ownDemand(req)
 	leases := e.alloc.report(req, now.UnixNano())
 	return respond(e.st, e.alloc, req, now, e.settings(), leases, applied, acked), nil
 }

@@ -96,6 +96,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzWire$$' -fuzztime $(FUZZTIME) ./proto/rulespb
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRetryAfter$$' -fuzztime $(FUZZTIME) ./agent/retry
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCheck$$' -fuzztime $(FUZZTIME) ./agent/sidecar
+	$(GO) test -run '^$$' -fuzz '^FuzzMap$$' -fuzztime $(FUZZTIME) ./internal/shard
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRange$$' -fuzztime $(FUZZTIME) ./internal/shard
 	$(GO) test -run '^$$' -fuzz '^FuzzCheckResponseJSON$$' -fuzztime $(FUZZTIME) ./agent/sidecar
 	$(GO) test -run '^$$' -fuzz '^FuzzForwardAuth$$' -fuzztime $(FUZZTIME) ./agent/forwardauth
 	$(GO) test -run '^$$' -fuzz '^FuzzOpenDamaged$$' -fuzztime $(FUZZTIME) ./coordinator/datadir

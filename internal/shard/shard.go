@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	allotpb "github.com/allot-io/allot/proto"
@@ -192,13 +193,13 @@ func ValidGroupID(id string) error {
 // ParseRange reads "N" or "N-M" (inclusive) as slots.
 func ParseRange(s string) (first, last Slot, err error) {
 	a, b, isRange := strings.Cut(s, "-")
-	var x, y int
-	if _, err := fmt.Sscanf(a, "%d", &x); err != nil {
+	x, err := strconv.Atoi(a)
+	if err != nil {
 		return 0, 0, fmt.Errorf("slots %q: not N or N-M", s)
 	}
-	y = x
+	y := x
 	if isRange {
-		if _, err := fmt.Sscanf(b, "%d", &y); err != nil {
+		if y, err = strconv.Atoi(b); err != nil {
 			return 0, 0, fmt.Errorf("slots %q: not N or N-M", s)
 		}
 	}

@@ -108,7 +108,7 @@ func TestParseRange(t *testing.T) {
 		in          string
 		first, last Slot
 		ok          bool
-	}{{"5", 5, 5, true}, {"0-16383", 0, 16383, true}, {"10-3", 0, 0, false}, {"16384", 0, 0, false}, {"x", 0, 0, false}, {"-1", 0, 0, false}} {
+	}{{"5", 5, 5, true}, {"0-16383", 0, 16383, true}, {"10-3", 0, 0, false}, {"16384", 0, 0, false}, {"x", 0, 0, false}, {"-1", 0, 0, false}, {"5x", 0, 0, false}, {"1-2-3", 0, 0, false}, {" 5", 0, 0, false}} {
 		f, l, err := ParseRange(c.in)
 		if (err == nil) != c.ok || (c.ok && (f != c.first || l != c.last)) {
 			t.Errorf("ParseRange(%q) = %d, %d, %v", c.in, f, l, err)

@@ -78,6 +78,9 @@ type Coordinator struct {
 	peers *peers
 	// moverKick wakes the home leader's mover when a move is planned.
 	moverKick chan struct{}
+	// homeMapVersion is, on a group that is not home, the home group's
+	// map version as last read (with its rules), stamped on every answer.
+	homeMapVersion atomic.Uint64
 	// check confirms leadership before a report is answered.
 	check *leaderCheck
 	// roundEvery is the configured RoundInterval; 0 derives it from the

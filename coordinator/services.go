@@ -121,6 +121,7 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 		resp = respond(st, c.alloc, req, now, set, leases, committed, acked)
 	})
 	resp.CoordinatorUnixNano = c.now().UnixNano()
+	resp.ShardMapVersion = max(resp.ShardMapVersion, c.homeMapVersion.Load())
 	c.metrics.reports.WithLabelValues("ok").Inc()
 	return resp, nil
 }

@@ -47,6 +47,7 @@ func (c *Coordinator) isHome() bool { return len(c.cfg.ShardHome) == 0 }
 func (c *Coordinator) slotsMoved(slots []uint32) error {
 	var v uint64
 	c.fsm.Read(func(st *state.State) { v = st.ShardMapVersion() })
+	v = max(v, c.homeMapVersion.Load())
 	shown := slots
 	if len(shown) > 8 {
 		shown = shown[:8]
@@ -419,6 +420,10 @@ func (c *Coordinator) mirrorRules(ctx context.Context, every time.Duration) {
 }
 
 func (c *Coordinator) mirrorOnce(ctx context.Context) error {
+	if pm, err := c.homeMap(ctx, c.homeMapVersion.Load()); err == nil && pm.GetVersion() > c.homeMapVersion.Load() {
+		// Agents refresh their map from any group's answer.
+		c.homeMapVersion.Store(pm.GetVersion())
+	}
 	have := c.currentRules().Version()
 	var lastErr error
 	for _, a := range c.cfg.ShardHome {

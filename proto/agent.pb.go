@@ -576,8 +576,9 @@ type ReportResponse struct {
 	// usage at its boundaries.
 	BillingWindowNano int64 `protobuf:"varint,13,opt,name=billing_window_nano,json=billingWindowNano,proto3" json:"billing_window_nano,omitempty"`
 	// group is the shard group that answered (docs/coordinator.md#shard-groups);
-	// shard_map_version is the home group's shard map version, set by the
-	// home group's members only: an agent holding an older map fetches it.
+	// shard_map_version is the home group's shard map version (another
+	// group's answer: as it last read it): an agent holding an older map
+	// fetches it from the home group.
 	Group           string `protobuf:"bytes,14,opt,name=group,proto3" json:"group,omitempty"`
 	ShardMapVersion uint64 `protobuf:"varint,15,opt,name=shard_map_version,json=shardMapVersion,proto3" json:"shard_map_version,omitempty"`
 	unknownFields   protoimpl.UnknownFields

@@ -338,10 +338,9 @@ func (r *Router) absorb(req *allotpb.ReportRequest, x *exchange) (version uint64
 			}
 			r.drop(p)
 		}
-		if x.lane.group == r.homeID() || r.m == nil {
-			version = x.resp.GetShardMapVersion()
-		}
-		return version, false, nil
+		// Every group stamps the home group's map version as it last
+		// read it: a newer one is fetched from the home group.
+		return x.resp.GetShardMapVersion(), false, nil
 	}
 	st, _ := status.FromError(x.err)
 	switch {

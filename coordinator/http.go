@@ -67,7 +67,7 @@ func (c *Coordinator) startHTTP() error {
 			writeError(w, http.StatusBadRequest, err)
 			return
 		}
-		resp, err := c.queryUsage(r.Context(), q)
+		resp, err := c.regionUsage(r.Context(), q)
 		if err != nil {
 			code := http.StatusBadRequest
 			if status.Code(err) == codes.Unavailable {

@@ -395,7 +395,7 @@ type usageServer struct {
 
 // QueryUsage reads the replicated ledger; any member answers.
 func (s *usageServer) QueryUsage(ctx context.Context, q *allotpb.UsageQuery) (*allotpb.UsageResponse, error) {
-	return s.c.queryUsage(ctx, q)
+	return s.c.regionUsage(ctx, q)
 }
 
 // queryUsage answers a page of the bill: from the state for the lines it

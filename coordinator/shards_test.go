@@ -338,3 +338,54 @@ func TestFallenRegionsByGroup(t *testing.T) {
 		})
 	}
 }
+
+// TestRegionUsageAcrossGroups: the home group of a split region answers a
+// usage query for every group, paged, a line two groups both counted
+// summed; another group refuses a query that is not for its part alone.
+func TestRegionUsageAcrossGroups(t *testing.T) {
+	home, g1 := twoGroups(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	a := newAgentSim(t, "gw-1", []string{home.GRPCAddr()})
+	for _, tn := range []string{"acme", "beta", "gamma", "acme"} {
+		if _, err := a.report(ctx, tn, 2, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shards := allotpb.NewShardServiceClient(dial(t, home.GRPCAddr()))
+	sl := uint32(shard.Of("acme"))
+	if _, err := shards.MoveSlots(ctx, &allotpb.MoveSlotsRequest{First: sl, Last: sl, To: "g1"}); err != nil {
+		t.Fatal(err)
+	}
+	b := newAgentSim(t, "gw-1", []string{g1.GRPCAddr()})
+	b.incarnation = a.incarnation
+	testwait.For(t, 15*time.Second, "g1 to take acme's usage", func() bool {
+		_, err := b.report(ctx, "acme", 5, nil)
+		return err == nil && b.ackedTotal() == 5
+	})
+	got := map[string]uint64{}
+	lines := 0
+	q := &allotpb.UsageQuery{PageSize: 1}
+	for page := 0; page < 10; page++ {
+		resp, err := home.regionUsage(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range resp.GetRecords() {
+			got[r.GetTenant()] += r.GetAdmitted()
+			lines++
+		}
+		if q.PageToken = resp.GetNextPageToken(); q.PageToken == "" {
+			break
+		}
+	}
+	if got["acme"] != 9 || got["beta"] != 2 || got["gamma"] != 2 || lines != 3 {
+		t.Fatalf("the region's usage, paged one line at a time: %v in %d lines; want acme 9 (4 at home, 5 in g1, one line), beta 2, gamma 2", got, lines)
+	}
+	if _, err := g1.regionUsage(ctx, &allotpb.UsageQuery{}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("a region query of a group that is not home: %v, want FailedPrecondition", err)
+	}
+	if resp, err := g1.regionUsage(ctx, &allotpb.UsageQuery{GroupOnly: true}); err != nil || len(resp.GetRecords()) != 1 {
+		t.Fatalf("g1's own part: %v, %v", resp, err)
+	}
+}

@@ -34,8 +34,12 @@ type UsageQuery struct {
 	Rule   string `protobuf:"bytes,4,opt,name=rule,proto3" json:"rule,omitempty"`
 	Region string `protobuf:"bytes,5,opt,name=region,proto3" json:"region,omitempty"`
 	// page_size is at most 10000; 0 means 1000.
-	PageSize      uint32 `protobuf:"varint,6,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
-	PageToken     string `protobuf:"bytes,7,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	PageSize  uint32 `protobuf:"varint,6,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken string `protobuf:"bytes,7,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	// group_only asks a shard group for its own ledger alone
+	// (docs/coordinator.md#shard-groups). Without it the home group of a
+	// split region answers for every group, and another group refuses.
+	GroupOnly     bool `protobuf:"varint,8,opt,name=group_only,json=groupOnly,proto3" json:"group_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -117,6 +121,13 @@ func (x *UsageQuery) GetPageToken() string {
 		return x.PageToken
 	}
 	return ""
+}
+
+func (x *UsageQuery) GetGroupOnly() bool {
+	if x != nil {
+		return x.GroupOnly
+	}
+	return false
 }
 
 // UsageRecord is the reconciled usage of one tenant under one rule in one
@@ -301,7 +312,7 @@ var File_usage_proto protoreflect.FileDescriptor
 
 const file_usage_proto_rawDesc = "" +
 	"\n" +
-	"\vusage.proto\x12\ballot.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xe8\x01\n" +
+	"\vusage.proto\x12\ballot.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x87\x02\n" +
 	"\n" +
 	"UsageQuery\x12.\n" +
 	"\x04from\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
@@ -311,7 +322,9 @@ const file_usage_proto_rawDesc = "" +
 	"\x06region\x18\x05 \x01(\tR\x06region\x12\x1b\n" +
 	"\tpage_size\x18\x06 \x01(\rR\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\a \x01(\tR\tpageToken\"\xdc\x02\n" +
+	"page_token\x18\a \x01(\tR\tpageToken\x12\x1d\n" +
+	"\n" +
+	"group_only\x18\b \x01(\bR\tgroupOnly\"\xdc\x02\n" +
 	"\vUsageRecord\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x16\n" +

@@ -81,7 +81,7 @@ func runUsage(ctx context.Context, e *env) error {
 	q := &allotpb.UsageQuery{From: timestamppb.New(start), To: timestamppb.New(end), Tenant: tenant, Rule: rule, Region: region}
 	var lines []billing.LedgerLine
 	for i, addrs := range uf.clusters.lists {
-		got, err := fetchRegionLedger(ctx, uf.client(addrs), q, i)
+		got, err := fetchLedger(ctx, uf.client(addrs), q, i)
 		if err != nil {
 			return fmt.Errorf("--coordinator %s: %w", strings.Join(addrs, ","), err)
 		}

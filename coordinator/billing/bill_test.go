@@ -195,23 +195,3 @@ func TestGoneRule(t *testing.T) {
 		t.Errorf("allowance of a known rule = %q, want 300", got)
 	}
 }
-
-func TestSumGroups(t *testing.T) {
-	w := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	line := func(tenant string, admitted uint64, final bool) LedgerLine {
-		return LedgerLine{Start: w, End: w.Add(time.Hour), Tenant: tenant, Rule: "quota", Region: "eu", Admitted: admitted, Denied: 1, Final: final}
-	}
-	got := SumGroups([][]LedgerLine{
-		{line("acme", 10, true), line("beta", 5, true)},
-		{line("acme", 7, false)}, // acme's slot moved to this group within the window
-	})
-	if len(got) != 2 {
-		t.Fatalf("%d lines, want 2: %+v", len(got), got)
-	}
-	if a := got[0]; a.Tenant != "acme" || a.Admitted != 17 || a.Denied != 2 || a.Final {
-		t.Errorf("acme summed to %+v, want 17 admitted, 2 denied, not final", a)
-	}
-	if _, err := Merge(got); err != nil {
-		t.Errorf("the groups' sum does not merge: %v", err)
-	}
-}

@@ -186,6 +186,23 @@ func (s *shardServer) MoveSlots(ctx context.Context, req *allotpb.MoveSlotsReque
 	return out, grpcError(err)
 }
 
+func (s *shardServer) PinSlot(ctx context.Context, req *allotpb.PinSlotRequest) (*allotpb.ShardMap, error) {
+	c := s.c
+	if !c.isHome() {
+		return nil, c.notHome("PinSlot")
+	}
+	if req.GetSlot() >= shard.Slots {
+		return nil, status.Errorf(codes.InvalidArgument, "slot: %d is not one of 0..%d", req.GetSlot(), shard.Slots-1)
+	}
+	out, err := onLeader(ctx, c, func() (*allotpb.ShardMap, error) {
+		return c.applyShardMap(&fsmpb.ShardMapCommand{Pin: req})
+	}, func(ctx context.Context, addr string) (*allotpb.ShardMap, error) {
+		return allotpb.NewShardServiceClient(c.peers.conn(addr)).PinSlot(ctx, req)
+	})
+	c.metrics.adminRequests.WithLabelValues("PinSlot", resultLabel(err)).Inc()
+	return out, grpcError(err)
+}
+
 func (s *shardServer) GroupSlots(ctx context.Context, req *allotpb.GroupSlotsRequest) (*allotpb.GroupSlotsResponse, error) {
 	c := s.c
 	if req.GetGroup() != c.groupID() {

@@ -143,7 +143,7 @@ func (x GroupSlotsRequest_Step) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GroupSlotsRequest_Step.Descriptor instead.
 func (GroupSlotsRequest_Step) EnumDescriptor() ([]byte, []int) {
-	return file_shards_proto_rawDescGZIP(), []int{9, 0}
+	return file_shards_proto_rawDescGZIP(), []int{10, 0}
 }
 
 // ShardGroup is one Raft group of a region's coordinators.
@@ -274,8 +274,11 @@ type ShardMap struct {
 	// ranges cover every slot, in order.
 	Ranges []*SlotRange `protobuf:"bytes,5,rep,name=ranges,proto3" json:"ranges,omitempty"`
 	// global is the group that divides every global rule's pool.
-	Global        string      `protobuf:"bytes,6,opt,name=global,proto3" json:"global,omitempty"`
-	Moves         []*SlotMove `protobuf:"bytes,7,rep,name=moves,proto3" json:"moves,omitempty"`
+	Global string      `protobuf:"bytes,6,opt,name=global,proto3" json:"global,omitempty"`
+	Moves  []*SlotMove `protobuf:"bytes,7,rep,name=moves,proto3" json:"moves,omitempty"`
+	// pinned slots are left out of range moves: a large tenant placed in a
+	// group of its own stays there until its slot is moved alone.
+	Pinned        []uint32 `protobuf:"varint,8,rep,packed,name=pinned,proto3" json:"pinned,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -355,6 +358,13 @@ func (x *ShardMap) GetGlobal() string {
 func (x *ShardMap) GetMoves() []*SlotMove {
 	if x != nil {
 		return x.Moves
+	}
+	return nil
+}
+
+func (x *ShardMap) GetPinned() []uint32 {
+	if x != nil {
+		return x.Pinned
 	}
 	return nil
 }
@@ -690,6 +700,59 @@ func (x *MoveSlotsRequest) GetTo() string {
 	return ""
 }
 
+type PinSlotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Slot  uint32                 `protobuf:"varint,1,opt,name=slot,proto3" json:"slot,omitempty"`
+	// unpin lets range moves take the slot again.
+	Unpin         bool `protobuf:"varint,2,opt,name=unpin,proto3" json:"unpin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PinSlotRequest) Reset() {
+	*x = PinSlotRequest{}
+	mi := &file_shards_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PinSlotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PinSlotRequest) ProtoMessage() {}
+
+func (x *PinSlotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shards_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PinSlotRequest.ProtoReflect.Descriptor instead.
+func (*PinSlotRequest) Descriptor() ([]byte, []int) {
+	return file_shards_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *PinSlotRequest) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
+	}
+	return 0
+}
+
+func (x *PinSlotRequest) GetUnpin() bool {
+	if x != nil {
+		return x.Unpin
+	}
+	return false
+}
+
 type MoveSlotsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Move          *SlotMove              `protobuf:"bytes,1,opt,name=move,proto3" json:"move,omitempty"`
@@ -699,7 +762,7 @@ type MoveSlotsResponse struct {
 
 func (x *MoveSlotsResponse) Reset() {
 	*x = MoveSlotsResponse{}
-	mi := &file_shards_proto_msgTypes[8]
+	mi := &file_shards_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -711,7 +774,7 @@ func (x *MoveSlotsResponse) String() string {
 func (*MoveSlotsResponse) ProtoMessage() {}
 
 func (x *MoveSlotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shards_proto_msgTypes[8]
+	mi := &file_shards_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -724,7 +787,7 @@ func (x *MoveSlotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveSlotsResponse.ProtoReflect.Descriptor instead.
 func (*MoveSlotsResponse) Descriptor() ([]byte, []int) {
-	return file_shards_proto_rawDescGZIP(), []int{8}
+	return file_shards_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *MoveSlotsResponse) GetMove() *SlotMove {
@@ -753,7 +816,7 @@ type GroupSlotsRequest struct {
 
 func (x *GroupSlotsRequest) Reset() {
 	*x = GroupSlotsRequest{}
-	mi := &file_shards_proto_msgTypes[9]
+	mi := &file_shards_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -765,7 +828,7 @@ func (x *GroupSlotsRequest) String() string {
 func (*GroupSlotsRequest) ProtoMessage() {}
 
 func (x *GroupSlotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shards_proto_msgTypes[9]
+	mi := &file_shards_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -778,7 +841,7 @@ func (x *GroupSlotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupSlotsRequest.ProtoReflect.Descriptor instead.
 func (*GroupSlotsRequest) Descriptor() ([]byte, []int) {
-	return file_shards_proto_rawDescGZIP(), []int{9}
+	return file_shards_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GroupSlotsRequest) GetMoveId() uint64 {
@@ -837,7 +900,7 @@ type GroupSlotsResponse struct {
 
 func (x *GroupSlotsResponse) Reset() {
 	*x = GroupSlotsResponse{}
-	mi := &file_shards_proto_msgTypes[10]
+	mi := &file_shards_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +912,7 @@ func (x *GroupSlotsResponse) String() string {
 func (*GroupSlotsResponse) ProtoMessage() {}
 
 func (x *GroupSlotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shards_proto_msgTypes[10]
+	mi := &file_shards_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +925,7 @@ func (x *GroupSlotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupSlotsResponse.ProtoReflect.Descriptor instead.
 func (*GroupSlotsResponse) Descriptor() ([]byte, []int) {
-	return file_shards_proto_rawDescGZIP(), []int{10}
+	return file_shards_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GroupSlotsResponse) GetDone() bool {
@@ -898,7 +961,7 @@ const file_shards_proto_rawDesc = "" +
 	"\tSlotRange\x12\x14\n" +
 	"\x05first\x18\x01 \x01(\rR\x05first\x12\x12\n" +
 	"\x04last\x18\x02 \x01(\rR\x04last\x12\x14\n" +
-	"\x05group\x18\x03 \x01(\tR\x05group\"\xeb\x01\n" +
+	"\x05group\x18\x03 \x01(\tR\x05group\"\x83\x02\n" +
 	"\bShardMap\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x14\n" +
 	"\x05slots\x18\x02 \x01(\rR\x05slots\x12\x12\n" +
@@ -906,7 +969,8 @@ const file_shards_proto_rawDesc = "" +
 	"\x06groups\x18\x04 \x03(\v2\x14.allot.v1.ShardGroupR\x06groups\x12+\n" +
 	"\x06ranges\x18\x05 \x03(\v2\x13.allot.v1.SlotRangeR\x06ranges\x12\x16\n" +
 	"\x06global\x18\x06 \x01(\tR\x06global\x12(\n" +
-	"\x05moves\x18\a \x03(\v2\x12.allot.v1.SlotMoveR\x05moves\"\xe4\x02\n" +
+	"\x05moves\x18\a \x03(\v2\x12.allot.v1.SlotMoveR\x05moves\x12\x16\n" +
+	"\x06pinned\x18\b \x03(\rR\x06pinned\"\xe4\x02\n" +
 	"\bSlotMove\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05first\x18\x02 \x01(\rR\x05first\x12\x12\n" +
@@ -939,7 +1003,10 @@ const file_shards_proto_rawDesc = "" +
 	"\x10MoveSlotsRequest\x12\x14\n" +
 	"\x05first\x18\x01 \x01(\rR\x05first\x12\x12\n" +
 	"\x04last\x18\x02 \x01(\rR\x04last\x12\x0e\n" +
-	"\x02to\x18\x03 \x01(\tR\x02to\";\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\":\n" +
+	"\x0ePinSlotRequest\x12\x12\n" +
+	"\x04slot\x18\x01 \x01(\rR\x04slot\x12\x14\n" +
+	"\x05unpin\x18\x02 \x01(\bR\x05unpin\";\n" +
 	"\x11MoveSlotsResponse\x12&\n" +
 	"\x04move\x18\x01 \x01(\v2\x12.allot.v1.SlotMoveR\x04move\"\x93\x02\n" +
 	"\x11GroupSlotsRequest\x12\x17\n" +
@@ -960,11 +1027,12 @@ const file_shards_proto_rawDesc = "" +
 	"\x12GroupSlotsResponse\x12\x12\n" +
 	"\x04done\x18\x01 \x01(\bR\x04done\x12\x18\n" +
 	"\arefused\x18\x02 \x01(\tR\arefused\x12\x14\n" +
-	"\x05owned\x18\x03 \x01(\rR\x05owned2\x99\x02\n" +
+	"\x05owned\x18\x03 \x01(\rR\x05owned2\xd2\x02\n" +
 	"\fShardService\x12?\n" +
 	"\vGetShardMap\x12\x1c.allot.v1.GetShardMapRequest\x1a\x12.allot.v1.ShardMap\x129\n" +
 	"\bAddGroup\x12\x19.allot.v1.AddGroupRequest\x1a\x12.allot.v1.ShardMap\x12D\n" +
-	"\tMoveSlots\x12\x1a.allot.v1.MoveSlotsRequest\x1a\x1b.allot.v1.MoveSlotsResponse\x12G\n" +
+	"\tMoveSlots\x12\x1a.allot.v1.MoveSlotsRequest\x1a\x1b.allot.v1.MoveSlotsResponse\x127\n" +
+	"\aPinSlot\x12\x18.allot.v1.PinSlotRequest\x1a\x12.allot.v1.ShardMap\x12G\n" +
 	"\n" +
 	"GroupSlots\x12\x1b.allot.v1.GroupSlotsRequest\x1a\x1c.allot.v1.GroupSlotsResponseB)Z'github.com/allot-io/allot/proto;allotpbb\x06proto3"
 
@@ -981,7 +1049,7 @@ func file_shards_proto_rawDescGZIP() []byte {
 }
 
 var file_shards_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_shards_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_shards_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_shards_proto_goTypes = []any{
 	(SlotMove_Phase)(0),         // 0: allot.v1.SlotMove.Phase
 	(GroupSlotsRequest_Step)(0), // 1: allot.v1.GroupSlotsRequest.Step
@@ -993,9 +1061,10 @@ var file_shards_proto_goTypes = []any{
 	(*GetShardMapRequest)(nil),  // 7: allot.v1.GetShardMapRequest
 	(*AddGroupRequest)(nil),     // 8: allot.v1.AddGroupRequest
 	(*MoveSlotsRequest)(nil),    // 9: allot.v1.MoveSlotsRequest
-	(*MoveSlotsResponse)(nil),   // 10: allot.v1.MoveSlotsResponse
-	(*GroupSlotsRequest)(nil),   // 11: allot.v1.GroupSlotsRequest
-	(*GroupSlotsResponse)(nil),  // 12: allot.v1.GroupSlotsResponse
+	(*PinSlotRequest)(nil),      // 10: allot.v1.PinSlotRequest
+	(*MoveSlotsResponse)(nil),   // 11: allot.v1.MoveSlotsResponse
+	(*GroupSlotsRequest)(nil),   // 12: allot.v1.GroupSlotsRequest
+	(*GroupSlotsResponse)(nil),  // 13: allot.v1.GroupSlotsResponse
 }
 var file_shards_proto_depIdxs = []int32{
 	2,  // 0: allot.v1.ShardMap.groups:type_name -> allot.v1.ShardGroup
@@ -1007,13 +1076,15 @@ var file_shards_proto_depIdxs = []int32{
 	7,  // 6: allot.v1.ShardService.GetShardMap:input_type -> allot.v1.GetShardMapRequest
 	8,  // 7: allot.v1.ShardService.AddGroup:input_type -> allot.v1.AddGroupRequest
 	9,  // 8: allot.v1.ShardService.MoveSlots:input_type -> allot.v1.MoveSlotsRequest
-	11, // 9: allot.v1.ShardService.GroupSlots:input_type -> allot.v1.GroupSlotsRequest
-	4,  // 10: allot.v1.ShardService.GetShardMap:output_type -> allot.v1.ShardMap
-	4,  // 11: allot.v1.ShardService.AddGroup:output_type -> allot.v1.ShardMap
-	10, // 12: allot.v1.ShardService.MoveSlots:output_type -> allot.v1.MoveSlotsResponse
-	12, // 13: allot.v1.ShardService.GroupSlots:output_type -> allot.v1.GroupSlotsResponse
-	10, // [10:14] is the sub-list for method output_type
-	6,  // [6:10] is the sub-list for method input_type
+	10, // 9: allot.v1.ShardService.PinSlot:input_type -> allot.v1.PinSlotRequest
+	12, // 10: allot.v1.ShardService.GroupSlots:input_type -> allot.v1.GroupSlotsRequest
+	4,  // 11: allot.v1.ShardService.GetShardMap:output_type -> allot.v1.ShardMap
+	4,  // 12: allot.v1.ShardService.AddGroup:output_type -> allot.v1.ShardMap
+	11, // 13: allot.v1.ShardService.MoveSlots:output_type -> allot.v1.MoveSlotsResponse
+	4,  // 14: allot.v1.ShardService.PinSlot:output_type -> allot.v1.ShardMap
+	13, // 15: allot.v1.ShardService.GroupSlots:output_type -> allot.v1.GroupSlotsResponse
+	11, // [11:16] is the sub-list for method output_type
+	6,  // [6:11] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -1030,7 +1101,7 @@ func file_shards_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shards_proto_rawDesc), len(file_shards_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -25,6 +25,7 @@ const (
 	ShardService_GetShardMap_FullMethodName = "/allot.v1.ShardService/GetShardMap"
 	ShardService_AddGroup_FullMethodName    = "/allot.v1.ShardService/AddGroup"
 	ShardService_MoveSlots_FullMethodName   = "/allot.v1.ShardService/MoveSlots"
+	ShardService_PinSlot_FullMethodName     = "/allot.v1.ShardService/PinSlot"
 	ShardService_GroupSlots_FullMethodName  = "/allot.v1.ShardService/GroupSlots"
 )
 
@@ -38,6 +39,8 @@ type ShardServiceClient interface {
 	AddGroup(ctx context.Context, in *AddGroupRequest, opts ...grpc.CallOption) (*ShardMap, error)
 	// MoveSlots starts a move; the home group's leader carries it out.
 	MoveSlots(ctx context.Context, in *MoveSlotsRequest, opts ...grpc.CallOption) (*MoveSlotsResponse, error)
+	// PinSlot pins a slot (or unpins it): range moves leave it where it is.
+	PinSlot(ctx context.Context, in *PinSlotRequest, opts ...grpc.CallOption) (*ShardMap, error)
 	// GroupSlots carries one step of a move to a group (any member; a
 	// follower names the leader).
 	GroupSlots(ctx context.Context, in *GroupSlotsRequest, opts ...grpc.CallOption) (*GroupSlotsResponse, error)
@@ -81,6 +84,16 @@ func (c *shardServiceClient) MoveSlots(ctx context.Context, in *MoveSlotsRequest
 	return out, nil
 }
 
+func (c *shardServiceClient) PinSlot(ctx context.Context, in *PinSlotRequest, opts ...grpc.CallOption) (*ShardMap, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ShardMap)
+	err := c.cc.Invoke(ctx, ShardService_PinSlot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *shardServiceClient) GroupSlots(ctx context.Context, in *GroupSlotsRequest, opts ...grpc.CallOption) (*GroupSlotsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GroupSlotsResponse)
@@ -101,6 +114,8 @@ type ShardServiceServer interface {
 	AddGroup(context.Context, *AddGroupRequest) (*ShardMap, error)
 	// MoveSlots starts a move; the home group's leader carries it out.
 	MoveSlots(context.Context, *MoveSlotsRequest) (*MoveSlotsResponse, error)
+	// PinSlot pins a slot (or unpins it): range moves leave it where it is.
+	PinSlot(context.Context, *PinSlotRequest) (*ShardMap, error)
 	// GroupSlots carries one step of a move to a group (any member; a
 	// follower names the leader).
 	GroupSlots(context.Context, *GroupSlotsRequest) (*GroupSlotsResponse, error)
@@ -122,6 +137,9 @@ func (UnimplementedShardServiceServer) AddGroup(context.Context, *AddGroupReques
 }
 func (UnimplementedShardServiceServer) MoveSlots(context.Context, *MoveSlotsRequest) (*MoveSlotsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method MoveSlots not implemented")
+}
+func (UnimplementedShardServiceServer) PinSlot(context.Context, *PinSlotRequest) (*ShardMap, error) {
+	return nil, status.Error(codes.Unimplemented, "method PinSlot not implemented")
 }
 func (UnimplementedShardServiceServer) GroupSlots(context.Context, *GroupSlotsRequest) (*GroupSlotsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GroupSlots not implemented")
@@ -201,6 +219,24 @@ func _ShardService_MoveSlots_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ShardService_PinSlot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PinSlotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShardServiceServer).PinSlot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ShardService_PinSlot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShardServiceServer).PinSlot(ctx, req.(*PinSlotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ShardService_GroupSlots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GroupSlotsRequest)
 	if err := dec(in); err != nil {
@@ -237,6 +273,10 @@ var ShardService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "MoveSlots",
 			Handler:    _ShardService_MoveSlots_Handler,
+		},
+		{
+			MethodName: "PinSlot",
+			Handler:    _ShardService_PinSlot_Handler,
 		},
 		{
 			MethodName: "GroupSlots",

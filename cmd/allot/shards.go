@@ -26,6 +26,8 @@ tenant's keys and ledger lines live in the group owning its slot.
                           ADDRS) in the map, owning no slot yet
   move SLOTS --to GROUP   move slots N or N-M (or --tenant T's) to GROUP, under
                           load: exactly once, no unit lost or counted twice
+  pin SLOT | --tenant T   leave a slot out of range moves (a large tenant placed
+                          in a group of its own); --unpin undoes it
 
 --coordinator names the home group (the one started without --shard-home).
 add-group and move need the admin token when the cluster has one.`
@@ -35,6 +37,7 @@ func runShards(ctx context.Context, e *env) error {
 		{"status", runShardsStatus},
 		{"add-group", runShardsAddGroup},
 		{"move", runShardsMove},
+		{"pin", runShardsPin},
 	})
 }
 
@@ -67,6 +70,7 @@ type shardsStatus struct {
 	Global  string               `json:"global"`
 	Groups  []groupStatus        `json:"groups"`
 	Ranges  []*allotpb.SlotRange `json:"ranges"`
+	Pinned  []uint32             `json:"pinned,omitempty"`
 	Moves   []*allotpb.SlotMove  `json:"moves"`
 }
 
@@ -105,7 +109,7 @@ func runShardsStatus(ctx context.Context, e *env) error {
 	if err != nil {
 		return fmt.Errorf("the home group's shard map: %w", err)
 	}
-	out := shardsStatus{Version: m.Version, Home: m.Home, Global: m.Global, Ranges: m.Ranges(), Moves: pm.GetMoves()}
+	out := shardsStatus{Version: m.Version, Home: m.Home, Global: m.Global, Ranges: m.Ranges(), Pinned: pm.GetPinned(), Moves: pm.GetMoves()}
 	counts := m.Count()
 	for _, g := range m.GroupIDs() {
 		gs := groupStatus{ID: g, Slots: counts[g], Members: m.Groups[g]}
@@ -166,6 +170,9 @@ func writeShardsTable(w io.Writer, s *shardsStatus) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if len(s.Pinned) > 0 {
+		fmt.Fprintf(w, "\npinned slots (left out of range moves): %v\n", s.Pinned)
 	}
 	if len(s.Moves) == 0 {
 		return nil
@@ -315,4 +322,64 @@ func runShardsMove(ctx context.Context, e *env) error {
 		}
 		return nil
 	}
+}
+
+const shardsPinAbout = `
+Pins slot SLOT, or the slot of --tenant T: a move of a range that holds
+it is refused, so that a large tenant placed in a group of its own (allot
+shards move --tenant T --to GROUP) stays there while other slots are
+moved. Moving the pinned slot alone is still allowed. A tenant is placed
+by its slot, with the few other tenants that share it; one tenant's keys
+cannot be split between groups. --unpin undoes a pin.`
+
+func runShardsPin(ctx context.Context, e *env) error {
+	const cmd = "shards pin"
+	f := newFlags(e, cmd, "SLOT | --tenant T [--unpin] [flags]", shardsPinAbout)
+	var cf clientFlags
+	var tenant string
+	var unpin bool
+	cf.register(f)
+	f.StringVar(&tenant, "tenant", "", "pin this tenant's slot (instead of SLOT)")
+	f.BoolVar(&unpin, "unpin", false, "unpin the slot")
+	args, err := parseArgs(f, e)
+	if err != nil {
+		return err
+	}
+	var sl shard.Slot
+	switch {
+	case tenant != "" && len(args) == 0:
+		sl = shard.Of(tenant)
+	case tenant == "":
+		arg, err := exactlyOne(cmd, "slot", args)
+		if err != nil {
+			return err
+		}
+		first, last, err := shard.ParseRange(arg)
+		if err != nil || first != last {
+			return usagef(cmd, "slot %q: one slot of 0..%d", arg, shard.Slots-1)
+		}
+		sl = first
+	default:
+		return usagef(cmd, "give SLOT or --tenant, not both")
+	}
+	cl, err := cf.dial()
+	if err != nil {
+		return &usageError{err: err, hint: cmd}
+	}
+	defer cl.Close()
+	var pm *allotpb.ShardMap
+	err = cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
+		var err error
+		pm, err = allotpb.NewShardServiceClient(cc).PinSlot(ctx, &allotpb.PinSlotRequest{Slot: uint32(sl), Unpin: unpin})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("pinning slot %d: %w", sl, err)
+	}
+	what := "pinned"
+	if unpin {
+		what = "unpinned"
+	}
+	fmt.Fprintf(e.stdout, "slot %d %s (shard map version %d)\n", sl, what, pm.GetVersion())
+	return nil
 }

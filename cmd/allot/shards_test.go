@@ -153,6 +153,16 @@ func TestShardsProcess(t *testing.T) {
 			return allot("shards", "add-group", g.id, "--members", g.addrs(), "--coordinator", home)
 		})
 	}
+	// A pinned slot is left out of range moves until it is unpinned.
+	if ok, out := allot("shards", "pin", "--tenant", "hot", "--coordinator", home); !ok {
+		t.Fatalf("pinning hot's slot: %s", out)
+	}
+	if ok, out := allot("shards", "move", "0-5460", "--to", "g1", "--coordinator", home); ok || !strings.Contains(out, "pinned") {
+		t.Fatalf("a range move over a pinned slot: %s", out)
+	}
+	if ok, out := allot("shards", "pin", "--tenant", "hot", "--unpin", "--coordinator", home); !ok {
+		t.Fatalf("unpinning hot's slot: %s", out)
+	}
 	var sidecars []*process
 	var sidecarAddrs []string
 	for i := range 3 {

@@ -51,6 +51,8 @@ type Map struct {
 	owner [Slots]string
 	// Moves are the moves recorded, in order of their IDs.
 	Moves []*allotpb.SlotMove
+	// Pinned slots are left out of range moves.
+	Pinned map[Slot]bool
 }
 
 // Single is the map of a region that is one group, home, owning every
@@ -114,6 +116,10 @@ func (m *Map) Clone() *Map {
 		c.Groups[g] = slices.Clone(a)
 	}
 	c.Moves = slices.Clone(m.Moves)
+	c.Pinned = make(map[Slot]bool, len(m.Pinned))
+	for s := range m.Pinned {
+		c.Pinned[s] = true
+	}
 	return &c
 }
 
@@ -136,6 +142,10 @@ func (m *Map) Proto() *allotpb.ShardMap {
 	for _, g := range m.GroupIDs() {
 		pm.Groups = append(pm.Groups, &allotpb.ShardGroup{Id: g, Coordinators: slices.Clone(m.Groups[g])})
 	}
+	for s := range m.Pinned {
+		pm.Pinned = append(pm.Pinned, uint32(s))
+	}
+	slices.Sort(pm.Pinned)
 	return pm
 }
 
@@ -172,6 +182,15 @@ func FromProto(pm *allotpb.ShardMap) (*Map, error) {
 	}
 	if next != Slots {
 		return nil, fmt.Errorf("%w: the ranges end at slot %d, not %d", ErrInvalid, next, Slots)
+	}
+	for _, s := range pm.GetPinned() {
+		if s >= Slots {
+			return nil, fmt.Errorf("%w: pinned slot %d is not one of 0..%d", ErrInvalid, s, Slots-1)
+		}
+		if m.Pinned == nil {
+			m.Pinned = map[Slot]bool{}
+		}
+		m.Pinned[Slot(s)] = true
 	}
 	return m, nil
 }
@@ -229,6 +248,9 @@ func (m *Map) CanMove(mv *allotpb.SlotMove) error {
 		return fmt.Errorf("%w: slots %d..%d are in group %q already", ErrInvalid, first, last, mv.GetTo())
 	}
 	for s := first; s <= last; s++ {
+		if m.Pinned[Slot(s)] && first != last {
+			return fmt.Errorf("%w: slot %d is pinned: move it alone (allot shards move %d --to GROUP) or unpin it", ErrInvalid, s, s)
+		}
 		if m.owner[s] != mv.GetFrom() {
 			return fmt.Errorf("%w: slot %d is in group %q, not %q: move one owner's slots at a time", ErrInvalid, s, m.owner[s], mv.GetFrom())
 		}

@@ -1607,7 +1607,9 @@ type ShardMapCommand struct {
 	// plan records a new move (its id is assigned in order).
 	Plan *proto.SlotMove `protobuf:"bytes,4,opt,name=plan,proto3" json:"plan,omitempty"`
 	// phase moves a recorded move on (id, phase, error, updated).
-	Phase         *proto.SlotMove `protobuf:"bytes,5,opt,name=phase,proto3" json:"phase,omitempty"`
+	Phase *proto.SlotMove `protobuf:"bytes,5,opt,name=phase,proto3" json:"phase,omitempty"`
+	// pin pins or unpins a slot.
+	Pin           *proto.PinSlotRequest `protobuf:"bytes,6,opt,name=pin,proto3" json:"pin,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1673,6 +1675,13 @@ func (x *ShardMapCommand) GetPlan() *proto.SlotMove {
 func (x *ShardMapCommand) GetPhase() *proto.SlotMove {
 	if x != nil {
 		return x.Phase
+	}
+	return nil
+}
+
+func (x *ShardMapCommand) GetPin() *proto.PinSlotRequest {
+	if x != nil {
+		return x.Pin
 	}
 	return nil
 }
@@ -1953,13 +1962,14 @@ const file_fsm_proto_rawDesc = "" +
 	"\vSlotsResult\x12\x12\n" +
 	"\x04done\x18\x01 \x01(\bR\x04done\x12\x18\n" +
 	"\arefused\x18\x02 \x01(\tR\arefused\x12\x14\n" +
-	"\x05owned\x18\x03 \x01(\rR\x05owned\"\xce\x01\n" +
+	"\x05owned\x18\x03 \x01(\rR\x05owned\"\xfa\x01\n" +
 	"\x0fShardMapCommand\x12\x12\n" +
 	"\x04home\x18\x01 \x01(\tR\x04home\x12\"\n" +
 	"\fcoordinators\x18\x02 \x03(\tR\fcoordinators\x121\n" +
 	"\tadd_group\x18\x03 \x01(\v2\x14.allot.v1.ShardGroupR\baddGroup\x12&\n" +
 	"\x04plan\x18\x04 \x01(\v2\x12.allot.v1.SlotMoveR\x04plan\x12(\n" +
-	"\x05phase\x18\x05 \x01(\v2\x12.allot.v1.SlotMoveR\x05phase\"j\n" +
+	"\x05phase\x18\x05 \x01(\v2\x12.allot.v1.SlotMoveR\x05phase\x12*\n" +
+	"\x03pin\x18\x06 \x01(\v2\x18.allot.v1.PinSlotRequestR\x03pin\"j\n" +
 	"\vSlotsRecord\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
 	"\x05slots\x18\x02 \x01(\fR\x05slots\x12/\n" +
@@ -1988,36 +1998,37 @@ func file_fsm_proto_rawDescGZIP() []byte {
 var file_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_fsm_proto_goTypes = []any{
-	(SlotsCommand_Op)(0),      // 0: allot.fsm.v1.SlotsCommand.Op
-	(*ReportsCommand)(nil),    // 1: allot.fsm.v1.ReportsCommand
-	(*AgentUsage)(nil),        // 2: allot.fsm.v1.AgentUsage
-	(*ReportsResult)(nil),     // 3: allot.fsm.v1.ReportsResult
-	(*MovedReport)(nil),       // 4: allot.fsm.v1.MovedReport
-	(*RulesCommand)(nil),      // 5: allot.fsm.v1.RulesCommand
-	(*MemberCommand)(nil),     // 6: allot.fsm.v1.MemberCommand
-	(*EpochCommand)(nil),      // 7: allot.fsm.v1.EpochCommand
-	(*MaintainCommand)(nil),   // 8: allot.fsm.v1.MaintainCommand
-	(*SnapshotHeader)(nil),    // 9: allot.fsm.v1.SnapshotHeader
-	(*IncarnationRecord)(nil), // 10: allot.fsm.v1.IncarnationRecord
-	(*LedgerRecord)(nil),      // 11: allot.fsm.v1.LedgerRecord
-	(*WindowRecord)(nil),      // 12: allot.fsm.v1.WindowRecord
-	(*SettingsCommand)(nil),   // 13: allot.fsm.v1.SettingsCommand
-	(*FinalWindows)(nil),      // 14: allot.fsm.v1.FinalWindows
-	(*GrantsCommand)(nil),     // 15: allot.fsm.v1.GrantsCommand
-	(*GrantRecord)(nil),       // 16: allot.fsm.v1.GrantRecord
-	(*SnapshotEnd)(nil),       // 17: allot.fsm.v1.SnapshotEnd
-	(*ExportedCommand)(nil),   // 18: allot.fsm.v1.ExportedCommand
-	(*ExportPosition)(nil),    // 19: allot.fsm.v1.ExportPosition
-	(*SlotsCommand)(nil),      // 20: allot.fsm.v1.SlotsCommand
-	(*SlotsResult)(nil),       // 21: allot.fsm.v1.SlotsResult
-	(*ShardMapCommand)(nil),   // 22: allot.fsm.v1.ShardMapCommand
-	(*SlotsRecord)(nil),       // 23: allot.fsm.v1.SlotsRecord
-	(*MoveOutcome)(nil),       // 24: allot.fsm.v1.MoveOutcome
-	(*proto.UsageBatch)(nil),  // 25: allot.v1.UsageBatch
-	(*proto.Rule)(nil),        // 26: allot.v1.Rule
-	(*proto.Member)(nil),      // 27: allot.v1.Member
-	(*proto.ShardGroup)(nil),  // 28: allot.v1.ShardGroup
-	(*proto.SlotMove)(nil),    // 29: allot.v1.SlotMove
+	(SlotsCommand_Op)(0),         // 0: allot.fsm.v1.SlotsCommand.Op
+	(*ReportsCommand)(nil),       // 1: allot.fsm.v1.ReportsCommand
+	(*AgentUsage)(nil),           // 2: allot.fsm.v1.AgentUsage
+	(*ReportsResult)(nil),        // 3: allot.fsm.v1.ReportsResult
+	(*MovedReport)(nil),          // 4: allot.fsm.v1.MovedReport
+	(*RulesCommand)(nil),         // 5: allot.fsm.v1.RulesCommand
+	(*MemberCommand)(nil),        // 6: allot.fsm.v1.MemberCommand
+	(*EpochCommand)(nil),         // 7: allot.fsm.v1.EpochCommand
+	(*MaintainCommand)(nil),      // 8: allot.fsm.v1.MaintainCommand
+	(*SnapshotHeader)(nil),       // 9: allot.fsm.v1.SnapshotHeader
+	(*IncarnationRecord)(nil),    // 10: allot.fsm.v1.IncarnationRecord
+	(*LedgerRecord)(nil),         // 11: allot.fsm.v1.LedgerRecord
+	(*WindowRecord)(nil),         // 12: allot.fsm.v1.WindowRecord
+	(*SettingsCommand)(nil),      // 13: allot.fsm.v1.SettingsCommand
+	(*FinalWindows)(nil),         // 14: allot.fsm.v1.FinalWindows
+	(*GrantsCommand)(nil),        // 15: allot.fsm.v1.GrantsCommand
+	(*GrantRecord)(nil),          // 16: allot.fsm.v1.GrantRecord
+	(*SnapshotEnd)(nil),          // 17: allot.fsm.v1.SnapshotEnd
+	(*ExportedCommand)(nil),      // 18: allot.fsm.v1.ExportedCommand
+	(*ExportPosition)(nil),       // 19: allot.fsm.v1.ExportPosition
+	(*SlotsCommand)(nil),         // 20: allot.fsm.v1.SlotsCommand
+	(*SlotsResult)(nil),          // 21: allot.fsm.v1.SlotsResult
+	(*ShardMapCommand)(nil),      // 22: allot.fsm.v1.ShardMapCommand
+	(*SlotsRecord)(nil),          // 23: allot.fsm.v1.SlotsRecord
+	(*MoveOutcome)(nil),          // 24: allot.fsm.v1.MoveOutcome
+	(*proto.UsageBatch)(nil),     // 25: allot.v1.UsageBatch
+	(*proto.Rule)(nil),           // 26: allot.v1.Rule
+	(*proto.Member)(nil),         // 27: allot.v1.Member
+	(*proto.ShardGroup)(nil),     // 28: allot.v1.ShardGroup
+	(*proto.SlotMove)(nil),       // 29: allot.v1.SlotMove
+	(*proto.PinSlotRequest)(nil), // 30: allot.v1.PinSlotRequest
 }
 var file_fsm_proto_depIdxs = []int32{
 	2,  // 0: allot.fsm.v1.ReportsCommand.reports:type_name -> allot.fsm.v1.AgentUsage
@@ -2032,13 +2043,14 @@ var file_fsm_proto_depIdxs = []int32{
 	28, // 9: allot.fsm.v1.ShardMapCommand.add_group:type_name -> allot.v1.ShardGroup
 	29, // 10: allot.fsm.v1.ShardMapCommand.plan:type_name -> allot.v1.SlotMove
 	29, // 11: allot.fsm.v1.ShardMapCommand.phase:type_name -> allot.v1.SlotMove
-	24, // 12: allot.fsm.v1.SlotsRecord.moves:type_name -> allot.fsm.v1.MoveOutcome
-	0,  // 13: allot.fsm.v1.MoveOutcome.op:type_name -> allot.fsm.v1.SlotsCommand.Op
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	30, // 12: allot.fsm.v1.ShardMapCommand.pin:type_name -> allot.v1.PinSlotRequest
+	24, // 13: allot.fsm.v1.SlotsRecord.moves:type_name -> allot.fsm.v1.MoveOutcome
+	0,  // 14: allot.fsm.v1.MoveOutcome.op:type_name -> allot.fsm.v1.SlotsCommand.Op
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_fsm_proto_init() }

@@ -88,6 +88,23 @@ func (s *State) applyShardMap(cmd *fsmpb.ShardMapCommand) any {
 			}
 		}
 		m.Moves[i] = mv
+	case cmd.GetPin() != nil:
+		pin := cmd.GetPin()
+		if pin.GetSlot() >= shard.Slots {
+			return fmt.Errorf("%w: slot %d is not one of 0..%d", ErrShardMap, pin.GetSlot(), shard.Slots-1)
+		}
+		sl := shard.Slot(pin.GetSlot())
+		if m.Pinned[sl] == !pin.GetUnpin() && !homeMoved && s.shardMap != nil {
+			return s.shardMap.Proto() // pinned (or not) already
+		}
+		if m.Pinned == nil {
+			m.Pinned = map[shard.Slot]bool{}
+		}
+		if pin.GetUnpin() {
+			delete(m.Pinned, sl)
+		} else {
+			m.Pinned[sl] = true
+		}
 	default:
 		if s.shardMap != nil && !homeMoved {
 			return s.shardMap.Proto()

@@ -274,6 +274,12 @@ func TestShardMapCommands(t *testing.T) {
 			t.Errorf("move %v was planned", bad)
 		}
 	}
+	// A pinned slot is left out of range moves, but moves alone.
+	mustMap(&fsmpb.ShardMapCommand{Pin: &allotpb.PinSlotRequest{Slot: 500}})
+	if err, _ := s.Apply(CmdShardMap, &fsmpb.ShardMapCommand{Plan: &allotpb.SlotMove{First: 400, Last: 600, From: "main", To: "g1"}}).(error); err == nil || !strings.Contains(err.Error(), "pinned") {
+		t.Fatalf("a range move over a pinned slot: %v", err)
+	}
+	mustMap(&fsmpb.ShardMapCommand{Pin: &allotpb.PinSlotRequest{Slot: 500, Unpin: true}})
 	mustMap(&fsmpb.ShardMapCommand{Phase: &allotpb.SlotMove{Id: 1, Phase: allotpb.SlotMove_ACQUIRED}})
 	pm = mustMap(&fsmpb.ShardMapCommand{Phase: &allotpb.SlotMove{Id: 1, Phase: allotpb.SlotMove_DONE}})
 	if s.ShardMap().Owner(0) != "g1" || s.ShardMap().Owner(100) != "main" {

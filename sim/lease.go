@@ -34,6 +34,9 @@ type quotaLease struct {
 	now    atomic.Int64 // virtual time since origin, read by the agents' clocks
 	msgs   int64
 	active int
+	// sh, when the scenario has shards, carries reports through each
+	// node's router to the shard groups (shards.go).
+	sh *shardNet
 }
 
 // simNode is one gateway.
@@ -184,6 +187,9 @@ type engineTransport struct {
 }
 
 func (t engineTransport) Report(_ context.Context, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
+	if t.q.sh != nil {
+		return t.q.sh.direct(time.Duration(t.q.now.Load()), t.node, req)
+	}
 	return t.q.engineOf(t.node).Report(t.q.e.time(time.Duration(t.q.now.Load())), req)
 }
 
@@ -201,6 +207,9 @@ func (q *quotaLease) addNode(at time.Duration, id int) error {
 	// Nodes report at evenly spread phases, as independent processes do.
 	phase := time.Duration(int64(q.e.s.Interval) * int64(id%q.e.s.Nodes) / int64(max(q.e.s.Nodes, 1)))
 	n := &simNode{id: id, agent: a, clock: clk}
+	if q.sh != nil {
+		q.sh.addNode(id)
+	}
 	first := at + phase + time.Millisecond
 	heap.Push(&q.queue, event{at: first, fn: func() { q.report(first, n) }})
 	for len(q.nodes) <= id {
@@ -262,6 +271,10 @@ func (q *quotaLease) send(at time.Duration, nd *simNode, urgent bool) {
 
 func (q *quotaLease) carry(at time.Duration, nd *simNode, x *agent.Exchange) {
 	q.msgs++
+	if q.sh != nil {
+		q.sh.carry(at, nd, x)
+		return
+	}
 	if !q.e.reachable(at, nd.id) || q.rng.Float64() < q.e.s.Network.Loss {
 		heap.Push(&q.queue, event{at: at + q.e.s.Interval/2, fn: func() { nd.agent.Deliver(x, nil, errUnreachable) }})
 		return
@@ -346,10 +359,33 @@ func (q *quotaLease) restart(at time.Duration, node int) {
 			nd.agent.Deliver(x, nil, errUnreachable)
 			continue
 		}
-		resp, err := q.engineOf(node).Report(q.e.time(at), x.Request)
+		resp, err := q.direct(at, node, x.Request)
 		nd.agent.Deliver(x, resp, err)
 		q.msgs++
 	}
+}
+
+// direct carries a report to the node's cluster at once.
+func (q *quotaLease) direct(at time.Duration, node int, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
+	if q.sh != nil {
+		return q.sh.direct(at, node, req)
+	}
+	return q.engineOf(node).Report(q.e.time(at), req)
+}
+
+// moveSlots moves slots between shard groups, when there are several.
+func (q *quotaLease) moveSlots(at time.Duration, ev *MoveSlotsEvent) {
+	if q.sh != nil {
+		q.sh.moveSlots(at, ev)
+	}
+}
+
+// shardsResult is the shard groups' figures, nil without shards.
+func (q *quotaLease) shardsResult(d time.Duration) *ShardsResult {
+	if q.sh == nil {
+		return nil
+	}
+	return q.sh.report(d)
 }
 
 // failover makes the coordinator elect a new leader at a time.

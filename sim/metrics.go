@@ -49,6 +49,8 @@ type Result struct {
 	// the run after the warm-up less the three region intervals after
 	// each move: the figures once the allowance has followed.
 	Settled *Span `json:"settled,omitempty"`
+	// Shards are the shard groups' figures, in a scenario with shards.
+	Shards *ShardsResult `json:"shards,omitempty"`
 
 	Requests int64 `json:"requests"`
 	Admitted int64 `json:"admitted"`
@@ -158,6 +160,10 @@ func newMeter(s *Scenario, r *rules.Rule) *meter {
 		}
 		if e.Partition != nil {
 			m.span = &spanMeter{from: e.At, to: e.At + e.Partition.For}
+		}
+		if e.MoveSlots != nil && s.Shards != nil {
+			w := s.moveWindow(e.At)
+			m.span = &spanMeter{from: w[0], to: w[1]}
 		}
 		if e.Failover {
 			// The new leader learns for a lease period and needs one more

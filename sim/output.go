@@ -46,6 +46,9 @@ func WriteTable(w io.Writer, s *Scenario, results []*Result) error {
 		fmt.Fprintf(w, "regions: %d, reporting to the parent every %v, %v + up to %v each way, %.1f%% lost\n",
 			g.Count, g.regionInterval(), g.Delay, g.Jitter, 100*g.Loss)
 	}
+	if s.Shards != nil {
+		return writeShards(w, s, results)
+	}
 	return nil
 }
 

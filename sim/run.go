@@ -44,9 +44,16 @@ func Run(ctx context.Context, s *Scenario, opts Options) ([]*Result, error) {
 		if s.Regions != nil {
 			names = append(slices.Clone(names), staticRegions)
 		}
+		if s.Shards != nil {
+			names = shardStrategyNames
+		}
 	}
 	for _, n := range names {
 		switch {
+		case slices.Contains(shardStrategyNames, n):
+			if s.Shards == nil {
+				return nil, fmt.Errorf("%w: strategy %s needs a scenario with shards", ErrInvalidScenario, n)
+			}
 		case n == staticRegions && s.Regions == nil:
 			return nil, fmt.Errorf("%w: strategy %s needs a scenario with regions", ErrInvalidScenario, staticRegions)
 		case n != staticRegions && !slices.Contains(strategyNames, n):
@@ -87,7 +94,7 @@ func Run(ctx context.Context, s *Scenario, opts Options) ([]*Result, error) {
 			return nil, err
 		}
 	}
-	order := append(slices.Clone(strategyNames), staticRegions)
+	order := append(slices.Concat(strategyNames, shardStrategyNames), staticRegions)
 	sort.SliceStable(results, func(i, j int) bool {
 		return slices.Index(order, results[i].Strategy) < slices.Index(order, results[j].Strategy)
 	})
@@ -106,6 +113,12 @@ func newStrategy(name string, e *env) (strategy, error) {
 		return newQuotaLease(e, false)
 	case "async-global":
 		return newAsyncGlobal(e), nil
+	case shardGroups:
+		return newShardLease(e, e.s.Shards.Groups, false)
+	case oneGroup:
+		return newShardLease(e, 1, false)
+	case oneGroupUnlimited:
+		return newShardLease(e, 1, true)
 	}
 	return nil, fmt.Errorf("%w: unknown strategy %q", ErrInvalidScenario, name)
 }
@@ -123,6 +136,11 @@ func runOne(ctx context.Context, s *Scenario, name string, progress func(float64
 	defer st.close()
 	gen := newTraffic(s)
 	m := newMeter(s, &e.rule)
+	moved := movedTenants(e)
+	var mm *meter
+	if moved != nil {
+		mm = newMeter(s, &e.rule)
+	}
 	events := slices.Clone(s.Events)
 	slices.SortStableFunc(events, func(a, b Event) int { return int(a.At - b.At) })
 	nodes, next := s.Nodes, 0
@@ -158,6 +176,11 @@ func runOne(ctx context.Context, s *Scenario, name string, progress func(float64
 					}
 				}
 				gen.moveTo(ev.Move.Tenant, in)
+			case ev.MoveSlots != nil:
+				if q, ok := st.(*quotaLease); ok {
+					st.advance(ev.At)
+					q.moveSlots(ev.At, ev.MoveSlots)
+				}
 			}
 		}
 		for nextSample <= at {
@@ -173,7 +196,11 @@ func runOne(ctx context.Context, s *Scenario, name string, progress func(float64
 		}
 		st.advance(at)
 		r := gen.pop()
-		m.record(r.at, r.tenant, st.decide(r.at, r.node, r.tenant))
+		ok := st.decide(r.at, r.node, r.tenant)
+		m.record(r.at, r.tenant, ok)
+		if moved != nil && moved[r.tenant] {
+			mm.record(r.at, r.tenant, ok)
+		}
 	}
 	st.advance(s.Duration)
 	progress(1)
@@ -183,5 +210,10 @@ func runOne(ctx context.Context, s *Scenario, name string, progress func(float64
 		res.StoreRoundTripsPerRequest = float64(st.trips()) / float64(res.Requests)
 	}
 	res.CoordinatorMessagesPerSecond = float64(st.messages()) / s.Duration.Seconds()
+	if q, ok := st.(*quotaLease); ok {
+		if res.Shards = q.shardsResult(s.Duration); res.Shards != nil && moved != nil {
+			res.Shards.MovedTenants, res.Shards.MovedCount = mm.result(name, s.Duration).During, len(moved)
+		}
+	}
 	return res, nil
 }

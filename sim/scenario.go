@@ -44,7 +44,10 @@ type Scenario struct {
 	// Regions, when set, spreads the fleet over regions, each with its
 	// own coordinator cluster, and divides the rule's limit among them.
 	Regions *RegionsSpec `yaml:"regions"`
-	Events  []Event      `yaml:"events"`
+	// Shards, when set, splits the region's coordinators into shard
+	// groups, each leader a server of limited capacity (shards.go).
+	Shards *ShardsSpec `yaml:"shards"`
+	Events []Event     `yaml:"events"`
 }
 
 // RegionsSpec spreads the fleet over Count regions (node i in region
@@ -162,6 +165,16 @@ type Event struct {
 	// Isolate cuts a region's cluster off the parent for a while (with
 	// regions); its gateways still reach their own cluster.
 	Isolate *IsolateEvent `yaml:"isolate"`
+	// MoveSlots moves a range of slots to another shard group (with
+	// shards), by the mover's steps.
+	MoveSlots *MoveSlotsEvent `yaml:"move_slots"`
+}
+
+// MoveSlotsEvent moves slots First..Last (inclusive) to group To.
+type MoveSlotsEvent struct {
+	First int `yaml:"first"`
+	Last  int `yaml:"last"`
+	To    int `yaml:"to"`
 }
 
 // MoveEvent moves tenant Tenant's traffic to region Region's gateways.
@@ -331,18 +344,25 @@ func (s *Scenario) Validate() error {
 	if _, err := s.rule(); err != nil {
 		return bad("rule", "%v", err)
 	}
+	if err := s.Shards.validate(s); err != nil {
+		return bad("shards", "%v", err)
+	}
 	nodes := s.Nodes
 	for i, e := range s.Events {
 		field := fmt.Sprintf("events[%d]", i)
 		set := 0
-		for _, on := range []bool{e.Shift != nil, e.Join != 0, e.Leave != 0, e.Outage != 0, e.Failover, e.Partition != nil, e.Skew != nil, e.Restart != nil, e.Move != nil, e.Isolate != nil} {
+		for _, on := range []bool{e.Shift != nil, e.Join != 0, e.Leave != 0, e.Outage != 0, e.Failover, e.Partition != nil, e.Skew != nil, e.Restart != nil, e.Move != nil, e.Isolate != nil, e.MoveSlots != nil} {
 			if on {
 				set++
 			}
 		}
 		switch {
 		case set != 1:
-			return bad(field, "must set exactly one of shift, join, leave, outage, failover, partition, skew, restart, move, isolate")
+			return bad(field, "must set exactly one of shift, join, leave, outage, failover, partition, skew, restart, move, isolate, move_slots")
+		case e.MoveSlots != nil:
+			if err := s.Shards.validMove(e.MoveSlots, s.Events[:i]); err != nil {
+				return bad(field+".move_slots", "%v", err)
+			}
 		case (e.Move != nil || e.Isolate != nil) && s.Regions == nil:
 			return bad(field, "move and isolate need regions")
 		case e.Move != nil && (e.Move.Tenant < 0 || e.Move.Tenant >= s.Tenants.Count || e.Move.Region < 0 || e.Move.Region >= s.Regions.Count):

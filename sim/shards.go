@@ -53,13 +53,61 @@ type shardNet struct {
 	moves     []*moveRecord
 }
 
-// leader is one group's leader as a server.
+// leader is one group's leader as a server, in a fluid model: each
+// simulated report stands for Scale reports of its size from as many
+// nodes, at phases spread over the interval, so its work (entries ×
+// Scale) arrives evenly over the next interval. The leader serves at its
+// capacity; work it cannot serve at once waits, first in first out. A
+// report waits for the backlog ahead of it, then its own entries ÷
+// capacity.
 type leader struct {
-	free     time.Duration // when it is done with what it was given
-	busy     time.Duration // serving, after the warm-up
-	offered  float64       // key entries arrived after the warm-up, scaled
+	at       time.Duration // the backlog is known up to here
+	backlog  float64       // key entries waiting
+	streams  []stream
+	busy     float64 // seconds serving, after the warm-up
+	offered  float64 // key entries arrived after the warm-up, scaled
 	delays   []time.Duration
 	timeouts int64
+}
+
+// stream is one report's work arriving, rate entries a second until end.
+type stream struct {
+	end  time.Duration
+	rate float64
+}
+
+// advance brings the backlog to t, serving at capacity c.
+func (ld *leader) advance(t time.Duration, c float64, warmup time.Duration) {
+	for ld.at < t {
+		next, lambda := t, 0.0
+		for _, st := range ld.streams {
+			lambda += st.rate
+			next = min(next, st.end)
+		}
+		dt := (next - ld.at).Seconds()
+		served := c * dt
+		switch {
+		case lambda >= c:
+			ld.backlog += (lambda - c) * dt
+		case ld.backlog/(c-lambda) >= dt:
+			ld.backlog -= (c - lambda) * dt
+		default:
+			drain := ld.backlog / (c - lambda)
+			served = c*drain + lambda*(dt-drain)
+			ld.backlog = 0
+		}
+		if ld.at >= warmup {
+			ld.busy += served / c
+		}
+		ld.at = next
+		live := ld.streams[:0]
+		for _, st := range ld.streams {
+			if st.end > next {
+				live = append(live, st)
+			}
+		}
+		ld.streams = live
+	}
 }
 
 type moveRecord struct {
@@ -269,15 +317,16 @@ func lossDraw(salt uint64, group string) float64 {
 }
 
 // serve queues a report of n entries at a group's leader arriving at
-// arrive: it starts when the leader is free, unless that is past the
-// report's deadline (the caller gave up: it costs nothing), and takes n ÷
-// capacity.
+// arrive: it waits for the backlog, unless that takes it past the
+// report's deadline (the caller gave up: it costs nothing), then takes n ÷
+// capacity; its work, scaled, joins the leader's load over an interval.
 func (sn *shardNet) serve(group string, arrive time.Duration, n int, deadline time.Duration) (served bool, done time.Duration) {
 	sn.mu.Lock()
 	defer sn.mu.Unlock()
 	ld := sn.lead[group]
 	cost := float64(n) * sn.spec.scale()
-	warm := arrive >= sn.q.e.s.Warmup
+	warmup := sn.q.e.s.Warmup
+	warm := arrive >= warmup
 	if warm {
 		ld.offered += cost
 	}
@@ -287,22 +336,22 @@ func (sn *shardNet) serve(group string, arrive time.Duration, n int, deadline ti
 		}
 		return true, arrive
 	}
-	start := max(arrive, ld.free)
-	if start > deadline {
+	c := sn.spec.capacity()
+	ld.advance(arrive, c, warmup)
+	wait := time.Duration(ld.backlog / c * float64(time.Second))
+	if arrive+wait > deadline {
 		if warm {
 			ld.delays = append(ld.delays, deadline-arrive)
 			ld.timeouts++
 		}
 		return false, 0
 	}
-	service := time.Duration(cost / sn.spec.capacity() * float64(time.Second))
-	done = start + service
-	ld.free = done
 	if warm {
-		ld.busy += service
-		ld.delays = append(ld.delays, start-arrive)
+		ld.delays = append(ld.delays, wait)
 	}
-	return true, done
+	iv := sn.q.e.s.Interval
+	ld.streams = append(ld.streams, stream{end: max(arrive, ld.at) + iv, rate: cost / iv.Seconds()})
+	return true, arrive + wait + time.Duration(float64(n)/c*float64(time.Second))
 }
 
 // account counts a group's answer to a part: a refusal as moved, and how
@@ -380,7 +429,10 @@ func (sn *shardNet) report(d time.Duration) *ShardsResult {
 	}
 	for _, id := range sn.ids {
 		ld := sn.lead[id]
-		g := GroupLoad{Group: id, Slots: sn.byID[id].OwnedSlots(), EntriesPerSecond: ld.offered / run, Utilisation: ld.busy.Seconds() / run, Timeouts: ld.timeouts}
+		if !sn.unlimited {
+			ld.advance(d, sn.spec.capacity(), sn.q.e.s.Warmup)
+		}
+		g := GroupLoad{Group: id, Slots: sn.byID[id].OwnedSlots(), EntriesPerSecond: ld.offered / run, Utilisation: ld.busy / run, Timeouts: ld.timeouts}
 		if sn.unlimited {
 			g.Utilisation = 0
 		}

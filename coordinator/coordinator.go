@@ -81,6 +81,10 @@ type Coordinator struct {
 	// homeMapVersion is, on a group that is not home, the home group's
 	// map version as last read (with its rules), stamped on every answer.
 	homeMapVersion atomic.Uint64
+	// split is set on a leader of a region split into shard groups; load
+	// counts the key entries reported per slot (shards.go).
+	split atomic.Bool
+	load  slotLoad
 	// check confirms leadership before a report is answered.
 	check *leaderCheck
 	// roundEvery is the configured RoundInterval; 0 derives it from the

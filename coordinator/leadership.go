@@ -135,6 +135,7 @@ func (c *Coordinator) lead(ctx context.Context) {
 	// The cluster's settings, fixed above and unchanged for the term (a
 	// restore resets the allocator with the backup's; see Restore).
 	set, now := c.settings(), c.now()
+	c.load.reset(now.UnixNano())
 	c.startTerm(epoch, now)
 	c.leading.Store(true)
 	defer func() {

@@ -113,6 +113,7 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 		return nil, c.notLeader(ctx)
 	}
 	now := c.now()
+	c.countLoad(req)
 	c.ownDemand(req)
 	leases := c.alloc.report(req, now.UnixNano())
 	c.metrics.leasesGranted.Add(float64(len(leases)))

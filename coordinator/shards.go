@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
@@ -316,6 +317,7 @@ func (c *Coordinator) moveSlots(ctx context.Context) {
 		var owned int
 		c.fsm.Read(func(st *state.State) { owned = st.OwnedSlots() })
 		c.metrics.slotsOwned.Set(float64(owned))
+		c.split.Store(m.Version > 0)
 		select {
 		case <-ctx.Done():
 			return
@@ -421,6 +423,7 @@ func (c *Coordinator) mirrorRules(ctx context.Context, every time.Duration) {
 	t := c.cfg.Clock.NewTicker(every)
 	defer t.Stop()
 	defer c.metrics.slotsOwned.Set(0)
+	c.split.Store(true)
 	for {
 		var owned int
 		c.fsm.Read(func(st *state.State) { owned = st.OwnedSlots() })
@@ -506,4 +509,50 @@ func (a *allocator) slotLearning(tenant string, now int64) bool {
 		}
 	}
 	return false
+}
+
+// slotLoad counts, on a split region's leader, the key entries reported
+// per slot: the load `allot shards rebalance` divides. Counting costs a
+// hash of each entry's tenant, so a region never split does not count.
+type slotLoad struct {
+	since   atomic.Int64
+	entries [shard.Slots]atomic.Uint64
+}
+
+func (l *slotLoad) reset(now int64) {
+	for i := range l.entries {
+		l.entries[i].Store(0)
+	}
+	l.since.Store(now)
+}
+
+// countLoad adds a report's entries to the slots they fall in.
+func (c *Coordinator) countLoad(req *allotpb.ReportRequest) {
+	if !c.split.Load() {
+		return
+	}
+	for _, d := range req.GetDemand() {
+		c.load.entries[shard.Of(d.GetTenant())].Add(1)
+	}
+	for _, u := range req.GetUsage().GetCounts() {
+		c.load.entries[shard.Of(u.GetTenant())].Add(1)
+	}
+}
+
+func (s *shardServer) SlotLoad(ctx context.Context, req *allotpb.SlotLoadRequest) (*allotpb.SlotLoadResponse, error) {
+	c := s.c
+	return onLeader(ctx, c, func() (*allotpb.SlotLoadResponse, error) {
+		if !c.leading.Load() {
+			return nil, ErrNotLeader
+		}
+		out := &allotpb.SlotLoadResponse{Group: c.groupID(), Leader: c.cfg.NodeID, SinceUnixNano: c.load.since.Load(), NowUnixNano: c.now().UnixNano(), Entries: map[uint32]uint64{}}
+		for i := range c.load.entries {
+			if n := c.load.entries[i].Load(); n > 0 {
+				out.Entries[uint32(i)] = n
+			}
+		}
+		return out, nil
+	}, func(ctx context.Context, addr string) (*allotpb.SlotLoadResponse, error) {
+		return allotpb.NewShardServiceClient(c.peers.conn(addr)).SlotLoad(ctx, req)
+	})
 }

@@ -143,7 +143,7 @@ func (x GroupSlotsRequest_Step) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GroupSlotsRequest_Step.Descriptor instead.
 func (GroupSlotsRequest_Step) EnumDescriptor() ([]byte, []int) {
-	return file_shards_proto_rawDescGZIP(), []int{10, 0}
+	return file_shards_proto_rawDescGZIP(), []int{12, 0}
 }
 
 // ShardGroup is one Raft group of a region's coordinators.
@@ -753,6 +753,123 @@ func (x *PinSlotRequest) GetUnpin() bool {
 	return false
 }
 
+type SlotLoadRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotLoadRequest) Reset() {
+	*x = SlotLoadRequest{}
+	mi := &file_shards_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotLoadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotLoadRequest) ProtoMessage() {}
+
+func (x *SlotLoadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shards_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotLoadRequest.ProtoReflect.Descriptor instead.
+func (*SlotLoadRequest) Descriptor() ([]byte, []int) {
+	return file_shards_proto_rawDescGZIP(), []int{9}
+}
+
+// SlotLoadResponse is a group leader's count of the key entries (demand and usage
+// counts) reported to it per slot since it became leader: the load a
+// rebalance divides. Take two and subtract for a rate.
+type SlotLoadResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Group  string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Leader string                 `protobuf:"bytes,2,opt,name=leader,proto3" json:"leader,omitempty"`
+	// since_unix_nano is when the leader began counting.
+	SinceUnixNano int64 `protobuf:"varint,3,opt,name=since_unix_nano,json=sinceUnixNano,proto3" json:"since_unix_nano,omitempty"`
+	NowUnixNano   int64 `protobuf:"varint,4,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
+	// entries are the slots with any, as slot → count.
+	Entries       map[uint32]uint64 `protobuf:"bytes,5,rep,name=entries,proto3" json:"entries,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SlotLoadResponse) Reset() {
+	*x = SlotLoadResponse{}
+	mi := &file_shards_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SlotLoadResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SlotLoadResponse) ProtoMessage() {}
+
+func (x *SlotLoadResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shards_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SlotLoadResponse.ProtoReflect.Descriptor instead.
+func (*SlotLoadResponse) Descriptor() ([]byte, []int) {
+	return file_shards_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SlotLoadResponse) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *SlotLoadResponse) GetLeader() string {
+	if x != nil {
+		return x.Leader
+	}
+	return ""
+}
+
+func (x *SlotLoadResponse) GetSinceUnixNano() int64 {
+	if x != nil {
+		return x.SinceUnixNano
+	}
+	return 0
+}
+
+func (x *SlotLoadResponse) GetNowUnixNano() int64 {
+	if x != nil {
+		return x.NowUnixNano
+	}
+	return 0
+}
+
+func (x *SlotLoadResponse) GetEntries() map[uint32]uint64 {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
 type MoveSlotsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Move          *SlotMove              `protobuf:"bytes,1,opt,name=move,proto3" json:"move,omitempty"`
@@ -762,7 +879,7 @@ type MoveSlotsResponse struct {
 
 func (x *MoveSlotsResponse) Reset() {
 	*x = MoveSlotsResponse{}
-	mi := &file_shards_proto_msgTypes[9]
+	mi := &file_shards_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +891,7 @@ func (x *MoveSlotsResponse) String() string {
 func (*MoveSlotsResponse) ProtoMessage() {}
 
 func (x *MoveSlotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shards_proto_msgTypes[9]
+	mi := &file_shards_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +904,7 @@ func (x *MoveSlotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveSlotsResponse.ProtoReflect.Descriptor instead.
 func (*MoveSlotsResponse) Descriptor() ([]byte, []int) {
-	return file_shards_proto_rawDescGZIP(), []int{9}
+	return file_shards_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MoveSlotsResponse) GetMove() *SlotMove {
@@ -816,7 +933,7 @@ type GroupSlotsRequest struct {
 
 func (x *GroupSlotsRequest) Reset() {
 	*x = GroupSlotsRequest{}
-	mi := &file_shards_proto_msgTypes[10]
+	mi := &file_shards_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -828,7 +945,7 @@ func (x *GroupSlotsRequest) String() string {
 func (*GroupSlotsRequest) ProtoMessage() {}
 
 func (x *GroupSlotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shards_proto_msgTypes[10]
+	mi := &file_shards_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -841,7 +958,7 @@ func (x *GroupSlotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupSlotsRequest.ProtoReflect.Descriptor instead.
 func (*GroupSlotsRequest) Descriptor() ([]byte, []int) {
-	return file_shards_proto_rawDescGZIP(), []int{10}
+	return file_shards_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GroupSlotsRequest) GetMoveId() uint64 {
@@ -900,7 +1017,7 @@ type GroupSlotsResponse struct {
 
 func (x *GroupSlotsResponse) Reset() {
 	*x = GroupSlotsResponse{}
-	mi := &file_shards_proto_msgTypes[11]
+	mi := &file_shards_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -912,7 +1029,7 @@ func (x *GroupSlotsResponse) String() string {
 func (*GroupSlotsResponse) ProtoMessage() {}
 
 func (x *GroupSlotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shards_proto_msgTypes[11]
+	mi := &file_shards_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -925,7 +1042,7 @@ func (x *GroupSlotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupSlotsResponse.ProtoReflect.Descriptor instead.
 func (*GroupSlotsResponse) Descriptor() ([]byte, []int) {
-	return file_shards_proto_rawDescGZIP(), []int{11}
+	return file_shards_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GroupSlotsResponse) GetDone() bool {
@@ -1006,7 +1123,17 @@ const file_shards_proto_rawDesc = "" +
 	"\x02to\x18\x03 \x01(\tR\x02to\":\n" +
 	"\x0ePinSlotRequest\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\rR\x04slot\x12\x14\n" +
-	"\x05unpin\x18\x02 \x01(\bR\x05unpin\";\n" +
+	"\x05unpin\x18\x02 \x01(\bR\x05unpin\"\x11\n" +
+	"\x0fSlotLoadRequest\"\x8b\x02\n" +
+	"\x10SlotLoadResponse\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x16\n" +
+	"\x06leader\x18\x02 \x01(\tR\x06leader\x12&\n" +
+	"\x0fsince_unix_nano\x18\x03 \x01(\x03R\rsinceUnixNano\x12\"\n" +
+	"\rnow_unix_nano\x18\x04 \x01(\x03R\vnowUnixNano\x12A\n" +
+	"\aentries\x18\x05 \x03(\v2'.allot.v1.SlotLoadResponse.EntriesEntryR\aentries\x1a:\n" +
+	"\fEntriesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\";\n" +
 	"\x11MoveSlotsResponse\x12&\n" +
 	"\x04move\x18\x01 \x01(\v2\x12.allot.v1.SlotMoveR\x04move\"\x93\x02\n" +
 	"\x11GroupSlotsRequest\x12\x17\n" +
@@ -1027,11 +1154,12 @@ const file_shards_proto_rawDesc = "" +
 	"\x12GroupSlotsResponse\x12\x12\n" +
 	"\x04done\x18\x01 \x01(\bR\x04done\x12\x18\n" +
 	"\arefused\x18\x02 \x01(\tR\arefused\x12\x14\n" +
-	"\x05owned\x18\x03 \x01(\rR\x05owned2\xd2\x02\n" +
+	"\x05owned\x18\x03 \x01(\rR\x05owned2\x95\x03\n" +
 	"\fShardService\x12?\n" +
 	"\vGetShardMap\x12\x1c.allot.v1.GetShardMapRequest\x1a\x12.allot.v1.ShardMap\x129\n" +
 	"\bAddGroup\x12\x19.allot.v1.AddGroupRequest\x1a\x12.allot.v1.ShardMap\x12D\n" +
-	"\tMoveSlots\x12\x1a.allot.v1.MoveSlotsRequest\x1a\x1b.allot.v1.MoveSlotsResponse\x127\n" +
+	"\tMoveSlots\x12\x1a.allot.v1.MoveSlotsRequest\x1a\x1b.allot.v1.MoveSlotsResponse\x12A\n" +
+	"\bSlotLoad\x12\x19.allot.v1.SlotLoadRequest\x1a\x1a.allot.v1.SlotLoadResponse\x127\n" +
 	"\aPinSlot\x12\x18.allot.v1.PinSlotRequest\x1a\x12.allot.v1.ShardMap\x12G\n" +
 	"\n" +
 	"GroupSlots\x12\x1b.allot.v1.GroupSlotsRequest\x1a\x1c.allot.v1.GroupSlotsResponseB)Z'github.com/allot-io/allot/proto;allotpbb\x06proto3"
@@ -1049,7 +1177,7 @@ func file_shards_proto_rawDescGZIP() []byte {
 }
 
 var file_shards_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_shards_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_shards_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_shards_proto_goTypes = []any{
 	(SlotMove_Phase)(0),         // 0: allot.v1.SlotMove.Phase
 	(GroupSlotsRequest_Step)(0), // 1: allot.v1.GroupSlotsRequest.Step
@@ -1062,32 +1190,38 @@ var file_shards_proto_goTypes = []any{
 	(*AddGroupRequest)(nil),     // 8: allot.v1.AddGroupRequest
 	(*MoveSlotsRequest)(nil),    // 9: allot.v1.MoveSlotsRequest
 	(*PinSlotRequest)(nil),      // 10: allot.v1.PinSlotRequest
-	(*MoveSlotsResponse)(nil),   // 11: allot.v1.MoveSlotsResponse
-	(*GroupSlotsRequest)(nil),   // 12: allot.v1.GroupSlotsRequest
-	(*GroupSlotsResponse)(nil),  // 13: allot.v1.GroupSlotsResponse
+	(*SlotLoadRequest)(nil),     // 11: allot.v1.SlotLoadRequest
+	(*SlotLoadResponse)(nil),    // 12: allot.v1.SlotLoadResponse
+	(*MoveSlotsResponse)(nil),   // 13: allot.v1.MoveSlotsResponse
+	(*GroupSlotsRequest)(nil),   // 14: allot.v1.GroupSlotsRequest
+	(*GroupSlotsResponse)(nil),  // 15: allot.v1.GroupSlotsResponse
+	nil,                         // 16: allot.v1.SlotLoadResponse.EntriesEntry
 }
 var file_shards_proto_depIdxs = []int32{
 	2,  // 0: allot.v1.ShardMap.groups:type_name -> allot.v1.ShardGroup
 	3,  // 1: allot.v1.ShardMap.ranges:type_name -> allot.v1.SlotRange
 	5,  // 2: allot.v1.ShardMap.moves:type_name -> allot.v1.SlotMove
 	0,  // 3: allot.v1.SlotMove.phase:type_name -> allot.v1.SlotMove.Phase
-	5,  // 4: allot.v1.MoveSlotsResponse.move:type_name -> allot.v1.SlotMove
-	1,  // 5: allot.v1.GroupSlotsRequest.step:type_name -> allot.v1.GroupSlotsRequest.Step
-	7,  // 6: allot.v1.ShardService.GetShardMap:input_type -> allot.v1.GetShardMapRequest
-	8,  // 7: allot.v1.ShardService.AddGroup:input_type -> allot.v1.AddGroupRequest
-	9,  // 8: allot.v1.ShardService.MoveSlots:input_type -> allot.v1.MoveSlotsRequest
-	10, // 9: allot.v1.ShardService.PinSlot:input_type -> allot.v1.PinSlotRequest
-	12, // 10: allot.v1.ShardService.GroupSlots:input_type -> allot.v1.GroupSlotsRequest
-	4,  // 11: allot.v1.ShardService.GetShardMap:output_type -> allot.v1.ShardMap
-	4,  // 12: allot.v1.ShardService.AddGroup:output_type -> allot.v1.ShardMap
-	11, // 13: allot.v1.ShardService.MoveSlots:output_type -> allot.v1.MoveSlotsResponse
-	4,  // 14: allot.v1.ShardService.PinSlot:output_type -> allot.v1.ShardMap
-	13, // 15: allot.v1.ShardService.GroupSlots:output_type -> allot.v1.GroupSlotsResponse
-	11, // [11:16] is the sub-list for method output_type
-	6,  // [6:11] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	16, // 4: allot.v1.SlotLoadResponse.entries:type_name -> allot.v1.SlotLoadResponse.EntriesEntry
+	5,  // 5: allot.v1.MoveSlotsResponse.move:type_name -> allot.v1.SlotMove
+	1,  // 6: allot.v1.GroupSlotsRequest.step:type_name -> allot.v1.GroupSlotsRequest.Step
+	7,  // 7: allot.v1.ShardService.GetShardMap:input_type -> allot.v1.GetShardMapRequest
+	8,  // 8: allot.v1.ShardService.AddGroup:input_type -> allot.v1.AddGroupRequest
+	9,  // 9: allot.v1.ShardService.MoveSlots:input_type -> allot.v1.MoveSlotsRequest
+	11, // 10: allot.v1.ShardService.SlotLoad:input_type -> allot.v1.SlotLoadRequest
+	10, // 11: allot.v1.ShardService.PinSlot:input_type -> allot.v1.PinSlotRequest
+	14, // 12: allot.v1.ShardService.GroupSlots:input_type -> allot.v1.GroupSlotsRequest
+	4,  // 13: allot.v1.ShardService.GetShardMap:output_type -> allot.v1.ShardMap
+	4,  // 14: allot.v1.ShardService.AddGroup:output_type -> allot.v1.ShardMap
+	13, // 15: allot.v1.ShardService.MoveSlots:output_type -> allot.v1.MoveSlotsResponse
+	12, // 16: allot.v1.ShardService.SlotLoad:output_type -> allot.v1.SlotLoadResponse
+	4,  // 17: allot.v1.ShardService.PinSlot:output_type -> allot.v1.ShardMap
+	15, // 18: allot.v1.ShardService.GroupSlots:output_type -> allot.v1.GroupSlotsResponse
+	13, // [13:19] is the sub-list for method output_type
+	7,  // [7:13] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_shards_proto_init() }
@@ -1101,7 +1235,7 @@ func file_shards_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shards_proto_rawDesc), len(file_shards_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   12,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

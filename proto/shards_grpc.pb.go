@@ -25,6 +25,7 @@ const (
 	ShardService_GetShardMap_FullMethodName = "/allot.v1.ShardService/GetShardMap"
 	ShardService_AddGroup_FullMethodName    = "/allot.v1.ShardService/AddGroup"
 	ShardService_MoveSlots_FullMethodName   = "/allot.v1.ShardService/MoveSlots"
+	ShardService_SlotLoad_FullMethodName    = "/allot.v1.ShardService/SlotLoad"
 	ShardService_PinSlot_FullMethodName     = "/allot.v1.ShardService/PinSlot"
 	ShardService_GroupSlots_FullMethodName  = "/allot.v1.ShardService/GroupSlots"
 )
@@ -39,6 +40,9 @@ type ShardServiceClient interface {
 	AddGroup(ctx context.Context, in *AddGroupRequest, opts ...grpc.CallOption) (*ShardMap, error)
 	// MoveSlots starts a move; the home group's leader carries it out.
 	MoveSlots(ctx context.Context, in *MoveSlotsRequest, opts ...grpc.CallOption) (*MoveSlotsResponse, error)
+	// SlotLoad is the leader's count of key entries per slot (any member
+	// forwards it to its leader).
+	SlotLoad(ctx context.Context, in *SlotLoadRequest, opts ...grpc.CallOption) (*SlotLoadResponse, error)
 	// PinSlot pins a slot (or unpins it): range moves leave it where it is.
 	PinSlot(ctx context.Context, in *PinSlotRequest, opts ...grpc.CallOption) (*ShardMap, error)
 	// GroupSlots carries one step of a move to a group (any member; a
@@ -84,6 +88,16 @@ func (c *shardServiceClient) MoveSlots(ctx context.Context, in *MoveSlotsRequest
 	return out, nil
 }
 
+func (c *shardServiceClient) SlotLoad(ctx context.Context, in *SlotLoadRequest, opts ...grpc.CallOption) (*SlotLoadResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SlotLoadResponse)
+	err := c.cc.Invoke(ctx, ShardService_SlotLoad_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *shardServiceClient) PinSlot(ctx context.Context, in *PinSlotRequest, opts ...grpc.CallOption) (*ShardMap, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ShardMap)
@@ -114,6 +128,9 @@ type ShardServiceServer interface {
 	AddGroup(context.Context, *AddGroupRequest) (*ShardMap, error)
 	// MoveSlots starts a move; the home group's leader carries it out.
 	MoveSlots(context.Context, *MoveSlotsRequest) (*MoveSlotsResponse, error)
+	// SlotLoad is the leader's count of key entries per slot (any member
+	// forwards it to its leader).
+	SlotLoad(context.Context, *SlotLoadRequest) (*SlotLoadResponse, error)
 	// PinSlot pins a slot (or unpins it): range moves leave it where it is.
 	PinSlot(context.Context, *PinSlotRequest) (*ShardMap, error)
 	// GroupSlots carries one step of a move to a group (any member; a
@@ -137,6 +154,9 @@ func (UnimplementedShardServiceServer) AddGroup(context.Context, *AddGroupReques
 }
 func (UnimplementedShardServiceServer) MoveSlots(context.Context, *MoveSlotsRequest) (*MoveSlotsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method MoveSlots not implemented")
+}
+func (UnimplementedShardServiceServer) SlotLoad(context.Context, *SlotLoadRequest) (*SlotLoadResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SlotLoad not implemented")
 }
 func (UnimplementedShardServiceServer) PinSlot(context.Context, *PinSlotRequest) (*ShardMap, error) {
 	return nil, status.Error(codes.Unimplemented, "method PinSlot not implemented")
@@ -219,6 +239,24 @@ func _ShardService_MoveSlots_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ShardService_SlotLoad_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SlotLoadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShardServiceServer).SlotLoad(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ShardService_SlotLoad_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShardServiceServer).SlotLoad(ctx, req.(*SlotLoadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ShardService_PinSlot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(PinSlotRequest)
 	if err := dec(in); err != nil {
@@ -273,6 +311,10 @@ var ShardService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "MoveSlots",
 			Handler:    _ShardService_MoveSlots_Handler,
+		},
+		{
+			MethodName: "SlotLoad",
+			Handler:    _ShardService_SlotLoad_Handler,
 		},
 		{
 			MethodName: "PinSlot",

@@ -28,6 +28,8 @@ tenant's keys and ledger lines live in the group owning its slot.
                           load: exactly once, no unit lost or counted twice
   pin SLOT | --tenant T   leave a slot out of range moves (a large tenant placed
                           in a group of its own); --unpin undoes it
+  rebalance               measure each group's load per slot and propose moves
+                          that even it out; --apply carries them out
 
 --coordinator names the home group (the one started without --shard-home).
 add-group and move need the admin token when the cluster has one.`
@@ -38,6 +40,7 @@ func runShards(ctx context.Context, e *env) error {
 		{"add-group", runShardsAddGroup},
 		{"move", runShardsMove},
 		{"pin", runShardsPin},
+		{"rebalance", runShardsRebalance},
 	})
 }
 

@@ -269,6 +269,12 @@ func TestShardsProcess(t *testing.T) {
 			return false, out
 		})
 	}
+	// A rebalance by measured load, carried out under the same load.
+	if ok, out := allot("shards", "rebalance", "--sample", "2s", "--tolerance", "0.2", "--max-moves", "2", "--apply", "--coordinator", home); !ok || !strings.Contains(out, "key entries/s") {
+		t.Fatalf("allot shards rebalance --apply:\n%s", out)
+	} else {
+		t.Logf("allot shards rebalance --apply:\n%s", out)
+	}
 	cancel()
 	wg.Wait()
 	ok, out := allot("shards", "status", "--coordinator", home)

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/allot-io/allot/internal/shard"
+	allotpb "github.com/allot-io/allot/proto"
+	"google.golang.org/grpc"
+)
+
+const shardsRebalanceAbout = `
+Measures the load of every shard group (the key entries, demand and usage
+counts, its leader takes per slot) over --sample, and proposes slot moves
+that bring every group within --tolerance of the mean: runs of one group's
+contiguous slots, never a pinned one, from the most loaded group to the
+least, none moving more than the gap between them, so that no move makes
+the balance worse. It prints the proposals and the loads they lead to;
+--apply then carries them out one at a time, each as 'allot shards move
+--wait' would.`
+
+func runShardsRebalance(ctx context.Context, e *env) error {
+	const cmd = "shards rebalance"
+	f := newFlags(e, cmd, "[--sample 10s] [--tolerance 0.1] [--max-moves 8] [--apply] [flags]", shardsRebalanceAbout)
+	var cf clientFlags
+	var sample time.Duration
+	var tolerance float64
+	var maxMoves int
+	var apply bool
+	cf.register(f)
+	f.DurationVar(&sample, "sample", 10*time.Second, "how long to measure each group's load")
+	f.Float64Var(&tolerance, "tolerance", 0.1, "how far above the mean a group may stay, as a fraction")
+	f.IntVar(&maxMoves, "max-moves", 8, "at most this many moves")
+	f.BoolVar(&apply, "apply", false, "carry the proposed moves out")
+	if err := f.parse(e); err != nil {
+		return err
+	}
+	if err := f.noArgs(); err != nil {
+		return err
+	}
+	if sample < time.Second || tolerance < 0 || maxMoves < 1 {
+		return usagef(cmd, "--sample at least 1s, --tolerance at least 0, --max-moves at least 1")
+	}
+	cl, err := cf.dial()
+	if err != nil {
+		return &usageError{err: err, hint: cmd}
+	}
+	defer cl.Close()
+	pm, err := shardMapOf(ctx, &cf, cl)
+	if err != nil {
+		return fmt.Errorf("reading the shard map: %w", err)
+	}
+	m, err := shard.FromProto(pm)
+	if err != nil {
+		return fmt.Errorf("the home group's shard map: %w", err)
+	}
+	if len(m.Groups) < 2 {
+		return &refusedError{err: fmt.Errorf("the region is one group: add one first (allot shards add-group)")}
+	}
+	fmt.Fprintf(e.stdout, "measuring each group's load for %v…\n", sample)
+	load, err := measureLoad(ctx, &cf, m, sample)
+	if err != nil {
+		return err
+	}
+	groups, before := shard.GroupLoads(m, load)
+	proposals := shard.Rebalance(m, load, tolerance, maxMoves)
+	after := m.Clone()
+	for _, p := range proposals {
+		if err := after.Assign(p.First, p.Last, p.To); err != nil {
+			return err
+		}
+	}
+	_, then := shard.GroupLoads(after, load)
+	for i, g := range groups {
+		fmt.Fprintf(e.stdout, "  %-12s %10.0f key entries/s now, %10.0f after\n", g, before[i], then[i])
+	}
+	if len(proposals) == 0 {
+		fmt.Fprintf(e.stdout, "balanced within %.0f%% of the mean: nothing to move\n", tolerance*100)
+		return nil
+	}
+	for _, p := range proposals {
+		fmt.Fprintf(e.stdout, "move %d-%d from %s to %s (%.0f key entries/s)\n", p.First, p.Last, p.From, p.To, p.Load)
+	}
+	if !apply {
+		fmt.Fprintln(e.stdout, "run again with --apply to carry these out")
+		return nil
+	}
+	for _, p := range proposals {
+		sub := *e
+		sub.args = []string{fmt.Sprintf("%d-%d", p.First, p.Last), "--to", p.To, "--wait", "--coordinator", cf.coordinators, "--timeout", cf.timeout.String()}
+		if err := runShardsMove(ctx, &sub); err != nil {
+			return fmt.Errorf("move %d-%d to %s: %w", p.First, p.Last, p.To, err)
+		}
+	}
+	return nil
+}
+
+// measureLoad reads every group leader's count of key entries per slot
+// twice, sample apart, and returns the rate per slot.
+func measureLoad(ctx context.Context, cf *clientFlags, m *shard.Map, sample time.Duration) (*[shard.Slots]float64, error) {
+	read := func() (map[string]*allotpb.SlotLoadResponse, error) {
+		out := map[string]*allotpb.SlotLoadResponse{}
+		for _, g := range m.GroupIDs() {
+			gf := *cf
+			gf.coordinators = strings.Join(m.Groups[g], ",")
+			gl, err := gf.dial()
+			if err != nil {
+				return nil, fmt.Errorf("group %s: %w", g, err)
+			}
+			err = gf.once(ctx, gl, func(ctx context.Context, cc *grpc.ClientConn) error {
+				r, err := allotpb.NewShardServiceClient(cc).SlotLoad(ctx, &allotpb.SlotLoadRequest{})
+				out[g] = r
+				return err
+			})
+			gl.Close()
+			if err != nil {
+				return nil, fmt.Errorf("group %s's load: %w", g, err)
+			}
+		}
+		return out, nil
+	}
+	first, err := read()
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-time.After(sample):
+	}
+	second, err := read()
+	if err != nil {
+		return nil, err
+	}
+	var load [shard.Slots]float64
+	for g, b := range second {
+		a := first[g]
+		secs := time.Duration(b.GetNowUnixNano() - a.GetNowUnixNano()).Seconds()
+		if a.GetLeader() != b.GetLeader() || a.GetSinceUnixNano() != b.GetSinceUnixNano() {
+			// A new leader began counting afresh: its count is the rate.
+			secs = time.Duration(b.GetNowUnixNano() - b.GetSinceUnixNano()).Seconds()
+			a = &allotpb.SlotLoadResponse{}
+		}
+		if secs <= 0 {
+			continue
+		}
+		for s, n := range b.GetEntries() {
+			if s < shard.Slots {
+				load[s] += float64(n-min(n, a.GetEntries()[s])) / secs
+			}
+		}
+	}
+	return &load, nil
+}

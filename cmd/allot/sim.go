@@ -42,7 +42,7 @@ func runSim(ctx context.Context, e *env) error {
 	f.DurationVar(&duration, "duration", 0, "simulated time (0: the scenario's)")
 	f.DurationVar(&interval, "interval", 0, "agents' reporting interval (0: the scenario's)")
 	f.Uint64Var(&seed, "seed", 0, "random seed (0: the scenario's)")
-	f.StringVar(&strategies, "strategies", "", "strategies to compare, comma-separated: "+strings.Join(sim.StrategyNames(), ", ")+", and static-regions for scenarios with regions (default: all that apply)")
+	f.StringVar(&strategies, "strategies", "", "strategies to compare, comma-separated: "+strings.Join(sim.StrategyNames(), ", ")+", static-regions for scenarios with regions, and shard-groups, one-group and one-group-unlimited for scenarios with shards (default: all that apply)")
 	f.StringVar(&out, "out", "", "directory for windows.csv, results.json and PNG plots")
 	f.StringVar(&format, "format", "table", "output on stdout: table, json or csv")
 	f.StringVar(&progress, "progress", "auto", "progress on stderr: auto (on a terminal), on or off")

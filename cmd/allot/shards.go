@@ -44,6 +44,54 @@ func runShards(ctx context.Context, e *env) error {
 	})
 }
 
+// callShards dials the cluster cf names and makes one ShardService call.
+func callShards[T any](ctx context.Context, cf *clientFlags, cmd string, call func(context.Context, allotpb.ShardServiceClient) (T, error)) (T, error) {
+	var out T
+	cl, err := cf.dial()
+	if err != nil {
+		return out, &usageError{err: err, hint: cmd}
+	}
+	defer cl.Close()
+	err = cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
+		var err error
+		out, err = call(ctx, allotpb.NewShardServiceClient(cc))
+		return err
+	})
+	return out, err
+}
+
+// readShardMap reads the home group's map and checks it.
+func readShardMap(ctx context.Context, cf *clientFlags, cl *coordinatorClient) (*shard.Map, *allotpb.ShardMap, error) {
+	pm, err := shardMapOf(ctx, cf, cl)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the shard map: %w", err)
+	}
+	m, err := shard.FromProto(pm)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the home group's shard map: %w", err)
+	}
+	return m, pm, nil
+}
+
+// slotsArg reads the slots a command names: SLOTS (N or N-M) or --tenant's.
+func slotsArg(cmd, tenant string, args []string) (first, last shard.Slot, err error) {
+	switch {
+	case tenant != "" && len(args) == 0:
+		first = shard.Of(tenant)
+		return first, first, nil
+	case tenant == "":
+		s, err := exactlyOne(cmd, "slot range (N or N-M)", args)
+		if err != nil {
+			return 0, 0, err
+		}
+		if first, last, err = shard.ParseRange(s); err != nil {
+			return 0, 0, usagef(cmd, "%v", err)
+		}
+		return first, last, nil
+	}
+	return 0, 0, usagef(cmd, "give SLOTS or --tenant, not both")
+}
+
 // shardMapOf asks the home group for its map.
 func shardMapOf(ctx context.Context, cf *clientFlags, cl *coordinatorClient) (*allotpb.ShardMap, error) {
 	var pm *allotpb.ShardMap
@@ -104,13 +152,9 @@ func runShardsStatus(ctx context.Context, e *env) error {
 		return &usageError{err: err, hint: cmd}
 	}
 	defer cl.Close()
-	pm, err := shardMapOf(ctx, &cf, cl)
+	m, pm, err := readShardMap(ctx, &cf, cl)
 	if err != nil {
-		return fmt.Errorf("reading the shard map: %w", err)
-	}
-	m, err := shard.FromProto(pm)
-	if err != nil {
-		return fmt.Errorf("the home group's shard map: %w", err)
+		return err
 	}
 	out := shardsStatus{Version: m.Version, Home: m.Home, Global: m.Global, Ranges: m.Ranges(), Pinned: pm.GetPinned(), Moves: pm.GetMoves()}
 	counts := m.Count()
@@ -219,16 +263,8 @@ func runShardsAddGroup(ctx context.Context, e *env) error {
 	if len(addrs) == 0 {
 		return usagef(cmd, "--members: a group needs at least one member's gRPC address")
 	}
-	cl, err := cf.dial()
-	if err != nil {
-		return &usageError{err: err, hint: cmd}
-	}
-	defer cl.Close()
-	var pm *allotpb.ShardMap
-	err = cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
-		var err error
-		pm, err = allotpb.NewShardServiceClient(cc).AddGroup(ctx, &allotpb.AddGroupRequest{Id: id, Coordinators: addrs})
-		return err
+	pm, err := callShards(ctx, &cf, cmd, func(ctx context.Context, sc allotpb.ShardServiceClient) (*allotpb.ShardMap, error) {
+		return sc.AddGroup(ctx, &allotpb.AddGroupRequest{Id: id, Coordinators: addrs})
 	})
 	if err != nil {
 		return fmt.Errorf("adding group %s: %w", id, err)
@@ -260,21 +296,9 @@ func runShardsMove(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	var first, last shard.Slot
-	switch {
-	case tenant != "" && len(args) == 0:
-		first = shard.Of(tenant)
-		last = first
-	case tenant == "":
-		s, err := exactlyOne(cmd, "slot range (N or N-M)", args)
-		if err != nil {
-			return err
-		}
-		if first, last, err = shard.ParseRange(s); err != nil {
-			return usagef(cmd, "%v", err)
-		}
-	default:
-		return usagef(cmd, "give SLOTS or --tenant, not both")
+	first, last, err := slotsArg(cmd, tenant, args)
+	if err != nil {
+		return err
 	}
 	if to == "" {
 		return usagef(cmd, "--to: name the group to move the slots to")
@@ -284,11 +308,8 @@ func runShardsMove(ctx context.Context, e *env) error {
 		return &usageError{err: err, hint: cmd}
 	}
 	defer cl.Close()
-	var resp *allotpb.MoveSlotsResponse
-	err = cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
-		var err error
-		resp, err = allotpb.NewShardServiceClient(cc).MoveSlots(ctx, &allotpb.MoveSlotsRequest{First: uint32(first), Last: uint32(last), To: to})
-		return err
+	resp, err := callShards(ctx, &cf, cmd, func(ctx context.Context, sc allotpb.ShardServiceClient) (*allotpb.MoveSlotsResponse, error) {
+		return sc.MoveSlots(ctx, &allotpb.MoveSlotsRequest{First: uint32(first), Last: uint32(last), To: to})
 	})
 	if err != nil {
 		return fmt.Errorf("moving slots %d-%d to %s: %w", first, last, to, err)
@@ -348,33 +369,15 @@ func runShardsPin(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	var sl shard.Slot
-	switch {
-	case tenant != "" && len(args) == 0:
-		sl = shard.Of(tenant)
-	case tenant == "":
-		arg, err := exactlyOne(cmd, "slot", args)
-		if err != nil {
-			return err
-		}
-		first, last, err := shard.ParseRange(arg)
-		if err != nil || first != last {
-			return usagef(cmd, "slot %q: one slot of 0..%d", arg, shard.Slots-1)
-		}
-		sl = first
-	default:
-		return usagef(cmd, "give SLOT or --tenant, not both")
-	}
-	cl, err := cf.dial()
+	sl, last, err := slotsArg(cmd, tenant, args)
 	if err != nil {
-		return &usageError{err: err, hint: cmd}
-	}
-	defer cl.Close()
-	var pm *allotpb.ShardMap
-	err = cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
-		var err error
-		pm, err = allotpb.NewShardServiceClient(cc).PinSlot(ctx, &allotpb.PinSlotRequest{Slot: uint32(sl), Unpin: unpin})
 		return err
+	}
+	if sl != last {
+		return usagef(cmd, "pin one slot at a time, not %d-%d", sl, last)
+	}
+	pm, err := callShards(ctx, &cf, cmd, func(ctx context.Context, sc allotpb.ShardServiceClient) (*allotpb.ShardMap, error) {
+		return sc.PinSlot(ctx, &allotpb.PinSlotRequest{Slot: uint32(sl), Unpin: unpin})
 	})
 	if err != nil {
 		return fmt.Errorf("pinning slot %d: %w", sl, err)

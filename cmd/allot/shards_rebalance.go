@@ -48,13 +48,9 @@ func runShardsRebalance(ctx context.Context, e *env) error {
 		return &usageError{err: err, hint: cmd}
 	}
 	defer cl.Close()
-	pm, err := shardMapOf(ctx, &cf, cl)
+	m, _, err := readShardMap(ctx, &cf, cl)
 	if err != nil {
-		return fmt.Errorf("reading the shard map: %w", err)
-	}
-	m, err := shard.FromProto(pm)
-	if err != nil {
-		return fmt.Errorf("the home group's shard map: %w", err)
+		return err
 	}
 	if len(m.Groups) < 2 {
 		return &refusedError{err: fmt.Errorf("the region is one group: add one first (allot shards add-group)")}

@@ -1,7 +1,6 @@
 package state
 
 import (
-	"bytes"
 	"strings"
 	"testing"
 
@@ -83,14 +82,7 @@ func TestSlotSteps(t *testing.T) {
 				}
 			}
 			// What a group owns survives a snapshot.
-			var buf bytes.Buffer
-			if err := s.Snapshot().Write(&buf); err != nil {
-				t.Fatal(err)
-			}
-			back, err := ReadSnapshot(&buf)
-			if err != nil {
-				t.Fatal(err)
-			}
+			back := roundTrip(t, &machine{st: s}).st
 			if back.OwnedSlots() != s.OwnedSlots() || back.Group() != s.Group() {
 				t.Fatalf("after a snapshot: %d slots of %q, before %d of %q", back.OwnedSlots(), back.Group(), s.OwnedSlots(), s.Group())
 			}
@@ -288,14 +280,7 @@ func TestShardMapCommands(t *testing.T) {
 	if back := mustMap(&fsmpb.ShardMapCommand{Phase: &allotpb.SlotMove{Id: 1, Phase: allotpb.SlotMove_FROZEN}}); back.GetVersion() != pm.GetVersion() {
 		t.Fatal("a move went back a phase")
 	}
-	var buf bytes.Buffer
-	if err := s.Snapshot().Write(&buf); err != nil {
-		t.Fatal(err)
-	}
-	back, err := ReadSnapshot(&buf)
-	if err != nil {
-		t.Fatal(err)
-	}
+	back := roundTrip(t, &machine{st: s}).st
 	if back.ShardMapVersion() != s.ShardMapVersion() || back.ShardMap().Owner(0) != "g1" {
 		t.Fatal("the map did not survive a snapshot")
 	}

@@ -327,6 +327,13 @@ func closeAndCompare(t *testing.T, a *Agent, addr, ruleName string, want func(st
 // the coordinator at addr, presenting token if set.
 func ledgerAdmitted(ctx context.Context, t *testing.T, addr, token, ruleName string) map[string]uint64 {
 	t.Helper()
+	return ledgerQuery(ctx, t, addr, token, &allotpb.UsageQuery{Rule: ruleName})
+}
+
+// ledgerQuery sums the units admitted by tenant over every page of q
+// (its time bounds set here), from the coordinator at addr.
+func ledgerQuery(ctx context.Context, t *testing.T, addr, token string, q *allotpb.UsageQuery) map[string]uint64 {
+	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -336,7 +343,7 @@ func ledgerAdmitted(ctx context.Context, t *testing.T, addr, token, ruleName str
 		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
 	}
 	got := map[string]uint64{}
-	q := &allotpb.UsageQuery{Rule: ruleName, From: timestamppb.New(time.Now().Add(-2 * time.Hour)), PageSize: 1000}
+	q.From, q.PageSize = timestamppb.New(time.Now().Add(-2*time.Hour)), 1000
 	for {
 		resp, err := allotpb.NewUsageServiceClient(cc).QueryUsage(ctx, q)
 		if err != nil {

@@ -129,15 +129,25 @@ func (c *Coordinator) notHome(what string) error {
 	return status.Errorf(codes.FailedPrecondition, "%s: shard group %q is not its region's home group; call the home group (%v)", what, c.groupID(), c.cfg.ShardHome)
 }
 
-func (s *shardServer) GetShardMap(_ context.Context, req *allotpb.GetShardMapRequest) (*allotpb.ShardMap, error) {
-	if !s.c.isHome() {
-		return nil, s.c.notHome("GetShardMap")
+func (s *shardServer) GetShardMap(ctx context.Context, req *allotpb.GetShardMapRequest) (*allotpb.ShardMap, error) {
+	c := s.c
+	if !c.isHome() {
+		return nil, c.notHome("GetShardMap")
 	}
-	m := s.c.shardMap()
-	if req.GetKnownVersion() >= m.Version && m.Version > 0 {
-		return &allotpb.ShardMap{Version: m.Version}, nil
-	}
-	return m.Proto(), nil
+	// The leader's: a member restarting from its data directory replays
+	// its log, and until then holds an old map (or none).
+	return onLeader(ctx, c, func() (*allotpb.ShardMap, error) {
+		if !c.leading.Load() {
+			return nil, ErrNotLeader
+		}
+		m := c.shardMap()
+		if req.GetKnownVersion() >= m.Version && m.Version > 0 {
+			return &allotpb.ShardMap{Version: m.Version}, nil
+		}
+		return m.Proto(), nil
+	}, func(ctx context.Context, addr string) (*allotpb.ShardMap, error) {
+		return allotpb.NewShardServiceClient(c.peers.conn(addr)).GetShardMap(ctx, req)
+	})
 }
 
 func (s *shardServer) AddGroup(ctx context.Context, req *allotpb.AddGroupRequest) (*allotpb.ShardMap, error) {

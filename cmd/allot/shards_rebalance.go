@@ -105,11 +105,20 @@ func measureLoad(ctx context.Context, cf *clientFlags, m *shard.Map, sample time
 			if err != nil {
 				return nil, fmt.Errorf("group %s: %w", g, err)
 			}
-			err = gf.once(ctx, gl, func(ctx context.Context, cc *grpc.ClientConn) error {
-				r, err := allotpb.NewShardServiceClient(cc).SlotLoad(ctx, &allotpb.SlotLoadRequest{})
-				out[g] = r
-				return err
-			})
+			// A group electing a leader answers a moment later: retry
+			// within --timeout.
+			deadline := time.Now().Add(cf.timeout)
+			for {
+				err = gf.once(ctx, gl, func(ctx context.Context, cc *grpc.ClientConn) error {
+					r, err := allotpb.NewShardServiceClient(cc).SlotLoad(ctx, &allotpb.SlotLoadRequest{})
+					out[g] = r
+					return err
+				})
+				if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
 			gl.Close()
 			if err != nil {
 				return nil, fmt.Errorf("group %s's load: %w", g, err)

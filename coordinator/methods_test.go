@@ -21,6 +21,7 @@ func TestEveryMethodServed(t *testing.T) {
 	cc := dial(t, c.GRPCAddr())
 	agent, rules := allotpb.NewAgentServiceClient(cc), allotpb.NewRulesServiceClient(cc)
 	cluster, usage := allotpb.NewClusterServiceClient(cc), allotpb.NewUsageServiceClient(cc)
+	shards := allotpb.NewShardServiceClient(cc)
 	stream := func(s grpc.ClientStream, err error) error {
 		if err != nil {
 			return err
@@ -70,8 +71,32 @@ func TestEveryMethodServed(t *testing.T) {
 		},
 		"ClusterService/Restore":  func(ctx context.Context) error { return stream(cluster.Restore(ctx)) },
 		"UsageService/QueryUsage": func(ctx context.Context) error { _, err := usage.QueryUsage(ctx, &allotpb.UsageQuery{}); return err },
+		"ShardService/GetShardMap": func(ctx context.Context) error {
+			_, err := shards.GetShardMap(ctx, &allotpb.GetShardMapRequest{})
+			return err
+		},
+		"ShardService/AddGroup": func(ctx context.Context) error {
+			_, err := shards.AddGroup(ctx, &allotpb.AddGroupRequest{})
+			return err
+		},
+		"ShardService/MoveSlots": func(ctx context.Context) error {
+			_, err := shards.MoveSlots(ctx, &allotpb.MoveSlotsRequest{})
+			return err
+		},
+		"ShardService/SlotLoad": func(ctx context.Context) error {
+			_, err := shards.SlotLoad(ctx, &allotpb.SlotLoadRequest{})
+			return err
+		},
+		"ShardService/PinSlot": func(ctx context.Context) error {
+			_, err := shards.PinSlot(ctx, &allotpb.PinSlotRequest{})
+			return err
+		},
+		"ShardService/GroupSlots": func(ctx context.Context) error {
+			_, err := shards.GroupSlots(ctx, &allotpb.GroupSlotsRequest{})
+			return err
+		},
 	}
-	descs := []grpc.ServiceDesc{allotpb.AgentService_ServiceDesc, allotpb.RulesService_ServiceDesc, allotpb.ClusterService_ServiceDesc, allotpb.UsageService_ServiceDesc}
+	descs := []grpc.ServiceDesc{allotpb.AgentService_ServiceDesc, allotpb.RulesService_ServiceDesc, allotpb.ClusterService_ServiceDesc, allotpb.UsageService_ServiceDesc, allotpb.ShardService_ServiceDesc}
 	want := 0
 	for _, d := range descs {
 		want += len(d.Methods) + len(d.Streams)

@@ -52,7 +52,7 @@ type allocator struct {
 	seq atomic.Uint64 // allocations, numbering grants
 	// acquired are the slots this group took over from another by a move,
 	// each learning until its end (shards.go); nil when none is.
-	acquired atomic.Pointer[[]slotLearning]
+	acquired atomic.Pointer[[]learningRange]
 
 	shards [allocShards]allocShard
 }

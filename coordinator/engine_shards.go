@@ -235,41 +235,23 @@ func (e *Engine) moveByID(id uint64) *allotpb.SlotMove {
 	return nil
 }
 
-// advanceMove is the mover's advanceMove against engines: each step one
-// command in one group's state, the phase recorded at home after it.
+// advanceMove is the mover's step (advance) against engines: each step
+// one command in one group's state, the phase recorded at home after it.
 func (e *Engine) advanceMove(now time.Time, mv *allotpb.SlotMove, group func(string) *Engine) {
-	step := func(g string, s allotpb.GroupSlotsRequest_Step, peer string) *allotpb.GroupSlotsResponse {
-		eng := group(g)
-		if eng == nil {
-			return &allotpb.GroupSlotsResponse{Refused: fmt.Sprintf("no group %q", g)}
-		}
-		r, err := eng.GroupSlots(now, &allotpb.GroupSlotsRequest{MoveId: mv.GetId(), First: mv.GetFirst(), Last: mv.GetLast(), Step: s, Peer: peer, Group: g})
-		if err != nil {
-			return &allotpb.GroupSlotsResponse{Refused: err.Error()}
-		}
-		return r
-	}
-	phase := func(p allotpb.SlotMove_Phase, why string) {
+	advance(mv, now.UnixNano(), moveSteps{
+		step: func(g string, s allotpb.GroupSlotsRequest_Step, peer string) (*allotpb.GroupSlotsResponse, error) {
+			eng := group(g)
+			if eng == nil {
+				return nil, fmt.Errorf("no group %q", g)
+			}
+			return eng.GroupSlots(now, &allotpb.GroupSlotsRequest{MoveId: mv.GetId(), First: mv.GetFirst(), Last: mv.GetLast(), Step: s, Peer: peer, Group: g})
+		},
 		// A phase refused leaves the move where it was: the next call
 		// takes the step again, as the mover retries.
-		_, _ = e.applyShardMap(&fsmpb.ShardMapCommand{Phase: &allotpb.SlotMove{Id: mv.GetId(), Phase: p, Error: why, UpdatedUnixNano: now.UnixNano()}})
-	}
-	switch mv.GetPhase() {
-	case allotpb.SlotMove_PLANNED:
-		if r := step(mv.GetFrom(), allotpb.GroupSlotsRequest_FREEZE, mv.GetTo()); r.GetDone() {
-			phase(allotpb.SlotMove_FROZEN, "")
-		} else {
-			phase(allotpb.SlotMove_ABORTED, "the source refused to freeze: "+r.GetRefused())
-		}
-	case allotpb.SlotMove_FROZEN:
-		if r := step(mv.GetTo(), allotpb.GroupSlotsRequest_ACQUIRE, mv.GetFrom()); r.GetDone() {
-			phase(allotpb.SlotMove_ACQUIRED, "")
-		} else if u := step(mv.GetFrom(), allotpb.GroupSlotsRequest_UNFREEZE, mv.GetTo()); u.GetDone() {
-			phase(allotpb.SlotMove_ABORTED, "the target refused the slots: "+r.GetRefused())
-		}
-	case allotpb.SlotMove_ACQUIRED:
-		if r := step(mv.GetFrom(), allotpb.GroupSlotsRequest_RELEASE, mv.GetTo()); r.GetDone() {
-			phase(allotpb.SlotMove_DONE, "")
-		}
-	}
+		phase: func(p allotpb.SlotMove_Phase, why string) bool {
+			_, err := e.applyShardMap(&fsmpb.ShardMapCommand{Phase: &allotpb.SlotMove{Id: mv.GetId(), Phase: p, Error: why, UpdatedUnixNano: now.UnixNano()}})
+			return err == nil
+		},
+		retry: func(string, string, error) {},
+	})
 }

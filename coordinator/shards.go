@@ -337,67 +337,98 @@ func (c *Coordinator) moveSlots(ctx context.Context) {
 	}
 }
 
-// advanceMove takes one step of a move.
+// advanceMove takes one step of a move, carrying each step to its group
+// (stepAt) and recording each phase in this home group's log.
 func (c *Coordinator) advanceMove(ctx context.Context, m *shard.Map, mv *allotpb.SlotMove) {
-	step := func(group string, s allotpb.GroupSlotsRequest_Step, peer string) (*allotpb.GroupSlotsResponse, error) {
-		return c.stepAt(ctx, m, group, &allotpb.GroupSlotsRequest{MoveId: mv.GetId(), First: mv.GetFirst(), Last: mv.GetLast(), Step: s, Peer: peer, Group: group})
-	}
-	phase := func(p allotpb.SlotMove_Phase, why string) {
-		if _, err := c.applyShardMap(&fsmpb.ShardMapCommand{Phase: &allotpb.SlotMove{Id: mv.GetId(), Phase: p, Error: why, UpdatedUnixNano: c.now().UnixNano()}}); err != nil {
-			c.log.Warn("shard move: recording a phase failed; retrying", "move", mv.GetId(), "phase", p.String(), "error", err)
-			return
-		}
-		c.log.Info("shard move", "move", mv.GetId(), "slots", fmt.Sprintf("%d-%d", mv.GetFirst(), mv.GetLast()), "from", mv.GetFrom(), "to", mv.GetTo(), "phase", p.String(), "error", why)
-	}
+	advance(mv, c.now().UnixNano(), moveSteps{
+		step: func(group string, s allotpb.GroupSlotsRequest_Step, peer string) (*allotpb.GroupSlotsResponse, error) {
+			return c.stepAt(ctx, m, group, &allotpb.GroupSlotsRequest{MoveId: mv.GetId(), First: mv.GetFirst(), Last: mv.GetLast(), Step: s, Peer: peer, Group: group})
+		},
+		phase: func(p allotpb.SlotMove_Phase, why string) bool {
+			if _, err := c.applyShardMap(&fsmpb.ShardMapCommand{Phase: &allotpb.SlotMove{Id: mv.GetId(), Phase: p, Error: why, UpdatedUnixNano: c.now().UnixNano()}}); err != nil {
+				c.log.Warn("shard move: recording a phase failed; retrying", "move", mv.GetId(), "phase", p.String(), "error", err)
+				return false
+			}
+			c.log.Info("shard move", "move", mv.GetId(), "slots", fmt.Sprintf("%d-%d", mv.GetFirst(), mv.GetLast()), "from", mv.GetFrom(), "to", mv.GetTo(), "phase", p.String(), "error", why)
+			return true
+		},
+		retry: func(what, group string, err error) {
+			c.log.Warn("shard move: "+what+"; retrying", "move", mv.GetId(), "group", group, "error", err)
+		},
+	})
+}
+
+// moveSteps is what advance needs to take a move's step: a way to carry
+// a step to a group, to record a phase at the home group (false when it
+// could not), and to tell of a step that is to be taken again.
+type moveSteps struct {
+	step  func(group string, s allotpb.GroupSlotsRequest_Step, peer string) (*allotpb.GroupSlotsResponse, error)
+	phase func(p allotpb.SlotMove_Phase, why string) bool
+	retry func(what, group string, err error)
+}
+
+// advance takes one step of a move as of now (ns), by its phase: freeze at
+// the source, acquire at the target (the commit point), release at the
+// source, done. A target that refuses, or stays away for moveAbortAfter
+// and then takes the abort, gets the move aborted and the source
+// unfrozen; one of acquire and abort commits first in the target's log,
+// and that decides. The coordinator's mover and the simulator's engines
+// both move slots by it.
+func advance(mv *allotpb.SlotMove, now int64, ms moveSteps) {
+	from, to := mv.GetFrom(), mv.GetTo()
 	abort := func(why string) {
-		if r, err := step(mv.GetFrom(), allotpb.GroupSlotsRequest_UNFREEZE, mv.GetTo()); err != nil || !r.GetDone() {
-			c.log.Warn("shard move: unfreezing at the source failed; retrying", "move", mv.GetId(), "error", err, "refused", r.GetRefused())
+		r, err := ms.step(from, allotpb.GroupSlotsRequest_UNFREEZE, to)
+		if err == nil && !r.GetDone() {
+			err = errors.New(r.GetRefused())
+		}
+		if err != nil {
+			ms.retry("unfreezing at the source failed", from, err)
 			return
 		}
-		phase(allotpb.SlotMove_ABORTED, why)
+		ms.phase(allotpb.SlotMove_ABORTED, why)
 	}
 	switch mv.GetPhase() {
 	case allotpb.SlotMove_PLANNED:
-		r, err := step(mv.GetFrom(), allotpb.GroupSlotsRequest_FREEZE, mv.GetTo())
+		r, err := ms.step(from, allotpb.GroupSlotsRequest_FREEZE, to)
 		switch {
 		case err != nil:
-			c.log.Warn("shard move: the source did not freeze; retrying", "move", mv.GetId(), "group", mv.GetFrom(), "error", err)
+			ms.retry("the source did not freeze", from, err)
 		case r.GetDone():
-			phase(allotpb.SlotMove_FROZEN, "")
+			ms.phase(allotpb.SlotMove_FROZEN, "")
 		default:
-			phase(allotpb.SlotMove_ABORTED, "the source refused to freeze: "+r.GetRefused())
+			ms.phase(allotpb.SlotMove_ABORTED, "the source refused to freeze: "+r.GetRefused())
 		}
 	case allotpb.SlotMove_FROZEN:
-		r, err := step(mv.GetTo(), allotpb.GroupSlotsRequest_ACQUIRE, mv.GetFrom())
+		r, err := ms.step(to, allotpb.GroupSlotsRequest_ACQUIRE, from)
 		switch {
 		case err == nil && r.GetDone():
-			phase(allotpb.SlotMove_ACQUIRED, "")
+			ms.phase(allotpb.SlotMove_ACQUIRED, "")
 		case err == nil:
 			abort("the target refused the slots: " + r.GetRefused())
-		case c.now().UnixNano()-mv.GetUpdatedUnixNano() > int64(moveAbortAfter):
+		case now-mv.GetUpdatedUnixNano() > int64(moveAbortAfter):
 			// The target has not answered for long: abort there, so
 			// that a late acquire cannot commit, then give the slots back.
-			r, aerr := step(mv.GetTo(), allotpb.GroupSlotsRequest_ABORT, mv.GetFrom())
+			r, aerr := ms.step(to, allotpb.GroupSlotsRequest_ABORT, from)
 			switch {
 			case aerr != nil:
-				c.log.Warn("shard move: the target answers neither an acquire nor an abort; retrying", "move", mv.GetId(), "group", mv.GetTo(), "error", aerr)
+				ms.retry("the target answers neither an acquire nor an abort", to, aerr)
 			case r.GetDone():
 				abort(fmt.Sprintf("the target did not acquire the slots within %v: %v", moveAbortAfter, err))
 			default: // it did acquire, its answer lost
-				phase(allotpb.SlotMove_ACQUIRED, "")
+				ms.phase(allotpb.SlotMove_ACQUIRED, "")
 			}
 		default:
-			c.log.Warn("shard move: the target did not acquire; retrying", "move", mv.GetId(), "group", mv.GetTo(), "error", err)
+			ms.retry("the target did not acquire", to, err)
 		}
 	case allotpb.SlotMove_ACQUIRED:
-		r, err := step(mv.GetFrom(), allotpb.GroupSlotsRequest_RELEASE, mv.GetTo())
+		r, err := ms.step(from, allotpb.GroupSlotsRequest_RELEASE, to)
 		switch {
 		case err != nil:
-			c.log.Warn("shard move: the source did not release; retrying", "move", mv.GetId(), "group", mv.GetFrom(), "error", err)
+			ms.retry("the source did not release", from, err)
 		case r.GetDone():
-			phase(allotpb.SlotMove_DONE, "")
+			ms.phase(allotpb.SlotMove_DONE, "")
 		default:
-			c.log.Error("shard move: the source refuses to release slots the target acquired", "move", mv.GetId(), "refused", r.GetRefused())
+			ms.retry("the source refuses to release slots the target acquired", from, errors.New(r.GetRefused()))
 		}
 	}
 }
@@ -476,9 +507,9 @@ func (c *Coordinator) mirrorOnce(ctx context.Context) error {
 	return lastErr
 }
 
-// slotLearning is a range of slots a move gave this group, and when its
+// learningRange is a range of slots a move gave this group, and when its
 // learning period ends (ns).
-type slotLearning struct {
+type learningRange struct {
 	first, last shard.Slot
 	until       int64
 }
@@ -488,7 +519,7 @@ type slotLearning struct {
 // leader did not grant, and dividing the whole limit at once would grant
 // it twice. Ranges whose period is over are dropped.
 func (a *allocator) learnSlots(first, last shard.Slot, now int64) {
-	next := []slotLearning{{first: first, last: last, until: now + a.ttl.Load()}}
+	next := []learningRange{{first: first, last: last, until: now + a.ttl.Load()}}
 	if cur := a.acquired.Load(); cur != nil {
 		for _, l := range *cur {
 			if l.until > now {

@@ -1,6 +1,7 @@
 package shardroute
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strconv"
@@ -187,7 +188,7 @@ func (r *Router) Report(ctx context.Context, req *allotpb.ReportRequest) (*allot
 			case err != nil:
 				contentErr = err
 			default:
-				firstErr = cmpErr(firstErr, x.err)
+				firstErr = cmp.Or(firstErr, x.err)
 				demandLost = demandLost || len(x.demand) > 0
 			}
 			version = max(version, v)
@@ -210,13 +211,6 @@ func (r *Router) Report(ctx context.Context, req *allotpb.ReportRequest) (*allot
 		return nil, firstErr
 	}
 	return r.merge(req, answered, demandLost), nil
-}
-
-func cmpErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 func (r *Router) version() uint64 {
@@ -296,15 +290,22 @@ func (r *Router) plan(req *allotpb.ReportRequest, retry bool) []*exchange {
 			get(r.laneOf(r.homeID()))
 		}
 	}
-	// The home group first: its answer carries the rules and settings.
-	slices.SortStableFunc(out, func(a, b *exchange) int {
-		return boolRank(a.lane.group != r.homeID()) - boolRank(b.lane.group != r.homeID())
-	})
+	r.homeFirst(out)
 	return out
 }
 
-func boolRank(b bool) int {
-	if b {
+// homeFirst puts the home group's exchanges first, the others in their
+// order: the home's answer carries the region's rules, settings and clock
+// (the other groups mirror its rules, and may lag behind).
+func (r *Router) homeFirst(xs []*exchange) {
+	home := r.homeID()
+	slices.SortStableFunc(xs, func(a, b *exchange) int {
+		return cmp.Compare(rank(a.lane.group != home), rank(b.lane.group != home))
+	})
+}
+
+func rank(notHome bool) int {
+	if notHome {
 		return 1
 	}
 	return 0
@@ -427,11 +428,7 @@ func after(s, sep string) string {
 // The batch is acknowledged once each of its counts is. Leases are
 // renewed only when every group asked for keys answered.
 func (r *Router) merge(req *allotpb.ReportRequest, answered []*exchange, demandLost bool) *allotpb.ReportResponse {
-	// The home group's answer first: its rules, settings and clock are the
-	// region's (the others mirror its rules, and may lag behind).
-	slices.SortStableFunc(answered, func(a, b *exchange) int {
-		return boolRank(a.lane.group != r.homeID()) - boolRank(b.lane.group != r.homeID())
-	})
+	r.homeFirst(answered)
 	homeAnswered := answered[0].lane.group == r.homeID()
 	var out *allotpb.ReportResponse
 	renew := int64(0)

@@ -3,6 +3,7 @@ package state
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/internal/shard"
@@ -43,7 +44,7 @@ func (s *State) applyShardMap(cmd *fsmpb.ShardMapCommand) any {
 	// The home group's members as its leader knows them now: the map
 	// follows the home group's membership.
 	homeMoved := false
-	if hc := cmd.GetCoordinators(); len(hc) > 0 && !equalStrings(m.Groups[m.Home], hc) {
+	if hc := cmd.GetCoordinators(); len(hc) > 0 && !slices.Equal(m.Groups[m.Home], hc) {
 		m.Groups[m.Home] = append([]string(nil), hc...)
 		homeMoved = true
 	}
@@ -53,7 +54,7 @@ func (s *State) applyShardMap(cmd *fsmpb.ShardMapCommand) any {
 		if err := shard.ValidGroupID(g.GetId()); err != nil {
 			return fmt.Errorf("%w: %v", ErrShardMap, err)
 		}
-		if old, dup := m.Groups[g.GetId()]; dup && s.shardMap != nil && equalStrings(old, g.GetCoordinators()) && !homeMoved {
+		if old, dup := m.Groups[g.GetId()]; dup && s.shardMap != nil && slices.Equal(old, g.GetCoordinators()) && !homeMoved {
 			return s.shardMap.Proto() // added before: done again
 		}
 		// A group added again with other members: its addresses change.
@@ -118,18 +119,6 @@ func (s *State) applyShardMap(cmd *fsmpb.ShardMapCommand) any {
 // finished reports whether a move's phase is its last.
 func finished(p allotpb.SlotMove_Phase) bool {
 	return p == allotpb.SlotMove_DONE || p == allotpb.SlotMove_ABORTED
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // restoreShardMap reads the map back from a snapshot.

@@ -42,7 +42,7 @@ func (t *slotTable) clone() *slotTable {
 }
 
 // Owns reports whether this group takes usage for the slot now.
-func (s *State) Owns(sl shard.Slot) bool { return s.slots == nil || s.slots.state[sl] == slotOwned }
+func (s *State) Owns(sl shard.Slot) bool { return s.Owner()(sl) }
 
 // Group is the shard group this state belongs to, "" until a step named it.
 func (s *State) Group() string {
@@ -64,22 +64,6 @@ func (s *State) OwnedSlots() int {
 		}
 	}
 	return n
-}
-
-// AcquiredSince lists the slot ranges this group acquired at or after
-// since (the proposer's clock): a new owner divides them in learning mode
-// for one lease period, as a new leader does.
-func (s *State) AcquiredSince(since int64) [][2]shard.Slot {
-	if s.slots == nil {
-		return nil
-	}
-	var out [][2]shard.Slot
-	for _, o := range s.slots.moves {
-		if o.GetOp() == fsmpb.SlotsCommand_ACQUIRE && o.GetAtUnixNano() >= since {
-			out = append(out, [2]shard.Slot{shard.Slot(o.GetFirst()), shard.Slot(o.GetLast())})
-		}
-	}
-	return out
 }
 
 // unowned returns the slots of a batch's counts this group does not own,

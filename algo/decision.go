@@ -12,6 +12,10 @@ const Never time.Duration = -1
 type Decision struct {
 	// Allowed reports whether the request was admitted and its cost spent.
 	Allowed bool
+	// HandedOver reports that the key was handed over (Keyed.HandOverHashAt)
+	// to a limiter of the caller's: the store decided nothing and spent
+	// nothing, and the caller decides the request there.
+	HandedOver bool
 	// Limit is the largest cost the limit admits at once: Limit for the
 	// window algorithms, the bucket capacity for TokenBucket, and 1+Burst for
 	// GCRA (as redis-cell reports it).

@@ -120,6 +120,9 @@ type shardData struct {
 	logs  []slidingLog // SlidingLog only: per-key logs, state.a = index+1
 	free  []int32      // unused indexes of logs
 	stats shardStats
+	// handed are the keys handed over to a caller's limiter: this shard
+	// decides none of them until it is given it back.
+	handed map[Hash]struct{}
 }
 
 // NewKeyed returns a Keyed store enforcing cfg for every key, or an error
@@ -226,8 +229,47 @@ func (k *Keyed) AllowAt(key string, now time.Time, cost int64) Decision {
 // AllowHashAt is AllowAt for a key already hashed by this store's Hasher.
 func (k *Keyed) AllowHashAt(h Hash, now time.Time, cost int64) (d Decision) {
 	v, limit := k.allowHashed(k.shard(h.b), h.a, h.b, now.UnixNano(), cost)
+	if limit < 0 {
+		d.HandedOver = true
+		return d
+	}
 	d.set(v, limit)
 	return d
+}
+
+// HandOverHashAt hands a key over to a limiter of the caller's: under the
+// key's lock, seed is given the key's state at now (as a peek, cost 0,
+// decides it), and from then on the store decides nothing for the key
+// (AllowHashAt answers HandedOver) until TakeBackHash. No request is
+// decided between the state seed reads and the handover, so a caller that
+// seeds its limiter with that state and sends HandedOver requests there
+// counts every request exactly once. seed must not call back into k.
+func (k *Keyed) HandOverHashAt(h Hash, now time.Time, seed func(Decision)) {
+	sh := k.shard(h.b)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	var d Decision
+	v := sh.decideFresh(now.UnixNano(), 0)
+	if len(sh.t.slots) > 0 {
+		if i, found := sh.t.find(h.a, h.b); found {
+			v = sh.decide(&sh.t.slots[i].s, now.UnixNano(), 0)
+		}
+	}
+	d.set(v, sh.p.maxCost)
+	seed(d)
+	if sh.handed == nil {
+		sh.handed = map[Hash]struct{}{}
+	}
+	sh.handed[h] = struct{}{}
+}
+
+// TakeBackHash makes the store decide a handed-over key again, from the
+// state it held when it was handed over.
+func (k *Keyed) TakeBackHash(h Hash) {
+	sh := k.shard(h.b)
+	sh.mu.Lock()
+	delete(sh.handed, h)
+	sh.mu.Unlock()
 }
 
 // ReturnHashAt gives back cost admitted for a key at now, as if that
@@ -240,7 +282,7 @@ func (k *Keyed) ReturnHashAt(h Hash, now time.Time, cost int64) {
 	}
 	sh := k.shard(h.b)
 	sh.mu.Lock()
-	if len(sh.t.slots) > 0 {
+	if _, handed := sh.handed[h]; !handed && len(sh.t.slots) > 0 {
 		if i, found := sh.t.find(h.a, h.b); found {
 			s := &sh.t.slots[i].s
 			if k.alg == SlidingLog {
@@ -264,6 +306,12 @@ func (k *Keyed) allowHashed(sh *shard, h1, h2 uint64, now, cost int64) (verdict,
 		cost = 0
 	}
 	sh.mu.Lock()
+	if len(sh.handed) > 0 {
+		if _, ok := sh.handed[Hash{h1, h2}]; ok {
+			sh.mu.Unlock()
+			return verdict{}, -1 // AllowHashAt: HandedOver
+		}
+	}
 	if len(sh.t.slots) == 0 {
 		sh.t.grow()
 	}

@@ -34,8 +34,11 @@ type hotKey struct {
 	askedAt  atomic.Int64 // when, on the agent's clock
 	since    int64        // when the key became hot, on the agent's clock
 
-	leased atomic.Bool   // a lease sets the limit (read by checks of global rules)
-	shown  atomic.Uint64 // the lease's limit as float64 bits, for readers off the reporter
+	leased atomic.Bool // a lease sets the limit (read by checks of global rules)
+	// ready is set once the key's unleased state is handed over to lim
+	// (promote): until then its checks go to the unleased store.
+	ready atomic.Bool
+	shown atomic.Uint64 // the lease's limit as float64 bits, for readers off the reporter
 
 	// next is a window lease's switch to its next-window count, due at
 	// the next window's start: the first check there (or the reporter)
@@ -160,7 +163,13 @@ func (p *pendingSet) take() map[algo.Hash]pendingKey {
 
 // promote turns waiting keys into hot keys, each starting as drained as
 // its unleased state, so that promotion never hands out a reset. It runs
-// on the reporter goroutine.
+// on the reporter goroutine, while checks go on: the new hot keys are
+// published first, not yet ready, so checks still go to the unleased
+// store; then each key's state is handed over to its limiter under the
+// store's lock (algo.Keyed.HandOverHashAt), and from that instant the store
+// sends its checks to the hot key. No check is counted in both or in
+// neither: four checks under a limit of 3 refuse the fourth even when the
+// promotion falls between the third and the fourth.
 func (rs *ruleState) promote(a *Agent, now time.Time) {
 	waiting := rs.pending.take()
 	if len(waiting) == 0 {
@@ -171,62 +180,82 @@ func (rs *ruleState) promote(a *Agent, now time.Time) {
 	for h, hk := range *old {
 		next[h] = hk
 	}
+	var fresh []freshKey
 	for h, pk := range waiting {
 		if _, ok := next[h]; ok || len(next) >= a.cfg.MaxHotKeys {
 			continue
 		}
 		req := Request{Tenant: pk.tenant, Plan: pk.plan}
 		st := rs.store(&req)
-		var used int64
-		hk, err := newHotKey(rs, st, pk, a.clock.local(), func(lim *algo.Limiter) {
-			d := st.keyed.AllowHashAt(h, now, 0)
-			if used = d.Limit - d.Remaining; used > 0 {
-				lim.AllowAt(now, used)
-			}
-		})
+		hk, err := newHotKey(rs, st, pk, a.clock.local(), nil)
 		if err != nil {
 			a.log.Warn("cannot make a key hot", "rule", rs.rule.Name, "error", err)
 			continue
 		}
-		switch {
-		case pk.seeded:
-			hk.admitted.Store(pk.admitted)
-			hk.denied.Store(pk.denied)
-			hk.since = pk.since
-		case a.joining.Load():
-			// Asked for at its first check on a new process: the report
-			// that promotes it carries it, with what its unleased share
-			// counted so far (since the process started, or since its
-			// window did) as the rate the coordinators start from.
-			hk.admitted.Store(max(used, 0))
-			hk.since = a.born
-			if rs.rule.Algorithm.Windowed() {
-				hk.since = max(hk.since, now.Truncate(rs.rule.Period).UnixNano()-a.rep.offset())
-			}
-			hk.askedAt.Store(a.clock.local())
-			hk.urgent.Store(true)
-			if !rs.rule.Algorithm.Windowed() {
-				// Its predecessor's bucket is unknown: the process is
-				// credited what its share earned since it started, not a
-				// full burst, which went on top of the one the process it
-				// replaced had spent (123% of a token-bucket quota in the
-				// second of a restart, TestRestartStaysWithinQuota).
-				st.mu.Lock()
-				share := st.share
-				st.mu.Unlock()
-				earned := int64(share*float64(a.clock.local()-a.born)/float64(rs.rule.Period)) - max(used, 0)
-				if d := hk.lim.AllowAt(now, 0); d.Remaining > max(earned, 0) {
-					hk.lim.AllowAt(now, d.Remaining-max(earned, 0))
-				}
-			}
-		}
 		next[h] = hk
+		fresh = append(fresh, freshKey{h, hk, st, pk})
 		if rs.byKey == nil {
 			rs.byKey = map[string]*hotKey{}
 		}
 		rs.byKey[hk.key] = hk
 	}
 	rs.hot.Store(&next)
+	for _, fk := range fresh {
+		fk.st.mu.Lock() // not under the store's key lock: setShare takes this one first
+		share := fk.st.share
+		fk.st.mu.Unlock()
+		fk.st.keyed.HandOverHashAt(fk.h, now, func(d algo.Decision) {
+			used := d.Limit - d.Remaining
+			if used > 0 {
+				fk.hk.lim.AllowAt(now, used)
+			}
+			rs.startHot(a, fk.hk, fk.pk, share, used, now)
+			fk.hk.ready.Store(true) // under the key's lock: see check
+		})
+	}
+}
+
+// freshKey is a key made hot, waiting for its unleased state.
+type freshKey struct {
+	h  algo.Hash
+	hk *hotKey
+	st *limitStore
+	pk pendingKey
+}
+
+// startHot sets a new hot key's counts and limiter from what its unleased
+// state had used (used) when it was handed over; share is the store's
+// unleased share.
+func (rs *ruleState) startHot(a *Agent, hk *hotKey, pk pendingKey, share float64, used int64, now time.Time) {
+	switch {
+	case pk.seeded:
+		hk.admitted.Store(pk.admitted)
+		hk.denied.Store(pk.denied)
+		hk.since = pk.since
+	case a.joining.Load():
+		// Asked for at its first check on a new process: the report
+		// that promotes it carries it, with what its unleased share
+		// counted so far (since the process started, or since its
+		// window did) as the rate the coordinators start from.
+		hk.admitted.Store(max(used, 0))
+		hk.since = a.born
+		if rs.rule.Algorithm.Windowed() {
+			hk.since = max(hk.since, now.Truncate(rs.rule.Period).UnixNano()-a.rep.offset())
+		}
+		hk.askedAt.Store(a.clock.local())
+		hk.urgent.Store(true)
+		if !rs.rule.Algorithm.Windowed() {
+			// Its predecessor's bucket is unknown: the process is
+			// credited what its share earned since it started, not a
+			// full burst, which went on top of the one the process it
+			// replaced had spent (123% of a token-bucket quota in the
+			// second of a restart, TestRestartStaysWithinQuota).
+			earned := int64(share*float64(a.clock.local()-a.born)/float64(rs.rule.Period)) - max(used, 0)
+			if d := hk.lim.AllowAt(now, 0); d.Remaining > max(earned, 0) {
+				hk.lim.AllowAt(now, d.Remaining-max(earned, 0))
+			}
+		}
+	}
 }
 
 // newHotKey makes a hot key enforcing its store's unleased share until a

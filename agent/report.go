@@ -651,8 +651,13 @@ func (rs *ruleState) demote(a *Agent, now time.Time) {
 		next[h] = hk
 	}
 	for _, h := range append(idle, release...) {
-		delete(rs.byKey, next[h].key)
+		hk := next[h]
+		delete(rs.byKey, hk.key)
 		delete(next, h)
+		// Given back before the hot keys without it are published, so
+		// that a check sent here by the store (HandedOver) finds either
+		// the hot key or the store deciding again.
+		hk.store.keyed.TakeBackHash(h)
 	}
 	rs.hot.Store(&next)
 }

@@ -388,11 +388,23 @@ func (rs *ruleState) check(a *Agent, req *Request, rh *reqHashes, now time.Time,
 	h := rs.keyHash(a, rh, req)
 	hm := *rs.hot.Load()
 	if len(hm) > 0 {
-		if hk := hm[h]; hk != nil {
+		if hk := hm[h]; hk != nil && hk.ready.Load() {
 			return hk.allow(a, now, cost) // a leased key needs no store
 		}
 	}
-	d := rs.store(req).keyed.AllowHashAt(h, now, cost)
+	st := rs.store(req)
+	d := st.keyed.AllowHashAt(h, now, cost)
+	for range 3 {
+		if !d.HandedOver {
+			break
+		}
+		// Made hot since hm was read (promote): the hot key decides. Or
+		// given back to the store since (demote): ask the store again.
+		if hk := (*rs.hot.Load())[h]; hk != nil && hk.ready.Load() {
+			return hk.allow(a, now, cost)
+		}
+		d = st.keyed.AllowHashAt(h, now, cost)
+	}
 	r := fromAlgo(&d)
 	// A key that has used half its unleased share, or been refused, may
 	// need more than an even share: ask for a lease in the background. A
@@ -416,7 +428,7 @@ func (rs *ruleState) undo(a *Agent, req *Request, rh *reqHashes, now time.Time, 
 		return
 	}
 	h := rs.keyHash(a, rh, req)
-	if hk := (*rs.hot.Load())[h]; hk != nil {
+	if hk := (*rs.hot.Load())[h]; hk != nil && hk.ready.Load() {
 		hk.lim.ReturnAt(now, cost)
 		hk.admitted.Add(-cost)
 		return

@@ -248,7 +248,7 @@ func (f *fairState) promoteClasses(a *Agent, rs *ruleState) {
 		if _, ok := next[k]; ok || len(next) >= a.cfg.MaxHotKeys {
 			continue
 		}
-		hk, err := newHotKey(rs, rs.def, pk, a.clock.local(), nil)
+		hk, err := newHotKey(rs, rs.def, pk, a.clock.local())
 		if err != nil {
 			continue
 		}

@@ -187,7 +187,7 @@ func (rs *ruleState) promote(a *Agent, now time.Time) {
 		}
 		req := Request{Tenant: pk.tenant, Plan: pk.plan}
 		st := rs.store(&req)
-		hk, err := newHotKey(rs, st, pk, a.clock.local(), nil)
+		hk, err := newHotKey(rs, st, pk, a.clock.local())
 		if err != nil {
 			a.log.Warn("cannot make a key hot", "rule", rs.rule.Name, "error", err)
 			continue
@@ -259,8 +259,8 @@ func (rs *ruleState) startHot(a *Agent, hk *hotKey, pk pendingKey, share float64
 }
 
 // newHotKey makes a hot key enforcing its store's unleased share until a
-// lease arrives; seed brings its limiter to the key's current state.
-func newHotKey(rs *ruleState, st *limitStore, pk pendingKey, since int64, seed func(*algo.Limiter)) (*hotKey, error) {
+// lease arrives.
+func newHotKey(rs *ruleState, st *limitStore, pk pendingKey, since int64) (*hotKey, error) {
 	st.mu.Lock()
 	share := st.share
 	st.mu.Unlock()
@@ -268,9 +268,6 @@ func newHotKey(rs *ruleState, st *limitStore, pk pendingKey, since int64, seed f
 	lim, err := algo.New(cfg)
 	if err != nil {
 		return nil, err
-	}
-	if seed != nil {
-		seed(lim)
 	}
 	return &hotKey{key: pk.key, tenant: pk.tenant, plan: pk.plan, wireTenant: allotpb.BoundName(pk.tenant), wirePlan: allotpb.BoundName(pk.plan),
 		priority: pk.priority, store: st, rd: rs.ruleData, lim: lim, since: since}, nil

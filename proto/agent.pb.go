@@ -108,8 +108,11 @@ type ReportRequest struct {
 	// its own slots, and the parent tells a group that went silent from one
 	// that no longer divides a key. Empty: a region never split.
 	ReporterGroup string `protobuf:"bytes,13,opt,name=reporter_group,json=reporterGroup,proto3" json:"reporter_group,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// overrides_version is the version of the overrides the agent holds
+	// (OverridesDelta.version); the answer carries what changed since.
+	OverridesVersion uint64 `protobuf:"varint,14,opt,name=overrides_version,json=overridesVersion,proto3" json:"overrides_version,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ReportRequest) Reset() {
@@ -231,6 +234,13 @@ func (x *ReportRequest) GetReporterGroup() string {
 		return x.ReporterGroup
 	}
 	return ""
+}
+
+func (x *ReportRequest) GetOverridesVersion() uint64 {
+	if x != nil {
+		return x.OverridesVersion
+	}
+	return 0
 }
 
 // UsageBatch is a numbered batch of billing counts. The agent sends the
@@ -581,8 +591,11 @@ type ReportResponse struct {
 	// fetches it from the home group.
 	Group           string `protobuf:"bytes,14,opt,name=group,proto3" json:"group,omitempty"`
 	ShardMapVersion uint64 `protobuf:"varint,15,opt,name=shard_map_version,json=shardMapVersion,proto3" json:"shard_map_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// overrides is what changed in the overrides since the report's
+	// overrides_version; unset when nothing did.
+	Overrides     *OverridesDelta `protobuf:"bytes,16,opt,name=overrides,proto3" json:"overrides,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReportResponse) Reset() {
@@ -718,6 +731,13 @@ func (x *ReportResponse) GetShardMapVersion() uint64 {
 		return x.ShardMapVersion
 	}
 	return 0
+}
+
+func (x *ReportResponse) GetOverrides() *OverridesDelta {
+	if x != nil {
+		return x.Overrides
+	}
+	return nil
 }
 
 // Lease grants a node its share of one key's allowance until expires.
@@ -901,7 +921,7 @@ var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
 	"\n" +
-	"\vagent.proto\x12\ballot.v1\x1a\vrules.proto\"\xcc\x03\n" +
+	"\vagent.proto\x12\ballot.v1\x1a\vrules.proto\"\xf9\x03\n" +
 	"\rReportRequest\x125\n" +
 	"\bprotocol\x18\x01 \x01(\x0e2\x19.allot.v1.ProtocolVersionR\bprotocol\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12 \n" +
@@ -916,7 +936,8 @@ const file_agent_proto_rawDesc = "" +
 	" \x01(\bR\aleaving\x12\x16\n" +
 	"\x06urgent\x18\v \x01(\bR\x06urgent\x12\x14\n" +
 	"\x05group\x18\f \x01(\tR\x05group\x12%\n" +
-	"\x0ereporter_group\x18\r \x01(\tR\rreporterGroup\"p\n" +
+	"\x0ereporter_group\x18\r \x01(\tR\rreporterGroup\x12+\n" +
+	"\x11overrides_version\x18\x0e \x01(\x04R\x10overridesVersion\"p\n" +
 	"\n" +
 	"UsageBatch\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12,\n" +
@@ -947,7 +968,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x06weight\x18\f \x01(\x01R\x06weight\x12\x12\n" +
 	"\x04plan\x18\r \x01(\tR\x04plan\x12#\n" +
 	"\rinterval_nano\x18\x0e \x01(\x03R\fintervalNano\x12\x1b\n" +
-	"\tnext_held\x18\x0f \x01(\x01R\bnextHeld\"\xd1\x04\n" +
+	"\tnext_held\x18\x0f \x01(\x01R\bnextHeld\"\x89\x05\n" +
 	"\x0eReportResponse\x125\n" +
 	"\bprotocol\x18\x01 \x01(\x0e2\x19.allot.v1.ProtocolVersionR\bprotocol\x12\x1b\n" +
 	"\tacked_seq\x18\x02 \x01(\x04R\backedSeq\x12\x14\n" +
@@ -964,7 +985,8 @@ const file_agent_proto_rawDesc = "" +
 	"\x0frenew_unix_nano\x18\f \x01(\x03R\rrenewUnixNano\x12.\n" +
 	"\x13billing_window_nano\x18\r \x01(\x03R\x11billingWindowNano\x12\x14\n" +
 	"\x05group\x18\x0e \x01(\tR\x05group\x12*\n" +
-	"\x11shard_map_version\x18\x0f \x01(\x04R\x0fshardMapVersion\"\xaa\x02\n" +
+	"\x11shard_map_version\x18\x0f \x01(\x04R\x0fshardMapVersion\x126\n" +
+	"\toverrides\x18\x10 \x01(\v2\x18.allot.v1.OverridesDeltaR\toverrides\"\xaa\x02\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
@@ -1012,24 +1034,26 @@ var file_agent_proto_goTypes = []any{
 	(*Lease)(nil),           // 6: allot.v1.Lease
 	(*GetRulesRequest)(nil), // 7: allot.v1.GetRulesRequest
 	(*RuleSet)(nil),         // 8: allot.v1.RuleSet
+	(*OverridesDelta)(nil),  // 9: allot.v1.OverridesDelta
 }
 var file_agent_proto_depIdxs = []int32{
-	0, // 0: allot.v1.ReportRequest.protocol:type_name -> allot.v1.ProtocolVersion
-	2, // 1: allot.v1.ReportRequest.usage:type_name -> allot.v1.UsageBatch
-	4, // 2: allot.v1.ReportRequest.demand:type_name -> allot.v1.KeyDemand
-	3, // 3: allot.v1.UsageBatch.counts:type_name -> allot.v1.UsageCount
-	0, // 4: allot.v1.ReportResponse.protocol:type_name -> allot.v1.ProtocolVersion
-	6, // 5: allot.v1.ReportResponse.leases:type_name -> allot.v1.Lease
-	8, // 6: allot.v1.ReportResponse.rules:type_name -> allot.v1.RuleSet
-	1, // 7: allot.v1.AgentService.Report:input_type -> allot.v1.ReportRequest
-	7, // 8: allot.v1.AgentService.GetRules:input_type -> allot.v1.GetRulesRequest
-	5, // 9: allot.v1.AgentService.Report:output_type -> allot.v1.ReportResponse
-	8, // 10: allot.v1.AgentService.GetRules:output_type -> allot.v1.RuleSet
-	9, // [9:11] is the sub-list for method output_type
-	7, // [7:9] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	0,  // 0: allot.v1.ReportRequest.protocol:type_name -> allot.v1.ProtocolVersion
+	2,  // 1: allot.v1.ReportRequest.usage:type_name -> allot.v1.UsageBatch
+	4,  // 2: allot.v1.ReportRequest.demand:type_name -> allot.v1.KeyDemand
+	3,  // 3: allot.v1.UsageBatch.counts:type_name -> allot.v1.UsageCount
+	0,  // 4: allot.v1.ReportResponse.protocol:type_name -> allot.v1.ProtocolVersion
+	6,  // 5: allot.v1.ReportResponse.leases:type_name -> allot.v1.Lease
+	8,  // 6: allot.v1.ReportResponse.rules:type_name -> allot.v1.RuleSet
+	9,  // 7: allot.v1.ReportResponse.overrides:type_name -> allot.v1.OverridesDelta
+	1,  // 8: allot.v1.AgentService.Report:input_type -> allot.v1.ReportRequest
+	7,  // 9: allot.v1.AgentService.GetRules:input_type -> allot.v1.GetRulesRequest
+	5,  // 10: allot.v1.AgentService.Report:output_type -> allot.v1.ReportResponse
+	8,  // 11: allot.v1.AgentService.GetRules:output_type -> allot.v1.RuleSet
+	10, // [10:12] is the sub-list for method output_type
+	8,  // [8:10] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_agent_proto_init() }

@@ -714,6 +714,696 @@ func (x *DeleteRuleRequest) GetName() string {
 	return ""
 }
 
+// Override changes one rule's limit and/or weight for one tenant. Stored
+// in the coordinators' replicated log apart from the rule set, so that a
+// change reaches every agent within a report interval without the rule
+// set being sent again, and so that there may be millions. An override
+// wins over the rule file's tenants section, which wins over plans.
+type Override struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Rule   string                 `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	Tenant string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// limit replaces the rule's limit for the tenant when above 0.
+	Limit int64 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	// weight is the tenant's weight in max-min fair sharing (global rules)
+	// when above 0.
+	Weight float64 `protobuf:"fixed64,4,opt,name=weight,proto3" json:"weight,omitempty"`
+	// expires_unix_nano, when set, ends the override then: a temporary
+	// raise for an event. 0: never.
+	ExpiresUnixNano int64 `protobuf:"varint,5,opt,name=expires_unix_nano,json=expiresUnixNano,proto3" json:"expires_unix_nano,omitempty"`
+	// version is the overrides version at which this entry last changed
+	// (set by the coordinators).
+	Version uint64 `protobuf:"varint,6,opt,name=version,proto3" json:"version,omitempty"`
+	// deleted marks, in a list of changes, an override deleted or expired.
+	Deleted bool `protobuf:"varint,7,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	// updated_unix_nano is the leader's clock when the entry last changed.
+	UpdatedUnixNano int64 `protobuf:"varint,8,opt,name=updated_unix_nano,json=updatedUnixNano,proto3" json:"updated_unix_nano,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Override) Reset() {
+	*x = Override{}
+	mi := &file_rules_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Override) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Override) ProtoMessage() {}
+
+func (x *Override) ProtoReflect() protoreflect.Message {
+	mi := &file_rules_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Override.ProtoReflect.Descriptor instead.
+func (*Override) Descriptor() ([]byte, []int) {
+	return file_rules_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Override) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *Override) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Override) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *Override) GetWeight() float64 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *Override) GetExpiresUnixNano() int64 {
+	if x != nil {
+		return x.ExpiresUnixNano
+	}
+	return 0
+}
+
+func (x *Override) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *Override) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
+func (x *Override) GetUpdatedUnixNano() int64 {
+	if x != nil {
+		return x.UpdatedUnixNano
+	}
+	return 0
+}
+
+// OverridesDelta is what changed since a version: the entries changed
+// after it, deleted ones included, in version order. full is set when the
+// changes since that version are no longer kept: the receiver drops every
+// override it holds and takes these. more is set when the delta stops
+// short of version (a page): ask again from the last entry's version.
+type OverridesDelta struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Full          bool                   `protobuf:"varint,2,opt,name=full,proto3" json:"full,omitempty"`
+	More          bool                   `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
+	Overrides     []*Override            `protobuf:"bytes,4,rep,name=overrides,proto3" json:"overrides,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OverridesDelta) Reset() {
+	*x = OverridesDelta{}
+	mi := &file_rules_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OverridesDelta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OverridesDelta) ProtoMessage() {}
+
+func (x *OverridesDelta) ProtoReflect() protoreflect.Message {
+	mi := &file_rules_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OverridesDelta.ProtoReflect.Descriptor instead.
+func (*OverridesDelta) Descriptor() ([]byte, []int) {
+	return file_rules_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *OverridesDelta) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *OverridesDelta) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
+}
+
+func (x *OverridesDelta) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+func (x *OverridesDelta) GetOverrides() []*Override {
+	if x != nil {
+		return x.Overrides
+	}
+	return nil
+}
+
+type PutOverridesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// overrides are created or replaced by (rule, tenant), all or none.
+	Overrides []*Override `protobuf:"bytes,1,rep,name=overrides,proto3" json:"overrides,omitempty"`
+	// validate_only checks the overrides and changes nothing.
+	ValidateOnly  bool `protobuf:"varint,2,opt,name=validate_only,json=validateOnly,proto3" json:"validate_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutOverridesRequest) Reset() {
+	*x = PutOverridesRequest{}
+	mi := &file_rules_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutOverridesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutOverridesRequest) ProtoMessage() {}
+
+func (x *PutOverridesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rules_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutOverridesRequest.ProtoReflect.Descriptor instead.
+func (*PutOverridesRequest) Descriptor() ([]byte, []int) {
+	return file_rules_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *PutOverridesRequest) GetOverrides() []*Override {
+	if x != nil {
+		return x.Overrides
+	}
+	return nil
+}
+
+func (x *PutOverridesRequest) GetValidateOnly() bool {
+	if x != nil {
+		return x.ValidateOnly
+	}
+	return false
+}
+
+type PutOverridesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// version is the overrides version after the put.
+	Version       uint64 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Count         uint32 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutOverridesResponse) Reset() {
+	*x = PutOverridesResponse{}
+	mi := &file_rules_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutOverridesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutOverridesResponse) ProtoMessage() {}
+
+func (x *PutOverridesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rules_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutOverridesResponse.ProtoReflect.Descriptor instead.
+func (*PutOverridesResponse) Descriptor() ([]byte, []int) {
+	return file_rules_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *PutOverridesResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *PutOverridesResponse) GetCount() uint32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type OverrideKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rule          string                 `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	Tenant        string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OverrideKey) Reset() {
+	*x = OverrideKey{}
+	mi := &file_rules_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OverrideKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OverrideKey) ProtoMessage() {}
+
+func (x *OverrideKey) ProtoReflect() protoreflect.Message {
+	mi := &file_rules_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OverrideKey.ProtoReflect.Descriptor instead.
+func (*OverrideKey) Descriptor() ([]byte, []int) {
+	return file_rules_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *OverrideKey) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *OverrideKey) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+type GetOverrideRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rule          string                 `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	Tenant        string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOverrideRequest) Reset() {
+	*x = GetOverrideRequest{}
+	mi := &file_rules_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOverrideRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOverrideRequest) ProtoMessage() {}
+
+func (x *GetOverrideRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rules_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOverrideRequest.ProtoReflect.Descriptor instead.
+func (*GetOverrideRequest) Descriptor() ([]byte, []int) {
+	return file_rules_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *GetOverrideRequest) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *GetOverrideRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+type ListOverridesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// rule, when set, lists that rule's overrides only.
+	Rule string `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	// tenant_prefix, when set, lists the tenants with that prefix only.
+	TenantPrefix string `protobuf:"bytes,2,opt,name=tenant_prefix,json=tenantPrefix,proto3" json:"tenant_prefix,omitempty"`
+	// page_size is at most 10000; 0 means 1000.
+	PageSize uint32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is the previous page's next_page_token.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOverridesRequest) Reset() {
+	*x = ListOverridesRequest{}
+	mi := &file_rules_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOverridesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOverridesRequest) ProtoMessage() {}
+
+func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rules_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOverridesRequest.ProtoReflect.Descriptor instead.
+func (*ListOverridesRequest) Descriptor() ([]byte, []int) {
+	return file_rules_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListOverridesRequest) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *ListOverridesRequest) GetTenantPrefix() string {
+	if x != nil {
+		return x.TenantPrefix
+	}
+	return ""
+}
+
+func (x *ListOverridesRequest) GetPageSize() uint32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListOverridesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListOverridesResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Overrides []*Override            `protobuf:"bytes,1,rep,name=overrides,proto3" json:"overrides,omitempty"`
+	// next_page_token is empty on the last page.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	Version       uint64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	// total is how many overrides the cluster holds.
+	Total         uint64 `protobuf:"varint,4,opt,name=total,proto3" json:"total,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListOverridesResponse) Reset() {
+	*x = ListOverridesResponse{}
+	mi := &file_rules_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListOverridesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListOverridesResponse) ProtoMessage() {}
+
+func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rules_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
+func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
+	return file_rules_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListOverridesResponse) GetOverrides() []*Override {
+	if x != nil {
+		return x.Overrides
+	}
+	return nil
+}
+
+func (x *ListOverridesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+func (x *ListOverridesResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ListOverridesResponse) GetTotal() uint64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+type DeleteOverridesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          []*OverrideKey         `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOverridesRequest) Reset() {
+	*x = DeleteOverridesRequest{}
+	mi := &file_rules_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOverridesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOverridesRequest) ProtoMessage() {}
+
+func (x *DeleteOverridesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rules_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOverridesRequest.ProtoReflect.Descriptor instead.
+func (*DeleteOverridesRequest) Descriptor() ([]byte, []int) {
+	return file_rules_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *DeleteOverridesRequest) GetKeys() []*OverrideKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+type DeleteOverridesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Deleted       uint32                 `protobuf:"varint,2,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteOverridesResponse) Reset() {
+	*x = DeleteOverridesResponse{}
+	mi := &file_rules_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteOverridesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteOverridesResponse) ProtoMessage() {}
+
+func (x *DeleteOverridesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rules_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteOverridesResponse.ProtoReflect.Descriptor instead.
+func (*DeleteOverridesResponse) Descriptor() ([]byte, []int) {
+	return file_rules_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *DeleteOverridesResponse) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *DeleteOverridesResponse) GetDeleted() uint32 {
+	if x != nil {
+		return x.Deleted
+	}
+	return 0
+}
+
+type OverrideChangesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// since is the version the caller holds; 0 for all.
+	Since uint64 `protobuf:"varint,1,opt,name=since,proto3" json:"since,omitempty"`
+	// limit bounds the entries in the answer; 0 means 10000.
+	Limit         uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OverrideChangesRequest) Reset() {
+	*x = OverrideChangesRequest{}
+	mi := &file_rules_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OverrideChangesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OverrideChangesRequest) ProtoMessage() {}
+
+func (x *OverrideChangesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rules_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OverrideChangesRequest.ProtoReflect.Descriptor instead.
+func (*OverrideChangesRequest) Descriptor() ([]byte, []int) {
+	return file_rules_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *OverrideChangesRequest) GetSince() uint64 {
+	if x != nil {
+		return x.Since
+	}
+	return 0
+}
+
+func (x *OverrideChangesRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
 var File_rules_proto protoreflect.FileDescriptor
 
 const file_rules_proto_rawDesc = "" +
@@ -779,13 +1469,64 @@ const file_rules_proto_rawDesc = "" +
 	"\vreplace_all\x18\x02 \x01(\bR\n" +
 	"replaceAll\"'\n" +
 	"\x11DeleteRuleRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name2\xf7\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xf0\x01\n" +
+	"\bOverride\x12\x12\n" +
+	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x16\n" +
+	"\x06weight\x18\x04 \x01(\x01R\x06weight\x12*\n" +
+	"\x11expires_unix_nano\x18\x05 \x01(\x03R\x0fexpiresUnixNano\x12\x18\n" +
+	"\aversion\x18\x06 \x01(\x04R\aversion\x12\x18\n" +
+	"\adeleted\x18\a \x01(\bR\adeleted\x12*\n" +
+	"\x11updated_unix_nano\x18\b \x01(\x03R\x0fupdatedUnixNano\"\x84\x01\n" +
+	"\x0eOverridesDelta\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x12\n" +
+	"\x04full\x18\x02 \x01(\bR\x04full\x12\x12\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\x120\n" +
+	"\toverrides\x18\x04 \x03(\v2\x12.allot.v1.OverrideR\toverrides\"l\n" +
+	"\x13PutOverridesRequest\x120\n" +
+	"\toverrides\x18\x01 \x03(\v2\x12.allot.v1.OverrideR\toverrides\x12#\n" +
+	"\rvalidate_only\x18\x02 \x01(\bR\fvalidateOnly\"F\n" +
+	"\x14PutOverridesResponse\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\rR\x05count\"9\n" +
+	"\vOverrideKey\x12\x12\n" +
+	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\"@\n" +
+	"\x12GetOverrideRequest\x12\x12\n" +
+	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\"\x8b\x01\n" +
+	"\x14ListOverridesRequest\x12\x12\n" +
+	"\x04rule\x18\x01 \x01(\tR\x04rule\x12#\n" +
+	"\rtenant_prefix\x18\x02 \x01(\tR\ftenantPrefix\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\rR\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"\xa1\x01\n" +
+	"\x15ListOverridesResponse\x120\n" +
+	"\toverrides\x18\x01 \x03(\v2\x12.allot.v1.OverrideR\toverrides\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x14\n" +
+	"\x05total\x18\x04 \x01(\x04R\x05total\"C\n" +
+	"\x16DeleteOverridesRequest\x12)\n" +
+	"\x04keys\x18\x01 \x03(\v2\x15.allot.v1.OverrideKeyR\x04keys\"M\n" +
+	"\x17DeleteOverridesResponse\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x18\n" +
+	"\adeleted\x18\x02 \x01(\rR\adeleted\"D\n" +
+	"\x16OverrideChangesRequest\x12\x14\n" +
+	"\x05since\x18\x01 \x01(\x04R\x05since\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit2\xf7\x01\n" +
 	"\fRulesService\x12:\n" +
 	"\tListRules\x12\x1a.allot.v1.ListRulesRequest\x1a\x11.allot.v1.RuleSet\x123\n" +
 	"\aGetRule\x12\x18.allot.v1.GetRuleRequest\x1a\x0e.allot.v1.Rule\x128\n" +
 	"\bPutRules\x12\x19.allot.v1.PutRulesRequest\x1a\x11.allot.v1.RuleSet\x12<\n" +
 	"\n" +
-	"DeleteRule\x12\x1b.allot.v1.DeleteRuleRequest\x1a\x11.allot.v1.RuleSetB)Z'github.com/allot-io/allot/proto;allotpbb\x06proto3"
+	"DeleteRule\x12\x1b.allot.v1.DeleteRuleRequest\x1a\x11.allot.v1.RuleSet2\x93\x03\n" +
+	"\x10OverridesService\x12M\n" +
+	"\fPutOverrides\x12\x1d.allot.v1.PutOverridesRequest\x1a\x1e.allot.v1.PutOverridesResponse\x12?\n" +
+	"\vGetOverride\x12\x1c.allot.v1.GetOverrideRequest\x1a\x12.allot.v1.Override\x12P\n" +
+	"\rListOverrides\x12\x1e.allot.v1.ListOverridesRequest\x1a\x1f.allot.v1.ListOverridesResponse\x12V\n" +
+	"\x0fDeleteOverrides\x12 .allot.v1.DeleteOverridesRequest\x1a!.allot.v1.DeleteOverridesResponse\x12E\n" +
+	"\aChanges\x12 .allot.v1.OverrideChangesRequest\x1a\x18.allot.v1.OverridesDeltaB)Z'github.com/allot-io/allot/proto;allotpbb\x06proto3"
 
 var (
 	file_rules_proto_rawDescOnce sync.Once
@@ -799,47 +1540,72 @@ func file_rules_proto_rawDescGZIP() []byte {
 	return file_rules_proto_rawDescData
 }
 
-var file_rules_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_rules_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_rules_proto_goTypes = []any{
-	(*Rule)(nil),                // 0: allot.v1.Rule
-	(*Match)(nil),               // 1: allot.v1.Match
-	(*DescriptorEntry)(nil),     // 2: allot.v1.DescriptorEntry
-	(*Plan)(nil),                // 3: allot.v1.Plan
-	(*TenantOverride)(nil),      // 4: allot.v1.TenantOverride
-	(*RuleSet)(nil),             // 5: allot.v1.RuleSet
-	(*ListRulesRequest)(nil),    // 6: allot.v1.ListRulesRequest
-	(*GetRuleRequest)(nil),      // 7: allot.v1.GetRuleRequest
-	(*PutRulesRequest)(nil),     // 8: allot.v1.PutRulesRequest
-	(*DeleteRuleRequest)(nil),   // 9: allot.v1.DeleteRuleRequest
-	nil,                         // 10: allot.v1.Rule.PlansEntry
-	nil,                         // 11: allot.v1.Rule.TenantsEntry
-	nil,                         // 12: allot.v1.Rule.RegionsEntry
-	(*durationpb.Duration)(nil), // 13: google.protobuf.Duration
+	(*Rule)(nil),                    // 0: allot.v1.Rule
+	(*Match)(nil),                   // 1: allot.v1.Match
+	(*DescriptorEntry)(nil),         // 2: allot.v1.DescriptorEntry
+	(*Plan)(nil),                    // 3: allot.v1.Plan
+	(*TenantOverride)(nil),          // 4: allot.v1.TenantOverride
+	(*RuleSet)(nil),                 // 5: allot.v1.RuleSet
+	(*ListRulesRequest)(nil),        // 6: allot.v1.ListRulesRequest
+	(*GetRuleRequest)(nil),          // 7: allot.v1.GetRuleRequest
+	(*PutRulesRequest)(nil),         // 8: allot.v1.PutRulesRequest
+	(*DeleteRuleRequest)(nil),       // 9: allot.v1.DeleteRuleRequest
+	(*Override)(nil),                // 10: allot.v1.Override
+	(*OverridesDelta)(nil),          // 11: allot.v1.OverridesDelta
+	(*PutOverridesRequest)(nil),     // 12: allot.v1.PutOverridesRequest
+	(*PutOverridesResponse)(nil),    // 13: allot.v1.PutOverridesResponse
+	(*OverrideKey)(nil),             // 14: allot.v1.OverrideKey
+	(*GetOverrideRequest)(nil),      // 15: allot.v1.GetOverrideRequest
+	(*ListOverridesRequest)(nil),    // 16: allot.v1.ListOverridesRequest
+	(*ListOverridesResponse)(nil),   // 17: allot.v1.ListOverridesResponse
+	(*DeleteOverridesRequest)(nil),  // 18: allot.v1.DeleteOverridesRequest
+	(*DeleteOverridesResponse)(nil), // 19: allot.v1.DeleteOverridesResponse
+	(*OverrideChangesRequest)(nil),  // 20: allot.v1.OverrideChangesRequest
+	nil,                             // 21: allot.v1.Rule.PlansEntry
+	nil,                             // 22: allot.v1.Rule.TenantsEntry
+	nil,                             // 23: allot.v1.Rule.RegionsEntry
+	(*durationpb.Duration)(nil),     // 24: google.protobuf.Duration
 }
 var file_rules_proto_depIdxs = []int32{
-	13, // 0: allot.v1.Rule.period:type_name -> google.protobuf.Duration
+	24, // 0: allot.v1.Rule.period:type_name -> google.protobuf.Duration
 	1,  // 1: allot.v1.Rule.match:type_name -> allot.v1.Match
-	10, // 2: allot.v1.Rule.plans:type_name -> allot.v1.Rule.PlansEntry
-	11, // 3: allot.v1.Rule.tenants:type_name -> allot.v1.Rule.TenantsEntry
-	12, // 4: allot.v1.Rule.regions:type_name -> allot.v1.Rule.RegionsEntry
+	21, // 2: allot.v1.Rule.plans:type_name -> allot.v1.Rule.PlansEntry
+	22, // 3: allot.v1.Rule.tenants:type_name -> allot.v1.Rule.TenantsEntry
+	23, // 4: allot.v1.Rule.regions:type_name -> allot.v1.Rule.RegionsEntry
 	2,  // 5: allot.v1.Match.descriptors:type_name -> allot.v1.DescriptorEntry
 	0,  // 6: allot.v1.RuleSet.rules:type_name -> allot.v1.Rule
 	0,  // 7: allot.v1.PutRulesRequest.rules:type_name -> allot.v1.Rule
-	3,  // 8: allot.v1.Rule.PlansEntry.value:type_name -> allot.v1.Plan
-	4,  // 9: allot.v1.Rule.TenantsEntry.value:type_name -> allot.v1.TenantOverride
-	6,  // 10: allot.v1.RulesService.ListRules:input_type -> allot.v1.ListRulesRequest
-	7,  // 11: allot.v1.RulesService.GetRule:input_type -> allot.v1.GetRuleRequest
-	8,  // 12: allot.v1.RulesService.PutRules:input_type -> allot.v1.PutRulesRequest
-	9,  // 13: allot.v1.RulesService.DeleteRule:input_type -> allot.v1.DeleteRuleRequest
-	5,  // 14: allot.v1.RulesService.ListRules:output_type -> allot.v1.RuleSet
-	0,  // 15: allot.v1.RulesService.GetRule:output_type -> allot.v1.Rule
-	5,  // 16: allot.v1.RulesService.PutRules:output_type -> allot.v1.RuleSet
-	5,  // 17: allot.v1.RulesService.DeleteRule:output_type -> allot.v1.RuleSet
-	14, // [14:18] is the sub-list for method output_type
-	10, // [10:14] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	10, // 8: allot.v1.OverridesDelta.overrides:type_name -> allot.v1.Override
+	10, // 9: allot.v1.PutOverridesRequest.overrides:type_name -> allot.v1.Override
+	10, // 10: allot.v1.ListOverridesResponse.overrides:type_name -> allot.v1.Override
+	14, // 11: allot.v1.DeleteOverridesRequest.keys:type_name -> allot.v1.OverrideKey
+	3,  // 12: allot.v1.Rule.PlansEntry.value:type_name -> allot.v1.Plan
+	4,  // 13: allot.v1.Rule.TenantsEntry.value:type_name -> allot.v1.TenantOverride
+	6,  // 14: allot.v1.RulesService.ListRules:input_type -> allot.v1.ListRulesRequest
+	7,  // 15: allot.v1.RulesService.GetRule:input_type -> allot.v1.GetRuleRequest
+	8,  // 16: allot.v1.RulesService.PutRules:input_type -> allot.v1.PutRulesRequest
+	9,  // 17: allot.v1.RulesService.DeleteRule:input_type -> allot.v1.DeleteRuleRequest
+	12, // 18: allot.v1.OverridesService.PutOverrides:input_type -> allot.v1.PutOverridesRequest
+	15, // 19: allot.v1.OverridesService.GetOverride:input_type -> allot.v1.GetOverrideRequest
+	16, // 20: allot.v1.OverridesService.ListOverrides:input_type -> allot.v1.ListOverridesRequest
+	18, // 21: allot.v1.OverridesService.DeleteOverrides:input_type -> allot.v1.DeleteOverridesRequest
+	20, // 22: allot.v1.OverridesService.Changes:input_type -> allot.v1.OverrideChangesRequest
+	5,  // 23: allot.v1.RulesService.ListRules:output_type -> allot.v1.RuleSet
+	0,  // 24: allot.v1.RulesService.GetRule:output_type -> allot.v1.Rule
+	5,  // 25: allot.v1.RulesService.PutRules:output_type -> allot.v1.RuleSet
+	5,  // 26: allot.v1.RulesService.DeleteRule:output_type -> allot.v1.RuleSet
+	13, // 27: allot.v1.OverridesService.PutOverrides:output_type -> allot.v1.PutOverridesResponse
+	10, // 28: allot.v1.OverridesService.GetOverride:output_type -> allot.v1.Override
+	17, // 29: allot.v1.OverridesService.ListOverrides:output_type -> allot.v1.ListOverridesResponse
+	19, // 30: allot.v1.OverridesService.DeleteOverrides:output_type -> allot.v1.DeleteOverridesResponse
+	11, // 31: allot.v1.OverridesService.Changes:output_type -> allot.v1.OverridesDelta
+	23, // [23:32] is the sub-list for method output_type
+	14, // [14:23] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_rules_proto_init() }
@@ -854,9 +1620,9 @@ func file_rules_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rules_proto_rawDesc), len(file_rules_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   24,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_rules_proto_goTypes,
 		DependencyIndexes: file_rules_proto_depIdxs,

@@ -243,3 +243,271 @@ var RulesService_ServiceDesc = grpc.ServiceDesc{
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "rules.proto",
 }
+
+const (
+	OverridesService_PutOverrides_FullMethodName    = "/allot.v1.OverridesService/PutOverrides"
+	OverridesService_GetOverride_FullMethodName     = "/allot.v1.OverridesService/GetOverride"
+	OverridesService_ListOverrides_FullMethodName   = "/allot.v1.OverridesService/ListOverrides"
+	OverridesService_DeleteOverrides_FullMethodName = "/allot.v1.OverridesService/DeleteOverrides"
+	OverridesService_Changes_FullMethodName         = "/allot.v1.OverridesService/Changes"
+)
+
+// OverridesServiceClient is the client API for OverridesService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// OverridesService administers per-tenant overrides. Writes need the
+// admin token and are validated against the rule set: an override for an
+// unknown rule, a negative limit or an expiry in the past is refused with
+// INVALID_ARGUMENT and a BadRequest naming the field, and nothing changes.
+type OverridesServiceClient interface {
+	PutOverrides(ctx context.Context, in *PutOverridesRequest, opts ...grpc.CallOption) (*PutOverridesResponse, error)
+	GetOverride(ctx context.Context, in *GetOverrideRequest, opts ...grpc.CallOption) (*Override, error)
+	ListOverrides(ctx context.Context, in *ListOverridesRequest, opts ...grpc.CallOption) (*ListOverridesResponse, error)
+	DeleteOverrides(ctx context.Context, in *DeleteOverridesRequest, opts ...grpc.CallOption) (*DeleteOverridesResponse, error)
+	// Changes is how agents and the region's other shard groups follow the
+	// overrides: what changed since a version.
+	Changes(ctx context.Context, in *OverrideChangesRequest, opts ...grpc.CallOption) (*OverridesDelta, error)
+}
+
+type overridesServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewOverridesServiceClient(cc grpc.ClientConnInterface) OverridesServiceClient {
+	return &overridesServiceClient{cc}
+}
+
+func (c *overridesServiceClient) PutOverrides(ctx context.Context, in *PutOverridesRequest, opts ...grpc.CallOption) (*PutOverridesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PutOverridesResponse)
+	err := c.cc.Invoke(ctx, OverridesService_PutOverrides_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *overridesServiceClient) GetOverride(ctx context.Context, in *GetOverrideRequest, opts ...grpc.CallOption) (*Override, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Override)
+	err := c.cc.Invoke(ctx, OverridesService_GetOverride_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *overridesServiceClient) ListOverrides(ctx context.Context, in *ListOverridesRequest, opts ...grpc.CallOption) (*ListOverridesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListOverridesResponse)
+	err := c.cc.Invoke(ctx, OverridesService_ListOverrides_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *overridesServiceClient) DeleteOverrides(ctx context.Context, in *DeleteOverridesRequest, opts ...grpc.CallOption) (*DeleteOverridesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteOverridesResponse)
+	err := c.cc.Invoke(ctx, OverridesService_DeleteOverrides_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *overridesServiceClient) Changes(ctx context.Context, in *OverrideChangesRequest, opts ...grpc.CallOption) (*OverridesDelta, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OverridesDelta)
+	err := c.cc.Invoke(ctx, OverridesService_Changes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// OverridesServiceServer is the server API for OverridesService service.
+// All implementations must embed UnimplementedOverridesServiceServer
+// for forward compatibility.
+//
+// OverridesService administers per-tenant overrides. Writes need the
+// admin token and are validated against the rule set: an override for an
+// unknown rule, a negative limit or an expiry in the past is refused with
+// INVALID_ARGUMENT and a BadRequest naming the field, and nothing changes.
+type OverridesServiceServer interface {
+	PutOverrides(context.Context, *PutOverridesRequest) (*PutOverridesResponse, error)
+	GetOverride(context.Context, *GetOverrideRequest) (*Override, error)
+	ListOverrides(context.Context, *ListOverridesRequest) (*ListOverridesResponse, error)
+	DeleteOverrides(context.Context, *DeleteOverridesRequest) (*DeleteOverridesResponse, error)
+	// Changes is how agents and the region's other shard groups follow the
+	// overrides: what changed since a version.
+	Changes(context.Context, *OverrideChangesRequest) (*OverridesDelta, error)
+	mustEmbedUnimplementedOverridesServiceServer()
+}
+
+// UnimplementedOverridesServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedOverridesServiceServer struct{}
+
+func (UnimplementedOverridesServiceServer) PutOverrides(context.Context, *PutOverridesRequest) (*PutOverridesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutOverrides not implemented")
+}
+func (UnimplementedOverridesServiceServer) GetOverride(context.Context, *GetOverrideRequest) (*Override, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetOverride not implemented")
+}
+func (UnimplementedOverridesServiceServer) ListOverrides(context.Context, *ListOverridesRequest) (*ListOverridesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListOverrides not implemented")
+}
+func (UnimplementedOverridesServiceServer) DeleteOverrides(context.Context, *DeleteOverridesRequest) (*DeleteOverridesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteOverrides not implemented")
+}
+func (UnimplementedOverridesServiceServer) Changes(context.Context, *OverrideChangesRequest) (*OverridesDelta, error) {
+	return nil, status.Error(codes.Unimplemented, "method Changes not implemented")
+}
+func (UnimplementedOverridesServiceServer) mustEmbedUnimplementedOverridesServiceServer() {}
+func (UnimplementedOverridesServiceServer) testEmbeddedByValue()                          {}
+
+// UnsafeOverridesServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to OverridesServiceServer will
+// result in compilation errors.
+type UnsafeOverridesServiceServer interface {
+	mustEmbedUnimplementedOverridesServiceServer()
+}
+
+func RegisterOverridesServiceServer(s grpc.ServiceRegistrar, srv OverridesServiceServer) {
+	// If the following call panics, it indicates UnimplementedOverridesServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&OverridesService_ServiceDesc, srv)
+}
+
+func _OverridesService_PutOverrides_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutOverridesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OverridesServiceServer).PutOverrides(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OverridesService_PutOverrides_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OverridesServiceServer).PutOverrides(ctx, req.(*PutOverridesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OverridesService_GetOverride_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetOverrideRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OverridesServiceServer).GetOverride(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OverridesService_GetOverride_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OverridesServiceServer).GetOverride(ctx, req.(*GetOverrideRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OverridesService_ListOverrides_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListOverridesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OverridesServiceServer).ListOverrides(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OverridesService_ListOverrides_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OverridesServiceServer).ListOverrides(ctx, req.(*ListOverridesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OverridesService_DeleteOverrides_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteOverridesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OverridesServiceServer).DeleteOverrides(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OverridesService_DeleteOverrides_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OverridesServiceServer).DeleteOverrides(ctx, req.(*DeleteOverridesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OverridesService_Changes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OverrideChangesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OverridesServiceServer).Changes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OverridesService_Changes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OverridesServiceServer).Changes(ctx, req.(*OverrideChangesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// OverridesService_ServiceDesc is the grpc.ServiceDesc for OverridesService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var OverridesService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "allot.v1.OverridesService",
+	HandlerType: (*OverridesServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "PutOverrides",
+			Handler:    _OverridesService_PutOverrides_Handler,
+		},
+		{
+			MethodName: "GetOverride",
+			Handler:    _OverridesService_GetOverride_Handler,
+		},
+		{
+			MethodName: "ListOverrides",
+			Handler:    _OverridesService_ListOverrides_Handler,
+		},
+		{
+			MethodName: "DeleteOverrides",
+			Handler:    _OverridesService_DeleteOverrides_Handler,
+		},
+		{
+			MethodName: "Changes",
+			Handler:    _OverridesService_Changes_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "rules.proto",
+}

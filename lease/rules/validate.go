@@ -284,22 +284,33 @@ func (r *Rule) validatePlans(bad func(string, string, ...any)) {
 		bad("tenants", "has %d entries; at most %d", len(r.Tenants), maxMapLen)
 	}
 	for _, name := range slices.Sorted(maps.Keys(r.Tenants)) {
-		o := r.Tenants[name]
-		field := "tenants." + name
-		if name == "" || len(name) > maxStringLen {
-			bad(field, "tenant names must be 1–%d bytes", maxStringLen)
-		}
-		if o.Limit < 0 {
-			bad(field+".limit", "must not be negative, got %d", o.Limit)
-		} else if o.Limit > 0 && r.Algorithm != 0 && r.Period > 0 {
-			if err := r.AlgoConfig(o.Limit).Validate(); err != nil {
-				bad(field+".limit", "%v", err)
-			}
-		}
-		if !(o.Weight >= 0) || math.IsInf(o.Weight, 0) {
-			bad(field+".weight", "must be a non-negative number, got %v", o.Weight)
+		r.validateTenant(name, r.Tenants[name], "tenants."+name+".", bad)
+	}
+}
+
+// validateTenant checks one tenant's override, from the rule file's
+// tenants section (prefix "tenants.NAME.") or the overrides API ("").
+func (r *Rule) validateTenant(name string, o TenantOverride, prefix string, bad func(string, string, ...any)) {
+	if name == "" || len(name) > maxStringLen {
+		bad(strings.TrimSuffix(prefix, ".")+cond(prefix == "", "tenant", ""), "tenant names must be 1–%d bytes", maxStringLen)
+	}
+	if o.Limit < 0 {
+		bad(prefix+"limit", "must not be negative, got %d", o.Limit)
+	} else if o.Limit > 0 && r.Algorithm != 0 && r.Period > 0 {
+		if err := r.AlgoConfig(o.Limit).Validate(); err != nil {
+			bad(prefix+"limit", "%v", err)
 		}
 	}
+	if !(o.Weight >= 0) || math.IsInf(o.Weight, 0) {
+		bad(prefix+"weight", "must be a non-negative number, got %v", o.Weight)
+	}
+}
+
+func cond(c bool, a, b string) string {
+	if c {
+		return a
+	}
+	return b
 }
 
 func (r *Rule) validateRegions(bad func(string, string, ...any)) {

@@ -611,8 +611,16 @@ type SnapshotHeader struct {
 	// Lines retention deleted from the ledger: with a sink, lines it never
 	// exported.
 	RetentionDroppedLines uint64 `protobuf:"varint,15,opt,name=retention_dropped_lines,json=retentionDroppedLines,proto3" json:"retention_dropped_lines,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// overrides_version is the overrides' version; overrides_floor the
+	// newest version of a deleted override no longer kept (an OverridesDelta
+	// from below it is full).
+	OverridesVersion uint64 `protobuf:"varint,16,opt,name=overrides_version,json=overridesVersion,proto3" json:"overrides_version,omitempty"`
+	OverridesFloor   uint64 `protobuf:"varint,17,opt,name=overrides_floor,json=overridesFloor,proto3" json:"overrides_floor,omitempty"`
+	// overrides_home_version is, in a shard group mirroring the home
+	// group's overrides, the home group's version taken in.
+	OverridesHomeVersion uint64 `protobuf:"varint,18,opt,name=overrides_home_version,json=overridesHomeVersion,proto3" json:"overrides_home_version,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
@@ -746,6 +754,27 @@ func (x *SnapshotHeader) GetExport() *ExportPosition {
 func (x *SnapshotHeader) GetRetentionDroppedLines() uint64 {
 	if x != nil {
 		return x.RetentionDroppedLines
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetOverridesVersion() uint64 {
+	if x != nil {
+		return x.OverridesVersion
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetOverridesFloor() uint64 {
+	if x != nil {
+		return x.OverridesFloor
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetOverridesHomeVersion() uint64 {
+	if x != nil {
+		return x.OverridesHomeVersion
 	}
 	return 0
 }
@@ -1832,6 +1861,99 @@ func (x *MoveOutcome) GetAtUnixNano() int64 {
 	return 0
 }
 
+// OverridesCommand creates, replaces and deletes per-tenant overrides
+// (allot.v1.OverridesService), all or none; the state validates them
+// against the rule set when it applies them. now_unix_nano is the
+// proposing leader's clock: entries are stamped with it, and an expiry
+// at or before it is refused.
+type OverridesCommand struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Put         []*proto.Override      `protobuf:"bytes,1,rep,name=put,proto3" json:"put,omitempty"`
+	Delete      []*proto.OverrideKey   `protobuf:"bytes,2,rep,name=delete,proto3" json:"delete,omitempty"`
+	NowUnixNano int64                  `protobuf:"varint,3,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
+	// mirror is set by a shard group following the home group's
+	// overrides: put holds a page of the home group's changes (deletions
+	// included), full says to drop every override first, and
+	// mirror_version is the home group's version the page brings.
+	Mirror        bool   `protobuf:"varint,4,opt,name=mirror,proto3" json:"mirror,omitempty"`
+	Full          bool   `protobuf:"varint,5,opt,name=full,proto3" json:"full,omitempty"`
+	MirrorVersion uint64 `protobuf:"varint,6,opt,name=mirror_version,json=mirrorVersion,proto3" json:"mirror_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OverridesCommand) Reset() {
+	*x = OverridesCommand{}
+	mi := &file_fsm_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OverridesCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OverridesCommand) ProtoMessage() {}
+
+func (x *OverridesCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OverridesCommand.ProtoReflect.Descriptor instead.
+func (*OverridesCommand) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *OverridesCommand) GetPut() []*proto.Override {
+	if x != nil {
+		return x.Put
+	}
+	return nil
+}
+
+func (x *OverridesCommand) GetDelete() []*proto.OverrideKey {
+	if x != nil {
+		return x.Delete
+	}
+	return nil
+}
+
+func (x *OverridesCommand) GetNowUnixNano() int64 {
+	if x != nil {
+		return x.NowUnixNano
+	}
+	return 0
+}
+
+func (x *OverridesCommand) GetMirror() bool {
+	if x != nil {
+		return x.Mirror
+	}
+	return false
+}
+
+func (x *OverridesCommand) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
+}
+
+func (x *OverridesCommand) GetMirrorVersion() uint64 {
+	if x != nil {
+		return x.MirrorVersion
+	}
+	return 0
+}
+
 var File_fsm_proto protoreflect.FileDescriptor
 
 const file_fsm_proto_rawDesc = "" +
@@ -1867,7 +1989,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\x0fMaintainCommand\x12\"\n" +
 	"\rnow_unix_nano\x18\x01 \x01(\x03R\vnowUnixNano\x12,\n" +
 	"\x12agent_timeout_nano\x18\x02 \x01(\x03R\x10agentTimeoutNano\x12%\n" +
-	"\x0eretention_nano\x18\x03 \x01(\x03R\rretentionNano\"\xb5\x04\n" +
+	"\x0eretention_nano\x18\x03 \x01(\x03R\rretentionNano\"\xc1\x05\n" +
 	"\x0eSnapshotHeader\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12#\n" +
@@ -1886,7 +2008,10 @@ const file_fsm_proto_rawDesc = "" +
 	"\n" +
 	"cluster_id\x18\r \x01(\tR\tclusterId\x124\n" +
 	"\x06export\x18\x0e \x01(\v2\x1c.allot.fsm.v1.ExportPositionR\x06export\x126\n" +
-	"\x17retention_dropped_lines\x18\x0f \x01(\x04R\x15retentionDroppedLines\"\xc6\x01\n" +
+	"\x17retention_dropped_lines\x18\x0f \x01(\x04R\x15retentionDroppedLines\x12+\n" +
+	"\x11overrides_version\x18\x10 \x01(\x04R\x10overridesVersion\x12'\n" +
+	"\x0foverrides_floor\x18\x11 \x01(\x04R\x0eoverridesFloor\x124\n" +
+	"\x16overrides_home_version\x18\x12 \x01(\x04R\x14overridesHomeVersion\"\xc6\x01\n" +
 	"\x11IncarnationRecord\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x19\n" +
@@ -1981,7 +2106,14 @@ const file_fsm_proto_rawDesc = "" +
 	"\x04last\x18\x04 \x01(\rR\x04last\x12\x12\n" +
 	"\x04peer\x18\x05 \x01(\tR\x04peer\x12 \n" +
 	"\fat_unix_nano\x18\x06 \x01(\x03R\n" +
-	"atUnixNanoB@Z>github.com/allot-io/allot/coordinator/internal/fsm/fsmpb;fsmpbb\x06proto3"
+	"atUnixNano\"\xde\x01\n" +
+	"\x10OverridesCommand\x12$\n" +
+	"\x03put\x18\x01 \x03(\v2\x12.allot.v1.OverrideR\x03put\x12-\n" +
+	"\x06delete\x18\x02 \x03(\v2\x15.allot.v1.OverrideKeyR\x06delete\x12\"\n" +
+	"\rnow_unix_nano\x18\x03 \x01(\x03R\vnowUnixNano\x12\x16\n" +
+	"\x06mirror\x18\x04 \x01(\bR\x06mirror\x12\x12\n" +
+	"\x04full\x18\x05 \x01(\bR\x04full\x12%\n" +
+	"\x0emirror_version\x18\x06 \x01(\x04R\rmirrorVersionB@Z>github.com/allot-io/allot/coordinator/internal/fsm/fsmpb;fsmpbb\x06proto3"
 
 var (
 	file_fsm_proto_rawDescOnce sync.Once
@@ -1996,7 +2128,7 @@ func file_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_fsm_proto_goTypes = []any{
 	(SlotsCommand_Op)(0),         // 0: allot.fsm.v1.SlotsCommand.Op
 	(*ReportsCommand)(nil),       // 1: allot.fsm.v1.ReportsCommand
@@ -2023,34 +2155,39 @@ var file_fsm_proto_goTypes = []any{
 	(*ShardMapCommand)(nil),      // 22: allot.fsm.v1.ShardMapCommand
 	(*SlotsRecord)(nil),          // 23: allot.fsm.v1.SlotsRecord
 	(*MoveOutcome)(nil),          // 24: allot.fsm.v1.MoveOutcome
-	(*proto.UsageBatch)(nil),     // 25: allot.v1.UsageBatch
-	(*proto.Rule)(nil),           // 26: allot.v1.Rule
-	(*proto.Member)(nil),         // 27: allot.v1.Member
-	(*proto.ShardGroup)(nil),     // 28: allot.v1.ShardGroup
-	(*proto.SlotMove)(nil),       // 29: allot.v1.SlotMove
-	(*proto.PinSlotRequest)(nil), // 30: allot.v1.PinSlotRequest
+	(*OverridesCommand)(nil),     // 25: allot.fsm.v1.OverridesCommand
+	(*proto.UsageBatch)(nil),     // 26: allot.v1.UsageBatch
+	(*proto.Rule)(nil),           // 27: allot.v1.Rule
+	(*proto.Member)(nil),         // 28: allot.v1.Member
+	(*proto.ShardGroup)(nil),     // 29: allot.v1.ShardGroup
+	(*proto.SlotMove)(nil),       // 30: allot.v1.SlotMove
+	(*proto.PinSlotRequest)(nil), // 31: allot.v1.PinSlotRequest
+	(*proto.Override)(nil),       // 32: allot.v1.Override
+	(*proto.OverrideKey)(nil),    // 33: allot.v1.OverrideKey
 }
 var file_fsm_proto_depIdxs = []int32{
 	2,  // 0: allot.fsm.v1.ReportsCommand.reports:type_name -> allot.fsm.v1.AgentUsage
-	25, // 1: allot.fsm.v1.AgentUsage.batch:type_name -> allot.v1.UsageBatch
+	26, // 1: allot.fsm.v1.AgentUsage.batch:type_name -> allot.v1.UsageBatch
 	4,  // 2: allot.fsm.v1.ReportsResult.moved:type_name -> allot.fsm.v1.MovedReport
-	26, // 3: allot.fsm.v1.RulesCommand.put:type_name -> allot.v1.Rule
-	27, // 4: allot.fsm.v1.MemberCommand.member:type_name -> allot.v1.Member
+	27, // 3: allot.fsm.v1.RulesCommand.put:type_name -> allot.v1.Rule
+	28, // 4: allot.fsm.v1.MemberCommand.member:type_name -> allot.v1.Member
 	19, // 5: allot.fsm.v1.SnapshotHeader.export:type_name -> allot.fsm.v1.ExportPosition
 	16, // 6: allot.fsm.v1.GrantsCommand.grants:type_name -> allot.fsm.v1.GrantRecord
 	19, // 7: allot.fsm.v1.ExportedCommand.position:type_name -> allot.fsm.v1.ExportPosition
 	0,  // 8: allot.fsm.v1.SlotsCommand.op:type_name -> allot.fsm.v1.SlotsCommand.Op
-	28, // 9: allot.fsm.v1.ShardMapCommand.add_group:type_name -> allot.v1.ShardGroup
-	29, // 10: allot.fsm.v1.ShardMapCommand.plan:type_name -> allot.v1.SlotMove
-	29, // 11: allot.fsm.v1.ShardMapCommand.phase:type_name -> allot.v1.SlotMove
-	30, // 12: allot.fsm.v1.ShardMapCommand.pin:type_name -> allot.v1.PinSlotRequest
+	29, // 9: allot.fsm.v1.ShardMapCommand.add_group:type_name -> allot.v1.ShardGroup
+	30, // 10: allot.fsm.v1.ShardMapCommand.plan:type_name -> allot.v1.SlotMove
+	30, // 11: allot.fsm.v1.ShardMapCommand.phase:type_name -> allot.v1.SlotMove
+	31, // 12: allot.fsm.v1.ShardMapCommand.pin:type_name -> allot.v1.PinSlotRequest
 	24, // 13: allot.fsm.v1.SlotsRecord.moves:type_name -> allot.fsm.v1.MoveOutcome
 	0,  // 14: allot.fsm.v1.MoveOutcome.op:type_name -> allot.fsm.v1.SlotsCommand.Op
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	32, // 15: allot.fsm.v1.OverridesCommand.put:type_name -> allot.v1.Override
+	33, // 16: allot.fsm.v1.OverridesCommand.delete:type_name -> allot.v1.OverrideKey
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_fsm_proto_init() }
@@ -2065,7 +2202,7 @@ func file_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_proto_rawDesc), len(file_fsm_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

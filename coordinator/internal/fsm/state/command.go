@@ -33,12 +33,15 @@ const (
 	// would apply usage its group does not own.
 	CmdSlots    Command = 9
 	CmdShardMap Command = 10
+	// CmdOverrides changes per-tenant overrides. Never ignorable: a
+	// member that skipped one would grant leases by other limits.
+	CmdOverrides Command = 11
 
 	Ignorable Command = 0x80
 )
 
 // Commands lists every command type this version knows.
-var Commands = []Command{CmdReports, CmdRules, CmdMember, CmdEpoch, CmdMaintain, CmdSettings, CmdGrants, CmdExported, CmdSlots, CmdShardMap}
+var Commands = []Command{CmdReports, CmdRules, CmdMember, CmdEpoch, CmdMaintain, CmdSettings, CmdGrants, CmdExported, CmdSlots, CmdShardMap, CmdOverrides}
 
 func (t Command) String() string {
 	switch t &^ Ignorable {
@@ -62,6 +65,8 @@ func (t Command) String() string {
 		return "slots"
 	case CmdShardMap:
 		return "shard_map"
+	case CmdOverrides:
+		return "overrides"
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }
@@ -128,6 +133,10 @@ var handlers = map[Command]handler{
 	CmdShardMap: {
 		msg:   func() proto.Message { return &fsmpb.ShardMapCommand{} },
 		apply: func(s *State, m proto.Message) any { return s.applyShardMap(m.(*fsmpb.ShardMapCommand)) },
+	},
+	CmdOverrides: {
+		msg:   func() proto.Message { return &fsmpb.OverridesCommand{} },
+		apply: func(s *State, m proto.Message) any { return s.applyOverrides(m.(*fsmpb.OverridesCommand)) },
 	},
 }
 

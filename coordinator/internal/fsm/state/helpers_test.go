@@ -117,6 +117,10 @@ func dumpState(s *State) string {
 	for _, w := range s.finalWindows() {
 		lines = append(lines, fmt.Sprintf("final %d", w))
 	}
+	if s.ov.version != 0 {
+		lines = append(lines, fmt.Sprintf("overrides v%d floor %d home %d", s.ov.version, s.ov.floor, s.ov.home))
+	}
+	s.eachOverride(func(o *allotpb.Override) { lines = append(lines, fmt.Sprintf("override %v", o)) })
 
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")

@@ -44,6 +44,9 @@ const (
 	// group of a split region; not ignorable (see CmdSlots).
 	recSlots    record = 9
 	recShardMap record = 10
+	// One per override, tombstones included; not ignorable (see
+	// CmdOverrides).
+	recOverride record = 11
 
 	recIgnorable record = 0x80
 )
@@ -73,6 +76,7 @@ func (sn *Snapshot) Write(out io.Writer) error {
 		BillingWindowNano: s.billingWindow, ReportIntervalNano: s.reportInterval, LeaseTtlNano: s.leaseTTL,
 		GrantEpoch: s.grantEpoch, GrantSeq: s.grantSeq, ClusterId: s.clusterID,
 		Export: s.export.Proto(), RetentionDroppedLines: s.retentionDropped,
+		OverridesVersion: s.ov.version, OverridesFloor: s.ov.floor, OverridesHomeVersion: s.ov.home,
 	})
 	rs := rulespb.SetToProto(s.rules)
 	slices.SortFunc(rs.Rules, func(a, b *allotpb.Rule) int { return strings.Compare(a.GetName(), b.GetName()) })
@@ -104,6 +108,7 @@ func (sn *Snapshot) Write(out io.Writer) error {
 	if s.shardMap != nil {
 		w.write(recShardMap, s.shardMap.Proto())
 	}
+	s.eachOverride(func(o *allotpb.Override) { w.write(recOverride, o) })
 	w.write(recEnd, &fsmpb.SnapshotEnd{Records: w.records})
 	if w.err != nil {
 		return w.err
@@ -329,6 +334,15 @@ func (st *State) readRecord(t record, payload []byte) error {
 			return err
 		}
 		return st.restoreShardMap(m)
+	case recOverride:
+		m := &allotpb.Override{}
+		if err := unmarshal(m); err != nil {
+			return err
+		}
+		if m.GetRule() == "" || m.GetTenant() == "" || m.GetVersion() > st.ov.version {
+			return fmt.Errorf("override %q/%q at version %d: not one the header's version %d allows", m.GetRule(), m.GetTenant(), m.GetVersion(), st.ov.version)
+		}
+		st.ov.set(m)
 	default:
 		if t&recIgnorable == 0 {
 			return fmt.Errorf("%w: unknown record type %d: this version is older than the snapshot; upgrade it", ErrSnapshotFormat, t)

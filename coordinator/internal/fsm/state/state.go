@@ -67,6 +67,8 @@ type State struct {
 	// added.
 	slots    *slotTable
 	shardMap *shard.Map
+	// ov holds the per-tenant overrides (overrides.go).
+	ov overrideStore
 }
 
 // incKey identifies one run of one agent.
@@ -132,6 +134,7 @@ func New() *State {
 		ledger:       newLedger(),
 		open:         newOpen(),
 		final:        newFinal(),
+		ov:           newOverrideStore(),
 	}
 }
 
@@ -240,6 +243,9 @@ func (s *State) applyRules(cmd *fsmpb.RulesCommand) error {
 		return err
 	}
 	s.rules = set
+	if cmd.GetVersion() == 0 { // not a mirror of the home group's rules
+		s.dropRulelessOverrides(0)
+	}
 	return nil
 }
 
@@ -322,6 +328,7 @@ func (s *State) Settled() bool {
 // incarnations silent for long, and drops ledger windows past retention.
 func (s *State) maintain(cmd *fsmpb.MaintainCommand) {
 	now, timeout := cmd.GetNowUnixNano(), cmd.GetAgentTimeoutNano()
+	s.expireOverrides(now)
 	width := s.BillingWindowSeconds() * int64(time.Second)
 	// A window is done when it has ended and each of its reporters is
 	// gone, silent past the timeout, or acknowledged past its end.

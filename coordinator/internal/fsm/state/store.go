@@ -111,6 +111,7 @@ func (s *State) frozen() *State {
 	c.ledger = s.ledger.Clone()
 	c.open = s.open.Clone()
 	c.final = s.final.Clone()
+	c.ov = s.ov.clone()
 	return &c
 }
 
@@ -168,6 +169,7 @@ func (s *State) setHeader(h *fsmpb.SnapshotHeader) {
 	s.clusterID = h.GetClusterId()
 	s.export = ExportPositionFromProto(h.GetExport())
 	s.retentionDropped = h.GetRetentionDroppedLines()
+	s.ov.version, s.ov.floor, s.ov.home = h.GetOverridesVersion(), h.GetOverridesFloor(), h.GetOverridesHomeVersion()
 }
 
 func (s *State) putMember(m *allotpb.Member) { s.members.ReplaceOrInsert(m) }

@@ -1,0 +1,28 @@
+package rulespb
+
+import (
+	"time"
+
+	"github.com/allot-io/allot/lease/rules"
+	allotpb "github.com/allot-io/allot/proto"
+)
+
+// OverrideToProto converts o to its wire form (version and deleted unset).
+func OverrideToProto(o *rules.Override) *allotpb.Override {
+	p := &allotpb.Override{Rule: o.Rule, Tenant: o.Tenant, Limit: o.Limit, Weight: o.Weight}
+	if !o.Expires.IsZero() {
+		p.ExpiresUnixNano = o.Expires.UnixNano()
+	}
+	return p
+}
+
+// OverrideFromProto converts an override's wire form; it is validated by
+// rules.Set.CheckOverride, not here.
+func OverrideFromProto(p *allotpb.Override) rules.Override {
+	o := rules.Override{Rule: p.GetRule(), Tenant: p.GetTenant(),
+		TenantOverride: rules.TenantOverride{Limit: p.GetLimit(), Weight: p.GetWeight()}}
+	if ns := p.GetExpiresUnixNano(); ns != 0 {
+		o.Expires = time.Unix(0, ns)
+	}
+	return o
+}

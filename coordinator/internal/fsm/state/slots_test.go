@@ -63,6 +63,23 @@ func TestSlotSteps(t *testing.T) {
 			{step(E, 0, 0, 0, "g1"), "", 0},
 			{step(A, 1, 0, 9, "g2"), "not \"g2\"", 0},
 		}},
+		// A finished move's steps carried again after a later move took
+		// the slot back (a stale mover) are done again and change nothing.
+		{"target: a finished move's acquire again, after the slot left", []st{
+			{step(E, 0, 0, 0, "g1"), "", 0},
+			{step(A, 2, 7, 7, "g1"), "", 1},
+			{step(F, 4, 7, 7, "g1"), "", 0},
+			{step(R, 4, 7, 7, "g1"), "", 0},
+			{step(A, 2, 7, 7, "g1"), "", 0},
+			{step(F, 5, 7, 7, "g1"), "does not own", 0},
+		}},
+		{"source: a finished move's release again, after the slot came back", []st{
+			{step(F, 2, 7, 7, "main"), "", shard.Slots - 1},
+			{step(R, 2, 7, 7, "main"), "", shard.Slots - 1},
+			{step(A, 4, 7, 7, "main"), "", shard.Slots},
+			{step(R, 2, 7, 7, "main"), "", shard.Slots},
+			{step(F, 5, 7, 7, "main"), "", shard.Slots - 1},
+		}},
 		{"bad range", []st{{step(F, 1, 9, 3, "main"), "not a range", shard.Slots}}},
 		{"no group", []st{{step(F, 1, 0, 3, ""), "no valid group", shard.Slots}}},
 	}
@@ -183,7 +200,25 @@ func TestMovesCountOnce(t *testing.T) {
 					}
 					m.phase = 2
 				case m.abort:
-				case m.phase == 0, m.phase >= 1 && repeat:
+				case m.phase == 2 && repeat:
+					// A finished move's steps carried again (a deposed
+					// leader's mover, or one resuming from an old map):
+					// each is done again and changes nothing. The move
+					// stays finished: the home map never takes a phase
+					// back (shardmap.go), so the mover never records it
+					// done, nor routes the slot to its target, a second
+					// time. This case once set phase 1 again, and the
+					// next draw moved the model's map back to the target
+					// after a later move had taken the slot from it, then
+					// drew a freeze there: a move the real mover cannot
+					// plan (the map would say the slot is elsewhere).
+					if r := apply(m.to, step(fsmpb.SlotsCommand_ACQUIRE, m.id, m.sl, m.sl, m.from)); !r.GetDone() {
+						t.Fatalf("acquire of a finished move refused: %s", r.GetRefused())
+					}
+					if r := apply(m.from, step(fsmpb.SlotsCommand_RELEASE, m.id, m.sl, m.sl, m.to)); !r.GetDone() {
+						t.Fatalf("release of a finished move refused: %s", r.GetRefused())
+					}
+				case m.phase == 0, m.phase == 1 && repeat:
 					if r := apply(m.to, step(fsmpb.SlotsCommand_ACQUIRE, m.id, m.sl, m.sl, m.from)); !r.GetDone() {
 						t.Fatalf("acquire refused: %s", r.GetRefused())
 					}
@@ -200,6 +235,15 @@ func TestMovesCountOnce(t *testing.T) {
 				s := shard.Of(tn)
 				if groups["main"].Owns(s) && groups["g1"].Owns(s) {
 					t.Fatalf("slot %d is owned by both groups", s)
+				}
+				// With no move of it under way, the slot is where the
+				// map says: the model draws only what the mover can.
+				busy := false
+				for _, m := range moves {
+					busy = busy || (m.sl == uint32(s) && m.phase < 2)
+				}
+				if g := owner[uint32(s)]; !busy && !groups[g].Owns(s) {
+					t.Fatalf("slot %d: the map says %s, which does not own it, and no move of it is under way", s, g)
 				}
 			}
 		}

@@ -286,6 +286,7 @@ func (a *Agent) install(set *rules.Set, problems []RuleProblem, strict bool, sou
 			}
 			rs.ruleData = data
 		}
+		rs.makeStore = a.overrideStoreMaker(rs)
 		c.totals = append(c.totals, ruleTotals{})
 		if p != nil {
 			// A rule kept by name keeps its totals, changed or not.
@@ -346,6 +347,7 @@ func (a *Agent) newRuleData(rs *ruleState, nodes int) (*ruleData, error) {
 			}
 		}
 	}
+	d.overrides = newTenantTable()
 	empty := map[algo.Hash]*hotKey{}
 	d.hot.Store(&empty)
 	if rs.rule.Fair() {

@@ -48,7 +48,9 @@ type reporter struct {
 	ttl      time.Duration             // lease period
 	cutOff   bool                      // no coordinator for a lease period
 	version  uint64                    // rules version enforced
-	quit     chan struct{}
+	// overrides are the per-tenant overrides the coordinators sent.
+	overrides overrideBook
+	quit      chan struct{}
 	// answeredCount counts answered reports, for tests and status;
 	// lastAnswer is when the last one was (ns, coordinators' clock), and
 	// pendingCount mirrors len(pending), for Status.
@@ -341,6 +343,7 @@ func (r *reporter) request(c *compiled, now int64, urgent, leaving bool) (*allot
 		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: a.cfg.NodeID, Incarnation: r.incarnation,
 		Region: a.cfg.Region, SentUnixNano: now, IntervalNano: max(now-r.lastRun, 1),
 		RulesVersion: r.version, Urgent: urgent, Leaving: leaving,
+		OverridesVersion: r.overrides.version,
 	}
 	if !urgent && len(r.pending) > 0 {
 		req.Usage = r.pending[0]
@@ -436,6 +439,8 @@ func (r *reporter) answered(resp *allotpb.ReportResponse, held []*hotKey, t0, t1
 		// with, 0): it answered, so its rule set is the empty one.
 		r.installRules(&allotpb.RuleSet{Version: r.version})
 	}
+	r.takeOverrides(resp.GetOverrides())
+	r.expireOverrides(a.clock.now())
 	if n := int64(resp.GetNodes()); n > 0 && n != a.nodes.Load() {
 		a.nodes.Store(n)
 		r.reshare()

@@ -28,6 +28,8 @@ type ruleState struct {
 	// others' on the local one (at); clk is the agent's.
 	windowed bool
 	clk      *clock
+	// makeStore makes the store of an overridden tenant's keys.
+	makeStore func(limit int64) (*limitStore, error)
 	*ruleData
 }
 
@@ -66,6 +68,9 @@ type ruleData struct {
 	def      *limitStore
 	byPlan   map[string]*limitStore
 	byTenant map[string]*limitStore
+	// overrides are the tenants the overrides API changes the rule for
+	// (overrides.go); they win over byTenant and byPlan.
+	overrides *tenantTable
 
 	// hot maps key hashes to keys holding leases. It is replaced whole by
 	// the reporter (copy on write), so checks read it without a lock.
@@ -262,6 +267,11 @@ func (st *limitStore) setShare(rs *ruleState, share float64, now time.Time) {
 
 // store returns the store for a request's tenant and plan.
 func (rs *ruleState) store(req *Request) *limitStore {
+	if to := rs.overrides.get(req.Tenant); to != nil && to.o.Limit > 0 {
+		if st := rs.overrideStore(to); st != nil {
+			return st
+		}
+	}
 	if rs.byTenant != nil {
 		if st := rs.byTenant[req.Tenant]; st != nil {
 			return st
@@ -284,7 +294,7 @@ func (rs *ruleState) stores() []*limitStore {
 	for _, st := range rs.byTenant {
 		out = append(out, st)
 	}
-	return out
+	return append(out, rs.overrides.made()...)
 }
 
 // matches reports whether the rule covers the request.

@@ -53,6 +53,12 @@ func (r *reporter) installRules(p *allotpb.RuleSet) {
 		r.retired = append(r.retired, retiredSet{old, retireCuts})
 	}
 	r.version = set.Version()
+	// Rules new or changed start with empty tenant tables.
+	for _, rs := range a.rules.Load().rules {
+		if rs.overrides.n.Load() == 0 && len(r.overrides.byRule[rs.rule.Name]) > 0 {
+			rs.fillOverrides(&r.overrides)
+		}
+	}
 	if old == nil || old.source != sourceCluster {
 		a.log.Info("the cluster's rules arrived", "version", set.Version(), "rules", set.Len(), "until_now", sourceOf(old).String())
 	} else {

@@ -49,6 +49,10 @@ type allocator struct {
 	nodes map[string]*nodeInfo
 	next  int32 // index of the next new node; indexes are not reused
 
+	// overrides are the per-tenant overrides as of the state the leader
+	// last read (overrideView.sync).
+	overrides overrideView
+
 	seq atomic.Uint64 // allocations, numbering grants
 	// acquired are the slots this group took over from another by a move,
 	// each learning until its end (shards.go); nil when none is.
@@ -297,14 +301,15 @@ func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lea
 			}
 			sh.pools[k] = p
 		}
+		o, overridden := a.overrides.get(d.GetRule(), d.GetTenant())
 		if !r.Fair() {
-			p.ruleLimit, p.tenant, p.plan = r.LimitFor(d.GetTenant(), d.GetPlan()), d.GetTenant(), d.GetPlan()
+			p.ruleLimit, p.tenant, p.plan = r.LimitWith(o, overridden, d.GetTenant(), d.GetPlan()), d.GetTenant(), d.GetPlan()
 		}
 		p.limit = a.poolLimit(k, r, p.ruleLimit, max(p.window, d.GetWindowUnixNano()), now)
 		if a.global && !leaving {
 			p.sawRegion(req.GetRegion(), req.GetReporterGroup(), now)
 		}
-		c := p.class(classKey{d.GetTenant(), d.GetPriority()}, r, d.GetPlan())
+		c := p.class(classKey{d.GetTenant(), d.GetPriority()}, r, r.WeightWith(o, overridden, d.GetTenant(), d.GetPlan()))
 		cl := c.claim(info.index)
 		// An early report asks for a top-up. When the pool is contended the
 		// node is simply at its share, and the next round will do; when it

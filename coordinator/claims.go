@@ -144,7 +144,7 @@ func (a *allocator) observe(p *pool, cl *claim, d *allotpb.KeyDemand, r sighting
 }
 
 // class returns the pool's class for a tenant and priority, creating it.
-func (p *pool) class(k classKey, r *rules.Rule, plan string) *class {
+func (p *pool) class(k classKey, r *rules.Rule, weight float64) *class {
 	if !r.Fair() {
 		if len(p.classes) == 0 {
 			p.classes = []*class{{key: classKey{tenant: k.tenant}, weight: 1}}
@@ -152,9 +152,10 @@ func (p *pool) class(k classKey, r *rules.Rule, plan string) *class {
 		return p.classes[0]
 	}
 	if i, ok := p.byClass[k]; ok {
+		p.classes[i].weight = weight // an override may have changed it
 		return p.classes[i]
 	}
-	c := &class{key: k, weight: r.WeightFor(k.tenant, plan)}
+	c := &class{key: k, weight: weight}
 	p.byClass[k] = len(p.classes)
 	p.classes = append(p.classes, c)
 	return c

@@ -318,6 +318,7 @@ func (c *Coordinator) startGRPC() error {
 	c.grpc = grpc.NewServer(opts...)
 	allotpb.RegisterAgentServiceServer(c.grpc, &agentServer{c: c})
 	allotpb.RegisterRulesServiceServer(c.grpc, &rulesServer{c: c})
+	allotpb.RegisterOverridesServiceServer(c.grpc, &overridesServer{c: c})
 	allotpb.RegisterClusterServiceServer(c.grpc, &clusterServer{c: c})
 	allotpb.RegisterUsageServiceServer(c.grpc, &usageServer{c: c})
 	allotpb.RegisterShardServiceServer(c.grpc, &shardServer{c: c})

@@ -115,6 +115,7 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 	now := c.now()
 	c.countLoad(req)
 	c.ownDemand(req)
+	c.fsm.Read(c.alloc.overrides.sync)
 	leases := c.alloc.report(req, now.UnixNano())
 	c.metrics.leasesGranted.Add(float64(len(leases)))
 	var resp *allotpb.ReportResponse
@@ -176,6 +177,7 @@ func respond(st *state.State, alloc *allocator, req *allotpb.ReportRequest, now 
 	if req.GetRulesVersion() != st.Rules().Version() {
 		resp.Rules = rulespb.SetToProto(st.Rules())
 	}
+	resp.Overrides = st.OverridesSince(req.GetOverridesVersion(), overridesPerReport)
 	for _, m := range st.Members() {
 		resp.Coordinators = append(resp.Coordinators, m.GetGrpcAddress())
 	}

@@ -485,6 +485,9 @@ func (c *Coordinator) mirrorOnce(ctx context.Context) error {
 		// Agents refresh their map from any group's answer.
 		c.homeMapVersion.Store(pm.GetVersion())
 	}
+	if err := c.mirrorOverrides(ctx); err != nil {
+		return err
+	}
 	have := c.currentRules().Version()
 	var lastErr error
 	for _, a := range c.cfg.ShardHome {

@@ -440,6 +440,10 @@ func (r *Router) merge(req *allotpb.ReportRequest, answered []*exchange, demandL
 				RulesVersion: resp.GetRulesVersion(), Rules: resp.GetRules(), ReportIntervalNano: resp.GetReportIntervalNano(),
 				LeaseTtlNano: resp.GetLeaseTtlNano(), BillingWindowNano: resp.GetBillingWindowNano(),
 				Group: resp.GetGroup(), ShardMapVersion: resp.GetShardMapVersion(),
+				// Every group numbers the home group's overrides alike
+				// (a mirror lags, never diverges): the first answer's,
+				// the home group's when it answered.
+				Overrides: resp.GetOverrides(),
 			}
 			if !homeAnswered {
 				// Another group's rules may be behind the home's: keep

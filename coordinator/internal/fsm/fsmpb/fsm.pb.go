@@ -616,11 +616,11 @@ type SnapshotHeader struct {
 	// from below it is full).
 	OverridesVersion uint64 `protobuf:"varint,16,opt,name=overrides_version,json=overridesVersion,proto3" json:"overrides_version,omitempty"`
 	OverridesFloor   uint64 `protobuf:"varint,17,opt,name=overrides_floor,json=overridesFloor,proto3" json:"overrides_floor,omitempty"`
-	// overrides_home_version is, in a shard group mirroring the home
-	// group's overrides, the home group's version taken in.
-	OverridesHomeVersion uint64 `protobuf:"varint,18,opt,name=overrides_home_version,json=overridesHomeVersion,proto3" json:"overrides_home_version,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// overrides_mirror is set in a shard group that follows the home
+	// group's overrides (OverridesCommand.mirror).
+	OverridesMirror bool `protobuf:"varint,18,opt,name=overrides_mirror,json=overridesMirror,proto3" json:"overrides_mirror,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
@@ -772,11 +772,11 @@ func (x *SnapshotHeader) GetOverridesFloor() uint64 {
 	return 0
 }
 
-func (x *SnapshotHeader) GetOverridesHomeVersion() uint64 {
+func (x *SnapshotHeader) GetOverridesMirror() bool {
 	if x != nil {
-		return x.OverridesHomeVersion
+		return x.OverridesMirror
 	}
-	return 0
+	return false
 }
 
 type IncarnationRecord struct {
@@ -1873,8 +1873,9 @@ type OverridesCommand struct {
 	NowUnixNano int64                  `protobuf:"varint,3,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
 	// mirror is set by a shard group following the home group's
 	// overrides: put holds a page of the home group's changes (deletions
-	// included), full says to drop every override first, and
-	// mirror_version is the home group's version the page brings.
+	// included), taken with their versions; full says to drop every
+	// override first, and mirror_version is the home group's version the
+	// page brings.
 	Mirror        bool   `protobuf:"varint,4,opt,name=mirror,proto3" json:"mirror,omitempty"`
 	Full          bool   `protobuf:"varint,5,opt,name=full,proto3" json:"full,omitempty"`
 	MirrorVersion uint64 `protobuf:"varint,6,opt,name=mirror_version,json=mirrorVersion,proto3" json:"mirror_version,omitempty"`
@@ -1989,7 +1990,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\x0fMaintainCommand\x12\"\n" +
 	"\rnow_unix_nano\x18\x01 \x01(\x03R\vnowUnixNano\x12,\n" +
 	"\x12agent_timeout_nano\x18\x02 \x01(\x03R\x10agentTimeoutNano\x12%\n" +
-	"\x0eretention_nano\x18\x03 \x01(\x03R\rretentionNano\"\xc1\x05\n" +
+	"\x0eretention_nano\x18\x03 \x01(\x03R\rretentionNano\"\xb6\x05\n" +
 	"\x0eSnapshotHeader\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12#\n" +
@@ -2010,8 +2011,8 @@ const file_fsm_proto_rawDesc = "" +
 	"\x06export\x18\x0e \x01(\v2\x1c.allot.fsm.v1.ExportPositionR\x06export\x126\n" +
 	"\x17retention_dropped_lines\x18\x0f \x01(\x04R\x15retentionDroppedLines\x12+\n" +
 	"\x11overrides_version\x18\x10 \x01(\x04R\x10overridesVersion\x12'\n" +
-	"\x0foverrides_floor\x18\x11 \x01(\x04R\x0eoverridesFloor\x124\n" +
-	"\x16overrides_home_version\x18\x12 \x01(\x04R\x14overridesHomeVersion\"\xc6\x01\n" +
+	"\x0foverrides_floor\x18\x11 \x01(\x04R\x0eoverridesFloor\x12)\n" +
+	"\x10overrides_mirror\x18\x12 \x01(\bR\x0foverridesMirror\"\xc6\x01\n" +
 	"\x11IncarnationRecord\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x19\n" +

@@ -118,7 +118,7 @@ func dumpState(s *State) string {
 		lines = append(lines, fmt.Sprintf("final %d", w))
 	}
 	if s.ov.version != 0 {
-		lines = append(lines, fmt.Sprintf("overrides v%d floor %d home %d", s.ov.version, s.ov.floor, s.ov.home))
+		lines = append(lines, fmt.Sprintf("overrides v%d floor %d mirror %v", s.ov.version, s.ov.floor, s.ov.mirror))
 	}
 	s.eachOverride(func(o *allotpb.Override) { lines = append(lines, fmt.Sprintf("override %v", o)) })
 

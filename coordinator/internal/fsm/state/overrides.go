@@ -69,7 +69,7 @@ type overrideStore struct {
 	expiring  *btree.BTreeG[expiryItem]
 	version   uint64
 	floor     uint64
-	home      uint64 // the home group's version taken in (a mirror)
+	mirror    bool // following the home group's overrides (a shard group)
 	live      int
 	dead      int
 }
@@ -194,9 +194,11 @@ func (s *State) ListOverrides(rule, prefix string, after [2]string, fn func(*all
 // OverridesSince returns what changed after version since, at most about
 // limit entries (a page ends between versions), or nil when nothing did.
 // It is full (every override in force, tombstones left out) when since
-// is below the floor, or ahead of this state (another cluster's version).
+// is below the floor, or ahead of this state (another cluster's version);
+// a mirror ahead of which since is has not yet taken in what the home
+// group told the caller, and answers nil.
 func (s *State) OverridesSince(since uint64, limit int) *allotpb.OverridesDelta {
-	if since == s.ov.version {
+	if since == s.ov.version || since > s.ov.version && s.ov.mirror {
 		return nil
 	}
 	d := &allotpb.OverridesDelta{Version: s.ov.version}
@@ -288,44 +290,35 @@ func (s *State) applyOverrides(cmd *fsmpb.OverridesCommand) any {
 	return v
 }
 
-// mirrorOverrides takes a page of the home group's changes: each entry is
-// stamped with this group's next version, as a put or delete here would
-// be, so that expiry (applied by every group's own maintenance) and the
-// home group's changes make one sequence for this group's agents. A full
-// page drops every override first, and raises the floor so that this
-// group's agents start afresh too.
+// mirrorOverrides takes a page of the home group's changes as they are,
+// versions included, so that every group of a region numbers the same
+// overrides alike and an agent following several groups holds one
+// version. A full page drops every override first. A mirror expires
+// nothing itself: the home group's expiries arrive as tombstones.
 func (s *State) mirrorOverrides(cmd *fsmpb.OverridesCommand) {
-	v, now := s.ov.version+1, cmd.GetNowUnixNano()
 	if cmd.GetFull() {
-		keep := s.ov.home
 		s.ov = newOverrideStore()
-		s.ov.home, s.ov.floor = keep, v
+		s.ov.floor = cmd.GetMirrorVersion()
 	}
+	s.ov.mirror = true
 	for _, p := range cmd.GetPut() {
-		k := overrideKey{p.GetRule(), p.GetTenant()}
-		if p.GetDeleted() {
-			s.ov.kill(k, v, now)
-			continue
-		}
-		e := &allotpb.Override{Rule: k.rule, Tenant: k.tenant, Limit: p.GetLimit(), Weight: p.GetWeight(),
-			ExpiresUnixNano: p.GetExpiresUnixNano(), Version: v, UpdatedUnixNano: p.GetUpdatedUnixNano()}
-		if e.ExpiresUnixNano != 0 && e.ExpiresUnixNano <= now {
-			s.ov.kill(k, v, now)
-			continue
-		}
-		s.ov.set(e)
+		s.ov.set(p)
 	}
-	s.ov.version, s.ov.home = v, cmd.GetMirrorVersion()
+	s.ov.version = max(s.ov.version, cmd.GetMirrorVersion())
 	s.ov.prune()
 }
 
 // MirroredOverridesVersion is the home group's overrides version this
-// group has taken in (a shard group mirroring it); 0 for the home group.
-func (s *State) MirroredOverridesVersion() uint64 { return s.ov.home }
+// group has taken in: its own version, as a mirror numbers as the home
+// group does.
+func (s *State) MirroredOverridesVersion() uint64 { return s.ov.version }
 
 // expireOverrides turns the overrides expired at now into tombstones, at
 // one new version.
 func (s *State) expireOverrides(now int64) {
+	if s.ov.mirror {
+		return
+	}
 	var gone []overrideKey
 	s.ov.expiring.Ascend(func(e expiryItem) bool {
 		if e.at > now {

@@ -76,7 +76,7 @@ func (sn *Snapshot) Write(out io.Writer) error {
 		BillingWindowNano: s.billingWindow, ReportIntervalNano: s.reportInterval, LeaseTtlNano: s.leaseTTL,
 		GrantEpoch: s.grantEpoch, GrantSeq: s.grantSeq, ClusterId: s.clusterID,
 		Export: s.export.Proto(), RetentionDroppedLines: s.retentionDropped,
-		OverridesVersion: s.ov.version, OverridesFloor: s.ov.floor, OverridesHomeVersion: s.ov.home,
+		OverridesVersion: s.ov.version, OverridesFloor: s.ov.floor, OverridesMirror: s.ov.mirror,
 	})
 	rs := rulespb.SetToProto(s.rules)
 	slices.SortFunc(rs.Rules, func(a, b *allotpb.Rule) int { return strings.Compare(a.GetName(), b.GetName()) })

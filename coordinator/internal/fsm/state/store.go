@@ -169,7 +169,7 @@ func (s *State) setHeader(h *fsmpb.SnapshotHeader) {
 	s.clusterID = h.GetClusterId()
 	s.export = ExportPositionFromProto(h.GetExport())
 	s.retentionDropped = h.GetRetentionDroppedLines()
-	s.ov.version, s.ov.floor, s.ov.home = h.GetOverridesVersion(), h.GetOverridesFloor(), h.GetOverridesHomeVersion()
+	s.ov.version, s.ov.floor, s.ov.mirror = h.GetOverridesVersion(), h.GetOverridesFloor(), h.GetOverridesMirror()
 }
 
 func (s *State) putMember(m *allotpb.Member) { s.members.ReplaceOrInsert(m) }

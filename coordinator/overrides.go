@@ -1,0 +1,238 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/lease/rules"
+	allotpb "github.com/allot-io/allot/proto"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// overridesPerReport bounds the override changes one report answer
+// carries: an agent far behind (a million overrides imported) catches up
+// over several intervals, each answer a few MB at most.
+const overridesPerReport = 20_000
+
+// maxListPage bounds a ListOverrides page.
+const maxListPage = 10_000
+
+type overridesServer struct {
+	allotpb.UnimplementedOverridesServiceServer
+	c *Coordinator
+}
+
+// PutOverrides validates and applies overrides, all or none, on the home
+// group's leader.
+func (s *overridesServer) PutOverrides(ctx context.Context, req *allotpb.PutOverridesRequest) (*allotpb.PutOverridesResponse, error) {
+	c := s.c
+	if !c.isHome() {
+		return nil, c.notHome("PutOverrides")
+	}
+	cmd := &fsmpb.OverridesCommand{Put: req.GetOverrides(), NowUnixNano: c.now().UnixNano()}
+	if len(cmd.Put) == 0 {
+		c.metrics.adminRequests.WithLabelValues("PutOverrides", "invalid").Inc()
+		return nil, badRequest("overrides: none given", &errdetails.BadRequest_FieldViolation{Field: "overrides", Description: "none given"})
+	}
+	// Validated on the leader, whose rule set a follower's may lag.
+	out, err := onLeader(ctx, c, func() (*allotpb.PutOverridesResponse, error) {
+		if err := c.checkOverrides(cmd); err != nil || req.GetValidateOnly() {
+			var v uint64
+			c.fsm.Read(func(st *state.State) { v = st.OverridesVersion() })
+			return &allotpb.PutOverridesResponse{Version: v}, err
+		}
+		v, err := c.applyOverrides(cmd)
+		return &allotpb.PutOverridesResponse{Version: v, Count: uint32(len(cmd.Put))}, err
+	}, func(ctx context.Context, addr string) (*allotpb.PutOverridesResponse, error) {
+		return allotpb.NewOverridesServiceClient(c.peers.conn(addr)).PutOverrides(ctx, req)
+	})
+	if status.Code(err) == codes.InvalidArgument {
+		c.metrics.adminRequests.WithLabelValues("PutOverrides", "invalid").Inc()
+		return nil, err
+	}
+	c.metrics.adminRequests.WithLabelValues("PutOverrides", resultLabel(err)).Inc()
+	return out, grpcError(err)
+}
+
+// DeleteOverrides deletes overrides, all or none: a key with no override
+// is NOT_FOUND, and nothing is deleted.
+func (s *overridesServer) DeleteOverrides(ctx context.Context, req *allotpb.DeleteOverridesRequest) (*allotpb.DeleteOverridesResponse, error) {
+	c := s.c
+	if !c.isHome() {
+		return nil, c.notHome("DeleteOverrides")
+	}
+	cmd := &fsmpb.OverridesCommand{Delete: req.GetKeys(), NowUnixNano: c.now().UnixNano()}
+	if len(cmd.Delete) == 0 {
+		c.metrics.adminRequests.WithLabelValues("DeleteOverrides", "invalid").Inc()
+		return nil, badRequest("keys: none given", &errdetails.BadRequest_FieldViolation{Field: "keys", Description: "none given"})
+	}
+	out, err := onLeader(ctx, c, func() (*allotpb.DeleteOverridesResponse, error) {
+		if err := c.checkOverrides(cmd); err != nil {
+			return nil, err
+		}
+		v, err := c.applyOverrides(cmd)
+		return &allotpb.DeleteOverridesResponse{Version: v, Deleted: uint32(len(cmd.Delete))}, err
+	}, func(ctx context.Context, addr string) (*allotpb.DeleteOverridesResponse, error) {
+		return allotpb.NewOverridesServiceClient(c.peers.conn(addr)).DeleteOverrides(ctx, req)
+	})
+	if c := status.Code(err); c == codes.NotFound || c == codes.InvalidArgument {
+		s.c.metrics.adminRequests.WithLabelValues("DeleteOverrides", "invalid").Inc()
+		return nil, err
+	}
+	c.metrics.adminRequests.WithLabelValues("DeleteOverrides", resultLabel(err)).Inc()
+	return out, grpcError(err)
+}
+
+// GetOverride answers from this member's replica.
+func (s *overridesServer) GetOverride(_ context.Context, req *allotpb.GetOverrideRequest) (*allotpb.Override, error) {
+	var out *allotpb.Override
+	s.c.fsm.Read(func(st *state.State) { out, _ = st.Override(req.GetRule(), req.GetTenant()) })
+	if out == nil {
+		return nil, status.Errorf(codes.NotFound, "tenant %q has no override under rule %q", req.GetTenant(), req.GetRule())
+	}
+	return out, nil
+}
+
+// ListOverrides pages through the overrides by rule and tenant, from this
+// member's replica.
+func (s *overridesServer) ListOverrides(_ context.Context, req *allotpb.ListOverridesRequest) (*allotpb.ListOverridesResponse, error) {
+	size := int(req.GetPageSize())
+	switch {
+	case size == 0:
+		size = 1000
+	case size > maxListPage:
+		return nil, badRequest(fmt.Sprintf("page_size: at most %d, got %d", maxListPage, size),
+			&errdetails.BadRequest_FieldViolation{Field: "page_size", Description: fmt.Sprintf("at most %d", maxListPage)})
+	}
+	var after [2]string
+	if tok := req.GetPageToken(); tok != "" {
+		var err error
+		if after, err = decodeOverrideToken(tok); err != nil {
+			return nil, badRequest("page_token: "+err.Error(), &errdetails.BadRequest_FieldViolation{Field: "page_token", Description: err.Error()})
+		}
+	}
+	out := &allotpb.ListOverridesResponse{}
+	s.c.fsm.Read(func(st *state.State) {
+		out.Version, out.Total = st.OverridesVersion(), uint64(st.OverridesCount())
+		st.ListOverrides(req.GetRule(), req.GetTenantPrefix(), after, func(o *allotpb.Override) bool {
+			if len(out.Overrides) == size {
+				last := out.Overrides[size-1]
+				out.NextPageToken = encodeOverrideToken(last.GetRule(), last.GetTenant())
+				return false
+			}
+			out.Overrides = append(out.Overrides, o)
+			return true
+		})
+	})
+	return out, nil
+}
+
+// Changes answers what changed since a version, from this member's
+// replica: how shard groups mirror the home group's overrides.
+func (s *overridesServer) Changes(_ context.Context, req *allotpb.OverrideChangesRequest) (*allotpb.OverridesDelta, error) {
+	limit := int(req.GetLimit())
+	if limit == 0 || limit > state.MaxOverridesPerCommand {
+		limit = state.MaxOverridesPerCommand
+	}
+	var out *allotpb.OverridesDelta
+	s.c.fsm.Read(func(st *state.State) {
+		out = st.OverridesSince(req.GetSince(), limit)
+		if out == nil {
+			out = &allotpb.OverridesDelta{Version: st.OverridesVersion()}
+		}
+	})
+	return out, nil
+}
+
+// checkOverrides validates a command before it is proposed.
+func (c *Coordinator) checkOverrides(cmd *fsmpb.OverridesCommand) error {
+	var err error
+	c.fsm.Read(func(st *state.State) { err = st.CheckOverrides(cmd) })
+	return overridesError(err)
+}
+
+func (c *Coordinator) applyOverrides(cmd *fsmpb.OverridesCommand) (uint64, error) {
+	res, err := c.apply(state.CmdOverrides, cmd, 10*time.Second)
+	if err != nil {
+		if errors.Is(err, ErrNotLeader) {
+			return 0, err
+		}
+		return 0, overridesError(err)
+	}
+	return res.(uint64), nil
+}
+
+// overridesError turns validation errors into INVALID_ARGUMENT with one
+// field violation per problem, and a missing override into NOT_FOUND.
+func overridesError(err error) error {
+	var es rules.Errors
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, state.ErrOverrideNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case !errors.As(err, &es):
+		return err
+	}
+	vs := make([]*errdetails.BadRequest_FieldViolation, len(es))
+	for i, e := range es {
+		vs[i] = &errdetails.BadRequest_FieldViolation{Field: e.Field, Description: e.Msg}
+	}
+	return badRequest(err.Error(), vs...)
+}
+
+func encodeOverrideToken(rule, tenant string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(rule + "\x00" + tenant))
+}
+
+func decodeOverrideToken(tok string) ([2]string, error) {
+	b, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return [2]string{}, errors.New("not a token a previous page gave")
+	}
+	rule, tenant, ok := strings.Cut(string(b), "\x00")
+	if !ok {
+		return [2]string{}, errors.New("not a token a previous page gave")
+	}
+	return [2]string{rule, tenant}, nil
+}
+
+// mirrorOverrides takes in what changed in the home group's overrides
+// since this group last did: a page per call to Changes, a command per
+// page, until in step. Only the leader's proposals take effect.
+func (c *Coordinator) mirrorOverrides(ctx context.Context) error {
+	var lastErr error
+	for _, a := range c.cfg.ShardHome {
+		for {
+			var have uint64
+			c.fsm.Read(func(st *state.State) { have = st.MirroredOverridesVersion() })
+			rctx, cancel := context.WithTimeout(withToken(ctx, c.joinToken()), 10*time.Second)
+			d, err := allotpb.NewOverridesServiceClient(c.peers.conn(a)).Changes(rctx, &allotpb.OverrideChangesRequest{Since: have})
+			cancel()
+			if err != nil {
+				lastErr = err
+				break
+			}
+			if d.GetVersion() == have && !d.GetFull() {
+				return nil
+			}
+			cmd := &fsmpb.OverridesCommand{Mirror: true, Full: d.GetFull(), Put: d.GetOverrides(), MirrorVersion: d.GetVersion(), NowUnixNano: c.now().UnixNano()}
+			if _, err := c.apply(state.CmdOverrides, cmd, 10*time.Second); err != nil {
+				return fmt.Errorf("mirroring the home group's overrides: %w", err)
+			}
+			c.log.Info("overrides mirrored from the home group", "version", d.GetVersion(), "changes", len(d.GetOverrides()))
+			if !d.GetMore() {
+				return nil
+			}
+		}
+	}
+	return lastErr
+}

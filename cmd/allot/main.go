@@ -64,6 +64,7 @@ func commands() []command {
 		{"sim", "simulate a fleet and compare strategies", runSim},
 		{"demo", "run a 3-node cluster and 8 gateways on loopback, live", runDemo},
 		{"rules", "get, put, delete and validate rules", runRules},
+		{"overrides", "set, list and delete per-tenant overrides of rules", runOverrides},
 		{"status", "show the coordinator cluster", runStatus},
 		{"usage", "export reconciled usage for billing", runUsage},
 		{"cluster", "remove members, back up and restore the cluster", runCluster},

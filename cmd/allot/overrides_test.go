@@ -1,0 +1,140 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/allot-io/allot/agent/sidecar"
+)
+
+// TestCLIOverrides: with real processes (a coordinator and a sidecar
+// agent), overrides set, imported, listed and deleted with the CLI reach
+// the agent's decisions; bad input is refused naming the file's line or
+// the field, and changes nothing.
+func TestCLIOverrides(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a cluster of processes")
+	}
+	tokensFile, tokens := cliTokens(t, "admin=admin", "billing=reader", "gw-1=agent:gw-1")
+	admin := cliEnv("ALLOT_TOKEN_FILE=" + tokens["admin"])
+	reader := cliEnv("ALLOT_TOKEN_FILE=" + tokens["billing"])
+	addrs := loopbackAddrs(t, 4)
+	coord := startProcess(t, admin, "c1", "coordinator", "--node-id", "c1", "--data-dir", t.TempDir(), "--bootstrap",
+		"--raft-addr", addrs[0], "--grpc-addr", addrs[1], "--http-addr", addrs[2], "--report-interval", "200ms", "--auth-tokens", tokensFile)
+	procs := []*process{coord}
+	eventually(t, "c1 /readyz", procs, func() (bool, string) { return httpOK("http://" + addrs[2] + "/readyz") })
+	at := []string{"--coordinator", addrs[1]}
+	rulesFile := writeTemp(t, "rules.yaml", `rules:
+  - name: tenant-quota
+    scope: tenant
+    algorithm: fixed_window
+    limit: 5
+    period: 1h
+    intent: quota
+`)
+	if code, stdout, stderr := runAllot(t, admin, append([]string{"rules", "put", rulesFile}, at...)...); code != exitOK {
+		t.Fatalf("rules put: exit %d, %s%s", code, stdout, stderr)
+	}
+	gw := startProcess(t, cliEnv("ALLOT_TOKEN_FILE="+tokens["gw-1"]), "gw-1", "agent", "--coordinators", addrs[1], "--node-id", "gw-1", "--http-addr", addrs[3], "--report-interval", "200ms")
+	procs = append(procs, gw)
+	eventually(t, "the agent's rules", procs, func() (bool, string) { return httpOK("http://" + addrs[3] + "/healthz") })
+	limitOf := func(tenant string) int64 {
+		resp, err := http.Post("http://"+addrs[3]+"/v1/check", "application/json", strings.NewReader(fmt.Sprintf(`{"tenant":%q}`, tenant)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var d sidecar.CheckResponse
+		if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
+			t.Fatal(err)
+		}
+		return d.Limit
+	}
+
+	t.Run("put and get", func(t *testing.T) {
+		code, stdout, stderr := runAllot(t, reader, append([]string{"overrides", "put", "tenant-quota", "acme", "--limit", "50"}, at...)...)
+		if code != exitFailure || !strings.Contains(stderr, "needs the admin role") {
+			t.Errorf("put with a reader's token: exit %d, %q", code, stderr)
+		}
+		code, stdout, stderr = runAllot(t, admin, append([]string{"overrides", "put", "tenant-quota", "acme", "--limit", "50", "--expires", "72h"}, at...)...)
+		if code != exitOK || !strings.Contains(stdout, "tenant-quota/acme set") {
+			t.Fatalf("put: exit %d, %s%s", code, stdout, stderr)
+		}
+		code, stdout, stderr = runAllot(t, reader, append([]string{"overrides", "get", "tenant-quota", "acme"}, at...)...)
+		var o overrideJSON
+		if code != exitOK || json.Unmarshal([]byte(stdout), &o) != nil || o.Limit != 50 || o.Expires == "" {
+			t.Fatalf("get: exit %d, %s%s", code, stdout, stderr)
+		}
+		eventually(t, "acme's limit of 50 on the agent", procs, func() (bool, string) {
+			l := limitOf("acme")
+			return l == 50, fmt.Sprint(l)
+		})
+	})
+
+	t.Run("bad input", func(t *testing.T) {
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"put", "no-such-rule", "acme", "--limit", "5"}, "overrides[0].rule"},
+			{[]string{"put", "tenant-quota", "acme", "--limit", "-5"}, "must not be negative"},
+			{[]string{"put", "tenant-quota", "acme", "--limit", "5", "--expires", "2020-01-01T00:00:00Z"}, "not in the future"},
+			{[]string{"put", "tenant-quota", "acme", "--limit", "ten"}, "invalid value \"ten\""},
+			{[]string{"delete", "tenant-quota", "ghost"}, "not found"},
+		} {
+			code, stdout, stderr := runAllot(t, admin, append(append([]string{"overrides"}, tc.args...), at...)...)
+			if code == exitOK || !strings.Contains(stderr, tc.want) {
+				t.Errorf("%v: exit %d, stdout %q, stderr %q; want an error with %q", tc.args, code, stdout, stderr, tc.want)
+			}
+		}
+		broken := writeTemp(t, "broken.csv", "rule,tenant,limit\ntenant-quota,t1,10\ntenant-quota,t2,ten\ntenant-quota,t3,30\n")
+		code, _, stderr := runAllot(t, admin, append([]string{"overrides", "import", broken}, at...)...)
+		if code != exitUsage || !strings.Contains(stderr, broken+":3: limit \"ten\": not an integer") {
+			t.Errorf("broken CSV: exit %d, %q", code, stderr)
+		}
+		refused := writeTemp(t, "refused.jsonl", `{"rule":"tenant-quota","tenant":"t1","limit":10}`+"\n"+`{"rule":"gone","tenant":"t2","limit":10}`+"\n")
+		code, _, stderr = runAllot(t, admin, append([]string{"overrides", "import", refused, "--batch", "1"}, at...)...)
+		if code != exitUsage || !strings.Contains(stderr, "batch 2 of 2") || !strings.Contains(stderr, refused+":2.rule") || !strings.Contains(stderr, "nothing was imported") {
+			t.Errorf("a file the cluster refuses: exit %d, %q", code, stderr)
+		}
+		code, stdout, stderr := runAllot(t, reader, append([]string{"overrides", "list", "--format", "jsonl"}, at...)...)
+		if code != exitOK || strings.Count(stdout, "\n") != 1 || !strings.Contains(stderr, "1 in the cluster") {
+			t.Errorf("after refused imports the cluster holds: %s%s", stdout, stderr)
+		}
+	})
+
+	t.Run("import, list and delete", func(t *testing.T) {
+		var b strings.Builder
+		b.WriteString("rule,tenant,limit,weight,expires\n")
+		for i := range 12000 {
+			fmt.Fprintf(&b, "tenant-quota,bulk-%05d,%d,,\n", i, 100+i)
+		}
+		file := writeTemp(t, "bulk.csv", b.String())
+		start := time.Now()
+		code, stdout, stderr := runAllot(t, admin, append([]string{"overrides", "import", file}, at...)...)
+		if code != exitOK || !strings.Contains(stdout, "12000 imported") || !strings.Contains(stdout, "in 3 batches") {
+			t.Fatalf("import: exit %d, %s%s", code, stdout, stderr)
+		}
+		t.Logf("imported 12000 overrides in %v", time.Since(start).Round(time.Millisecond))
+		eventually(t, "an imported limit on the agent", procs, func() (bool, string) {
+			l := limitOf("bulk-11999")
+			return l == 12099, fmt.Sprint(l)
+		})
+		code, stdout, stderr = runAllot(t, reader, append([]string{"overrides", "list", "--prefix", "bulk-0001", "--format", "csv"}, at...)...)
+		if code != exitOK || strings.Count(stdout, "\n") != 11 || !strings.HasPrefix(stdout, "rule,tenant,limit,weight,expires\ntenant-quota,bulk-00010,110") {
+			t.Errorf("list --prefix: exit %d, %s%s", code, stdout, stderr)
+		}
+		code, stdout, stderr = runAllot(t, admin, append([]string{"overrides", "delete", "tenant-quota", "acme"}, at...)...)
+		if code != exitOK || !strings.Contains(stdout, "deleted") {
+			t.Fatalf("delete: exit %d, %s%s", code, stdout, stderr)
+		}
+		eventually(t, "acme back on the rule's limit", procs, func() (bool, string) {
+			l := limitOf("acme")
+			return l == 5, fmt.Sprint(l)
+		})
+	})
+}

@@ -191,7 +191,7 @@ func (e *Engine) Report(now time.Time, req *allotpb.ReportRequest) (*allotpb.Rep
 		applied, acked = true, res.GetAckedSeq()[0]
 	}
 	req = e.ownDemand(req)
-	e.alloc.overrides.sync(e.st)
+	e.alloc.overrides.sync(func(fn func(*state.State)) { fn(e.st) })
 	leases := e.alloc.report(req, now.UnixNano())
 	return respond(e.st, e.alloc, req, now, e.settings(), leases, applied, acked), nil
 }

@@ -2,9 +2,11 @@ package coordinator
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/lease/rules"
+	allotpb "github.com/allot-io/allot/proto"
 )
 
 // overrideView is the allocator's copy of the per-tenant overrides, kept
@@ -15,6 +17,7 @@ type overrideView struct {
 	mu      sync.RWMutex
 	m       map[[2]string]viewEntry
 	version uint64
+	loaded  atomic.Uint64 // version, for the check without the lock
 }
 
 type viewEntry struct {
@@ -22,21 +25,23 @@ type viewEntry struct {
 	expires int64 // ns; 0 never
 }
 
-// sync takes in what changed in st's overrides since the view's version.
-// The caller holds the FSM's read lock (or owns st).
-func (v *overrideView) sync(st *state.State) {
-	v.mu.RLock()
-	current := v.version == st.OverridesVersion()
-	v.mu.RUnlock()
-	if current {
-		return
+// sync takes in what changed in the state's overrides since the view's
+// version, a page per read of the state (read runs fn under the FSM's
+// read lock), so that a leader taking in a million overrides holds the
+// lock, and Raft's Apply waits, for a page at a time.
+func (v *overrideView) sync(read func(func(*state.State))) {
+	var cur uint64
+	read(func(st *state.State) { cur = st.OverridesVersion() })
+	if cur == v.loaded.Load() {
+		return // the common case: every report asks, few find a change
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	for v.version != st.OverridesVersion() {
-		d := st.OverridesSince(v.version, 1<<20)
+	for {
+		var d *allotpb.OverridesDelta
+		read(func(st *state.State) { d = st.OverridesSince(v.version, viewPage) })
 		if d == nil {
-			break
+			return
 		}
 		if d.GetFull() || v.m == nil {
 			v.m = make(map[[2]string]viewEntry, len(d.GetOverrides()))
@@ -50,8 +55,15 @@ func (v *overrideView) sync(st *state.State) {
 			v.m[k] = viewEntry{rules.TenantOverride{Limit: o.GetLimit(), Weight: o.GetWeight()}, o.GetExpiresUnixNano()}
 		}
 		v.version = d.GetVersion()
+		v.loaded.Store(v.version)
+		if !d.GetMore() {
+			return
+		}
 	}
 }
+
+// viewPage is how many overrides sync reads per hold of the lock.
+const viewPage = 20_000
 
 // get returns tenant's override of rule, if the view holds one. An
 // expired override still applies until the state's maintenance deletes

@@ -115,7 +115,7 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 	now := c.now()
 	c.countLoad(req)
 	c.ownDemand(req)
-	c.fsm.Read(c.alloc.overrides.sync)
+	c.alloc.overrides.sync(c.fsm.Read)
 	leases := c.alloc.report(req, now.UnixNano())
 	c.metrics.leasesGranted.Add(float64(len(leases)))
 	var resp *allotpb.ReportResponse

@@ -99,6 +99,19 @@ func BenchmarkCheck(b *testing.B) {
 			}
 			reportAdmitted(b, adm)
 		})
+		// The same key peeked at: what a UI showing what is left costs.
+		b.Run(set.name+"/hot/peek/serial", func(b *testing.B) {
+			req := f.reqs[0]
+			req.Peek = true
+			b.ReportAllocs()
+			var adm int
+			for i := 0; i < b.N; i++ {
+				if a.Check(req).Allowed {
+					adm++
+				}
+			}
+			reportAdmitted(b, adm)
+		})
 		for _, dist := range []struct {
 			name string
 			seq  []int32
@@ -109,6 +122,18 @@ func BenchmarkCheck(b *testing.B) {
 				var adm int
 				for i := 0; i < b.N; i++ {
 					if a.Check(f.reqs[dist.seq[i&mask]]).Allowed {
+						adm++
+					}
+				}
+				reportAdmitted(b, adm)
+			})
+			b.Run(set.name+"/"+dist.name+"/peek/serial", func(b *testing.B) {
+				b.ReportAllocs()
+				var adm int
+				for i := 0; i < b.N; i++ {
+					req := f.reqs[dist.seq[i&mask]]
+					req.Peek = true
+					if a.Check(req).Allowed {
 						adm++
 					}
 				}

@@ -19,7 +19,9 @@ type Descriptor struct {
 	Entries []Entry
 	Cost    int64
 	// Peek decides without spending: Envoy's per-descriptor hits_addend
-	// of 0, a question whether the descriptor is over its limit.
+	// of 0, a question whether the descriptor is over its limit. It is
+	// answered as a request of cost 1 would be, and spends, bills and
+	// counts nothing but the peek, as Request.Peek.
 	Peek bool
 }
 
@@ -130,9 +132,14 @@ func (c *compiled) resolve(domain string, entries []Entry) *descRule {
 func (a *Agent) CheckDescriptors(domain string, descs []Descriptor, cost int64, out []Decision) []Decision {
 	c := a.rules.Load()
 	if c == nil {
-		for range descs {
+		for i := range descs {
 			var d Decision
-			a.noRules(&d)
+			if descs[i].Peek {
+				a.untilRules(&d)
+				a.countPeek(&d)
+			} else {
+				a.noRules(&d)
+			}
 			out = append(out, d)
 		}
 		return out
@@ -141,8 +148,11 @@ func (a *Agent) CheckDescriptors(domain string, descs []Descriptor, cost int64, 
 		a.countStandIn(c)
 	}
 	if len(c.domains[domain]) == 0 {
-		for range descs {
+		for i := range descs {
 			out = append(out, Decision{Allowed: true})
+			if descs[i].Peek {
+				a.countPeek(&out[len(out)-1])
+			}
 		}
 		return out
 	}
@@ -164,23 +174,27 @@ func (a *Agent) CheckDescriptors(domain string, descs []Descriptor, cost int64, 
 		switch {
 		case dr == nil:
 			out = append(out, Decision{Allowed: true})
-			continue
 		case dr.index < 0:
 			out = append(out, Decision{Allowed: true, Rule: dr.name, Scope: "descriptor"})
+		case d.Peek:
+			rs := c.rules[dr.index]
+			out = append(out, a.peekDescriptor(rs, &descs[i], rs.at(&now)))
+			continue // counted
+		default:
+			n := d.Cost
+			if n <= 0 {
+				n = cost
+			}
+			if n <= 0 {
+				n = 1
+			}
+			rs := c.rules[dr.index]
+			out = append(out, a.checkDescriptor(c, rs, &descs[i], n, rs.at(&now)))
 			continue
 		}
-		n := d.Cost
-		if n <= 0 {
-			n = cost
-		}
-		if n <= 0 {
-			n = 1
-		}
 		if d.Peek {
-			n = 0
+			a.countPeek(&out[len(out)-1])
 		}
-		rs := c.rules[dr.index]
-		out = append(out, a.checkDescriptor(c, rs, &descs[i], n, rs.at(&now)))
 	}
 	return out
 }
@@ -229,6 +243,21 @@ func (a *Agent) checkDescriptor(c *compiled, rs *ruleState, desc *Descriptor, co
 		tu = c.usage.get(th, "", "")
 	}
 	a.fill(&d, rs, &req, r)
+	return d
+}
+
+// peekDescriptor answers a descriptor with Peek as checkDescriptor would
+// one of cost 1, spending nothing and counting only the peek (see
+// Agent.peek).
+func (a *Agent) peekDescriptor(rs *ruleState, desc *Descriptor, now time.Time) (d Decision) {
+	req := Request{desc: desc}
+	var rh reqHashes
+	r := rs.peek(a, &req, &rh, now, 1)
+	if !r.allowed() && rs.rule.Shadow {
+		r = result{remaining: 0, limit: r.limit, reset: r.reset}
+	}
+	a.fill(&d, rs, &req, r)
+	a.countPeek(&d)
 	return d
 }
 

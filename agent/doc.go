@@ -10,6 +10,15 @@
 // lock beyond one shard's for a few nanoseconds, and allocates nothing for
 // a key it has seen before.
 //
+// # Asking without spending
+//
+// A Request with Peek (the sidecar's explicit cost of 0, forward-auth's
+// cost header of 0, Envoy's hits_addend of 0) is answered as a request of
+// its cost would be now, with the remaining before it, and spends nothing:
+// no limit, no usage billed, no decision counted, no lease asked for.
+// Peeks are counted apart, in allot_agent_peeks_total: for a UI that shows
+// what is left.
+//
 // # Shares, leases and hot keys
 //
 // Every key of a coordinated rule starts on an even share of the limit (the

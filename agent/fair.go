@@ -132,6 +132,55 @@ func (f *fairState) check(a *Agent, rs *ruleState, st *limitStore, req *Request,
 	return fromAlgo(&d)
 }
 
+// peek answers as check would, spending nothing, counting nothing in the
+// classes and asking for no class: a class's lease refusing is answered
+// by what borrowing would do, the closed priorities and the reserves as
+// check applies them, to what the request would leave.
+func (f *fairState) peek(a *Agent, rs *ruleState, st *limitStore, req *Request, rh *reqHashes, now time.Time, cost int64) result {
+	if req.Priority == Exempt {
+		d := st.single.PeekAt(now, cost)
+		r := fromAlgo(&d)
+		r.retry = 0
+		return r
+	}
+	var class *hotKey
+	if classes := *f.classes.Load(); len(classes) > 0 {
+		class = classes[classKey{rh.get(a, req, rules.AttrTenant), classPriority(rs, req)}]
+	}
+	var cd result
+	leased := class != nil && class.leased.Load()
+	if leased {
+		if cd = class.peek(now, cost); !cd.allowed() {
+			d := st.single.PeekAt(now, cost)
+			floor := max(int64(math.Ceil(borrowFloor*float64(d.Limit))), reserveUnits(req.Priority, d.Limit))
+			if !d.Allowed || d.Limit < minBorrowLimit || d.Remaining-cost < floor {
+				return cd
+			}
+			return fromAlgo(&d)
+		}
+	}
+	closed := &st.closed[req.Priority&3]
+	if c := closed.Load(); c != 0 && now.UnixNano() < c {
+		wait := time.Duration(c - now.UnixNano())
+		return result{0, 1, wait, wait}
+	}
+	d := st.single.PeekAt(now, cost)
+	if !d.Allowed {
+		return fromAlgo(&d)
+	}
+	if reserve := reserveUnits(req.Priority, d.Limit); d.Remaining-cost < reserve {
+		retry := max(a.interval()/10, time.Millisecond)
+		if probe := st.single.PeekAt(now, reserve+cost); !probe.Allowed && probe.RetryAfter > 0 {
+			retry = probe.RetryAfter
+		}
+		return result{d.Remaining, d.Limit, retry, d.ResetAfter}
+	}
+	if leased && cd.remaining*d.Limit < d.Remaining*cd.limit {
+		return cd
+	}
+	return fromAlgo(&d)
+}
+
 // borrowFloor is how full the node's total must stay for a class past its
 // lease to borrow from it: a total that stays over half full is one the
 // node's other classes are not using.

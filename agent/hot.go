@@ -384,6 +384,15 @@ func (hk *hotKey) allow(a *Agent, now time.Time, cost int64) result {
 	return r
 }
 
+// peek answers as allow would, spending nothing and counting nothing. A
+// window switch that is due is made: it is no spending, and the answer is
+// then the new window's.
+func (hk *hotKey) peek(now time.Time, cost int64) result {
+	hk.switchWindow(now)
+	d := hk.lim.PeekAt(now, cost)
+	return fromAlgo(&d)
+}
+
 // expire unleases the key if its lease has expired at now (coordinators'
 // clock, ns).
 func (hk *hotKey) expire(rs *ruleState, now int64) {

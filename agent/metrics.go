@@ -90,6 +90,7 @@ var (
 	descTenants   = prometheus.NewDesc("allot_agent_tenant_overflow_total", "Requests counted under the empty tenant because MaxTenants tenants were already counted.", nil, nil)
 	descOffset    = prometheus.NewDesc("allot_agent_clock_offset_seconds", "Offset added to this node's clock to agree with the coordinators'.", nil, nil)
 	descProblems  = prometheus.NewDesc("allot_agent_rule_problems", "1 for each rule of the set this agent does not enforce, by problem: other_region (not for this node's region) or broken (cannot be enforced; see the log and /v1/status).", []string{"rule", "problem"}, nil)
+	descPeeks     = prometheus.NewDesc("allot_agent_peeks_total", "Peeks answered (checks with cost 0 at the sidecar, Request.Peek, Envoy's hits_addend 0), by result (admitted: a request would have been; denied). A peek spends, bills and counts nothing else: allot_agent_decisions_total counts requests.", []string{"result"}, nil)
 	descInvalid   = prometheus.NewDesc("allot_agent_invalid_checks_total", "Checks refused without counting because their cost exceeded MaxCost.", nil, nil)
 	descNodes     = prometheus.NewDesc("allot_agent_nodes", "Nodes the coordinators hear from: the divisor of unleased and fallback shares.", nil, nil)
 	descReady     = prometheus.NewDesc("allot_agent_rules_ready", "1 while the agent enforces the cluster's rules (or its static --rules); 0 while it has none, or only its rules cache or start-up rules, and decides by its --until-rules policy (see /v1/status).", nil, nil)
@@ -98,7 +99,7 @@ var (
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDecisions, descFallback, descFellBack, descShadowed, descKeys, descHot, descOverflow, descTenants, descOffset, descNodes, descInvalid, descProblems, descReady, descUntil, descRefused} {
+	for _, d := range []*prometheus.Desc{descDecisions, descFallback, descFellBack, descShadowed, descKeys, descHot, descOverflow, descTenants, descOffset, descNodes, descInvalid, descPeeks, descProblems, descReady, descUntil, descRefused} {
 		ch <- d
 	}
 }
@@ -108,6 +109,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descOffset, prometheus.GaugeValue, time.Duration(a.clock.offset.Load()).Seconds())
 	ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(a.nodes.Load()))
 	ch <- prometheus.MustNewConstMetric(descInvalid, prometheus.CounterValue, float64(a.invalid.Load()))
+	ch <- prometheus.MustNewConstMetric(descPeeks, prometheus.CounterValue, float64(a.peeks[0].Load()), "admitted")
+	ch <- prometheus.MustNewConstMetric(descPeeks, prometheus.CounterValue, float64(a.peeks[1].Load()), "denied")
 	ready := 0.0
 	if a.rulesReady() {
 		ready = 1

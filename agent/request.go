@@ -122,6 +122,14 @@ type Request struct {
 	Priority Priority
 	// Cost is the request's weight; zero means 1.
 	Cost int64
+	// Peek asks without spending: Check answers as it would for a request
+	// of Cost (zero meaning 1) right now, whether it would be admitted,
+	// under which rule, with the limit, the remaining before it, and when
+	// to retry if not, and spends nothing in any rule. A peek is not
+	// billed, not counted as a decision (allot_agent_decisions_total), and
+	// asks no lease; it is counted in allot_agent_peeks_total. For a UI
+	// that shows what is left.
+	Peek bool
 
 	// desc is set by CheckDescriptors only. A pointer keeps Request
 	// comparable.

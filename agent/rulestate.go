@@ -430,6 +430,36 @@ func (rs *ruleState) check(a *Agent, req *Request, rh *reqHashes, now time.Time,
 	return r
 }
 
+// peek answers as check would for a request of cost, spending nothing and
+// asking for no lease: a peek is no demand. It counts no fail-mode
+// decision either.
+func (rs *ruleState) peek(a *Agent, req *Request, rh *reqHashes, now time.Time, cost int64) result {
+	if rs.mode == lease.FailClosed && rs.fallback.Load() {
+		return refused(a.interval())
+	}
+	if rs.fair != nil {
+		return rs.fair.peek(a, rs, rs.store(req), req, rh, now, cost)
+	}
+	h := rs.keyHash(a, rh, req)
+	if hm := *rs.hot.Load(); len(hm) > 0 {
+		if hk := hm[h]; hk != nil && hk.ready.Load() {
+			return hk.peek(now, cost)
+		}
+	}
+	st := rs.store(req)
+	d := st.keyed.PeekHashAt(h, now, cost)
+	for range 3 {
+		if !d.HandedOver {
+			break
+		}
+		if hk := (*rs.hot.Load())[h]; hk != nil && hk.ready.Load() {
+			return hk.peek(now, cost)
+		}
+		d = st.keyed.PeekHashAt(h, now, cost)
+	}
+	return fromAlgo(&d)
+}
+
 // undo gives back what check admitted, when a later rule refuses.
 func (rs *ruleState) undo(a *Agent, req *Request, rh *reqHashes, now time.Time, cost int64) {
 	st := rs.store(req)

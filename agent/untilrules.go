@@ -90,13 +90,21 @@ const (
 
 // noRules decides a request with no rules at all, by the policy.
 func (a *Agent) noRules(d *Decision) {
+	a.untilRules(d)
+	if d.Allowed {
+		a.untilDecisions[untilOpen].Add(1)
+	} else {
+		a.untilDecisions[untilClosed].Add(1)
+	}
+}
+
+// untilRules is noRules' decision, counted nowhere: a peek's.
+func (a *Agent) untilRules(d *Decision) {
 	d.NoRules = true
 	if a.cfg.UntilRules == UntilRulesOpen {
-		a.untilDecisions[untilOpen].Add(1)
 		d.Allowed = true
 		return
 	}
-	a.untilDecisions[untilClosed].Add(1)
 	d.RetryAfter = a.interval() // rules come with the next answered report
 }
 

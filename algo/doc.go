@@ -27,7 +27,10 @@
 // # Cost
 //
 // Each request has a cost (weight). Cost 0 is a peek: it is always allowed,
-// spends nothing, and reports the current state. A cost larger than the
+// spends nothing, and reports the current state. PeekAt asks for a cost
+// without spending it: whether a request of that cost would be admitted
+// now, and when it would be if not (a peek of one unit with nothing left
+// is refused, where a peek of cost 0 is allowed). A cost larger than the
 // algorithm can ever admit is refused with a negative RetryAfter (Never)
 // instead of a wait that would never end.
 //

@@ -237,6 +237,49 @@ func (k *Keyed) AllowHashAt(h Hash, now time.Time, cost int64) (d Decision) {
 	return d
 }
 
+// PeekAt answers for key what AllowAt(key, now, cost) would, spending
+// nothing and storing nothing (see Limiter.PeekAt). A key not held is
+// answered as a fresh key, even when the store is full and a request
+// would meet its Overflow.
+func (k *Keyed) PeekAt(key string, now time.Time, cost int64) Decision {
+	return k.PeekHashAt(k.hasher.String(key), now, cost)
+}
+
+// PeekHashAt is PeekAt for a key already hashed by this store's Hasher. A
+// key handed over (HandOverHashAt) is answered HandedOver, as by
+// AllowHashAt: the caller's limiter holds its state.
+func (k *Keyed) PeekHashAt(h Hash, now time.Time, cost int64) (d Decision) {
+	ns := now.UnixNano()
+	sh := k.shard(h.b)
+	sh.mu.Lock()
+	if len(sh.handed) > 0 {
+		if _, ok := sh.handed[h]; ok {
+			sh.mu.Unlock()
+			d.HandedOver = true
+			return d
+		}
+	}
+	var v verdict
+	i, found := 0, false
+	if len(sh.t.slots) > 0 {
+		i, found = sh.t.find(h.a, h.b)
+	}
+	switch {
+	case !found && sh.p.alg == SlidingLog:
+		var l slidingLog
+		v = sh.p.slidingLogPeek(&l, ns, cost)
+	case !found:
+		v = sh.p.peek(state{}, ns, cost)
+	case sh.p.alg == SlidingLog:
+		v = sh.p.slidingLogPeek(&sh.logs[sh.t.slots[i].s.a-1], ns, cost)
+	default:
+		v = sh.p.peek(sh.t.slots[i].s, ns, cost)
+	}
+	d.set(v, sh.p.maxCost)
+	sh.mu.Unlock()
+	return d
+}
+
 // HandOverHashAt hands a key over to a limiter of the caller's: under the
 // key's lock, seed is given the key's state at now (as a peek, cost 0,
 // decides it), and from then on the store decides nothing for the key

@@ -89,6 +89,35 @@ func (l *Limiter) AllowAt(now time.Time, cost int64) (d Decision) {
 	return d
 }
 
+// PeekAt answers what AllowAt(now, cost) would, and spends nothing:
+// Allowed says whether a request of the given cost would be admitted at
+// now, RetryAfter when it would be (Never when it never can), and
+// Remaining and ResetAfter are the subject's state as it stands, before
+// any spending. A peek of cost 0 (AllowAt's) is always allowed; PeekAt of
+// cost 1 is refused while not one unit is left, as a request would be.
+// PeekAt with a cost of 0 or less is AllowAt(now, 0).
+func (l *Limiter) PeekAt(now time.Time, cost int64) (d Decision) {
+	ns := now.UnixNano()
+	p := l.p.Load()
+	var v verdict
+	switch p.alg {
+	case GCRA:
+		v = p.peek(state{a: l.tat.Load()}, ns, cost)
+	case SlidingLog:
+		l.mu.Lock()
+		p = l.p.Load()
+		v = p.slidingLogPeek(&l.log, ns, cost)
+		l.mu.Unlock()
+	default:
+		l.mu.Lock()
+		p = l.p.Load()
+		v = p.peek(l.s, ns, cost)
+		l.mu.Unlock()
+	}
+	d.set(v, p.maxCost)
+	return d
+}
+
 // allowNanos decides under one configuration and returns its limit with
 // the verdict, so a Reconfigure landing meanwhile cannot mix the two. The
 // algorithm never changes, so the unlocked load chooses the branch.

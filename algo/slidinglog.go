@@ -55,6 +55,24 @@ func (p *params) slidingLog(l *slidingLog, now, cost int64) verdict {
 	return v
 }
 
+// slidingLogPeek answers for a request of the given cost what slidingLog
+// would, spending nothing (see params.peek). Like a peek of cost 0 it
+// drops the admissions that have left the window, which a decision at now
+// drops too.
+func (p *params) slidingLogPeek(l *slidingLog, now, cost int64) verdict {
+	v := p.slidingLog(l, now, 0)
+	switch {
+	case cost <= 0:
+	case cost > p.limit:
+		v.allowed, v.retryAfter = false, Never
+	case l.sum+cost > p.limit:
+		v.allowed, v.retryAfter = false, p.slidingLogWait(l, cost, now)
+	default:
+		v.allowed, v.retryAfter = true, 0
+	}
+	return v
+}
+
 // slidingLogWait returns how long until enough of the oldest admissions have
 // left the window for a request of the given cost to fit.
 func (p *params) slidingLogWait(l *slidingLog, cost, now int64) time.Duration {

@@ -34,6 +34,27 @@ func (p *params) decide(s *state, now, cost int64) verdict {
 	}
 }
 
+// peek answers for a request of the given cost against s what decide
+// would, spending nothing: allowed and retryAfter as decide says for cost,
+// on a copy of s, and remaining and resetAfter as s stands (a peek of
+// cost 0). For every algorithm but SlidingLog.
+func (p *params) peek(s state, now, cost int64) verdict {
+	cur := s
+	v := p.decide(&cur, now, 0)
+	if cost <= 0 {
+		return v
+	}
+	asked := p.decide(&s, now, cost) // s is a copy: nothing is stored
+	return peeked(v, asked)
+}
+
+// peeked is the current state's verdict cur with the decision a request
+// of some cost was given (asked): what a peek of that cost answers.
+func peeked(cur, asked verdict) verdict {
+	cur.allowed, cur.retryAfter = asked.allowed, asked.retryAfter
+	return cur
+}
+
 // restAt returns the instant from which s decides exactly as a fresh state
 // would, for every algorithm but SlidingLog. Forgetting s after restAt loses
 // nothing.

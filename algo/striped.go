@@ -129,6 +129,21 @@ func (s *Striped) AllowAt(now time.Time, cost int64) Decision {
 	return d
 }
 
+// PeekAt answers what AllowAt(now, cost) would, spending nothing, as
+// Limiter.PeekAt: the units the stripes hold count as remaining, and a
+// request they could admit (or that bringing them back would let the
+// limiter admit) is admitted.
+func (s *Striped) PeekAt(now time.Time, cost int64) Decision {
+	d := s.lim.PeekAt(now, cost)
+	if held := s.Held(); held > 0 {
+		if !d.Allowed && d.RetryAfter >= 0 && cost <= d.Remaining+held {
+			d.Allowed, d.RetryAfter = true, 0
+		}
+		d.Remaining = min(d.Remaining+held, d.Limit)
+	}
+	return d
+}
+
 // exact decides at the limiter. A refusal brings the stripes' units back
 // first and asks again, so that units held in stripes never make a
 // request be refused that the limiter alone would admit. A peek (cost 0)

@@ -93,8 +93,12 @@ type CheckRequest struct {
 	Route    string                 `protobuf:"bytes,4,opt,name=route,proto3" json:"route,omitempty"`
 	Ip       string                 `protobuf:"bytes,5,opt,name=ip,proto3" json:"ip,omitempty"`
 	Priority Priority               `protobuf:"varint,6,opt,name=priority,proto3,enum=allot.v1.Priority" json:"priority,omitempty"`
-	// cost is the request's weight; 0 means 1.
-	Cost          int64 `protobuf:"varint,7,opt,name=cost,proto3" json:"cost,omitempty"`
+	// cost is the request's weight; absent means 1. An explicit 0 is a peek:
+	// the decision a request of cost 1 would get now, spending, billing and
+	// counting nothing but the peek. Optional (presence on the wire, as
+	// before a plain int64's 0 was never sent): an older client that set no
+	// cost, or 0, sends none, and is charged 1 as it always was.
+	Cost          *int64 `protobuf:"varint,7,opt,name=cost,proto3,oneof" json:"cost,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -172,8 +176,8 @@ func (x *CheckRequest) GetPriority() Priority {
 }
 
 func (x *CheckRequest) GetCost() int64 {
-	if x != nil {
-		return x.Cost
+	if x != nil && x.Cost != nil {
+		return *x.Cost
 	}
 	return 0
 }
@@ -429,15 +433,16 @@ var File_sidecar_proto protoreflect.FileDescriptor
 
 const file_sidecar_proto_rawDesc = "" +
 	"\n" +
-	"\rsidecar.proto\x12\ballot.v1\"\xb8\x01\n" +
+	"\rsidecar.proto\x12\ballot.v1\"\xc6\x01\n" +
 	"\fCheckRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04plan\x18\x02 \x01(\tR\x04plan\x12\x12\n" +
 	"\x04user\x18\x03 \x01(\tR\x04user\x12\x14\n" +
 	"\x05route\x18\x04 \x01(\tR\x05route\x12\x0e\n" +
 	"\x02ip\x18\x05 \x01(\tR\x02ip\x12.\n" +
-	"\bpriority\x18\x06 \x01(\x0e2\x12.allot.v1.PriorityR\bpriority\x12\x12\n" +
-	"\x04cost\x18\a \x01(\x03R\x04cost\"\xb4\x02\n" +
+	"\bpriority\x18\x06 \x01(\x0e2\x12.allot.v1.PriorityR\bpriority\x12\x17\n" +
+	"\x04cost\x18\a \x01(\x03H\x00R\x04cost\x88\x01\x01B\a\n" +
+	"\x05_cost\"\xb4\x02\n" +
 	"\rCheckResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x14\n" +
@@ -509,6 +514,7 @@ func file_sidecar_proto_init() {
 	if File_sidecar_proto != nil {
 		return
 	}
+	file_sidecar_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

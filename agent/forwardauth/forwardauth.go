@@ -69,7 +69,9 @@ type Config struct {
 	// (default X-Priority); absent or empty means interactive.
 	PriorityHeader string
 	// CostHeader holds the request's cost, an integer from 0 to MaxCost
-	// (default X-Cost); absent, empty or 0 means 1.
+	// (default X-Cost); absent or empty means 1. A value of 0 is a peek
+	// (agent.Request.Peek): the answer a request of cost 1 would get now,
+	// with nothing spent, billed or counted as a decision.
 	CostHeader string
 	// DenyStatus is the status of a refusal: 429 (the default, also for
 	// any value outside 400–599). nginx's auth_request passes on only
@@ -148,7 +150,8 @@ func newHandler(cfg Config) *forwardAuth {
 // with Retry-After and the JSON body of WriteRefusal. A header that cannot
 // be read (an unknown priority, a cost that is not an integer from 0 to
 // MaxCost, an attribute over the bounds of ValidateRequest) is answered
-// 400 and not counted.
+// 400 and not counted. A cost header of 0 peeks: it is answered as a
+// request of cost 1 would be, and spends nothing.
 func Handler(a *agent.Agent, cfg Config) http.Handler {
 	f := newHandler(cfg)
 	f.a = a
@@ -223,7 +226,7 @@ func (f *forwardAuth) request(r *http.Request) (agent.Request, error) {
 		if err != nil || c < 0 || c > agent.MaxCost {
 			return agent.Request{}, fmt.Errorf("%w: %s: must be an integer from 0 to %d", ErrBadForwardAuth, f.cost, int64(agent.MaxCost))
 		}
-		req.Cost = c
+		req.Cost, req.Peek = c, c == 0
 	}
 	if err := agent.ValidateRequest(req); err != nil {
 		return agent.Request{}, fmt.Errorf("%w: %w", ErrBadForwardAuth, err)

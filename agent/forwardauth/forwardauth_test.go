@@ -57,6 +57,8 @@ func TestForwardAuthAttributes(t *testing.T) {
 			"X-Original-URI", "/v1/search?q=x&page=2", "X-Real-IP", "203.0.113.7", "X-Priority", "batch", "X-Cost", "5"),
 			agent.Request{Tenant: "acme", Plan: "pro", User: "alice", Route: "/v1/search", IP: "203.0.113.7", Priority: agent.Batch, Cost: 5}, ""},
 		{"any method", def, authz("DELETE", "X-Tenant", "acme"), agent.Request{Tenant: "acme", IP: "192.0.2.9"}, ""},
+		{"cost 0 peeks", def, authz("GET", "X-Tenant", "acme", "X-Cost", "0"), agent.Request{Tenant: "acme", IP: "192.0.2.9", Peek: true}, ""},
+		{"empty cost is 1", def, authz("GET", "X-Tenant", "acme", "X-Cost", ""), agent.Request{Tenant: "acme", IP: "192.0.2.9"}, ""},
 		{"route from X-Forwarded-Uri", def, authz("GET", "X-Forwarded-Uri", "/v1/items?id=3"), agent.Request{Route: "/v1/items", IP: "192.0.2.9"}, ""},
 		{"X-Original-URI first", def, authz("GET", "X-Forwarded-Uri", "/b", "X-Original-URI", "/a"), agent.Request{Route: "/a", IP: "192.0.2.9"}, ""},
 		{"own path is not the route", def, authz("GET"), agent.Request{IP: "192.0.2.9"}, ""},
@@ -68,7 +70,7 @@ func TestForwardAuthAttributes(t *testing.T) {
 			agent.Request{IP: "198.51.100.1"}, ""},
 		{"custom headers", custom, authz("PUT", "X-Org", "globex", "X-Tier", "free", "X-Auth-User", "bob", "X-Path", "/p?x", "X-Prio", "critical", "X-Weight", "0",
 			"X-Tenant", "ignored", "X-Original-URI", "/ignored"),
-			agent.Request{Tenant: "globex", Plan: "free", User: "bob", Route: "/p", IP: "192.0.2.9", Priority: agent.Critical}, ""},
+			agent.Request{Tenant: "globex", Plan: "free", User: "bob", Route: "/p", IP: "192.0.2.9", Priority: agent.Critical, Peek: true}, ""},
 		{"api key", keyed, authz("GET", "X-Api-Key", "sk_live_secret", "X-Tenant", "spoofed"), agent.Request{Tenant: keyTenant, IP: "192.0.2.9"}, ""},
 		{"no api key, no tenant", keyed, authz("GET", "X-Tenant", "spoofed"), agent.Request{IP: "192.0.2.9"}, ""},
 		{"unknown priority", def, authz("GET", "X-Priority", "urgent"), agent.Request{}, `X-Priority: "urgent" is not batch`},
@@ -265,6 +267,7 @@ func FuzzForwardAuth(f *testing.F) {
 	h := Handler(a, Config{APIKeyHeader: "X-Api-Key", TrustedHops: 1, DenyStatus: 403})
 	f.Add("acme", "", "/v1/items?q=1", "10.0.0.1, 10.0.0.2", "batch", "3")
 	f.Add("", "key-1", "", "", "", "")
+	f.Add("acme", "", "", "", "", "0")
 	f.Add("x", "", "/", "::1", "nope", "-1")
 	f.Add(strings.Repeat("t", 300), "", "", "", "exempt", "4294967296")
 	f.Fuzz(func(t *testing.T, tenant, key, uri, xff, priority, cost string) {

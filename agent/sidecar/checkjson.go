@@ -98,7 +98,7 @@ func decodeCheckBuffered(r io.Reader, bp *[]byte) (agent.Request, error) {
 		return decodeCheckJSON(bytes.NewReader(body))
 	}
 	c := s.request(body)
-	return checkRequest(&c)
+	return checkRequest(&c, s.cost, s.costSet)
 }
 
 // The fields of a CheckRequest the scanner knows, as indexes into
@@ -139,10 +139,12 @@ func checkField(key []byte) int {
 
 // checkScan is what the fast scanner found in a body: where each string
 // field's value lies (the last one given, as encoding/json keeps the last
-// of duplicate keys) and the cost.
+// of duplicate keys) and the cost, with whether it was given: an explicit
+// 0 is a peek, an absent cost means 1.
 type checkScan struct {
-	str  [numStringFields]struct{ start, end int }
-	cost int64
+	str     [numStringFields]struct{ start, end int }
+	cost    int64
+	costSet bool
 }
 
 // scan reads body as a check request if it is in the subset of JSON the
@@ -150,8 +152,9 @@ type checkScan struct {
 // and nothing after it; keys spelled exactly as the fields' tags; string
 // values without escapes or control characters, in valid UTF-8 (so they
 // are their own unquoted value); a cost written as an integer of at most
-// 18 digits (so it cannot overflow); and null, which leaves a field as
-// it was. It reports false for anything else, valid or not, leaving the
+// 18 digits (so it cannot overflow); and null, which leaves a string
+// field as it was and makes the cost absent again (encoding/json sets a
+// pointer field to nil). It reports false for anything else, valid or not, leaving the
 // verdict to encoding/json.
 func (s *checkScan) scan(b []byte) bool {
 	i := skipSpace(b, 0)
@@ -192,12 +195,15 @@ func (s *checkScan) scan(b []byte) bool {
 				return false
 			}
 			i += len("null")
+			if f == fieldCost {
+				s.cost, s.costSet = 0, false
+			}
 		case f == fieldCost:
 			v, n, ok := scanInt(b[i:])
 			if !ok {
 				return false
 			}
-			s.cost = v
+			s.cost, s.costSet = v, true
 			i += n
 		case b[i] == '"':
 			n, ok := scanPlainString(b[i+1:])
@@ -290,15 +296,17 @@ func scanInt(b []byte) (v int64, n int, ok bool) {
 	return v, n, true
 }
 
-// request builds the CheckRequest the scan found. The string fields are
-// copied out of body into one string, so a whole request costs one
-// allocation and keeps no reference to the (pooled) body.
 // priorityNames are the priorities' names, the constants a scanned
 // priority is turned into.
 var priorityNames = [...]string{agent.Interactive.String(), agent.Batch.String(), agent.Critical.String(), agent.Exempt.String()}
 
+// request builds the CheckRequest the scan found. The string fields are
+// copied out of body into one string, so a whole request costs one
+// allocation and keeps no reference to the (pooled) body. Its Cost is
+// left nil: the caller passes s.cost to checkRequest by value, as a
+// pointer to it would move s to the heap.
 func (s *checkScan) request(body []byte) CheckRequest {
-	c := CheckRequest{Cost: s.cost}
+	var c CheckRequest
 	// The priority is one of a few names, kept as the constant itself.
 	p := s.str[fieldPriority]
 	if pb := body[p.start:p.end]; len(pb) > 0 {

@@ -57,7 +57,11 @@ func TestDecodeCheckCases(t *testing.T) {
 		{"empty object", `{}`, true},
 		{"whitespace", " \t\r\n{ \"tenant\" :\t\"acme\" ,\n\"cost\" : 3 }\r\n ", true},
 		{"duplicate keys, last wins", `{"tenant":"a","tenant":"b","cost":2,"cost":5}`, true},
-		{"null leaves a field as it was", `{"tenant":"a","tenant":null,"cost":4,"cost":null,"plan":null}`, true},
+		{"null leaves a field as it was", `{"tenant":"a","tenant":null,"cost":4,"plan":null}`, true},
+		{"null makes the cost absent", `{"tenant":"a","cost":4,"cost":null}`, true},
+		{"null then a cost", `{"cost":null,"cost":0}`, true},
+		{"cost 0 is a peek", `{"tenant":"a","cost":0}`, true},
+		{"a peek overridden", `{"cost":0,"cost":2}`, true},
 		{"UTF-8", `{"tenant":"café","user":"日本"}`, true},
 		{"negative zero cost", `{"cost":-0}`, true},
 		{"negative cost", `{"cost":-7}`, true},
@@ -190,6 +194,13 @@ func TestDecodeCheckRoundTrip(t *testing.T) {
 		values := map[string]any{"tenant": want.Tenant, "plan": want.Plan, "user": want.User, "route": want.Route,
 			"ip": want.IP, "priority": want.Priority.String(), "cost": want.Cost}
 		keys := []string{"tenant", "plan", "user", "route", "ip", "priority", "cost"}
+		switch rng.IntN(6) {
+		case 0: // no cost: 1
+			want.Cost, keys = 0, keys[:len(keys)-1]
+		case 1: // an explicit 0: a peek
+			want.Cost, want.Peek, values["cost"] = 0, true, int64(0)
+		}
+		want.Peek = want.Peek || len(keys) == 7 && want.Cost == 0
 		rng.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
 		var members []string
 		for _, k := range keys {
@@ -206,7 +217,7 @@ func TestDecodeCheckRoundTrip(t *testing.T) {
 				members = append(members, fmt.Sprintf(`"%s"%s:%s%s`, k, space(), space(), early))
 			}
 			members = append(members, fmt.Sprintf(`"%s":%s%s`, k, space(), js))
-			if rng.IntN(3) == 0 { // a null after it, which changes nothing
+			if rng.IntN(3) == 0 && k != "cost" { // a null after it, which changes nothing
 				members = append(members, fmt.Sprintf(`"%s":%snull`, k, space()))
 			}
 		}
@@ -340,6 +351,17 @@ func TestCheckJSONAllocs(t *testing.T) {
 		}
 	}); n > 1 {
 		t.Errorf("DecodeCheck: %v allocations, want at most 1", n)
+	}
+	// A peek (an explicit cost of 0) likewise: its cost is no pointer on
+	// the heap.
+	const peek = `{"tenant":"acme","plan":"pro","user":"u-12345","route":"/v1/search","ip":"203.0.113.7","priority":"interactive","cost":0}`
+	if n := testing.AllocsPerRun(1000, func() {
+		body.Reset(peek)
+		if req, err := DecodeCheck(body); err != nil || !req.Peek {
+			t.Fatal(req, err)
+		}
+	}); n > 1 {
+		t.Errorf("DecodeCheck of a peek: %v allocations, want at most 1", n)
 	}
 	retry := int64(12)
 	resp := CheckResponse{Rule: "plan-quota", Scope: "tenant", Limit: 1000, PeriodSeconds: 60,

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	allotpb "github.com/allot-io/allot/proto"
 )
@@ -139,8 +140,10 @@ func requestFromProto(in *allotpb.CheckRequest) (agent.Request, error) {
 	default:
 		return agent.Request{}, fmt.Errorf("%w: priority: unknown value %d", agent.ErrInvalidRequest, in.GetPriority())
 	}
+	// An explicit cost of 0 is a peek; an absent one means 1, as a 0 did
+	// before cost had presence (clients that set none, or 0, send none).
 	req := agent.Request{Tenant: in.GetTenant(), Plan: in.GetPlan(), User: in.GetUser(), Route: in.GetRoute(),
-		IP: in.GetIp(), Priority: p, Cost: in.GetCost()}
+		IP: in.GetIp(), Priority: p, Cost: in.GetCost(), Peek: in.Cost != nil && *in.Cost == 0}
 	if err := agent.ValidateRequest(req); err != nil {
 		return agent.Request{}, err
 	}
@@ -172,7 +175,9 @@ func DecisionFromProto(r *allotpb.CheckResponse) agent.Decision {
 		Fallback: r.GetFallback(), NoRules: !r.GetAllowed() && r.GetError() == "" && r.GetRule() == "" && r.GetRetryAfterNanos() > 0}
 }
 
-// RequestToProto is a request as the wire carries it, for clients.
+// RequestToProto is a request as the wire carries it, for clients. A
+// cost of 0 is left absent (1), and a peek is sent as an explicit 0: the
+// wire peeks at cost 1, whatever r.Cost.
 func RequestToProto(r agent.Request, out *allotpb.CheckRequest) {
 	p := allotpb.Priority_PRIORITY_INTERACTIVE
 	switch r.Priority {
@@ -184,5 +189,13 @@ func RequestToProto(r agent.Request, out *allotpb.CheckRequest) {
 		p = allotpb.Priority_PRIORITY_EXEMPT
 	}
 	out.Tenant, out.Plan, out.User, out.Route, out.Ip = r.Tenant, r.Plan, r.User, r.Route, r.IP
-	out.Priority, out.Cost = p, r.Cost
+	out.Priority = p
+	switch {
+	case r.Peek:
+		out.Cost = proto.Int64(0)
+	case r.Cost != 0:
+		out.Cost = proto.Int64(r.Cost)
+	default:
+		out.Cost = nil
+	}
 }

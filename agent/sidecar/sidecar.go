@@ -22,8 +22,11 @@ type CheckRequest struct {
 	Route    string `json:"route"`
 	IP       string `json:"ip"`
 	Priority string `json:"priority"`
-	// Cost is the request's weight; absent or 0 means 1.
-	Cost int64 `json:"cost"`
+	// Cost is the request's weight; absent (or null) means 1. An explicit
+	// 0 is a peek (agent.Request.Peek): the decision a request of cost 1
+	// would get now, spending and billing nothing. A pointer, so that
+	// encoding/json tells 0 from absent.
+	Cost *int64 `json:"cost"`
 }
 
 // CheckResponse is the sidecar's answer: the decision, as JSON.
@@ -78,17 +81,22 @@ func decodeCheckJSON(r io.Reader) (agent.Request, error) {
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return agent.Request{}, fmt.Errorf("%w: unexpected data after the JSON object", ErrBadCheck)
 	}
-	return checkRequest(&c)
+	var cost int64
+	if c.Cost != nil {
+		cost = *c.Cost
+	}
+	return checkRequest(&c, cost, c.Cost != nil)
 }
 
-// checkRequest turns a decoded body into a Request: its priority parsed
-// and its bounds checked, as both decoding paths do.
-func checkRequest(c *CheckRequest) (agent.Request, error) {
+// checkRequest turns a decoded body, with its cost and whether one was
+// given, into a Request: its priority parsed and its bounds checked, as
+// both decoding paths do. An explicit cost of 0 is a peek.
+func checkRequest(c *CheckRequest, cost int64, costSet bool) (agent.Request, error) {
 	p, err := agent.ParsePriority(c.Priority)
 	if err != nil {
 		return agent.Request{}, fmt.Errorf("%w: priority: %q is not batch, interactive, critical or exempt", ErrBadCheck, c.Priority)
 	}
-	req := agent.Request{Tenant: c.Tenant, Plan: c.Plan, User: c.User, Route: c.Route, IP: c.IP, Priority: p, Cost: c.Cost}
+	req := agent.Request{Tenant: c.Tenant, Plan: c.Plan, User: c.User, Route: c.Route, IP: c.IP, Priority: p, Cost: cost, Peek: costSet && cost == 0}
 	if err := agent.ValidateRequest(req); err != nil {
 		return agent.Request{}, fmt.Errorf("%w: %w", ErrBadCheck, err)
 	}

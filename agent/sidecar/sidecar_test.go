@@ -92,6 +92,9 @@ func TestCheckHandler(t *testing.T) {
 func FuzzDecodeCheck(f *testing.F) {
 	f.Add([]byte(`{"tenant":"acme","user":"u1","route":"/search","ip":"203.0.113.7","priority":"interactive","cost":1}`))
 	f.Add([]byte(`{"tenant":"acme","cost":-1}`))
+	f.Add([]byte(`{"tenant":"acme","cost":0}`))
+	f.Add([]byte(`{"cost":0,"cost":null}`))
+	f.Add([]byte(`{"cost":null,"cost":-0}`))
 	f.Add([]byte(`{"priority":"exempt"} `))
 	f.Add([]byte(`[]`))
 	f.Add([]byte(`{"tenant":"a","tenant":null,"cost":1e3}`))
@@ -118,7 +121,14 @@ func FuzzDecodeCheck(f *testing.F) {
 		if req.Cost < 0 {
 			t.Fatalf("negative cost %d accepted", req.Cost)
 		}
-		again, err := json.Marshal(CheckRequest{Tenant: req.Tenant, Plan: req.Plan, User: req.User, Route: req.Route, IP: req.IP, Priority: req.Priority.String(), Cost: req.Cost})
+		if req.Peek && req.Cost != 0 {
+			t.Fatalf("a peek of cost %d: only an explicit 0 is one", req.Cost)
+		}
+		c := CheckRequest{Tenant: req.Tenant, Plan: req.Plan, User: req.User, Route: req.Route, IP: req.IP, Priority: req.Priority.String()}
+		if req.Cost != 0 || req.Peek {
+			c.Cost = &req.Cost
+		}
+		again, err := json.Marshal(c)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/agent/sidecar"
@@ -159,7 +160,7 @@ func TestUnaryCheck(t *testing.T) {
 	}
 	defer conn.Close()
 	rpc := allotpb.NewSidecarServiceClient(conn)
-	resp, err := rpc.Check(context.Background(), &allotpb.CheckRequest{Tenant: "acme", Cost: 100, Priority: allotpb.Priority_PRIORITY_BATCH})
+	resp, err := rpc.Check(context.Background(), &allotpb.CheckRequest{Tenant: "acme", Cost: proto.Int64(100), Priority: allotpb.Priority_PRIORITY_BATCH})
 	if err != nil || !resp.GetAllowed() || resp.GetRemaining() != 0 {
 		t.Fatalf("%v, %v", resp, err)
 	}
@@ -201,7 +202,7 @@ func TestOversizedBatch(t *testing.T) {
 	for range 100 {
 		ok.Checks = append(ok.Checks, &allotpb.CheckRequest{Tenant: "acme"})
 	}
-	ok.Checks = append(ok.Checks, &allotpb.CheckRequest{Tenant: "acme", Cost: -5}, &allotpb.CheckRequest{Tenant: "acme"})
+	ok.Checks = append(ok.Checks, &allotpb.CheckRequest{Tenant: "acme", Cost: proto.Int64(-5)}, &allotpb.CheckRequest{Tenant: "acme"})
 	if err := stream.Send(ok); err != nil {
 		t.Fatal(err)
 	}

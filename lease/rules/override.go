@@ -36,6 +36,10 @@ func (s *Set) CheckOverride(o *Override, now time.Time) Errors {
 		bad("rule", "%q names no rule of the set (version %d)", o.Rule, s.Version())
 	case r.Scope == Descriptor:
 		bad("rule", "%s is a descriptor rule: its keys have no tenant to override", o.Rule)
+	case r.Scope == Global && o.Limit > 0:
+		// A global rule's tenants share one total: a tenant limit would
+		// be a node total of its own that no lease resizes.
+		bad("limit", "%s is a global rule, whose tenants share one total: give the tenant a weight instead", o.Rule)
 	}
 	if ok {
 		r.validateTenant(o.Tenant, o.TenantOverride, "", bad)

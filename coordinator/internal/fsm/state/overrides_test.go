@@ -86,7 +86,8 @@ func TestOverridesRefusedNameTheField(t *testing.T) {
 		{"negative limit", &allotpb.Override{Rule: "plan-quota", Tenant: "a", Limit: -5}, "overrides[0].limit"},
 		{"no tenant", &allotpb.Override{Rule: "plan-quota", Limit: 5}, "overrides[0].tenant"},
 		{"nothing set", &allotpb.Override{Rule: "plan-quota", Tenant: "a"}, "overrides[0].limit"},
-		{"NaN weight", &allotpb.Override{Rule: "edge", Tenant: "a", Weight: -1}, "overrides[0].weight"},
+		{"negative weight", &allotpb.Override{Rule: "edge", Tenant: "a", Weight: -1}, "overrides[0].weight"},
+		{"limit on a global rule", &allotpb.Override{Rule: "edge", Tenant: "a", Limit: 10}, "overrides[0].limit"},
 		{"expired", &allotpb.Override{Rule: "plan-quota", Tenant: "a", Limit: 5, ExpiresUnixNano: hour0.Add(-time.Second).UnixNano()}, "overrides[0].expires"},
 		{"long tenant", &allotpb.Override{Rule: "plan-quota", Tenant: strings.Repeat("x", rules.MaxNameLen+1), Limit: 5}, "overrides[0].tenant"},
 	} {

@@ -56,6 +56,8 @@ type Agent struct {
 	// result: admitted, denied. They are counted nowhere else: not as
 	// decisions, nor billed.
 	peeks [2]atomic.Int64
+	// reserved are the open reservations (reserve.go).
+	reserved reservations
 	// untilDecisions counts the checks decided without the cluster's
 	// rules, by untilDecisionLabels.
 	untilDecisions [len(untilDecisionLabels)]atomic.Int64
@@ -107,6 +109,7 @@ func New(config Config) (*Agent, error) {
 		stop:   make(chan struct{}),
 	}
 	a.nodes.Store(1)
+	a.reserved.init()
 	a.intervalNs.Store(int64(cfg.ReportInterval))
 	for i := range a.prioHash {
 		a.prioHash[i] = a.hasher.String("\x00priority " + strconv.Itoa(i))
@@ -440,7 +443,11 @@ func (a *Agent) Check(req Request) (d Decision) {
 		}
 	}
 	passed.or(&shadowed, len(c.rules))
-	c.countPassed(tu, th, &req, &passed, cost)
+	if req.res != nil {
+		req.res.hold(c, &passed, now, cost) // billed when settled
+	} else {
+		c.countPassed(tu, th, &req, &passed, cost)
+	}
 	if best < 0 {
 		d.Allowed = true
 		return d

@@ -73,6 +73,13 @@ type Config struct {
 	// 1,048,576).
 	MaxTenants int
 
+	// ReservationTTL is how long a reservation (Reserve) waits to be
+	// settled before it is settled at its estimate (default 10 minutes);
+	// MaxReservations bounds the open ones, past which the oldest is
+	// settled at its estimate (default 100,000).
+	ReservationTTL  time.Duration
+	MaxReservations int
+
 	// Transport, when set, carries reports instead of a gRPC connection to
 	// Coordinators (simulators, tests, custom transports).
 	Transport Transport
@@ -165,6 +172,15 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.MaxTenants == 0 {
 		cfg.MaxTenants = DefaultMaxTenants
+	}
+	if cfg.ReservationTTL < 0 || cfg.MaxReservations < 0 {
+		return cfg, fmt.Errorf("agent: ReservationTTL and MaxReservations must not be negative, got %v and %d", cfg.ReservationTTL, cfg.MaxReservations)
+	}
+	if cfg.ReservationTTL == 0 {
+		cfg.ReservationTTL = DefaultReservationTTL
+	}
+	if cfg.MaxReservations == 0 {
+		cfg.MaxReservations = DefaultMaxReservations
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()

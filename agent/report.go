@@ -229,6 +229,9 @@ func (r *reporter) busyTenants(c *compiled, now time.Time) (pick func(rule int, 
 // cycle is one exchange. An early (urgent) one reports only the keys
 // running low, and no usage.
 func (r *reporter) cycle(urgent bool) {
+	if !urgent {
+		r.a.settleDue(false)
+	}
 	x := r.prepare(urgent)
 	if x == nil {
 		return

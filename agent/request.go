@@ -134,6 +134,9 @@ type Request struct {
 	// desc is set by CheckDescriptors only. A pointer keeps Request
 	// comparable.
 	desc *Descriptor
+	// res is set by Reserve only: the request's spending is held there
+	// and billed when it is settled.
+	res *reservation
 }
 
 // Decision is the agent's answer for one request.

@@ -338,6 +338,7 @@ func (r *reporter) shutdown(ctx context.Context) error {
 		<-r.exited
 	}
 	a := r.a
+	a.settleDue(true) // open reservations are billed at their estimates
 	r.cut(time.Unix(0, a.clock.now()))
 	var lastErr error
 	backoff := func(attempt int) {

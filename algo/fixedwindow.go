@@ -29,7 +29,7 @@ func (p *params) fixedWindow(s *state, now, cost int64) verdict {
 			v.retryAfter = dur(end - now)
 		}
 	}
-	v.remaining = p.limit - used
+	v.remaining = max(p.limit-used, 0) // a settled reservation may leave a debt
 	if used > 0 {
 		v.resetAfter = dur(end - now)
 	}

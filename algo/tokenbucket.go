@@ -22,22 +22,22 @@ func (p *params) tokenBucket(s *state, now, cost int64) verdict {
 	var v verdict
 	if cost > p.maxCost {
 		v.retryAfter = Never
-		v.remaining, v.resetAfter = p.perEmission.div(full-missing), dur(last+missing-now)
+		v.remaining, v.resetAfter = p.perEmission.div(max(full-missing, 0)), dur(last+missing-now)
 		return v
 	}
 	if need := missing + cost*p.emission; need > full {
 		v.retryAfter = dur(last + need - full - now)
-		v.remaining, v.resetAfter = p.perEmission.div(full-missing), dur(last+missing-now)
+		v.remaining, v.resetAfter = p.perEmission.div(max(full-missing, 0)), dur(last+missing-now)
 		return v
 	}
 	v.allowed = true
 	if cost == 0 {
 		v.retryAfter = dur(last + missing + p.emission - full - now)
-		v.remaining, v.resetAfter = p.perEmission.div(full-missing), dur(last+missing-now)
+		v.remaining, v.resetAfter = p.perEmission.div(max(full-missing, 0)), dur(last+missing-now)
 		return v
 	}
 	missing += cost * p.emission
 	s.a, s.b = last, missing
-	v.remaining, v.resetAfter = p.perEmission.div(full-missing), dur(last+missing-now)
+	v.remaining, v.resetAfter = p.perEmission.div(max(full-missing, 0)), dur(last+missing-now)
 	return v
 }

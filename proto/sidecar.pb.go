@@ -206,7 +206,10 @@ type CheckResponse struct {
 	// (a field over its bound, a cost out of range): it was not decided and
 	// not counted, and allowed is false. The other checks of its batch are
 	// decided as usual.
-	Error         string `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	// reservation names, on Reserve's answer for an admitted request,
+	// the reservation Settle settles; empty otherwise.
+	Reservation   string `protobuf:"bytes,11,opt,name=reservation,proto3" json:"reservation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -307,6 +310,13 @@ func (x *CheckResponse) GetFallback() bool {
 func (x *CheckResponse) GetError() string {
 	if x != nil {
 		return x.Error
+	}
+	return ""
+}
+
+func (x *CheckResponse) GetReservation() string {
+	if x != nil {
+		return x.Reservation
 	}
 	return ""
 }
@@ -429,6 +439,120 @@ func (x *CheckResults) GetError() string {
 	return ""
 }
 
+type SettleRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Reservation string                 `protobuf:"bytes,1,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	// cost is the actual cost, 0 to 4294967295; required.
+	Cost          *int64 `protobuf:"varint,2,opt,name=cost,proto3,oneof" json:"cost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleRequest) Reset() {
+	*x = SettleRequest{}
+	mi := &file_sidecar_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleRequest) ProtoMessage() {}
+
+func (x *SettleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sidecar_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
+func (*SettleRequest) Descriptor() ([]byte, []int) {
+	return file_sidecar_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SettleRequest) GetReservation() string {
+	if x != nil {
+		return x.Reservation
+	}
+	return ""
+}
+
+func (x *SettleRequest) GetCost() int64 {
+	if x != nil && x.Cost != nil {
+		return *x.Cost
+	}
+	return 0
+}
+
+type SettleResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Estimate int64                  `protobuf:"varint,1,opt,name=estimate,proto3" json:"estimate,omitempty"`
+	Actual   int64                  `protobuf:"varint,2,opt,name=actual,proto3" json:"actual,omitempty"`
+	// charged is actual − estimate: charged when above 0, given back below.
+	Charged       int64 `protobuf:"varint,3,opt,name=charged,proto3" json:"charged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleResponse) Reset() {
+	*x = SettleResponse{}
+	mi := &file_sidecar_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleResponse) ProtoMessage() {}
+
+func (x *SettleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sidecar_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleResponse.ProtoReflect.Descriptor instead.
+func (*SettleResponse) Descriptor() ([]byte, []int) {
+	return file_sidecar_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SettleResponse) GetEstimate() int64 {
+	if x != nil {
+		return x.Estimate
+	}
+	return 0
+}
+
+func (x *SettleResponse) GetActual() int64 {
+	if x != nil {
+		return x.Actual
+	}
+	return 0
+}
+
+func (x *SettleResponse) GetCharged() int64 {
+	if x != nil {
+		return x.Charged
+	}
+	return 0
+}
+
 var File_sidecar_proto protoreflect.FileDescriptor
 
 const file_sidecar_proto_rawDesc = "" +
@@ -442,7 +566,7 @@ const file_sidecar_proto_rawDesc = "" +
 	"\x02ip\x18\x05 \x01(\tR\x02ip\x12.\n" +
 	"\bpriority\x18\x06 \x01(\x0e2\x12.allot.v1.PriorityR\bpriority\x12\x17\n" +
 	"\x04cost\x18\a \x01(\x03H\x00R\x04cost\x88\x01\x01B\a\n" +
-	"\x05_cost\"\xb4\x02\n" +
+	"\x05_cost\"\xd6\x02\n" +
 	"\rCheckResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x14\n" +
@@ -454,7 +578,8 @@ const file_sidecar_proto_rawDesc = "" +
 	"\x11reset_after_nanos\x18\b \x01(\x03R\x0fresetAfterNanos\x12\x1a\n" +
 	"\bfallback\x18\t \x01(\bR\bfallback\x12\x14\n" +
 	"\x05error\x18\n" +
-	" \x01(\tR\x05error\"L\n" +
+	" \x01(\tR\x05error\x12 \n" +
+	"\vreservation\x18\v \x01(\tR\vreservation\"L\n" +
 	"\n" +
 	"CheckBatch\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12.\n" +
@@ -462,16 +587,26 @@ const file_sidecar_proto_rawDesc = "" +
 	"\fCheckResults\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x121\n" +
 	"\aresults\x18\x02 \x03(\v2\x17.allot.v1.CheckResponseR\aresults\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error*~\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"S\n" +
+	"\rSettleRequest\x12 \n" +
+	"\vreservation\x18\x01 \x01(\tR\vreservation\x12\x17\n" +
+	"\x04cost\x18\x02 \x01(\x03H\x00R\x04cost\x88\x01\x01B\a\n" +
+	"\x05_cost\"^\n" +
+	"\x0eSettleResponse\x12\x1a\n" +
+	"\bestimate\x18\x01 \x01(\x03R\bestimate\x12\x16\n" +
+	"\x06actual\x18\x02 \x01(\x03R\x06actual\x12\x18\n" +
+	"\acharged\x18\x03 \x01(\x03R\acharged*~\n" +
 	"\bPriority\x12\x18\n" +
 	"\x14PRIORITY_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14PRIORITY_INTERACTIVE\x10\x01\x12\x12\n" +
 	"\x0ePRIORITY_BATCH\x10\x02\x12\x15\n" +
 	"\x11PRIORITY_CRITICAL\x10\x03\x12\x13\n" +
-	"\x0fPRIORITY_EXEMPT\x10\x042\x8b\x01\n" +
+	"\x0fPRIORITY_EXEMPT\x10\x042\x84\x02\n" +
 	"\x0eSidecarService\x128\n" +
 	"\x05Check\x12\x16.allot.v1.CheckRequest\x1a\x17.allot.v1.CheckResponse\x12?\n" +
-	"\vCheckStream\x12\x14.allot.v1.CheckBatch\x1a\x16.allot.v1.CheckResults(\x010\x01B)Z'github.com/allot-io/allot/proto;allotpbb\x06proto3"
+	"\vCheckStream\x12\x14.allot.v1.CheckBatch\x1a\x16.allot.v1.CheckResults(\x010\x01\x12:\n" +
+	"\aReserve\x12\x16.allot.v1.CheckRequest\x1a\x17.allot.v1.CheckResponse\x12;\n" +
+	"\x06Settle\x12\x17.allot.v1.SettleRequest\x1a\x18.allot.v1.SettleResponseB)Z'github.com/allot-io/allot/proto;allotpbb\x06proto3"
 
 var (
 	file_sidecar_proto_rawDescOnce sync.Once
@@ -486,13 +621,15 @@ func file_sidecar_proto_rawDescGZIP() []byte {
 }
 
 var file_sidecar_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_sidecar_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_sidecar_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_sidecar_proto_goTypes = []any{
-	(Priority)(0),         // 0: allot.v1.Priority
-	(*CheckRequest)(nil),  // 1: allot.v1.CheckRequest
-	(*CheckResponse)(nil), // 2: allot.v1.CheckResponse
-	(*CheckBatch)(nil),    // 3: allot.v1.CheckBatch
-	(*CheckResults)(nil),  // 4: allot.v1.CheckResults
+	(Priority)(0),          // 0: allot.v1.Priority
+	(*CheckRequest)(nil),   // 1: allot.v1.CheckRequest
+	(*CheckResponse)(nil),  // 2: allot.v1.CheckResponse
+	(*CheckBatch)(nil),     // 3: allot.v1.CheckBatch
+	(*CheckResults)(nil),   // 4: allot.v1.CheckResults
+	(*SettleRequest)(nil),  // 5: allot.v1.SettleRequest
+	(*SettleResponse)(nil), // 6: allot.v1.SettleResponse
 }
 var file_sidecar_proto_depIdxs = []int32{
 	0, // 0: allot.v1.CheckRequest.priority:type_name -> allot.v1.Priority
@@ -500,10 +637,14 @@ var file_sidecar_proto_depIdxs = []int32{
 	2, // 2: allot.v1.CheckResults.results:type_name -> allot.v1.CheckResponse
 	1, // 3: allot.v1.SidecarService.Check:input_type -> allot.v1.CheckRequest
 	3, // 4: allot.v1.SidecarService.CheckStream:input_type -> allot.v1.CheckBatch
-	2, // 5: allot.v1.SidecarService.Check:output_type -> allot.v1.CheckResponse
-	4, // 6: allot.v1.SidecarService.CheckStream:output_type -> allot.v1.CheckResults
-	5, // [5:7] is the sub-list for method output_type
-	3, // [3:5] is the sub-list for method input_type
+	1, // 5: allot.v1.SidecarService.Reserve:input_type -> allot.v1.CheckRequest
+	5, // 6: allot.v1.SidecarService.Settle:input_type -> allot.v1.SettleRequest
+	2, // 7: allot.v1.SidecarService.Check:output_type -> allot.v1.CheckResponse
+	4, // 8: allot.v1.SidecarService.CheckStream:output_type -> allot.v1.CheckResults
+	2, // 9: allot.v1.SidecarService.Reserve:output_type -> allot.v1.CheckResponse
+	6, // 10: allot.v1.SidecarService.Settle:output_type -> allot.v1.SettleResponse
+	7, // [7:11] is the sub-list for method output_type
+	3, // [3:7] is the sub-list for method input_type
 	3, // [3:3] is the sub-list for extension type_name
 	3, // [3:3] is the sub-list for extension extendee
 	0, // [0:3] is the sub-list for field type_name
@@ -515,13 +656,14 @@ func file_sidecar_proto_init() {
 		return
 	}
 	file_sidecar_proto_msgTypes[0].OneofWrappers = []any{}
+	file_sidecar_proto_msgTypes[4].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sidecar_proto_rawDesc), len(file_sidecar_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

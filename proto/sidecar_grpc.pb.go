@@ -26,6 +26,8 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	SidecarService_Check_FullMethodName       = "/allot.v1.SidecarService/Check"
 	SidecarService_CheckStream_FullMethodName = "/allot.v1.SidecarService/CheckStream"
+	SidecarService_Reserve_FullMethodName     = "/allot.v1.SidecarService/Reserve"
+	SidecarService_Settle_FullMethodName      = "/allot.v1.SidecarService/Settle"
 )
 
 // SidecarServiceClient is the client API for SidecarService service.
@@ -42,6 +44,15 @@ type SidecarServiceClient interface {
 	// order sent. One stream keeps one connection busy with no per-call
 	// overhead; batching amortizes the rest.
 	CheckStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[CheckBatch, CheckResults], error)
+	// Reserve decides a request as Check does, at its cost taken as an
+	// estimate, and holds what it spent: the answer's reservation is settled
+	// with Settle once the actual cost is known (an LLM's token count).
+	Reserve(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error)
+	// Settle settles a reservation at the actual cost: the difference is
+	// charged or given back, and the actual cost billed. An unknown
+	// reservation is NOT_FOUND, one settled already FAILED_PRECONDITION, a
+	// cost out of range INVALID_ARGUMENT.
+	Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*SettleResponse, error)
 }
 
 type sidecarServiceClient struct {
@@ -75,6 +86,26 @@ func (c *sidecarServiceClient) CheckStream(ctx context.Context, opts ...grpc.Cal
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SidecarService_CheckStreamClient = grpc.BidiStreamingClient[CheckBatch, CheckResults]
 
+func (c *sidecarServiceClient) Reserve(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckResponse)
+	err := c.cc.Invoke(ctx, SidecarService_Reserve_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sidecarServiceClient) Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*SettleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SettleResponse)
+	err := c.cc.Invoke(ctx, SidecarService_Settle_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SidecarServiceServer is the server API for SidecarService service.
 // All implementations must embed UnimplementedSidecarServiceServer
 // for forward compatibility.
@@ -89,6 +120,15 @@ type SidecarServiceServer interface {
 	// order sent. One stream keeps one connection busy with no per-call
 	// overhead; batching amortizes the rest.
 	CheckStream(grpc.BidiStreamingServer[CheckBatch, CheckResults]) error
+	// Reserve decides a request as Check does, at its cost taken as an
+	// estimate, and holds what it spent: the answer's reservation is settled
+	// with Settle once the actual cost is known (an LLM's token count).
+	Reserve(context.Context, *CheckRequest) (*CheckResponse, error)
+	// Settle settles a reservation at the actual cost: the difference is
+	// charged or given back, and the actual cost billed. An unknown
+	// reservation is NOT_FOUND, one settled already FAILED_PRECONDITION, a
+	// cost out of range INVALID_ARGUMENT.
+	Settle(context.Context, *SettleRequest) (*SettleResponse, error)
 	mustEmbedUnimplementedSidecarServiceServer()
 }
 
@@ -104,6 +144,12 @@ func (UnimplementedSidecarServiceServer) Check(context.Context, *CheckRequest) (
 }
 func (UnimplementedSidecarServiceServer) CheckStream(grpc.BidiStreamingServer[CheckBatch, CheckResults]) error {
 	return status.Error(codes.Unimplemented, "method CheckStream not implemented")
+}
+func (UnimplementedSidecarServiceServer) Reserve(context.Context, *CheckRequest) (*CheckResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Reserve not implemented")
+}
+func (UnimplementedSidecarServiceServer) Settle(context.Context, *SettleRequest) (*SettleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Settle not implemented")
 }
 func (UnimplementedSidecarServiceServer) mustEmbedUnimplementedSidecarServiceServer() {}
 func (UnimplementedSidecarServiceServer) testEmbeddedByValue()                        {}
@@ -151,6 +197,42 @@ func _SidecarService_CheckStream_Handler(srv interface{}, stream grpc.ServerStre
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type SidecarService_CheckStreamServer = grpc.BidiStreamingServer[CheckBatch, CheckResults]
 
+func _SidecarService_Reserve_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SidecarServiceServer).Reserve(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SidecarService_Reserve_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SidecarServiceServer).Reserve(ctx, req.(*CheckRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SidecarService_Settle_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SettleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SidecarServiceServer).Settle(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SidecarService_Settle_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SidecarServiceServer).Settle(ctx, req.(*SettleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SidecarService_ServiceDesc is the grpc.ServiceDesc for SidecarService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -161,6 +243,14 @@ var SidecarService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Check",
 			Handler:    _SidecarService_Check_Handler,
+		},
+		{
+			MethodName: "Reserve",
+			Handler:    _SidecarService_Reserve_Handler,
+		},
+		{
+			MethodName: "Settle",
+			Handler:    _SidecarService_Settle_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -390,6 +390,10 @@ func appendCheckResponse(b []byte, r *CheckResponse) ([]byte, error) {
 	if r.NoRules {
 		b = append(b, `,"no_rules":true`...)
 	}
+	if r.Reservation != "" {
+		b = append(b, `,"reservation":`...)
+		b = appendJSONString(b, r.Reservation)
+	}
 	return append(b, "}\n"...), nil
 }
 

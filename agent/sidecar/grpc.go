@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 	"time"
 
@@ -198,4 +199,41 @@ func RequestToProto(r agent.Request, out *allotpb.CheckRequest) {
 	default:
 		out.Cost = nil
 	}
+}
+
+// Reserve decides one request at its cost taken as an estimate, and
+// names a reservation for Settle when it is admitted.
+func (s *SidecarServer) Reserve(_ context.Context, in *allotpb.CheckRequest) (*allotpb.CheckResponse, error) {
+	req, err := requestFromProto(in)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	d, res := s.a.Reserve(req)
+	out := &allotpb.CheckResponse{}
+	decisionToProto(d, out)
+	if res.ID() != 0 {
+		out.Reservation = strconv.FormatUint(res.ID(), 10)
+	}
+	return out, nil
+}
+
+// Settle settles a reservation at the actual cost.
+func (s *SidecarServer) Settle(_ context.Context, in *allotpb.SettleRequest) (*allotpb.SettleResponse, error) {
+	id, err := strconv.ParseUint(in.GetReservation(), 10, 64)
+	if err != nil || id == 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "reservation: %q is not one Reserve answered", in.GetReservation())
+	}
+	if in.Cost == nil {
+		return nil, status.Errorf(codes.InvalidArgument, "cost: required (the actual cost, 0 to %d)", int64(agent.MaxCost))
+	}
+	st, err := s.a.Settle(agent.ReservationFromID(id), in.GetCost())
+	switch {
+	case errors.Is(err, agent.ErrNoReservation):
+		return nil, status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, agent.ErrSettled):
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	case err != nil:
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return &allotpb.SettleResponse{Estimate: st.Estimate, Actual: st.Actual, Charged: st.Charged}, nil
 }

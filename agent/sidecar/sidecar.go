@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/agent/httplimit"
@@ -49,6 +50,10 @@ type CheckResponse struct {
 	// policy decided: refused (closed, 429 with Retry-After) or admitted
 	// (open).
 	NoRules bool `json:"no_rules,omitempty"`
+	// Reservation names an admitted request of POST /v1/reserve, to be
+	// settled with POST /v1/settle; empty from /v1/check, and on a
+	// refusal.
+	Reservation string `json:"reservation,omitempty"`
 }
 
 // ErrBadCheck is wrapped by every error decoding a check request.
@@ -108,7 +113,15 @@ func checkRequest(c *CheckRequest, cost int64, costSet bool) (agent.Request, err
 // admitted and 429 when refused, with the same RateLimit and Retry-After
 // headers as Middleware and the decision as a CheckResponse. A malformed
 // body is answered 400, an oversized one 413, and neither is counted.
-func CheckHandler(a *agent.Agent) http.Handler {
+func CheckHandler(a *agent.Agent) http.Handler { return checkHandler(a, false) }
+
+// ReserveHandler serves POST /v1/reserve: a check, as CheckHandler's, at
+// the body's cost taken as an estimate; an admitted request's answer
+// names a reservation, which POST /v1/settle settles at the actual cost
+// (agent.Agent.Reserve).
+func ReserveHandler(a *agent.Agent) http.Handler { return checkHandler(a, true) }
+
+func checkHandler(a *agent.Agent, reserve bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", http.MethodPost)
@@ -129,7 +142,13 @@ func CheckHandler(a *agent.Agent) http.Handler {
 			httplimit.WriteError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		d := a.Check(req)
+		var d agent.Decision
+		var res agent.Reservation
+		if reserve {
+			d, res = a.Reserve(req)
+		} else {
+			d = a.Check(req)
+		}
 		h := w.Header()
 		httplimit.SetHeaders(h, d)
 		h.Set("Content-Type", "application/json")
@@ -137,6 +156,9 @@ func CheckHandler(a *agent.Agent) http.Handler {
 		resp := CheckResponse{Allowed: d.Allowed, Rule: d.Rule, Scope: d.Scope, Limit: d.Limit,
 			PeriodSeconds: d.Period.Seconds(), Remaining: max(d.Remaining, 0),
 			ResetAfterSeconds: d.ResetAfter.Seconds(), Fallback: d.Fallback, NoRules: d.NoRules}
+		if res.ID() != 0 {
+			resp.Reservation = strconv.FormatUint(res.ID(), 10)
+		}
 		code := http.StatusOK
 		if !d.Allowed {
 			code = http.StatusTooManyRequests

@@ -187,6 +187,8 @@ func runAgent(ctx context.Context, e *env) error {
 	instrument := sidecarHTTPMetrics(reg)
 	mux := http.NewServeMux()
 	mux.Handle("/v1/check", instrument("check", sidecar.CheckHandler(a)))
+	mux.Handle("/v1/reserve", instrument("reserve", sidecar.ReserveHandler(a)))
+	mux.Handle("/v1/settle", instrument("settle", sidecar.SettleHandler(a)))
 	mux.Handle("/v1/authz", instrument("authz", forwardauth.Handler(a, authzCfg)))
 	mux.Handle("/v1/status", instrument("status", sidecar.StatusHandler(a)))
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})

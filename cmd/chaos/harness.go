@@ -28,6 +28,7 @@ type harness struct {
 	ownDir  bool
 	logFile *os.File
 	cl      *fleet.Cluster
+	bin     string // the allot binary, for its CLI
 	passed  bool
 	hung    atomic.Bool // a process ignored SIGTERM: its stacks are in its log
 	// anomalies are answers the harness could not account for
@@ -127,7 +128,13 @@ func (h *harness) run(ctx context.Context) (*verdict, error) {
 		hostile = newTally(len(h.cl.Sidecars), len(client.rules.defs))
 		err = h.soak(ctx)
 	} else {
+		octx, stopChurn := context.WithCancel(ctx)
+		churned := make(chan churnCounts, 1)
+		go func() { churned <- h.churnOverrides(octx) }()
 		hostile, err = h.faults(ctx, ld, client)
+		stopChurn()
+		ch := <-churned
+		h.log.logf("overrides changed during the faults: %d put, %d deleted, %d calls failed (no leader)", ch.puts, ch.deletes, ch.failed)
 	}
 	if err != nil {
 		return nil, err
@@ -214,6 +221,7 @@ func (h *harness) setup(ctx context.Context) error {
 			return err
 		}
 	}
+	h.bin = bin
 	rulesPath := filepath.Join(h.dir, "rules.yaml")
 	if err := fleet.WriteRules(rulesPath, chaosRules()); err != nil {
 		return err

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,13 +29,21 @@ type checkReq struct {
 	IP       string `json:"ip,omitempty"`
 	Priority string `json:"priority,omitempty"`
 	Cost     *int64 `json:"cost,omitempty"`
+	// settle, when set, sends the request to /v1/reserve at Cost, and an
+	// admitted one is settled at *settle (POST /v1/settle): it counts for
+	// the settled cost.
+	settle *int64
 }
 
 // units is what the request counts for if decided: its cost, where absent
-// or 0 means 1 (agent.Check).
+// means 1 (agent.Check) and an explicit 0 is a peek, which spends and
+// bills nothing.
 func (c *checkReq) units() uint64 {
-	if c.Cost == nil || *c.Cost <= 0 {
+	switch {
+	case c.Cost == nil:
 		return 1
+	case *c.Cost <= 0:
+		return 0
 	}
 	return uint64(*c.Cost)
 }
@@ -72,12 +81,13 @@ type tally struct {
 }
 
 type stats struct {
-	sent, admitted, denied, rejected, errors, anomalies int64
+	sent, admitted, denied, rejected, errors, anomalies, settles int64
 }
 
 func (s *stats) add(o stats) {
 	s.sent += o.sent
 	s.admitted += o.admitted
+	s.settles += o.settles
 	s.denied += o.denied
 	s.rejected += o.rejected
 	s.errors += o.errors
@@ -127,8 +137,9 @@ func (t *tally) anomaly(format string, args ...any) {
 
 // checkAnswer is the part of the sidecar's answer the harness reads.
 type checkAnswer struct {
-	Allowed bool   `json:"allowed"`
-	Rule    string `json:"rule"`
+	Allowed     bool   `json:"allowed"`
+	Rule        string `json:"rule"`
+	Reservation string `json:"reservation"`
 }
 
 // client sends checks and records the answers exactly as the sidecars
@@ -174,7 +185,11 @@ const (
 // body should have been refused).
 func (c *client) check(ctx context.Context, t *tally, node int, method string, body []byte, shadow *checkReq, want expect) int {
 	t.stats.sent++
-	req, err := http.NewRequestWithContext(ctx, method, c.sidecars[node].URL("/v1/check"), bytes.NewReader(body))
+	path := "/v1/check"
+	if shadow != nil && shadow.settle != nil && want == mustDecide {
+		path = "/v1/reserve"
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.sidecars[node].URL(path), bytes.NewReader(body))
 	if err != nil {
 		c.failed(t, node, err.Error())
 		return 0
@@ -213,6 +228,9 @@ func (c *client) check(ctx context.Context, t *tally, node int, method string, b
 	}
 	matched := c.rules.matching(shadow.Tenant, shadow.Plan, shadow.Route)
 	n := shadow.units()
+	if resp.StatusCode == http.StatusOK && path == "/v1/reserve" && ans.Reservation != "" {
+		n = c.settle(ctx, t, node, ans.Reservation, n, uint64(*shadow.settle))
+	}
 	if resp.StatusCode == http.StatusOK {
 		t.stats.admitted++
 		if ans.Rule == "" {
@@ -264,6 +282,33 @@ func (c *client) errorNotes() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return slices.Clone(c.errNotes)
+}
+
+// settle settles a reservation at actual and returns what the request
+// counts for: actual when the sidecar settled it, estimate when the
+// settle failed (the reservation is then settled at its estimate, when
+// its TTL runs out or the sidecar closes).
+func (c *client) settle(ctx context.Context, t *tally, node int, id string, estimate, actual uint64) uint64 {
+	t.stats.settles++
+	body := fmt.Sprintf(`{"reservation":%q,"cost":%d}`, id, actual)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.sidecars[node].URL("/v1/settle"), strings.NewReader(body))
+	if err != nil {
+		c.failed(t, node, err.Error())
+		return estimate
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		t.anomaly("%s: settling %s: %v (counted at its estimate)", c.sidecars[node].ID, id, err)
+		return estimate
+	}
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.anomaly("%s: settling %s: %d %s", c.sidecars[node].ID, id, resp.StatusCode, clip(string(bytes.TrimSpace(data)), 120))
+		return estimate
+	}
+	return actual
 }
 
 func (c *client) send(ctx context.Context, t *tally, node int, r *checkReq) int {
@@ -395,6 +440,10 @@ func (l *load) request(rng *rand.Rand) *checkReq {
 		r.Cost = ptr(0)
 	case x < 90:
 		r.Cost = ptr(1 + rng.Int64N(5))
+		if rng.IntN(4) == 0 {
+			// Reserved at the cost, settled at 0 to 3 times it.
+			r.settle = ptr(rng.Int64N(3**r.Cost + 1))
+		}
 	case x < 98:
 		r.Cost = ptr(10)
 	default:

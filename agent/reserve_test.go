@@ -180,3 +180,30 @@ func TestCheckAllocatesNothingBesideReservations(t *testing.T) {
 		t.Fatalf("Check allocates %v per call", n)
 	}
 }
+
+// BenchmarkReserveSettle: a reserve and its settle, against a check of
+// the same request, every one admitted.
+func BenchmarkReserveSettle(b *testing.B) {
+	a := standalone(b, nil, rule("tokens", rules.Tenant, algo.FixedWindow, 1<<40, time.Hour, lease.Capacity))
+	req := Request{Tenant: "llm-co", Cost: 100}
+	b.Run("check", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if !a.Check(req).Allowed {
+				b.Fatal("refused")
+			}
+		}
+	})
+	b.Run("reserve+settle", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			d, res := a.Reserve(req)
+			if !d.Allowed {
+				b.Fatal("refused")
+			}
+			if _, err := a.Settle(res, 150); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -480,8 +480,8 @@ func (h *harness) report(got *tally, v *verdict, rules *ruleSet, counts []*sidec
 	fmt.Fprintln(&b, "What each sidecar answered, against its own counters (allot_agent_decisions_total), where they differ:")
 	printSidecarCheck(&b, got, rules, h.cl.Sidecars, counts)
 	s := got.stats
-	fmt.Fprintf(&b, "SUMMARY requests: sent %d, admitted %d, denied %d, refused as malformed %d, errors %d, anomalies %d\n",
-		s.sent, s.admitted, s.denied, s.rejected, s.errors, s.anomalies)
+	fmt.Fprintf(&b, "SUMMARY requests: sent %d, admitted %d (%d reserved and settled), denied %d, refused as malformed %d, errors %d, anomalies %d\n",
+		s.sent, s.admitted, s.settles, s.denied, s.rejected, s.errors, s.anomalies)
 	fmt.Fprintf(&b, "SUMMARY units answered: admitted %s, denied %s; in the ledger: admitted %s, denied %s\n", v.genAdm, v.genDen, v.ledAdm, v.ledDen)
 	fmt.Fprintf(&b, "SUMMARY tenant/rule lines: %d, mismatching %d (%d lines short in %d tenants, %d lines over in %d tenants)\n",
 		v.lines, len(v.mismatches), v.lostLines, v.lostTenants, v.doubleLines, v.doubleTenants)

@@ -56,11 +56,11 @@ func TestCLIOverrides(t *testing.T) {
 	}
 
 	t.Run("put and get", func(t *testing.T) {
-		code, stdout, stderr := runAllot(t, reader, append([]string{"overrides", "put", "tenant-quota", "acme", "--limit", "50"}, at...)...)
+		code, _, stderr := runAllot(t, reader, append([]string{"overrides", "put", "tenant-quota", "acme", "--limit", "50"}, at...)...)
 		if code != exitFailure || !strings.Contains(stderr, "needs the admin role") {
 			t.Errorf("put with a reader's token: exit %d, %q", code, stderr)
 		}
-		code, stdout, stderr = runAllot(t, admin, append([]string{"overrides", "put", "tenant-quota", "acme", "--limit", "50", "--expires", "72h"}, at...)...)
+		code, stdout, stderr := runAllot(t, admin, append([]string{"overrides", "put", "tenant-quota", "acme", "--limit", "50", "--expires", "72h"}, at...)...)
 		if code != exitOK || !strings.Contains(stdout, "tenant-quota/acme set") {
 			t.Fatalf("put: exit %d, %s%s", code, stdout, stderr)
 		}

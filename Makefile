@@ -41,7 +41,9 @@ test: gateways-deps
 	$(GO) test -count=1 -run '^TestDemoChecks$$' ./cmd/allot
 
 # nginx, Caddy and Redis from Debian, for TestGatewayForwardAuth and
-# bench-peers, Prometheus (TestPrometheusAlerts, TestMetricsLint,
+# bench-peers, redis-tools and python3-redis (agent/resp's TestRealClients:
+# redis-cli, redis-benchmark and Python's redis talk to the sidecar's
+# Redis protocol), Prometheus (TestPrometheusAlerts, TestMetricsLint,
 # TestGrafanaDashboard), Chromium (TestStatusPage) and PostgreSQL
 # (internal/pgserver and the tests that use it; its programs live in
 # /usr/lib/postgresql/NN/bin, off PATH), when missing: as root, or
@@ -53,6 +55,8 @@ gateways-deps:
 	command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
 	command -v caddy >/dev/null 2>&1 || [ -x /usr/bin/caddy ] || missing="$$missing caddy"; \
 	command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || missing="$$missing redis-server"; \
+	[ -x /usr/bin/redis-benchmark ] || missing="$$missing redis-tools"; \
+	/usr/bin/python3 -c 'import redis' >/dev/null 2>&1 || missing="$$missing python3-redis"; \
 	command -v promtool >/dev/null 2>&1 || [ -x /usr/bin/promtool ] || missing="$$missing prometheus"; \
 	command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
 	[ -x /usr/lib/postgresql/15/bin/initdb ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \

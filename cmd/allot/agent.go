@@ -68,6 +68,7 @@ func runAgent(ctx context.Context, e *env) error {
 		lf                          logFlags
 		az                          authzFlags
 		gf                          grpcFlags
+		rf                          respFlags
 	)
 	host, _ := os.Hostname()
 	f.StringVar(&coords, "coordinators", "", "gRPC addresses of the coordinator cluster, comma-separated (empty: standalone)")
@@ -91,6 +92,7 @@ func runAgent(ctx context.Context, e *env) error {
 	cf.register(f)
 	az.register(f)
 	gf.register(f)
+	rf.register(f)
 	if err := f.parse(e); err != nil {
 		return err
 	}
@@ -129,6 +131,9 @@ func runAgent(ctx context.Context, e *env) error {
 		return usagef("agent", "--http-client-ca verifies callers over TLS: it needs --http-cert and --http-key")
 	}
 	if err := checkExposed([]listener{{"--http-addr", httpAddr}, {"--grpc-addr", gf.addr}}, httpCert != "", clientCA != "", insecure); err != nil {
+		return err
+	}
+	if err := checkExposed([]listener{{"--resp-addr", rf.addr}}, false, false, insecure); err != nil {
 		return err
 	}
 	cfg.CAFile, cfg.CertFile, cfg.KeyFile, cfg.TokenFile = cf.ca, cf.cert, cf.key, cf.tokenFile
@@ -220,6 +225,13 @@ func runAgent(ctx context.Context, e *env) error {
 		_ = a.Close(context.Background())
 		return err
 	}
+	stopRESP, err := rf.serve(a, logger)
+	if err != nil {
+		stopGRPC()
+		closeListeners()
+		_ = a.Close(context.Background())
+		return err
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
 	probeSrv := &http.Server{Handler: probeMux(live, http.HandlerFunc(ready), metrics), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
 	served := make(chan error, 3)
@@ -256,6 +268,7 @@ func runAgent(ctx context.Context, e *env) error {
 	_ = srv.Shutdown(closeCtx)
 	_ = probeSrv.Shutdown(closeCtx)
 	stopGRPC()
+	stopRESP()
 	// Close sends a last report, so the cluster counts everything admitted.
 	if cerr := a.Close(closeCtx); cerr != nil && err == nil {
 		err = cerr

@@ -134,6 +134,10 @@ type Request struct {
 	// desc is set by CheckDescriptors only. A pointer keeps Request
 	// comparable.
 	desc *Descriptor
+	// lst is the store of the descriptor's call limit (Descriptor.Limit),
+	// set by CheckDescriptors: it holds the request's key, named and
+	// hashed apart from the rule's (calllimit.go).
+	lst *limitStore
 }
 
 // Decision is the agent's answer for one request.

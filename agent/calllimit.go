@@ -47,7 +47,8 @@ func (l *Limit) valid() bool {
 
 // callLimits are a descriptor rule's stores for call limits, by limit:
 // copy on write, so checks read them with one atomic load and a map
-// lookup.
+// lookup. A limit the rule's algorithm cannot take is kept too, with no
+// store, so that a client repeating it costs a lookup, not a validation.
 type callLimits struct {
 	m  atomic.Pointer[map[Limit]*limitStore]
 	mu sync.Mutex // writers
@@ -61,7 +62,10 @@ type callLimits struct {
 func (rs *ruleState) callStore(lim Limit) *limitStore {
 	cl := rs.calls
 	if m := cl.m.Load(); m != nil {
-		if st := (*m)[lim]; st != nil {
+		if st, ok := (*m)[lim]; ok {
+			if st == nil {
+				cl.fallbacks.Add(1) // refused before
+			}
 			return st
 		}
 	}
@@ -73,7 +77,8 @@ func (rs *ruleState) callStore(lim Limit) *limitStore {
 }
 
 // newCallStore makes and publishes the store of a call limit not seen
-// yet; nil when the rule takes no more, or cannot take this one.
+// yet; nil when the rule takes no more, or cannot take this one (then
+// published as such, within the bound).
 func (rs *ruleState) newCallStore(lim Limit) *limitStore {
 	if lim.Requests <= 0 || rs.makeCallStore == nil {
 		return nil
@@ -83,20 +88,16 @@ func (rs *ruleState) newCallStore(lim Limit) *limitStore {
 	defer cl.mu.Unlock()
 	old := cl.m.Load()
 	if old != nil {
-		if st := (*old)[lim]; st != nil {
+		if st, ok := (*old)[lim]; ok {
 			return st
 		}
 		if len(*old) >= MaxCallLimits {
 			return nil
 		}
 	}
-	r := rs.rule.WithLimit(lim.Requests, lim.Per)
-	if r.AlgoConfig(r.Limit).Validate() != nil {
-		return nil
-	}
-	st, err := rs.makeCallStore(&r)
-	if err != nil {
-		return nil
+	var st *limitStore
+	if r := rs.rule.WithLimit(lim.Requests, lim.Per); r.AlgoConfig(r.Limit).Validate() == nil {
+		st, _ = rs.makeCallStore(&r) // nil on an error: refused as the algorithm's
 	}
 	next := make(map[Limit]*limitStore, 1)
 	if old != nil {
@@ -121,7 +122,9 @@ func (cl *callLimits) made() []*limitStore {
 	}
 	out := make([]*limitStore, 0, len(*m))
 	for _, st := range *m {
-		out = append(out, st)
+		if st != nil {
+			out = append(out, st)
+		}
 	}
 	return out
 }

@@ -170,9 +170,15 @@ func TestCallLimitTakesTheRulesAlgorithm(t *testing.T) {
 	r := rule("sw", rules.Descriptor, algo.SlidingWindow, 10, time.Second, lease.Quota)
 	r.Match = rules.Match{Domain: "api", Descriptors: []rules.DescriptorEntry{{Key: "user"}}}
 	a := standalone(t, newManualClock(), r)
-	d := a.CheckDescriptors("api", []Descriptor{{Entries: []Entry{{"user", "ann"}}, Limit: &Limit{Requests: 1 << 40, Per: time.Second}}}, 1, nil)[0]
+	descs := []Descriptor{{Entries: []Entry{{"user", "ann"}}, Limit: &Limit{Requests: 1 << 40, Per: time.Second}}}
+	d := a.CheckDescriptors("api", descs, 1, nil)[0]
 	if d.Limit != 10 {
 		t.Fatalf("decided %+v; want the rule's 10/s", d)
+	}
+	// Refused once, it is a lookup after: nothing is made or validated again.
+	out := make([]Decision, 0, 1)
+	if n := testing.AllocsPerRun(100, func() { out = a.CheckDescriptors("api", descs, 1, out[:0]) }); n != 0 {
+		t.Errorf("a refused limit allocates %v times per check", n)
 	}
 }
 
@@ -194,5 +200,43 @@ func TestCheckDescriptorsCallLimitAllocatesNothing(t *testing.T) {
 	descs[0].Peek = true
 	if n := testing.AllocsPerRun(1000, func() { out = a.CheckDescriptors("edge", descs, 1, out[:0]) }); n != 0 {
 		t.Errorf("a peek with a limit allocates %v times per call", n)
+	}
+}
+
+// BenchmarkCheckDescriptorsCallLimit: what a descriptor's own limit adds
+// to deciding it, on one key seen before and on 10,000 keys (a store
+// lookup and a hash mix).
+//
+//	go test -run '^$' -bench CheckDescriptorsCallLimit ./agent
+func BenchmarkCheckDescriptorsCallLimit(b *testing.B) {
+	r := rule("per-user", rules.Descriptor, algo.GCRA, 1_000_000_000, time.Second, lease.Capacity)
+	r.Burst = 1_000_000
+	r.Match = rules.Match{Domain: "api", Descriptors: []rules.DescriptorEntry{{Key: "user"}}}
+	a := benchAgent(b, []rules.Rule{r})
+	users := make([][]Entry, 10_000)
+	for i := range users {
+		users[i] = []Entry{{"user", "user-" + strconv.Itoa(i)}}
+	}
+	for _, lim := range []*Limit{nil, {Requests: 500_000_000, Per: time.Second}} {
+		name := "limit=rule"
+		if lim != nil {
+			name = "limit=own"
+		}
+		for _, keys := range []int{1, len(users)} {
+			b.Run(name+"/keys="+strconv.Itoa(keys), func(b *testing.B) {
+				descs := make([]Descriptor, 1)
+				out := make([]Decision, 0, 1)
+				for i := range keys { // seen before
+					descs[0] = Descriptor{Entries: users[i], Limit: lim}
+					a.CheckDescriptors("api", descs, 1, out[:0])
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					descs[0] = Descriptor{Entries: users[i%keys], Limit: lim}
+					out = a.CheckDescriptors("api", descs, 1, out[:0])
+				}
+			})
+		}
 	}
 }

@@ -295,6 +295,9 @@ func (a *Agent) install(set *rules.Set, problems []RuleProblem, strict bool, sou
 			rs.ruleData = data
 		}
 		rs.makeStore = a.overrideStoreMaker(rs)
+		if rs.descriptor {
+			rs.makeCallStore = a.callStoreMaker(rs)
+		}
 		c.totals = append(c.totals, ruleTotals{})
 		if p != nil {
 			// A rule kept by name keeps its totals, changed or not.
@@ -356,6 +359,9 @@ func (a *Agent) newRuleData(rs *ruleState, nodes int) (*ruleData, error) {
 		}
 	}
 	d.overrides = newTenantTable()
+	if rs.descriptor {
+		d.calls = &callLimits{}
+	}
 	empty := map[algo.Hash]*hotKey{}
 	d.hot.Store(&empty)
 	if rs.rule.Fair() {
@@ -583,13 +589,14 @@ func (c *compiled) count(tu *tenantUsage, th algo.Hash, req *Request, slot int, 
 // node's remaining share to the whole limit. It writes in place: copying a
 // Decision whole through memory costs more than everything else in Check.
 func (a *Agent) fill(d *Decision, rs *ruleState, req *Request, r result) {
-	limit := rs.store(req).limit
+	st := rs.store(req)
+	limit := st.limit
 	remaining := limit
 	if r.limit > 0 {
 		remaining = min(limit, int64(float64(r.remaining)*float64(limit)/float64(r.limit)))
 	}
 	d.Allowed, d.Rule, d.Scope = r.allowed(), rs.rule.Name, rs.scope
-	d.Limit, d.Period, d.Remaining = limit, rs.rule.Period, remaining
+	d.Limit, d.Period, d.Remaining = limit, st.ruleOf(rs).Period, remaining
 	d.RetryAfter, d.ResetAfter, d.Fallback = r.retry, r.reset, rs.fallback.Load()
 }
 

@@ -431,3 +431,62 @@ func TestGlobalRuleSharesByWeight(t *testing.T) {
 		testwait.For(t, 10*time.Second, "the next answered report", func() bool { return reportsOK(a) > n })
 	}
 }
+
+// TestDescriptorLimitAcrossTheFleet: two gateways sharing a descriptor
+// whose own limit is 20 a minute admit at most 20 of it together in a
+// minute (the rule's intent, abuse, tolerates nothing over), not the
+// rule's 1000/s, nor 20 each; and the busy one admits more than its even
+// half: the coordinators divide the key's own limit by demand.
+func TestDescriptorLimitAcrossTheFleet(t *testing.T) {
+	cs := coordinators(t, 1)
+	per := rule("per-user", rules.Descriptor, algo.FixedWindow, 1000, time.Second, lease.Abuse)
+	per.Match = rules.Match{Domain: "api", Descriptors: []rules.DescriptorEntry{{Key: "user"}}}
+	putRules(t, cs[0].GRPCAddr(), per)
+	agents := []*Agent{newAgent(t, "gw-1", addrs(cs), nil), newAgent(t, "gw-2", addrs(cs), nil)}
+	testwait.For(t, 10*time.Second, "both gateways to count each other", func() bool {
+		return agents[0].nodes.Load() == 2 && agents[1].nodes.Load() == 2
+	})
+	descs := []Descriptor{{Entries: []Entry{{"user", "ann"}}, Limit: &Limit{Requests: 20, Per: time.Minute}}}
+	var mu sync.Mutex
+	byWindow := map[int64]int{} // admitted, by the minute they fell in
+	var busy atomic.Int64       // admitted by gw-1
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(4 * time.Second)
+	for i, a := range agents {
+		pause := 10 * time.Millisecond // 100/s on gw-1, 2/s on gw-2
+		if i == 1 {
+			pause = 500 * time.Millisecond
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				now := time.Now()
+				if d := a.CheckDescriptors("api", descs, 1, nil)[0]; d.Allowed {
+					if d.Limit != 20 || d.Period != time.Minute {
+						t.Errorf("decided by %d per %v", d.Limit, d.Period)
+					}
+					mu.Lock()
+					byWindow[now.Truncate(time.Minute).Unix()]++
+					mu.Unlock()
+					if i == 0 {
+						busy.Add(1)
+					}
+				}
+				time.Sleep(pause)
+			}
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for w, n := range byWindow {
+		total += n
+		if n > 20 {
+			t.Errorf("the minute from %v admitted %d; the descriptor's limit is 20", time.Unix(w, 0), n)
+		}
+	}
+	t.Logf("admitted %d in all, %d on the busy gateway, by minute %v", total, busy.Load(), byWindow)
+	if total < 15 || busy.Load() <= 10 {
+		t.Errorf("admitted %d in all, %d on the busy gateway: the fleet should spend (nearly) its 20, the busy gateway more than half", total, busy.Load())
+	}
+}

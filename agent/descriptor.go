@@ -23,6 +23,12 @@ type Descriptor struct {
 	// answered as a request of cost 1 would be, and spends, bills and
 	// counts nothing but the peek, as Request.Peek.
 	Peek bool
+	// Limit, when set, replaces the limit of the rule the descriptor
+	// matches, for this descriptor: Envoy's per-descriptor limit
+	// (RateLimitOverride). See Limit. Such a descriptor neither replaces
+	// another's rule nor is replaced (rules' replaces), as in
+	// envoyproxy/ratelimit, where an override is a limit of no name.
+	Limit *Limit
 }
 
 // descRule is a descriptor rule as the agent looks it up: by domain, then
@@ -124,7 +130,10 @@ func (c *compiled) resolve(domain string, entries []Entry) *descRule {
 // to is admitted under that rule with Limit 0. A rule named in the Replaces
 // of a rule applying to another descriptor of the request does not apply.
 // A descriptor's Cost of zero means cost, and a cost of zero means 1; a
-// descriptor with Peek is decided without spending.
+// descriptor with Peek is decided without spending. A descriptor with a
+// Limit is decided by that limit under the rule that applies to it, on a
+// key of its own (see Limit); with no rule, or an unlimited one, it is
+// admitted as any other.
 //
 // The request is refused when any decision is. Only descriptor rules
 // apply; Check never applies them. Without rules, Config.UntilRules
@@ -162,10 +171,10 @@ func (a *Agent) CheckDescriptors(domain string, descs []Descriptor, cost int64, 
 	for _, d := range descs {
 		dr := c.resolve(domain, d.Entries)
 		found = append(found, dr)
-		replaced = replaced || dr != nil && len(dr.replaces) > 0
+		replaced = replaced || dr != nil && len(dr.replaces) > 0 && !d.Limit.valid()
 	}
 	if replaced {
-		dropReplaced(found)
+		dropReplaced(found, descs)
 	}
 	local := a.clock.local()
 	now := newInstants(local, local+a.clock.offset.Load())
@@ -199,16 +208,17 @@ func (a *Agent) CheckDescriptors(domain string, descs []Descriptor, cost int64, 
 	return out
 }
 
-// dropReplaced clears the rules that another found rule replaces.
-func dropReplaced(found []*descRule) {
+// dropReplaced clears the rules that another found rule replaces. A
+// descriptor with a limit of its own takes no part.
+func dropReplaced(found []*descRule, descs []Descriptor) {
 	var gone []string
-	for _, dr := range found {
-		if dr != nil {
+	for i, dr := range found {
+		if dr != nil && !descs[i].Limit.valid() {
 			gone = append(gone, dr.replaces...)
 		}
 	}
 	for i, dr := range found {
-		if dr == nil {
+		if dr == nil || descs[i].Limit.valid() {
 			continue
 		}
 		for _, name := range gone {
@@ -220,6 +230,24 @@ func dropReplaced(found []*descRule) {
 	}
 }
 
+// callLimit resolves a descriptor's own limit under rs: the store of its
+// keys (nil: the rule's own), and whether it refuses every call.
+func (rs *ruleState) callLimit(desc *Descriptor) (st *limitStore, none bool) {
+	if desc.Limit == nil {
+		return nil, false
+	}
+	if !desc.Limit.valid() || rs.calls == nil {
+		if rs.calls != nil {
+			rs.calls.fallbacks.Add(1)
+		}
+		return nil, false
+	}
+	if desc.Limit.Requests == 0 {
+		return nil, true
+	}
+	return rs.callStore(*desc.Limit), false
+}
+
 // checkDescriptor decides one descriptor under its rule and counts it.
 func (a *Agent) checkDescriptor(c *compiled, rs *ruleState, desc *Descriptor, cost int64, now time.Time) (d Decision) {
 	if cost > MaxCost {
@@ -227,7 +255,11 @@ func (a *Agent) checkDescriptor(c *compiled, rs *ruleState, desc *Descriptor, co
 		d.RetryAfter = -1
 		return d
 	}
-	req := Request{desc: desc}
+	lst, none := rs.callLimit(desc)
+	if none {
+		return a.refuseAll(c, rs, desc, cost)
+	}
+	req := Request{desc: desc, lst: lst}
 	var rh reqHashes
 	r := rs.check(a, &req, &rh, now, cost)
 	if !r.allowed() && rs.rule.Shadow {
@@ -250,7 +282,11 @@ func (a *Agent) checkDescriptor(c *compiled, rs *ruleState, desc *Descriptor, co
 // one of cost 1, spending nothing and counting only the peek (see
 // Agent.peek).
 func (a *Agent) peekDescriptor(rs *ruleState, desc *Descriptor, now time.Time) (d Decision) {
-	req := Request{desc: desc}
+	lst, none := rs.callLimit(desc)
+	if none {
+		return a.refuseAll(nil, rs, desc, 1)
+	}
+	req := Request{desc: desc, lst: lst}
 	var rh reqHashes
 	r := rs.peek(a, &req, &rh, now, 1)
 	if !r.allowed() && rs.rule.Shadow {

@@ -97,6 +97,8 @@ func (hk *hotKey) observe(a *Agent, r result, cost int64) {
 type pendingKey struct {
 	key, tenant, plan string
 	priority          uint32
+	// st is the store of the key's call limit, nil for the rule's.
+	st *limitStore
 	// seeded keys were found busy by their usage: they start with these
 	// counts, counted since since (local clock).
 	seeded           bool
@@ -132,7 +134,7 @@ func (p *pendingSet) add(h algo.Hash, key []byte, req *Request, priority uint32)
 	if _, ok := p.m[h]; ok || len(p.m) >= maxPending {
 		return
 	}
-	p.m[h] = pendingKey{key: string(key), tenant: strings.Clone(req.Tenant), plan: strings.Clone(req.Plan), priority: priority}
+	p.m[h] = pendingKey{key: string(key), tenant: strings.Clone(req.Tenant), plan: strings.Clone(req.Plan), priority: priority, st: req.lst}
 }
 
 // addSeeded adds a key found busy by its counted usage, with its counts.
@@ -185,7 +187,7 @@ func (rs *ruleState) promote(a *Agent, now time.Time) {
 		if _, ok := next[h]; ok || len(next) >= a.cfg.MaxHotKeys {
 			continue
 		}
-		req := Request{Tenant: pk.tenant, Plan: pk.plan}
+		req := Request{Tenant: pk.tenant, Plan: pk.plan, lst: pk.st}
 		st := rs.store(&req)
 		hk, err := newHotKey(rs, st, pk, a.clock.local())
 		if err != nil {
@@ -239,8 +241,9 @@ func (rs *ruleState) startHot(a *Agent, hk *hotKey, pk pendingKey, share float64
 		// window did) as the rate the coordinators start from.
 		hk.admitted.Store(max(used, 0))
 		hk.since = a.born
-		if rs.rule.Algorithm.Windowed() {
-			hk.since = max(hk.since, now.Truncate(rs.rule.Period).UnixNano()-a.rep.offset())
+		r := hk.store.ruleOf(rs)
+		if r.Algorithm.Windowed() {
+			hk.since = max(hk.since, now.Truncate(r.Period).UnixNano()-a.rep.offset())
 		}
 		hk.askedAt.Store(a.clock.local())
 		hk.urgent.Store(true)
@@ -250,7 +253,7 @@ func (rs *ruleState) startHot(a *Agent, hk *hotKey, pk pendingKey, share float64
 			// full burst, which went on top of the one the process it
 			// replaced had spent (123% of a token-bucket quota in the
 			// second of a restart, TestRestartStaysWithinQuota).
-			earned := int64(share*float64(a.clock.local()-a.born)/float64(rs.rule.Period)) - max(used, 0)
+			earned := int64(share*float64(a.clock.local()-a.born)/float64(r.Period)) - max(used, 0)
 			if d := hk.lim.AllowAt(now, 0); d.Remaining > max(earned, 0) {
 				hk.lim.AllowAt(now, d.Remaining-max(earned, 0))
 			}
@@ -264,7 +267,8 @@ func newHotKey(rs *ruleState, st *limitStore, pk pendingKey, since int64) (*hotK
 	st.mu.Lock()
 	share := st.share
 	st.mu.Unlock()
-	cfg, _ := nodeConfig(&rs.rule, share, rs.rule.BurstFor(float64(st.limit))*share/float64(st.limit), true)
+	r := st.ruleOf(rs)
+	cfg, _ := nodeConfig(r, share, r.BurstFor(float64(st.limit))*share/float64(st.limit), true)
 	lim, err := algo.New(cfg)
 	if err != nil {
 		return nil, err
@@ -320,12 +324,12 @@ func (hk *hotKey) applyLease(rs *ruleState, l lease.Lease, restored bool, now ti
 	defer hk.limMu.Unlock()
 	limit, next := l.Limit, l.Limit
 	var sw *windowSwitch
-	if rs.rule.Algorithm.Windowed() && l.Next > 0 {
+	if r := hk.store.ruleOf(rs); r.Algorithm.Windowed() && l.Next > 0 {
 		next = l.Next
-		at := l.Window.Add(rs.rule.Period)
+		at := l.Window.Add(r.Period)
 		if !now.Before(at) {
 			limit = next // the lease's window is over: its next count holds now
-		} else if cfg, ok := nodeConfig(&rs.rule, next, l.Burst*next/limit, true); ok && next != limit {
+		} else if cfg, ok := nodeConfig(r, next, l.Burst*next/limit, true); ok && next != limit {
 			if _, err := algo.New(cfg); err != nil {
 				rs.refused(fmt.Sprintf("a lease's next count %g", next), err)
 				return // the key keeps the lease it has, and reports holding it
@@ -369,7 +373,7 @@ func (hk *hotKey) leaseLimit() float64 {
 // resize changes the key's limiter to a share, keeping its state, or
 // says why the algorithm refused it (the limiter is then unchanged).
 func (hk *hotKey) resize(rs *ruleState, share, burst float64, now time.Time) error {
-	if cfg, ok := nodeConfig(&rs.rule, share, burst, true); ok {
+	if cfg, ok := nodeConfig(hk.store.ruleOf(rs), share, burst, true); ok {
 		return hk.lim.Reconfigure(cfg, now)
 	}
 	return nil
@@ -412,7 +416,7 @@ func (hk *hotKey) unlease(rs *ruleState, now time.Time) {
 	hk.store.mu.Lock()
 	share := hk.store.share
 	hk.store.mu.Unlock()
-	if err := hk.resize(rs, share, rs.rule.BurstFor(float64(hk.store.limit))*share/float64(hk.store.limit), now); err != nil {
+	if err := hk.resize(rs, share, hk.store.ruleOf(rs).BurstFor(float64(hk.store.limit))*share/float64(hk.store.limit), now); err != nil {
 		// The lease is gone either way; the key's limiter keeps the
 		// lease's limit, which is said so.
 		rs.refused(fmt.Sprintf("the unleased share %g", share), err)

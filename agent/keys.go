@@ -9,7 +9,8 @@ import (
 const maxAttrLen = rules.MaxKeyAttrLen
 
 // keyBuf holds one encoded key on the stack: at most four attributes, each
-// at most maxAttrLen bytes plus a length prefix.
+// at most maxAttrLen bytes plus a length prefix. A descriptor key is at
+// most rules.MaxDescriptorKeyLen, and a call limit's suffix short: both fit.
 type keyBuf [4 * (maxAttrLen + 2)]byte
 
 // attrValue returns a request's value for an attribute.
@@ -41,7 +42,11 @@ func encodeKey(buf *keyBuf, attrs []rules.Attr, req *Request) []byte {
 			vals[n] = e.Value
 			n++
 		}
-		return rules.AppendDescriptorKey(buf[:0], vals[:n]...)
+		b := rules.AppendDescriptorKey(buf[:0], vals[:n]...)
+		if req.lst != nil {
+			b = append(b, req.lst.suffix...) // a call limit's key: calllimit.go
+		}
+		return b
 	}
 	var vals [4]string
 	for i, a := range attrs {

@@ -361,6 +361,10 @@ func (r *reporter) request(c *compiled, now int64, urgent, leaving bool) (*allot
 			return
 		}
 		d := &allotpb.KeyDemand{Rule: rs.rule.Name, Key: hk.key, Tenant: hk.wireTenant, Plan: hk.wirePlan, Priority: hk.priority}
+		kr := hk.store.ruleOf(rs)
+		if hk.store.rule != nil {
+			d.Limit, d.PeriodNano = kr.Limit, int64(kr.Period) // a call limit's key
+		}
 		if urgent {
 			d.Admitted, d.Denied = float64(max(hk.admitted.Load(), 0)), float64(max(hk.denied.Load(), 0))
 		} else {
@@ -376,14 +380,14 @@ func (r *reporter) request(c *compiled, now int64, urgent, leaving bool) (*allot
 		hk.settle(rs.limiterTime(now))
 		if hk.leased.Load() && !leaving {
 			d.Held, d.HeldEpoch, d.HeldSeq = hk.held, hk.epoch, hk.seq
-			if rs.rule.Algorithm.Windowed() {
+			if kr.Algorithm.Windowed() {
 				d.NextHeld = hk.nextHeld
 			}
 		}
-		if rs.rule.Algorithm.Windowed() {
+		if kr.Algorithm.Windowed() {
 			peek := hk.lim.AllowAt(rs.limiterTime(now), 0)
 			d.Committed = float64(peek.Limit - peek.Remaining)
-			d.WindowUnixNano = nowT.Truncate(rs.rule.Period).UnixNano()
+			d.WindowUnixNano = nowT.Truncate(kr.Period).UnixNano()
 		}
 		req.Demand = append(req.Demand, d)
 		held = append(held, hk)
@@ -641,7 +645,7 @@ func (rs *ruleState) demote(a *Agent, now time.Time) {
 		switch {
 		case hk.idle > 30 && !hk.leased.Load():
 			idle = append(idle, h)
-		case hk.leased.Load() && hk.idleLongEnough(&rs.rule, now):
+		case hk.leased.Load() && hk.idleLongEnough(hk.store.ruleOf(rs), now):
 			release = append(release, h)
 		}
 	}

@@ -137,6 +137,10 @@ type Request struct {
 	// res is set by Reserve only: the request's spending is held there
 	// and billed when it is settled.
 	res *reservation
+	// lst is the store of the descriptor's call limit (Descriptor.Limit),
+	// set by CheckDescriptors: it holds the request's key, named and
+	// hashed apart from the rule's (calllimit.go).
+	lst *limitStore
 }
 
 // Decision is the agent's answer for one request.

@@ -30,6 +30,9 @@ type ruleState struct {
 	clk      *clock
 	// makeStore makes the store of an overridden tenant's keys.
 	makeStore func(limit int64) (*limitStore, error)
+	// makeCallStore makes the store of a call limit's keys (descriptor
+	// rules), enforcing r: the rule with the call's limit and period.
+	makeCallStore func(r *rules.Rule) (*limitStore, error)
 	*ruleData
 }
 
@@ -71,6 +74,9 @@ type ruleData struct {
 	// overrides are the tenants the overrides API changes the rule for
 	// (overrides.go); they win over byTenant and byPlan.
 	overrides *tenantTable
+	// calls are a descriptor rule's stores for the limits calls set
+	// (calllimit.go); nil for other rules.
+	calls *callLimits
 
 	// hot maps key hashes to keys holding leases. It is replaced whole by
 	// the reporter (copy on write), so checks read it without a lock.
@@ -119,7 +125,14 @@ func (rd *ruleData) refused(what string, err error) {
 
 // limitStore enforces one effective limit of a rule.
 type limitStore struct {
-	limit  int64 // the rule's limit for these tenants, per period
+	limit int64 // the rule's limit for these tenants, per period
+	// rule, for a call limit's store, is the rule it enforces: the rule
+	// with the call's limit and period (rules.Rule.WithLimit); nil for
+	// the rule's own. suffix and salt tell its keys apart from the
+	// rule's: on the wire, and in the hot keys' hashes.
+	rule   *rules.Rule
+	suffix string
+	salt   algo.Hash
 	keyed  *algo.Keyed
 	single *algo.Striped // global rules: the node's total, shared by every core
 	// closed holds, per priority, until when (ns, the agent's clock) the
@@ -220,13 +233,19 @@ func (rs *ruleState) shareOf(limit int64, region string, nodes int) float64 {
 
 // newLimitStore makes the store for one effective limit.
 func (rs *ruleState) newLimitStore(limit int64, region string, nodes int, opts algo.KeyedOptions) (*limitStore, error) {
+	return rs.newLimitStoreOf(&rs.rule, limit, region, nodes, opts)
+}
+
+// newLimitStoreOf makes the store for one effective limit of r: the rule,
+// or the rule as a call limit changes it.
+func (rs *ruleState) newLimitStoreOf(r *rules.Rule, limit int64, region string, nodes int, opts algo.KeyedOptions) (*limitStore, error) {
 	st := &limitStore{limit: limit, share: rs.shareOf(limit, region, nodes)}
-	cfg, _ := nodeConfig(&rs.rule, st.share, rs.rule.BurstFor(float64(limit))*st.share/float64(limit), rs.coordinated)
+	cfg, _ := nodeConfig(r, st.share, r.BurstFor(float64(limit))*st.share/float64(limit), rs.coordinated)
 	var err error
-	if rs.rule.Scope == rules.Global {
+	if r.Scope == rules.Global {
 		var lim *algo.Limiter
 		if lim, err = algo.New(cfg); err == nil {
-			st.single = algo.NewStriped(lim, 4*runtime.GOMAXPROCS(0), stripeChunk(&rs.rule, cfg, 4*runtime.GOMAXPROCS(0)))
+			st.single = algo.NewStriped(lim, 4*runtime.GOMAXPROCS(0), stripeChunk(r, cfg, 4*runtime.GOMAXPROCS(0)))
 		}
 	} else {
 		st.keyed, err = algo.NewKeyed(cfg, opts)
@@ -234,12 +253,20 @@ func (rs *ruleState) newLimitStore(limit int64, region string, nodes int, opts a
 	return st, err
 }
 
+// ruleOf is the rule the store enforces: rs's, or a call limit's.
+func (st *limitStore) ruleOf(rs *ruleState) *rules.Rule {
+	if st.rule != nil {
+		return st.rule
+	}
+	return &rs.rule
+}
+
 // setShare changes the node's unleased share of a coordinated rule,
 // keeping every key's state. A share the algorithm refuses is recorded
 // (ruleData.refused) and not taken: the store keeps enforcing, and
 // reporting, the share it had.
 func (st *limitStore) setShare(rs *ruleState, share float64, now time.Time) {
-	r := &rs.rule
+	r := st.ruleOf(rs)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if share == st.share {
@@ -265,8 +292,12 @@ func (st *limitStore) setShare(rs *ruleState, share float64, now time.Time) {
 	st.share = share
 }
 
-// store returns the store for a request's tenant and plan.
+// store returns the store for a request's call limit, or its tenant and
+// plan.
 func (rs *ruleState) store(req *Request) *limitStore {
+	if req.lst != nil {
+		return req.lst
+	}
 	if to := rs.overrides.get(req.Tenant); to != nil && to.o.Limit > 0 {
 		if st := rs.overrideStore(to); st != nil {
 			return st
@@ -294,6 +325,7 @@ func (rs *ruleState) stores() []*limitStore {
 	for _, st := range rs.byTenant {
 		out = append(out, st)
 	}
+	out = append(out, rs.calls.made()...)
 	return append(out, rs.overrides.made()...)
 }
 
@@ -381,7 +413,7 @@ func (rs *ruleState) keyHash(a *Agent, rh *reqHashes, req *Request) algo.Hash {
 	for _, attr := range rs.attrs[1:] {
 		h = h.Then(rh.get(a, req, attr))
 	}
-	return h
+	return req.keySalt(h)
 }
 
 // check decides a request under this rule, spending its cost if admitted.

@@ -4,6 +4,7 @@ import (
 	"hash/maphash"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,6 +93,10 @@ type pool struct {
 	limit        float64
 	ruleLimit    int64
 	tenant, plan string
+	// own is the key's own limit, set by the call (an Envoy descriptor's
+	// limit, KeyDemand.limit): rule is then the rule with it
+	// (rules.Rule.WithLimit), and ruleLimit it.
+	own keyLimit
 	// regionSeen is, on a parent, when each region last reported the key.
 	regionSeen map[string]int64
 	window     int64 // window algorithms: the current window's start, ns
@@ -105,6 +110,37 @@ type pool struct {
 	// interval every node with the key may still be spending its unleased
 	// share unseen, having not reported it yet; see allocatePool.
 	born int64
+}
+
+// keyLimit is a key's own limit: limit per period; zero for none.
+type keyLimit struct {
+	limit  int64
+	period time.Duration
+}
+
+// demandLimit is a demand's own limit, and whether it may have one: only a
+// key of a descriptor rule, named for that limit (rules.CallLimitKeySuffix),
+// so that no report changes the limit of a key other nodes report under
+// the rule's. ValidateReport bounded the numbers.
+func demandLimit(r *rules.Rule, d *allotpb.KeyDemand) (keyLimit, bool) {
+	if d.GetLimit() == 0 {
+		return keyLimit{}, true
+	}
+	own := keyLimit{d.GetLimit(), time.Duration(d.GetPeriodNano())}
+	return own, r.Scope == rules.Descriptor && strings.HasSuffix(d.GetKey(), rules.CallLimitKeySuffix(own.limit, own.period))
+}
+
+// ruleWith is r as a pool with this own limit divides it, or false when
+// r's algorithm cannot take the limit (agents then decide by the rule's).
+func (own keyLimit) ruleWith(r *rules.Rule) (*rules.Rule, bool) {
+	if own.limit == 0 {
+		return r, true
+	}
+	d := r.WithLimit(own.limit, own.period)
+	if d.AlgoConfig(d.Limit).Validate() != nil {
+		return nil, false
+	}
+	return &d, true
 }
 
 type classKey struct {
@@ -190,8 +226,10 @@ func (a *allocator) setRules(set *rules.Set) {
 		for k, p := range sh.pools {
 			if nr := byName[k.rule]; nr == nil || old[k.rule] == nil || !rules.Equal(nr, old[k.rule]) {
 				delete(sh.pools, k)
+			} else if pr, ok := p.own.ruleWith(nr); ok {
+				p.rule = pr
 			} else {
-				p.rule = nr
+				delete(sh.pools, k) // cannot be: the rule is unchanged
 			}
 		}
 		sh.mu.Unlock()
@@ -289,23 +327,38 @@ func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lea
 		if r == nil || r.Local || r.Unlimited {
 			continue
 		}
+		own, ok := demandLimit(r, d)
+		if !ok {
+			continue // a limit on a key not named for it: no lease
+		}
 		k := poolKey{d.GetRule(), d.GetKey()}
 		sh := a.shard(k)
 		sh.mu.Lock()
 		p := sh.pools[k]
-		if p == nil {
-			p = &pool{rule: r, born: now}
-			if r.Fair() {
-				p.ruleLimit = r.Limit
-				p.byClass = map[classKey]int{}
+		if p == nil || p.own != own {
+			pr, ok := own.ruleWith(r)
+			if !ok {
+				sh.mu.Unlock()
+				continue // the rule's algorithm cannot take it: no lease
 			}
-			sh.pools[k] = p
+			if p == nil {
+				p = &pool{rule: pr, born: now}
+				if r.Fair() {
+					p.ruleLimit = r.Limit
+					p.byClass = map[classKey]int{}
+				}
+				sh.pools[k] = p
+			}
+			p.rule, p.own = pr, own
 		}
 		o, overridden := a.overrides.get(d.GetRule(), d.GetTenant())
-		if !r.Fair() {
+		switch {
+		case own.limit != 0:
+			p.ruleLimit, p.tenant, p.plan = own.limit, d.GetTenant(), d.GetPlan()
+		case !r.Fair():
 			p.ruleLimit, p.tenant, p.plan = r.LimitWith(o, overridden, d.GetTenant(), d.GetPlan()), d.GetTenant(), d.GetPlan()
 		}
-		p.limit = a.poolLimit(k, r, p.ruleLimit, max(p.window, d.GetWindowUnixNano()), now)
+		p.limit = a.poolLimit(k, p.rule, p.ruleLimit, max(p.window, d.GetWindowUnixNano()), now)
 		if a.global && !leaving {
 			p.sawRegion(req.GetRegion(), req.GetReporterGroup(), now)
 		}
@@ -368,6 +421,9 @@ func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lea
 	for _, d := range demands {
 		r := ruleMap[d.GetRule()]
 		if r == nil || r.Local || r.Unlimited || leaving {
+			continue
+		}
+		if _, ok := demandLimit(r, d); !ok {
 			continue
 		}
 		k := poolKey{d.GetRule(), d.GetKey()}

@@ -241,7 +241,8 @@ func (a *allocator) regionDemand(now, interval int64) []*allotpb.KeyDemand {
 // keyDemand is one tiered pool's part in a report to the parent, and the
 // demand it tells, per period.
 func (a *allocator) keyDemand(k poolKey, p *pool, now, interval int64) (*allotpb.KeyDemand, float64) {
-	d := &allotpb.KeyDemand{Rule: k.rule, Key: k.key, Tenant: p.tenant, Plan: p.plan, WindowUnixNano: p.window, IntervalNano: interval}
+	d := &allotpb.KeyDemand{Rule: k.rule, Key: k.key, Tenant: p.tenant, Plan: p.plan, WindowUnixNano: p.window, IntervalNano: interval,
+		Limit: p.own.limit, PeriodNano: int64(p.own.period)}
 	est, committed := a.regionEst(p, now)
 	d.Admitted = est * float64(interval) / float64(p.rule.Period)
 	if p.rule.Algorithm.Windowed() {

@@ -419,7 +419,15 @@ type KeyDemand struct {
 	// next_held is, for window algorithms, the count the node will apply
 	// from the next window on (the lease's next_limit); 0 from agents that
 	// predate it, which apply held to every window.
-	NextHeld      float64 `protobuf:"fixed64,15,opt,name=next_held,json=nextHeld,proto3" json:"next_held,omitempty"`
+	NextHeld float64 `protobuf:"fixed64,15,opt,name=next_held,json=nextHeld,proto3" json:"next_held,omitempty"`
+	// limit and period_nano, when limit is set, are the key's own limit,
+	// set by the call rather than the rule (an Envoy descriptor's limit):
+	// the coordinators divide limit per period_nano for this key instead of
+	// the rule's limit, with the rule's algorithm, burst and tolerance. The
+	// agent keys such a key apart from the rule's (its key carries the
+	// limit), so one key never has two limits. 0: the rule's.
+	Limit         int64 `protobuf:"varint,16,opt,name=limit,proto3" json:"limit,omitempty"`
+	PeriodNano    int64 `protobuf:"varint,17,opt,name=period_nano,json=periodNano,proto3" json:"period_nano,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -555,6 +563,20 @@ func (x *KeyDemand) GetIntervalNano() int64 {
 func (x *KeyDemand) GetNextHeld() float64 {
 	if x != nil {
 		return x.NextHeld
+	}
+	return 0
+}
+
+func (x *KeyDemand) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *KeyDemand) GetPeriodNano() int64 {
+	if x != nil {
+		return x.PeriodNano
 	}
 	return 0
 }
@@ -950,7 +972,7 @@ const file_agent_proto_rawDesc = "" +
 	"\vwindow_unix\x18\x03 \x01(\x03R\n" +
 	"windowUnix\x12\x1a\n" +
 	"\badmitted\x18\x04 \x01(\x04R\badmitted\x12\x16\n" +
-	"\x06denied\x18\x05 \x01(\x04R\x06denied\"\x9d\x03\n" +
+	"\x06denied\x18\x05 \x01(\x04R\x06denied\"\xd4\x03\n" +
 	"\tKeyDemand\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
@@ -968,7 +990,10 @@ const file_agent_proto_rawDesc = "" +
 	"\x06weight\x18\f \x01(\x01R\x06weight\x12\x12\n" +
 	"\x04plan\x18\r \x01(\tR\x04plan\x12#\n" +
 	"\rinterval_nano\x18\x0e \x01(\x03R\fintervalNano\x12\x1b\n" +
-	"\tnext_held\x18\x0f \x01(\x01R\bnextHeld\"\x89\x05\n" +
+	"\tnext_held\x18\x0f \x01(\x01R\bnextHeld\x12\x14\n" +
+	"\x05limit\x18\x10 \x01(\x03R\x05limit\x12\x1f\n" +
+	"\vperiod_nano\x18\x11 \x01(\x03R\n" +
+	"periodNano\"\x89\x05\n" +
 	"\x0eReportResponse\x125\n" +
 	"\bprotocol\x18\x01 \x01(\x0e2\x19.allot.v1.ProtocolVersionR\bprotocol\x12\x1b\n" +
 	"\tacked_seq\x18\x02 \x01(\x04R\backedSeq\x12\x14\n" +

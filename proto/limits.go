@@ -34,6 +34,9 @@ const (
 	MaxPriority = 255
 	// MaxViolations is how many violations a refusal lists at most.
 	MaxViolations = 100
+	// MaxPeriod bounds a key's own period (KeyDemand.period_nano), as the
+	// algorithms bound a rule's: a century.
+	MaxPeriod = 100 * 365 * 24 * time.Hour
 )
 
 // Violation is one field of a report that breaks the protocol's limits.
@@ -199,6 +202,25 @@ func checkDemand(d *KeyDemand) string {
 	}
 	if iv := d.GetIntervalNano(); iv < 0 || iv > int64(time.Hour) {
 		return fmt.Sprintf("interval_nano: must be between 0 and one hour, got %d", iv)
+	}
+	return checkKeyLimit(d.GetLimit(), d.GetPeriodNano())
+}
+
+// checkKeyLimit checks a key's own limit: none (both 0), or a positive
+// limit of at most MaxCount (the coordinators divide it in float64) per a
+// positive period of at most MaxPeriod, the bounds a rule's limit and
+// period have. Whether the rule's algorithm takes it (a sliding window
+// counts at most 2^32-1 a window) only the coordinator knowing the rule
+// can tell: it grants such a key nothing.
+func checkKeyLimit(limit, period int64) string {
+	if limit == 0 && period == 0 {
+		return ""
+	}
+	if limit <= 0 || limit > MaxCount {
+		return fmt.Sprintf("limit: must be from 1 to 2^53 with period_nano set, got %d", limit)
+	}
+	if period <= 0 || period > int64(MaxPeriod) {
+		return fmt.Sprintf("period_nano: must be from 1 to %d (a century) with limit set, got %d", int64(MaxPeriod), period)
 	}
 	return ""
 }

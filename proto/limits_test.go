@@ -84,6 +84,9 @@ func FuzzValidateReport(f *testing.F) {
 		Usage:  &UsageBatch{Seq: 1, CutUnixNano: now.UnixNano(), Counts: []*UsageCount{{Rule: "r", Tenant: "t", WindowUnix: now.Unix(), Admitted: 9}}}})
 	seed(&ReportRequest{Node: "gw-1", Incarnation: 1, Demand: []*KeyDemand{{Rule: "r", Priority: 300, Admitted: math.Inf(1)}}})
 	seed(&ReportRequest{Node: strings.Repeat("n", 300), SentUnixNano: math.MinInt64, Usage: &UsageBatch{CutUnixNano: math.MaxInt64}})
+	// A key's own limit (an Envoy descriptor's), good and bad.
+	seed(&ReportRequest{Node: "gw-1", Incarnation: 1, Demand: []*KeyDemand{{Rule: "r", Key: "k\x00limit:20/1m0s", Limit: 20, PeriodNano: int64(time.Minute)}}})
+	seed(&ReportRequest{Node: "gw-1", Incarnation: 1, Demand: []*KeyDemand{{Rule: "r", Key: "k", Limit: -1, PeriodNano: math.MaxInt64}, {Rule: "r", Limit: 1}}})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var req ReportRequest
 		if proto.Unmarshal(data, &req) != nil {
@@ -116,6 +119,9 @@ func FuzzValidateReport(f *testing.F) {
 			if d.GetPriority() > MaxPriority || d.GetAdmitted()+d.GetDenied() > 1e6*math.Max(float64(req.GetIntervalNano())/1e9, 1) {
 				t.Fatalf("passed demand %+v", d)
 			}
+			if l, p := d.GetLimit(), d.GetPeriodNano(); (l != 0 || p != 0) && (l <= 0 || l > MaxCount || p <= 0 || p > int64(MaxPeriod)) {
+				t.Fatalf("passed a key limit of %d per %d ns", l, p)
+			}
 		}
 		for _, c := range req.GetUsage().GetCounts() {
 			if c.GetWindowUnix() < lim.MinWindowUnix || c.GetWindowUnix() > lim.MaxWindowUnix || float64(c.GetAdmitted())+float64(c.GetDenied()) > 1e6*3600 {
@@ -123,4 +129,33 @@ func FuzzValidateReport(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestValidateReportKeyLimit: a key's own limit is both fields or
+// neither, within the bounds a rule's limit and period have, and the
+// violation names the field at fault.
+func TestValidateReportKeyLimit(t *testing.T) {
+	for _, tc := range []struct {
+		limit, period int64
+		field         string
+	}{
+		{0, 0, ""},
+		{20, int64(time.Minute), ""},
+		{MaxCount, int64(MaxPeriod), ""},
+		{-5, int64(time.Minute), "demand[0].limit"},
+		{math.MaxInt64, int64(time.Minute), "demand[0].limit"},
+		{0, int64(time.Minute), "demand[0].limit"},
+		{20, 0, "demand[0].period_nano"},
+		{20, -1, "demand[0].period_nano"},
+		{20, math.MaxInt64, "demand[0].period_nano"},
+	} {
+		req := &ReportRequest{Node: "gw-1", Incarnation: 1, Demand: []*KeyDemand{{Rule: "r", Key: "k", Limit: tc.limit, PeriodNano: tc.period}}}
+		vs := ValidateReport(req, ReportLimits{})
+		switch {
+		case tc.field == "" && len(vs) > 0:
+			t.Errorf("%d per %d: refused %+v", tc.limit, tc.period, vs)
+		case tc.field != "" && (len(vs) != 1 || vs[0].Field != tc.field || vs[0].Demand != 0):
+			t.Errorf("%d per %d: got %+v; want one violation of %s", tc.limit, tc.period, vs, tc.field)
+		}
+	}
 }

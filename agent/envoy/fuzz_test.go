@@ -7,6 +7,7 @@ import (
 
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -32,14 +33,27 @@ func FuzzShouldRateLimit(f *testing.F) {
 	}
 	defer a.Close(context.Background())
 	s := envoy.NewRateLimitServer(a, envoy.Options{Headers: true})
-	f.Add("paths", "path=/foo/bar;path=/x", uint32(1), uint64(0), false)
-	f.Add("messaging", "message_type=marketing,to_number=1", uint32(0), uint64(7), false)
-	f.Add("edge_proxy_per_ip", "remote_address=10.0.0.1", uint32(4294967295), uint64(1<<40), true)
-	f.Add("", "", uint32(0), uint64(0), false)
-	f.Fuzz(func(t *testing.T, domain, spec string, hits uint32, own uint64, negative bool) {
+	// The last three are the first descriptor's limit (none when unit is
+	// negative): requests per unit, and its unit_multiplier.
+	f.Add("paths", "path=/foo/bar;path=/x", uint32(1), uint64(0), false, uint32(0), int32(-1), uint32(0))
+	f.Add("messaging", "message_type=marketing,to_number=1", uint32(0), uint64(7), false, uint32(0), int32(-1), uint32(0))
+	f.Add("edge_proxy_per_ip", "remote_address=10.0.0.1", uint32(4294967295), uint64(1<<40), true, uint32(0), int32(-1), uint32(0))
+	f.Add("", "", uint32(0), uint64(0), false, uint32(0), int32(-1), uint32(0))
+	f.Add("edge_proxy_per_ip", "remote_address=10.0.0.1", uint32(1), uint64(0), false, uint32(20), int32(typev3.RateLimitUnit_MINUTE), uint32(0))
+	f.Add("edge_proxy_per_ip", "remote_address=10.0.0.2", uint32(1), uint64(0), false, uint32(0), int32(typev3.RateLimitUnit_SECOND), uint32(0))
+	f.Add("edge_proxy_per_ip", "remote_address=10.0.0.3", uint32(0), uint64(0), false, uint32(4294967295), int32(typev3.RateLimitUnit_YEAR), uint32(4294967295))
+	f.Add("paths", "path=/x", uint32(1), uint64(0), false, uint32(5), int32(typev3.RateLimitUnit_UNKNOWN), uint32(2))
+	f.Add("paths", "path=/x", uint32(1), uint64(0), false, uint32(5), int32(99), uint32(0))
+	f.Fuzz(func(t *testing.T, domain, spec string, hits uint32, own uint64, negative bool, limit uint32, unit int32, multiplier uint32) {
 		req := &rlsv3.RateLimitRequest{Domain: domain, HitsAddend: hits}
 		for i, d := range strings.Split(spec, ";") {
 			desc := &commonv3.RateLimitDescriptor{IsNegativeHits: negative && i == 0}
+			if i == 0 && unit >= 0 {
+				desc.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: limit, Unit: typev3.RateLimitUnit(unit)}
+				if multiplier > 0 {
+					desc.Limit.UnitMultiplier = wrapperspb.UInt32(multiplier)
+				}
+			}
 			for _, e := range strings.Split(d, ",") {
 				k, v, _ := strings.Cut(e, "=")
 				desc.Entries = append(desc.Entries, &commonv3.RateLimitDescriptor_Entry{Key: k, Value: v})

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -77,7 +79,7 @@ func (s *RateLimitServer) ShouldRateLimit(_ context.Context, req *rlsv3.RateLimi
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		if d.Limit > 0 {
+		if d.Limit > 0 || d.Period > 0 { // a limit of 0 requests is one too
 			st.CurrentLimit = currentLimit(d)
 			st.LimitRemaining = uint32(min(max(d.Remaining, 0), math.MaxUint32))
 			st.DurationUntilReset = durationpb.New(d.ResetAfter)
@@ -143,6 +145,9 @@ func descriptors(req *rlsv3.RateLimitRequest) ([]agent.Descriptor, error) {
 			}
 			out[i].Cost, out[i].Peek = int64(h.GetValue()), h.GetValue() == 0
 		}
+		if l := d.GetLimit(); l != nil {
+			out[i].Limit = limitOf(l)
+		}
 		if d.GetIsNegativeHits() {
 			// Refilling a budget is not a decision: such a descriptor
 			// matches no rule and is admitted uncounted.
@@ -150,6 +155,44 @@ func descriptors(req *rlsv3.RateLimitRequest) ([]agent.Descriptor, error) {
 		}
 	}
 	return out, nil
+}
+
+// limitOf converts a descriptor's limit: requests_per_unit per unit, as
+// envoyproxy/ratelimit applies it (src/config/config_impl.go, GetLimit),
+// with its units (a month 30 days, a year 365, and 7, its WEEK, a week).
+// Unlike it, the unit_multiplier Envoy's API defines is honoured (it
+// ignores it), and a unit of UNKNOWN, or one it does not know, makes no
+// limit, so the rule's applies (it panics; envoyproxy/ratelimit#1202
+// falls back to the configuration so). A limit of 0 requests refuses
+// every request, as there.
+func limitOf(l *commonv3.RateLimitDescriptor_RateLimitOverride) *agent.Limit {
+	var per time.Duration
+	switch l.GetUnit() {
+	case typev3.RateLimitUnit_SECOND:
+		per = time.Second
+	case typev3.RateLimitUnit_MINUTE:
+		per = time.Minute
+	case typev3.RateLimitUnit_HOUR:
+		per = time.Hour
+	case typev3.RateLimitUnit_DAY:
+		per = 24 * time.Hour
+	case typev3.RateLimitUnit_MONTH:
+		per = 30 * 24 * time.Hour
+	case typev3.RateLimitUnit_YEAR:
+		per = 365 * 24 * time.Hour
+	case typev3.RateLimitUnit(rlsv3.RateLimitResponse_RateLimit_WEEK):
+		per = 7 * 24 * time.Hour
+	default:
+		return nil
+	}
+	if m := time.Duration(l.GetUnitMultiplier().GetValue()); m > 1 {
+		if m > math.MaxInt64/per {
+			per = math.MaxInt64 // beyond any period: the agent counts it and applies the rule's
+		} else {
+			per *= m
+		}
+	}
+	return &agent.Limit{Requests: int64(l.GetRequestsPerUnit()), Per: per}
 }
 
 // units are the periods Envoy can name, longest first.

@@ -3,14 +3,16 @@ package envoy_test
 import (
 	"context"
 	"fmt"
-	"github.com/allot-io/allot/internal/timeutil"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/allot-io/allot/internal/timeutil"
+
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -418,6 +420,62 @@ func TestManyRulesOneDomain(t *testing.T) {
 		st := ask(t, c, "d", desc(fmt.Sprintf("k=v%d", i))).GetStatuses()[0]
 		if st.GetCurrentLimit().GetName() != fmt.Sprintf("r%d", i) || st.GetCurrentLimit().GetRequestsPerUnit() != uint32(i+1) {
 			t.Errorf("k=v%d decided by %v", i, st.GetCurrentLimit())
+		}
+	}
+}
+
+// limited is a descriptor with a limit of its own.
+func limited(d *commonv3.RateLimitDescriptor, n uint32, unit typev3.RateLimitUnit, multiplier uint32) *commonv3.RateLimitDescriptor {
+	d.Limit = &commonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: n, Unit: unit}
+	if multiplier > 0 {
+		d.Limit.UnitMultiplier = wrapperspb.UInt32(multiplier)
+	}
+	return d
+}
+
+// TestDescriptorLimit: a descriptor's limit replaces its rule's for its
+// key, which is the rule's key under that limit, counted apart from the
+// rule's; the status tells the descriptor's limit; a unit of UNKNOWN is
+// no limit (the rule's applies); a limit of 0 refuses; a descriptor no
+// rule applies to is admitted whatever its limit.
+func TestDescriptorLimit(t *testing.T) {
+	c, _ := serve(t, `
+rules:
+  - {name: per-user, scope: descriptor, match: {domain: api, descriptors: [{key: user}]}, algorithm: fixed_window, limit: 3, period: 1m, intent: quota}
+`, envoy.Options{})
+	for i, want := range []string{"OK", "OK", "OVER_LIMIT"} {
+		resp := ask(t, c, "api", limited(desc("user=ann"), 2, typev3.RateLimitUnit_HOUR, 0))
+		if codesOf(resp) != want {
+			t.Fatalf("request %d under 2/h: %s, want %s", i+1, codesOf(resp), want)
+		}
+		if l := resp.GetStatuses()[0].GetCurrentLimit(); l.GetRequestsPerUnit() != 2 || l.GetUnit() != rlsv3.RateLimitResponse_RateLimit_HOUR || l.GetName() != "per-user" {
+			t.Fatalf("current limit %v; want 2 per HOUR under per-user", l)
+		}
+	}
+	// The rule's own 3/min is another key: untouched.
+	for i, want := range []string{"OK", "OK", "OK", "OVER_LIMIT"} {
+		if got := codesOf(ask(t, c, "api", desc("user=ann"))); got != want {
+			t.Fatalf("request %d under the rule's 3/min: %s, want %s", i+1, got, want)
+		}
+	}
+	// UNKNOWN is no limit: the rule's key, spent.
+	if got := codesOf(ask(t, c, "api", limited(desc("user=ann"), 100, typev3.RateLimitUnit_UNKNOWN, 0))); got != "OVER_LIMIT" {
+		t.Fatalf("a limit of unit UNKNOWN: %s; want the rule's, spent", got)
+	}
+	// unit_multiplier: 5 per 2 minutes.
+	resp := ask(t, c, "api", limited(desc("user=bob"), 5, typev3.RateLimitUnit_MINUTE, 2))
+	if l := resp.GetStatuses()[0].GetCurrentLimit(); codesOf(resp) != "OK" || l.GetRequestsPerUnit() != 5 || l.GetUnit() != rlsv3.RateLimitResponse_RateLimit_MINUTE || l.GetUnitMultiplier().GetValue() != 2 {
+		t.Fatalf("%s, current limit %v; want 5 per 2 MINUTE", codesOf(resp), l)
+	}
+	// 0 refuses.
+	resp = ask(t, c, "api", limited(desc("user=cy"), 0, typev3.RateLimitUnit_SECOND, 0))
+	if l := resp.GetStatuses()[0].GetCurrentLimit(); codesOf(resp) != "OVER_LIMIT" || l.GetRequestsPerUnit() != 0 || l.GetUnit() != rlsv3.RateLimitResponse_RateLimit_SECOND {
+		t.Fatalf("a limit of 0: %s, current limit %v", codesOf(resp), l)
+	}
+	// No rule: admitted, as any descriptor no rule applies to.
+	for range 3 {
+		if got := codesOf(ask(t, c, "api", limited(desc("tenant=acme"), 1, typev3.RateLimitUnit_HOUR, 0))); got != "OK" {
+			t.Fatalf("a limit on a descriptor no rule applies to: %s", got)
 		}
 	}
 }

@@ -3,6 +3,8 @@ package rules
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strconv"
+	"time"
 	"unicode/utf8"
 )
 
@@ -56,6 +58,18 @@ func AppendDescriptorKey(b []byte, values ...string) []byte {
 		b = appendHash(append(b[:start], "\x00#"...), whole)
 	}
 	return b
+}
+
+// CallLimitKeySuffix is what a limit set by the call (an Envoy
+// descriptor's, rules.Rule.WithLimit) appends to a descriptor rule's key,
+// so that the key under that limit is a key of its own, divided apart
+// from the same key under the rule's limit or another: a NUL, which no
+// descriptor value from an HTTP header holds (RFC 9110 forbids it in
+// field values), then the limit. Coordinators accept a key's own limit
+// only on a key that ends so, so that a report cannot change the limit of
+// a key other nodes share under the rule's.
+func CallLimitKeySuffix(limit int64, period time.Duration) string {
+	return "\x00limit:" + strconv.FormatInt(limit, 10) + "/" + period.String()
 }
 
 // appendHash appends 128 bits of a value's SHA-256, in hex: the same on

@@ -288,6 +288,23 @@ func (r *Rule) BurstFor(limit float64) float64 {
 	return lease.BurstShare(float64(r.Limit), float64(r.Burst), limit)
 }
 
+// WithLimit is the rule as it enforces a limit set by the call rather
+// than by the rule (an Envoy descriptor's limit): limit per period, with
+// the rule's algorithm, intent, tolerance, fail mode and regions, and its
+// burst scaled to the new limit as a plan's is (BurstFor). Plans and
+// tenant overrides set limits of their own, so they do not carry over.
+// Agents and coordinators derive it alike, so that both enforce and divide
+// the same thing. Check the result with AlgoConfig(limit).Validate: a
+// sliding window counts at most 2^32-1 a window whatever the rule's limit.
+func (r *Rule) WithLimit(limit int64, period time.Duration) Rule {
+	d := *r
+	d.Limit, d.Period, d.Plans, d.Tenants = limit, period, nil, nil
+	if !(r.Algorithm == algo.TokenBucket && r.Burst == 0) { // else zero: one period's worth
+		d.Burst = int64(math.Round(r.BurstFor(float64(limit))))
+	}
+	return d
+}
+
 // Equal reports whether two rules are the same rule, field for field: as
 // their wire forms compare, an empty list or map equals a missing one, a
 // scope that is none of the six equals no scope, and a NaN equals a NaN.

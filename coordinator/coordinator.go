@@ -449,9 +449,13 @@ func (c *Coordinator) currentRules() *rules.Set {
 	return set
 }
 
-// onApplied observes every applied command.
-func (c *Coordinator) onApplied(t state.Command) {
+// onApplied observes every applied command, and the kind of the audit
+// entry it recorded.
+func (c *Coordinator) onApplied(t state.Command, audited string) {
 	c.metrics.commands.WithLabelValues(t.String()).Inc()
+	if audited != "" {
+		c.metrics.auditEntries.WithLabelValues(audited).Inc()
+	}
 	if t == state.CmdRules {
 		set := c.currentRules()
 		c.metrics.rulesVersion.Set(float64(set.Version()))

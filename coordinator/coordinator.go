@@ -321,6 +321,7 @@ func (c *Coordinator) startGRPC() error {
 	allotpb.RegisterOverridesServiceServer(c.grpc, &overridesServer{c: c})
 	allotpb.RegisterClusterServiceServer(c.grpc, &clusterServer{c: c})
 	allotpb.RegisterUsageServiceServer(c.grpc, &usageServer{c: c})
+	allotpb.RegisterAuditServiceServer(c.grpc, &auditServer{c: c})
 	allotpb.RegisterShardServiceServer(c.grpc, &shardServer{c: c})
 	rlqsv3.RegisterRateLimitQuotaServiceServer(c.grpc, &rlqsServer{c: c})
 	c.health = health.NewServer()

@@ -183,4 +183,17 @@ func TestAuditInsecure(t *testing.T) {
 	if ov := got[1]; ov.GetSubjects()[0] != quotaRule.GetName()+"/acme" || ov.GetAfter().GetOverrides()[0].GetLimit() != 5 {
 		t.Errorf("the override: %v", ov)
 	}
+
+	// The hook a handler without a command of its own calls, on the
+	// leader: one call records an entry of a known kind.
+	if err := l.recordAudit(ctx, "bogus", "ResetUsage", nil, nil, nil); err == nil {
+		t.Error("recordAudit took an unknown kind")
+	}
+	if err := l.recordAudit(ctx, "reset", "ResetUsage", []string{quotaRule.GetName() + "/acme"}, nil, &allotpb.AuditValues{Json: `{"cleared":2}`}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 10*time.Second, "the follower to hold the reset", func() bool {
+		resp, err := allotpb.NewAuditServiceClient(cc).ListAudit(ctx, &allotpb.ListAuditRequest{Kind: "reset", Subject: "acme"})
+		return err == nil && len(resp.GetEntries()) == 1 && resp.GetEntries()[0].GetAfter().GetJson() == `{"cleared":2}` && resp.GetEntries()[0].GetActor() == anonymous
+	})
 }

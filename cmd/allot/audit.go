@@ -133,8 +133,8 @@ func newAuditWriter(w io.Writer, format string) *auditWriter {
 }
 
 // auditJSON is an entry as --format json prints it: before and after in
-// the API's JSON form (protojson), which rules and overrides files share
-// their field names with.
+// protobuf's JSON form, with the .proto field names, which rules files
+// spell their fields with.
 type auditJSON struct {
 	Seq       uint64          `json:"seq"`
 	Time      string          `json:"time"`
@@ -171,7 +171,7 @@ func (w *auditWriter) write(en *allotpb.AuditEntry) error {
 		if side.v == nil {
 			continue
 		}
-		b, err := protojson.Marshal(side.v)
+		b, err := (protojson.MarshalOptions{UseProtoNames: true}).Marshal(side.v)
 		if err != nil {
 			return fmt.Errorf("audit entry %d: %w", en.GetSeq(), err)
 		}

@@ -3,11 +3,12 @@ package coordinator
 import (
 	"errors"
 	"fmt"
-	"github.com/allot-io/allot/internal/shard"
 	"math"
 	"net"
 	"strings"
 	"time"
+
+	"github.com/allot-io/allot/internal/shard"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/internal/auth"
@@ -49,6 +50,10 @@ const (
 	// each minute by default: a fleet of a thousand gateways restarting
 	// at once waits a minute at most.
 	DefaultMaxNewNodesPerMinute = 1000
+	// DefaultAuditMaxEntries is how many audit entries are kept: at a few
+	// hundred bytes each (at most 50 items of what changed each), tens of
+	// MB at most in every member's memory and snapshots.
+	DefaultAuditMaxEntries = state.DefaultAuditMaxEntries
 	// DefaultMaxConnectionAge bounds how long a client connection lives.
 	DefaultMaxConnectionAge = 30 * time.Minute
 	// DefaultParentInterval is how often a region's leader reports to its
@@ -187,6 +192,11 @@ type Config struct {
 	// value (KeepLedger) keeps every window, and accepts usage up to
 	// MaxUsageAge old.
 	LedgerRetention time.Duration
+	// AuditMaxEntries is how many audit log entries the cluster keeps,
+	// the newest (default DefaultAuditMaxEntries); AuditRetention, when
+	// positive, also drops entries older than that. The leader's apply.
+	AuditMaxEntries int
+	AuditRetention  time.Duration
 	// LedgerSink, a PostgreSQL DSN (postgres://…), makes the leader export
 	// every final ledger line to that database exactly once and the
 	// members drop what it holds (docs/billing.md). "" keeps the ledger
@@ -376,6 +386,12 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.LedgerRetention > 0 && cfg.LedgerRetention < cfg.AgentTimeout {
 		return cfg, bad("LedgerRetention", "%v is shorter than AgentTimeout (%v): usage of an agent cut off for less than that would be refused; use a negative value to keep everything", cfg.LedgerRetention, cfg.AgentTimeout)
+	}
+	if cfg.AuditMaxEntries == 0 {
+		cfg.AuditMaxEntries = DefaultAuditMaxEntries
+	}
+	if cfg.AuditMaxEntries < 0 || cfg.AuditRetention < 0 {
+		return cfg, bad("AuditMaxEntries", "the audit log's bounds must not be negative (got %d entries, %v)", cfg.AuditMaxEntries, cfg.AuditRetention)
 	}
 	if cfg.ExportBatch == 0 {
 		cfg.ExportBatch = DefaultExportBatch

@@ -321,6 +321,7 @@ func (c *Coordinator) startGRPC() error {
 	allotpb.RegisterOverridesServiceServer(c.grpc, &overridesServer{c: c})
 	allotpb.RegisterClusterServiceServer(c.grpc, &clusterServer{c: c})
 	allotpb.RegisterUsageServiceServer(c.grpc, &usageServer{c: c})
+	allotpb.RegisterAuditServiceServer(c.grpc, &auditServer{c: c})
 	allotpb.RegisterShardServiceServer(c.grpc, &shardServer{c: c})
 	rlqsv3.RegisterRateLimitQuotaServiceServer(c.grpc, &rlqsServer{c: c})
 	c.health = health.NewServer()
@@ -449,9 +450,13 @@ func (c *Coordinator) currentRules() *rules.Set {
 	return set
 }
 
-// onApplied observes every applied command.
-func (c *Coordinator) onApplied(t state.Command) {
+// onApplied observes every applied command, and the kind of the audit
+// entry it recorded.
+func (c *Coordinator) onApplied(t state.Command, audited string) {
 	c.metrics.commands.WithLabelValues(t.String()).Inc()
+	if audited != "" {
+		c.metrics.auditEntries.WithLabelValues(audited).Inc()
+	}
 	if t == state.CmdRules {
 		set := c.currentRules()
 		c.metrics.rulesVersion.Set(float64(set.Version()))

@@ -108,7 +108,7 @@ func (c *Coordinator) lead(ctx context.Context) {
 	var self *allotpb.Member
 	c.fsm.Read(func(s *state.State) { self = s.Member(c.cfg.NodeID) })
 	if me := c.selfMember(); self == nil || !proto.Equal(self, me) {
-		if _, err := c.apply(state.CmdMember, &fsmpb.MemberCommand{Member: me}, 10*time.Second); err != nil {
+		if _, err := c.apply(state.CmdMember, &fsmpb.MemberCommand{Member: me, Audit: c.selfStamp("Lead")}, 10*time.Second); err != nil {
 			c.log.Warn("leader could not record its addresses", "error", err)
 			return
 		}
@@ -205,6 +205,7 @@ func (c *Coordinator) lead(ctx context.Context) {
 		case <-maintain.C():
 			if _, err := c.apply(state.CmdMaintain, &fsmpb.MaintainCommand{
 				NowUnixNano: c.now().UnixNano(), AgentTimeoutNano: int64(c.cfg.AgentTimeout), RetentionNano: int64(max(c.cfg.LedgerRetention, 0)),
+				AuditRetentionNano: int64(c.cfg.AuditRetention), AuditMaxEntries: uint64(c.cfg.AuditMaxEntries),
 			}, 10*time.Second); err != nil {
 				c.log.Warn("ledger maintenance failed", "error", err)
 			}
@@ -231,7 +232,7 @@ func (c *Coordinator) loadRulesFile() error {
 	if sameRules(c.currentRules(), want) {
 		return nil
 	}
-	cmd := &fsmpb.RulesCommand{ReplaceAll: true}
+	cmd := &fsmpb.RulesCommand{ReplaceAll: true, Audit: c.selfStamp("RulesFile")}
 	for i := range want.Rules() {
 		cmd.Put = append(cmd.Put, rulespb.ToProto(&want.Rules()[i]))
 	}

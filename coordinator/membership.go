@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // ErrNotMember is the error a member stops with when its cluster does not
@@ -166,7 +167,11 @@ func (c *Coordinator) joinToken() string {
 //     given, then promoted when it asks again;
 //   - a member of a version that does not say what it holds is added as a
 //     voter at once, as it always was.
-func (c *Coordinator) addMember(req *allotpb.JoinRequest) (*allotpb.JoinResponse, error) {
+//
+// A join that changes the configuration or the member's record is in the
+// audit log, its action what it did (Join, Promote, Demote, Readdress);
+// one that changes nothing (a member asking again) is not.
+func (c *Coordinator) addMember(ctx context.Context, req *allotpb.JoinRequest) (*allotpb.JoinResponse, error) {
 	if req.GetId() == "" || req.GetRaftAddress() == "" || req.GetGrpcAddress() == "" {
 		return nil, fmt.Errorf("%w: join needs id, raft_address and grpc_address", errBadRequest)
 	}
@@ -190,29 +195,30 @@ func (c *Coordinator) addMember(req *allotpb.JoinRequest) (*allotpb.JoinResponse
 	id, addr := raft.ServerID(req.GetId()), raft.ServerAddress(req.GetRaftAddress())
 	resp := &allotpb.JoinResponse{ClusterId: cid}
 	var f raft.IndexFuture
+	action := ""
 	stateless := req.GetState() == allotpb.DataState_DATA_STATE_FRESH || req.GetState() == allotpb.DataState_DATA_STATE_LOST
 	switch {
 	case srv == nil && req.GetState() == allotpb.DataState_DATA_STATE_EXISTING:
 		return nil, status.Errorf(codes.FailedPrecondition, "%s holds Raft state but is not a member of this cluster: it was removed, and a removed member does not come back with its old data; to add it again, stop it, empty its --data-dir and start it with --join (see docs/operations.md#adding-a-member)", req.GetId())
 	case srv == nil && (stateless || req.GetNonvoter()):
 		c.log.Info("adding a member without a vote until it has caught up", "id", id, "raft", addr)
-		f = c.raft.AddNonvoter(id, addr, 0, 10*time.Second)
+		f, action = c.raft.AddNonvoter(id, addr, 0, 10*time.Second), "Join"
 	case srv == nil:
-		f = c.raft.AddVoter(id, addr, 0, 10*time.Second)
+		f, action = c.raft.AddVoter(id, addr, 0, 10*time.Second), "Join"
 	case stateless && srv.Suffrage == raft.Voter:
 		c.log.Warn("a member lost its Raft state and rejoins: it has no vote until it has caught up from the leader", "id", id, "raft", addr)
-		f = c.raft.DemoteVoter(id, 0, 10*time.Second)
+		f, action = c.raft.DemoteVoter(id, 0, 10*time.Second), "Demote"
 	case srv.Address != addr && srv.Suffrage == raft.Voter:
-		f = c.raft.AddVoter(id, addr, 0, 10*time.Second)
+		f, action = c.raft.AddVoter(id, addr, 0, 10*time.Second), "Readdress"
 	case srv.Address != addr:
-		f = c.raft.AddNonvoter(id, addr, 0, 10*time.Second)
+		f, action = c.raft.AddNonvoter(id, addr, 0, 10*time.Second), "Readdress"
 	case srv.Suffrage != raft.Voter && !req.GetNonvoter() && req.GetState() != allotpb.DataState_DATA_STATE_UNSPECIFIED && !stateless:
 		if last := c.raft.LastIndex(); req.GetAppliedIndex()+promoteSlack < last {
 			resp.CatchUpIndex = last // not yet: ask again once it has applied this
 			break
 		}
 		c.log.Info("promoting a member that has caught up to a voter", "id", id, "applied", req.GetAppliedIndex())
-		f = c.raft.AddVoter(id, addr, 0, 10*time.Second)
+		f, action = c.raft.AddVoter(id, addr, 0, 10*time.Second), "Promote"
 	}
 	if f != nil {
 		if err := f.Error(); err != nil {
@@ -226,23 +232,32 @@ func (c *Coordinator) addMember(req *allotpb.JoinRequest) (*allotpb.JoinResponse
 			}
 		}
 	}
-	if _, err := c.apply(state.CmdMember, &fsmpb.MemberCommand{Member: &allotpb.Member{
-		Id: req.GetId(), RaftAddress: req.GetRaftAddress(), GrpcAddress: req.GetGrpcAddress(), HttpAddress: req.GetHttpAddress(),
-	}}, 10*time.Second); err != nil {
+	rec := &allotpb.Member{Id: req.GetId(), RaftAddress: req.GetRaftAddress(), GrpcAddress: req.GetGrpcAddress(), HttpAddress: req.GetHttpAddress()}
+	cmd := &fsmpb.MemberCommand{Member: rec}
+	var was *allotpb.Member
+	c.fsm.Read(func(s *state.State) { was = s.Member(rec.GetId()) })
+	if action == "" && !proto.Equal(was, rec) {
+		action = "Join"
+	}
+	if action != "" {
+		cmd.Audit = c.auditStamp(ctx, action)
+	}
+	if _, err := c.apply(state.CmdMember, cmd, 10*time.Second); err != nil {
 		return nil, err
 	}
 	return resp, nil
 }
 
-// removeMember removes a node from the Raft configuration and forgets it.
-func (c *Coordinator) removeMember(id string) error {
+// removeMember removes a node from the Raft configuration and forgets it;
+// the second step records the removal in the audit log.
+func (c *Coordinator) removeMember(ctx context.Context, id string) error {
 	if id == "" {
 		return fmt.Errorf("%w: remove needs an id", errBadRequest)
 	}
 	if err := c.raft.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
 		return fmt.Errorf("coordinator: removing %s: %w", id, err)
 	}
-	_, err := c.apply(state.CmdMember, &fsmpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true}, 10*time.Second)
+	_, err := c.apply(state.CmdMember, &fsmpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true, Audit: c.auditStamp(ctx, "Remove")}, 10*time.Second)
 	return err
 }
 
@@ -267,7 +282,7 @@ func (c *Coordinator) pruneMembers() error {
 		}
 	})
 	for _, id := range stale {
-		if _, err := c.apply(state.CmdMember, &fsmpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true}, 10*time.Second); err != nil {
+		if _, err := c.apply(state.CmdMember, &fsmpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true, Audit: c.selfStamp("Prune")}, 10*time.Second); err != nil {
 			return err
 		}
 		c.log.Info("forgot a member no longer in the Raft configuration", "id", id)

@@ -46,6 +46,10 @@ type metrics struct {
 	exportPending prometheus.Gauge
 	exportLag     prometheus.Gauge
 	exportDropped prometheus.Counter
+	// auditEntries counts the audit entries this member applied, on
+	// every member alike (as commands): each replica records each
+	// entry once.
+	auditEntries *prometheus.CounterVec
 	// grpc counts and times every gRPC call by service, method and code
 	// (grpc_server_*), from go-grpc-middleware's Prometheus provider.
 	grpc *grpcprom.ServerMetrics
@@ -112,6 +116,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		newNodes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "allot_coordinator_new_nodes_total", Help: "Reports from node IDs never heard from before, by result (admitted; refused: over the per-minute bound, each retry counted).",
 		}, []string{"result"}),
+	}
+	m.auditEntries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "allot_coordinator_audit_entries_total", Help: "Audit log entries this member applied, by kind (rules, overrides, membership, reset); every member counts each entry once.",
+	}, []string{"kind"})
+	for _, k := range state.AuditKinds {
+		m.auditEntries.WithLabelValues(k)
 	}
 	m.newNodes.WithLabelValues("admitted")
 	m.newNodes.WithLabelValues("refused")
@@ -187,7 +197,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	reg.MustRegister(m.authRefusals, m.newNodes, m.rlqsStreams, m.rlqsRequests, m.parentReports, m.parentFallback, m.parentLeased, m.grpc)
 	reg.MustRegister(m.raftState, m.leaderChanges, m.reports, m.reportBytes, m.reportKeys, m.roundSeconds,
 		m.applySeconds, m.activeKeys, m.activeAgents, m.leasesGranted, m.learning, m.ledgerRecords,
-		m.commands, m.rulesVersion, m.adminRequests, m.forwardedCalls)
+		m.commands, m.rulesVersion, m.adminRequests, m.forwardedCalls, m.auditEntries)
 	return m
 }
 

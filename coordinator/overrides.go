@@ -49,6 +49,7 @@ func (s *overridesServer) PutOverrides(ctx context.Context, req *allotpb.PutOver
 			c.fsm.Read(func(st *state.State) { v = st.OverridesVersion() })
 			return &allotpb.PutOverridesResponse{Version: v}, err
 		}
+		cmd.Audit = c.auditStamp(ctx, "PutOverrides")
 		v, err := c.applyOverrides(cmd)
 		return &allotpb.PutOverridesResponse{Version: v, Count: uint32(len(cmd.Put))}, err
 	}, func(ctx context.Context, addr string) (*allotpb.PutOverridesResponse, error) {
@@ -78,6 +79,7 @@ func (s *overridesServer) DeleteOverrides(ctx context.Context, req *allotpb.Dele
 		if err := c.checkOverrides(cmd); err != nil {
 			return nil, err
 		}
+		cmd.Audit = c.auditStamp(ctx, "DeleteOverrides")
 		v, err := c.applyOverrides(cmd)
 		return &allotpb.DeleteOverridesResponse{Version: v, Deleted: uint32(len(cmd.Delete))}, err
 	}, func(ctx context.Context, addr string) (*allotpb.DeleteOverridesResponse, error) {

@@ -162,7 +162,7 @@ func onLeader[T any](ctx context.Context, c *Coordinator, local func() (T, error
 		return zero, status.Error(codes.Unavailable, "no leader elected yet; retry shortly")
 	}
 	c.metrics.forwardedCalls.Inc()
-	fctx, cancel := context.WithTimeout(forwardToken(ctx), 15*time.Second)
+	fctx, cancel := context.WithTimeout(c.forwardCaller(ctx, forwardToken(ctx)), 15*time.Second)
 	defer cancel()
 	return forward(fctx, addr)
 }

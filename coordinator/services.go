@@ -247,10 +247,12 @@ func (s *rulesServer) PutRules(ctx context.Context, req *allotpb.PutRulesRequest
 		c.metrics.adminRequests.WithLabelValues("PutRules", "invalid").Inc()
 		return nil, err
 	}
-	out, err := onLeader(ctx, c, func() (*allotpb.RuleSet, error) { return c.applyRulesCommand(cmd) },
-		func(ctx context.Context, addr string) (*allotpb.RuleSet, error) {
-			return c.peers.rules(addr).PutRules(ctx, req)
-		})
+	out, err := onLeader(ctx, c, func() (*allotpb.RuleSet, error) {
+		cmd.Audit = c.auditStamp(ctx, "PutRules")
+		return c.applyRulesCommand(cmd)
+	}, func(ctx context.Context, addr string) (*allotpb.RuleSet, error) {
+		return c.peers.rules(addr).PutRules(ctx, req)
+	})
 	c.metrics.adminRequests.WithLabelValues("PutRules", resultLabel(err)).Inc()
 	return out, grpcError(err)
 }
@@ -267,10 +269,12 @@ func (s *rulesServer) DeleteRule(ctx context.Context, req *allotpb.DeleteRuleReq
 		return nil, status.Errorf(codes.NotFound, "no rule named %q", req.GetName())
 	}
 	cmd := &fsmpb.RulesCommand{Delete: []string{req.GetName()}}
-	out, err := onLeader(ctx, c, func() (*allotpb.RuleSet, error) { return c.applyRulesCommand(cmd) },
-		func(ctx context.Context, addr string) (*allotpb.RuleSet, error) {
-			return c.peers.rules(addr).DeleteRule(ctx, req)
-		})
+	out, err := onLeader(ctx, c, func() (*allotpb.RuleSet, error) {
+		cmd.Audit = c.auditStamp(ctx, "DeleteRule")
+		return c.applyRulesCommand(cmd)
+	}, func(ctx context.Context, addr string) (*allotpb.RuleSet, error) {
+		return c.peers.rules(addr).DeleteRule(ctx, req)
+	})
 	c.metrics.adminRequests.WithLabelValues("DeleteRule", resultLabel(err)).Inc()
 	return out, grpcError(err)
 }
@@ -316,7 +320,7 @@ func (s *clusterServer) Status(context.Context, *allotpb.StatusRequest) (*allotp
 func (s *clusterServer) Join(ctx context.Context, req *allotpb.JoinRequest) (*allotpb.JoinResponse, error) {
 	c := s.c
 	resp, err := onLeader(ctx, c, func() (*allotpb.JoinResponse, error) {
-		return c.addMember(req)
+		return c.addMember(ctx, req)
 	}, func(ctx context.Context, addr string) (*allotpb.JoinResponse, error) {
 		return c.peers.cluster(addr).Join(ctx, req)
 	})
@@ -338,7 +342,7 @@ func (s *clusterServer) Identify(context.Context, *allotpb.IdentifyRequest) (*al
 func (s *clusterServer) Remove(ctx context.Context, req *allotpb.RemoveRequest) (*allotpb.RemoveResponse, error) {
 	c := s.c
 	_, err := onLeader(ctx, c, func() (*allotpb.RemoveResponse, error) {
-		return &allotpb.RemoveResponse{}, c.removeMember(req.GetId())
+		return &allotpb.RemoveResponse{}, c.removeMember(ctx, req.GetId())
 	}, func(ctx context.Context, addr string) (*allotpb.RemoveResponse, error) {
 		return c.peers.cluster(addr).Remove(ctx, req)
 	})

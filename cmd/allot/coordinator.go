@@ -68,6 +68,8 @@ func runCoordinator(ctx context.Context, e *env) error {
 	f.DurationVar(&cfg.BillingWindow, "billing-window", coordinator.DefaultBillingWindow, "the ledger's window: whole seconds from 1s to 24h dividing a day (e.g. 1m, 15m, 1h, 24h); fixed by a cluster's first leader")
 	f.DurationVar(&cfg.AgentTimeout, "agent-timeout", coordinator.DefaultAgentTimeout, "how long billing windows wait for a silent agent before they are final")
 	f.DurationVar(&cfg.LedgerRetention, "ledger-retention", coordinator.DefaultLedgerRetention, "delete final ledger windows older than this (at least --agent-timeout; negative keeps everything; see docs/billing.md for the memory it costs)")
+	f.IntVar(&cfg.AuditMaxEntries, "audit-max-entries", coordinator.DefaultAuditMaxEntries, "audit log entries the cluster keeps, the newest (docs/operations.md#audit-log)")
+	f.DurationVar(&cfg.AuditRetention, "audit-retention", 0, "also drop audit log entries older than this (0: by --audit-max-entries only)")
 	f.StringVar(&cfg.LedgerSink, "ledger-sink", "", "PostgreSQL DSN (postgres://user@host/db): export every final ledger line to it exactly once and keep only what it has not taken (docs/billing.md); a password here shows in ps: prefer --ledger-sink-file")
 	f.StringVar(&sinkFile, "ledger-sink-file", "", "file holding the --ledger-sink DSN, for one with a password")
 	f.IntVar(&cfg.ExportBatch, "ledger-export-batch", coordinator.DefaultExportBatch, "ledger lines written to the sink per transaction")

@@ -67,6 +67,7 @@ func commands() []command {
 		{"overrides", "set, list and delete per-tenant overrides of rules", runOverrides},
 		{"status", "show the coordinator cluster", runStatus},
 		{"usage", "export reconciled usage for billing", runUsage},
+		{"audit", "show who changed rules, overrides and membership, and how", runAudit},
 		{"cluster", "remove members, back up and restore the cluster", runCluster},
 		{"shards", "split a region into shard groups and move slots between them", runShards},
 		{"token", "make a bearer token for an agent, a reader or an admin", runToken},

@@ -110,6 +110,18 @@ func (id Identity) Permits(roles Role) bool {
 	return false
 }
 
+// Holds reports whether any grant holds role r itself (not merely a
+// role that may do what r may): Holds(Member) is true of a member's
+// certificate only, not of an admin's.
+func (id Identity) Holds(r Role) bool {
+	for _, g := range id.Grants {
+		if g.Role&r != 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // MayReportAs reports whether any grant may report as node in region.
 func (id Identity) MayReportAs(node, region string) bool {
 	for _, g := range id.Grants {

@@ -18,12 +18,13 @@ type FSM struct {
 	mu      sync.RWMutex
 	st      *state.State
 	log     hclog.Logger
-	applied func(state.Command) // observes each applied command (metrics)
+	applied func(state.Command, string) // observes each applied command (metrics)
 }
 
 // New returns an FSM over an empty state. applied, when not nil, is
-// called with each command applied (its type without the ignorable bit).
-func New(log hclog.Logger, applied func(state.Command)) *FSM {
+// called with each command applied (its type without the ignorable bit)
+// and the kind of the audit entry it recorded, or "".
+func New(log hclog.Logger, applied func(t state.Command, audited string)) *FSM {
 	return &FSM{st: state.New(), log: log, applied: applied}
 }
 
@@ -57,9 +58,10 @@ func (f *FSM) Apply(l *raft.Log) any {
 	}
 	f.mu.Lock()
 	res := f.st.Apply(t, m)
+	audited := f.st.Recorded()
 	f.mu.Unlock()
 	if f.applied != nil {
-		f.applied(t &^ state.Ignorable)
+		f.applied(t&^state.Ignorable, audited)
 	}
 	return res
 }

@@ -334,7 +334,9 @@ type RulesCommand struct {
 	// version, when set, is the new set's version: a shard group mirroring
 	// its home group's rules takes the home's version, so agents see one
 	// version across groups. 0: the next version.
-	Version       uint64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	Version uint64 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"`
+	// audit, when set, records the change in the audit log if it applies.
+	Audit         *Audit `protobuf:"bytes,5,opt,name=audit,proto3" json:"audit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -397,10 +399,19 @@ func (x *RulesCommand) GetVersion() uint64 {
 	return 0
 }
 
+func (x *RulesCommand) GetAudit() *Audit {
+	if x != nil {
+		return x.Audit
+	}
+	return nil
+}
+
 type MemberCommand struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Member        *proto.Member          `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
-	Remove        bool                   `protobuf:"varint,2,opt,name=remove,proto3" json:"remove,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Member *proto.Member          `protobuf:"bytes,1,opt,name=member,proto3" json:"member,omitempty"`
+	Remove bool                   `protobuf:"varint,2,opt,name=remove,proto3" json:"remove,omitempty"`
+	// audit, when set, records the change in the audit log.
+	Audit         *Audit `protobuf:"bytes,3,opt,name=audit,proto3" json:"audit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -447,6 +458,13 @@ func (x *MemberCommand) GetRemove() bool {
 		return x.Remove
 	}
 	return false
+}
+
+func (x *MemberCommand) GetAudit() *Audit {
+	if x != nil {
+		return x.Audit
+	}
+	return nil
 }
 
 // EpochCommand starts a new coordinator epoch; a new leader applies one
@@ -516,8 +534,14 @@ type MaintainCommand struct {
 	// (or less) deletes none. The leader sends its --ledger-retention, which
 	// defaults to a finite value.
 	RetentionNano int64 `protobuf:"varint,3,opt,name=retention_nano,json=retentionNano,proto3" json:"retention_nano,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// audit_retention_nano drops audit entries older than this (0: none by
+	// age); audit_max_entries keeps the newest this many (0: the state's
+	// default). The leader sends its --audit-retention and
+	// --audit-max-entries.
+	AuditRetentionNano int64  `protobuf:"varint,4,opt,name=audit_retention_nano,json=auditRetentionNano,proto3" json:"audit_retention_nano,omitempty"`
+	AuditMaxEntries    uint64 `protobuf:"varint,5,opt,name=audit_max_entries,json=auditMaxEntries,proto3" json:"audit_max_entries,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *MaintainCommand) Reset() {
@@ -571,6 +595,20 @@ func (x *MaintainCommand) GetRetentionNano() int64 {
 	return 0
 }
 
+func (x *MaintainCommand) GetAuditRetentionNano() int64 {
+	if x != nil {
+		return x.AuditRetentionNano
+	}
+	return 0
+}
+
+func (x *MaintainCommand) GetAuditMaxEntries() uint64 {
+	if x != nil {
+		return x.AuditMaxEntries
+	}
+	return 0
+}
+
 // A snapshot, format 2 (what this version writes), is a stream of
 // records, each one type byte and a length-delimited message: the type
 // byte has the ignorable bit (0x80) for a record an older reader may skip,
@@ -619,8 +657,10 @@ type SnapshotHeader struct {
 	// overrides_mirror is set in a shard group that follows the home
 	// group's overrides (OverridesCommand.mirror).
 	OverridesMirror bool `protobuf:"varint,18,opt,name=overrides_mirror,json=overridesMirror,proto3" json:"overrides_mirror,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// audit_seq is the last audit entry's seq, kept or not.
+	AuditSeq      uint64 `protobuf:"varint,19,opt,name=audit_seq,json=auditSeq,proto3" json:"audit_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
@@ -777,6 +817,13 @@ func (x *SnapshotHeader) GetOverridesMirror() bool {
 		return x.OverridesMirror
 	}
 	return false
+}
+
+func (x *SnapshotHeader) GetAuditSeq() uint64 {
+	if x != nil {
+		return x.AuditSeq
+	}
+	return 0
 }
 
 type IncarnationRecord struct {
@@ -1879,6 +1926,8 @@ type OverridesCommand struct {
 	Mirror        bool   `protobuf:"varint,4,opt,name=mirror,proto3" json:"mirror,omitempty"`
 	Full          bool   `protobuf:"varint,5,opt,name=full,proto3" json:"full,omitempty"`
 	MirrorVersion uint64 `protobuf:"varint,6,opt,name=mirror_version,json=mirrorVersion,proto3" json:"mirror_version,omitempty"`
+	// audit, when set, records the change in the audit log if it applies.
+	Audit         *Audit `protobuf:"bytes,7,opt,name=audit,proto3" json:"audit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1955,11 +2004,181 @@ func (x *OverridesCommand) GetMirrorVersion() uint64 {
 	return 0
 }
 
+func (x *OverridesCommand) GetAudit() *Audit {
+	if x != nil {
+		return x.Audit
+	}
+	return nil
+}
+
+// Audit is what the leader knows of a change it proposes, for the audit
+// log (allot.v1.AuditService): who asked, when on its clock, and the
+// call. The state adds what changed, before and after, as it applies the
+// command carrying it, and records nothing when the command is refused,
+// so that a change and its record are one entry of the log.
+type Audit struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	AtUnixNano int64                  `protobuf:"varint,1,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	Actor      string                 `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
+	Peer       string                 `protobuf:"bytes,3,opt,name=peer,proto3" json:"peer,omitempty"`
+	Action     string                 `protobuf:"bytes,4,opt,name=action,proto3" json:"action,omitempty"`
+	// max_entries is the leader's bound on the log (--audit-max-entries):
+	// the oldest entries beyond it go as this one is recorded. 0: the
+	// state's default.
+	MaxEntries    uint64 `protobuf:"varint,5,opt,name=max_entries,json=maxEntries,proto3" json:"max_entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Audit) Reset() {
+	*x = Audit{}
+	mi := &file_fsm_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Audit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Audit) ProtoMessage() {}
+
+func (x *Audit) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Audit.ProtoReflect.Descriptor instead.
+func (*Audit) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *Audit) GetAtUnixNano() int64 {
+	if x != nil {
+		return x.AtUnixNano
+	}
+	return 0
+}
+
+func (x *Audit) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *Audit) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *Audit) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *Audit) GetMaxEntries() uint64 {
+	if x != nil {
+		return x.MaxEntries
+	}
+	return 0
+}
+
+// AuditCommand records a change that no other command carries: the kind,
+// subjects and before and after come from the proposer (a feature whose
+// state is not replicated, or that records what it did apart from it).
+type AuditCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Audit         *Audit                 `protobuf:"bytes,1,opt,name=audit,proto3" json:"audit,omitempty"`
+	Kind          string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Subjects      []string               `protobuf:"bytes,3,rep,name=subjects,proto3" json:"subjects,omitempty"`
+	Before        *proto.AuditValues     `protobuf:"bytes,4,opt,name=before,proto3" json:"before,omitempty"`
+	After         *proto.AuditValues     `protobuf:"bytes,5,opt,name=after,proto3" json:"after,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditCommand) Reset() {
+	*x = AuditCommand{}
+	mi := &file_fsm_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditCommand) ProtoMessage() {}
+
+func (x *AuditCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditCommand.ProtoReflect.Descriptor instead.
+func (*AuditCommand) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *AuditCommand) GetAudit() *Audit {
+	if x != nil {
+		return x.Audit
+	}
+	return nil
+}
+
+func (x *AuditCommand) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *AuditCommand) GetSubjects() []string {
+	if x != nil {
+		return x.Subjects
+	}
+	return nil
+}
+
+func (x *AuditCommand) GetBefore() *proto.AuditValues {
+	if x != nil {
+		return x.Before
+	}
+	return nil
+}
+
+func (x *AuditCommand) GetAfter() *proto.AuditValues {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
 var File_fsm_proto protoreflect.FileDescriptor
 
 const file_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\tfsm.proto\x12\fallot.fsm.v1\x1a\vagent.proto\x1a\rcluster.proto\x1a\vrules.proto\x1a\fshards.proto\"r\n" +
+	"\tfsm.proto\x12\fallot.fsm.v1\x1a\vagent.proto\x1a\vaudit.proto\x1a\rcluster.proto\x1a\vrules.proto\x1a\fshards.proto\"r\n" +
 	"\x0eReportsCommand\x12,\n" +
 	"\x12proposed_unix_nano\x18\x01 \x01(\x03R\x10proposedUnixNano\x122\n" +
 	"\areports\x18\x02 \x03(\v2\x18.allot.fsm.v1.AgentUsageR\areports\"\x86\x01\n" +
@@ -1974,23 +2193,27 @@ const file_fsm_proto_rawDesc = "" +
 	"\x05moved\x18\x02 \x03(\v2\x19.allot.fsm.v1.MovedReportR\x05moved\";\n" +
 	"\vMovedReport\x12\x16\n" +
 	"\x06report\x18\x01 \x01(\rR\x06report\x12\x14\n" +
-	"\x05slots\x18\x02 \x03(\rR\x05slots\"\x83\x01\n" +
+	"\x05slots\x18\x02 \x03(\rR\x05slots\"\xae\x01\n" +
 	"\fRulesCommand\x12 \n" +
 	"\x03put\x18\x01 \x03(\v2\x0e.allot.v1.RuleR\x03put\x12\x16\n" +
 	"\x06delete\x18\x02 \x03(\tR\x06delete\x12\x1f\n" +
 	"\vreplace_all\x18\x03 \x01(\bR\n" +
 	"replaceAll\x12\x18\n" +
-	"\aversion\x18\x04 \x01(\x04R\aversion\"Q\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\x12)\n" +
+	"\x05audit\x18\x05 \x01(\v2\x13.allot.fsm.v1.AuditR\x05audit\"|\n" +
 	"\rMemberCommand\x12(\n" +
 	"\x06member\x18\x01 \x01(\v2\x10.allot.v1.MemberR\x06member\x12\x16\n" +
-	"\x06remove\x18\x02 \x01(\bR\x06remove\"A\n" +
+	"\x06remove\x18\x02 \x01(\bR\x06remove\x12)\n" +
+	"\x05audit\x18\x03 \x01(\v2\x13.allot.fsm.v1.AuditR\x05audit\"A\n" +
 	"\fEpochCommand\x12\x16\n" +
 	"\x06leader\x18\x01 \x01(\tR\x06leader\x12\x19\n" +
-	"\bat_least\x18\x02 \x01(\x04R\aatLeast\"\x8a\x01\n" +
+	"\bat_least\x18\x02 \x01(\x04R\aatLeast\"\xe8\x01\n" +
 	"\x0fMaintainCommand\x12\"\n" +
 	"\rnow_unix_nano\x18\x01 \x01(\x03R\vnowUnixNano\x12,\n" +
 	"\x12agent_timeout_nano\x18\x02 \x01(\x03R\x10agentTimeoutNano\x12%\n" +
-	"\x0eretention_nano\x18\x03 \x01(\x03R\rretentionNano\"\xb6\x05\n" +
+	"\x0eretention_nano\x18\x03 \x01(\x03R\rretentionNano\x120\n" +
+	"\x14audit_retention_nano\x18\x04 \x01(\x03R\x12auditRetentionNano\x12*\n" +
+	"\x11audit_max_entries\x18\x05 \x01(\x04R\x0fauditMaxEntries\"\xd3\x05\n" +
 	"\x0eSnapshotHeader\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12#\n" +
@@ -2012,7 +2235,8 @@ const file_fsm_proto_rawDesc = "" +
 	"\x17retention_dropped_lines\x18\x0f \x01(\x04R\x15retentionDroppedLines\x12+\n" +
 	"\x11overrides_version\x18\x10 \x01(\x04R\x10overridesVersion\x12'\n" +
 	"\x0foverrides_floor\x18\x11 \x01(\x04R\x0eoverridesFloor\x12)\n" +
-	"\x10overrides_mirror\x18\x12 \x01(\bR\x0foverridesMirror\"\xc6\x01\n" +
+	"\x10overrides_mirror\x18\x12 \x01(\bR\x0foverridesMirror\x12\x1b\n" +
+	"\taudit_seq\x18\x13 \x01(\x04R\bauditSeq\"\xc6\x01\n" +
 	"\x11IncarnationRecord\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x19\n" +
@@ -2107,14 +2331,29 @@ const file_fsm_proto_rawDesc = "" +
 	"\x04last\x18\x04 \x01(\rR\x04last\x12\x12\n" +
 	"\x04peer\x18\x05 \x01(\tR\x04peer\x12 \n" +
 	"\fat_unix_nano\x18\x06 \x01(\x03R\n" +
-	"atUnixNano\"\xde\x01\n" +
+	"atUnixNano\"\x89\x02\n" +
 	"\x10OverridesCommand\x12$\n" +
 	"\x03put\x18\x01 \x03(\v2\x12.allot.v1.OverrideR\x03put\x12-\n" +
 	"\x06delete\x18\x02 \x03(\v2\x15.allot.v1.OverrideKeyR\x06delete\x12\"\n" +
 	"\rnow_unix_nano\x18\x03 \x01(\x03R\vnowUnixNano\x12\x16\n" +
 	"\x06mirror\x18\x04 \x01(\bR\x06mirror\x12\x12\n" +
 	"\x04full\x18\x05 \x01(\bR\x04full\x12%\n" +
-	"\x0emirror_version\x18\x06 \x01(\x04R\rmirrorVersionB@Z>github.com/allot-io/allot/coordinator/internal/fsm/fsmpb;fsmpbb\x06proto3"
+	"\x0emirror_version\x18\x06 \x01(\x04R\rmirrorVersion\x12)\n" +
+	"\x05audit\x18\a \x01(\v2\x13.allot.fsm.v1.AuditR\x05audit\"\x8c\x01\n" +
+	"\x05Audit\x12 \n" +
+	"\fat_unix_nano\x18\x01 \x01(\x03R\n" +
+	"atUnixNano\x12\x14\n" +
+	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\x12\n" +
+	"\x04peer\x18\x03 \x01(\tR\x04peer\x12\x16\n" +
+	"\x06action\x18\x04 \x01(\tR\x06action\x12\x1f\n" +
+	"\vmax_entries\x18\x05 \x01(\x04R\n" +
+	"maxEntries\"\xc5\x01\n" +
+	"\fAuditCommand\x12)\n" +
+	"\x05audit\x18\x01 \x01(\v2\x13.allot.fsm.v1.AuditR\x05audit\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1a\n" +
+	"\bsubjects\x18\x03 \x03(\tR\bsubjects\x12-\n" +
+	"\x06before\x18\x04 \x01(\v2\x15.allot.v1.AuditValuesR\x06before\x12+\n" +
+	"\x05after\x18\x05 \x01(\v2\x15.allot.v1.AuditValuesR\x05afterB@Z>github.com/allot-io/allot/coordinator/internal/fsm/fsmpb;fsmpbb\x06proto3"
 
 var (
 	file_fsm_proto_rawDescOnce sync.Once
@@ -2129,7 +2368,7 @@ func file_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_fsm_proto_goTypes = []any{
 	(SlotsCommand_Op)(0),         // 0: allot.fsm.v1.SlotsCommand.Op
 	(*ReportsCommand)(nil),       // 1: allot.fsm.v1.ReportsCommand
@@ -2157,38 +2396,47 @@ var file_fsm_proto_goTypes = []any{
 	(*SlotsRecord)(nil),          // 23: allot.fsm.v1.SlotsRecord
 	(*MoveOutcome)(nil),          // 24: allot.fsm.v1.MoveOutcome
 	(*OverridesCommand)(nil),     // 25: allot.fsm.v1.OverridesCommand
-	(*proto.UsageBatch)(nil),     // 26: allot.v1.UsageBatch
-	(*proto.Rule)(nil),           // 27: allot.v1.Rule
-	(*proto.Member)(nil),         // 28: allot.v1.Member
-	(*proto.ShardGroup)(nil),     // 29: allot.v1.ShardGroup
-	(*proto.SlotMove)(nil),       // 30: allot.v1.SlotMove
-	(*proto.PinSlotRequest)(nil), // 31: allot.v1.PinSlotRequest
-	(*proto.Override)(nil),       // 32: allot.v1.Override
-	(*proto.OverrideKey)(nil),    // 33: allot.v1.OverrideKey
+	(*Audit)(nil),                // 26: allot.fsm.v1.Audit
+	(*AuditCommand)(nil),         // 27: allot.fsm.v1.AuditCommand
+	(*proto.UsageBatch)(nil),     // 28: allot.v1.UsageBatch
+	(*proto.Rule)(nil),           // 29: allot.v1.Rule
+	(*proto.Member)(nil),         // 30: allot.v1.Member
+	(*proto.ShardGroup)(nil),     // 31: allot.v1.ShardGroup
+	(*proto.SlotMove)(nil),       // 32: allot.v1.SlotMove
+	(*proto.PinSlotRequest)(nil), // 33: allot.v1.PinSlotRequest
+	(*proto.Override)(nil),       // 34: allot.v1.Override
+	(*proto.OverrideKey)(nil),    // 35: allot.v1.OverrideKey
+	(*proto.AuditValues)(nil),    // 36: allot.v1.AuditValues
 }
 var file_fsm_proto_depIdxs = []int32{
 	2,  // 0: allot.fsm.v1.ReportsCommand.reports:type_name -> allot.fsm.v1.AgentUsage
-	26, // 1: allot.fsm.v1.AgentUsage.batch:type_name -> allot.v1.UsageBatch
+	28, // 1: allot.fsm.v1.AgentUsage.batch:type_name -> allot.v1.UsageBatch
 	4,  // 2: allot.fsm.v1.ReportsResult.moved:type_name -> allot.fsm.v1.MovedReport
-	27, // 3: allot.fsm.v1.RulesCommand.put:type_name -> allot.v1.Rule
-	28, // 4: allot.fsm.v1.MemberCommand.member:type_name -> allot.v1.Member
-	19, // 5: allot.fsm.v1.SnapshotHeader.export:type_name -> allot.fsm.v1.ExportPosition
-	16, // 6: allot.fsm.v1.GrantsCommand.grants:type_name -> allot.fsm.v1.GrantRecord
-	19, // 7: allot.fsm.v1.ExportedCommand.position:type_name -> allot.fsm.v1.ExportPosition
-	0,  // 8: allot.fsm.v1.SlotsCommand.op:type_name -> allot.fsm.v1.SlotsCommand.Op
-	29, // 9: allot.fsm.v1.ShardMapCommand.add_group:type_name -> allot.v1.ShardGroup
-	30, // 10: allot.fsm.v1.ShardMapCommand.plan:type_name -> allot.v1.SlotMove
-	30, // 11: allot.fsm.v1.ShardMapCommand.phase:type_name -> allot.v1.SlotMove
-	31, // 12: allot.fsm.v1.ShardMapCommand.pin:type_name -> allot.v1.PinSlotRequest
-	24, // 13: allot.fsm.v1.SlotsRecord.moves:type_name -> allot.fsm.v1.MoveOutcome
-	0,  // 14: allot.fsm.v1.MoveOutcome.op:type_name -> allot.fsm.v1.SlotsCommand.Op
-	32, // 15: allot.fsm.v1.OverridesCommand.put:type_name -> allot.v1.Override
-	33, // 16: allot.fsm.v1.OverridesCommand.delete:type_name -> allot.v1.OverrideKey
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	29, // 3: allot.fsm.v1.RulesCommand.put:type_name -> allot.v1.Rule
+	26, // 4: allot.fsm.v1.RulesCommand.audit:type_name -> allot.fsm.v1.Audit
+	30, // 5: allot.fsm.v1.MemberCommand.member:type_name -> allot.v1.Member
+	26, // 6: allot.fsm.v1.MemberCommand.audit:type_name -> allot.fsm.v1.Audit
+	19, // 7: allot.fsm.v1.SnapshotHeader.export:type_name -> allot.fsm.v1.ExportPosition
+	16, // 8: allot.fsm.v1.GrantsCommand.grants:type_name -> allot.fsm.v1.GrantRecord
+	19, // 9: allot.fsm.v1.ExportedCommand.position:type_name -> allot.fsm.v1.ExportPosition
+	0,  // 10: allot.fsm.v1.SlotsCommand.op:type_name -> allot.fsm.v1.SlotsCommand.Op
+	31, // 11: allot.fsm.v1.ShardMapCommand.add_group:type_name -> allot.v1.ShardGroup
+	32, // 12: allot.fsm.v1.ShardMapCommand.plan:type_name -> allot.v1.SlotMove
+	32, // 13: allot.fsm.v1.ShardMapCommand.phase:type_name -> allot.v1.SlotMove
+	33, // 14: allot.fsm.v1.ShardMapCommand.pin:type_name -> allot.v1.PinSlotRequest
+	24, // 15: allot.fsm.v1.SlotsRecord.moves:type_name -> allot.fsm.v1.MoveOutcome
+	0,  // 16: allot.fsm.v1.MoveOutcome.op:type_name -> allot.fsm.v1.SlotsCommand.Op
+	34, // 17: allot.fsm.v1.OverridesCommand.put:type_name -> allot.v1.Override
+	35, // 18: allot.fsm.v1.OverridesCommand.delete:type_name -> allot.v1.OverrideKey
+	26, // 19: allot.fsm.v1.OverridesCommand.audit:type_name -> allot.fsm.v1.Audit
+	26, // 20: allot.fsm.v1.AuditCommand.audit:type_name -> allot.fsm.v1.Audit
+	36, // 21: allot.fsm.v1.AuditCommand.before:type_name -> allot.v1.AuditValues
+	36, // 22: allot.fsm.v1.AuditCommand.after:type_name -> allot.v1.AuditValues
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_fsm_proto_init() }
@@ -2203,7 +2451,7 @@ func file_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_proto_rawDesc), len(file_fsm_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

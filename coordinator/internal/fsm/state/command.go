@@ -36,12 +36,16 @@ const (
 	// CmdOverrides changes per-tenant overrides. Never ignorable: a
 	// member that skipped one would grant leases by other limits.
 	CmdOverrides Command = 11
+	// CmdAudit records an audit entry no other command carries (audit.go).
+	// Proposed with the ignorable bit: a member too old to know it only
+	// lacks the entry, as it lacks the ones other commands carry.
+	CmdAudit Command = 12
 
 	Ignorable Command = 0x80
 )
 
 // Commands lists every command type this version knows.
-var Commands = []Command{CmdReports, CmdRules, CmdMember, CmdEpoch, CmdMaintain, CmdSettings, CmdGrants, CmdExported, CmdSlots, CmdShardMap, CmdOverrides}
+var Commands = []Command{CmdReports, CmdRules, CmdMember, CmdEpoch, CmdMaintain, CmdSettings, CmdGrants, CmdExported, CmdSlots, CmdShardMap, CmdOverrides, CmdAudit}
 
 func (t Command) String() string {
 	switch t &^ Ignorable {
@@ -67,6 +71,8 @@ func (t Command) String() string {
 		return "shard_map"
 	case CmdOverrides:
 		return "overrides"
+	case CmdAudit:
+		return "audit"
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }
@@ -138,6 +144,10 @@ var handlers = map[Command]handler{
 		msg:   func() proto.Message { return &fsmpb.OverridesCommand{} },
 		apply: func(s *State, m proto.Message) any { return s.applyOverrides(m.(*fsmpb.OverridesCommand)) },
 	},
+	CmdAudit: {
+		msg:   func() proto.Message { return &fsmpb.AuditCommand{} },
+		apply: func(s *State, m proto.Message) any { s.applyAudit(m.(*fsmpb.AuditCommand)); return nil },
+	},
 }
 
 // Message returns an empty message of the type command t carries (the
@@ -156,6 +166,7 @@ func Message(t Command) (proto.Message, bool) {
 // for an epoch, nil otherwise. A type this version does not know changes
 // nothing and returns nil.
 func (s *State) Apply(t Command, m proto.Message) any {
+	s.recorded = ""
 	h, ok := handlers[t&^Ignorable]
 	if !ok {
 		return nil

@@ -121,6 +121,10 @@ func dumpState(s *State) string {
 		lines = append(lines, fmt.Sprintf("overrides v%d floor %d mirror %v", s.ov.version, s.ov.floor, s.ov.mirror))
 	}
 	s.eachOverride(func(o *allotpb.Override) { lines = append(lines, fmt.Sprintf("override %v", o)) })
+	if s.audit.seq != 0 {
+		lines = append(lines, fmt.Sprintf("audit seq %d", s.audit.seq))
+	}
+	s.eachAudit(func(e *allotpb.AuditEntry) { lines = append(lines, fmt.Sprintf("audit %v", e)) })
 
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")

@@ -276,17 +276,40 @@ func (s *State) applyOverrides(cmd *fsmpb.OverridesCommand) any {
 		return err
 	}
 	v, now := s.ov.version+1, cmd.GetNowUnixNano()
+	var ch *auditChange
+	if cmd.GetAudit() != nil {
+		ch = &auditChange{kind: AuditOverrides, changed: len(cmd.GetPut()) + len(cmd.GetDelete()), before: &allotpb.AuditValues{}, after: &allotpb.AuditValues{}}
+	}
+	// note lists a key and what it held, before it changes.
+	note := func(rule, tenant string) {
+		if ch == nil || len(ch.subjects) == MaxAuditItems {
+			return
+		}
+		ch.subjects = append(ch.subjects, rule+"/"+tenant)
+		if was, ok := s.Override(rule, tenant); ok {
+			ch.before.Overrides = append(ch.before.Overrides, was)
+		}
+	}
 	for _, p := range cmd.GetPut() {
-		s.ov.set(&allotpb.Override{
+		note(p.GetRule(), p.GetTenant())
+		o := &allotpb.Override{
 			Rule: p.GetRule(), Tenant: p.GetTenant(), Limit: p.GetLimit(), Weight: p.GetWeight(),
 			ExpiresUnixNano: p.GetExpiresUnixNano(), Version: v, UpdatedUnixNano: now,
-		})
+		}
+		s.ov.set(o)
+		if ch != nil && len(ch.after.Overrides) < MaxAuditItems {
+			ch.after.Overrides = append(ch.after.Overrides, o)
+		}
 	}
 	for _, k := range cmd.GetDelete() {
+		note(k.GetRule(), k.GetTenant())
 		s.ov.kill(overrideKey{k.GetRule(), k.GetTenant()}, v, now)
 	}
 	s.ov.version = v
 	s.ov.prune()
+	if ch != nil {
+		s.record(cmd.GetAudit(), *ch)
+	}
 	return v
 }
 

@@ -69,6 +69,10 @@ type State struct {
 	shardMap *shard.Map
 	// ov holds the per-tenant overrides (overrides.go).
 	ov overrideStore
+	// audit is the audit log (audit.go). recorded is the kind of entry the
+	// command being applied recorded: not replicated, for the metric.
+	audit    auditStore
+	recorded string
 }
 
 // incKey identifies one run of one agent.
@@ -135,6 +139,7 @@ func New() *State {
 		open:         newOpen(),
 		final:        newFinal(),
 		ov:           newOverrideStore(),
+		audit:        newAuditStore(),
 	}
 }
 
@@ -242,6 +247,9 @@ func (s *State) applyRules(cmd *fsmpb.RulesCommand) error {
 	if err != nil {
 		return err
 	}
+	if a := cmd.GetAudit(); a != nil {
+		s.record(a, rulesChange(s.rules, set, cmd))
+	}
 	s.rules = set
 	if cmd.GetVersion() == 0 { // not a mirror of the home group's rules
 		s.dropRulelessOverrides(0)
@@ -287,11 +295,24 @@ func nextRules(cur *rules.Set, cmd *fsmpb.RulesCommand) (*rules.Set, error) {
 
 func (s *State) applyMember(cmd *fsmpb.MemberCommand) {
 	m := cmd.GetMember()
+	was, _ := s.members.Get(&allotpb.Member{Id: m.GetId()})
+	var is *allotpb.Member
 	if cmd.GetRemove() {
 		s.members.Delete(&allotpb.Member{Id: m.GetId()})
-		return
+	} else {
+		is = &allotpb.Member{Id: m.GetId(), RaftAddress: m.GetRaftAddress(), GrpcAddress: m.GetGrpcAddress(), HttpAddress: m.GetHttpAddress()}
+		s.members.ReplaceOrInsert(is)
 	}
-	s.members.ReplaceOrInsert(&allotpb.Member{Id: m.GetId(), RaftAddress: m.GetRaftAddress(), GrpcAddress: m.GetGrpcAddress(), HttpAddress: m.GetHttpAddress()})
+	if a := cmd.GetAudit(); a != nil {
+		ch := auditChange{kind: AuditMembership, subjects: []string{m.GetId()}, changed: 1, before: &allotpb.AuditValues{}, after: &allotpb.AuditValues{}}
+		if was != nil {
+			ch.before.Members = []*allotpb.Member{was}
+		}
+		if is != nil {
+			ch.after.Members = []*allotpb.Member{is}
+		}
+		s.record(a, ch)
+	}
 }
 
 func (s *State) applyEpoch(cmd *fsmpb.EpochCommand) uint64 {
@@ -329,6 +350,11 @@ func (s *State) Settled() bool {
 func (s *State) maintain(cmd *fsmpb.MaintainCommand) {
 	now, timeout := cmd.GetNowUnixNano(), cmd.GetAgentTimeoutNano()
 	s.expireOverrides(now)
+	if r := cmd.GetAuditRetentionNano(); r > 0 {
+		s.expireAudit(now-r, cmd.GetAuditMaxEntries())
+	} else if cmd.GetAuditMaxEntries() > 0 {
+		s.audit.keep(cmd.GetAuditMaxEntries())
+	}
 	width := s.BillingWindowSeconds() * int64(time.Second)
 	// A window is done when it has ended and each of its reporters is
 	// gone, silent past the timeout, or acknowledged past its end.

@@ -112,6 +112,7 @@ func (s *State) frozen() *State {
 	c.open = s.open.Clone()
 	c.final = s.final.Clone()
 	c.ov = s.ov.clone()
+	c.audit = s.audit.clone()
 	return &c
 }
 
@@ -170,6 +171,7 @@ func (s *State) setHeader(h *fsmpb.SnapshotHeader) {
 	s.export = ExportPositionFromProto(h.GetExport())
 	s.retentionDropped = h.GetRetentionDroppedLines()
 	s.ov.version, s.ov.floor, s.ov.mirror = h.GetOverridesVersion(), h.GetOverridesFloor(), h.GetOverridesMirror()
+	s.audit.seq = h.GetAuditSeq()
 }
 
 func (s *State) putMember(m *allotpb.Member) { s.members.ReplaceOrInsert(m) }

@@ -29,6 +29,7 @@ import (
 //	/readyz      200 once a leader is known, 503 before
 //	/v1/status   this member and the cluster, as JSON
 //	/v1/usage    the ledger, as JSON: ?from=&to= (RFC 3339) &tenant= &rule= &region= &page_size= &page_token=
+//	/v1/overrides  per-tenant overrides: GET, PUT, DELETE (overrides_http.go)
 //	/ui          the status page (ui.go), and /v1/ui its data
 //
 // With TLS configured it serves HTTPS, verifying client certificates
@@ -79,6 +80,7 @@ func (c *Coordinator) startHTTP() error {
 		writeProto(w, http.StatusOK, resp)
 	})))
 	c.uiHandlers(mux)
+	c.overridesHTTP(mux)
 	var err error
 	c.httpLis, err = net.Listen("tcp", c.cfg.HTTPAddr)
 	if err != nil {

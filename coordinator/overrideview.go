@@ -74,10 +74,3 @@ func (v *overrideView) get(rule, tenant string) (rules.TenantOverride, bool) {
 	e, ok := v.m[[2]string{rule, tenant}]
 	return e.o, ok
 }
-
-// count is how many overrides the view holds.
-func (v *overrideView) count() int {
-	v.mu.RLock()
-	defer v.mu.RUnlock()
-	return len(v.m)
-}

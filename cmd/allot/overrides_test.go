@@ -3,7 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -36,9 +38,12 @@ func TestCLIOverrides(t *testing.T) {
     period: 1h
     intent: quota
 `)
-	if code, stdout, stderr := runAllot(t, admin, append([]string{"rules", "put", rulesFile}, at...)...); code != exitOK {
-		t.Fatalf("rules put: exit %d, %s%s", code, stdout, stderr)
-	}
+	// Ready once it knows a leader, itself: it may take a moment more to
+	// take writes.
+	eventually(t, "the rules put", procs, func() (bool, string) {
+		code, stdout, stderr := runAllot(t, admin, append([]string{"rules", "put", rulesFile}, at...)...)
+		return code == exitOK, stdout + stderr
+	})
 	gw := startProcess(t, cliEnv("ALLOT_TOKEN_FILE="+tokens["gw-1"]), "gw-1", "agent", "--coordinators", addrs[1], "--node-id", "gw-1", "--http-addr", addrs[3], "--report-interval", "200ms")
 	procs = append(procs, gw)
 	eventually(t, "the agent's rules", procs, func() (bool, string) { return httpOK("http://" + addrs[3] + "/healthz") })
@@ -104,6 +109,51 @@ func TestCLIOverrides(t *testing.T) {
 		code, stdout, stderr := runAllot(t, reader, append([]string{"overrides", "list", "--format", "jsonl"}, at...)...)
 		if code != exitOK || strings.Count(stdout, "\n") != 1 || !strings.Contains(stderr, "1 in the cluster") {
 			t.Errorf("after refused imports the cluster holds: %s%s", stdout, stderr)
+		}
+	})
+
+	t.Run("http", func(t *testing.T) {
+		token := func(name string) string {
+			b, err := os.ReadFile(tokens[name])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return strings.TrimSpace(string(b))
+		}
+		call := func(method, path, who, body string) (int, string) {
+			req, _ := http.NewRequest(method, "http://"+addrs[2]+path, strings.NewReader(body))
+			if who != "" {
+				req.Header.Set("Authorization", "Bearer "+token(who))
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		put := `{"overrides":[{"rule":"tenant-quota","tenant":"http-co","limit":77}]}`
+		for _, tc := range []struct {
+			method, path, who, body string
+			code                    int
+			want                    string
+		}{
+			{"PUT", "/v1/overrides", "", put, http.StatusUnauthorized, "authentication required"},
+			{"PUT", "/v1/overrides", "billing", put, http.StatusForbidden, "needs the admin role"},
+			{"PUT", "/v1/overrides", "admin", `{"overrides":[{"rule":"tenant-quota","tenant":"x","limit":-1}]}`, http.StatusBadRequest, "must not be negative"},
+			{"PUT", "/v1/overrides", "admin", `{"overrides":`, http.StatusBadRequest, "not a PutOverridesRequest"},
+			{"PUT", "/v1/overrides", "admin", put, http.StatusOK, `"count":1`},
+			{"GET", "/v1/overrides/tenant-quota/http-co", "billing", "", http.StatusOK, `"limit":"77"`},
+			{"GET", "/v1/overrides?rule=tenant-quota&prefix=http-", "billing", "", http.StatusOK, `"tenant":"http-co"`},
+			{"DELETE", "/v1/overrides/tenant-quota/http-co", "admin", "", http.StatusOK, `"deleted":1`},
+			{"DELETE", "/v1/overrides/tenant-quota/http-co", "admin", "", http.StatusNotFound, "has none"},
+			{"GET", "/v1/overrides/tenant-quota/http-co", "billing", "", http.StatusNotFound, "no override"},
+		} {
+			code, body := call(tc.method, tc.path, tc.who, tc.body)
+			if code != tc.code || !strings.Contains(body, tc.want) {
+				t.Errorf("%s %s as %q: %d %s, want %d with %q", tc.method, tc.path, tc.who, code, body, tc.code, tc.want)
+			}
 		}
 	})
 

@@ -166,7 +166,7 @@ func (c *Coordinator) joinToken() string {
 //     given, then promoted when it asks again;
 //   - a member of a version that does not say what it holds is added as a
 //     voter at once, as it always was.
-func (c *Coordinator) addMember(req *allotpb.JoinRequest) (*allotpb.JoinResponse, error) {
+func (c *Coordinator) addMember(ctx context.Context, req *allotpb.JoinRequest) (*allotpb.JoinResponse, error) {
 	if req.GetId() == "" || req.GetRaftAddress() == "" || req.GetGrpcAddress() == "" {
 		return nil, fmt.Errorf("%w: join needs id, raft_address and grpc_address", errBadRequest)
 	}
@@ -226,7 +226,7 @@ func (c *Coordinator) addMember(req *allotpb.JoinRequest) (*allotpb.JoinResponse
 			}
 		}
 	}
-	if _, err := c.apply(state.CmdMember, &fsmpb.MemberCommand{Member: &allotpb.Member{
+	if _, err := c.apply(ctx, state.CmdMember, &fsmpb.MemberCommand{Member: &allotpb.Member{
 		Id: req.GetId(), RaftAddress: req.GetRaftAddress(), GrpcAddress: req.GetGrpcAddress(), HttpAddress: req.GetHttpAddress(),
 	}}, 10*time.Second); err != nil {
 		return nil, err
@@ -235,14 +235,14 @@ func (c *Coordinator) addMember(req *allotpb.JoinRequest) (*allotpb.JoinResponse
 }
 
 // removeMember removes a node from the Raft configuration and forgets it.
-func (c *Coordinator) removeMember(id string) error {
+func (c *Coordinator) removeMember(ctx context.Context, id string) error {
 	if id == "" {
 		return fmt.Errorf("%w: remove needs an id", errBadRequest)
 	}
 	if err := c.raft.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
 		return fmt.Errorf("coordinator: removing %s: %w", id, err)
 	}
-	_, err := c.apply(state.CmdMember, &fsmpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true}, 10*time.Second)
+	_, err := c.apply(ctx, state.CmdMember, &fsmpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true}, 10*time.Second)
 	return err
 }
 
@@ -267,7 +267,7 @@ func (c *Coordinator) pruneMembers() error {
 		}
 	})
 	for _, id := range stale {
-		if _, err := c.apply(state.CmdMember, &fsmpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true}, 10*time.Second); err != nil {
+		if _, err := c.apply(c.ctx, state.CmdMember, &fsmpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true}, 10*time.Second); err != nil {
 			return err
 		}
 		c.log.Info("forgot a member no longer in the Raft configuration", "id", id)

@@ -125,7 +125,7 @@ func TestRemovedMemberStops(t *testing.T) {
 			victim = i
 		}
 	}
-	if err := l.removeMember(nodes[victim].ID()); err != nil {
+	if err := l.removeMember(context.Background(), nodes[victim].ID()); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -102,21 +102,47 @@ func ExtractHTTP(ctx context.Context, h http.Header) context.Context {
 	return w3c.Extract(ctx, propagation.HeaderCarrier(h))
 }
 
-// StartHTTP starts the server span of an HTTP request, a child of the
-// traceparent it came with: named "METHOD route", with the method and
-// route as attributes. tr must not be nil.
+// Route starts the server spans of one HTTP route. Its options are built
+// once, and attributes are set only on a span that records: a request
+// that is not sampled allocates what the SDK must (its span and its
+// context) and no more.
+type Route struct {
+	route, post string
+	opts        []trace.SpanStartOption
+}
+
+// NewRoute returns the spans of route ("/v1/check").
+func NewRoute(route string) *Route {
+	return &Route{route: route, post: http.MethodPost + " " + route, opts: []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}}
+}
+
+// Start starts the server span of a request, a child of the traceparent
+// it came with, named "METHOD route". tr must not be nil.
+func (rt *Route) Start(tr trace.Tracer, r *http.Request) (context.Context, trace.Span) {
+	name := rt.post
+	if r.Method != http.MethodPost {
+		name = r.Method + " " + rt.route
+	}
+	ctx, span := tr.Start(ExtractHTTP(r.Context(), r.Header), name, rt.opts...)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("http.request.method", r.Method), attribute.String("http.route", rt.route))
+	}
+	return ctx, span
+}
+
+// StartHTTP is NewRoute(route).Start(tr, r), for a route served rarely.
 func StartHTTP(tr trace.Tracer, r *http.Request, route string) (context.Context, trace.Span) {
-	ctx := ExtractHTTP(r.Context(), r.Header)
-	return tr.Start(ctx, r.Method+" "+route, trace.WithSpanKind(trace.SpanKindServer),
-		trace.WithAttributes(attribute.String("http.request.method", r.Method), attribute.String("http.route", route)))
+	return NewRoute(route).Start(tr, r)
 }
 
 // EndHTTP records an HTTP answer's status on its server span and ends it:
 // a 5xx is an error of the server's; a 4xx is the client's, and is not.
 func EndHTTP(span trace.Span, code int) {
-	span.SetAttributes(attribute.Int("http.response.status_code", code))
-	if code >= 500 {
-		span.SetStatus(codes.Error, http.StatusText(code))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("http.response.status_code", code))
+		if code >= 500 {
+			span.SetStatus(codes.Error, http.StatusText(code))
+		}
 	}
 	span.End()
 }

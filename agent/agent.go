@@ -12,13 +12,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/allot-io/allot/internal/timeutil"
-
 	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/internal/timeutil"
+	"github.com/allot-io/allot/internal/tracing"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Agent decides requests in the gateway's memory against the node's
@@ -66,6 +67,8 @@ type Agent struct {
 	// started (local clock). See joinReports.
 	joining atomic.Bool
 	born    int64
+	// tracer is Config.TracerProvider's; nil when tracing is off.
+	tracer trace.Tracer
 }
 
 // compiled is a rule set ready to enforce, with its usage counters.
@@ -107,6 +110,7 @@ func New(config Config) (*Agent, error) {
 		ready:  make(chan struct{}),
 		early:  make(chan struct{}, 1),
 		stop:   make(chan struct{}),
+		tracer: tracing.Tracer(cfg.TracerProvider, "github.com/allot-io/allot/agent"),
 	}
 	a.nodes.Store(1)
 	a.reserved.init()
@@ -204,6 +208,11 @@ func (a *Agent) earlyDue() bool {
 
 // Ready is closed once the agent enforces rules.
 func (a *Agent) Ready() <-chan struct{} { return a.ready }
+
+// Tracer is the tracer of Config.TracerProvider, for the servers around
+// the agent (the sidecar's) to start their spans with; nil when tracing
+// is off, which those servers check once per request and nothing more.
+func (a *Agent) Tracer() trace.Tracer { return a.tracer }
 
 // Rules returns the rule set the agent enforces, or nil before it has one.
 func (a *Agent) Rules() *rules.Set {

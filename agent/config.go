@@ -10,6 +10,7 @@ import (
 	"github.com/allot-io/allot/lease/rules"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 )
 
@@ -113,6 +114,11 @@ type Config struct {
 	Logger hclog.Logger
 	// Registerer receives the agent's metrics; nil registers nowhere.
 	Registerer prometheus.Registerer
+	// TracerProvider, when set, traces the agent's reports (a client span
+	// each, its context sent to the coordinators so that theirs are its
+	// children) and gives the servers around it (the sidecar) their
+	// tracer; nil traces nothing and costs nothing.
+	TracerProvider trace.TracerProvider
 	// Clock is the time source; nil reads the system clock every
 	// millisecond in the background.
 	Clock Clock

@@ -7,7 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/allot-io/allot/internal/tracing"
 	allotpb "github.com/allot-io/allot/proto"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -135,14 +138,50 @@ func (r *reporter) splitDemand(x *Exchange) {
 // again: the entries refused are quarantined, never re-sent, and the rest
 // goes through. It reports whether an answer was applied.
 func (r *reporter) send(ctx context.Context, x *Exchange) bool {
+	tr := r.a.tracer
+	if tr == nil {
+		return r.sendTraced(ctx, x, nil)
+	}
+	ctx, span := r.startSpan(ctx, tr, x)
+	defer span.End()
+	return r.sendTraced(tracing.InjectGRPC(ctx), x, span)
+}
+
+// startSpan starts the client span of one report exchange: the
+// coordinators that handle it see its context in the call's metadata,
+// and their spans are its children.
+func (r *reporter) startSpan(ctx context.Context, tr trace.Tracer, x *Exchange) (context.Context, trace.Span) {
+	req := x.Request
+	return tr.Start(ctx, "allot.agent.report", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
+		tracing.Node.String(req.GetNode()), tracing.Region.String(req.GetRegion()),
+		attribute.Int("allot.report.usage_counts", len(req.GetUsage().GetCounts())),
+		attribute.Int64("allot.report.usage_seq", int64(req.GetUsage().GetSeq())),
+		attribute.Int("allot.report.demand_keys", len(req.GetDemand())),
+		attribute.Bool("allot.report.urgent", x.urgent)))
+}
+
+// sendTraced is send, recording on span (nil: tracing off) each attempt
+// and its outcome.
+func (r *reporter) sendTraced(ctx context.Context, x *Exchange, span trace.Span) bool {
 	for attempt := 0; ; attempt++ {
 		if v := allotpb.ValidateReport(x.Request, allotpb.ReportLimits{}); len(v) > 0 && !r.mend(x, v, "refused by the agent's own check") {
-			r.deliver(x, nil, fmt.Errorf("agent: report breaks the protocol's limits: %s: %s", v[0].Field, v[0].Description))
+			err := fmt.Errorf("agent: report breaks the protocol's limits: %s: %s", v[0].Field, v[0].Description)
+			if span != nil {
+				tracing.Fail(span, err)
+			}
+			r.deliver(x, nil, err)
 			return false
 		}
 		resp, err := r.transport.Report(ctx, x.Request)
 		if err != nil && attempt < maxMends && r.mendRefusal(x, err) {
+			if span != nil {
+				span.AddEvent("mended and sent again", trace.WithAttributes(attribute.String("error", err.Error())))
+			}
 			continue
+		}
+		if span != nil {
+			span.SetAttributes(attribute.Int("allot.report.attempts", attempt+1), attribute.Int("allot.report.leases", len(resp.GetLeases())))
+			tracing.Fail(span, err)
 		}
 		r.deliver(x, resp, err)
 		return err == nil

@@ -100,7 +100,7 @@ func (c *Coordinator) recordAudit(ctx context.Context, kind, action string, subj
 		return fmt.Errorf("coordinator: audit kind %q: want one of %v", kind, state.AuditKinds)
 	}
 	cmd := &fsmpb.AuditCommand{Audit: c.auditStamp(ctx, action), Kind: kind, Subjects: subjects, Before: before, After: after}
-	_, err := c.apply(state.CmdAudit|state.Ignorable, cmd, 10*time.Second)
+	_, err := c.apply(ctx, state.CmdAudit|state.Ignorable, cmd, 10*time.Second)
 	return err
 }
 

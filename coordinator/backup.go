@@ -142,12 +142,12 @@ func (s *clusterServer) Restore(stream grpc.ClientStreamingServer[allotpb.Restor
 	if err := c.raft.Restore(meta, f, time.Minute); err != nil {
 		return status.Errorf(codes.Unavailable, "restore: %v", err)
 	}
-	if err := c.restoreMembers(members); err != nil {
+	if err := c.restoreMembers(stream.Context(), members); err != nil {
 		return status.Errorf(codes.Unavailable, "restored, but recording this cluster's members failed: %v", err)
 	}
 	// A new epoch above any this cluster issued, so agents take the new
 	// leases; and the allocator forgets what described the old state.
-	res, err := c.apply(state.CmdEpoch, &fsmpb.EpochCommand{Leader: c.cfg.NodeID, AtLeast: before + 1}, 10*time.Second)
+	res, err := c.apply(stream.Context(), state.CmdEpoch, &fsmpb.EpochCommand{Leader: c.cfg.NodeID, AtLeast: before + 1}, 10*time.Second)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "restored, but starting a new epoch failed: %v", err)
 	}
@@ -195,7 +195,7 @@ func writeState(st *state.State, w io.Writer) error {
 // restored, the leader's address would be unknown (followers could not
 // forward to it) and agents would be sent the old cluster's addresses.
 // known is what this cluster recorded before the restore.
-func (c *Coordinator) restoreMembers(known []*allotpb.Member) error {
+func (c *Coordinator) restoreMembers(ctx context.Context, known []*allotpb.Member) error {
 	f := c.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return err
@@ -213,7 +213,7 @@ func (c *Coordinator) restoreMembers(known []*allotpb.Member) error {
 		}
 	})
 	for _, id := range stale {
-		if _, err := c.apply(state.CmdMember, &fsmpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true}, 10*time.Second); err != nil {
+		if _, err := c.apply(ctx, state.CmdMember, &fsmpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true}, 10*time.Second); err != nil {
 			return err
 		}
 	}
@@ -221,7 +221,7 @@ func (c *Coordinator) restoreMembers(known []*allotpb.Member) error {
 		if !inConfig[m.GetId()] {
 			continue
 		}
-		if _, err := c.apply(state.CmdMember, &fsmpb.MemberCommand{Member: m}, 10*time.Second); err != nil {
+		if _, err := c.apply(ctx, state.CmdMember, &fsmpb.MemberCommand{Member: m}, 10*time.Second); err != nil {
 			return err
 		}
 	}

@@ -52,7 +52,7 @@ func benchLeader(b *testing.B, agents, keys int) {
 	if err := c.WaitLeader(ctx); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := c.applyRulesCommand(&fsmpb.RulesCommand{Put: []*allotpb.Rule{
+	if _, err := c.applyRulesCommand(context.Background(), &fsmpb.RulesCommand{Put: []*allotpb.Rule{
 		{Name: "api", Scope: "user", Algorithm: "gcra", Limit: 100, Period: durationpb.New(time.Second), Burst: 20, Intent: "capacity"},
 	}}); err != nil {
 		b.Fatal(err)

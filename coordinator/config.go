@@ -16,6 +16,7 @@ import (
 	"github.com/allot-io/allot/internal/timeutil"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults for Config's zero fields.
@@ -229,6 +230,12 @@ type Config struct {
 	// Registerer receives the metrics; nil uses a registry of the
 	// coordinator's own, served on /metrics.
 	Registerer prometheus.Registerer
+	// TracerProvider, when set, gives every gRPC call a server span (a
+	// child of the traceparent it came with), the reports and the admin
+	// calls their attributes, and each Raft apply under a traced call a
+	// child span; calls forwarded to the leader carry the context on. nil
+	// traces nothing.
+	TracerProvider trace.TracerProvider
 	// Clock is the time source of what the protocol schedules: the
 	// leader's allocation rounds, ledger maintenance (billing windows,
 	// retention, agent timeouts), exchanges with a parent cluster, RLQS

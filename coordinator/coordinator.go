@@ -19,11 +19,13 @@ import (
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/coordinator/ledgersink"
 	"github.com/allot-io/allot/internal/auth"
+	"github.com/allot-io/allot/internal/tracing"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -115,6 +117,8 @@ type Coordinator struct {
 	rlqsStreams atomic.Int64
 	wg          sync.WaitGroup
 	closed      atomic.Bool
+	// tracer is Config.TracerProvider's; nil when tracing is off.
+	tracer trace.Tracer
 }
 
 // New starts a coordinator: it opens or creates the Raft state in
@@ -140,6 +144,7 @@ func New(config Config) (*Coordinator, error) {
 		alloc:      newAllocator(cfg.Region, cfg.ReportInterval, cfg.LeaseTTL),
 		roundEvery: config.RoundInterval,
 		ctx:        ctx, cancel: cancel, draining: make(chan struct{}), failed: make(chan struct{}), moverKick: make(chan struct{}, 1),
+		tracer: tracing.Tracer(cfg.TracerProvider, "github.com/allot-io/allot/coordinator"),
 	}
 	c.alloc.global = cfg.Global
 	if len(cfg.Parent) > 0 {
@@ -302,13 +307,15 @@ func (c *Coordinator) openDataDir() error {
 }
 
 func (c *Coordinator) startGRPC() error {
-	opts := []grpc.ServerOption{
+	// The tracing interceptors come first, so that a call refused by
+	// authorization has its span too.
+	opts := append(tracing.ServerOptions(c.tracer),
 		grpc.MaxRecvMsgSize(c.cfg.MaxReportBytes),
 		grpc.ChainUnaryInterceptor(c.metrics.grpc.UnaryServerInterceptor(), markHandled, c.authz.unary),
 		grpc.ChainStreamInterceptor(c.metrics.grpc.StreamServerInterceptor(), c.authz.stream),
 		grpc.StatsHandler(&oversizeCounter{reports: c.metrics.reports}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: c.cfg.MaxConnectionAge, MaxConnectionAgeGrace: time.Minute}),
-	}
+	)
 	if c.tls != nil {
 		// Client certificates are verified when given; callers without
 		// one authenticate by token, and each refusal is counted by
@@ -342,12 +349,14 @@ func (c *Coordinator) startGRPC() error {
 	return nil
 }
 
-// grpcDialOptions are how this member dials other members.
+// grpcDialOptions are how this member dials other members: a call
+// forwarded to the leader carries the trace context on.
 func (c *Coordinator) grpcDialOptions() []grpc.DialOption {
+	opts := tracing.DialOptions(c.tracer)
 	if c.tls != nil {
-		return []grpc.DialOption{grpc.WithTransportCredentials(c.tls.ClientCredentials())}
+		return append(opts, grpc.WithTransportCredentials(c.tls.ClientCredentials()))
 	}
-	return []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	return append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
 }
 
 // GRPCAddr is the address gRPC listens on.
@@ -412,7 +421,16 @@ func (c *Coordinator) WaitLeader(ctx context.Context) error {
 func (c *Coordinator) now() time.Time { return c.cfg.Clock.Now() }
 
 // apply proposes a command and waits for it to be committed and applied.
-func (c *Coordinator) apply(t state.Command, m proto.Message, timeout time.Duration) (any, error) {
+// Under a traced call (ctx holds a recording span), the wait is a child
+// span of the call's, raft.apply, naming the command.
+func (c *Coordinator) apply(ctx context.Context, t state.Command, m proto.Message, timeout time.Duration) (res any, err error) {
+	if c.tracer != nil && trace.SpanFromContext(ctx).IsRecording() {
+		_, span := c.tracer.Start(ctx, "raft.apply", trace.WithAttributes(tracing.Command.String(t.String())))
+		defer func() {
+			tracing.Fail(span, err)
+			span.End()
+		}()
+	}
 	if c.raft.State() != raft.Leader {
 		return nil, ErrNotLeader
 	}
@@ -436,7 +454,7 @@ func (c *Coordinator) apply(t state.Command, m proto.Message, timeout time.Durat
 }
 
 func (c *Coordinator) applyReports(cmd *fsmpb.ReportsCommand) (*fsmpb.ReportsResult, error) {
-	res, err := c.apply(state.CmdReports, cmd, 10*time.Second)
+	res, err := c.apply(c.ctx, state.CmdReports, cmd, 10*time.Second)
 	if err != nil {
 		return nil, err
 	}

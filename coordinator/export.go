@@ -204,7 +204,7 @@ func (r *exportRun) settle() error {
 
 // commit proposes pos through Raft: members drop what it covers.
 func (r *exportRun) commit(pos state.ExportPosition) error {
-	if _, err := r.c.apply(state.CmdExported|state.Ignorable, &fsmpb.ExportedCommand{Position: pos.Proto()}, 10*time.Second); err != nil {
+	if _, err := r.c.apply(r.c.ctx, state.CmdExported|state.Ignorable, &fsmpb.ExportedCommand{Position: pos.Proto()}, 10*time.Second); err != nil {
 		return fmt.Errorf("committing the export position through Raft: %w", err)
 	}
 	return nil

@@ -108,7 +108,7 @@ func (c *Coordinator) lead(ctx context.Context) {
 	var self *allotpb.Member
 	c.fsm.Read(func(s *state.State) { self = s.Member(c.cfg.NodeID) })
 	if me := c.selfMember(); self == nil || !proto.Equal(self, me) {
-		if _, err := c.apply(state.CmdMember, &fsmpb.MemberCommand{Member: me, Audit: c.selfStamp("Lead")}, 10*time.Second); err != nil {
+		if _, err := c.apply(ctx, state.CmdMember, &fsmpb.MemberCommand{Member: me, Audit: c.selfStamp("Lead")}, 10*time.Second); err != nil {
 			c.log.Warn("leader could not record its addresses", "error", err)
 			return
 		}
@@ -121,14 +121,14 @@ func (c *Coordinator) lead(ctx context.Context) {
 		c.log.Warn("leader could not start its shard group owning no slot", "error", err)
 		return
 	}
-	res, err := c.apply(state.CmdEpoch, &fsmpb.EpochCommand{Leader: c.cfg.NodeID}, 10*time.Second)
+	res, err := c.apply(ctx, state.CmdEpoch, &fsmpb.EpochCommand{Leader: c.cfg.NodeID}, 10*time.Second)
 	if err != nil {
 		c.log.Warn("leader could not start an epoch", "error", err)
 		return
 	}
 	epoch := res.(uint64)
 	if c.cfg.RulesFile != "" {
-		if err := c.loadRulesFile(); err != nil {
+		if err := c.loadRulesFile(ctx); err != nil {
 			c.log.Error("rules file not applied", "file", c.cfg.RulesFile, "error", err)
 		}
 	}
@@ -203,7 +203,7 @@ func (c *Coordinator) lead(ctx context.Context) {
 				c.metrics.learning.Set(0)
 			}
 		case <-maintain.C():
-			if _, err := c.apply(state.CmdMaintain, &fsmpb.MaintainCommand{
+			if _, err := c.apply(ctx, state.CmdMaintain, &fsmpb.MaintainCommand{
 				NowUnixNano: c.now().UnixNano(), AgentTimeoutNano: int64(c.cfg.AgentTimeout), RetentionNano: int64(max(c.cfg.LedgerRetention, 0)),
 				AuditRetentionNano: int64(c.cfg.AuditRetention), AuditMaxEntries: uint64(c.cfg.AuditMaxEntries),
 			}, 10*time.Second); err != nil {
@@ -220,7 +220,7 @@ func (c *Coordinator) selfMember() *allotpb.Member {
 
 // loadRulesFile puts the rules file as the whole rule set if it differs
 // from the replicated one.
-func (c *Coordinator) loadRulesFile() error {
+func (c *Coordinator) loadRulesFile(ctx context.Context) error {
 	list, err := rules.Load(c.cfg.RulesFile)
 	if err != nil {
 		return err
@@ -236,7 +236,7 @@ func (c *Coordinator) loadRulesFile() error {
 	for i := range want.Rules() {
 		cmd.Put = append(cmd.Put, rulespb.ToProto(&want.Rules()[i]))
 	}
-	_, err = c.apply(state.CmdRules, cmd, 10*time.Second)
+	_, err = c.apply(ctx, state.CmdRules, cmd, 10*time.Second)
 	if err == nil {
 		c.log.Info("rules loaded", "file", c.cfg.RulesFile, "rules", want.Len())
 	}

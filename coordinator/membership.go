@@ -242,7 +242,7 @@ func (c *Coordinator) addMember(ctx context.Context, req *allotpb.JoinRequest) (
 	if action != "" {
 		cmd.Audit = c.auditStamp(ctx, action)
 	}
-	if _, err := c.apply(state.CmdMember, cmd, 10*time.Second); err != nil {
+	if _, err := c.apply(ctx, state.CmdMember, cmd, 10*time.Second); err != nil {
 		return nil, err
 	}
 	return resp, nil
@@ -257,7 +257,7 @@ func (c *Coordinator) removeMember(ctx context.Context, id string) error {
 	if err := c.raft.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
 		return fmt.Errorf("coordinator: removing %s: %w", id, err)
 	}
-	_, err := c.apply(state.CmdMember, &fsmpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true, Audit: c.auditStamp(ctx, "Remove")}, 10*time.Second)
+	_, err := c.apply(ctx, state.CmdMember, &fsmpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true, Audit: c.auditStamp(ctx, "Remove")}, 10*time.Second)
 	return err
 }
 
@@ -282,7 +282,7 @@ func (c *Coordinator) pruneMembers() error {
 		}
 	})
 	for _, id := range stale {
-		if _, err := c.apply(state.CmdMember, &fsmpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true, Audit: c.selfStamp("Prune")}, 10*time.Second); err != nil {
+		if _, err := c.apply(c.ctx, state.CmdMember, &fsmpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true, Audit: c.selfStamp("Prune")}, 10*time.Second); err != nil {
 			return err
 		}
 		c.log.Info("forgot a member no longer in the Raft configuration", "id", id)

@@ -12,6 +12,7 @@ import (
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"go.opentelemetry.io/otel/attribute"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -38,6 +39,7 @@ func (s *overridesServer) PutOverrides(ctx context.Context, req *allotpb.PutOver
 		return nil, c.notHome("PutOverrides")
 	}
 	cmd := &fsmpb.OverridesCommand{Put: req.GetOverrides(), NowUnixNano: c.now().UnixNano()}
+	annotate(ctx, attribute.Int("allot.overrides", len(cmd.Put)), attribute.Bool("allot.validate_only", req.GetValidateOnly()))
 	if len(cmd.Put) == 0 {
 		c.metrics.adminRequests.WithLabelValues("PutOverrides", "invalid").Inc()
 		return nil, badRequest("overrides: none given", &errdetails.BadRequest_FieldViolation{Field: "overrides", Description: "none given"})
@@ -50,7 +52,7 @@ func (s *overridesServer) PutOverrides(ctx context.Context, req *allotpb.PutOver
 			return &allotpb.PutOverridesResponse{Version: v}, err
 		}
 		cmd.Audit = c.auditStamp(ctx, "PutOverrides")
-		v, err := c.applyOverrides(cmd)
+		v, err := c.applyOverrides(ctx, cmd)
 		return &allotpb.PutOverridesResponse{Version: v, Count: uint32(len(cmd.Put))}, err
 	}, func(ctx context.Context, addr string) (*allotpb.PutOverridesResponse, error) {
 		return allotpb.NewOverridesServiceClient(c.peers.conn(addr)).PutOverrides(ctx, req)
@@ -71,6 +73,7 @@ func (s *overridesServer) DeleteOverrides(ctx context.Context, req *allotpb.Dele
 		return nil, c.notHome("DeleteOverrides")
 	}
 	cmd := &fsmpb.OverridesCommand{Delete: req.GetKeys(), NowUnixNano: c.now().UnixNano()}
+	annotate(ctx, attribute.Int("allot.overrides", len(cmd.Delete)))
 	if len(cmd.Delete) == 0 {
 		c.metrics.adminRequests.WithLabelValues("DeleteOverrides", "invalid").Inc()
 		return nil, badRequest("keys: none given", &errdetails.BadRequest_FieldViolation{Field: "keys", Description: "none given"})
@@ -80,7 +83,7 @@ func (s *overridesServer) DeleteOverrides(ctx context.Context, req *allotpb.Dele
 			return nil, err
 		}
 		cmd.Audit = c.auditStamp(ctx, "DeleteOverrides")
-		v, err := c.applyOverrides(cmd)
+		v, err := c.applyOverrides(ctx, cmd)
 		return &allotpb.DeleteOverridesResponse{Version: v, Deleted: uint32(len(cmd.Delete))}, err
 	}, func(ctx context.Context, addr string) (*allotpb.DeleteOverridesResponse, error) {
 		return allotpb.NewOverridesServiceClient(c.peers.conn(addr)).DeleteOverrides(ctx, req)
@@ -161,8 +164,8 @@ func (c *Coordinator) checkOverrides(cmd *fsmpb.OverridesCommand) error {
 	return overridesError(err)
 }
 
-func (c *Coordinator) applyOverrides(cmd *fsmpb.OverridesCommand) (uint64, error) {
-	res, err := c.apply(state.CmdOverrides, cmd, 10*time.Second)
+func (c *Coordinator) applyOverrides(ctx context.Context, cmd *fsmpb.OverridesCommand) (uint64, error) {
+	res, err := c.apply(ctx, state.CmdOverrides, cmd, 10*time.Second)
 	if err != nil {
 		if errors.Is(err, ErrNotLeader) {
 			return 0, err
@@ -227,7 +230,7 @@ func (c *Coordinator) mirrorOverrides(ctx context.Context) error {
 				return nil
 			}
 			cmd := &fsmpb.OverridesCommand{Mirror: true, Full: d.GetFull(), Put: d.GetOverrides(), MirrorVersion: d.GetVersion(), NowUnixNano: c.now().UnixNano()}
-			if _, err := c.apply(state.CmdOverrides, cmd, 10*time.Second); err != nil {
+			if _, err := c.apply(ctx, state.CmdOverrides, cmd, 10*time.Second); err != nil {
 				return fmt.Errorf("mirroring the home group's overrides: %w", err)
 			}
 			c.log.Info("overrides mirrored from the home group", "version", d.GetVersion(), "changes", len(d.GetOverrides()))

@@ -210,7 +210,7 @@ func (c *Coordinator) recordGrants(g *grantRecorder, now int64, window, round ti
 	if g.pending == nil {
 		return
 	}
-	if _, err := c.apply(state.CmdGrants|state.Ignorable, g.pending, 5*time.Second); err != nil {
+	if _, err := c.apply(c.ctx, state.CmdGrants|state.Ignorable, g.pending, 5*time.Second); err != nil {
 		c.log.Warn("could not record the parent's grants in the ledger; retrying", "error", err)
 		return
 	}

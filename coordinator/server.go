@@ -10,6 +10,8 @@ import (
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -149,6 +151,14 @@ func grpcError(err error) error {
 
 // onLeader runs fn on the leader: here if this member leads, otherwise by
 // forwarding to the leader through call.
+// annotate adds attributes to the span of a traced call: admin calls are
+// rare, so the attributes are built even when nothing records them.
+func annotate(ctx context.Context, kv ...attribute.KeyValue) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(kv...)
+	}
+}
+
 func onLeader[T any](ctx context.Context, c *Coordinator, local func() (T, error), forward func(ctx context.Context, addr string) (T, error)) (T, error) {
 	if c.raft.State().String() == "Leader" {
 		v, err := local()
@@ -162,6 +172,7 @@ func onLeader[T any](ctx context.Context, c *Coordinator, local func() (T, error
 		return zero, status.Error(codes.Unavailable, "no leader elected yet; retry shortly")
 	}
 	c.metrics.forwardedCalls.Inc()
+	annotate(ctx, attribute.String("allot.forwarded_to", addr))
 	fctx, cancel := context.WithTimeout(c.forwardCaller(ctx, forwardToken(ctx)), 15*time.Second)
 	defer cancel()
 	return forward(fctx, addr)

@@ -14,9 +14,12 @@ import (
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/coordinator/ledgersink"
+	"github.com/allot-io/allot/internal/tracing"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -48,7 +51,18 @@ func (s *agentServer) Report(ctx context.Context, req *allotpb.ReportRequest) (*
 // report handles a report; checkCaller says the caller must hold a
 // credential for the report's node (an agent's), which a report this
 // coordinator makes for an Envoy stream (see rlqs.go) need not.
-func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, checkCaller bool) (*allotpb.ReportResponse, error) {
+func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, checkCaller bool) (resp *allotpb.ReportResponse, err error) {
+	if c.tracer != nil {
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			span.SetAttributes(tracing.Node.String(req.GetNode()), tracing.Region.String(req.GetRegion()),
+				attribute.Int("allot.report.usage_counts", len(req.GetUsage().GetCounts())),
+				attribute.Int64("allot.report.usage_seq", int64(req.GetUsage().GetSeq())),
+				attribute.Int("allot.report.demand_keys", len(req.GetDemand())))
+			defer func() {
+				span.SetAttributes(attribute.Int("allot.report.leases", len(resp.GetLeases())), attribute.Bool("allot.report.answered", err == nil))
+			}()
+		}
+	}
 	c.metrics.reportBytes.Observe(float64(proto.Size(req)))
 	c.metrics.reportKeys.Observe(float64(len(req.GetDemand())))
 	set := c.settings()
@@ -77,13 +91,18 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 	}
 	committed, acked := false, uint64(0)
 	if b := req.GetUsage(); b != nil && b.GetSeq() > 0 {
+		// The usage is committed with other reports' in one batched
+		// entry; under a traced report, its wait is a raft.apply span.
+		end := c.startBatchedApply(ctx)
 		done, err := c.batcher.submit(ctx, &fsmpb.AgentUsage{Node: req.GetNode(), Incarnation: req.GetIncarnation(), Region: req.GetRegion(), Batch: b})
 		if err != nil {
+			end(err)
 			c.metrics.reports.WithLabelValues("failed").Inc()
 			return nil, grpcError(err)
 		}
 		select {
 		case r := <-done:
+			end(r.err)
 			switch {
 			case errors.Is(r.err, ErrNotLeader):
 				c.metrics.reports.WithLabelValues("redirected").Inc()
@@ -97,6 +116,7 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 			}
 			committed, acked = true, r.acked
 		case <-ctx.Done():
+			end(ctx.Err())
 			c.metrics.reports.WithLabelValues("failed").Inc()
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
@@ -118,7 +138,6 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 	c.alloc.overrides.sync(c.fsm.Read)
 	leases := c.alloc.report(req, now.UnixNano())
 	c.metrics.leasesGranted.Add(float64(len(leases)))
-	var resp *allotpb.ReportResponse
 	c.fsm.Read(func(st *state.State) {
 		resp = respond(st, c.alloc, req, now, set, leases, committed, acked)
 	})
@@ -126,6 +145,20 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 	resp.ShardMapVersion = max(resp.ShardMapVersion, c.homeMapVersion.Load())
 	c.metrics.reports.WithLabelValues("ok").Inc()
 	return resp, nil
+}
+
+// startBatchedApply starts the raft.apply span of a report whose usage
+// waits for the batcher's entry, when ctx holds a recording span, and
+// returns what ends it.
+func (c *Coordinator) startBatchedApply(ctx context.Context) (end func(error)) {
+	if c.tracer == nil || !trace.SpanFromContext(ctx).IsRecording() {
+		return func(error) {}
+	}
+	_, span := c.tracer.Start(ctx, "raft.apply", trace.WithAttributes(tracing.Command.String(state.CmdReports.String()), attribute.Bool("allot.raft.batched", true)))
+	return func(err error) {
+		tracing.Fail(span, err)
+		span.End()
+	}
 }
 
 // admitNode lets a node never heard from before join the fleet, within
@@ -243,13 +276,14 @@ func (s *rulesServer) PutRules(ctx context.Context, req *allotpb.PutRulesRequest
 		return nil, c.notHome("PutRules")
 	}
 	cmd := &fsmpb.RulesCommand{Put: req.GetRules(), ReplaceAll: req.GetReplaceAll()}
+	annotate(ctx, attribute.Int("allot.rules", len(cmd.Put)), attribute.Bool("allot.replace_all", cmd.ReplaceAll))
 	if err := c.checkRulesCommand(cmd); err != nil {
 		c.metrics.adminRequests.WithLabelValues("PutRules", "invalid").Inc()
 		return nil, err
 	}
 	out, err := onLeader(ctx, c, func() (*allotpb.RuleSet, error) {
 		cmd.Audit = c.auditStamp(ctx, "PutRules")
-		return c.applyRulesCommand(cmd)
+		return c.applyRulesCommand(ctx, cmd)
 	}, func(ctx context.Context, addr string) (*allotpb.RuleSet, error) {
 		return c.peers.rules(addr).PutRules(ctx, req)
 	})
@@ -262,6 +296,7 @@ func (s *rulesServer) DeleteRule(ctx context.Context, req *allotpb.DeleteRuleReq
 	if !c.isHome() {
 		return nil, c.notHome("DeleteRule")
 	}
+	annotate(ctx, tracing.Rule.String(req.GetName()))
 	var found bool
 	c.fsm.Read(func(st *state.State) { _, found = st.Rules().Get(req.GetName()) })
 	if !found {
@@ -271,7 +306,7 @@ func (s *rulesServer) DeleteRule(ctx context.Context, req *allotpb.DeleteRuleReq
 	cmd := &fsmpb.RulesCommand{Delete: []string{req.GetName()}}
 	out, err := onLeader(ctx, c, func() (*allotpb.RuleSet, error) {
 		cmd.Audit = c.auditStamp(ctx, "DeleteRule")
-		return c.applyRulesCommand(cmd)
+		return c.applyRulesCommand(ctx, cmd)
 	}, func(ctx context.Context, addr string) (*allotpb.RuleSet, error) {
 		return c.peers.rules(addr).DeleteRule(ctx, req)
 	})
@@ -290,8 +325,8 @@ func (c *Coordinator) checkRulesCommand(cmd *fsmpb.RulesCommand) error {
 	return nil
 }
 
-func (c *Coordinator) applyRulesCommand(cmd *fsmpb.RulesCommand) (*allotpb.RuleSet, error) {
-	res, err := c.apply(state.CmdRules, cmd, 10*time.Second)
+func (c *Coordinator) applyRulesCommand(ctx context.Context, cmd *fsmpb.RulesCommand) (*allotpb.RuleSet, error) {
+	res, err := c.apply(ctx, state.CmdRules, cmd, 10*time.Second)
 	if err != nil {
 		if _, ok := err.(rules.Errors); ok {
 			return nil, rulesError(err)

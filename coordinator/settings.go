@@ -64,7 +64,7 @@ func (c *Coordinator) fixSettings() error {
 	if err != nil {
 		return err
 	}
-	_, err = c.apply(state.CmdSettings, &fsmpb.SettingsCommand{
+	_, err = c.apply(c.ctx, state.CmdSettings, &fsmpb.SettingsCommand{
 		BillingWindowNano:  int64(c.cfg.BillingWindow),
 		ReportIntervalNano: int64(c.cfg.ReportInterval),
 		LeaseTtlNano:       int64(c.cfg.LeaseTTL),

@@ -240,7 +240,7 @@ func (c *Coordinator) groupStep(req *allotpb.GroupSlotsRequest) (*allotpb.GroupS
 	if !ok {
 		return nil, status.Errorf(codes.InvalidArgument, "step: unknown step %v", req.GetStep())
 	}
-	res, err := c.apply(state.CmdSlots, &fsmpb.SlotsCommand{
+	res, err := c.apply(c.ctx, state.CmdSlots, &fsmpb.SlotsCommand{
 		Op: op, MoveId: req.GetMoveId(), First: req.GetFirst(), Last: req.GetLast(), Peer: req.GetPeer(),
 		Group: c.groupID(), ProposedUnixNano: c.now().UnixNano(),
 	}, moveStepTimeout)
@@ -261,7 +261,7 @@ func (c *Coordinator) groupStep(req *allotpb.GroupSlotsRequest) (*allotpb.GroupS
 func (c *Coordinator) applyShardMap(cmd *fsmpb.ShardMapCommand) (*allotpb.ShardMap, error) {
 	cmd.Home = c.groupID()
 	cmd.Coordinators = c.memberAddrs()
-	res, err := c.apply(state.CmdShardMap, cmd, 10*time.Second)
+	res, err := c.apply(c.ctx, state.CmdShardMap, cmd, 10*time.Second)
 	if errors.Is(err, state.ErrShardMap) {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
@@ -290,7 +290,7 @@ func (c *Coordinator) startGroup() error {
 	if named != "" {
 		return nil
 	}
-	_, err := c.apply(state.CmdSlots, &fsmpb.SlotsCommand{Op: fsmpb.SlotsCommand_EMPTY, Group: c.groupID(), ProposedUnixNano: c.now().UnixNano()}, 10*time.Second)
+	_, err := c.apply(c.ctx, state.CmdSlots, &fsmpb.SlotsCommand{Op: fsmpb.SlotsCommand_EMPTY, Group: c.groupID(), ProposedUnixNano: c.now().UnixNano()}, 10*time.Second)
 	return err
 }
 
@@ -501,7 +501,7 @@ func (c *Coordinator) mirrorOnce(ctx context.Context) error {
 		if rs.GetVersion() == have || rs.GetVersion() == 0 {
 			return nil // in step, or the home group has no rules yet
 		}
-		_, err = c.applyRulesCommand(&fsmpb.RulesCommand{Put: rs.GetRules(), ReplaceAll: true, Version: rs.GetVersion()})
+		_, err = c.applyRulesCommand(c.ctx, &fsmpb.RulesCommand{Put: rs.GetRules(), ReplaceAll: true, Version: rs.GetVersion()})
 		if err == nil {
 			c.log.Info("rules mirrored from the home group", "version", rs.GetVersion(), "rules", len(rs.GetRules()))
 		}

@@ -138,7 +138,7 @@ func newShardBench(b *testing.B, dir string, groups, agents, keys int) *shardBen
 		fx.conns = append(fx.conns, cc)
 	}
 	home := fx.groups[0]
-	if _, err := home.applyRulesCommand(&fsmpb.RulesCommand{Put: []*allotpb.Rule{
+	if _, err := home.applyRulesCommand(context.Background(), &fsmpb.RulesCommand{Put: []*allotpb.Rule{
 		{Name: "api", Scope: "user", Algorithm: "gcra", Limit: 100, Period: durationpb.New(time.Second), Burst: 20, Intent: "capacity"},
 	}}); err != nil {
 		b.Fatal(err)

@@ -10,6 +10,10 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/agent"
+	"github.com/allot-io/allot/internal/tracing"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -31,11 +35,16 @@ type SidecarServer struct {
 	a        *agent.Agent
 	draining chan struct{}
 	once     sync.Once
+	// tracer is the agent's, nil when tracing is off. The calls' server
+	// spans are the gRPC server's (tracing.ServerOptions); the service
+	// gives them the decision, and each CheckStream batch a span of its
+	// own.
+	tracer trace.Tracer
 }
 
 // NewSidecarServer returns the sidecar's gRPC service for a.
 func NewSidecarServer(a *agent.Agent) *SidecarServer {
-	return &SidecarServer{a: a, draining: make(chan struct{})}
+	return &SidecarServer{a: a, draining: make(chan struct{}), tracer: a.Tracer()}
 }
 
 // Drain ends every CheckStream once the batch it is deciding is answered,
@@ -49,13 +58,20 @@ func (s *SidecarServer) Register(g *grpc.Server) { allotpb.RegisterSidecarServic
 
 // Check decides one request. A malformed one fails with INVALID_ARGUMENT
 // and is not counted.
-func (s *SidecarServer) Check(_ context.Context, in *allotpb.CheckRequest) (*allotpb.CheckResponse, error) {
+func (s *SidecarServer) Check(ctx context.Context, in *allotpb.CheckRequest) (*allotpb.CheckResponse, error) {
 	req, err := requestFromProto(in)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	out := &allotpb.CheckResponse{}
-	decisionToProto(s.a.Check(req), out)
+	d := s.a.Check(req)
+	if s.tracer != nil {
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			span.SetAttributes(tracing.Tenant.String(req.Tenant), tracing.Cost.Int64(max(req.Cost, 1)),
+				tracing.Allowed.Bool(d.Allowed), tracing.Rule.String(d.Rule), tracing.Fallback.Bool(d.Fallback))
+		}
+	}
+	decisionToProto(d, out)
 	return out, nil
 }
 
@@ -102,6 +118,11 @@ func (s *SidecarServer) CheckStream(stream allotpb.SidecarService_CheckStreamSer
 		}
 		out.Id, out.Error = in.Id, ""
 		out.Results = out.Results[:0]
+		var span trace.Span
+		if s.tracer != nil && trace.SpanFromContext(stream.Context()).IsRecording() {
+			_, span = s.tracer.Start(stream.Context(), "allot.v1.SidecarService/CheckStream batch",
+				trace.WithAttributes(attribute.Int("allot.batch.checks", len(in.Checks))))
+		}
 		if n := len(in.Checks); n > MaxCheckBatch {
 			out.Error = fmt.Sprintf("a batch of %d checks: at most %d are taken in one batch", n, MaxCheckBatch)
 		} else {
@@ -119,11 +140,32 @@ func (s *SidecarServer) CheckStream(stream allotpb.SidecarService_CheckStreamSer
 				out.Results = append(out.Results, r)
 			}
 		}
+		if span != nil {
+			endBatchSpan(span, out)
+		}
 		free <- in
 		if err := stream.Send(out); err != nil {
 			return err
 		}
 	}
+}
+
+// endBatchSpan ends a CheckStream batch's span with what was decided.
+func endBatchSpan(span trace.Span, out *allotpb.CheckResults) {
+	refused, invalid := 0, 0
+	for _, r := range out.Results {
+		switch {
+		case r.GetError() != "":
+			invalid++
+		case !r.GetAllowed():
+			refused++
+		}
+	}
+	span.SetAttributes(attribute.Int("allot.batch.refused", refused), attribute.Int("allot.batch.invalid", invalid))
+	if out.Error != "" {
+		span.SetStatus(otelcodes.Error, out.Error)
+	}
+	span.End()
 }
 
 // requestFromProto converts and validates a wire request.

@@ -10,6 +10,8 @@ import (
 
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/agent/httplimit"
+	"github.com/allot-io/allot/internal/tracing"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // MaxCheckBody bounds the body of a sidecar check request.
@@ -113,70 +115,135 @@ func checkRequest(c *CheckRequest, cost int64, costSet bool) (agent.Request, err
 // admitted and 429 when refused, with the same RateLimit and Retry-After
 // headers as Middleware and the decision as a CheckResponse. A malformed
 // body is answered 400, an oversized one 413, and neither is counted.
-func CheckHandler(a *agent.Agent) http.Handler { return checkHandler(a, false) }
+//
+// With the agent's tracer (Config.TracerProvider) each request has a
+// server span, a child of the traceparent header it came with, that
+// names the tenant, the cost, the decision and the rule that decided.
+// Without, the request costs one nil check more than it did untraced.
+func CheckHandler(a *agent.Agent) http.Handler { return checkHandler(a, "/v1/check", false) }
 
 // ReserveHandler serves POST /v1/reserve: a check, as CheckHandler's, at
 // the body's cost taken as an estimate; an admitted request's answer
 // names a reservation, which POST /v1/settle settles at the actual cost
 // (agent.Agent.Reserve).
-func ReserveHandler(a *agent.Agent) http.Handler { return checkHandler(a, true) }
+func ReserveHandler(a *agent.Agent) http.Handler { return checkHandler(a, "/v1/reserve", true) }
 
-func checkHandler(a *agent.Agent, reserve bool) http.Handler {
+func checkHandler(a *agent.Agent, path string, reserve bool) http.Handler {
+	tr := a.Tracer()
+	route := tracing.NewRoute(path)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			w.Header().Set("Allow", http.MethodPost)
-			httplimit.WriteError(w, http.StatusMethodNotAllowed, "use POST with a JSON body")
+		if tr == nil {
+			serveCheck(a, w, r, nil, reserve)
 			return
 		}
-		// One pooled buffer serves the body and then the answer: the
-		// decoded Request holds no reference to it.
-		bp := getBuf()
-		defer putBuf(bp)
-		req, err := decodeCheckBuffered(http.MaxBytesReader(w, r.Body, MaxCheckBody), bp)
-		if err != nil {
-			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) {
-				httplimit.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", MaxCheckBody))
-				return
-			}
-			httplimit.WriteError(w, http.StatusBadRequest, err.Error())
-			return
-		}
-		var d agent.Decision
-		var res agent.Reservation
-		if reserve {
-			d, res = a.Reserve(req)
-		} else {
-			d = a.Check(req)
-		}
-		h := w.Header()
-		httplimit.SetHeaders(h, d)
-		h.Set("Content-Type", "application/json")
-		h.Set("Cache-Control", "no-store")
-		resp := CheckResponse{Allowed: d.Allowed, Rule: d.Rule, Scope: d.Scope, Limit: d.Limit,
-			PeriodSeconds: d.Period.Seconds(), Remaining: max(d.Remaining, 0),
-			ResetAfterSeconds: d.ResetAfter.Seconds(), Fallback: d.Fallback, NoRules: d.NoRules}
-		if res.ID() != 0 {
-			resp.Reservation = strconv.FormatUint(res.ID(), 10)
-		}
-		code := http.StatusOK
-		if !d.Allowed {
-			code = http.StatusTooManyRequests
-			if d.RetryAfter >= 0 {
-				s := httplimit.RetryAfterSeconds(d)
-				resp.RetryAfterSeconds = &s
-			}
-		}
-		// As json.NewEncoder(w).Encode(resp) did, a response that cannot
-		// be encoded (never, from a Decision) gets the status alone.
-		body, err := appendCheckResponse((*bp)[:0], &resp)
-		*bp = body
-		w.WriteHeader(code)
-		if err == nil {
-			_, _ = w.Write(body)
-		}
+		// The decision is made in memory: no call carries the span's
+		// context on.
+		_, span := route.Start(tr, r)
+		tracing.EndHTTP(span, serveCheck(a, w, r, span, reserve))
 	})
 }
+
+// serveCheck answers one check and returns its status code; span, when
+// not nil and recording, is given the request's and the decision's
+// attributes.
+func serveCheck(a *agent.Agent, w http.ResponseWriter, r *http.Request, span trace.Span, reserve bool) int {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		httplimit.WriteError(w, http.StatusMethodNotAllowed, "use POST with a JSON body")
+		return http.StatusMethodNotAllowed
+	}
+	// One pooled buffer serves the body and then the answer: the
+	// decoded Request holds no reference to it.
+	bp := getBuf()
+	defer putBuf(bp)
+	req, err := decodeCheckBuffered(http.MaxBytesReader(w, r.Body, MaxCheckBody), bp)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			httplimit.WriteError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", MaxCheckBody))
+			return http.StatusRequestEntityTooLarge
+		}
+		httplimit.WriteError(w, http.StatusBadRequest, err.Error())
+		return http.StatusBadRequest
+	}
+	var d agent.Decision
+	var res agent.Reservation
+	if reserve {
+		d, res = a.Reserve(req)
+	} else {
+		d = a.Check(req)
+	}
+	if span != nil && span.IsRecording() {
+		span.SetAttributes(tracing.Tenant.String(req.Tenant), tracing.Cost.Int64(max(req.Cost, 1)),
+			tracing.Allowed.Bool(d.Allowed), tracing.Rule.String(d.Rule), tracing.Fallback.Bool(d.Fallback))
+	}
+	h := w.Header()
+	httplimit.SetHeaders(h, d)
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	resp := CheckResponse{Allowed: d.Allowed, Rule: d.Rule, Scope: d.Scope, Limit: d.Limit,
+		PeriodSeconds: d.Period.Seconds(), Remaining: max(d.Remaining, 0),
+		ResetAfterSeconds: d.ResetAfter.Seconds(), Fallback: d.Fallback, NoRules: d.NoRules}
+	if res.ID() != 0 {
+		resp.Reservation = strconv.FormatUint(res.ID(), 10)
+	}
+	code := http.StatusOK
+	if !d.Allowed {
+		code = http.StatusTooManyRequests
+		if d.RetryAfter >= 0 {
+			s := httplimit.RetryAfterSeconds(d)
+			resp.RetryAfterSeconds = &s
+		}
+	}
+	// As json.NewEncoder(w).Encode(resp) did, a response that cannot
+	// be encoded (never, from a Decision) gets the status alone.
+	body, err := appendCheckResponse((*bp)[:0], &resp)
+	*bp = body
+	w.WriteHeader(code)
+	if err == nil {
+		_, _ = w.Write(body)
+	}
+	return code
+}
+
+// Traced gives an endpoint of the sidecar other than /v1/check (whose
+// handler traces itself) a server span per request, named for route, a
+// child of the request's traceparent, with the status code answered. It
+// is h itself when the agent's tracing is off.
+func Traced(a *agent.Agent, route string, h http.Handler) http.Handler {
+	tr := a.Tracer()
+	if tr == nil {
+		return h
+	}
+	rt := tracing.NewRoute(route)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, span := rt.Start(tr, r)
+		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		h.ServeHTTP(sw, r.WithContext(ctx))
+		tracing.EndHTTP(span, sw.code)
+	})
+}
+
+// statusWriter remembers the status code written.
+type statusWriter struct {
+	http.ResponseWriter
+	code  int
+	wrote bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.code, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // StatusHandler serves the agent's Status as JSON: the rules enforced,
 // those left out and why, the rules on their fail mode, and the usage

@@ -69,6 +69,7 @@ func runAgent(ctx context.Context, e *env) error {
 		az                          authzFlags
 		gf                          grpcFlags
 		rf                          respFlags
+		tf                          traceFlags
 	)
 	host, _ := os.Hostname()
 	f.StringVar(&coords, "coordinators", "", "gRPC addresses of the coordinator cluster, comma-separated (empty: standalone)")
@@ -93,6 +94,7 @@ func runAgent(ctx context.Context, e *env) error {
 	az.register(f)
 	gf.register(f)
 	rf.register(f)
+	tf.register(f)
 	if err := f.parse(e); err != nil {
 		return err
 	}
@@ -141,6 +143,13 @@ func runAgent(ctx context.Context, e *env) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
 	cfg.Registerer = reg
+	tp, err := tf.provider(ctx, "agent", "allot-agent", cfg.NodeID, cfg.Region, logger.Named("tracing"))
+	if err != nil {
+		return err
+	}
+	// Flushed last, after the agent's last report.
+	defer flushTraces(tp, logger)
+	cfg.TracerProvider = tp.TracerProviderOrNil()
 
 	lis, err := net.Listen("tcp", httpAddr)
 	if err != nil {
@@ -193,9 +202,9 @@ func runAgent(ctx context.Context, e *env) error {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/check", instrument("check", sidecar.CheckHandler(a)))
 	mux.Handle("/v1/reserve", instrument("reserve", sidecar.ReserveHandler(a)))
-	mux.Handle("/v1/settle", instrument("settle", sidecar.SettleHandler(a)))
-	mux.Handle("/v1/authz", instrument("authz", forwardauth.Handler(a, authzCfg)))
-	mux.Handle("/v1/status", instrument("status", sidecar.StatusHandler(a)))
+	mux.Handle("/v1/settle", instrument("settle", sidecar.Traced(a, "/v1/settle", sidecar.SettleHandler(a))))
+	mux.Handle("/v1/authz", instrument("authz", sidecar.Traced(a, "/v1/authz", forwardauth.Handler(a, authzCfg))))
+	mux.Handle("/v1/status", instrument("status", sidecar.Traced(a, "/v1/status", sidecar.StatusHandler(a))))
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 	mux.Handle("/metrics", metrics)
 	// /livez: the process serves (a liveness probe must not restart a

@@ -19,6 +19,7 @@ import (
 	"github.com/allot-io/allot/agent/envoy"
 	"github.com/allot-io/allot/agent/forwardauth"
 	"github.com/allot-io/allot/agent/sidecar"
+	"github.com/allot-io/allot/internal/tracing"
 )
 
 // grpcFlags configures the sidecar's gRPC services: its own
@@ -52,8 +53,10 @@ func (gf *grpcFlags) serve(a *agent.Agent, authz forwardauth.Config, tlsConfig *
 	// Workers reuse goroutines across calls: one short call per request
 	// otherwise starts a goroutine each.
 	newServer := func(tlsConfig *tls.Config) (*grpc.Server, func()) {
-		opts := []grpc.ServerOption{grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
-			grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor())}
+		// A server span per call when the agent traces, its interceptors
+		// first so that every call is in it.
+		opts := append(tracing.ServerOptions(a.Tracer()), grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+			grpc.ChainUnaryInterceptor(metrics.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(metrics.StreamServerInterceptor()))
 		if tlsConfig != nil {
 			opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)))
 		}

@@ -33,6 +33,7 @@ func runCoordinator(ctx context.Context, e *env) error {
 		shardHome    string
 		cf           credFlags
 		lf           logFlags
+		tf           traceFlags
 		sinkFile     string
 	)
 	f.StringVar(&cfg.NodeID, "node-id", "", "this member's name, unique and stable across restarts (required)")
@@ -80,6 +81,7 @@ func runCoordinator(ctx context.Context, e *env) error {
 	f.IntVar(&cfg.MaxReportKeys, "max-report-keys", coordinator.DefaultMaxReportKeys, "refuse agent reports with more keys than this")
 	lf.register(f)
 	cf.register(f)
+	tf.register(f)
 	if err := f.parse(e); err != nil {
 		return err
 	}
@@ -112,6 +114,13 @@ func runCoordinator(ctx context.Context, e *env) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
 	cfg.Registerer = reg
+	tp, err := tf.provider(ctx, "coordinator", "allot-coordinator", cfg.NodeID, cfg.Region, logger.Named("tracing"))
+	if err != nil {
+		return err
+	}
+	// Flushed last, once the member has stopped serving.
+	defer flushTraces(tp, logger)
+	cfg.TracerProvider = tp.TracerProviderOrNil()
 	c, err := coordinator.New(cfg)
 	if errors.Is(err, coordinator.ErrInvalidConfig) {
 		return usagef("coordinator", "%v", err)

@@ -13,7 +13,9 @@ import (
 	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/internal/duration"
 	"github.com/allot-io/allot/internal/strictyaml"
+	"github.com/allot-io/allot/internal/tracing"
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/trace"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -29,6 +31,7 @@ type flags struct {
 	cmd    string
 	config string
 	help   func() // prints --help
+	env    *env
 }
 
 // newFlags makes a command's flag set; synopsis and about are printed by
@@ -36,7 +39,7 @@ type flags struct {
 func newFlags(e *env, cmd, synopsis, about string) *flags {
 	fs := flag.NewFlagSet("allot "+cmd, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	f := &flags{FlagSet: fs, cmd: cmd}
+	f := &flags{FlagSet: fs, cmd: cmd, env: e}
 	fs.StringVar(&f.config, "config", "", "read flags from this YAML file (flag name: value)")
 	fs.Usage = func() {} // errors are reported once, by report
 	f.help = func() {
@@ -307,6 +310,7 @@ type clientFlags struct {
 	token        string
 	timeout      time.Duration
 	creds        credFlags
+	trace        *cliTrace // nil for flags made by hand: no tracing
 }
 
 func (c *clientFlags) register(f *flags) {
@@ -320,6 +324,8 @@ func (c *clientFlags) registerAccess(f *flags) {
 	f.StringVar(&c.token, "admin-token", "", "a bearer token as a value, which shows in ps and shell history: prefer --token-file (ALLOT_TOKEN_FILE)")
 	f.DurationVar(&c.timeout, "timeout", 10*time.Second, "how long to wait for the cluster")
 	c.creds.register(f)
+	c.trace = &cliTrace{cmd: f.cmd, e: f.env}
+	c.trace.register(f)
 }
 
 // coordinatorClient calls a coordinator cluster, trying each address in
@@ -328,6 +334,9 @@ type coordinatorClient struct {
 	addrs []string
 	conns []*grpc.ClientConn
 	how   callCreds // what the calls present, to explain refusals
+	// root is the command's span, the parent of every call made with a
+	// context holding none; nil when tracing is off.
+	root trace.Span
 }
 
 func (c *clientFlags) dial() (*coordinatorClient, error) {
@@ -343,7 +352,12 @@ func (c *clientFlags) dial() (*coordinatorClient, error) {
 	if c.token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(auth.StaticTokenCredentials(c.token)))
 	}
-	cl := &coordinatorClient{addrs: addrs, how: callCreds{creds: c.creds, tokenValue: c.token != ""}}
+	tr, root, err := c.trace.start()
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, tracing.DialOptions(tr)...)
+	cl := &coordinatorClient{addrs: addrs, how: callCreds{creds: c.creds, tokenValue: c.token != ""}, root: root}
 	for _, a := range addrs {
 		cc, err := grpc.NewClient(a, opts...)
 		if err != nil {
@@ -367,6 +381,9 @@ func (cl *coordinatorClient) Close() {
 // missing or refused token) is returned as its cause and the flag that
 // fixes it.
 func (cl *coordinatorClient) call(ctx context.Context, fn func(ctx context.Context, cc *grpc.ClientConn) error) error {
+	if cl.root != nil && !trace.SpanContextFromContext(ctx).IsValid() {
+		ctx = trace.ContextWithSpan(ctx, cl.root)
+	}
 	var errs []string
 	var explained error
 	for i, cc := range cl.conns {

@@ -48,6 +48,10 @@ type env struct {
 	stdout io.Writer
 	stderr io.Writer
 	getenv func(string) string
+	// exit runs when the command returns (set by run; copies of an env
+	// share it): what a command started for its whole run, such as its
+	// trace, ends there.
+	exit *exitHooks
 }
 
 // command is one subcommand.
@@ -101,7 +105,9 @@ func run(ctx context.Context, e *env) int {
 		}
 		sub := *e
 		sub.args = e.args[1:]
+		sub.exit = &exitHooks{}
 		err := c.run(ctx, &sub)
+		sub.exit.run(err)
 		return report(e.stderr, name, err)
 	}
 	fmt.Fprintf(e.stderr, "allot: unknown command %q\n\n", name)

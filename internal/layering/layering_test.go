@@ -182,6 +182,17 @@ func TestImportRules(t *testing.T) {
 				strings.HasPrefix(d, "github.com/hashicorp/raft")
 		},
 	}, {
+		// A gateway embedding the agent passes its own TracerProvider,
+		// or none: the libraries use the OpenTelemetry API, and only the
+		// allot command builds a provider and exports.
+		name: "only the command links the OpenTelemetry SDK and exporters",
+		applies: func(p string) bool {
+			return ours(p) && !under(p, "cmd") && !under(p, "internal/tracing/exporter")
+		},
+		forbidden: func(d string) bool {
+			return strings.HasPrefix(d, "go.opentelemetry.io/otel/sdk") || strings.HasPrefix(d, "go.opentelemetry.io/otel/exporters")
+		},
+	}, {
 		name:    "libraries never import a command",
 		applies: func(p string) bool { return ours(p) && !under(p, "cmd") },
 		forbidden: func(d string) bool {

@@ -619,8 +619,14 @@ type SnapshotHeader struct {
 	// overrides_mirror is set in a shard group that follows the home
 	// group's overrides (OverridesCommand.mirror).
 	OverridesMirror bool `protobuf:"varint,18,opt,name=overrides_mirror,json=overridesMirror,proto3" json:"overrides_mirror,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// resets_version is the key resets' version; resets_floor the version
+	// of the newest reset no longer kept; resets_mirror is set in a shard
+	// group that follows the home group's resets.
+	ResetsVersion uint64 `protobuf:"varint,19,opt,name=resets_version,json=resetsVersion,proto3" json:"resets_version,omitempty"`
+	ResetsFloor   uint64 `protobuf:"varint,20,opt,name=resets_floor,json=resetsFloor,proto3" json:"resets_floor,omitempty"`
+	ResetsMirror  bool   `protobuf:"varint,21,opt,name=resets_mirror,json=resetsMirror,proto3" json:"resets_mirror,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SnapshotHeader) Reset() {
@@ -775,6 +781,27 @@ func (x *SnapshotHeader) GetOverridesFloor() uint64 {
 func (x *SnapshotHeader) GetOverridesMirror() bool {
 	if x != nil {
 		return x.OverridesMirror
+	}
+	return false
+}
+
+func (x *SnapshotHeader) GetResetsVersion() uint64 {
+	if x != nil {
+		return x.ResetsVersion
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetResetsFloor() uint64 {
+	if x != nil {
+		return x.ResetsFloor
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetResetsMirror() bool {
+	if x != nil {
+		return x.ResetsMirror
 	}
 	return false
 }
@@ -1955,6 +1982,88 @@ func (x *OverridesCommand) GetMirrorVersion() uint64 {
 	return 0
 }
 
+// ResetCommand records a key reset (allot.v1.ResetsService), validated
+// against the rule set when applied. now_unix_nano is the proposing
+// leader's clock, which stamps the reset.
+type ResetCommand struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Entry       *proto.Reset           `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
+	NowUnixNano int64                  `protobuf:"varint,2,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
+	// mirror is set by a shard group following the home group's resets:
+	// mirrored holds a page of them, taken with their versions, and
+	// mirror_version is the home group's version the page brings.
+	Mirror        bool           `protobuf:"varint,3,opt,name=mirror,proto3" json:"mirror,omitempty"`
+	Mirrored      []*proto.Reset `protobuf:"bytes,4,rep,name=mirrored,proto3" json:"mirrored,omitempty"`
+	MirrorVersion uint64         `protobuf:"varint,5,opt,name=mirror_version,json=mirrorVersion,proto3" json:"mirror_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetCommand) Reset() {
+	*x = ResetCommand{}
+	mi := &file_fsm_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetCommand) ProtoMessage() {}
+
+func (x *ResetCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetCommand.ProtoReflect.Descriptor instead.
+func (*ResetCommand) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ResetCommand) GetEntry() *proto.Reset {
+	if x != nil {
+		return x.Entry
+	}
+	return nil
+}
+
+func (x *ResetCommand) GetNowUnixNano() int64 {
+	if x != nil {
+		return x.NowUnixNano
+	}
+	return 0
+}
+
+func (x *ResetCommand) GetMirror() bool {
+	if x != nil {
+		return x.Mirror
+	}
+	return false
+}
+
+func (x *ResetCommand) GetMirrored() []*proto.Reset {
+	if x != nil {
+		return x.Mirrored
+	}
+	return nil
+}
+
+func (x *ResetCommand) GetMirrorVersion() uint64 {
+	if x != nil {
+		return x.MirrorVersion
+	}
+	return 0
+}
+
 var File_fsm_proto protoreflect.FileDescriptor
 
 const file_fsm_proto_rawDesc = "" +
@@ -1990,7 +2099,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\x0fMaintainCommand\x12\"\n" +
 	"\rnow_unix_nano\x18\x01 \x01(\x03R\vnowUnixNano\x12,\n" +
 	"\x12agent_timeout_nano\x18\x02 \x01(\x03R\x10agentTimeoutNano\x12%\n" +
-	"\x0eretention_nano\x18\x03 \x01(\x03R\rretentionNano\"\xb6\x05\n" +
+	"\x0eretention_nano\x18\x03 \x01(\x03R\rretentionNano\"\xa5\x06\n" +
 	"\x0eSnapshotHeader\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12#\n" +
@@ -2012,7 +2121,10 @@ const file_fsm_proto_rawDesc = "" +
 	"\x17retention_dropped_lines\x18\x0f \x01(\x04R\x15retentionDroppedLines\x12+\n" +
 	"\x11overrides_version\x18\x10 \x01(\x04R\x10overridesVersion\x12'\n" +
 	"\x0foverrides_floor\x18\x11 \x01(\x04R\x0eoverridesFloor\x12)\n" +
-	"\x10overrides_mirror\x18\x12 \x01(\bR\x0foverridesMirror\"\xc6\x01\n" +
+	"\x10overrides_mirror\x18\x12 \x01(\bR\x0foverridesMirror\x12%\n" +
+	"\x0eresets_version\x18\x13 \x01(\x04R\rresetsVersion\x12!\n" +
+	"\fresets_floor\x18\x14 \x01(\x04R\vresetsFloor\x12#\n" +
+	"\rresets_mirror\x18\x15 \x01(\bR\fresetsMirror\"\xc6\x01\n" +
 	"\x11IncarnationRecord\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x19\n" +
@@ -2114,7 +2226,13 @@ const file_fsm_proto_rawDesc = "" +
 	"\rnow_unix_nano\x18\x03 \x01(\x03R\vnowUnixNano\x12\x16\n" +
 	"\x06mirror\x18\x04 \x01(\bR\x06mirror\x12\x12\n" +
 	"\x04full\x18\x05 \x01(\bR\x04full\x12%\n" +
-	"\x0emirror_version\x18\x06 \x01(\x04R\rmirrorVersionB@Z>github.com/allot-io/allot/coordinator/internal/fsm/fsmpb;fsmpbb\x06proto3"
+	"\x0emirror_version\x18\x06 \x01(\x04R\rmirrorVersion\"\xc5\x01\n" +
+	"\fResetCommand\x12%\n" +
+	"\x05entry\x18\x01 \x01(\v2\x0f.allot.v1.ResetR\x05entry\x12\"\n" +
+	"\rnow_unix_nano\x18\x02 \x01(\x03R\vnowUnixNano\x12\x16\n" +
+	"\x06mirror\x18\x03 \x01(\bR\x06mirror\x12+\n" +
+	"\bmirrored\x18\x04 \x03(\v2\x0f.allot.v1.ResetR\bmirrored\x12%\n" +
+	"\x0emirror_version\x18\x05 \x01(\x04R\rmirrorVersionB@Z>github.com/allot-io/allot/coordinator/internal/fsm/fsmpb;fsmpbb\x06proto3"
 
 var (
 	file_fsm_proto_rawDescOnce sync.Once
@@ -2129,7 +2247,7 @@ func file_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_fsm_proto_goTypes = []any{
 	(SlotsCommand_Op)(0),         // 0: allot.fsm.v1.SlotsCommand.Op
 	(*ReportsCommand)(nil),       // 1: allot.fsm.v1.ReportsCommand
@@ -2157,38 +2275,42 @@ var file_fsm_proto_goTypes = []any{
 	(*SlotsRecord)(nil),          // 23: allot.fsm.v1.SlotsRecord
 	(*MoveOutcome)(nil),          // 24: allot.fsm.v1.MoveOutcome
 	(*OverridesCommand)(nil),     // 25: allot.fsm.v1.OverridesCommand
-	(*proto.UsageBatch)(nil),     // 26: allot.v1.UsageBatch
-	(*proto.Rule)(nil),           // 27: allot.v1.Rule
-	(*proto.Member)(nil),         // 28: allot.v1.Member
-	(*proto.ShardGroup)(nil),     // 29: allot.v1.ShardGroup
-	(*proto.SlotMove)(nil),       // 30: allot.v1.SlotMove
-	(*proto.PinSlotRequest)(nil), // 31: allot.v1.PinSlotRequest
-	(*proto.Override)(nil),       // 32: allot.v1.Override
-	(*proto.OverrideKey)(nil),    // 33: allot.v1.OverrideKey
+	(*ResetCommand)(nil),         // 26: allot.fsm.v1.ResetCommand
+	(*proto.UsageBatch)(nil),     // 27: allot.v1.UsageBatch
+	(*proto.Rule)(nil),           // 28: allot.v1.Rule
+	(*proto.Member)(nil),         // 29: allot.v1.Member
+	(*proto.ShardGroup)(nil),     // 30: allot.v1.ShardGroup
+	(*proto.SlotMove)(nil),       // 31: allot.v1.SlotMove
+	(*proto.PinSlotRequest)(nil), // 32: allot.v1.PinSlotRequest
+	(*proto.Override)(nil),       // 33: allot.v1.Override
+	(*proto.OverrideKey)(nil),    // 34: allot.v1.OverrideKey
+	(*proto.Reset)(nil),          // 35: allot.v1.Reset
 }
 var file_fsm_proto_depIdxs = []int32{
 	2,  // 0: allot.fsm.v1.ReportsCommand.reports:type_name -> allot.fsm.v1.AgentUsage
-	26, // 1: allot.fsm.v1.AgentUsage.batch:type_name -> allot.v1.UsageBatch
+	27, // 1: allot.fsm.v1.AgentUsage.batch:type_name -> allot.v1.UsageBatch
 	4,  // 2: allot.fsm.v1.ReportsResult.moved:type_name -> allot.fsm.v1.MovedReport
-	27, // 3: allot.fsm.v1.RulesCommand.put:type_name -> allot.v1.Rule
-	28, // 4: allot.fsm.v1.MemberCommand.member:type_name -> allot.v1.Member
+	28, // 3: allot.fsm.v1.RulesCommand.put:type_name -> allot.v1.Rule
+	29, // 4: allot.fsm.v1.MemberCommand.member:type_name -> allot.v1.Member
 	19, // 5: allot.fsm.v1.SnapshotHeader.export:type_name -> allot.fsm.v1.ExportPosition
 	16, // 6: allot.fsm.v1.GrantsCommand.grants:type_name -> allot.fsm.v1.GrantRecord
 	19, // 7: allot.fsm.v1.ExportedCommand.position:type_name -> allot.fsm.v1.ExportPosition
 	0,  // 8: allot.fsm.v1.SlotsCommand.op:type_name -> allot.fsm.v1.SlotsCommand.Op
-	29, // 9: allot.fsm.v1.ShardMapCommand.add_group:type_name -> allot.v1.ShardGroup
-	30, // 10: allot.fsm.v1.ShardMapCommand.plan:type_name -> allot.v1.SlotMove
-	30, // 11: allot.fsm.v1.ShardMapCommand.phase:type_name -> allot.v1.SlotMove
-	31, // 12: allot.fsm.v1.ShardMapCommand.pin:type_name -> allot.v1.PinSlotRequest
+	30, // 9: allot.fsm.v1.ShardMapCommand.add_group:type_name -> allot.v1.ShardGroup
+	31, // 10: allot.fsm.v1.ShardMapCommand.plan:type_name -> allot.v1.SlotMove
+	31, // 11: allot.fsm.v1.ShardMapCommand.phase:type_name -> allot.v1.SlotMove
+	32, // 12: allot.fsm.v1.ShardMapCommand.pin:type_name -> allot.v1.PinSlotRequest
 	24, // 13: allot.fsm.v1.SlotsRecord.moves:type_name -> allot.fsm.v1.MoveOutcome
 	0,  // 14: allot.fsm.v1.MoveOutcome.op:type_name -> allot.fsm.v1.SlotsCommand.Op
-	32, // 15: allot.fsm.v1.OverridesCommand.put:type_name -> allot.v1.Override
-	33, // 16: allot.fsm.v1.OverridesCommand.delete:type_name -> allot.v1.OverrideKey
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	33, // 15: allot.fsm.v1.OverridesCommand.put:type_name -> allot.v1.Override
+	34, // 16: allot.fsm.v1.OverridesCommand.delete:type_name -> allot.v1.OverrideKey
+	35, // 17: allot.fsm.v1.ResetCommand.entry:type_name -> allot.v1.Reset
+	35, // 18: allot.fsm.v1.ResetCommand.mirrored:type_name -> allot.v1.Reset
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_fsm_proto_init() }
@@ -2203,7 +2325,7 @@ func file_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_proto_rawDesc), len(file_fsm_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -36,12 +36,16 @@ const (
 	// CmdOverrides changes per-tenant overrides. Never ignorable: a
 	// member that skipped one would grant leases by other limits.
 	CmdOverrides Command = 11
+	// CmdReset records a key reset. Never ignorable: a member that
+	// skipped one would number the resets apart, and its agents would
+	// miss the reset or take another in its place.
+	CmdReset Command = 12
 
 	Ignorable Command = 0x80
 )
 
 // Commands lists every command type this version knows.
-var Commands = []Command{CmdReports, CmdRules, CmdMember, CmdEpoch, CmdMaintain, CmdSettings, CmdGrants, CmdExported, CmdSlots, CmdShardMap, CmdOverrides}
+var Commands = []Command{CmdReports, CmdRules, CmdMember, CmdEpoch, CmdMaintain, CmdSettings, CmdGrants, CmdExported, CmdSlots, CmdShardMap, CmdOverrides, CmdReset}
 
 func (t Command) String() string {
 	switch t &^ Ignorable {
@@ -67,6 +71,8 @@ func (t Command) String() string {
 		return "shard_map"
 	case CmdOverrides:
 		return "overrides"
+	case CmdReset:
+		return "reset"
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }
@@ -137,6 +143,10 @@ var handlers = map[Command]handler{
 	CmdOverrides: {
 		msg:   func() proto.Message { return &fsmpb.OverridesCommand{} },
 		apply: func(s *State, m proto.Message) any { return s.applyOverrides(m.(*fsmpb.OverridesCommand)) },
+	},
+	CmdReset: {
+		msg:   func() proto.Message { return &fsmpb.ResetCommand{} },
+		apply: func(s *State, m proto.Message) any { return s.applyReset(m.(*fsmpb.ResetCommand)) },
 	},
 }
 

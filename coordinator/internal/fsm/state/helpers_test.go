@@ -121,6 +121,10 @@ func dumpState(s *State) string {
 		lines = append(lines, fmt.Sprintf("overrides v%d floor %d mirror %v", s.ov.version, s.ov.floor, s.ov.mirror))
 	}
 	s.eachOverride(func(o *allotpb.Override) { lines = append(lines, fmt.Sprintf("override %v", o)) })
+	if s.resets.version != 0 {
+		lines = append(lines, fmt.Sprintf("resets v%d floor %d mirror %v", s.resets.version, s.resets.floor, s.resets.mirror))
+	}
+	s.eachReset(func(r *allotpb.Reset) { lines = append(lines, fmt.Sprintf("reset %v", r)) })
 
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")

@@ -47,6 +47,8 @@ const (
 	// One per override, tombstones included; not ignorable (see
 	// CmdOverrides).
 	recOverride record = 11
+	// One per reset kept, oldest first; not ignorable (see CmdReset).
+	recReset record = 12
 
 	recIgnorable record = 0x80
 )
@@ -77,6 +79,7 @@ func (sn *Snapshot) Write(out io.Writer) error {
 		GrantEpoch: s.grantEpoch, GrantSeq: s.grantSeq, ClusterId: s.clusterID,
 		Export: s.export.Proto(), RetentionDroppedLines: s.retentionDropped,
 		OverridesVersion: s.ov.version, OverridesFloor: s.ov.floor, OverridesMirror: s.ov.mirror,
+		ResetsVersion: s.resets.version, ResetsFloor: s.resets.floor, ResetsMirror: s.resets.mirror,
 	})
 	rs := rulespb.SetToProto(s.rules)
 	slices.SortFunc(rs.Rules, func(a, b *allotpb.Rule) int { return strings.Compare(a.GetName(), b.GetName()) })
@@ -109,6 +112,7 @@ func (sn *Snapshot) Write(out io.Writer) error {
 		w.write(recShardMap, s.shardMap.Proto())
 	}
 	s.eachOverride(func(o *allotpb.Override) { w.write(recOverride, o) })
+	s.eachReset(func(r *allotpb.Reset) { w.write(recReset, r) })
 	w.write(recEnd, &fsmpb.SnapshotEnd{Records: w.records})
 	if w.err != nil {
 		return w.err
@@ -343,6 +347,12 @@ func (st *State) readRecord(t record, payload []byte) error {
 			return fmt.Errorf("override %q/%q at version %d: not one the header's version %d allows", m.GetRule(), m.GetTenant(), m.GetVersion(), st.ov.version)
 		}
 		st.ov.set(m)
+	case recReset:
+		m := &allotpb.Reset{}
+		if err := unmarshal(m); err != nil {
+			return err
+		}
+		return st.restoreReset(m)
 	default:
 		if t&recIgnorable == 0 {
 			return fmt.Errorf("%w: unknown record type %d: this version is older than the snapshot; upgrade it", ErrSnapshotFormat, t)

@@ -69,6 +69,8 @@ type State struct {
 	shardMap *shard.Map
 	// ov holds the per-tenant overrides (overrides.go).
 	ov overrideStore
+	// resets are the newest key resets (resets.go).
+	resets resetLog
 }
 
 // incKey identifies one run of one agent.

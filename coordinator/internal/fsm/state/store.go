@@ -112,6 +112,7 @@ func (s *State) frozen() *State {
 	c.open = s.open.Clone()
 	c.final = s.final.Clone()
 	c.ov = s.ov.clone()
+	// c.resets shares s's list: appended to and cut from the front only.
 	return &c
 }
 
@@ -170,6 +171,7 @@ func (s *State) setHeader(h *fsmpb.SnapshotHeader) {
 	s.export = ExportPositionFromProto(h.GetExport())
 	s.retentionDropped = h.GetRetentionDroppedLines()
 	s.ov.version, s.ov.floor, s.ov.mirror = h.GetOverridesVersion(), h.GetOverridesFloor(), h.GetOverridesMirror()
+	s.resets.version, s.resets.floor, s.resets.mirror = h.GetResetsVersion(), h.GetResetsFloor(), h.GetResetsMirror()
 }
 
 func (s *State) putMember(m *allotpb.Member) { s.members.ReplaceOrInsert(m) }

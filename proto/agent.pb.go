@@ -112,11 +112,14 @@ type ReportRequest struct {
 	// (OverridesDelta.version); the answer carries what changed since.
 	OverridesVersion uint64 `protobuf:"varint,14,opt,name=overrides_version,json=overridesVersion,proto3" json:"overrides_version,omitempty"`
 	// resets_version is the version of the key resets the agent has taken
-	// in (ResetsDelta.version); the answer carries the resets since. 0: a
-	// process that has taken none, whose state is younger than any reset.
-	ResetsVersion uint64 `protobuf:"varint,15,opt,name=resets_version,json=resetsVersion,proto3" json:"resets_version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// in (ResetsDelta.version); the answer carries the resets since.
+	// resets_following is set once the agent has taken a version from an
+	// answer (0 included); until then it is a new process, whose state is
+	// younger than the resets made, and the answer gives the version alone.
+	ResetsVersion   uint64 `protobuf:"varint,15,opt,name=resets_version,json=resetsVersion,proto3" json:"resets_version,omitempty"`
+	ResetsFollowing bool   `protobuf:"varint,16,opt,name=resets_following,json=resetsFollowing,proto3" json:"resets_following,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ReportRequest) Reset() {
@@ -252,6 +255,13 @@ func (x *ReportRequest) GetResetsVersion() uint64 {
 		return x.ResetsVersion
 	}
 	return 0
+}
+
+func (x *ReportRequest) GetResetsFollowing() bool {
+	if x != nil {
+		return x.ResetsFollowing
+	}
+	return false
 }
 
 // UsageBatch is a numbered batch of billing counts. The agent sends the
@@ -942,7 +952,7 @@ var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
 	"\n" +
-	"\vagent.proto\x12\ballot.v1\x1a\vrules.proto\"\xa0\x04\n" +
+	"\vagent.proto\x12\ballot.v1\x1a\vrules.proto\"\xcb\x04\n" +
 	"\rReportRequest\x125\n" +
 	"\bprotocol\x18\x01 \x01(\x0e2\x19.allot.v1.ProtocolVersionR\bprotocol\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12 \n" +
@@ -959,7 +969,8 @@ const file_agent_proto_rawDesc = "" +
 	"\x05group\x18\f \x01(\tR\x05group\x12%\n" +
 	"\x0ereporter_group\x18\r \x01(\tR\rreporterGroup\x12+\n" +
 	"\x11overrides_version\x18\x0e \x01(\x04R\x10overridesVersion\x12%\n" +
-	"\x0eresets_version\x18\x0f \x01(\x04R\rresetsVersion\"p\n" +
+	"\x0eresets_version\x18\x0f \x01(\x04R\rresetsVersion\x12)\n" +
+	"\x10resets_following\x18\x10 \x01(\bR\x0fresetsFollowing\"p\n" +
 	"\n" +
 	"UsageBatch\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12,\n" +

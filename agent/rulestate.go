@@ -267,11 +267,17 @@ func (st *limitStore) setShare(rs *ruleState, share float64, now time.Time) {
 
 // store returns the store for a request's tenant and plan.
 func (rs *ruleState) store(req *Request) *limitStore {
-	if to := rs.overrides.get(req.Tenant); to != nil && to.o.Limit > 0 {
-		if st := rs.overrideStore(to); st != nil {
+	if to := rs.overrides.get(req.Tenant); to != nil && (to.o.Limit > 0 || to.reset) {
+		if st := rs.overrideStore(to, req); st != nil {
 			return st
 		}
 	}
+	return rs.baseStore(req)
+}
+
+// baseStore is the store of a request's tenant and plan by the rule set
+// alone: the rule file's tenants, then plans, then the rule's own.
+func (rs *ruleState) baseStore(req *Request) *limitStore {
 	if rs.byTenant != nil {
 		if st := rs.byTenant[req.Tenant]; st != nil {
 			return st

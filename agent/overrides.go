@@ -34,7 +34,12 @@ const overrideShards = 64
 type tenantOverride struct {
 	o       rules.TenantOverride
 	expires int64 // ns on the coordinators' clock; 0 never
-	store   atomic.Pointer[limitStore]
+	// reset marks a tenant all of whose keys were reset (resets.go): its
+	// keys stay in a store of their own, made fresh, as the rule's stores
+	// still hold what they spent before the reset. A later override, or
+	// its deletion, keeps the mark.
+	reset bool
+	store atomic.Pointer[limitStore]
 }
 
 // tenantTable is a rule's overrides, by tenant.
@@ -84,14 +89,20 @@ func (t *tenantTable) apply(changes map[string]*tenantOverride) {
 			}
 		}
 		for _, tenant := range tenants {
+			o := changes[tenant]
 			if old := next[tenant]; old != nil {
 				t.n.Add(-1)
 				if st := old.store.Load(); st != nil {
 					t.stores = slices.DeleteFunc(t.stores, func(s *limitStore) bool { return s == st })
 				}
 				delete(next, tenant)
+				if old.reset && o == nil {
+					o = &tenantOverride{reset: true}
+				} else if old.reset {
+					o.reset = true
+				}
 			}
-			if o := changes[tenant]; o != nil {
+			if o != nil {
 				next[tenant] = o
 				t.n.Add(1)
 			}
@@ -110,11 +121,12 @@ func (t *tenantTable) made() []*limitStore {
 	return slices.Clone(t.stores)
 }
 
-// overrideStore returns the store of an overridden tenant's keys, making
-// it at the tenant's first check. A store the algorithm refuses (it
-// cannot: the coordinators validated the limit) leaves the tenant on the
-// rule's own store.
-func (rs *ruleState) overrideStore(to *tenantOverride) *limitStore {
+// overrideStore returns the store of an overridden (or reset) tenant's
+// keys, making it at the tenant's first check: of the override's limit,
+// or when it sets none that of the store the tenant had. A store the
+// algorithm refuses (it cannot: the coordinators validated the limit)
+// leaves the tenant on the rule's own store.
+func (rs *ruleState) overrideStore(to *tenantOverride, req *Request) *limitStore {
 	if st := to.store.Load(); st != nil {
 		return st
 	}
@@ -124,7 +136,11 @@ func (rs *ruleState) overrideStore(to *tenantOverride) *limitStore {
 	if st := to.store.Load(); st != nil {
 		return st
 	}
-	st, err := rs.makeStore(to.o.Limit)
+	limit := to.o.Limit
+	if limit <= 0 {
+		limit = rs.baseStore(req).limit
+	}
+	st, err := rs.makeStore(limit)
 	if err != nil {
 		return nil
 	}
@@ -242,7 +258,10 @@ func (rs *ruleState) fillOverrides(b *overrideBook) {
 	ch := map[string]*tenantOverride{}
 	for i := range rs.overrides.shards {
 		if m := rs.overrides.shards[i].Load(); m != nil {
-			for tenant := range *m {
+			for tenant, to := range *m {
+				if to.reset && to.o == (rules.TenantOverride{}) {
+					continue // a reset tenant with no override: kept as it is
+				}
 				ch[tenant] = nil
 			}
 		}

@@ -50,7 +50,9 @@ type reporter struct {
 	version  uint64                    // rules version enforced
 	// overrides are the per-tenant overrides the coordinators sent.
 	overrides overrideBook
-	quit      chan struct{}
+	// resets is where the agent is in the coordinators' key resets.
+	resets resetBook
+	quit   chan struct{}
 	// answeredCount counts answered reports, for tests and status;
 	// lastAnswer is when the last one was (ns, coordinators' clock), and
 	// pendingCount mirrors len(pending), for Status.
@@ -347,6 +349,7 @@ func (r *reporter) request(c *compiled, now int64, urgent, leaving bool) (*allot
 		Region: a.cfg.Region, SentUnixNano: now, IntervalNano: max(now-r.lastRun, 1),
 		RulesVersion: r.version, Urgent: urgent, Leaving: leaving,
 		OverridesVersion: r.overrides.version,
+		ResetsVersion:    r.resets.version, ResetsFollowing: r.resets.following,
 	}
 	if !urgent && len(r.pending) > 0 {
 		req.Usage = r.pending[0]
@@ -448,6 +451,7 @@ func (r *reporter) answered(resp *allotpb.ReportResponse, held []*hotKey, t0, t1
 	}
 	r.takeOverrides(resp.GetOverrides())
 	r.expireOverrides(a.clock.now())
+	r.takeResets(resp.GetResets())
 	if n := int64(resp.GetNodes()); n > 0 && n != a.nodes.Load() {
 		a.nodes.Store(n)
 		r.reshare()

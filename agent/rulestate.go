@@ -298,11 +298,17 @@ func (rs *ruleState) store(req *Request) *limitStore {
 	if req.lst != nil {
 		return req.lst
 	}
-	if to := rs.overrides.get(req.Tenant); to != nil && to.o.Limit > 0 {
-		if st := rs.overrideStore(to); st != nil {
+	if to := rs.overrides.get(req.Tenant); to != nil && (to.o.Limit > 0 || to.reset) {
+		if st := rs.overrideStore(to, req); st != nil {
 			return st
 		}
 	}
+	return rs.baseStore(req)
+}
+
+// baseStore is the store of a request's tenant and plan by the rule set
+// alone: the rule file's tenants, then plans, then the rule's own.
+func (rs *ruleState) baseStore(req *Request) *limitStore {
 	if rs.byTenant != nil {
 		if st := rs.byTenant[req.Tenant]; st != nil {
 			return st

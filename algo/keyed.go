@@ -315,6 +315,26 @@ func (k *Keyed) TakeBackHash(h Hash) {
 	sh.mu.Unlock()
 }
 
+// ResetHash removes a key's state, so that its next request is decided
+// as a fresh key's: an operator's reset of the key. It reports whether
+// the key was held. A key handed over (HandOverHashAt) stays handed over:
+// its state is in the caller's limiter, which the caller resets; what the
+// store held from before the handover is removed all the same, so that a
+// TakeBackHash starts the key afresh too.
+func (k *Keyed) ResetHash(h Hash) bool {
+	sh := k.shard(h.b)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if len(sh.t.slots) == 0 {
+		return false
+	}
+	i, found := sh.t.find(h.a, h.b)
+	if found {
+		sh.removeAt(k, i)
+	}
+	return found
+}
+
 // ReturnHashAt gives back cost admitted for a key at now, as if that
 // admission had not happened: for callers that admit under several limits
 // and must undo one when a later limit refuses. Returning more than was

@@ -78,6 +78,16 @@ func (l *Limiter) Reconfigure(cfg Config, now time.Time) error {
 	return nil
 }
 
+// Reset returns l to a fresh limiter's state under its configuration:
+// what the subject spent is forgotten (an operator's reset of a key).
+func (l *Limiter) Reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.tat.Store(0)
+	l.s = state{}
+	l.log.reset()
+}
+
 // Allow is shorthand for AllowAt(time.Now(), cost).
 func (l *Limiter) Allow(cost int64) Decision { return l.AllowAt(time.Now(), cost) }
 

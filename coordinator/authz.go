@@ -34,6 +34,7 @@ var methodRoles = map[string]auth.Role{
 	allotpb.OverridesService_GetOverride_FullMethodName:               auth.Reader,
 	allotpb.OverridesService_ListOverrides_FullMethodName:             auth.Reader,
 	allotpb.OverridesService_Changes_FullMethodName:                   auth.Reader,
+	allotpb.ResetsService_ListResets_FullMethodName:                   auth.Reader,
 	allotpb.ClusterService_Status_FullMethodName:                      auth.Reader,
 	allotpb.UsageService_QueryUsage_FullMethodName:                    auth.Reader,
 	allotpb.AuditService_ListAudit_FullMethodName:                     auth.Reader,

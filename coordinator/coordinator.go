@@ -326,6 +326,7 @@ func (c *Coordinator) startGRPC() error {
 	allotpb.RegisterAgentServiceServer(c.grpc, &agentServer{c: c})
 	allotpb.RegisterRulesServiceServer(c.grpc, &rulesServer{c: c})
 	allotpb.RegisterOverridesServiceServer(c.grpc, &overridesServer{c: c})
+	allotpb.RegisterResetsServiceServer(c.grpc, &resetsServer{c: c})
 	allotpb.RegisterClusterServiceServer(c.grpc, &clusterServer{c: c})
 	allotpb.RegisterUsageServiceServer(c.grpc, &usageServer{c: c})
 	allotpb.RegisterAuditServiceServer(c.grpc, &auditServer{c: c})

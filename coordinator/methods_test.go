@@ -21,7 +21,7 @@ func TestEveryMethodServed(t *testing.T) {
 	cc := dial(t, c.GRPCAddr())
 	agent, rules := allotpb.NewAgentServiceClient(cc), allotpb.NewRulesServiceClient(cc)
 	cluster, usage := allotpb.NewClusterServiceClient(cc), allotpb.NewUsageServiceClient(cc)
-	shards := allotpb.NewShardServiceClient(cc)
+	shards, resets := allotpb.NewShardServiceClient(cc), allotpb.NewResetsServiceClient(cc)
 	stream := func(s grpc.ClientStream, err error) error {
 		if err != nil {
 			return err
@@ -95,8 +95,16 @@ func TestEveryMethodServed(t *testing.T) {
 			_, err := shards.GroupSlots(ctx, &allotpb.GroupSlotsRequest{})
 			return err
 		},
+		"ResetsService/ResetKeys": func(ctx context.Context) error {
+			_, err := resets.ResetKeys(ctx, &allotpb.ResetKeysRequest{})
+			return err
+		},
+		"ResetsService/ListResets": func(ctx context.Context) error {
+			_, err := resets.ListResets(ctx, &allotpb.ListResetsRequest{})
+			return err
+		},
 	}
-	descs := []grpc.ServiceDesc{allotpb.AgentService_ServiceDesc, allotpb.RulesService_ServiceDesc, allotpb.ClusterService_ServiceDesc, allotpb.UsageService_ServiceDesc, allotpb.ShardService_ServiceDesc}
+	descs := []grpc.ServiceDesc{allotpb.AgentService_ServiceDesc, allotpb.RulesService_ServiceDesc, allotpb.ClusterService_ServiceDesc, allotpb.UsageService_ServiceDesc, allotpb.ShardService_ServiceDesc, allotpb.ResetsService_ServiceDesc}
 	want := 0
 	for _, d := range descs {
 		want += len(d.Methods) + len(d.Streams)

@@ -133,7 +133,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, t := range state.Commands {
 		m.commands.WithLabelValues(t.String())
 	}
-	for _, method := range []string{"PutRules", "DeleteRule", "PutOverrides", "DeleteOverrides", "Join", "Remove", "Backup", "Restore"} {
+	for _, method := range []string{"PutRules", "DeleteRule", "PutOverrides", "DeleteOverrides", "ResetKeys", "Join", "Remove", "Backup", "Restore"} {
 		for _, r := range []string{"ok", "invalid", "unavailable", "internal"} {
 			m.adminRequests.WithLabelValues(method, r)
 		}

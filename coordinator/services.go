@@ -211,6 +211,9 @@ func respond(st *state.State, alloc *allocator, req *allotpb.ReportRequest, now 
 		resp.Rules = rulespb.SetToProto(st.Rules())
 	}
 	resp.Overrides = st.OverridesSince(req.GetOverridesVersion(), overridesPerReport)
+	// An agent not yet following the resets is a new process, whose state
+	// is younger than the resets kept: it takes the version alone.
+	resp.Resets = st.ResetsSince(req.GetResetsVersion(), resetsPerReport, !req.GetResetsFollowing())
 	for _, m := range st.Members() {
 		resp.Coordinators = append(resp.Coordinators, m.GetGrpcAddress())
 	}

@@ -488,6 +488,9 @@ func (c *Coordinator) mirrorOnce(ctx context.Context) error {
 	if err := c.mirrorOverrides(ctx); err != nil {
 		return err
 	}
+	if err := c.mirrorResets(ctx); err != nil {
+		return err
+	}
 	have := c.currentRules().Version()
 	var lastErr error
 	for _, a := range c.cfg.ShardHome {

@@ -111,8 +111,15 @@ type ReportRequest struct {
 	// overrides_version is the version of the overrides the agent holds
 	// (OverridesDelta.version); the answer carries what changed since.
 	OverridesVersion uint64 `protobuf:"varint,14,opt,name=overrides_version,json=overridesVersion,proto3" json:"overrides_version,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// resets_version is the version of the key resets the agent has taken
+	// in (ResetsDelta.version); the answer carries the resets since.
+	// resets_following is set once the agent has taken a version from an
+	// answer (0 included); until then it is a new process, whose state is
+	// younger than the resets made, and the answer gives the version alone.
+	ResetsVersion   uint64 `protobuf:"varint,15,opt,name=resets_version,json=resetsVersion,proto3" json:"resets_version,omitempty"`
+	ResetsFollowing bool   `protobuf:"varint,16,opt,name=resets_following,json=resetsFollowing,proto3" json:"resets_following,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ReportRequest) Reset() {
@@ -241,6 +248,20 @@ func (x *ReportRequest) GetOverridesVersion() uint64 {
 		return x.OverridesVersion
 	}
 	return 0
+}
+
+func (x *ReportRequest) GetResetsVersion() uint64 {
+	if x != nil {
+		return x.ResetsVersion
+	}
+	return 0
+}
+
+func (x *ReportRequest) GetResetsFollowing() bool {
+	if x != nil {
+		return x.ResetsFollowing
+	}
+	return false
 }
 
 // UsageBatch is a numbered batch of billing counts. The agent sends the
@@ -615,7 +636,10 @@ type ReportResponse struct {
 	ShardMapVersion uint64 `protobuf:"varint,15,opt,name=shard_map_version,json=shardMapVersion,proto3" json:"shard_map_version,omitempty"`
 	// overrides is what changed in the overrides since the report's
 	// overrides_version; unset when nothing did.
-	Overrides     *OverridesDelta `protobuf:"bytes,16,opt,name=overrides,proto3" json:"overrides,omitempty"`
+	Overrides *OverridesDelta `protobuf:"bytes,16,opt,name=overrides,proto3" json:"overrides,omitempty"`
+	// resets are the key resets made since the report's resets_version;
+	// unset when none were.
+	Resets        *ResetsDelta `protobuf:"bytes,17,opt,name=resets,proto3" json:"resets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -758,6 +782,13 @@ func (x *ReportResponse) GetShardMapVersion() uint64 {
 func (x *ReportResponse) GetOverrides() *OverridesDelta {
 	if x != nil {
 		return x.Overrides
+	}
+	return nil
+}
+
+func (x *ReportResponse) GetResets() *ResetsDelta {
+	if x != nil {
+		return x.Resets
 	}
 	return nil
 }
@@ -943,7 +974,7 @@ var File_agent_proto protoreflect.FileDescriptor
 
 const file_agent_proto_rawDesc = "" +
 	"\n" +
-	"\vagent.proto\x12\ballot.v1\x1a\vrules.proto\"\xf9\x03\n" +
+	"\vagent.proto\x12\ballot.v1\x1a\vrules.proto\"\xcb\x04\n" +
 	"\rReportRequest\x125\n" +
 	"\bprotocol\x18\x01 \x01(\x0e2\x19.allot.v1.ProtocolVersionR\bprotocol\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12 \n" +
@@ -959,7 +990,9 @@ const file_agent_proto_rawDesc = "" +
 	"\x06urgent\x18\v \x01(\bR\x06urgent\x12\x14\n" +
 	"\x05group\x18\f \x01(\tR\x05group\x12%\n" +
 	"\x0ereporter_group\x18\r \x01(\tR\rreporterGroup\x12+\n" +
-	"\x11overrides_version\x18\x0e \x01(\x04R\x10overridesVersion\"p\n" +
+	"\x11overrides_version\x18\x0e \x01(\x04R\x10overridesVersion\x12%\n" +
+	"\x0eresets_version\x18\x0f \x01(\x04R\rresetsVersion\x12)\n" +
+	"\x10resets_following\x18\x10 \x01(\bR\x0fresetsFollowing\"p\n" +
 	"\n" +
 	"UsageBatch\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12,\n" +
@@ -993,7 +1026,7 @@ const file_agent_proto_rawDesc = "" +
 	"\tnext_held\x18\x0f \x01(\x01R\bnextHeld\x12\x14\n" +
 	"\x05limit\x18\x10 \x01(\x03R\x05limit\x12\x1f\n" +
 	"\vperiod_nano\x18\x11 \x01(\x03R\n" +
-	"periodNano\"\x89\x05\n" +
+	"periodNano\"\xb8\x05\n" +
 	"\x0eReportResponse\x125\n" +
 	"\bprotocol\x18\x01 \x01(\x0e2\x19.allot.v1.ProtocolVersionR\bprotocol\x12\x1b\n" +
 	"\tacked_seq\x18\x02 \x01(\x04R\backedSeq\x12\x14\n" +
@@ -1011,7 +1044,8 @@ const file_agent_proto_rawDesc = "" +
 	"\x13billing_window_nano\x18\r \x01(\x03R\x11billingWindowNano\x12\x14\n" +
 	"\x05group\x18\x0e \x01(\tR\x05group\x12*\n" +
 	"\x11shard_map_version\x18\x0f \x01(\x04R\x0fshardMapVersion\x126\n" +
-	"\toverrides\x18\x10 \x01(\v2\x18.allot.v1.OverridesDeltaR\toverrides\"\xaa\x02\n" +
+	"\toverrides\x18\x10 \x01(\v2\x18.allot.v1.OverridesDeltaR\toverrides\x12-\n" +
+	"\x06resets\x18\x11 \x01(\v2\x15.allot.v1.ResetsDeltaR\x06resets\"\xaa\x02\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
@@ -1060,6 +1094,7 @@ var file_agent_proto_goTypes = []any{
 	(*GetRulesRequest)(nil), // 7: allot.v1.GetRulesRequest
 	(*RuleSet)(nil),         // 8: allot.v1.RuleSet
 	(*OverridesDelta)(nil),  // 9: allot.v1.OverridesDelta
+	(*ResetsDelta)(nil),     // 10: allot.v1.ResetsDelta
 }
 var file_agent_proto_depIdxs = []int32{
 	0,  // 0: allot.v1.ReportRequest.protocol:type_name -> allot.v1.ProtocolVersion
@@ -1070,15 +1105,16 @@ var file_agent_proto_depIdxs = []int32{
 	6,  // 5: allot.v1.ReportResponse.leases:type_name -> allot.v1.Lease
 	8,  // 6: allot.v1.ReportResponse.rules:type_name -> allot.v1.RuleSet
 	9,  // 7: allot.v1.ReportResponse.overrides:type_name -> allot.v1.OverridesDelta
-	1,  // 8: allot.v1.AgentService.Report:input_type -> allot.v1.ReportRequest
-	7,  // 9: allot.v1.AgentService.GetRules:input_type -> allot.v1.GetRulesRequest
-	5,  // 10: allot.v1.AgentService.Report:output_type -> allot.v1.ReportResponse
-	8,  // 11: allot.v1.AgentService.GetRules:output_type -> allot.v1.RuleSet
-	10, // [10:12] is the sub-list for method output_type
-	8,  // [8:10] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	10, // 8: allot.v1.ReportResponse.resets:type_name -> allot.v1.ResetsDelta
+	1,  // 9: allot.v1.AgentService.Report:input_type -> allot.v1.ReportRequest
+	7,  // 10: allot.v1.AgentService.GetRules:input_type -> allot.v1.GetRulesRequest
+	5,  // 11: allot.v1.AgentService.Report:output_type -> allot.v1.ReportResponse
+	8,  // 12: allot.v1.AgentService.GetRules:output_type -> allot.v1.RuleSet
+	11, // [11:13] is the sub-list for method output_type
+	9,  // [9:11] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_agent_proto_init() }

@@ -29,11 +29,15 @@ func ParseViolation(field, desc string) Violation {
 }
 
 // ReportHeader is a report's header without its usage or demand: for the
-// further parts of a split report.
+// further parts of a split report, and each shard group's part. It keeps
+// every version the agent follows: a part without its overrides version
+// was answered every override afresh, each answer, which started every
+// overridden tenant's keys afresh each interval.
 func ReportHeader(req *ReportRequest) *ReportRequest {
 	return &ReportRequest{
 		Protocol: req.GetProtocol(), Node: req.GetNode(), Incarnation: req.GetIncarnation(), Region: req.GetRegion(),
 		SentUnixNano: req.GetSentUnixNano(), IntervalNano: req.GetIntervalNano(), RulesVersion: req.GetRulesVersion(),
-		Leaving: req.GetLeaving(), Urgent: req.GetUrgent(), Group: req.GetGroup(),
+		Leaving: req.GetLeaving(), Urgent: req.GetUrgent(), Group: req.GetGroup(), ReporterGroup: req.GetReporterGroup(),
+		OverridesVersion: req.GetOverridesVersion(), ResetsVersion: req.GetResetsVersion(), ResetsFollowing: req.GetResetsFollowing(),
 	}
 }

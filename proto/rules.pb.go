@@ -1404,6 +1404,386 @@ func (x *OverrideChangesRequest) GetLimit() uint32 {
 	return 0
 }
 
+// Reset starts one key's counters afresh, fleet-wide: every node's state
+// for the key and the coordinators' lease pool for it. The ledger keeps
+// what was counted. The key is named by the rule and exactly the rule's
+// key attributes (rules.Rule.KeyAttrs): tenant, user, route, ip; a global
+// rule's one key by the rule alone. all_keys resets every key of the
+// tenant under the rule (the tenant alone given).
+type Reset struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Rule    string                 `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	Tenant  string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	User    string                 `protobuf:"bytes,3,opt,name=user,proto3" json:"user,omitempty"`
+	Route   string                 `protobuf:"bytes,4,opt,name=route,proto3" json:"route,omitempty"`
+	Ip      string                 `protobuf:"bytes,5,opt,name=ip,proto3" json:"ip,omitempty"`
+	AllKeys bool                   `protobuf:"varint,6,opt,name=all_keys,json=allKeys,proto3" json:"all_keys,omitempty"`
+	// key is the key as agents and pools name it (rules.AppendKey of the
+	// attributes); empty for all_keys (set by the coordinators).
+	Key string `protobuf:"bytes,7,opt,name=key,proto3" json:"key,omitempty"`
+	// version numbers the reset among the cluster's resets; at_unix_nano
+	// is the leader's clock when it was made; by names who asked (the
+	// credentials' names; empty when authentication is off); reason is the
+	// caller's note (a support case). All but reason are set by the
+	// coordinators.
+	Version       uint64 `protobuf:"varint,8,opt,name=version,proto3" json:"version,omitempty"`
+	AtUnixNano    int64  `protobuf:"varint,9,opt,name=at_unix_nano,json=atUnixNano,proto3" json:"at_unix_nano,omitempty"`
+	By            string `protobuf:"bytes,10,opt,name=by,proto3" json:"by,omitempty"`
+	Reason        string `protobuf:"bytes,11,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reset) Reset() {
+	*x = Reset{}
+	mi := &file_rules_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reset) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reset) ProtoMessage() {}
+
+func (x *Reset) ProtoReflect() protoreflect.Message {
+	mi := &file_rules_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reset.ProtoReflect.Descriptor instead.
+func (*Reset) Descriptor() ([]byte, []int) {
+	return file_rules_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Reset) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *Reset) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Reset) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *Reset) GetRoute() string {
+	if x != nil {
+		return x.Route
+	}
+	return ""
+}
+
+func (x *Reset) GetIp() string {
+	if x != nil {
+		return x.Ip
+	}
+	return ""
+}
+
+func (x *Reset) GetAllKeys() bool {
+	if x != nil {
+		return x.AllKeys
+	}
+	return false
+}
+
+func (x *Reset) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Reset) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *Reset) GetAtUnixNano() int64 {
+	if x != nil {
+		return x.AtUnixNano
+	}
+	return 0
+}
+
+func (x *Reset) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *Reset) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// ResetsDelta is the resets after a version, oldest first. full is set
+// when some resets after that version are no longer kept: the receiver
+// takes these and has missed the others. more is set when the delta stops
+// short of version (a page): ask again from the last reset's version.
+type ResetsDelta struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Full          bool                   `protobuf:"varint,2,opt,name=full,proto3" json:"full,omitempty"`
+	More          bool                   `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
+	Resets        []*Reset               `protobuf:"bytes,4,rep,name=resets,proto3" json:"resets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetsDelta) Reset() {
+	*x = ResetsDelta{}
+	mi := &file_rules_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetsDelta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetsDelta) ProtoMessage() {}
+
+func (x *ResetsDelta) ProtoReflect() protoreflect.Message {
+	mi := &file_rules_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetsDelta.ProtoReflect.Descriptor instead.
+func (*ResetsDelta) Descriptor() ([]byte, []int) {
+	return file_rules_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ResetsDelta) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ResetsDelta) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
+}
+
+func (x *ResetsDelta) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+func (x *ResetsDelta) GetResets() []*Reset {
+	if x != nil {
+		return x.Resets
+	}
+	return nil
+}
+
+type ResetKeysRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// target names the key, or with all_keys the tenant, to reset, and
+	// may give a reason.
+	Target        *Reset `protobuf:"bytes,1,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetKeysRequest) Reset() {
+	*x = ResetKeysRequest{}
+	mi := &file_rules_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetKeysRequest) ProtoMessage() {}
+
+func (x *ResetKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rules_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetKeysRequest.ProtoReflect.Descriptor instead.
+func (*ResetKeysRequest) Descriptor() ([]byte, []int) {
+	return file_rules_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ResetKeysRequest) GetTarget() *Reset {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
+type ResetKeysResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// recorded is the reset as recorded, key, version and time included.
+	Recorded *Reset `protobuf:"bytes,1,opt,name=recorded,proto3" json:"recorded,omitempty"`
+	// pools is how many lease pools the leader dropped.
+	Pools         uint32 `protobuf:"varint,2,opt,name=pools,proto3" json:"pools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetKeysResponse) Reset() {
+	*x = ResetKeysResponse{}
+	mi := &file_rules_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetKeysResponse) ProtoMessage() {}
+
+func (x *ResetKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rules_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetKeysResponse.ProtoReflect.Descriptor instead.
+func (*ResetKeysResponse) Descriptor() ([]byte, []int) {
+	return file_rules_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ResetKeysResponse) GetRecorded() *Reset {
+	if x != nil {
+		return x.Recorded
+	}
+	return nil
+}
+
+func (x *ResetKeysResponse) GetPools() uint32 {
+	if x != nil {
+		return x.Pools
+	}
+	return 0
+}
+
+type ListResetsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// since lists the resets after this version; 0 for every one kept.
+	Since uint64 `protobuf:"varint,1,opt,name=since,proto3" json:"since,omitempty"`
+	// rule and tenant, when set, keep only their resets.
+	Rule   string `protobuf:"bytes,2,opt,name=rule,proto3" json:"rule,omitempty"`
+	Tenant string `protobuf:"bytes,3,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// limit bounds the resets in the answer; 0 means 1000, at most 10000.
+	Limit         uint32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListResetsRequest) Reset() {
+	*x = ListResetsRequest{}
+	mi := &file_rules_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListResetsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListResetsRequest) ProtoMessage() {}
+
+func (x *ListResetsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rules_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListResetsRequest.ProtoReflect.Descriptor instead.
+func (*ListResetsRequest) Descriptor() ([]byte, []int) {
+	return file_rules_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ListResetsRequest) GetSince() uint64 {
+	if x != nil {
+		return x.Since
+	}
+	return 0
+}
+
+func (x *ListResetsRequest) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *ListResetsRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ListResetsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
 var File_rules_proto protoreflect.FileDescriptor
 
 const file_rules_proto_rawDesc = "" +
@@ -1514,7 +1894,36 @@ const file_rules_proto_rawDesc = "" +
 	"\adeleted\x18\x02 \x01(\rR\adeleted\"D\n" +
 	"\x16OverrideChangesRequest\x12\x14\n" +
 	"\x05since\x18\x01 \x01(\x04R\x05since\x12\x14\n" +
-	"\x05limit\x18\x02 \x01(\rR\x05limit2\xf7\x01\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\"\xfe\x01\n" +
+	"\x05Reset\x12\x12\n" +
+	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04user\x18\x03 \x01(\tR\x04user\x12\x14\n" +
+	"\x05route\x18\x04 \x01(\tR\x05route\x12\x0e\n" +
+	"\x02ip\x18\x05 \x01(\tR\x02ip\x12\x19\n" +
+	"\ball_keys\x18\x06 \x01(\bR\aallKeys\x12\x10\n" +
+	"\x03key\x18\a \x01(\tR\x03key\x12\x18\n" +
+	"\aversion\x18\b \x01(\x04R\aversion\x12 \n" +
+	"\fat_unix_nano\x18\t \x01(\x03R\n" +
+	"atUnixNano\x12\x0e\n" +
+	"\x02by\x18\n" +
+	" \x01(\tR\x02by\x12\x16\n" +
+	"\x06reason\x18\v \x01(\tR\x06reason\"x\n" +
+	"\vResetsDelta\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x12\n" +
+	"\x04full\x18\x02 \x01(\bR\x04full\x12\x12\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\x12'\n" +
+	"\x06resets\x18\x04 \x03(\v2\x0f.allot.v1.ResetR\x06resets\";\n" +
+	"\x10ResetKeysRequest\x12'\n" +
+	"\x06target\x18\x01 \x01(\v2\x0f.allot.v1.ResetR\x06target\"V\n" +
+	"\x11ResetKeysResponse\x12+\n" +
+	"\brecorded\x18\x01 \x01(\v2\x0f.allot.v1.ResetR\brecorded\x12\x14\n" +
+	"\x05pools\x18\x02 \x01(\rR\x05pools\"k\n" +
+	"\x11ListResetsRequest\x12\x14\n" +
+	"\x05since\x18\x01 \x01(\x04R\x05since\x12\x12\n" +
+	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x16\n" +
+	"\x06tenant\x18\x03 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit2\xf7\x01\n" +
 	"\fRulesService\x12:\n" +
 	"\tListRules\x12\x1a.allot.v1.ListRulesRequest\x1a\x11.allot.v1.RuleSet\x123\n" +
 	"\aGetRule\x12\x18.allot.v1.GetRuleRequest\x1a\x0e.allot.v1.Rule\x128\n" +
@@ -1526,7 +1935,11 @@ const file_rules_proto_rawDesc = "" +
 	"\vGetOverride\x12\x1c.allot.v1.GetOverrideRequest\x1a\x12.allot.v1.Override\x12P\n" +
 	"\rListOverrides\x12\x1e.allot.v1.ListOverridesRequest\x1a\x1f.allot.v1.ListOverridesResponse\x12V\n" +
 	"\x0fDeleteOverrides\x12 .allot.v1.DeleteOverridesRequest\x1a!.allot.v1.DeleteOverridesResponse\x12E\n" +
-	"\aChanges\x12 .allot.v1.OverrideChangesRequest\x1a\x18.allot.v1.OverridesDeltaB)Z'github.com/allot-io/allot/proto;allotpbb\x06proto3"
+	"\aChanges\x12 .allot.v1.OverrideChangesRequest\x1a\x18.allot.v1.OverridesDelta2\x97\x01\n" +
+	"\rResetsService\x12D\n" +
+	"\tResetKeys\x12\x1a.allot.v1.ResetKeysRequest\x1a\x1b.allot.v1.ResetKeysResponse\x12@\n" +
+	"\n" +
+	"ListResets\x12\x1b.allot.v1.ListResetsRequest\x1a\x15.allot.v1.ResetsDeltaB)Z'github.com/allot-io/allot/proto;allotpbb\x06proto3"
 
 var (
 	file_rules_proto_rawDescOnce sync.Once
@@ -1540,7 +1953,7 @@ func file_rules_proto_rawDescGZIP() []byte {
 	return file_rules_proto_rawDescData
 }
 
-var file_rules_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_rules_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_rules_proto_goTypes = []any{
 	(*Rule)(nil),                    // 0: allot.v1.Rule
 	(*Match)(nil),                   // 1: allot.v1.Match
@@ -1563,17 +1976,22 @@ var file_rules_proto_goTypes = []any{
 	(*DeleteOverridesRequest)(nil),  // 18: allot.v1.DeleteOverridesRequest
 	(*DeleteOverridesResponse)(nil), // 19: allot.v1.DeleteOverridesResponse
 	(*OverrideChangesRequest)(nil),  // 20: allot.v1.OverrideChangesRequest
-	nil,                             // 21: allot.v1.Rule.PlansEntry
-	nil,                             // 22: allot.v1.Rule.TenantsEntry
-	nil,                             // 23: allot.v1.Rule.RegionsEntry
-	(*durationpb.Duration)(nil),     // 24: google.protobuf.Duration
+	(*Reset)(nil),                   // 21: allot.v1.Reset
+	(*ResetsDelta)(nil),             // 22: allot.v1.ResetsDelta
+	(*ResetKeysRequest)(nil),        // 23: allot.v1.ResetKeysRequest
+	(*ResetKeysResponse)(nil),       // 24: allot.v1.ResetKeysResponse
+	(*ListResetsRequest)(nil),       // 25: allot.v1.ListResetsRequest
+	nil,                             // 26: allot.v1.Rule.PlansEntry
+	nil,                             // 27: allot.v1.Rule.TenantsEntry
+	nil,                             // 28: allot.v1.Rule.RegionsEntry
+	(*durationpb.Duration)(nil),     // 29: google.protobuf.Duration
 }
 var file_rules_proto_depIdxs = []int32{
-	24, // 0: allot.v1.Rule.period:type_name -> google.protobuf.Duration
+	29, // 0: allot.v1.Rule.period:type_name -> google.protobuf.Duration
 	1,  // 1: allot.v1.Rule.match:type_name -> allot.v1.Match
-	21, // 2: allot.v1.Rule.plans:type_name -> allot.v1.Rule.PlansEntry
-	22, // 3: allot.v1.Rule.tenants:type_name -> allot.v1.Rule.TenantsEntry
-	23, // 4: allot.v1.Rule.regions:type_name -> allot.v1.Rule.RegionsEntry
+	26, // 2: allot.v1.Rule.plans:type_name -> allot.v1.Rule.PlansEntry
+	27, // 3: allot.v1.Rule.tenants:type_name -> allot.v1.Rule.TenantsEntry
+	28, // 4: allot.v1.Rule.regions:type_name -> allot.v1.Rule.RegionsEntry
 	2,  // 5: allot.v1.Match.descriptors:type_name -> allot.v1.DescriptorEntry
 	0,  // 6: allot.v1.RuleSet.rules:type_name -> allot.v1.Rule
 	0,  // 7: allot.v1.PutRulesRequest.rules:type_name -> allot.v1.Rule
@@ -1581,31 +1999,38 @@ var file_rules_proto_depIdxs = []int32{
 	10, // 9: allot.v1.PutOverridesRequest.overrides:type_name -> allot.v1.Override
 	10, // 10: allot.v1.ListOverridesResponse.overrides:type_name -> allot.v1.Override
 	14, // 11: allot.v1.DeleteOverridesRequest.keys:type_name -> allot.v1.OverrideKey
-	3,  // 12: allot.v1.Rule.PlansEntry.value:type_name -> allot.v1.Plan
-	4,  // 13: allot.v1.Rule.TenantsEntry.value:type_name -> allot.v1.TenantOverride
-	6,  // 14: allot.v1.RulesService.ListRules:input_type -> allot.v1.ListRulesRequest
-	7,  // 15: allot.v1.RulesService.GetRule:input_type -> allot.v1.GetRuleRequest
-	8,  // 16: allot.v1.RulesService.PutRules:input_type -> allot.v1.PutRulesRequest
-	9,  // 17: allot.v1.RulesService.DeleteRule:input_type -> allot.v1.DeleteRuleRequest
-	12, // 18: allot.v1.OverridesService.PutOverrides:input_type -> allot.v1.PutOverridesRequest
-	15, // 19: allot.v1.OverridesService.GetOverride:input_type -> allot.v1.GetOverrideRequest
-	16, // 20: allot.v1.OverridesService.ListOverrides:input_type -> allot.v1.ListOverridesRequest
-	18, // 21: allot.v1.OverridesService.DeleteOverrides:input_type -> allot.v1.DeleteOverridesRequest
-	20, // 22: allot.v1.OverridesService.Changes:input_type -> allot.v1.OverrideChangesRequest
-	5,  // 23: allot.v1.RulesService.ListRules:output_type -> allot.v1.RuleSet
-	0,  // 24: allot.v1.RulesService.GetRule:output_type -> allot.v1.Rule
-	5,  // 25: allot.v1.RulesService.PutRules:output_type -> allot.v1.RuleSet
-	5,  // 26: allot.v1.RulesService.DeleteRule:output_type -> allot.v1.RuleSet
-	13, // 27: allot.v1.OverridesService.PutOverrides:output_type -> allot.v1.PutOverridesResponse
-	10, // 28: allot.v1.OverridesService.GetOverride:output_type -> allot.v1.Override
-	17, // 29: allot.v1.OverridesService.ListOverrides:output_type -> allot.v1.ListOverridesResponse
-	19, // 30: allot.v1.OverridesService.DeleteOverrides:output_type -> allot.v1.DeleteOverridesResponse
-	11, // 31: allot.v1.OverridesService.Changes:output_type -> allot.v1.OverridesDelta
-	23, // [23:32] is the sub-list for method output_type
-	14, // [14:23] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	21, // 12: allot.v1.ResetsDelta.resets:type_name -> allot.v1.Reset
+	21, // 13: allot.v1.ResetKeysRequest.target:type_name -> allot.v1.Reset
+	21, // 14: allot.v1.ResetKeysResponse.recorded:type_name -> allot.v1.Reset
+	3,  // 15: allot.v1.Rule.PlansEntry.value:type_name -> allot.v1.Plan
+	4,  // 16: allot.v1.Rule.TenantsEntry.value:type_name -> allot.v1.TenantOverride
+	6,  // 17: allot.v1.RulesService.ListRules:input_type -> allot.v1.ListRulesRequest
+	7,  // 18: allot.v1.RulesService.GetRule:input_type -> allot.v1.GetRuleRequest
+	8,  // 19: allot.v1.RulesService.PutRules:input_type -> allot.v1.PutRulesRequest
+	9,  // 20: allot.v1.RulesService.DeleteRule:input_type -> allot.v1.DeleteRuleRequest
+	12, // 21: allot.v1.OverridesService.PutOverrides:input_type -> allot.v1.PutOverridesRequest
+	15, // 22: allot.v1.OverridesService.GetOverride:input_type -> allot.v1.GetOverrideRequest
+	16, // 23: allot.v1.OverridesService.ListOverrides:input_type -> allot.v1.ListOverridesRequest
+	18, // 24: allot.v1.OverridesService.DeleteOverrides:input_type -> allot.v1.DeleteOverridesRequest
+	20, // 25: allot.v1.OverridesService.Changes:input_type -> allot.v1.OverrideChangesRequest
+	23, // 26: allot.v1.ResetsService.ResetKeys:input_type -> allot.v1.ResetKeysRequest
+	25, // 27: allot.v1.ResetsService.ListResets:input_type -> allot.v1.ListResetsRequest
+	5,  // 28: allot.v1.RulesService.ListRules:output_type -> allot.v1.RuleSet
+	0,  // 29: allot.v1.RulesService.GetRule:output_type -> allot.v1.Rule
+	5,  // 30: allot.v1.RulesService.PutRules:output_type -> allot.v1.RuleSet
+	5,  // 31: allot.v1.RulesService.DeleteRule:output_type -> allot.v1.RuleSet
+	13, // 32: allot.v1.OverridesService.PutOverrides:output_type -> allot.v1.PutOverridesResponse
+	10, // 33: allot.v1.OverridesService.GetOverride:output_type -> allot.v1.Override
+	17, // 34: allot.v1.OverridesService.ListOverrides:output_type -> allot.v1.ListOverridesResponse
+	19, // 35: allot.v1.OverridesService.DeleteOverrides:output_type -> allot.v1.DeleteOverridesResponse
+	11, // 36: allot.v1.OverridesService.Changes:output_type -> allot.v1.OverridesDelta
+	24, // 37: allot.v1.ResetsService.ResetKeys:output_type -> allot.v1.ResetKeysResponse
+	22, // 38: allot.v1.ResetsService.ListResets:output_type -> allot.v1.ResetsDelta
+	28, // [28:39] is the sub-list for method output_type
+	17, // [17:28] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_rules_proto_init() }
@@ -1620,9 +2045,9 @@ func file_rules_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rules_proto_rawDesc), len(file_rules_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   29,
 			NumExtensions: 0,
-			NumServices:   2,
+			NumServices:   3,
 		},
 		GoTypes:           file_rules_proto_goTypes,
 		DependencyIndexes: file_rules_proto_depIdxs,

@@ -511,3 +511,159 @@ var OverridesService_ServiceDesc = grpc.ServiceDesc{
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "rules.proto",
 }
+
+const (
+	ResetsService_ResetKeys_FullMethodName  = "/allot.v1.ResetsService/ResetKeys"
+	ResetsService_ListResets_FullMethodName = "/allot.v1.ResetsService/ListResets"
+)
+
+// ResetsServiceClient is the client API for ResetsService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// ResetsService resets keys. ResetKeys needs the admin token; it is
+// refused with INVALID_ARGUMENT naming the field for an unknown rule,
+// attributes that are not the rule's key, or a descriptor rule, and with
+// NOT_FOUND for a key the cluster has never seen (no usage of the tenant
+// under the rule in the ledger, no lease pool); nothing changes then.
+type ResetsServiceClient interface {
+	ResetKeys(ctx context.Context, in *ResetKeysRequest, opts ...grpc.CallOption) (*ResetKeysResponse, error)
+	// ListResets is the resets recorded (the newest 10,000 are kept), and
+	// how shard groups follow the home group's.
+	ListResets(ctx context.Context, in *ListResetsRequest, opts ...grpc.CallOption) (*ResetsDelta, error)
+}
+
+type resetsServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewResetsServiceClient(cc grpc.ClientConnInterface) ResetsServiceClient {
+	return &resetsServiceClient{cc}
+}
+
+func (c *resetsServiceClient) ResetKeys(ctx context.Context, in *ResetKeysRequest, opts ...grpc.CallOption) (*ResetKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResetKeysResponse)
+	err := c.cc.Invoke(ctx, ResetsService_ResetKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *resetsServiceClient) ListResets(ctx context.Context, in *ListResetsRequest, opts ...grpc.CallOption) (*ResetsDelta, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResetsDelta)
+	err := c.cc.Invoke(ctx, ResetsService_ListResets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ResetsServiceServer is the server API for ResetsService service.
+// All implementations must embed UnimplementedResetsServiceServer
+// for forward compatibility.
+//
+// ResetsService resets keys. ResetKeys needs the admin token; it is
+// refused with INVALID_ARGUMENT naming the field for an unknown rule,
+// attributes that are not the rule's key, or a descriptor rule, and with
+// NOT_FOUND for a key the cluster has never seen (no usage of the tenant
+// under the rule in the ledger, no lease pool); nothing changes then.
+type ResetsServiceServer interface {
+	ResetKeys(context.Context, *ResetKeysRequest) (*ResetKeysResponse, error)
+	// ListResets is the resets recorded (the newest 10,000 are kept), and
+	// how shard groups follow the home group's.
+	ListResets(context.Context, *ListResetsRequest) (*ResetsDelta, error)
+	mustEmbedUnimplementedResetsServiceServer()
+}
+
+// UnimplementedResetsServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedResetsServiceServer struct{}
+
+func (UnimplementedResetsServiceServer) ResetKeys(context.Context, *ResetKeysRequest) (*ResetKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResetKeys not implemented")
+}
+func (UnimplementedResetsServiceServer) ListResets(context.Context, *ListResetsRequest) (*ResetsDelta, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListResets not implemented")
+}
+func (UnimplementedResetsServiceServer) mustEmbedUnimplementedResetsServiceServer() {}
+func (UnimplementedResetsServiceServer) testEmbeddedByValue()                       {}
+
+// UnsafeResetsServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to ResetsServiceServer will
+// result in compilation errors.
+type UnsafeResetsServiceServer interface {
+	mustEmbedUnimplementedResetsServiceServer()
+}
+
+func RegisterResetsServiceServer(s grpc.ServiceRegistrar, srv ResetsServiceServer) {
+	// If the following call panics, it indicates UnimplementedResetsServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&ResetsService_ServiceDesc, srv)
+}
+
+func _ResetsService_ResetKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResetKeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ResetsServiceServer).ResetKeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ResetsService_ResetKeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ResetsServiceServer).ResetKeys(ctx, req.(*ResetKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ResetsService_ListResets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListResetsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ResetsServiceServer).ListResets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ResetsService_ListResets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ResetsServiceServer).ListResets(ctx, req.(*ListResetsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// ResetsService_ServiceDesc is the grpc.ServiceDesc for ResetsService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var ResetsService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "allot.v1.ResetsService",
+	HandlerType: (*ResetsServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "ResetKeys",
+			Handler:    _ResetsService_ResetKeys_Handler,
+		},
+		{
+			MethodName: "ListResets",
+			Handler:    _ResetsService_ListResets_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "rules.proto",
+}

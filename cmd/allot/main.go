@@ -69,6 +69,7 @@ func commands() []command {
 		{"demo", "run a 3-node cluster and 8 gateways on loopback, live", runDemo},
 		{"rules", "get, put, delete and validate rules", runRules},
 		{"overrides", "set, list and delete per-tenant overrides of rules", runOverrides},
+		{"reset", "reset one key's counters fleet-wide, or list the resets", runReset},
 		{"status", "show the coordinator cluster", runStatus},
 		{"usage", "export reconciled usage for billing", runUsage},
 		{"audit", "show who changed rules, overrides and membership, and how", runAudit},

@@ -444,6 +444,7 @@ func (r *Router) merge(req *allotpb.ReportRequest, answered []*exchange, demandL
 				// (a mirror lags, never diverges): the first answer's,
 				// the home group's when it answered.
 				Overrides: resp.GetOverrides(),
+				Resets:    resp.GetResets(),
 			}
 			if !homeAnswered {
 				// Another group's rules may be behind the home's: keep

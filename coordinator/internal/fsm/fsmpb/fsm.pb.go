@@ -658,7 +658,13 @@ type SnapshotHeader struct {
 	// group's overrides (OverridesCommand.mirror).
 	OverridesMirror bool `protobuf:"varint,18,opt,name=overrides_mirror,json=overridesMirror,proto3" json:"overrides_mirror,omitempty"`
 	// audit_seq is the last audit entry's seq, kept or not.
-	AuditSeq      uint64 `protobuf:"varint,19,opt,name=audit_seq,json=auditSeq,proto3" json:"audit_seq,omitempty"`
+	AuditSeq uint64 `protobuf:"varint,19,opt,name=audit_seq,json=auditSeq,proto3" json:"audit_seq,omitempty"`
+	// resets_version is the key resets' version; resets_floor the version
+	// of the newest reset no longer kept; resets_mirror is set in a shard
+	// group that follows the home group's resets.
+	ResetsVersion uint64 `protobuf:"varint,22,opt,name=resets_version,json=resetsVersion,proto3" json:"resets_version,omitempty"`
+	ResetsFloor   uint64 `protobuf:"varint,23,opt,name=resets_floor,json=resetsFloor,proto3" json:"resets_floor,omitempty"`
+	ResetsMirror  bool   `protobuf:"varint,24,opt,name=resets_mirror,json=resetsMirror,proto3" json:"resets_mirror,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -824,6 +830,27 @@ func (x *SnapshotHeader) GetAuditSeq() uint64 {
 		return x.AuditSeq
 	}
 	return 0
+}
+
+func (x *SnapshotHeader) GetResetsVersion() uint64 {
+	if x != nil {
+		return x.ResetsVersion
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetResetsFloor() uint64 {
+	if x != nil {
+		return x.ResetsFloor
+	}
+	return 0
+}
+
+func (x *SnapshotHeader) GetResetsMirror() bool {
+	if x != nil {
+		return x.ResetsMirror
+	}
+	return false
 }
 
 type IncarnationRecord struct {
@@ -2174,6 +2201,88 @@ func (x *AuditCommand) GetAfter() *proto.AuditValues {
 	return nil
 }
 
+// ResetCommand records a key reset (allot.v1.ResetsService), validated
+// against the rule set when applied. now_unix_nano is the proposing
+// leader's clock, which stamps the reset.
+type ResetCommand struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Entry       *proto.Reset           `protobuf:"bytes,1,opt,name=entry,proto3" json:"entry,omitempty"`
+	NowUnixNano int64                  `protobuf:"varint,2,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
+	// mirror is set by a shard group following the home group's resets:
+	// mirrored holds a page of them, taken with their versions, and
+	// mirror_version is the home group's version the page brings.
+	Mirror        bool           `protobuf:"varint,3,opt,name=mirror,proto3" json:"mirror,omitempty"`
+	Mirrored      []*proto.Reset `protobuf:"bytes,4,rep,name=mirrored,proto3" json:"mirrored,omitempty"`
+	MirrorVersion uint64         `protobuf:"varint,5,opt,name=mirror_version,json=mirrorVersion,proto3" json:"mirror_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetCommand) Reset() {
+	*x = ResetCommand{}
+	mi := &file_fsm_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetCommand) ProtoMessage() {}
+
+func (x *ResetCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetCommand.ProtoReflect.Descriptor instead.
+func (*ResetCommand) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ResetCommand) GetEntry() *proto.Reset {
+	if x != nil {
+		return x.Entry
+	}
+	return nil
+}
+
+func (x *ResetCommand) GetNowUnixNano() int64 {
+	if x != nil {
+		return x.NowUnixNano
+	}
+	return 0
+}
+
+func (x *ResetCommand) GetMirror() bool {
+	if x != nil {
+		return x.Mirror
+	}
+	return false
+}
+
+func (x *ResetCommand) GetMirrored() []*proto.Reset {
+	if x != nil {
+		return x.Mirrored
+	}
+	return nil
+}
+
+func (x *ResetCommand) GetMirrorVersion() uint64 {
+	if x != nil {
+		return x.MirrorVersion
+	}
+	return 0
+}
+
 var File_fsm_proto protoreflect.FileDescriptor
 
 const file_fsm_proto_rawDesc = "" +
@@ -2213,7 +2322,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\x12agent_timeout_nano\x18\x02 \x01(\x03R\x10agentTimeoutNano\x12%\n" +
 	"\x0eretention_nano\x18\x03 \x01(\x03R\rretentionNano\x120\n" +
 	"\x14audit_retention_nano\x18\x04 \x01(\x03R\x12auditRetentionNano\x12*\n" +
-	"\x11audit_max_entries\x18\x05 \x01(\x04R\x0fauditMaxEntries\"\xd3\x05\n" +
+	"\x11audit_max_entries\x18\x05 \x01(\x04R\x0fauditMaxEntries\"\xc2\x06\n" +
 	"\x0eSnapshotHeader\x12\x16\n" +
 	"\x06format\x18\x01 \x01(\rR\x06format\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12#\n" +
@@ -2236,7 +2345,10 @@ const file_fsm_proto_rawDesc = "" +
 	"\x11overrides_version\x18\x10 \x01(\x04R\x10overridesVersion\x12'\n" +
 	"\x0foverrides_floor\x18\x11 \x01(\x04R\x0eoverridesFloor\x12)\n" +
 	"\x10overrides_mirror\x18\x12 \x01(\bR\x0foverridesMirror\x12\x1b\n" +
-	"\taudit_seq\x18\x13 \x01(\x04R\bauditSeq\"\xc6\x01\n" +
+	"\taudit_seq\x18\x13 \x01(\x04R\bauditSeq\x12%\n" +
+	"\x0eresets_version\x18\x16 \x01(\x04R\rresetsVersion\x12!\n" +
+	"\fresets_floor\x18\x17 \x01(\x04R\vresetsFloor\x12#\n" +
+	"\rresets_mirror\x18\x18 \x01(\bR\fresetsMirror\"\xc6\x01\n" +
 	"\x11IncarnationRecord\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x19\n" +
@@ -2353,7 +2465,13 @@ const file_fsm_proto_rawDesc = "" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x1a\n" +
 	"\bsubjects\x18\x03 \x03(\tR\bsubjects\x12-\n" +
 	"\x06before\x18\x04 \x01(\v2\x15.allot.v1.AuditValuesR\x06before\x12+\n" +
-	"\x05after\x18\x05 \x01(\v2\x15.allot.v1.AuditValuesR\x05afterB@Z>github.com/allot-io/allot/coordinator/internal/fsm/fsmpb;fsmpbb\x06proto3"
+	"\x05after\x18\x05 \x01(\v2\x15.allot.v1.AuditValuesR\x05after\"\xc5\x01\n" +
+	"\fResetCommand\x12%\n" +
+	"\x05entry\x18\x01 \x01(\v2\x0f.allot.v1.ResetR\x05entry\x12\"\n" +
+	"\rnow_unix_nano\x18\x02 \x01(\x03R\vnowUnixNano\x12\x16\n" +
+	"\x06mirror\x18\x03 \x01(\bR\x06mirror\x12+\n" +
+	"\bmirrored\x18\x04 \x03(\v2\x0f.allot.v1.ResetR\bmirrored\x12%\n" +
+	"\x0emirror_version\x18\x05 \x01(\x04R\rmirrorVersionB@Z>github.com/allot-io/allot/coordinator/internal/fsm/fsmpb;fsmpbb\x06proto3"
 
 var (
 	file_fsm_proto_rawDescOnce sync.Once
@@ -2368,7 +2486,7 @@ func file_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_fsm_proto_goTypes = []any{
 	(SlotsCommand_Op)(0),         // 0: allot.fsm.v1.SlotsCommand.Op
 	(*ReportsCommand)(nil),       // 1: allot.fsm.v1.ReportsCommand
@@ -2398,45 +2516,49 @@ var file_fsm_proto_goTypes = []any{
 	(*OverridesCommand)(nil),     // 25: allot.fsm.v1.OverridesCommand
 	(*Audit)(nil),                // 26: allot.fsm.v1.Audit
 	(*AuditCommand)(nil),         // 27: allot.fsm.v1.AuditCommand
-	(*proto.UsageBatch)(nil),     // 28: allot.v1.UsageBatch
-	(*proto.Rule)(nil),           // 29: allot.v1.Rule
-	(*proto.Member)(nil),         // 30: allot.v1.Member
-	(*proto.ShardGroup)(nil),     // 31: allot.v1.ShardGroup
-	(*proto.SlotMove)(nil),       // 32: allot.v1.SlotMove
-	(*proto.PinSlotRequest)(nil), // 33: allot.v1.PinSlotRequest
-	(*proto.Override)(nil),       // 34: allot.v1.Override
-	(*proto.OverrideKey)(nil),    // 35: allot.v1.OverrideKey
-	(*proto.AuditValues)(nil),    // 36: allot.v1.AuditValues
+	(*ResetCommand)(nil),         // 28: allot.fsm.v1.ResetCommand
+	(*proto.UsageBatch)(nil),     // 29: allot.v1.UsageBatch
+	(*proto.Rule)(nil),           // 30: allot.v1.Rule
+	(*proto.Member)(nil),         // 31: allot.v1.Member
+	(*proto.ShardGroup)(nil),     // 32: allot.v1.ShardGroup
+	(*proto.SlotMove)(nil),       // 33: allot.v1.SlotMove
+	(*proto.PinSlotRequest)(nil), // 34: allot.v1.PinSlotRequest
+	(*proto.Override)(nil),       // 35: allot.v1.Override
+	(*proto.OverrideKey)(nil),    // 36: allot.v1.OverrideKey
+	(*proto.AuditValues)(nil),    // 37: allot.v1.AuditValues
+	(*proto.Reset)(nil),          // 38: allot.v1.Reset
 }
 var file_fsm_proto_depIdxs = []int32{
 	2,  // 0: allot.fsm.v1.ReportsCommand.reports:type_name -> allot.fsm.v1.AgentUsage
-	28, // 1: allot.fsm.v1.AgentUsage.batch:type_name -> allot.v1.UsageBatch
+	29, // 1: allot.fsm.v1.AgentUsage.batch:type_name -> allot.v1.UsageBatch
 	4,  // 2: allot.fsm.v1.ReportsResult.moved:type_name -> allot.fsm.v1.MovedReport
-	29, // 3: allot.fsm.v1.RulesCommand.put:type_name -> allot.v1.Rule
+	30, // 3: allot.fsm.v1.RulesCommand.put:type_name -> allot.v1.Rule
 	26, // 4: allot.fsm.v1.RulesCommand.audit:type_name -> allot.fsm.v1.Audit
-	30, // 5: allot.fsm.v1.MemberCommand.member:type_name -> allot.v1.Member
+	31, // 5: allot.fsm.v1.MemberCommand.member:type_name -> allot.v1.Member
 	26, // 6: allot.fsm.v1.MemberCommand.audit:type_name -> allot.fsm.v1.Audit
 	19, // 7: allot.fsm.v1.SnapshotHeader.export:type_name -> allot.fsm.v1.ExportPosition
 	16, // 8: allot.fsm.v1.GrantsCommand.grants:type_name -> allot.fsm.v1.GrantRecord
 	19, // 9: allot.fsm.v1.ExportedCommand.position:type_name -> allot.fsm.v1.ExportPosition
 	0,  // 10: allot.fsm.v1.SlotsCommand.op:type_name -> allot.fsm.v1.SlotsCommand.Op
-	31, // 11: allot.fsm.v1.ShardMapCommand.add_group:type_name -> allot.v1.ShardGroup
-	32, // 12: allot.fsm.v1.ShardMapCommand.plan:type_name -> allot.v1.SlotMove
-	32, // 13: allot.fsm.v1.ShardMapCommand.phase:type_name -> allot.v1.SlotMove
-	33, // 14: allot.fsm.v1.ShardMapCommand.pin:type_name -> allot.v1.PinSlotRequest
+	32, // 11: allot.fsm.v1.ShardMapCommand.add_group:type_name -> allot.v1.ShardGroup
+	33, // 12: allot.fsm.v1.ShardMapCommand.plan:type_name -> allot.v1.SlotMove
+	33, // 13: allot.fsm.v1.ShardMapCommand.phase:type_name -> allot.v1.SlotMove
+	34, // 14: allot.fsm.v1.ShardMapCommand.pin:type_name -> allot.v1.PinSlotRequest
 	24, // 15: allot.fsm.v1.SlotsRecord.moves:type_name -> allot.fsm.v1.MoveOutcome
 	0,  // 16: allot.fsm.v1.MoveOutcome.op:type_name -> allot.fsm.v1.SlotsCommand.Op
-	34, // 17: allot.fsm.v1.OverridesCommand.put:type_name -> allot.v1.Override
-	35, // 18: allot.fsm.v1.OverridesCommand.delete:type_name -> allot.v1.OverrideKey
+	35, // 17: allot.fsm.v1.OverridesCommand.put:type_name -> allot.v1.Override
+	36, // 18: allot.fsm.v1.OverridesCommand.delete:type_name -> allot.v1.OverrideKey
 	26, // 19: allot.fsm.v1.OverridesCommand.audit:type_name -> allot.fsm.v1.Audit
 	26, // 20: allot.fsm.v1.AuditCommand.audit:type_name -> allot.fsm.v1.Audit
-	36, // 21: allot.fsm.v1.AuditCommand.before:type_name -> allot.v1.AuditValues
-	36, // 22: allot.fsm.v1.AuditCommand.after:type_name -> allot.v1.AuditValues
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	37, // 21: allot.fsm.v1.AuditCommand.before:type_name -> allot.v1.AuditValues
+	37, // 22: allot.fsm.v1.AuditCommand.after:type_name -> allot.v1.AuditValues
+	38, // 23: allot.fsm.v1.ResetCommand.entry:type_name -> allot.v1.Reset
+	38, // 24: allot.fsm.v1.ResetCommand.mirrored:type_name -> allot.v1.Reset
+	25, // [25:25] is the sub-list for method output_type
+	25, // [25:25] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_fsm_proto_init() }
@@ -2451,7 +2573,7 @@ func file_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_proto_rawDesc), len(file_fsm_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

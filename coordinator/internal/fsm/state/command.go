@@ -40,12 +40,16 @@ const (
 	// Proposed with the ignorable bit: a member too old to know it only
 	// lacks the entry, as it lacks the ones other commands carry.
 	CmdAudit Command = 12
+	// CmdReset records a key reset. Never ignorable: a member that
+	// skipped one would number the resets apart, and its agents would
+	// miss the reset or take another in its place.
+	CmdReset Command = 13
 
 	Ignorable Command = 0x80
 )
 
 // Commands lists every command type this version knows.
-var Commands = []Command{CmdReports, CmdRules, CmdMember, CmdEpoch, CmdMaintain, CmdSettings, CmdGrants, CmdExported, CmdSlots, CmdShardMap, CmdOverrides, CmdAudit}
+var Commands = []Command{CmdReports, CmdRules, CmdMember, CmdEpoch, CmdMaintain, CmdSettings, CmdGrants, CmdExported, CmdSlots, CmdShardMap, CmdOverrides, CmdAudit, CmdReset}
 
 func (t Command) String() string {
 	switch t &^ Ignorable {
@@ -73,6 +77,8 @@ func (t Command) String() string {
 		return "overrides"
 	case CmdAudit:
 		return "audit"
+	case CmdReset:
+		return "reset"
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }
@@ -147,6 +153,10 @@ var handlers = map[Command]handler{
 	CmdAudit: {
 		msg:   func() proto.Message { return &fsmpb.AuditCommand{} },
 		apply: func(s *State, m proto.Message) any { s.applyAudit(m.(*fsmpb.AuditCommand)); return nil },
+	},
+	CmdReset: {
+		msg:   func() proto.Message { return &fsmpb.ResetCommand{} },
+		apply: func(s *State, m proto.Message) any { return s.applyReset(m.(*fsmpb.ResetCommand)) },
 	},
 }
 

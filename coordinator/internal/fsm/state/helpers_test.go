@@ -125,6 +125,10 @@ func dumpState(s *State) string {
 		lines = append(lines, fmt.Sprintf("audit seq %d", s.audit.seq))
 	}
 	s.eachAudit(func(e *allotpb.AuditEntry) { lines = append(lines, fmt.Sprintf("audit %v", e)) })
+	if s.resets.version != 0 {
+		lines = append(lines, fmt.Sprintf("resets v%d floor %d mirror %v", s.resets.version, s.resets.floor, s.resets.mirror))
+	}
+	s.eachReset(func(r *allotpb.Reset) { lines = append(lines, fmt.Sprintf("reset %v", r)) })
 
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")

@@ -50,6 +50,8 @@ const (
 	// One per audit entry, by seq; ignorable: an older reader goes
 	// without the audit log, as it ignores the entries commands carry.
 	recAudit = 12 | recIgnorable
+	// One per reset kept, oldest first; not ignorable (see CmdReset).
+	recReset record = 13
 
 	recIgnorable record = 0x80
 )
@@ -81,6 +83,7 @@ func (sn *Snapshot) Write(out io.Writer) error {
 		Export: s.export.Proto(), RetentionDroppedLines: s.retentionDropped,
 		OverridesVersion: s.ov.version, OverridesFloor: s.ov.floor, OverridesMirror: s.ov.mirror,
 		AuditSeq: s.audit.seq,
+		ResetsVersion: s.resets.version, ResetsFloor: s.resets.floor, ResetsMirror: s.resets.mirror,
 	})
 	rs := rulespb.SetToProto(s.rules)
 	slices.SortFunc(rs.Rules, func(a, b *allotpb.Rule) int { return strings.Compare(a.GetName(), b.GetName()) })
@@ -114,6 +117,7 @@ func (sn *Snapshot) Write(out io.Writer) error {
 	}
 	s.eachOverride(func(o *allotpb.Override) { w.write(recOverride, o) })
 	s.eachAudit(func(e *allotpb.AuditEntry) { w.write(recAudit, e) })
+	s.eachReset(func(r *allotpb.Reset) { w.write(recReset, r) })
 	w.write(recEnd, &fsmpb.SnapshotEnd{Records: w.records})
 	if w.err != nil {
 		return w.err
@@ -354,6 +358,12 @@ func (st *State) readRecord(t record, payload []byte) error {
 			return err
 		}
 		return st.restoreAudit(e)
+	case recReset:
+		m := &allotpb.Reset{}
+		if err := unmarshal(m); err != nil {
+			return err
+		}
+		return st.restoreReset(m)
 	default:
 		if t&recIgnorable == 0 {
 			return fmt.Errorf("%w: unknown record type %d: this version is older than the snapshot; upgrade it", ErrSnapshotFormat, t)

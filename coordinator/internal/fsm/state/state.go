@@ -73,6 +73,8 @@ type State struct {
 	// command being applied recorded: not replicated, for the metric.
 	audit    auditStore
 	recorded string
+	// resets are the newest key resets (resets.go).
+	resets resetLog
 }
 
 // incKey identifies one run of one agent.

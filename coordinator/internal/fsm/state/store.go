@@ -113,6 +113,7 @@ func (s *State) frozen() *State {
 	c.final = s.final.Clone()
 	c.ov = s.ov.clone()
 	c.audit = s.audit.clone()
+	// c.resets shares s's list: appended to and cut from the front only.
 	return &c
 }
 
@@ -172,6 +173,7 @@ func (s *State) setHeader(h *fsmpb.SnapshotHeader) {
 	s.retentionDropped = h.GetRetentionDroppedLines()
 	s.ov.version, s.ov.floor, s.ov.mirror = h.GetOverridesVersion(), h.GetOverridesFloor(), h.GetOverridesMirror()
 	s.audit.seq = h.GetAuditSeq()
+	s.resets.version, s.resets.floor, s.resets.mirror = h.GetResetsVersion(), h.GetResetsFloor(), h.GetResetsMirror()
 }
 
 func (s *State) putMember(m *allotpb.Member) { s.members.ReplaceOrInsert(m) }

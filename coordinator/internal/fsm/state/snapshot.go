@@ -82,7 +82,7 @@ func (sn *Snapshot) Write(out io.Writer) error {
 		GrantEpoch: s.grantEpoch, GrantSeq: s.grantSeq, ClusterId: s.clusterID,
 		Export: s.export.Proto(), RetentionDroppedLines: s.retentionDropped,
 		OverridesVersion: s.ov.version, OverridesFloor: s.ov.floor, OverridesMirror: s.ov.mirror,
-		AuditSeq: s.audit.seq,
+		AuditSeq:      s.audit.seq,
 		ResetsVersion: s.resets.version, ResetsFloor: s.resets.floor, ResetsMirror: s.resets.mirror,
 	})
 	rs := rulespb.SetToProto(s.rules)

@@ -155,8 +155,20 @@ func sendOverrides(ctx context.Context, cf *clientFlags, cmd string, list []*all
 var entryIndex = regexp.MustCompile(`overrides\[(\d+)\]`)
 
 func runOverridesGet(ctx context.Context, e *env) error {
-	const cmd = "overrides get"
-	f := newFlags(e, cmd, "RULE TENANT [flags]", "Prints RULE's override for TENANT as JSON, from the member called.")
+	return onRuleTenant(ctx, e, "overrides get", "Prints RULE's override for TENANT as JSON, from the member called.",
+		func(ctx context.Context, cc *grpc.ClientConn, rule, tenant string) error {
+			o, err := allotpb.NewOverridesServiceClient(cc).GetOverride(ctx, &allotpb.GetOverrideRequest{Rule: rule, Tenant: tenant})
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(e.stdout).Encode(overrideOut(o))
+		})
+}
+
+// onRuleTenant runs a command of two arguments, RULE and TENANT, making
+// one call to the cluster.
+func onRuleTenant(ctx context.Context, e *env, cmd, about string, call func(ctx context.Context, cc *grpc.ClientConn, rule, tenant string) error) error {
+	f := newFlags(e, cmd, "RULE TENANT [flags]", about)
 	var cf clientFlags
 	cf.register(f)
 	args, err := parseArgs(f, e)
@@ -171,16 +183,7 @@ func runOverridesGet(ctx context.Context, e *env) error {
 		return &usageError{err: err, hint: cmd}
 	}
 	defer cl.Close()
-	var o *allotpb.Override
-	err = cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
-		var err error
-		o, err = allotpb.NewOverridesServiceClient(cc).GetOverride(ctx, &allotpb.GetOverrideRequest{Rule: args[0], Tenant: args[1]})
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	return json.NewEncoder(e.stdout).Encode(overrideOut(o))
+	return cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error { return call(ctx, cc, args[0], args[1]) })
 }
 
 const overridesListAbout = `
@@ -307,33 +310,15 @@ func (ow *overrideWriter) flush() error {
 }
 
 func runOverridesDelete(ctx context.Context, e *env) error {
-	const cmd = "overrides delete"
-	f := newFlags(e, cmd, "RULE TENANT [flags]", "Deletes RULE's override for TENANT: the tenant's limit is the rules file's again. An override that does not exist is an error.")
-	var cf clientFlags
-	cf.register(f)
-	args, err := parseArgs(f, e)
-	if err != nil {
-		return err
-	}
-	if len(args) != 2 {
-		return usagef(cmd, "want RULE and TENANT, got %d arguments", len(args))
-	}
-	cl, err := cf.dial()
-	if err != nil {
-		return &usageError{err: err, hint: cmd}
-	}
-	defer cl.Close()
-	var resp *allotpb.DeleteOverridesResponse
-	err = cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
-		var err error
-		resp, err = allotpb.NewOverridesServiceClient(cc).DeleteOverrides(ctx, &allotpb.DeleteOverridesRequest{Keys: []*allotpb.OverrideKey{{Rule: args[0], Tenant: args[1]}}})
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(e.stdout, "overrides version %d: %s/%s deleted\n", resp.GetVersion(), args[0], args[1])
-	return nil
+	return onRuleTenant(ctx, e, "overrides delete", "Deletes RULE's override for TENANT: the tenant's limit is the rules file's again. An override that does not exist is an error.",
+		func(ctx context.Context, cc *grpc.ClientConn, rule, tenant string) error {
+			resp, err := allotpb.NewOverridesServiceClient(cc).DeleteOverrides(ctx, &allotpb.DeleteOverridesRequest{Keys: []*allotpb.OverrideKey{{Rule: rule, Tenant: tenant}}})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "overrides version %d: %s/%s deleted\n", resp.GetVersion(), rule, tenant)
+			return nil
+		})
 }
 
 const overridesImportAbout = `

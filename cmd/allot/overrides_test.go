@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/allot-io/allot/agent/sidecar"
 )
 
 // TestCLIOverrides: with real processes (a coordinator and a sidecar
@@ -21,16 +19,7 @@ func TestCLIOverrides(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cluster of processes")
 	}
-	tokensFile, tokens := cliTokens(t, "admin=admin", "billing=reader", "gw-1=agent:gw-1")
-	admin := cliEnv("ALLOT_TOKEN_FILE=" + tokens["admin"])
-	reader := cliEnv("ALLOT_TOKEN_FILE=" + tokens["billing"])
-	addrs := loopbackAddrs(t, 4)
-	coord := startProcess(t, admin, "c1", "coordinator", "--node-id", "c1", "--data-dir", t.TempDir(), "--bootstrap",
-		"--raft-addr", addrs[0], "--grpc-addr", addrs[1], "--http-addr", addrs[2], "--report-interval", "200ms", "--auth-tokens", tokensFile)
-	procs := []*process{coord}
-	eventually(t, "c1 /readyz", procs, func() (bool, string) { return httpOK("http://" + addrs[2] + "/readyz") })
-	at := []string{"--coordinator", addrs[1]}
-	rulesFile := writeTemp(t, "rules.yaml", `rules:
+	c := startSmallCluster(t, `rules:
   - name: tenant-quota
     scope: tenant
     algorithm: fixed_window
@@ -38,27 +27,8 @@ func TestCLIOverrides(t *testing.T) {
     period: 1h
     intent: quota
 `)
-	// Ready once it knows a leader, itself: it may take a moment more to
-	// take writes.
-	eventually(t, "the rules put", procs, func() (bool, string) {
-		code, stdout, stderr := runAllot(t, admin, append([]string{"rules", "put", rulesFile}, at...)...)
-		return code == exitOK, stdout + stderr
-	})
-	gw := startProcess(t, cliEnv("ALLOT_TOKEN_FILE="+tokens["gw-1"]), "gw-1", "agent", "--coordinators", addrs[1], "--node-id", "gw-1", "--http-addr", addrs[3], "--report-interval", "200ms")
-	procs = append(procs, gw)
-	eventually(t, "the agent's rules", procs, func() (bool, string) { return httpOK("http://" + addrs[3] + "/healthz") })
-	limitOf := func(tenant string) int64 {
-		resp, err := http.Post("http://"+addrs[3]+"/v1/check", "application/json", strings.NewReader(fmt.Sprintf(`{"tenant":%q}`, tenant)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var d sidecar.CheckResponse
-		if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
-			t.Fatal(err)
-		}
-		return d.Limit
-	}
+	admin, reader, at, procs, tokens, addrs := c.admin, c.reader, c.at, c.procs, c.tokens, c.addrs
+	limitOf := func(tenant string) int64 { return c.check(t, tenant).Limit }
 
 	t.Run("put and get", func(t *testing.T) {
 		code, _, stderr := runAllot(t, reader, append([]string{"overrides", "put", "tenant-quota", "acme", "--limit", "50"}, at...)...)

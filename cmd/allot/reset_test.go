@@ -1,13 +1,8 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
-	"net/http"
 	"strings"
 	"testing"
-
-	"github.com/allot-io/allot/agent/sidecar"
 )
 
 // TestCLIReset: with real processes (a coordinator and a sidecar agent),
@@ -18,16 +13,7 @@ func TestCLIReset(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cluster of processes")
 	}
-	tokensFile, tokens := cliTokens(t, "admin=admin", "billing=reader", "gw-1=agent:gw-1")
-	admin := cliEnv("ALLOT_TOKEN_FILE=" + tokens["admin"])
-	reader := cliEnv("ALLOT_TOKEN_FILE=" + tokens["billing"])
-	addrs := loopbackAddrs(t, 4)
-	coord := startProcess(t, admin, "c1", "coordinator", "--node-id", "c1", "--data-dir", t.TempDir(), "--bootstrap",
-		"--raft-addr", addrs[0], "--grpc-addr", addrs[1], "--http-addr", addrs[2], "--report-interval", "200ms", "--auth-tokens", tokensFile)
-	procs := []*process{coord}
-	eventually(t, "c1 /readyz", procs, func() (bool, string) { return httpOK("http://" + addrs[2] + "/readyz") })
-	at := []string{"--coordinator", addrs[1]}
-	rulesFile := writeTemp(t, "rules.yaml", `rules:
+	c := startSmallCluster(t, `rules:
   - name: tenant-quota
     scope: tenant
     algorithm: fixed_window
@@ -41,24 +27,8 @@ func TestCLIReset(t *testing.T) {
     period: 1h
     intent: quota
 `)
-	if code, stdout, stderr := runAllot(t, admin, append([]string{"rules", "put", rulesFile}, at...)...); code != exitOK {
-		t.Fatalf("rules put: exit %d, %s%s", code, stdout, stderr)
-	}
-	gw := startProcess(t, cliEnv("ALLOT_TOKEN_FILE="+tokens["gw-1"]), "gw-1", "agent", "--coordinators", addrs[1], "--node-id", "gw-1", "--http-addr", addrs[3], "--report-interval", "200ms")
-	procs = append(procs, gw)
-	eventually(t, "the agent's rules", procs, func() (bool, string) { return httpOK("http://" + addrs[3] + "/healthz") })
-	check := func(tenant string) bool {
-		resp, err := http.Post("http://"+addrs[3]+"/v1/check", "application/json", strings.NewReader(fmt.Sprintf(`{"tenant":%q,"user":"u"}`, tenant)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var d sidecar.CheckResponse
-		if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
-			t.Fatal(err)
-		}
-		return d.Allowed
-	}
+	admin, reader, at, procs := c.admin, c.reader, c.at, c.procs
+	check := func(tenant string) bool { return c.check(t, tenant).Allowed }
 	admitted := 0
 	for range 20 {
 		if check("acme") {

@@ -25,9 +25,14 @@ import (
 // rule's algorithm cannot take (a sliding window counts at most 2^32-1 a
 // window) and to new limits past MaxCallLimits of one rule; all three are
 // counted in allot_agent_call_limit_fallbacks_total.
+//
+// Burst, when above 0, is the call's own burst in place of the rule's
+// scaled (a Redis CL.THROTTLE's max_burst); for token_bucket and gcra
+// rules, whose algorithms have one.
 type Limit struct {
 	Requests int64
 	Per      time.Duration
+	Burst    int64
 }
 
 // MaxCallLimits bounds the distinct call limits (Limit) one rule keeps a
@@ -42,7 +47,7 @@ const maxLimitPeriod = 100 * 365 * 24 * time.Hour
 
 // valid reports whether the limit is one to apply (Limit's doc).
 func (l *Limit) valid() bool {
-	return l != nil && l.Requests >= 0 && l.Per > 0 && l.Per <= maxLimitPeriod
+	return l != nil && l.Requests >= 0 && l.Per > 0 && l.Per <= maxLimitPeriod && l.Burst >= 0
 }
 
 // callLimits are a descriptor rule's stores for call limits, by limit:
@@ -96,8 +101,8 @@ func (rs *ruleState) newCallStore(lim Limit) *limitStore {
 		}
 	}
 	var st *limitStore
-	if r := rs.rule.WithLimit(lim.Requests, lim.Per); r.AlgoConfig(r.Limit).Validate() == nil {
-		st, _ = rs.makeCallStore(&r) // nil on an error: refused as the algorithm's
+	if r := rs.rule.WithLimitBurst(lim.Requests, lim.Per, lim.Burst); r.AlgoConfig(r.Limit).Validate() == nil {
+		st, _ = rs.makeCallStore(&r, lim.Burst) // nil on an error: refused as the algorithm's
 	}
 	next := make(map[Limit]*limitStore, 1)
 	if old != nil {
@@ -131,16 +136,17 @@ func (cl *callLimits) made() []*limitStore {
 
 // callStoreMaker makes the stores of rs's call limits: sized as the
 // rule's own store, since one limit (a plan's, say) may cover as many keys.
-func (a *Agent) callStoreMaker(rs *ruleState) func(*rules.Rule) (*limitStore, error) {
+func (a *Agent) callStoreMaker(rs *ruleState) func(*rules.Rule, int64) (*limitStore, error) {
 	opts := a.keyedOptions(&rs.rule)
-	return func(r *rules.Rule) (*limitStore, error) {
+	return func(r *rules.Rule, burst int64) (*limitStore, error) {
 		st, err := rs.newLimitStoreOf(r, r.Limit, a.cfg.Region, int(a.nodes.Load()), opts)
 		if err != nil {
 			return nil, err
 		}
 		own := *r
 		st.rule = &own
-		st.suffix = rules.CallLimitKeySuffix(r.Limit, r.Period) // the coordinators divide it apart
+		st.suffix = rules.CallLimitKeySuffix(r.Limit, r.Period, burst) // the coordinators divide it apart
+		st.callBurst = burst
 		st.salt = a.hasher.String(st.suffix)
 		return st, nil
 	}

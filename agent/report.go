@@ -366,7 +366,7 @@ func (r *reporter) request(c *compiled, now int64, urgent, leaving bool) (*allot
 		d := &allotpb.KeyDemand{Rule: rs.rule.Name, Key: hk.key, Tenant: hk.wireTenant, Plan: hk.wirePlan, Priority: hk.priority}
 		kr := hk.store.ruleOf(rs)
 		if hk.store.rule != nil {
-			d.Limit, d.PeriodNano = kr.Limit, int64(kr.Period) // a call limit's key
+			d.Limit, d.PeriodNano, d.Burst = kr.Limit, int64(kr.Period), hk.store.callBurst // a call limit's key
 		}
 		if urgent {
 			d.Admitted, d.Denied = float64(max(hk.admitted.Load(), 0)), float64(max(hk.denied.Load(), 0))

@@ -32,7 +32,7 @@ type ruleState struct {
 	makeStore func(limit int64) (*limitStore, error)
 	// makeCallStore makes the store of a call limit's keys (descriptor
 	// rules), enforcing r: the rule with the call's limit and period.
-	makeCallStore func(r *rules.Rule) (*limitStore, error)
+	makeCallStore func(r *rules.Rule, burst int64) (*limitStore, error)
 	*ruleData
 }
 
@@ -133,6 +133,8 @@ type limitStore struct {
 	rule   *rules.Rule
 	suffix string
 	salt   algo.Hash
+	// callBurst is the call limit's own burst, 0 for the rule's scaled.
+	callBurst int64
 	keyed  *algo.Keyed
 	single *algo.Striped // global rules: the node's total, shared by every core
 	// closed holds, per priority, until when (ns, the agent's clock) the

@@ -116,6 +116,7 @@ type pool struct {
 type keyLimit struct {
 	limit  int64
 	period time.Duration
+	burst  int64 // the call's own, or 0 for the rule's scaled
 }
 
 // demandLimit is a demand's own limit, and whether it may have one: only a
@@ -126,8 +127,8 @@ func demandLimit(r *rules.Rule, d *allotpb.KeyDemand) (keyLimit, bool) {
 	if d.GetLimit() == 0 {
 		return keyLimit{}, true
 	}
-	own := keyLimit{d.GetLimit(), time.Duration(d.GetPeriodNano())}
-	return own, r.Scope == rules.Descriptor && strings.HasSuffix(d.GetKey(), rules.CallLimitKeySuffix(own.limit, own.period))
+	own := keyLimit{d.GetLimit(), time.Duration(d.GetPeriodNano()), d.GetBurst()}
+	return own, r.Scope == rules.Descriptor && strings.HasSuffix(d.GetKey(), rules.CallLimitKeySuffix(own.limit, own.period, own.burst))
 }
 
 // ruleWith is r as a pool with this own limit divides it, or false when
@@ -136,7 +137,7 @@ func (own keyLimit) ruleWith(r *rules.Rule) (*rules.Rule, bool) {
 	if own.limit == 0 {
 		return r, true
 	}
-	d := r.WithLimit(own.limit, own.period)
+	d := r.WithLimitBurst(own.limit, own.period, own.burst)
 	if d.AlgoConfig(d.Limit).Validate() != nil {
 		return nil, false
 	}

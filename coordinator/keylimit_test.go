@@ -31,7 +31,7 @@ func TestAllocatorDividesAKeysOwnLimit(t *testing.T) {
 	}
 	a.setRules(set)
 	a.lead(1, 0, 1)
-	own := "ann" + rules.CallLimitKeySuffix(20, time.Minute)
+	own := "ann" + rules.CallLimitKeySuffix(20, time.Minute, 0)
 	demand := func(rule, key string, limit int64) *allotpb.KeyDemand {
 		d := &allotpb.KeyDemand{Rule: rule, Key: key, Admitted: 5000}
 		if limit > 0 {

@@ -242,7 +242,7 @@ func (a *allocator) regionDemand(now, interval int64) []*allotpb.KeyDemand {
 // demand it tells, per period.
 func (a *allocator) keyDemand(k poolKey, p *pool, now, interval int64) (*allotpb.KeyDemand, float64) {
 	d := &allotpb.KeyDemand{Rule: k.rule, Key: k.key, Tenant: p.tenant, Plan: p.plan, WindowUnixNano: p.window, IntervalNano: interval,
-		Limit: p.own.limit, PeriodNano: int64(p.own.period)}
+		Limit: p.own.limit, PeriodNano: int64(p.own.period), Burst: p.own.burst}
 	est, committed := a.regionEst(p, now)
 	d.Admitted = est * float64(interval) / float64(p.rule.Period)
 	if p.rule.Algorithm.Windowed() {

@@ -447,8 +447,11 @@ type KeyDemand struct {
 	// the rule's limit, with the rule's algorithm, burst and tolerance. The
 	// agent keys such a key apart from the rule's (its key carries the
 	// limit), so one key never has two limits. 0: the rule's.
-	Limit         int64 `protobuf:"varint,16,opt,name=limit,proto3" json:"limit,omitempty"`
-	PeriodNano    int64 `protobuf:"varint,17,opt,name=period_nano,json=periodNano,proto3" json:"period_nano,omitempty"`
+	Limit      int64 `protobuf:"varint,16,opt,name=limit,proto3" json:"limit,omitempty"`
+	PeriodNano int64 `protobuf:"varint,17,opt,name=period_nano,json=periodNano,proto3" json:"period_nano,omitempty"`
+	// burst is, with limit, the call's burst (a Redis CL.THROTTLE's
+	// max_burst): 0 for the rule's, scaled to the limit.
+	Burst         int64 `protobuf:"varint,18,opt,name=burst,proto3" json:"burst,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -598,6 +601,13 @@ func (x *KeyDemand) GetLimit() int64 {
 func (x *KeyDemand) GetPeriodNano() int64 {
 	if x != nil {
 		return x.PeriodNano
+	}
+	return 0
+}
+
+func (x *KeyDemand) GetBurst() int64 {
+	if x != nil {
+		return x.Burst
 	}
 	return 0
 }
@@ -1005,7 +1015,7 @@ const file_agent_proto_rawDesc = "" +
 	"\vwindow_unix\x18\x03 \x01(\x03R\n" +
 	"windowUnix\x12\x1a\n" +
 	"\badmitted\x18\x04 \x01(\x04R\badmitted\x12\x16\n" +
-	"\x06denied\x18\x05 \x01(\x04R\x06denied\"\xd4\x03\n" +
+	"\x06denied\x18\x05 \x01(\x04R\x06denied\"\xea\x03\n" +
 	"\tKeyDemand\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +
@@ -1026,7 +1036,8 @@ const file_agent_proto_rawDesc = "" +
 	"\tnext_held\x18\x0f \x01(\x01R\bnextHeld\x12\x14\n" +
 	"\x05limit\x18\x10 \x01(\x03R\x05limit\x12\x1f\n" +
 	"\vperiod_nano\x18\x11 \x01(\x03R\n" +
-	"periodNano\"\xb8\x05\n" +
+	"periodNano\x12\x14\n" +
+	"\x05burst\x18\x12 \x01(\x03R\x05burst\"\xb8\x05\n" +
 	"\x0eReportResponse\x125\n" +
 	"\bprotocol\x18\x01 \x01(\x0e2\x19.allot.v1.ProtocolVersionR\bprotocol\x12\x1b\n" +
 	"\tacked_seq\x18\x02 \x01(\x04R\backedSeq\x12\x14\n" +

@@ -203,7 +203,13 @@ func checkDemand(d *KeyDemand) string {
 	if iv := d.GetIntervalNano(); iv < 0 || iv > int64(time.Hour) {
 		return fmt.Sprintf("interval_nano: must be between 0 and one hour, got %d", iv)
 	}
-	return checkKeyLimit(d.GetLimit(), d.GetPeriodNano())
+	if m := checkKeyLimit(d.GetLimit(), d.GetPeriodNano()); m != "" {
+		return m
+	}
+	if b := d.GetBurst(); b < 0 || b > MaxCount || b != 0 && d.GetLimit() == 0 {
+		return fmt.Sprintf("burst: must be from 0 to 2^53, and only with limit set, got %d", b)
+	}
+	return ""
 }
 
 // checkKeyLimit checks a key's own limit: none (both 0), or a positive

@@ -68,8 +68,15 @@ func AppendDescriptorKey(b []byte, values ...string) []byte {
 // field values), then the limit. Coordinators accept a key's own limit
 // only on a key that ends so, so that a report cannot change the limit of
 // a key other nodes share under the rule's.
-func CallLimitKeySuffix(limit int64, period time.Duration) string {
-	return "\x00limit:" + strconv.FormatInt(limit, 10) + "/" + period.String()
+//
+// A call's own burst (burst above 0) is named too: "+burst" after the
+// period.
+func CallLimitKeySuffix(limit int64, period time.Duration, burst int64) string {
+	s := "\x00limit:" + strconv.FormatInt(limit, 10) + "/" + period.String()
+	if burst > 0 {
+		s += "+" + strconv.FormatInt(burst, 10)
+	}
+	return s
 }
 
 // appendHash appends 128 bits of a value's SHA-256, in hex: the same on

@@ -296,6 +296,17 @@ func (r *Rule) BurstFor(limit float64) float64 {
 // Agents and coordinators derive it alike, so that both enforce and divide
 // the same thing. Check the result with AlgoConfig(limit).Validate: a
 // sliding window counts at most 2^32-1 a window whatever the rule's limit.
+//
+// WithLimitBurst is WithLimit with the call's own burst, when above 0 (a
+// Redis CL.THROTTLE's max_burst), in place of the rule's scaled.
+func (r *Rule) WithLimitBurst(limit int64, period time.Duration, burst int64) Rule {
+	d := r.WithLimit(limit, period)
+	if burst > 0 {
+		d.Burst = burst
+	}
+	return d
+}
+
 func (r *Rule) WithLimit(limit int64, period time.Duration) Rule {
 	d := *r
 	d.Limit, d.Period, d.Plans, d.Tenants = limit, period, nil, nil

@@ -135,8 +135,8 @@ type limitStore struct {
 	salt   algo.Hash
 	// callBurst is the call limit's own burst, 0 for the rule's scaled.
 	callBurst int64
-	keyed  *algo.Keyed
-	single *algo.Striped // global rules: the node's total, shared by every core
+	keyed     *algo.Keyed
+	single    *algo.Striped // global rules: the node's total, shared by every core
 	// closed holds, per priority, until when (ns, the agent's clock) the
 	// node's total is known to be inside that priority's reserve: its
 	// requests are refused with one atomic load (global rules).

@@ -605,7 +605,7 @@ func (a *Agent) fill(d *Decision, rs *ruleState, req *Request, r result) {
 		remaining = min(limit, int64(float64(r.remaining)*float64(limit)/float64(r.limit)))
 	}
 	d.Allowed, d.Rule, d.Scope = r.allowed(), rs.rule.Name, rs.scope
-	d.Limit, d.Period, d.Remaining = limit, st.ruleOf(rs).Period, remaining
+	d.Limit, d.Period, d.Remaining, d.Available = limit, st.ruleOf(rs).Period, remaining, r.remaining
 	d.RetryAfter, d.ResetAfter, d.Fallback = r.retry, r.reset, rs.fallback.Load()
 }
 

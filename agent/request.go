@@ -158,6 +158,12 @@ type Decision struct {
 	// Remaining estimates what is left of Limit across the fleet: the
 	// node's own remaining share scaled to the whole limit.
 	Remaining int64
+	// Available is what the deciding limiter on this node could admit at
+	// this instant, in its own units: for GCRA 1+Burst less what is
+	// spent, for a token bucket its tokens, for a window what is left of
+	// the node's count. Remaining scales it to Limit; redis-cell's
+	// CL.THROTTLE reports it as it is.
+	Available int64
 	// RetryAfter is when a refused request may be retried; negative means
 	// it never will fit (its cost exceeds the limit).
 	RetryAfter time.Duration

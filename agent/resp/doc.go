@@ -4,7 +4,10 @@
 // most teams rate-limit today (a Redis client and a Lua script).
 //
 // ALLOT.CHECK decides a request against every rule, as POST /v1/check
-// does. The connection commands clients send on connect (PING, HELLO,
+// does. CL.THROTTLE is redis-cell's command, its GCRA semantics and its
+// five-integer reply, so that code written for redis-cell runs unchanged;
+// the key's limit comes from the call and is coordinated across the fleet
+// like any key of the descriptor rule that takes it. The connection commands clients send on connect (PING, HELLO,
 // CLIENT SETNAME and SETINFO, SELECT 0, COMMAND, QUIT) are answered as
 // Redis answers them, and pipelined commands are answered in one write.
 //

@@ -37,6 +37,9 @@ type Config struct {
 	MaxPipeline int
 	// IdleTimeout closes a connection that sends nothing for that long.
 	IdleTimeout time.Duration
+	// ThrottleDomain is the descriptor domain of CL.THROTTLE's keys
+	// (default ThrottleDomain).
+	ThrottleDomain string
 	Logger      hclog.Logger
 }
 
@@ -70,6 +73,9 @@ func New(a *agent.Agent, cfg Config) *Server {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.ThrottleDomain == "" {
+		cfg.ThrottleDomain = ThrottleDomain
 	}
 	return &Server{a: a, cfg: cfg, log: cfg.Logger.Named("resp"), ls: map[net.Listener]struct{}{}, open: map[net.Conn]struct{}{}}
 }
@@ -167,6 +173,11 @@ type conn struct {
 	name   string
 	intern map[string]string
 	quit   bool
+	// CL.THROTTLE's descriptor, reused from call to call.
+	desc    [1]agent.Descriptor
+	lim     agent.Limit
+	entry   [1]agent.Entry
+	decided []agent.Decision
 }
 
 func (s *Server) serve(nc net.Conn) {
@@ -264,6 +275,8 @@ func (c *conn) dispatch(args [][]byte) {
 	switch string(name) {
 	case "ALLOT.CHECK":
 		c.check(args)
+	case "CL.THROTTLE":
+		c.throttle(args)
 	case "PING":
 		switch len(args) {
 		case 1:

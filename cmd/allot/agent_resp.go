@@ -16,14 +16,16 @@ import (
 
 // respFlags configures the sidecar's Redis-protocol server (agent/resp).
 type respFlags struct {
-	addr, socket string
-	maxConns     int
+	addr, socket   string
+	maxConns       int
+	throttleDomain string
 }
 
 func (rf *respFlags) register(f *flags) {
 	f.StringVar(&rf.addr, "resp-addr", "", "serve the Redis protocol on this address, e.g. 127.0.0.1:6380: ALLOT.CHECK from any Redis client (docs/api.md#the-redis-protocol); plain TCP, so loopback unless --insecure; empty: off")
 	f.StringVar(&rf.socket, "resp-socket", "", "also serve the Redis protocol on this Unix-domain socket (mode 0660): for gateways on the same host")
 	f.IntVar(&rf.maxConns, "resp-max-conns", resp.DefaultMaxConns, "Redis-protocol connections served at once; one more is answered with an error and closed")
+	f.StringVar(&rf.throttleDomain, "resp-throttle-domain", resp.ThrottleDomain, "the descriptor domain whose rule takes CL.THROTTLE's keys (a gcra descriptor rule matching the entry \"key\")")
 }
 
 // serve starts the RESP server on its listeners and returns a function
@@ -35,7 +37,7 @@ func (rf *respFlags) serve(a *agent.Agent, log hclog.Logger) (stop func(), err e
 	if rf.maxConns < 1 {
 		return nil, usagef("agent", "--resp-max-conns %d: want at least 1", rf.maxConns)
 	}
-	s := resp.New(a, resp.Config{MaxConns: rf.maxConns, Logger: log})
+	s := resp.New(a, resp.Config{MaxConns: rf.maxConns, ThrottleDomain: rf.throttleDomain, Logger: log})
 	var ls []net.Listener
 	if rf.addr != "" {
 		l, err := net.Listen("tcp", rf.addr)

@@ -40,7 +40,7 @@ type Config struct {
 	// ThrottleDomain is the descriptor domain of CL.THROTTLE's keys
 	// (default ThrottleDomain).
 	ThrottleDomain string
-	Logger      hclog.Logger
+	Logger         hclog.Logger
 }
 
 // Server serves the Redis protocol for an agent.

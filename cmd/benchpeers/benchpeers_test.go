@@ -31,7 +31,7 @@ func TestBenchPeersShort(t *testing.T) {
 	if err := run(ctx, cfg, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
-	for _, want := range []string{"HTTP POST /v1/check, sequential, p50 / p99 / p99.9", "gRPC CheckStream (--grpc-addr), 8 clients: checks/s", "server CPU per check", "x/time/rate", "Zipf(1.1): 1 →", "goals missed"} {
+	for _, want := range []string{"HTTP POST /v1/check, sequential, p50 / p99 / p99.9", "gRPC CheckStream (--grpc-addr), 8 clients: checks/s", "server CPU per check", "loopback TCP echo", "RESP ALLOT.CHECK, go-redis, 8 clients", "redis-benchmark -P 16", "x/time/rate", "Zipf(1.1): 1 →", "goals missed"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("no %q in:\n%s", want, out.String())
 		}

@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -143,6 +144,11 @@ func run(ctx context.Context, cfg config, w io.Writer) error {
 			})
 		}
 	}
+	respRows, err := respRows(ctx, cfg, sc, rds, redis1, redis4)
+	if err != nil {
+		return err
+	}
+	rows = append(rows, respRows...)
 	lib, err := library()
 	if err != nil {
 		return err
@@ -216,4 +222,78 @@ func printTable(w io.Writer, rows []row) {
 		fmt.Fprintln(w, "Each miss, with the CPU profile that explains it, is in docs/agent.md#against-its-peers; to profile a library row:")
 		fmt.Fprintln(w, "  go test -run '^$' -bench 'Check/rules=4' -cpuprofile cpu.out ./agent && go tool pprof -top cpu.out")
 	}
+}
+
+// respRows measure the sidecar's Redis protocol (ALLOT.CHECK, go-redis)
+// against Redis with the same client, and the loopback echo floor, in
+// one run: sequential latency, throughput and CPU at each client count,
+// and redis-benchmark pipelined 16 deep.
+func respRows(ctx context.Context, cfg config, sc *sidecar, rds *redisServer, redis1, redis4 func(*request) (bool, error)) ([]row, error) {
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	if _, err := drive(32, 0, 64, sc.checkRESP); err != nil {
+		return nil, err
+	}
+	floor, err := echoFloor(cfg.seq)
+	if err != nil {
+		return nil, err
+	}
+	seq, err := drive(1, 0, cfg.seq, sc.checkRESP)
+	if err != nil {
+		return nil, err
+	}
+	seq1, err := drive(1, 0, cfg.seq, redis1)
+	if err != nil {
+		return nil, err
+	}
+	a50, a99, f50, f99 := seq.quantile(0.5), seq.quantile(0.99), floor.quantile(0.5), floor.quantile(0.99)
+	r50, r99 := seq1.quantile(0.5), seq1.quantile(0.99)
+	rows := []row{
+		{"loopback TCP echo, 120 B each way, sequential, p50 / p99 (the floor)", fmt.Sprintf("%.1f / %.1f µs", us(f50), us(f99)), "", "", ""},
+		{"sidecar RESP ALLOT.CHECK (--resp-addr), go-redis, sequential, p50 / p99",
+			fmt.Sprintf("%.0f / %.0f µs (%s admitted; %.1f× the floor)", us(a50), us(a99), share(seq), float64(a50)/float64(f50)),
+			fmt.Sprintf("Redis 1 rule: %.0f / %.0f µs (%s)", us(r50), us(r99), share(seq1)),
+			"p50, p99 under Redis 1 rule's; p50 ≤ 3× the floor",
+			verdicts(goal{"p50", a50 < r50}, goal{"p99", a99 < r99}, goal{"3× floor", a50 <= 3*f50})},
+	}
+	for _, n := range cfg.clients {
+		r4, err := drive(n, cfg.duration, 0, redis4)
+		if err != nil {
+			return nil, err
+		}
+		r1, err := drive(n, cfg.duration, 0, redis1)
+		if err != nil {
+			return nil, err
+		}
+		c0, _ := cpuSeconds(sc.cmd.Process.Pid)
+		side, err := drive(n, cfg.duration, 0, sc.checkRESP)
+		if err != nil {
+			return nil, err
+		}
+		c1, _ := cpuSeconds(sc.cmd.Process.Pid)
+		cpu := (c1 - c0) / float64(len(side.d)) * 1e6
+		rows = append(rows, row{
+			fmt.Sprintf("sidecar RESP ALLOT.CHECK, go-redis, %d clients: checks/s, server CPU per check", n),
+			fmt.Sprintf("%.0f/s, %.1f µs (%s admitted)", side.rate(), cpu, share(side)),
+			fmt.Sprintf("Redis 4 rules %.0f/s (%.2f×); Redis 1 rule %.0f/s (%.2f×)", r4.rate(), side.rate()/r4.rate(), r1.rate(), side.rate()/r1.rate()),
+			"≥ 2× Redis 4 rules; ≥ Redis 1 rule; ≤ 5 µs",
+			verdicts(goal{"2× Redis 4", side.rate() >= 2*r4.rate()}, goal{"Redis 1", side.rate() >= r1.rate()}, goal{"CPU", cpu <= 5}),
+		})
+	}
+	allot, err := redisBenchmark(ctx, sc.respAddr, 20*cfg.seq, "ALLOT.CHECK", "tenant", "t1", "user", "u1", "route", "/v1/search")
+	if err != nil {
+		return nil, err
+	}
+	now := strconv.FormatFloat(float64(time.Now().Unix()), 'f', 0, 64)
+	peer, err := redisBenchmark(ctx, rds.addr, 20*cfg.seq, "EVALSHA", rds.sha, "1", "bench:t1", "100", "1000000", now, "1")
+	if err != nil {
+		return nil, err
+	}
+	rows = append(rows, row{
+		"sidecar RESP ALLOT.CHECK (4 rules), redis-benchmark -P 16 -c 32: checks/s",
+		fmt.Sprintf("%.0f/s", allot),
+		fmt.Sprintf("Redis 1 rule (EVALSHA) %.0f/s (%.2f×); 4 rules take 4 calls a check", peer, allot/peer),
+		"≥ 300,000/s",
+		verdict(allot >= 300_000),
+	})
+	return rows, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/agent/sidecarclient"
 	"github.com/allot-io/allot/cmd/internal/spawn"
+	"github.com/redis/go-redis/v9"
 )
 
 // sidecar is an `allot agent` process, standalone on the workload's rules.
@@ -28,6 +29,10 @@ type sidecar struct {
 	// stream and streamUnix ask over gRPC CheckStream (--grpc-addr and
 	// --grpc-socket), coalescing concurrent checks into batches.
 	stream, streamUnix *sidecarclient.Client
+	// resp asks ALLOT.CHECK over the Redis protocol (--resp-addr), with
+	// the same go-redis client as Redis's rows; respAddr is its address.
+	resp     *redis.Client
+	respAddr string
 }
 
 func startSidecar(ctx context.Context, bin, dir string, rules int) (*sidecar, error) {
@@ -35,22 +40,24 @@ func startSidecar(ctx context.Context, bin, dir string, rules int) (*sidecar, er
 	if err := os.WriteFile(path, []byte(rulesYAML(rules)), 0o600); err != nil {
 		return nil, err
 	}
-	ports, err := spawn.LoopbackPorts(2)
+	ports, err := spawn.LoopbackPorts(3)
 	if err != nil {
 		return nil, err
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	grpcAddr := "127.0.0.1:" + strconv.Itoa(ports[1])
+	respAddr := "127.0.0.1:" + strconv.Itoa(ports[2])
 	sock := filepath.Join(dir, "sidecar.sock")
 	grpcSock := filepath.Join(dir, "sidecar-grpc.sock")
 	cmd := exec.Command(bin, "agent", "--rules", path, "--node-id", "bench", "--http-addr", addr, "--http-socket", sock,
-		"--grpc-addr", grpcAddr, "--grpc-socket", grpcSock, "--log-level", "error")
+		"--grpc-addr", grpcAddr, "--grpc-socket", grpcSock, "--resp-addr", respAddr, "--log-level", "error")
 	cmd.Env = spawn.Env()
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	s := &sidecar{cmd: cmd, url: "http://" + addr,
+	s := &sidecar{cmd: cmd, url: "http://" + addr, respAddr: respAddr,
+		resp: redis.NewClient(&redis.Options{Addr: respAddr, PoolSize: 256, Protocol: 2}),
 		http: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxIdleConns: 1024}},
 		unix: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxIdleConns: 1024,
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -124,4 +131,15 @@ func (s *sidecar) post(c *http.Client, q *request) (bool, error) {
 		return false, err
 	}
 	return d.Allowed, nil
+}
+
+// checkRESP asks ALLOT.CHECK over the Redis protocol, one round trip a
+// check, as a gateway with any Redis client would.
+func (s *sidecar) checkRESP(q *request) (bool, error) {
+	v, err := s.resp.Do(context.Background(), "ALLOT.CHECK", "tenant", q.tenant, "user", q.user, "route", q.route).Slice()
+	if err != nil {
+		return false, err
+	}
+	ok, _ := v[0].(int64)
+	return ok == 1, nil
 }

@@ -32,11 +32,24 @@ var ruleSpecs = []ruleSpec{
 }
 
 // rulesYAML is ruleSpecs (the first n) as an Allot rules file.
-func rulesYAML(n int) string {
+func rulesYAML(n int) string { return rulesYAMLAt(n, 0) }
+
+// admitAll is the rate and burst of the library's rules in its headline
+// rows: a limit no benchmark reaches, so that every check is admitted and
+// pays for being counted, as the checks a gateway serves do.
+const admitAll = 900_000_000
+
+// rulesYAMLAt is rulesYAML with every rule's rate and burst set to
+// limit, when above 0.
+func rulesYAMLAt(n int, limit float64) string {
 	s := "rules:\n"
 	for _, r := range ruleSpecs[:n] {
+		rt, b := r.rate, r.burst
+		if limit > 0 {
+			rt, b = limit, limit
+		}
 		s += "  - {name: " + r.name + ", scope: " + r.allotScope + ", algorithm: token_bucket, limit: " +
-			strconv.FormatFloat(r.rate, 'f', 0, 64) + ", period: 1s, burst: " + strconv.FormatFloat(r.burst, 'f', 0, 64) + ", intent: capacity}\n"
+			strconv.FormatFloat(rt, 'f', 0, 64) + ", period: 1s, burst: " + strconv.FormatFloat(b, 'f', 0, 64) + ", intent: capacity}\n"
 	}
 	return s
 }

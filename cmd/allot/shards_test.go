@@ -287,17 +287,23 @@ func TestShardsProcess(t *testing.T) {
 	}
 	elapsed := int(time.Since(start) / time.Second)
 	var perSec []int64
-	worst := int64(0)
 	for s := 1; s < elapsed && s < len(hotSecs); s++ {
-		n := hotSecs[s].Load()
-		perSec = append(perSec, n)
-		worst = max(worst, n)
+		perSec = append(perSec, hotSecs[s].Load())
 	}
 	t.Logf("hot tenant (quota 200/s, slot %d, in the range the odd-numbered moves move), admitted per second through the moves: %v", shard.Of("hot"), perSec)
 	// The quota's tolerance is 5%; a move's target divides by what the
 	// nodes report holding, like a new leader. Allow a refill's slack.
-	if worst > 200*1.05+20 {
-		t.Errorf("the hot tenant was admitted %d in one second, over its 200/s quota and tolerance", worst)
+	// A token bucket of burst 200 carries into a second what the one
+	// before left unspent ([166 236] is 402 in two seconds): a second may
+	// take the quota plus that, never more.
+	for i, n := range perSec {
+		carried := int64(0)
+		if i > 0 {
+			carried = max(200-perSec[i-1], 0)
+		}
+		if n > 200*1.05+20+carried {
+			t.Errorf("the hot tenant was admitted %d in second %d (after %d), over its 200/s quota, tolerance and what the bucket carried", n, i+1, 200-carried)
+		}
 	}
 
 	// The bill: every sidecar flushes on SIGTERM; allot usage sums the

@@ -77,4 +77,9 @@ func TestCLIReset(t *testing.T) {
 	if code != exitOK || !strings.Contains(stdout, "admin") || !strings.Contains(stdout, "case 42") || strings.Count(stdout, "\n") != 2 {
 		t.Errorf("list: exit %d, %s%s", code, stdout, stderr)
 	}
+	// The audit log has it too, by the admin token's name.
+	code, stdout, stderr = runAllot(t, reader, append([]string{"audit", "--kind", "reset", "--format", "json"}, at...)...)
+	if code != exitOK || !strings.Contains(stdout, `"actor":"admin"`) || !strings.Contains(stdout, "ResetKeys") || !strings.Contains(stdout, "case 42") {
+		t.Errorf("audit --kind reset: exit %d, %s%s", code, stdout, stderr)
+	}
 }

@@ -104,7 +104,7 @@ func TestOverridesReachAgents(t *testing.T) {
 	testwait.For(t, 20*time.Second, "the raise to expire", func() bool { return limitOf(a, "event") == 10 })
 	// The agent expires it on its estimate of the coordinators' clock,
 	// within a few milliseconds of this one.
-	if early := until.Sub(time.Now()); early > 50*time.Millisecond {
+	if early := time.Until(until); early > 50*time.Millisecond {
 		t.Fatalf("the raise ended %v before its expiry", early)
 	}
 }

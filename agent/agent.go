@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	bits64 "math/bits"
 	"slices"
 	"strconv"
@@ -83,6 +82,8 @@ type compiled struct {
 	names   []string
 	usage   *usageTable
 	totals  []ruleTotals
+	// every marks the rules that cover every request (usageTable.every).
+	every ruleBits
 	// problems are the set's rules not enforced here, and why.
 	problems []RuleProblem
 	// domains holds the descriptor rules by Envoy domain.
@@ -323,7 +324,14 @@ func (a *Agent) install(set *rules.Set, problems []RuleProblem, strict bool, sou
 			a.log.Error("rule cannot be enforced; the others are", "rule", p.Rule, "reason", p.Reason)
 		}
 	}
-	c.usage = newUsageTable(len(c.rules), a.cfg.MaxTenants)
+	var every []int
+	for i, rs := range c.rules {
+		if rs.coversAll() {
+			every = append(every, i)
+			c.every.set(i)
+		}
+	}
+	c.usage = newUsageTable(len(c.rules), every, a.cfg.MaxTenants)
 	c.indexDescriptors()
 	a.rules.Store(c)
 	a.readyOnce.Do(func() { close(a.ready) })
@@ -431,7 +439,7 @@ func (a *Agent) Check(req Request) (d Decision) {
 	var rh reqHashes
 	th := rh.get(a, &req, rules.AttrTenant)
 	tu := c.usage.get(th, req.Tenant, req.Plan)
-	best, bestFrac := -1, math.Inf(1)
+	best := -1
 	var bestR result
 	var passed, shadowed ruleBits
 	for i, rs := range c.rules {
@@ -452,8 +460,8 @@ func (a *Agent) Check(req Request) (d Decision) {
 			return d
 		default:
 			passed.set(i)
-			if frac := float64(r.remaining) / float64(max(r.limit, 1)); frac < bestFrac {
-				best, bestFrac, bestR = i, frac, r
+			if best < 0 || r.tighter(&bestR) {
+				best, bestR = i, r
 			}
 		}
 	}
@@ -508,8 +516,24 @@ func (c *compiled) undoPassed(a *Agent, req *Request, rh *reqHashes, passed *rul
 
 // countPassed counts an admitted request's cost under every rule it
 // passed (shadow rules that would have refused included).
+// Rules that cover every request are counted with one add, when the
+// request passed them all (an admitted Check always has).
 func (c *compiled) countPassed(tu *tenantUsage, th algo.Hash, req *Request, passed *ruleBits, cost int64) {
-	for w, bits := range passed[:words(len(c.rules))] {
+	n := words(len(c.rules))
+	all := len(c.usage.every) > 0
+	for w := range n {
+		if passed[w]&c.every[w] != c.every[w] {
+			all = false
+			break
+		}
+	}
+	if all {
+		tu = c.count(tu, th, req, c.usage.everySlot(), cost)
+	}
+	for w, bits := range passed[:n] {
+		if all {
+			bits &^= c.every[w]
+		}
 		for bits != 0 {
 			j := w<<6 | bits64.TrailingZeros64(bits)
 			bits &= bits - 1

@@ -1,7 +1,5 @@
 package agent
 
-import "math"
-
 // peek decides a request with Peek as Check would decide it without, and
 // spends nothing: no rule's limiter, no usage counter (the ledger bills
 // those, and allot_agent_decisions_total reads them), no hot key's
@@ -35,7 +33,7 @@ func (a *Agent) peek(req *Request, d *Decision) {
 	local := a.clock.local()
 	now := newInstants(local, local+a.clock.offset.Load())
 	var rh reqHashes
-	best, bestFrac := -1, math.Inf(1)
+	best := -1
 	var bestR result
 	for i, rs := range c.rules {
 		if !rs.matches(req) {
@@ -48,8 +46,8 @@ func (a *Agent) peek(req *Request, d *Decision) {
 			a.fill(d, rs, req, r)
 			return
 		default:
-			if frac := float64(r.remaining) / float64(max(r.limit, 1)); frac < bestFrac {
-				best, bestFrac, bestR = i, frac, r
+			if best < 0 || r.tighter(&bestR) {
+				best, bestR = i, r
 			}
 		}
 	}

@@ -230,6 +230,7 @@ func printTable(w io.Writer, rows []row) {
 // and redis-benchmark pipelined 16 deep.
 func respRows(ctx context.Context, cfg config, sc *sidecar, rds *redisServer, redis1, redis4 func(*request) (bool, error)) ([]row, error) {
 	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	ping := func(*request) (bool, error) { return true, rds.client.Ping(ctx).Err() }
 	if _, err := drive(32, 0, 64, sc.checkRESP); err != nil {
 		return nil, err
 	}
@@ -264,6 +265,15 @@ func respRows(ctx context.Context, cfg config, sc *sidecar, rds *redisServer, re
 		if err != nil {
 			return nil, err
 		}
+		// The CPU floor of a round trip: Redis answering PING, no work,
+		// to the same client at the same concurrency.
+		p0, _ := cpuSeconds(rds.cmd.Process.Pid)
+		pings, err := drive(n, cfg.duration, 0, ping)
+		if err != nil {
+			return nil, err
+		}
+		p1, _ := cpuSeconds(rds.cmd.Process.Pid)
+		pingCPU := (p1 - p0) / float64(len(pings.d)) * 1e6
 		c0, _ := cpuSeconds(sc.cmd.Process.Pid)
 		side, err := drive(n, cfg.duration, 0, sc.checkRESP)
 		if err != nil {
@@ -274,7 +284,7 @@ func respRows(ctx context.Context, cfg config, sc *sidecar, rds *redisServer, re
 		rows = append(rows, row{
 			fmt.Sprintf("sidecar RESP ALLOT.CHECK, go-redis, %d clients: checks/s, server CPU per check", n),
 			fmt.Sprintf("%.0f/s, %.1f µs (%s admitted)", side.rate(), cpu, share(side)),
-			fmt.Sprintf("Redis 4 rules %.0f/s (%.2f×); Redis 1 rule %.0f/s (%.2f×)", r4.rate(), side.rate()/r4.rate(), r1.rate(), side.rate()/r1.rate()),
+			fmt.Sprintf("Redis 4 rules %.0f/s (%.2f×); Redis 1 rule %.0f/s (%.2f×); Redis PING, no work: %.1f µs CPU a round trip", r4.rate(), side.rate()/r4.rate(), r1.rate(), side.rate()/r1.rate(), pingCPU),
 			"≥ 2× Redis 4 rules; ≥ Redis 1 rule; ≤ 5 µs",
 			verdicts(goal{"2× Redis 4", side.rate() >= 2*r4.rate()}, goal{"Redis 1", side.rate() >= r1.rate()}, goal{"CPU", cpu <= 5}),
 		})

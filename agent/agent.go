@@ -82,8 +82,6 @@ type compiled struct {
 	names   []string
 	usage   *usageTable
 	totals  []ruleTotals
-	// every marks the rules that cover every request (usageTable.every).
-	every ruleBits
 	// problems are the set's rules not enforced here, and why.
 	problems []RuleProblem
 	// domains holds the descriptor rules by Envoy domain.
@@ -324,11 +322,10 @@ func (a *Agent) install(set *rules.Set, problems []RuleProblem, strict bool, sou
 			a.log.Error("rule cannot be enforced; the others are", "rule", p.Rule, "reason", p.Reason)
 		}
 	}
-	var every []int
+	var every ruleBits
 	for i, rs := range c.rules {
 		if rs.coversAll() {
-			every = append(every, i)
-			c.every.set(i)
+			every.set(i)
 		}
 	}
 	c.usage = newUsageTable(len(c.rules), every, a.cfg.MaxTenants)
@@ -489,6 +486,8 @@ type ruleBits [maxRules / 64]uint64
 
 func (b *ruleBits) set(i int) { b[i>>6] |= 1 << (i & 63) }
 
+func (b *ruleBits) has(i int) bool { return b[i>>6]&(1<<(i&63)) != 0 }
+
 // or adds o's rules to b's, of the first n rules.
 func (b *ruleBits) or(o *ruleBits, n int) {
 	for w := range words(n) {
@@ -520,9 +519,10 @@ func (c *compiled) undoPassed(a *Agent, req *Request, rh *reqHashes, passed *rul
 // request passed them all (an admitted Check always has).
 func (c *compiled) countPassed(tu *tenantUsage, th algo.Hash, req *Request, passed *ruleBits, cost int64) {
 	n := words(len(c.rules))
-	all := len(c.usage.every) > 0
+	every := &c.usage.every
+	all := c.usage.anyEvery
 	for w := range n {
-		if passed[w]&c.every[w] != c.every[w] {
+		if passed[w]&every[w] != every[w] {
 			all = false
 			break
 		}
@@ -532,7 +532,7 @@ func (c *compiled) countPassed(tu *tenantUsage, th algo.Hash, req *Request, pass
 	}
 	for w, bits := range passed[:n] {
 		if all {
-			bits &^= c.every[w]
+			bits &^= every[w]
 		}
 		for bits != 0 {
 			j := w<<6 | bits64.TrailingZeros64(bits)

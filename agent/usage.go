@@ -30,8 +30,8 @@ type usageTable struct {
 	// counted once, in the slot after the rules' (everySlot), and read
 	// into each of theirs at the cut. Check pays one atomic add for them
 	// all instead of one each.
-	every     []int
-	inEvery   []bool
+	every     ruleBits
+	anyEvery  bool
 	max       int
 	idleAfter int // cuts in a row with nothing counted that drop a tenant
 
@@ -76,13 +76,10 @@ func (tu *tenantUsage) add(slot int, cost int64) bool {
 	return false
 }
 
-// newUsageTable makes the counters of a rule set of rules rules, every
-// of which cover every request.
-func newUsageTable(rules int, every []int, max int) *usageTable {
-	t := &usageTable{rules: rules, every: every, inEvery: make([]bool, rules), max: max, idleAfter: idleCuts, fresh: map[algo.Hash]*tenantUsage{}}
-	for _, r := range every {
-		t.inEvery[r] = true
-	}
+// newUsageTable makes the counters of a rule set of rules rules, of
+// which those in every cover every request.
+func newUsageTable(rules int, every ruleBits, max int) *usageTable {
+	t := &usageTable{rules: rules, every: every, anyEvery: every != ruleBits{}, max: max, idleAfter: idleCuts, fresh: map[algo.Hash]*tenantUsage{}}
 	t.overflow = &tenantUsage{counts: make([]atomic.Int64, t.slots())}
 	t.snap.Store(newTenantSnap(nil))
 	return t
@@ -174,7 +171,7 @@ func (t *usageTable) cut(names []string, window int64, acc map[usageKey]*usageCo
 		every := max(tu.counts[t.everySlot()].Swap(reset), 0)
 		for r := 0; r < t.rules; r++ {
 			adm, den := tu.counts[2*r].Swap(reset), tu.counts[2*r+1].Swap(reset)
-			if t.inEvery[r] {
+			if t.every.has(r) {
 				adm = max(adm, 0) + every
 			}
 			if adm == 0 && den == 0 {
@@ -263,8 +260,10 @@ func (t *usageTable) live() []int64 {
 			sums[i] += max(tu.counts[i].Load(), 0)
 		}
 		every := max(tu.counts[t.everySlot()].Load(), 0)
-		for _, r := range t.every {
-			sums[2*r] += every
+		for r := range t.rules {
+			if t.every.has(r) {
+				sums[2*r] += every
+			}
 		}
 	}
 	for _, tu := range t.snap.Load().m {

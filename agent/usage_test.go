@@ -32,9 +32,11 @@ func TestUsageCutsLoseNothing(t *testing.T) {
 		idle := rapid.IntRange(1, 4).Draw(rt, "idleAfter")
 		seed := rapid.Uint64().Draw(rt, "seed")
 		var every []int
+		var everyBits ruleBits
 		for r := range rules {
 			if rapid.Bool().Draw(rt, "every") {
 				every = append(every, r)
+				everyBits.set(r)
 			}
 		}
 
@@ -43,7 +45,7 @@ func TestUsageCutsLoseNothing(t *testing.T) {
 		for i := range names {
 			names[i] = "r" + strconv.Itoa(i)
 		}
-		tab := newUsageTable(rules, every, 1<<20)
+		tab := newUsageTable(rules, everyBits, 1<<20)
 		tab.idleAfter = idle
 		totals := make([]ruleTotals, rules)
 		acc := map[usageKey]*usageCounts{}
@@ -150,7 +152,7 @@ func TestUsageCutsLoseNothing(t *testing.T) {
 func TestUsageLongTenantBounded(t *testing.T) {
 	h := algo.NewHasher()
 	long := strings.Repeat("é", 400)
-	tab := newUsageTable(1, nil, 10)
+	tab := newUsageTable(1, ruleBits{}, 10)
 	tab.get(h.String(long), long, "").counts[0].Add(3)
 	acc := map[usageKey]*usageCounts{}
 	tab.cut([]string{"r"}, 0, acc, make([]ruleTotals, 1), nil)

@@ -220,7 +220,7 @@ func printTable(w io.Writer, rows []row) {
 	fmt.Fprintf(w, "\n%d goals missed\n", missed)
 	if missed > 0 {
 		fmt.Fprintln(w, "Each miss, with the CPU profile that explains it, is in docs/agent.md#against-its-peers; to profile a library row:")
-		fmt.Fprintln(w, "  go test -run '^$' -bench 'Check/rules=4' -cpuprofile cpu.out ./agent && go tool pprof -top cpu.out")
+		fmt.Fprintln(w, "  go test -run '^$' -bench 'Check/admitted/rules=4/hot' -cpuprofile cpu.out ./agent && go tool pprof -top -focus 'BenchmarkCheck.func1$' cpu.out")
 	}
 }
 

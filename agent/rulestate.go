@@ -158,7 +158,9 @@ type limitStore struct {
 // admits at least one tick's worth at once, or a high rate would be capped
 // at one request per tick. Burst shares are rounded up to whole units.
 // Window rules count whole units per window; a share below one rounds up
-// to one.
+// to one. The coordinators divide window pools in whole units
+// (lease.Pool.Whole), so a lease's count is whole already; an even share,
+// limit ÷ nodes, is rounded to the nearest.
 //
 // part says the share is one node's part of a coordinated rule. A sliding
 // window's estimate weighs the previous window's count by the time left in

@@ -434,7 +434,7 @@ func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 	// it holds; for rate rules it divides no more than the reporting nodes
 	// held when they first did, and within that follows demand (see
 	// lease.Pool.LearnFromBases).
-	pl := lease.Pool{Limit: p.limit, Tolerance: p.rule.Tol(), Learning: learning && window, LearnFromBases: learning && !window, Shares: window}
+	pl := lease.Pool{Limit: p.limit, Tolerance: p.rule.Tol(), Learning: learning && window, LearnFromBases: learning && !window, Shares: window, Whole: window}
 	interval, ttl := a.interval.Load(), a.ttl.Load()
 	// A pool younger than a report interval may not have heard from
 	// every node with the key: those spend their unleased shares (limit ÷

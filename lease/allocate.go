@@ -58,6 +58,11 @@ type Pool struct {
 	// its claim's Committed (spent units cannot be given back), and the
 	// hand-over guard keeps the sum within Limit × (1 + Tolerance).
 	Shares bool
+	// Whole makes every grant a whole number of units, for pools whose
+	// nodes count whole requests (window algorithms): the fractions the
+	// division leaves are handed out whole, largest first, within the
+	// hand-over guard (see wholeUnits).
+	Whole bool
 }
 
 // Validate reports whether p can be allocated.
@@ -123,7 +128,8 @@ const floorFraction = 0.25
 // admitted fraction is the same apart from the floor. Either way the grants
 // add up to exactly Limit. Then the hand-over guard applies (see the package
 // documentation): increases are scaled down so that Σ max(Held, Grant) ≤
-// Limit × (1 + Tolerance), and in learning mode Grant ≤ Held.
+// Limit × (1 + Tolerance), and in learning mode Grant ≤ Held. Last, a
+// Whole pool's grants are made whole units.
 func Allocate(p Pool, claims []Claim) {
 	one := [1]Class{{Claims: claims}}
 	p = p.learned(one[:])
@@ -136,6 +142,9 @@ func Allocate(p Pool, claims []Claim) {
 		atLeastCommitted(claims)
 	}
 	guard(p, one[:])
+	if p.Whole {
+		wholeUnits(p, one[:])
+	}
 }
 
 // atLeastCommitted raises every present claim's grant to what it has

@@ -52,7 +52,8 @@ type Allocator struct {
 // every lower priority gets nothing. What is left after everyone is served
 // is spread as headroom, half in proportion to demand and half by weight.
 // Finally each class's share is divided among its nodes by demand, as
-// Allocate does, and the hand-over guard is applied across the whole pool.
+// Allocate does, and the hand-over guard is applied across the whole pool
+// (then, for a Whole pool, whole units across all of its claims).
 //
 // Under EvenSplit the classes are ignored: every node gets Limit ÷ nodes,
 // divided among its classes in proportion to its own demand for each.
@@ -64,6 +65,9 @@ func (a *Allocator) AllocateFair(p Pool, classes []Class) {
 		a.proportionalFair(p.Limit, classes)
 	}
 	guard(p, classes)
+	if p.Whole {
+		wholeUnits(p, classes)
+	}
 	for i := range classes {
 		s := 0.0
 		for _, c := range classes[i].Claims {

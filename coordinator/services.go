@@ -2,10 +2,8 @@ package coordinator
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,7 +11,6 @@ import (
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
-	"github.com/allot-io/allot/coordinator/ledgersink"
 	"github.com/allot-io/allot/internal/tracing"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
@@ -431,183 +428,6 @@ func ledgerStatus(s *state.State, sink bool) *allotpb.LedgerStatus {
 		out.ExportedThroughTenant, out.ExportedThroughRule, out.ExportedThroughRegion = pos.Last.Tenant, pos.Last.Rule, pos.Last.Region
 	}
 	return out
-}
-
-type usageServer struct {
-	allotpb.UnimplementedUsageServiceServer
-	c *Coordinator
-}
-
-// QueryUsage reads the replicated ledger; any member answers.
-func (s *usageServer) QueryUsage(ctx context.Context, q *allotpb.UsageQuery) (*allotpb.UsageResponse, error) {
-	return s.c.regionUsage(ctx, q)
-}
-
-// queryUsage answers a page of the bill: from the state for the lines it
-// holds and, with a sink, from the sink for the lines exported.
-func (c *Coordinator) queryUsage(ctx context.Context, q *allotpb.UsageQuery) (*allotpb.UsageResponse, error) {
-	from, to := int64(math.MinInt64), int64(math.MaxInt64)
-	if q.GetFrom() != nil {
-		if err := q.GetFrom().CheckValid(); err != nil {
-			return nil, invalid("from", err.Error())
-		}
-		from = ceilSeconds(q.GetFrom())
-	}
-	if q.GetTo() != nil {
-		if err := q.GetTo().CheckValid(); err != nil {
-			return nil, invalid("to", err.Error())
-		}
-		to = ceilSeconds(q.GetTo())
-	}
-	size := int(q.GetPageSize())
-	if size == 0 {
-		size = 1000
-	}
-	if size > 10000 {
-		return nil, invalid("page_size", "must be at most 10000")
-	}
-	var after *state.LedgerKey
-	if tok := q.GetPageToken(); tok != "" {
-		k, err := decodePageToken(tok)
-		if err != nil {
-			return nil, invalid("page_token", err.Error())
-		}
-		after = &k
-	}
-	lq := state.LedgerQuery{From: from, To: to, Tenant: q.GetTenant(), Rule: q.GetRule(), Region: q.GetRegion()}
-	var (
-		page    usagePage
-		cluster string
-		pos     state.ExportPosition
-	)
-	c.fsm.Read(func(st *state.State) {
-		lines, next, more := st.LedgerPage(lq, after, size, state.MaxScanPerPage)
-		page = usagePage{lines: lines, next: next, more: more, width: st.BillingWindowSeconds()}
-		cluster, pos = st.ClusterID(), st.Exported()
-	})
-	if c.sink != nil && pos.Set && (after == nil || compareKeys(*after, pos.Last) < 0) && from <= pos.Last.Window {
-		// The sink holds every line up to the position the state was read
-		// at, and the state none of them: its lines come first.
-		exported, err := c.exportedUsage(ctx, cluster, lq, after, pos, size)
-		if err != nil {
-			return nil, err
-		}
-		page = exported.then(page, size)
-	}
-	return page.response(), nil
-}
-
-// usagePage is one page of ledger lines, from the state or the sink.
-type usagePage struct {
-	lines []state.Line
-	next  state.LedgerKey
-	more  bool
-	width int64
-	// exported is how many of the lines, first, come from the sink.
-	exported int
-}
-
-// then is p followed by the state's page st, cut at size lines.
-func (p usagePage) then(st usagePage, size int) usagePage {
-	p.exported = len(p.lines)
-	if len(p.lines) == size {
-		p.more, p.next = true, p.lines[len(p.lines)-1].Key
-		return p
-	}
-	room := size - len(p.lines)
-	if len(st.lines) > room {
-		p.lines = append(p.lines, st.lines[:room]...)
-		p.more, p.next = true, p.lines[len(p.lines)-1].Key
-		return p
-	}
-	p.lines = append(p.lines, st.lines...)
-	p.more, p.next, p.width = st.more, st.next, st.width
-	return p
-}
-
-func (p usagePage) response() *allotpb.UsageResponse {
-	resp := &allotpb.UsageResponse{}
-	for i, l := range p.lines {
-		k := l.Key
-		resp.Records = append(resp.Records, &allotpb.UsageRecord{
-			Tenant: k.Tenant, Rule: k.Rule, Region: k.Region,
-			WindowStart: timestamppb.New(time.Unix(k.Window, 0)), WindowEnd: timestamppb.New(time.Unix(k.Window+p.width, 0)),
-			Admitted: l.Admitted, Denied: l.Denied, Final: l.Final, Granted: l.Granted, Exported: i < p.exported,
-		})
-	}
-	if p.more {
-		resp.NextPageToken = encodePageToken(p.next)
-	}
-	return resp
-}
-
-// exportedUsage reads the lines matching lq after `after` that the sink
-// holds, up to the position pos: lines past it the sink committed since
-// are still in the state as it was read, and come from there.
-func (c *Coordinator) exportedUsage(ctx context.Context, cluster string, lq state.LedgerQuery, after *state.LedgerKey, pos state.ExportPosition, size int) (usagePage, error) {
-	// No window starts before 1901: From within what a timestamp holds.
-	q := ledgersink.Query{From: max(lq.From, math.MinInt32), To: min(lq.To, pos.Last.Window+1), Tenant: lq.Tenant, Rule: lq.Rule, Region: lq.Region, Limit: size}
-	if after != nil {
-		q.After = &ledgersink.Key{Window: after.Window, Tenant: after.Tenant, Rule: after.Rule, Region: after.Region}
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.ExportTimeout)
-	defer cancel()
-	lines, _, err := c.sink.Query(ctx, cluster, q)
-	if err != nil {
-		return usagePage{}, status.Errorf(codes.Unavailable, "windows up to %s are in the ledger sink, which could not be read (%s): %v",
-			time.Unix(pos.Last.Window, 0).UTC().Format(time.RFC3339), ledgersink.Cause(err), err)
-	}
-	out := usagePage{}
-	for _, l := range lines {
-		k := state.LedgerKey{Window: l.Window, Tenant: l.Tenant, Rule: l.Rule, Region: l.Region}
-		if compareKeys(k, pos.Last) > 0 {
-			break
-		}
-		out.width = l.WindowSeconds
-		out.lines = append(out.lines, state.Line{Key: k, Admitted: l.Admitted, Denied: l.Denied, Granted: l.Granted, Final: true})
-	}
-	return out, nil
-}
-
-// compareKeys orders ledger keys as the ledger and the sink do.
-func compareKeys(a, b state.LedgerKey) int {
-	return ledgersink.CompareKeys(
-		ledgersink.Key{Window: a.Window, Tenant: a.Tenant, Rule: a.Rule, Region: a.Region},
-		ledgersink.Key{Window: b.Window, Tenant: b.Tenant, Rule: b.Rule, Region: b.Region})
-}
-
-// ceilSeconds rounds a bound up to a whole second. Windows start on whole
-// seconds, so from ≤ start < to holds exactly when it holds for the bounds
-// rounded up; truncating instead would leave out the window starting in
-// the second that "to" falls in, and let in one starting just before
-// "from".
-func ceilSeconds(ts *timestamppb.Timestamp) int64 {
-	s := ts.GetSeconds()
-	if ts.GetNanos() > 0 {
-		s++
-	}
-	return s
-}
-
-func encodePageToken(k state.LedgerKey) string {
-	raw := strings.Join([]string{strconv.FormatInt(k.Window, 10), k.Tenant, k.Rule, k.Region}, "\x00")
-	return base64.RawURLEncoding.EncodeToString([]byte(raw))
-}
-
-func decodePageToken(tok string) (state.LedgerKey, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(tok)
-	if err != nil {
-		return state.LedgerKey{}, fmt.Errorf("not a token this coordinator issued")
-	}
-	parts := strings.Split(string(raw), "\x00")
-	if len(parts) != 4 {
-		return state.LedgerKey{}, fmt.Errorf("not a token this coordinator issued")
-	}
-	w, err := strconv.ParseInt(parts[0], 10, 64)
-	if err != nil {
-		return state.LedgerKey{}, fmt.Errorf("not a token this coordinator issued")
-	}
-	return state.LedgerKey{Window: w, Tenant: parts[1], Rule: parts[2], Region: parts[3]}, nil
 }
 
 // peers holds client connections to other members, for forwarding.

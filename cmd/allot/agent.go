@@ -241,8 +241,9 @@ func runAgent(ctx context.Context, e *env) error {
 		_ = a.Close(context.Background())
 		return err
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
-	probeSrv := &http.Server{Handler: probeMux(live, http.HandlerFunc(ready), metrics), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second}
+	var unused, probeUnused unusedConns
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, ConnState: unused.track}
+	probeSrv := &http.Server{Handler: probeMux(live, http.HandlerFunc(ready), metrics), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, ConnState: probeUnused.track}
 	served := make(chan error, 3)
 	go func() { served <- srv.Serve(lis) }()
 	if sock != nil {
@@ -274,6 +275,10 @@ func runAgent(ctx context.Context, e *env) error {
 	}
 	closeCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
+	// Requests in flight finish; connections that never sent one are
+	// closed at once, not waited on (unusedConns).
+	unused.drain()
+	probeUnused.drain()
 	_ = srv.Shutdown(closeCtx)
 	_ = probeSrv.Shutdown(closeCtx)
 	stopGRPC()

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/allot-io/allot/internal/testwait"
 )
 
 // TestDrainClosesUnusedConns: a connection that has sent no request does
@@ -59,7 +61,7 @@ func TestDrainClosesUnusedConns(t *testing.T) {
 				answer <- err
 			}()
 			<-started
-			waitFor(t, 5*time.Second, "the server to see the unused connection", func() bool {
+			testwait.For(t, 5*time.Second, "the server to see the unused connection", func() bool {
 				unused.mu.Lock()
 				defer unused.mu.Unlock()
 				return len(unused.fresh) == 1
@@ -86,18 +88,6 @@ func TestDrainClosesUnusedConns(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 

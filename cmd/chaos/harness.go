@@ -286,10 +286,20 @@ func (h *harness) setup(ctx context.Context) error {
 	return nil
 }
 
-// mountTmpfs mounts a 64 MiB tmpfs as the first member's data dir, for
-// the full-disk phase, when running as root; otherwise that phase is
-// skipped and says why.
+// mountTmpfs mounts a tmpfs as the first member's data dir, for the
+// full-disk phase, when running as root; otherwise that phase is skipped
+// and says why.
+//
+// Its size is what the member needs until that phase, with room to spare:
+// under this run's load raft.db keeps the 1,024 entries Raft trails behind
+// a snapshot, each a report of 40 to 300 KiB, so it reaches 40 to 300
+// MiB; and the corruption phase moves a damaged raft.db aside in the same
+// dir, as the runbook does, so two of them may be there at once. A 64 MiB
+// tmpfs filled up before the full-disk phase on a slow day, and the member
+// could not reopen its log. The full-disk phase fills whatever is left, so
+// the size only sets how much filler it writes (in memory, and freed).
 func (h *harness) mountTmpfs() {
+	const tmpfsMiB = 1024
 	dir := h.cl.Coords[h.fullMember].DataDir
 	if os.Geteuid() != 0 {
 		return
@@ -298,12 +308,12 @@ func (h *harness) mountTmpfs() {
 		h.log.logf("tmpfs for the full-disk phase: %v", err)
 		return
 	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=64m,mode=0700", "tmpfs", dir).CombinedOutput(); err != nil {
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%dm,mode=0700", tmpfsMiB), "tmpfs", dir).CombinedOutput(); err != nil {
 		h.log.logf("tmpfs for the full-disk phase: mount: %v %s", err, out)
 		return
 	}
 	h.tmpfs = true
-	h.log.logf("%s's data dir is a 64 MiB tmpfs, for the full-disk phase", h.cl.Coords[h.fullMember].ID)
+	h.log.logf("%s's data dir is a %d MiB tmpfs, for the full-disk phase", h.cl.Coords[h.fullMember].ID, tmpfsMiB)
 }
 
 // faults runs the phases while the load runs, and returns what the

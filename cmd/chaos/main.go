@@ -116,7 +116,7 @@ func parseFlags(args []string, stderr io.Writer, base config) (config, error) {
 	fs.BoolVar(&cfg.storage.damagedSnapshot, "damaged-snapshot", cfg.storage.damagedSnapshot, "damage a follower's newest snapshot: it must fall back to the older one")
 	fs.BoolVar(&cfg.storage.lostDisk, "lost-disk", cfg.storage.lostDisk, "remove the leader's data dir and restart it while the others are stopped: it must never lead")
 	fs.DurationVar(&cfg.storage.lostDiskHold, "lost-disk-hold", cfg.storage.lostDiskHold, "how long the member that lost its disk runs alone")
-	fs.BoolVar(&cfg.storage.diskFull, "disk-full", cfg.storage.diskFull, "fill a member's data dir (a 64 MiB tmpfs; needs root) to ENOSPC under load")
+	fs.BoolVar(&cfg.storage.diskFull, "disk-full", cfg.storage.diskFull, "fill a member's data dir (a 1 GiB tmpfs; needs root) to ENOSPC under load")
 	fs.DurationVar(&cfg.storage.fullHold, "full-hold", cfg.storage.fullHold, "how long the disk stays full")
 	fs.DurationVar(&cfg.soak.duration, "soak", cfg.soak.duration, "instead of the faults: steady traffic for this long, the leader SIGKILLed every -soak-kill-every, every process sampled every -soak-sample; fails on growth that does not level off (make soak)")
 	fs.DurationVar(&cfg.soak.killEvery, "soak-kill-every", cfg.soak.killEvery, "how often the soak SIGKILLs the leader")

@@ -82,7 +82,7 @@ func (g *shardGroupProc) killLeader(t *testing.T, env []string) string {
 // SIGKILLed during the move and started again from its data directory.
 // Every move ends done; the groups' ledgers, summed by `allot usage`, hold
 // exactly what the sidecars answered as admitted, tenant by tenant; and a
-// tenant over its quota stays within it second by second.
+// tenant over its quota stays within its token bucket, second by second.
 func TestShardsProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs three coordinator groups and three sidecars")
@@ -291,19 +291,27 @@ func TestShardsProcess(t *testing.T) {
 		perSec = append(perSec, hotSecs[s].Load())
 	}
 	t.Logf("hot tenant (quota 200/s, slot %d, in the range the odd-numbered moves move), admitted per second through the moves: %v", shard.Of("hot"), perSec)
-	// The quota's tolerance is 5%; a move's target divides by what the
-	// nodes report holding, like a new leader. Allow a refill's slack.
-	// A token bucket of burst 200 carries into a second what the one
-	// before left unspent ([166 236] is 402 in two seconds): a second may
-	// take the quota plus that, never more.
+	// The quota is a token bucket of 200/s with a burst of 200, and its
+	// tolerance is 5% (a move's target divides by what the nodes report
+	// holding, like a new leader). A second may take what the seconds
+	// before it left unspent, up to the burst, and not only the second
+	// just before: [195 134 161 155 180 201 231] is legal, since the
+	// slow seconds during a move left the bucket full. So the seconds are
+	// run through a shadow bucket at 210/s that starts full: a second may
+	// take what it holds plus that second's refill, and what is left is
+	// capped at the burst. It never holds less than a real bucket would,
+	// so it goes negative only when the fleet admitted more than the quota
+	// allows over some stretch of seconds. The slack is for the
+	// attribution: an admission counts in the second its answer arrived,
+	// and up to six answers (one per hot worker) cross each boundary.
+	const slack = 20
+	shadow := 200.0
 	for i, n := range perSec {
-		carried := int64(0)
-		if i > 0 {
-			carried = max(200-perSec[i-1], 0)
+		shadow = min(shadow+200*1.05-float64(n), 200)
+		if shadow < -slack {
+			t.Errorf("the hot tenant was admitted %d in second %d, %.0f over what its 200/s quota, its burst of 200 and the tolerance allow over the seconds before it", n, i+1, -shadow)
 		}
-		if n > 200*1.05+20+carried {
-			t.Errorf("the hot tenant was admitted %d in second %d (after %d), over its 200/s quota, tolerance and what the bucket carried", n, i+1, 200-carried)
-		}
+		shadow = max(shadow, -slack) // one stretch over does not fail every second after it
 	}
 
 	// The bill: every sidecar flushes on SIGTERM; allot usage sums the

@@ -15,11 +15,13 @@ import (
 //   - a key: its state is removed from the stores that may hold it
 //     (algo.Keyed.ResetHash), and a hot key's limiter starts afresh,
 //     keeping its lease. The lease is the node's part of a division of
-//     the key's limit, so the fleet admits at most the limit again; and
-//     the coordinators drop the key's pool at the same time, so the next
-//     division starts from what the reset nodes say they spent. Demoting
-//     the key instead would be as safe, but every node would then wait a
-//     report for a lease again, on a key that was just busy.
+//     the key's limit, so the fleet admits at most the limit again: the
+//     coordinators forget what the key's pool counted as spent at the
+//     same time, and keep counting what each node holds, so the next
+//     division starts from what the reset nodes say they spent, and a
+//     node that hears of the reset late is not granted away meanwhile.
+//     Demoting the key instead would be as safe, but every node would
+//     then wait a report for a lease again, on a key that was just busy.
 //   - every key of a tenant, under a rule whose key has other attributes
 //     too: the store holds only 128-bit hashes of keys, so the tenant's
 //     keys cannot be found in it. The tenant gets a store of its own,

@@ -176,20 +176,30 @@ func (s *resetsServer) ListResets(_ context.Context, req *allotpb.ListResetsRequ
 }
 
 // resetPools counts the pools a reset names, the key's or every one of
-// the tenant's under the rule, and drops them when drop is set: the next
-// report starts each afresh, from what the nodes, reset too, say they
-// spent.
-func (a *allocator) resetPools(r *allotpb.Reset, drop bool) int {
+// the tenant's under the rule, and, when reset is set, forgets what the
+// nodes spent in them: the next division starts from what the nodes,
+// reset too, say they spent since.
+//
+// What each node holds stays counted, as at a window boundary (observe).
+// A node keeps its lease through a reset and spends it again from zero,
+// and one slow to hear of the reset (its reports late or failing) goes on
+// holding it unseen. Dropping the pool forgot those leases: after one
+// report interval, the node that reported first was handed the whole
+// quota on top of them (10 + 4 of a quota of 10 over two agents,
+// TestResetKeepsLeasesCounted). A lease stops counting as it always does,
+// when its node reports holding less or its claim expires with the lease.
+func (a *allocator) resetPools(r *allotpb.Reset, reset bool) int {
 	if !r.GetAllKeys() {
 		k := poolKey{r.GetRule(), r.GetKey()}
 		sh := a.shard(k)
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
-		if _, ok := sh.pools[k]; !ok {
+		p, ok := sh.pools[k]
+		if !ok {
 			return 0
 		}
-		if drop {
-			delete(sh.pools, k)
+		if reset {
+			p.forgetSpent()
 		}
 		return 1
 	}
@@ -201,8 +211,8 @@ func (a *allocator) resetPools(r *allotpb.Reset, drop bool) int {
 		for k, p := range sh.pools {
 			if k.rule == r.GetRule() && p.tenant == tenant {
 				n++
-				if drop {
-					delete(sh.pools, k)
+				if reset {
+					p.forgetSpent()
 				}
 			}
 		}
@@ -211,10 +221,21 @@ func (a *allocator) resetPools(r *allotpb.Reset, drop bool) int {
 	return n
 }
 
+// forgetSpent starts the pool's count of what was spent afresh, keeping
+// what each node holds, and has it divided again at the next round.
+func (p *pool) forgetSpent() {
+	for _, c := range p.classes {
+		for i := range c.claims {
+			c.claims[i].committed, c.claims[i].prior = 0, 0
+		}
+	}
+	p.dirty = true
+}
+
 // mirrorResets takes in the home group's resets made since this group
-// last did, a page per call, and drops this group's pools of their keys:
-// a tenant's pools are in the group that owns its slot. Only the leader's
-// proposals take effect.
+// last did, a page per call, and forgets what was spent in this group's
+// pools of their keys: a tenant's pools are in the group that owns its
+// slot. Only the leader's proposals take effect.
 func (c *Coordinator) mirrorResets(ctx context.Context) error {
 	var lastErr error
 	for _, a := range c.cfg.ShardHome {

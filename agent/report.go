@@ -386,8 +386,11 @@ func (r *reporter) request(c *compiled, now int64, urgent, leaving bool) (*allot
 			}
 		}
 		if kr.Algorithm.Windowed() {
-			peek := hk.lim.AllowAt(rs.limiterTime(now), 0)
-			d.Committed = float64(peek.Limit - peek.Remaining)
+			// What was spent, in full: a lease lowered below it leaves
+			// nothing remaining, and Limit − Remaining would say the new
+			// limit, letting the division hand the difference to another
+			// node (11 of a quota of 10 after a reset, under load).
+			d.Committed = float64(hk.lim.UsedAt(rs.limiterTime(now)))
 			d.WindowUnixNano = nowT.Truncate(kr.Period).UnixNano()
 		}
 		req.Demand = append(req.Demand, d)

@@ -128,6 +128,23 @@ func (l *Limiter) PeekAt(now time.Time, cost int64) (d Decision) {
 	return d
 }
 
+// UsedAt is what the subject has spent of its limit at now: for the
+// window algorithms, the window's count (FixedWindow) or the trailing
+// window's estimate (SlidingWindow). That is Limit − Remaining until the
+// limit is lowered below what was spent, as a smaller lease does; then
+// Remaining is 0 and UsedAt still says what was spent. For the other
+// algorithms it is Limit − Remaining.
+func (l *Limiter) UsedAt(now time.Time) int64 {
+	if p := l.p.Load(); p.alg == FixedWindow || p.alg == SlidingWindow {
+		l.mu.Lock()
+		p, s := l.p.Load(), l.s
+		l.mu.Unlock()
+		return p.used(s, now.UnixNano())
+	}
+	d := l.PeekAt(now, 0)
+	return d.Limit - d.Remaining
+}
+
 // allowNanos decides under one configuration and returns its limit with
 // the verdict, so a Reconfigure landing meanwhile cannot mix the two. The
 // algorithm never changes, so the unlocked load chooses the branch.

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/internal/clusterclient"
 	"github.com/allot-io/allot/lease"
 	allotpb "github.com/allot-io/allot/proto"
@@ -386,11 +387,20 @@ func (r *reporter) request(c *compiled, now int64, urgent, leaving bool) (*allot
 			}
 		}
 		if kr.Algorithm.Windowed() {
-			// What was spent, in full: a lease lowered below it leaves
-			// nothing remaining, and Limit − Remaining would say the new
-			// limit, letting the division hand the difference to another
-			// node (11 of a quota of 10 after a reset, under load).
-			d.Committed = float64(hk.lim.UsedAt(rs.limiterTime(now)))
+			// A fixed window reports what it spent, in full: a lease
+			// lowered below it leaves nothing remaining, and Limit −
+			// Remaining would say the new limit, letting the division hand
+			// the difference to another node (11 of a quota of 10 after a
+			// reset, under load). A sliding window's count is an estimate
+			// that carries the previous window; unclipped, it raised
+			// grants to it and 10 sidecars admitted 128% (make accuracy),
+			// so it stays clipped at the lease.
+			if kr.Algorithm == algo.FixedWindow {
+				d.Committed = float64(hk.lim.UsedAt(rs.limiterTime(now)))
+			} else {
+				peek := hk.lim.AllowAt(rs.limiterTime(now), 0)
+				d.Committed = float64(peek.Limit - peek.Remaining)
+			}
 			d.WindowUnixNano = nowT.Truncate(kr.Period).UnixNano()
 		}
 		req.Demand = append(req.Demand, d)

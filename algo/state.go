@@ -105,7 +105,9 @@ func (p *params) windowStart(now int64) int64 { return floorDiv(now, p.period) *
 // now, as decide compares it with the limit: the window's count
 // (FixedWindow) or the trailing window's estimate (SlidingWindow). Unlike
 // limit − remaining, it is not clipped at the limit when the limit was
-// lowered below it. 0 for the other algorithms.
+// lowered below it. 0 for the other algorithms. The sliding window's
+// roll-over is slidingWindow's, written again: as a shared helper it is
+// not inlined, and AllowAt took 52 ns instead of 43 (BenchmarkLimiter).
 func (p *params) used(s state, now int64) int64 {
 	switch p.alg {
 	case FixedWindow:

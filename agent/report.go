@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/internal/clusterclient"
 	"github.com/allot-io/allot/lease"
 	allotpb "github.com/allot-io/allot/proto"
@@ -387,20 +386,11 @@ func (r *reporter) request(c *compiled, now int64, urgent, leaving bool) (*allot
 			}
 		}
 		if kr.Algorithm.Windowed() {
-			// A fixed window reports what it spent, in full: a lease
-			// lowered below it leaves nothing remaining, and Limit −
-			// Remaining would say the new limit, letting the division hand
-			// the difference to another node (11 of a quota of 10 after a
-			// reset, under load). A sliding window's count is an estimate
-			// that carries the previous window; unclipped, it raised
-			// grants to it and 10 sidecars admitted 128% (make accuracy),
-			// so it stays clipped at the lease.
-			if kr.Algorithm == algo.FixedWindow {
-				d.Committed = float64(hk.lim.UsedAt(rs.limiterTime(now)))
-			} else {
-				peek := hk.lim.AllowAt(rs.limiterTime(now), 0)
-				d.Committed = float64(peek.Limit - peek.Remaining)
-			}
+			// What it spent, in full for a fixed window (UsedAt): Limit −
+			// Remaining would say a lowered lease's limit, and the division
+			// would hand the difference to another node (11 of a quota of
+			// 10 after a reset, under load).
+			d.Committed = float64(hk.lim.UsedAt(rs.limiterTime(now)))
 			d.WindowUnixNano = nowT.Truncate(kr.Period).UnixNano()
 		}
 		req.Demand = append(req.Demand, d)

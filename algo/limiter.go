@@ -128,14 +128,17 @@ func (l *Limiter) PeekAt(now time.Time, cost int64) (d Decision) {
 	return d
 }
 
-// UsedAt is what the subject has spent of its limit at now: for the
-// window algorithms, the window's count (FixedWindow) or the trailing
-// window's estimate (SlidingWindow). That is Limit − Remaining until the
-// limit is lowered below what was spent, as a smaller lease does; then
-// Remaining is 0 and UsedAt still says what was spent. For the other
-// algorithms it is Limit − Remaining.
+// UsedAt is what the subject has spent of its limit at now, as a lease
+// holder reports it: for FixedWindow, the window's count. That is Limit −
+// Remaining until the limit is lowered below what was spent, as a smaller
+// lease does; then Remaining is 0 and UsedAt still says what was spent.
+// For the other algorithms it is Limit − Remaining, clipped at the limit:
+// their state is an estimate (the sliding window's carries the previous
+// window) or a rate, and reported above the lease it would raise the
+// division's grants to it (10 sidecars admitted 128% of a sliding-window
+// quota in make accuracy).
 func (l *Limiter) UsedAt(now time.Time) int64 {
-	if p := l.p.Load(); p.alg == FixedWindow || p.alg == SlidingWindow {
+	if p := l.p.Load(); p.alg == FixedWindow {
 		l.mu.Lock()
 		p, s := l.p.Load(), l.s
 		l.mu.Unlock()

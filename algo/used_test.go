@@ -7,10 +7,11 @@ import (
 	"pgregory.net/rapid"
 )
 
-// TestUsedAtAfterALowerLimit: a window limiter lowered below what it has
+// TestUsedAtAfterALowerLimit: a fixed window lowered below what it has
 // spent (a smaller lease) has nothing remaining, and UsedAt still says
 // what was spent, so that a node reports its whole spend; at the next
-// window the count starts again.
+// window the count starts again. A sliding window's estimate stays
+// clipped at the lowered limit.
 func TestUsedAtAfterALowerLimit(t *testing.T) {
 	t0 := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
@@ -19,9 +20,10 @@ func TestUsedAtAfterALowerLimit(t *testing.T) {
 		want int64
 	}{
 		{FixedWindow, 10 * time.Second, 5},
-		{FixedWindow, time.Minute, 0},                    // the next window
-		{SlidingWindow, 10 * time.Second, 5},             // the current window's count
-		{SlidingWindow, time.Minute + 30*time.Second, 3}, // half of the previous one's: ⌈2.5⌉
+		{FixedWindow, time.Minute, 0}, // the next window
+		// A sliding window's estimate stays clipped at the limit: see UsedAt.
+		{SlidingWindow, 10 * time.Second, 4},
+		{SlidingWindow, time.Minute + 30*time.Second, 3}, // half of the previous window's: ⌈2.5⌉
 		{SlidingWindow, 2 * time.Minute, 0},
 	} {
 		l, err := New(Config{Algorithm: tc.alg, Limit: 5, Period: time.Minute})

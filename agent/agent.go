@@ -181,27 +181,34 @@ func (a *Agent) Deliver(x *Exchange, resp *allotpb.ReportResponse, err error) {
 	a.rep.deliver(x, resp, err)
 }
 
-// WantsEarlyReport reports, once, that a leased key is running low and an
-// early (urgent) report is due: for callers driving reports themselves.
-// Like the agent's own reporter, it says so at most ten times an interval.
+// WantsEarlyReport reports, once, that an early (urgent) report is due: a
+// leased key is running low, or a lowered lease is to be confirmed. For
+// callers driving reports themselves. Like the agent's own reporter, it
+// says so at most ten times an interval; one asked for sooner stays asked
+// for, and is answered by a later call.
 func (a *Agent) WantsEarlyReport() bool {
 	select {
 	case <-a.early:
-		return a.earlyDue()
+		if a.earlyWait() == 0 {
+			return true
+		}
+		a.askEarly()
+		return false
 	default:
 		return false
 	}
 }
 
-// earlyDue reports whether an early report may go now, at most ten an
-// interval on the agent's clock, and if so counts it.
-func (a *Agent) earlyDue() bool {
+// earlyWait is how long before an early report may go: 0 when one may go
+// now, which counts it, or the time left until one may. At most ten go an
+// interval, on the agent's clock.
+func (a *Agent) earlyWait() time.Duration {
 	now := a.clock.local()
 	if last := a.lastEarly.Load(); last != 0 && now-last < int64(a.interval()/10) {
-		return false
+		return time.Duration(last + int64(a.interval()/10) - now)
 	}
 	a.lastEarly.Store(now)
-	return true
+	return 0
 }
 
 // Ready is closed once the agent enforces rules.

@@ -61,6 +61,11 @@ type hotKey struct {
 	// refused is set when the coordinators refused the key's demand as
 	// malformed: it is no longer reported, and keeps its unleased share.
 	refused bool
+	// confirm is set when a lease lowered what the key held: the
+	// coordinators count the larger lease until a report says the key
+	// holds the smaller (an answer can be lost), and what it gave up
+	// waits for that, so the next early report carries the key.
+	confirm bool
 }
 
 // observe counts a decision and, when a leased key runs low, asks for an
@@ -345,6 +350,7 @@ func (hk *hotKey) applyLease(rs *ruleState, l lease.Lease, restored bool, now ti
 		return
 	}
 	hk.next.Store(sw)
+	hk.confirm = hk.confirm || (hk.leased.Load() && (limit < hk.held || next < hk.nextHeld))
 	hk.held, hk.nextHeld = limit, next
 	hk.epoch, hk.seq, hk.expires = l.Epoch, l.Seq, l.Expires.UnixNano()
 	hk.shown.Store(math.Float64bits(limit))

@@ -97,6 +97,10 @@ func (r *reporter) run() {
 	defer ticker.Stop()
 	boundary := a.ts.NewTimer(r.untilBoundary())
 	defer boundary.Stop()
+	// earlyRetry asks again for an early report asked for too soon after
+	// the last: it is delayed, never dropped.
+	earlyRetry := a.ts.NewTimer(time.Hour)
+	earlyRetry.Stop()
 	for {
 		select {
 		case <-r.quit:
@@ -114,11 +118,15 @@ func (r *reporter) run() {
 			r.cut(time.Unix(0, a.clock.now()-1))
 			boundary.Reset(r.untilBoundary())
 		case <-a.early:
-			// A leased key runs low: report early, at most ten times an
-			// interval.
-			if a.earlyDue() {
+			// A leased key runs low, or a lowered lease is to be
+			// confirmed: report early, at most ten times an interval.
+			if wait := a.earlyWait(); wait == 0 {
 				r.cycle(true)
+			} else {
+				earlyRetry.Reset(wait)
 			}
+		case <-earlyRetry.C():
+			a.askEarly()
 		}
 	}
 }
@@ -358,9 +366,10 @@ func (r *reporter) request(c *compiled, now int64, urgent, leaving bool) (*allot
 	var held []*hotKey
 	nowT := time.Unix(0, now)
 	add := func(rs *ruleState, hk *hotKey) {
-		if (urgent && !hk.urgent.Load()) || hk.refused {
+		if (urgent && !hk.urgent.Load() && !hk.confirm) || hk.refused {
 			return
 		}
+		hk.confirm = false
 		d := &allotpb.KeyDemand{Rule: rs.rule.Name, Key: hk.key, Tenant: hk.wireTenant, Plan: hk.wirePlan, Priority: hk.priority}
 		kr := hk.store.ruleOf(rs)
 		if hk.store.rule != nil {
@@ -462,7 +471,11 @@ func (r *reporter) answered(resp *allotpb.ReportResponse, held []*hotKey, t0, t1
 	if c == nil {
 		return
 	}
-	r.applyLeases(c, resp, held, now)
+	if r.applyLeases(c, resp, held, now) {
+		// A lease was lowered: the next early report says the key holds
+		// it, and the room it gave up goes to others a round later.
+		a.askEarly()
+	}
 	if r.cutOff {
 		r.cutOff = false
 		for _, rs := range c.rules {
@@ -474,8 +487,9 @@ func (r *reporter) answered(resp *allotpb.ReportResponse, held []*hotKey, t0, t1
 }
 
 // applyLeases installs new leases, renews the unchanged ones, and reverts
-// keys whose lease ran out to their unleased share.
-func (r *reporter) applyLeases(c *compiled, resp *allotpb.ReportResponse, held []*hotKey, now int64) {
+// keys whose lease ran out to their unleased share. It reports whether a
+// lease lowered what a key held (hotKey.confirm).
+func (r *reporter) applyLeases(c *compiled, resp *allotpb.ReportResponse, held []*hotKey, now int64) (lowered bool) {
 	a := r.a
 	byName := make(map[string]*ruleState, len(c.rules))
 	for _, rs := range c.rules {
@@ -500,6 +514,7 @@ func (r *reporter) applyLeases(c *compiled, resp *allotpb.ReportResponse, held [
 			Window: time.Unix(0, pl.GetWindowUnixNano()), Next: pl.GetNextLimit()}
 		hk.applyLease(rs, l, resp.GetEpoch() < hk.epoch, rs.limiterTime(now))
 		got[hk] = true
+		lowered = lowered || hk.confirm
 	}
 	for _, hk := range held {
 		if hk.leased.Load() && !got[hk] && resp.GetRenewUnixNano() > 0 {
@@ -518,6 +533,7 @@ func (r *reporter) applyLeases(c *compiled, resp *allotpb.ReportResponse, held [
 		}
 		rs.logRefused(r.a, now)
 	}
+	return lowered
 }
 
 // fairTotal sizes a global rule's node total: the sum of its classes'

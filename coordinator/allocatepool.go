@@ -1,8 +1,6 @@
 package coordinator
 
 import (
-	"slices"
-
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
 )
@@ -102,7 +100,7 @@ func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 	sh.claims, sh.classes = sh.claims[:0], sh.classes[:0]
 	demand := 0.0
 	for _, c := range p.classes {
-		c.claims = slices.DeleteFunc(c.claims, expired)
+		c.dropClaims(expired)
 		for i := range c.claims {
 			cl := &c.claims[i]
 			lc := lease.Claim{Node: cl.node, Present: present(cl), Demand: cl.est, Held: cl.held, Committed: cl.committed, Base: cl.base}

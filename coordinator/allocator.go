@@ -47,6 +47,10 @@ type allocator struct {
 	fleet int
 	nodes map[string]*nodeInfo
 	next  int32 // index of the next new node; indexes are not reused
+	// counted is the fleet as nodeCount last counted it; lastFull is
+	// when the last full round ran (ns).
+	counted  nodeTally
+	lastFull int64
 
 	// overrides are the per-tenant overrides as of the state the leader
 	// last read (overrideView.sync).
@@ -58,16 +62,25 @@ type allocator struct {
 	acquired atomic.Pointer[[]learningRange]
 
 	shards [allocShards]allocShard
+
+	// waiting is closed when the next round to start has ended: the
+	// reports folded before it started wait on it for their answers
+	// (awaitRound). nil until a report asks.
+	waitMu  sync.Mutex
+	waiting chan struct{}
 }
 
 const allocShards = 16
 
 type allocShard struct {
-	mu      sync.Mutex
-	pools   map[poolKey]*pool
-	alloc   lease.Allocator
-	claims  []lease.Claim
-	classes []lease.Class
+	mu    sync.Mutex
+	pools map[poolKey]*pool
+	// due are the pools marked for the next round (markDirty), each once;
+	// spare is the slice the last round took them in, reused.
+	due, spare []*pool
+	alloc      lease.Allocator
+	claims     []lease.Claim
+	classes    []lease.Class
 }
 
 type poolKey struct{ rule, key string }
@@ -100,7 +113,11 @@ type pool struct {
 	window     int64 // window algorithms: the current window's start, ns
 	classes    []*class
 	byClass    map[classKey]int // fair rules only
-	dirty      bool
+	// dirty marks a pool for the next round's division; queued says it
+	// is in its shard's due list, and dropped that it left its shard's
+	// map (an empty pool, a rule change, a new term) and is divided no
+	// more.
+	dirty, queued, dropped bool
 	// contended is set when the last allocation found more demand than
 	// the limit.
 	contended bool
@@ -121,6 +138,9 @@ type class struct {
 	key    classKey
 	weight float64
 	claims []claim // sorted by node index
+	// nodes are the claims' nodes, in the same order: a claim is found by
+	// searching them, without touching the claims themselves.
+	nodes []int32
 }
 
 func newAllocator(region string, interval, ttl time.Duration) *allocator {
@@ -161,13 +181,18 @@ func (a *allocator) lead(epoch uint64, now int64, fleet int) {
 	}
 	a.seq.Store(0)
 	a.nodes, a.next = map[string]*nodeInfo{}, 0
+	a.counted, a.lastFull = nodeTally{}, now
 	a.mu.Unlock()
 	for i := range a.shards {
 		sh := &a.shards[i]
 		sh.mu.Lock()
-		sh.pools = map[poolKey]*pool{}
+		for _, p := range sh.pools {
+			p.dropped = true
+		}
+		sh.pools, sh.due = map[poolKey]*pool{}, nil
 		sh.mu.Unlock()
 	}
+	a.release()
 }
 
 // setRules installs a new rule set. Pools of rules that changed are
@@ -193,10 +218,12 @@ func (a *allocator) setRules(set *rules.Set) {
 		for k, p := range sh.pools {
 			if nr := byName[k.rule]; nr == nil || old[k.rule] == nil || !rules.Equal(nr, old[k.rule]) {
 				delete(sh.pools, k)
+				p.dropped = true
 			} else if pr, ok := p.own.ruleWith(nr); ok {
 				p.rule = pr
 			} else {
 				delete(sh.pools, k) // cannot be: the rule is unchanged
+				p.dropped = true
 			}
 		}
 		sh.mu.Unlock()
@@ -227,10 +254,16 @@ func (a *allocator) shard(k poolKey) *allocShard {
 // nodeCount is the number of nodes heard from within two lease periods,
 // and while learning at least the fleet the replicated state knows: a new
 // leader answering only the nodes heard so far would have the first
-// reporters enforce limit ÷ 1, limit ÷ 2… on every unleased key.
+// reporters enforce limit ÷ 1, limit ÷ 2… on every unleased key. Counting
+// walks the node registry, so a count is kept for a quarter of a report
+// interval: every report's answer carries it, and each pool's division
+// may ask for it.
 func (a *allocator) nodeCount(now int64) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if c := a.counted; c.valid && now >= c.at && now-c.at < a.interval.Load()/4 {
+		return c.n
+	}
 	n := 0
 	for _, info := range a.nodes {
 		if now-info.lastSeen < 2*a.ttl.Load() {
@@ -240,7 +273,15 @@ func (a *allocator) nodeCount(now int64) int {
 	if now < a.learnEnd {
 		n = max(n, a.fleet)
 	}
+	a.counted = nodeTally{n: n, at: now, valid: true}
 	return n
+}
+
+// nodeTally is a count of the fleet and when it was made.
+type nodeTally struct {
+	n     int
+	at    int64
+	valid bool
 }
 
 // knows reports whether node has reported to this leader.
@@ -250,9 +291,42 @@ func (a *allocator) knows(node string) bool {
 	return a.nodes[node] != nil
 }
 
-// report takes one node's demands and returns the leases it now holds for
-// the keys it reported. A node leaving releases everything it held.
-func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lease {
+// folded is a report taken into the allocator and waiting for its answer:
+// at once when every pool it reported stands divided, or after the next
+// round when one must be divided again first (stale).
+type folded struct {
+	req   *allotpb.ReportRequest
+	node  int32
+	epoch uint64
+	// entries are where each demand was folded in, in the demand's order;
+	// a demand that got no claim (no pool, a local rule) has none.
+	entries []foldedEntry
+	// stale is set when a pool the report touched must be divided again
+	// before the node's lease in it is answered: its claim is new, its
+	// demand moved, it asked for a top-up, or the pool holds room back
+	// since its last division. The answer then waits for the next round.
+	stale bool
+}
+
+// foldedEntry is where one demand went: its pool, class and claim (the
+// claim's index, a hint: claims come and go until the answer).
+type foldedEntry struct {
+	sh *allocShard
+	p  *pool
+	c  *class
+	i  int
+	d  *allotpb.KeyDemand
+}
+
+// fold takes one node's report into the allocator: its demand, what it
+// holds and what it spent, per key. No pool is divided here: a pool the
+// report changed is marked for the next round, and the report is answered
+// from the grants that round leaves (answer), so that however many nodes
+// report between two rounds, each pool is divided once (a division is
+// O(its claims), and dividing at every report made an interval's work
+// grow like nodes² × tenants: issue 41). A node leaving releases
+// everything it held, and is answered with no lease.
+func (a *allocator) fold(req *allotpb.ReportRequest, now int64) *folded {
 	node, inc, demands := req.GetNode(), req.GetIncarnation(), req.GetDemand()
 	urgent, leaving := req.GetUrgent(), req.GetLeaving()
 	interval := time.Duration(req.GetIntervalNano())
@@ -262,6 +336,7 @@ func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lea
 		info = &nodeInfo{index: a.next}
 		a.nodes[node] = info
 		a.next++
+		a.counted.valid = false // in the fleet's count at once
 	}
 	info.lastSeen, info.region = now, req.GetRegion()
 	if a.global {
@@ -272,23 +347,18 @@ func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lea
 	}
 	if leaving {
 		info.lastSeen = 0 // out of the fleet's count at once; its claims go below
+		a.counted.valid = false
 	}
-	epoch, learning := a.epoch, now < a.learnEnd
+	f := &folded{req: req, node: info.index, epoch: a.epoch}
+	learning := now < a.learnEnd
 	ruleMap := a.rules
 	a.mu.Unlock()
 
 	if interval <= 0 {
 		interval = time.Duration(a.interval.Load())
 	}
-	// Three passes: fold every demand in, re-divide each pool that needs
-	// it once, then answer each demand. A global rule's classes share one
-	// pool; re-dividing it per class made a report of n classes cost n²
-	// (4,882 classes timed reports out under make chaos).
-	type dueKey struct {
-		sh *allocShard
-		p  *pool
-	}
-	due := map[dueKey]struct{}{}
+	var held shardHold
+	defer held.release()
 	for _, d := range demands {
 		r := ruleMap[d.GetRule()]
 		if r == nil || r.Local || r.Unlimited {
@@ -300,12 +370,11 @@ func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lea
 		}
 		k := poolKey{d.GetRule(), d.GetKey()}
 		sh := a.shard(k)
-		sh.mu.Lock()
+		held.take(sh)
 		p := sh.pools[k]
 		if p == nil || p.own != own {
 			pr, ok := own.ruleWith(r)
 			if !ok {
-				sh.mu.Unlock()
 				continue // the rule's algorithm cannot take it: no lease
 			}
 			if p == nil {
@@ -330,7 +399,10 @@ func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lea
 			p.sawRegion(req.GetRegion(), req.GetReporterGroup(), now)
 		}
 		c := p.class(classKey{d.GetTenant(), d.GetPriority()}, r, r.WeightWith(o, overridden, d.GetTenant(), d.GetPlan()))
-		cl := c.claim(info.index)
+		cl, at := c.claim(info.index)
+		if !leaving {
+			f.entries = append(f.entries, foldedEntry{sh: sh, p: p, c: c, i: at, d: d})
+		}
 		// An early report asks for a top-up. When the pool is contended the
 		// node is simply at its share, and the next round will do; when it
 		// is not, the node's demand rose and spare capacity can follow it
@@ -344,10 +416,11 @@ func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lea
 		if !urgent || topUp {
 			before := cl.est
 			a.observe(p, cl, d, seen)
-			p.dirty = true
+			sh.markDirty(p)
 			// Demand that moved (beyond the estimator's noise band) is
-			// re-divided now, not at the next round: the node hears of
-			// its new share in this answer, an interval sooner.
+			// divided at the next round, and this answer waits for it:
+			// the node hears of its new share in this answer, not an
+			// interval later.
 			moved = math.Abs(cl.est-before) > a.est.Band*math.Max(before, cl.est)
 			// In a window pool every grant includes what its node has
 			// already spent in the window, which each report changes: a
@@ -367,47 +440,91 @@ func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lea
 			// report raised every grant to it.)
 			seen.spentOnly = true
 			a.observe(p, cl, d, seen)
+			sh.markDirty(p)
 			moved = true
 		} else {
 			cl.lastSeen = now
+			if d.GetHeldEpoch() == f.epoch && d.GetHeldSeq() == cl.seq && cl.seq != 0 && cl.inc == inc {
+				// The node holds the lease of the last division: one that
+				// lowered what it held counts as given up now (see
+				// leaseOf), and the room goes to others at the next round.
+				if cl.held > cl.grant || cl.nextHeld > cl.next {
+					cl.held, cl.nextHeld = cl.grant, cl.next
+					sh.markDirty(p)
+				}
+			}
 		}
 		// A dirty pool holds room back (a decrease given up since its last
-		// division, increases the hand-over guard deferred): divided now,
-		// the node hears of its share in this answer, not a round later.
-		if leaving || topUp || moved || cl.seq == 0 || dirty {
-			due[dueKey{sh, p}] = struct{}{} // a leaving node's share is freed at once
+		// division, increases the hand-over guard deferred): divided at
+		// the next round, the node hears of its share in this answer, not
+		// a round later. A leaving node is answered nothing; its share is
+		// freed at the next round.
+		if !leaving && (topUp || moved || cl.seq == 0 || dirty) {
+			f.stale = true
 		}
-		sh.mu.Unlock()
 	}
-	for k := range due {
-		k.sh.mu.Lock()
-		a.allocatePool(k.sh, k.p, now, learning)
-		k.sh.mu.Unlock()
-	}
+	return f
+}
+
+// answer returns the leases a folded report gets from the pools'
+// divisions as they stand: only the leases that changed, as the node
+// renews the others by the answer's renew_unix_nano. A leaving node gets
+// none.
+func (a *allocator) answer(f *folded, now int64) []*allotpb.Lease {
 	var leases []*allotpb.Lease
-	for _, d := range demands {
-		r := ruleMap[d.GetRule()]
-		if r == nil || r.Local || r.Unlimited || leaving {
-			continue
-		}
-		if _, ok := demandLimit(r, d); !ok {
-			continue
-		}
-		k := poolKey{d.GetRule(), d.GetKey()}
-		sh := a.shard(k)
-		sh.mu.Lock()
-		// Found, never created: a pool a round or a rule change rebuilt
-		// since the first pass gets this node's claim at its next report.
-		if p := sh.pools[k]; p != nil {
-			if c, cl := p.find(classKey{d.GetTenant(), d.GetPriority()}, r, info.index); cl != nil {
-				if l := a.answer(p, c, cl, d, epoch, now); l != nil {
+	var held shardHold
+	defer held.release()
+	for _, e := range f.entries {
+		held.take(e.sh)
+		// A pool dropped since the report was folded (a rule change, a
+		// new term) gets this node's claim at its next report.
+		if !e.p.dropped {
+			if cl := e.c.find(f.node, e.i); cl != nil {
+				if l := a.leaseOf(e.p, e.c, cl, e.d, f.epoch, now); l != nil {
 					leases = append(leases, l)
 				}
 			}
 		}
-		sh.mu.Unlock()
 	}
 	return leases
+}
+
+// shardHold keeps a shard's lock across the consecutive entries of a
+// report that fall in it (a global rule's classes all do), up to
+// holdEntries at a time, so that others' reports get their turn.
+type shardHold struct {
+	sh *allocShard
+	n  int
+}
+
+const holdEntries = 256
+
+func (h *shardHold) take(sh *allocShard) {
+	if h.sh == sh && h.n < holdEntries {
+		h.n++
+		return
+	}
+	h.release()
+	sh.mu.Lock()
+	h.sh, h.n = sh, 1
+}
+
+func (h *shardHold) release() {
+	if h.sh != nil {
+		h.sh.mu.Unlock()
+		h.sh = nil
+	}
+}
+
+// report folds a report in and answers it, dividing first, as a round
+// would, when the answer waits for one: what a leader whose next round
+// comes at once answers. Tests and the Engine's synchronous Report use it.
+func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lease {
+	f := a.fold(req, now)
+	if f.stale {
+		a.tick(now)
+	}
+	return a.answer(f, now)
 }
 
 // leaveHold is how many report intervals a leaving node's holding stays
@@ -415,24 +532,71 @@ func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lea
 // it.
 const leaveHold = 2
 
-// round re-divides every pool that changed since the last round, and every
-// pool at all once per lease period so that silent nodes' leases are
-// reclaimed. It returns how many pools are held.
+// tick runs the allocation round due at now: a full one once per lease
+// period (see round).
+func (a *allocator) tick(now int64) (active int) {
+	a.mu.Lock()
+	full := now-a.lastFull >= a.ttl.Load()
+	if full {
+		a.lastFull = now
+	}
+	a.mu.Unlock()
+	return a.round(now, full)
+}
+
+// round divides every pool marked since the last round, each once, and
+// every pool at all in a full round (once per lease period, so that
+// silent nodes' leases are reclaimed and empty pools dropped). Its cost is
+// the claims of the pools it divides: the entries reported since the last
+// round, whatever the number of reports they came in. The reports waiting
+// for it (awaitRound) are released when it ends. It returns how many pools
+// are held.
 func (a *allocator) round(now int64, full bool) (active int) {
+	a.waitMu.Lock()
+	done := a.waiting
+	a.waiting = nil
+	a.waitMu.Unlock()
+	if done != nil {
+		defer close(done)
+	}
 	learning := a.learning(now)
 	for i := range a.shards {
 		sh := &a.shards[i]
 		sh.mu.Lock()
-		for k, p := range sh.pools {
-			if p.dirty || full {
+		due := sh.due
+		sh.due = sh.spare[:0]
+		if full {
+			for k, p := range sh.pools {
+				a.allocatePool(sh, p, now, learning)
+				if p.empty() {
+					delete(sh.pools, k)
+					p.dropped = true
+				}
+			}
+		}
+		for _, p := range due {
+			p.queued = false
+			if !full && p.dirty && !p.dropped {
 				a.allocatePool(sh, p, now, learning)
 			}
-			if p.empty() {
-				delete(sh.pools, k)
-				continue
-			}
-			active++
 		}
+		// A pool the hand-over guard held room back in is divided again
+		// at the next round.
+		for _, p := range due {
+			if p.dirty && !p.dropped {
+				sh.markDirty(p)
+			}
+		}
+		if full {
+			for _, p := range sh.pools {
+				if p.dirty {
+					sh.markDirty(p)
+				}
+			}
+		}
+		clear(due)
+		sh.spare = due[:0]
+		active += len(sh.pools)
 		sh.mu.Unlock()
 	}
 	if full {
@@ -445,6 +609,40 @@ func (a *allocator) round(now int64, full bool) (active int) {
 		a.mu.Unlock()
 	}
 	return active
+}
+
+// awaitRound returns a channel closed when the next round to start has
+// ended: one that starts after the call, and so divides what the caller
+// folded before it.
+func (a *allocator) awaitRound() <-chan struct{} {
+	a.waitMu.Lock()
+	defer a.waitMu.Unlock()
+	if a.waiting == nil {
+		a.waiting = make(chan struct{})
+	}
+	return a.waiting
+}
+
+// release frees the reports waiting for a round that will not come: the
+// leader's term ended. Each finds, on waking, that this member no longer
+// leads.
+func (a *allocator) release() {
+	a.waitMu.Lock()
+	defer a.waitMu.Unlock()
+	if a.waiting != nil {
+		close(a.waiting)
+		a.waiting = nil
+	}
+}
+
+// markDirty has the pool divided at the next round. It runs under the
+// shard's lock.
+func (sh *allocShard) markDirty(p *pool) {
+	p.dirty = true
+	if !p.queued {
+		p.queued = true
+		sh.due = append(sh.due, p)
+	}
 }
 
 // learning reports whether the allocator is in learning mode at now.

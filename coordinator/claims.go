@@ -172,20 +172,43 @@ func (p *pool) find(k classKey, r *rules.Rule, node int32) (*class, *claim) {
 	if c == nil {
 		return nil, nil
 	}
-	i, found := slices.BinarySearchFunc(c.claims, node, func(cl claim, n int32) int { return int(cl.node - n) })
-	if !found {
-		return c, nil
-	}
-	return c, &c.claims[i]
+	return c, c.find(node, -1)
 }
 
-// claim returns the class's claim of a node, creating it.
-func (c *class) claim(node int32) *claim {
-	i, found := slices.BinarySearchFunc(c.claims, node, func(cl claim, n int32) int { return int(cl.node - n) })
+// find returns the class's claim of a node, or nil. hint is where the
+// claim was last seen (-1: nowhere): claims come and go, and a hint is
+// checked before it is trusted.
+func (c *class) find(node int32, hint int) *claim {
+	if hint >= 0 && hint < len(c.nodes) && c.nodes[hint] == node {
+		return &c.claims[hint]
+	}
+	if i, found := slices.BinarySearch(c.nodes, node); found {
+		return &c.claims[i]
+	}
+	return nil
+}
+
+// claim returns the class's claim of a node, creating it, and where it is
+// among the class's claims.
+func (c *class) claim(node int32) (*claim, int) {
+	i, found := slices.BinarySearch(c.nodes, node)
 	if !found {
 		c.claims = slices.Insert(c.claims, i, claim{node: node})
+		c.nodes = slices.Insert(c.nodes, i, node)
 	}
-	return &c.claims[i]
+	return &c.claims[i], i
+}
+
+// dropClaims deletes the claims del picks, keeping nodes in step.
+func (c *class) dropClaims(del func(claim) bool) {
+	c.claims = slices.DeleteFunc(c.claims, del)
+	if len(c.claims) == len(c.nodes) {
+		return
+	}
+	c.nodes = c.nodes[:len(c.claims)]
+	for i := range c.claims {
+		c.nodes[i] = c.claims[i].node
+	}
 }
 
 // nodesHeard is how many nodes have a claim in the pool: in any class of

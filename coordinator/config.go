@@ -170,7 +170,8 @@ type Config struct {
 
 	// ReportInterval is how often agents report; LeaseTTL how long a lease
 	// holds (default 5 × ReportInterval); RoundInterval how often the
-	// leader re-divides allowances (default ReportInterval / 4);
+	// leader re-divides allowances (default a quarter of ReportInterval,
+	// at most 250 ms: a report's answer may wait for the next round);
 	// ApplyWindow how long reports are gathered into one Raft entry.
 	ReportInterval time.Duration
 	LeaseTTL       time.Duration
@@ -374,7 +375,7 @@ func (c *Config) withDefaults() (Config, error) {
 		return cfg, bad("LeaseTTL", "%v is shorter than two report intervals (%v): leases would expire between reports", cfg.LeaseTTL, 2*cfg.ReportInterval)
 	}
 	if cfg.RoundInterval == 0 {
-		cfg.RoundInterval = cfg.ReportInterval / 4
+		cfg.RoundInterval = defaultRoundInterval(cfg.ReportInterval)
 	}
 	if cfg.ApplyWindow == 0 {
 		cfg.ApplyWindow = DefaultApplyWindow

@@ -22,7 +22,9 @@ type Engine struct {
 	mu          sync.Mutex
 	st          *state.State
 	alloc       *allocator
-	lastFull    time.Time
+	// waiting are the reports submitted since the last round, answered
+	// by the next (Submit).
+	waiting []*engineReport
 }
 
 // EngineConfig configures an Engine.
@@ -37,7 +39,7 @@ type EngineConfig struct {
 	Parent         bool
 	ReportInterval time.Duration // default 1s
 	LeaseTTL       time.Duration // default DefaultLeaseIntervals × ReportInterval
-	RoundInterval  time.Duration // default ReportInterval / 4, as Config's
+	RoundInterval  time.Duration // default as Config's: ReportInterval / 4, at most 250 ms
 	BillingWindow  time.Duration // default 1h
 	Rules          []rules.Rule
 	// Shards, when set, makes the engine one shard group of a split
@@ -54,7 +56,7 @@ func NewEngine(cfg EngineConfig, now time.Time) (*Engine, error) {
 		cfg.LeaseTTL = DefaultLeaseIntervals * cfg.ReportInterval
 	}
 	if cfg.RoundInterval == 0 {
-		cfg.RoundInterval = cfg.ReportInterval / 4
+		cfg.RoundInterval = defaultRoundInterval(cfg.ReportInterval)
 	}
 	if cfg.BillingWindow == 0 {
 		cfg.BillingWindow = DefaultBillingWindow
@@ -63,7 +65,7 @@ func NewEngine(cfg EngineConfig, now time.Time) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: engine rules: %w", err)
 	}
-	e := &Engine{cfg: cfg, st: state.New(), alloc: newAllocator(cfg.Region, cfg.ReportInterval, cfg.LeaseTTL), lastFull: now,
+	e := &Engine{cfg: cfg, st: state.New(), alloc: newAllocator(cfg.Region, cfg.ReportInterval, cfg.LeaseTTL),
 		incarnation: rand.Uint64()}
 	e.alloc.global = cfg.Global
 	if cfg.Parent {
@@ -170,9 +172,55 @@ func (e *Engine) SetRules(rs []rules.Rule) error {
 }
 
 // Report answers an agent's report at now, applying its usage at once.
-func (e *Engine) Report(now time.Time, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
+// When its answer waits for a round, as the leader's would, the round is
+// run at now: what a leader whose next round came at once answers. Submit
+// answers as the leader does, at the next Round.
+func (e *Engine) Report(now time.Time, req *allotpb.ReportRequest) (resp *allotpb.ReportResponse, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	x, err := e.take(now, req)
+	if err != nil {
+		return nil, err
+	}
+	if x.f.stale {
+		e.round(now)
+	}
+	return e.answer(now, x), nil
+}
+
+// Submit takes an agent's report at now, applying its usage at once, and
+// answers it as the leader does: at once when the pools it reported stand
+// divided, or else at the next Round, which all the reports submitted
+// until then share. deliver gets the answer and when it was made.
+func (e *Engine) Submit(now time.Time, req *allotpb.ReportRequest, deliver func(at time.Time, resp *allotpb.ReportResponse, err error)) {
+	e.mu.Lock()
+	x, err := e.take(now, req)
+	if err == nil && x.f.stale {
+		x.deliver = deliver
+		e.waiting = append(e.waiting, x)
+		e.mu.Unlock()
+		return
+	}
+	var resp *allotpb.ReportResponse
+	if err == nil {
+		resp = e.answer(now, x)
+	}
+	e.mu.Unlock()
+	deliver(now, resp, err)
+}
+
+// engineReport is a report the Engine took, until it is answered.
+type engineReport struct {
+	req     *allotpb.ReportRequest
+	f       *folded
+	applied bool
+	acked   uint64
+	deliver func(time.Time, *allotpb.ReportResponse, error)
+}
+
+// take validates a report, applies its usage and folds its demand in, as
+// the leader does before it answers.
+func (e *Engine) take(now time.Time, req *allotpb.ReportRequest) (*engineReport, error) {
 	lim := reportLimits(DefaultMaxReportKeys, 0, KeepLedger, time.Duration(e.st.BillingWindowSeconds())*time.Second, now)
 	if err := reportError(allotpb.ValidateReport(req, lim)); err != nil {
 		return nil, err
@@ -180,7 +228,7 @@ func (e *Engine) Report(now time.Time, req *allotpb.ReportRequest) (*allotpb.Rep
 	if err := e.wrongGroup(req); err != nil {
 		return nil, err
 	}
-	applied, acked := false, uint64(0)
+	x := &engineReport{}
 	if b := req.GetUsage(); b != nil && b.GetSeq() > 0 {
 		res := e.st.Apply(state.CmdReports, &fsmpb.ReportsCommand{ProposedUnixNano: now.UnixNano(), Reports: []*fsmpb.AgentUsage{
 			{Node: req.GetNode(), Incarnation: req.GetIncarnation(), Region: req.GetRegion(), Batch: b},
@@ -188,25 +236,40 @@ func (e *Engine) Report(now time.Time, req *allotpb.ReportRequest) (*allotpb.Rep
 		if err := e.slotsMoved(res.GetMoved()); err != nil {
 			return nil, err
 		}
-		applied, acked = true, res.GetAckedSeq()[0]
+		x.applied, x.acked = true, res.GetAckedSeq()[0]
 	}
-	req = e.ownDemand(req)
+	x.req = ownDemand(e.st, e.home(), req)
 	e.alloc.overrides.sync(func(fn func(*state.State)) { fn(e.st) })
-	leases := e.alloc.report(req, now.UnixNano())
-	return respond(e.st, e.alloc, req, now, e.settings(), leases, applied, acked), nil
+	x.f = e.alloc.fold(x.req, now.UnixNano())
+	return x, nil
+}
+
+// answer builds a taken report's answer at now.
+func (e *Engine) answer(now time.Time, x *engineReport) *allotpb.ReportResponse {
+	leases := e.alloc.answer(x.f, now.UnixNano())
+	return respond(e.st, e.alloc, x.req, now, e.settings(), leases, x.applied, x.acked)
 }
 
 // Round re-divides the allowances that changed, as the leader does every
-// round interval.
+// round interval, and answers the reports submitted since the last.
 func (e *Engine) Round(now time.Time) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	full := now.Sub(e.lastFull) >= e.cfg.LeaseTTL
-	if full {
-		e.lastFull = now
+	waiting := e.waiting
+	e.waiting = nil
+	e.round(now)
+	answers := make([]*allotpb.ReportResponse, len(waiting))
+	for i, x := range waiting {
+		answers[i] = e.answer(now, x)
 	}
+	e.mu.Unlock()
+	for i, x := range waiting {
+		x.deliver(now, answers[i], nil)
+	}
+}
+
+func (e *Engine) round(now time.Time) {
 	e.alloc.refreshLimits(now.UnixNano()) // leases from the parent that expired
-	e.alloc.round(now.UnixNano(), full)
+	e.alloc.tick(now.UnixNano())
 }
 
 func (e *Engine) settings() settings {

@@ -7,7 +7,6 @@ import (
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/internal/shard"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -85,36 +84,9 @@ func (e *Engine) slotsMoved(moved []*fsmpb.MovedReport) error {
 	return st.Err()
 }
 
-// ownDemand is req with the demand this group does not divide left out,
-// as the coordinator's ownDemand: keys of slots it does not own, and
-// global rules' classes outside the home group. The caller's request is
-// not changed.
-func (e *Engine) ownDemand(req *allotpb.ReportRequest) *allotpb.ReportRequest {
-	sh := e.cfg.Shards
-	if sh == nil || (sh.Home && e.st.Group() == "") {
-		return req
-	}
-	rs := e.st.Rules()
-	owns := e.st.Owner()
-	keep := make([]*allotpb.KeyDemand, 0, len(req.GetDemand()))
-	for _, d := range req.GetDemand() {
-		if r, ok := rs.Get(d.GetRule()); ok && r.Scope == rules.Global {
-			if sh.Home {
-				keep = append(keep, d)
-			}
-			continue
-		}
-		if owns(shard.Of(d.GetTenant())) {
-			keep = append(keep, d)
-		}
-	}
-	if len(keep) == len(req.GetDemand()) {
-		return req
-	}
-	out := allotpb.ReportHeader(req)
-	out.Usage, out.Demand = req.GetUsage(), keep
-	return out
-}
+// home reports whether the engine is its region's home group (or a
+// region never split).
+func (e *Engine) home() bool { return e.cfg.Shards == nil || e.cfg.Shards.Home }
 
 // OwnedSlots counts the slots the engine's group owns.
 func (e *Engine) OwnedSlots() int {

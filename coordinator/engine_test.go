@@ -105,3 +105,55 @@ func TestLearningRedividesWithinWhatWasHeld(t *testing.T) {
 		t.Fatalf("a node holding nothing was granted %.0f while the others hold %.0f", c.held, a.held+b.held)
 	}
 }
+
+// TestLostDecreaseStaysCounted: a node whose answers never arrive (its
+// caller gave up, the connection dropped) goes on spending the lease it
+// holds; a decrease sent to it must not count as given up, or the room it
+// frees is granted to another node on top of it. Only a report showing the
+// smaller lease held (its epoch and seq) lets it go. A capacity rule of
+// 1,000 with a 3% tolerance: whatever the nodes really hold stays within
+// 1,030 at every second (before the fix: gw-a 1,000 and gw-b 500, 1,500,
+// for three seconds in a row).
+func TestLostDecreaseStaysCounted(t *testing.T) {
+	now := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	r := rules.Rule{Name: "quota", Scope: rules.Tenant, Algorithm: algo.TokenBucket, Limit: 1000, Period: time.Second, Intent: lease.Capacity}
+	e, err := NewEngine(EngineConfig{Region: "eu", Rules: []rules.Rule{r}}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := float64(r.Limit) * (1 + r.Tol())
+	a, b := &engineNode{name: "gw-a"}, &engineNode{name: "gw-b"}
+	for range 5 { // gw-a alone: it is leased the whole limit
+		now = now.Add(time.Second)
+		a.report(t, e, now, 1000)
+		e.Round(now)
+	}
+	if a.held < 999 {
+		t.Fatalf("gw-a alone holds %.0f of 1,000", a.held)
+	}
+	lost := *a // what gw-a really holds: none of its answers arrive from now on
+	for i := range 6 {
+		now = now.Add(time.Second)
+		a.report(t, e, now, 500) // its demand halves; the decrease it is sent is lost
+		*a = lost
+		b.report(t, e, now, 500)
+		e.Round(now)
+		if sum := a.held + b.held; sum > limit+1e-6 {
+			t.Fatalf("second %d: gw-a holds %.0f (its answers lost) and gw-b was granted %.0f: %.0f of an allowed %.0f", i+1, a.held, b.held, sum, limit)
+		}
+	}
+	// Once gw-a's answers arrive again, its report shows the smaller lease
+	// and gw-b gets what it gave up.
+	for range 4 {
+		now = now.Add(time.Second)
+		a.report(t, e, now, 500)
+		b.report(t, e, now, 500)
+		e.Round(now)
+		if sum := a.held + b.held; sum > limit+1e-6 {
+			t.Fatalf("gw-a %.0f and gw-b %.0f hold %.0f of an allowed %.0f", a.held, b.held, sum, limit)
+		}
+	}
+	if b.held < 450 {
+		t.Fatalf("with gw-a's answers arriving again, gw-b (half the demand) holds %.0f of 1,000", b.held)
+	}
+}

@@ -53,22 +53,49 @@ func benchInterval(b *testing.B, nodes, tenants int) {
 		seq++
 		var wg sync.WaitGroup
 		work := make(chan *allotpb.ReportRequest)
+		var mu sync.Mutex
+		var waiting []*folded
 		for range runtime.GOMAXPROCS(0) {
 			wg.Go(func() {
 				for req := range work {
 					req.SentUnixNano = now
-					benchReport(a, req, now)
+					f := a.fold(req, now)
+					mu.Lock()
+					waiting = append(waiting, f)
+					mu.Unlock()
 				}
 			})
 		}
+		answer := func() {
+			// The reports folded since the last round are answered after
+			// it, each by its own handler.
+			mu.Lock()
+			ready := waiting
+			waiting = nil
+			mu.Unlock()
+			var aw sync.WaitGroup
+			per := len(ready)/runtime.GOMAXPROCS(0) + 1
+			for i := 0; i < len(ready); i += per {
+				part := ready[i:min(i+per, len(ready))]
+				aw.Go(func() {
+					for _, f := range part {
+						a.answer(f, now)
+					}
+				})
+			}
+			aw.Wait()
+		}
 		for i, req := range reqs {
 			if i%(len(reqs)/4+1) == 0 {
-				a.round(now, false)
+				a.tick(now)
+				answer()
 			}
 			work <- req
 		}
 		close(work)
 		wg.Wait()
+		a.tick(now)
+		answer()
 		now += int64(time.Second)
 	}
 	interval() // every claim made, every pool divided once
@@ -99,9 +126,4 @@ func intervalReports(nodes, tenants int) []*allotpb.ReportRequest {
 		}
 	}
 	return reqs
-}
-
-// benchReport is one report's way through the allocator.
-func benchReport(a *allocator, req *allotpb.ReportRequest, now int64) {
-	a.report(req, now)
 }

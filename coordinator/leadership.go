@@ -173,17 +173,13 @@ func (c *Coordinator) lead(ctx context.Context) {
 	defer rounds.Stop()
 	maintain := c.cfg.Clock.NewTicker(min(time.Minute, set.billingWindow/4))
 	defer maintain.Stop()
-	lastFull := now
+	defer c.alloc.release() // reports waiting for a round that will not come
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-rounds.C():
 			now := c.now()
-			full := now.Sub(lastFull) >= c.alloc.leaseTTL()
-			if full {
-				lastFull = now
-			}
 			start := time.Now()
 			if c.parent != nil {
 				// Leases from the parent that expired since the last round.
@@ -193,7 +189,7 @@ func (c *Coordinator) lead(ctx context.Context) {
 				c.metrics.parentFallback.Set(float64(fallback))
 				c.recordGrants(grants, now.UnixNano(), set.billingWindow, c.roundInterval(set))
 			}
-			active := c.alloc.round(now.UnixNano(), full)
+			active := c.alloc.tick(now.UnixNano())
 			c.metrics.roundSeconds.Observe(time.Since(start).Seconds())
 			c.metrics.activeKeys.Set(float64(active))
 			c.metrics.activeAgents.Set(float64(c.alloc.nodeCount(now.UnixNano())))

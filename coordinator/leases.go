@@ -5,41 +5,37 @@ import (
 	allotpb "github.com/allot-io/allot/proto"
 )
 
-// answer returns the lease a report's demand gets, or nil when the node
+// leaseOf returns the lease a report's demand gets, or nil when the node
 // already holds it: a lease the node holds is renewed by the answer's
 // renew_unix_nano, and only changed leases are sent again. It runs under
 // the pool's shard lock.
-func (a *allocator) answer(p *pool, c *class, cl *claim, d *allotpb.KeyDemand, epoch uint64, now int64) *allotpb.Lease {
+//
+// What a node may hold is never counted below what it was sent, nor below
+// what it holds: an increase counts at once (if the answer is lost, the
+// node holds less than counted, which is safe), a decrease only once the
+// node's report shows it holds it (observe takes held from the report,
+// whose held_seq names the lease). Counting a decrease as applied when
+// its answer was computed broke Σ max(held, granted) ≤ limit × (1 +
+// tolerance) whenever the answer never arrived: a caller that had given
+// up, a lost connection. The node kept spending its old lease while the
+// room it was to give up went to others (1,500 of a capacity limit of
+// 1,000 for three seconds: TestLostDecreaseStaysCounted).
+//
+// Counting an increase only once reported let every division until then
+// hand the same room out again: a global rule's first divisions granted
+// the first reporters the shares the other nodes held unreported, and ten
+// gateways admitted 160% of a capacity limit for a second on real
+// processes (issue 11). In a window pool so does the next count a node
+// switches to at the boundary, where what each holds becomes what it will
+// hold next.
+func (a *allocator) leaseOf(p *pool, c *class, cl *claim, d *allotpb.KeyDemand, epoch uint64, now int64) *allotpb.Lease {
 	if cl.seq == 0 || (d.GetHeldEpoch() == epoch && d.GetHeldSeq() == cl.seq) {
 		return nil
 	}
 	l := a.leaseFor(p, c, cl, d, epoch, now)
-	// The node applies a smaller lease as soon as this answer arrives, so
-	// its old one need not hold up others' increases until its next
-	// report. An abuse rule, which may not overshoot at all, waits for the
-	// report instead: the answer could be lost.
-	if cl.grant < cl.held && p.rule.Tol() > 0 {
-		cl.held = cl.grant
-		p.dirty = true // what it gives up can go to others next round
-	}
-	// What a node may hold is never counted below what it was sent: an
-	// increase counts at once (if the answer is lost, the node holds less
-	// than counted, which is safe), until the node's next report says what
-	// it holds. Counting an increase only once reported let every division
-	// until then hand the same room out again: a global rule's first
-	// divisions granted the first reporters the shares the other nodes
-	// held unreported, and ten gateways admitted 160% of a capacity limit
-	// for a second on real processes (issue 11). In a window pool so does
-	// the next count a node switches to at the boundary, where what each
-	// holds becomes what it will hold next.
 	cl.held = max(cl.held, cl.grant)
 	if p.rule.Algorithm.Windowed() {
-		if cl.next < cl.nextHeld && p.rule.Tol() > 0 {
-			cl.nextHeld = cl.next
-			p.dirty = true
-		} else {
-			cl.nextHeld = max(cl.nextHeld, cl.next)
-		}
+		cl.nextHeld = max(cl.nextHeld, cl.next)
 	}
 	return l
 }
@@ -67,6 +63,13 @@ func (a *allocator) leaseFor(p *pool, c *class, cl *claim, d *allotpb.KeyDemand,
 		// smallest lease there is, not none: a lease of 0 returns a node
 		// to its unleased share.
 		l.Limit = minLease
+	}
+	if p.rule.Algorithm.Windowed() && l.NextLimit < minLease && l.Limit > 0 {
+		// Nothing for the next windows is the smallest count there is
+		// too: a next count of 0 is none, and the node would apply its
+		// count for this window to the next ones, which the pool has
+		// handed to others.
+		l.NextLimit = minLease
 	}
 	l.Burst = burstShare(p, l.Limit)
 	return l

@@ -20,6 +20,10 @@ import (
 type parentLink struct {
 	client      *clusterclient.Client
 	incarnation uint64 // drawn per process, as an agent's
+	// confirm asks the leader's loop for an early check at once: an
+	// answer lowered a lease, which the parent counts as given up only
+	// once a report says the region holds it.
+	confirm chan struct{}
 
 	mu      sync.Mutex
 	lastOK  int64  // ns, this cluster's clock
@@ -31,7 +35,7 @@ func newParentLink(cfg *Config, onError func(error)) (*parentLink, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &parentLink{client: clusterclient.New(cfg.Parent, opts), incarnation: rand.Uint64()}, nil
+	return &parentLink{client: clusterclient.New(cfg.Parent, opts), incarnation: rand.Uint64(), confirm: make(chan struct{}, 1)}, nil
 }
 
 // tierGroup is the shard group the region's reports to the parent come
@@ -76,24 +80,33 @@ func (c *Coordinator) reportToParent(ctx context.Context) {
 			return
 		case <-t.C():
 			wg.Go(func() { c.exchangeWithParent(ctx, c.now().UnixNano(), nil) })
+		case <-c.parent.confirm:
+			// A lease was lowered: say so now, not at the next check.
+			c.earlyExchange(ctx, &wg, early, int64(interval))
 		case <-check.C():
-			select {
-			case early <- struct{}{}:
-			default:
-				continue // as many under way as may be
-			}
-			now := c.now().UnixNano()
-			demand := c.alloc.earlyDemand(now, int64(interval))
-			if demand == nil {
-				<-early
-				continue
-			}
-			wg.Go(func() {
-				defer func() { <-early }()
-				c.exchangeWithParent(ctx, now, demand)
-			})
+			c.earlyExchange(ctx, &wg, early, int64(interval))
 		}
 	}
+}
+
+// earlyExchange starts an early exchange with the parent when one is due
+// (earlyDemand) and fewer than earlyInFlight are under way.
+func (c *Coordinator) earlyExchange(ctx context.Context, wg *sync.WaitGroup, early chan struct{}, interval int64) {
+	select {
+	case early <- struct{}{}:
+	default:
+		return // as many under way as may be
+	}
+	now := c.now().UnixNano()
+	demand := c.alloc.earlyDemand(now, interval)
+	if demand == nil {
+		<-early
+		return
+	}
+	wg.Go(func() {
+		defer func() { <-early }()
+		c.exchangeWithParent(ctx, now, demand)
+	})
 }
 
 // exchangeWithParent sends one report to the parent, made at now, within
@@ -130,7 +143,12 @@ func (c *Coordinator) exchangeWithParent(ctx context.Context, now int64, demand 
 	c.metrics.parentReports.WithLabelValues("ok").Inc()
 	c.parent.client.Learn(resp.GetCoordinators())
 	at := c.now().UnixNano()
-	c.alloc.applyParent(resp, at)
+	if c.alloc.applyParent(resp, at) {
+		select {
+		case p.confirm <- struct{}{}:
+		default:
+		}
+	}
 	p.mu.Lock()
 	if p.lastErr != "" {
 		c.log.Info("the parent cluster answers again", "parent", c.cfg.Parent)

@@ -200,6 +200,7 @@ func (a *allocator) resetPools(r *allotpb.Reset, reset bool) int {
 		}
 		if reset {
 			p.forgetSpent()
+			sh.markDirty(p)
 		}
 		return 1
 	}
@@ -213,6 +214,7 @@ func (a *allocator) resetPools(r *allotpb.Reset, reset bool) int {
 				n++
 				if reset {
 					p.forgetSpent()
+					sh.markDirty(p)
 				}
 			}
 		}
@@ -222,14 +224,13 @@ func (a *allocator) resetPools(r *allotpb.Reset, reset bool) int {
 }
 
 // forgetSpent starts the pool's count of what was spent afresh, keeping
-// what each node holds, and has it divided again at the next round.
+// what each node holds; the caller has it divided again at the next round.
 func (p *pool) forgetSpent() {
 	for _, c := range p.classes {
 		for i := range c.claims {
 			c.claims[i].committed, c.claims[i].prior = 0, 0
 		}
 	}
-	p.dirty = true
 }
 
 // mirrorResets takes in the home group's resets made since this group

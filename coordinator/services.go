@@ -129,11 +129,36 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 		c.metrics.reports.WithLabelValues("redirected").Inc()
 		return nil, c.notLeader(ctx)
 	}
+	if err := ctx.Err(); err != nil {
+		// The caller left while its usage committed: it re-sends the
+		// batch, which the ledger recognises, and nothing is divided for
+		// an answer nobody reads.
+		c.metrics.reports.WithLabelValues("failed").Inc()
+		return nil, status.FromContextError(err).Err()
+	}
 	now := c.now()
 	c.countLoad(req)
-	c.ownDemand(req)
+	var own *allotpb.ReportRequest
+	c.fsm.Read(func(st *state.State) { own = ownDemand(st, c.isHome(), req) })
 	c.alloc.overrides.sync(c.fsm.Read)
-	leases := c.alloc.report(req, now.UnixNano())
+	f := c.alloc.fold(own, now.UnixNano())
+	if f.stale {
+		// A pool the report changed is divided at the next round, which
+		// every report folded until then shares: the answer waits for it,
+		// for as long as the caller does.
+		select {
+		case <-c.alloc.awaitRound():
+		case <-ctx.Done():
+			c.metrics.reports.WithLabelValues("failed").Inc()
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		if !c.leading.Load() {
+			c.metrics.reports.WithLabelValues("redirected").Inc()
+			return nil, c.notLeader(ctx)
+		}
+		now = c.now()
+	}
+	leases := c.alloc.answer(f, now.UnixNano())
 	c.metrics.leasesGranted.Add(float64(len(leases)))
 	c.fsm.Read(func(st *state.State) {
 		resp = respond(st, c.alloc, req, now, set, leases, committed, acked)

@@ -131,7 +131,17 @@ func (c *Coordinator) roundInterval(set settings) time.Duration {
 	if c.roundEvery > 0 {
 		return c.roundEvery
 	}
-	return max(set.reportInterval/4, time.Millisecond)
+	return defaultRoundInterval(set.reportInterval)
+}
+
+// defaultRoundInterval is the round interval a report interval has unless
+// RoundInterval sets one: a quarter of it, at most 250 ms. A report whose
+// pools changed waits for the next round for its answer (allocator.fold),
+// so the round interval bounds that wait; each round costs the claims of
+// the pools it divides, so four an interval keep an interval's work at
+// four times what was reported.
+func defaultRoundInterval(report time.Duration) time.Duration {
+	return max(min(report/4, 250*time.Millisecond), time.Millisecond)
 }
 
 // reportLimits are the bounds a report must keep: at most MaxReportKeys

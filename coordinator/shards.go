@@ -60,21 +60,20 @@ func (c *Coordinator) slotsMoved(slots []uint32) error {
 	return st.Err()
 }
 
-// ownDemand drops the demand of keys this group does not divide: keys of
-// slots it does not own, and global rules' classes outside the home group.
-// They get no lease here; the agent routes them by its map.
-func (c *Coordinator) ownDemand(req *allotpb.ReportRequest) {
-	var owns func(shard.Slot) bool
-	split := false
-	c.fsm.Read(func(st *state.State) { split, owns = st.Group() != "", st.Owner() })
-	if !split && c.isHome() {
-		return
+// ownDemand is req with the demand this group does not divide left out:
+// keys of slots it does not own, and global rules' classes outside the
+// home group. req itself is not changed. The leader and the Engine both
+// filter by it.
+func ownDemand(st *state.State, home bool, req *allotpb.ReportRequest) *allotpb.ReportRequest {
+	if home && st.Group() == "" {
+		return req
 	}
-	rs := c.currentRules()
-	keep := req.Demand[:0]
+	rs := st.Rules()
+	owns := st.Owner()
+	keep := make([]*allotpb.KeyDemand, 0, len(req.GetDemand()))
 	for _, d := range req.GetDemand() {
 		if r, ok := rs.Get(d.GetRule()); ok && r.Scope == rules.Global {
-			if c.isHome() {
+			if home {
 				keep = append(keep, d)
 			}
 			continue
@@ -83,8 +82,12 @@ func (c *Coordinator) ownDemand(req *allotpb.ReportRequest) {
 			keep = append(keep, d)
 		}
 	}
-	clear(req.Demand[len(keep):])
-	req.Demand = keep
+	if len(keep) == len(req.GetDemand()) {
+		return req
+	}
+	out := allotpb.ReportHeader(req)
+	out.Usage, out.Demand = req.GetUsage(), keep
+	return out
 }
 
 // memberAddrs are the gRPC addresses of this group's members, as the

@@ -41,6 +41,9 @@ type parentLeases struct {
 	// reported early again (ns; see earlyDemand, tierearly.go).
 	told                   map[poolKey]float64
 	lastEarly, followUntil int64
+	// confirm is set when a lease was lowered and not reported held yet:
+	// the next early check sends it, however soon after the last.
+	confirm bool
 }
 
 // reset forgets the leases and what was reported, for a new leader.
@@ -49,7 +52,7 @@ func (l *parentLeases) reset() {
 	defer l.mu.Unlock()
 	clear(l.m)
 	clear(l.told)
-	l.lastEarly, l.followUntil = 0, 0
+	l.lastEarly, l.followUntil, l.confirm = 0, 0, false
 }
 
 // parentLease is one key's lease from the parent.
@@ -60,6 +63,11 @@ type parentLease struct {
 	expires int64   // ns, this cluster's clock
 	epoch   uint64
 	seq     uint64
+	// lowered marks a lease smaller than the one it replaced, not yet
+	// reported held: the parent counts the larger one until a report
+	// says the region holds this one, so the region says so early (see
+	// earlyDemand).
+	lowered bool
 }
 
 // sawRegion records, on a parent, that a region (its shard group, ""
@@ -92,13 +100,13 @@ func (a *allocator) tiered(r *rules.Rule) bool {
 
 // tieredPools calls fn for every pool the parent divides, each under its
 // shard's lock.
-func (a *allocator) tieredPools(fn func(k poolKey, p *pool)) {
+func (a *allocator) tieredPools(fn func(sh *allocShard, k poolKey, p *pool)) {
 	for i := range a.shards {
 		sh := &a.shards[i]
 		sh.mu.Lock()
 		for k, p := range sh.pools {
 			if a.tiered(p.rule) {
-				fn(k, p)
+				fn(sh, k, p)
 			}
 		}
 		sh.mu.Unlock()
@@ -145,10 +153,11 @@ func (a *allocator) refreshLimits(now int64) (fallback int) {
 	if a.parent == nil {
 		return 0
 	}
-	a.tieredPools(func(k poolKey, p *pool) {
+	a.tieredPools(func(sh *allocShard, k poolKey, p *pool) {
 		limit := a.poolLimit(k, p.rule, p.ruleLimit, p.window, now)
 		if limit != p.limit {
-			p.limit, p.dirty = limit, true
+			p.limit = limit
+			sh.markDirty(p)
 		}
 		if a.onFallback(k, now) {
 			fallback++
@@ -226,7 +235,7 @@ func (a *allocator) regionReportedSince(region, group string, seen, now int64) b
 func (a *allocator) regionDemand(now, interval int64) []*allotpb.KeyDemand {
 	var out []*allotpb.KeyDemand
 	told := map[poolKey]float64{}
-	a.tieredPools(func(k poolKey, p *pool) {
+	a.tieredPools(func(_ *allocShard, k poolKey, p *pool) {
 		d, est := a.keyDemand(k, p, now, interval)
 		out = append(out, d)
 		told[k] = est
@@ -252,6 +261,7 @@ func (a *allocator) keyDemand(k poolKey, p *pool, now, interval int64) (*allotpb
 	defer a.parent.mu.Unlock()
 	if l := a.parent.m[k]; l != nil && now < l.expires {
 		d.Held, d.HeldEpoch, d.HeldSeq, d.NextHeld = l.limit, l.epoch, l.seq, l.next
+		l.lowered = false
 	} else {
 		// On its static fraction the region holds that: a parent
 		// counting it as holding nothing would grant the others
@@ -296,10 +306,12 @@ func compareStrings(x, y string) int {
 }
 
 // applyParent takes the parent's answer at now: new leases replace those
-// held, and the answer's renewal extends those it did not resend. Times
+// held, and the answer's renewal extends those it did not resend. It
+// reports whether a lease was lowered (or replaced the static fraction):
+// the region should say at once that it holds it. Times
 // in the answer are on the parent's clock and are carried over as spans
 // from its coordinator_unix_nano.
-func (a *allocator) applyParent(resp *allotpb.ReportResponse, now int64) {
+func (a *allocator) applyParent(resp *allotpb.ReportResponse, now int64) (lowered bool) {
 	a.parent.mu.Lock()
 	if renew := resp.GetRenewUnixNano(); renew > 0 {
 		// Renewal is on the parent's clock; this cluster's differs by the
@@ -320,17 +332,24 @@ func (a *allocator) applyParent(resp *allotpb.ReportResponse, now int64) {
 		// demand: it holds, unlike an agent's, which returns the agent to
 		// its unleased share.
 		expires := now + (l.GetExpiresUnixNano() - resp.GetCoordinatorUnixNano())
-		a.parent.m[k] = &parentLease{limit: max(l.GetLimit(), 0), next: max(l.GetNextLimit(), 0), window: l.GetWindowUnixNano(),
+		nl := &parentLease{limit: max(l.GetLimit(), 0), next: max(l.GetNextLimit(), 0), window: l.GetWindowUnixNano(),
 			expires: expires, epoch: l.GetEpoch(), seq: l.GetSeq()}
+		// The first lease replaces the static fraction, which is what the
+		// parent counts the region as holding until told otherwise.
+		nl.lowered = old == nil || nl.limit < old.limit || nl.next < old.next || old.lowered
+		lowered = lowered || nl.lowered
+		a.parent.m[k] = nl
 	}
+	a.parent.confirm = a.parent.confirm || lowered
 	a.parent.mu.Unlock()
 	a.refreshLimits(now)
+	return lowered
 }
 
 // tierCounts is how many tiered pools hold a current lease from the
 // parent, and how many divide their static fraction.
 func (a *allocator) tierCounts(now int64) (leased, fallback int) {
-	a.tieredPools(func(k poolKey, _ *pool) {
+	a.tieredPools(func(_ *allocShard, k poolKey, _ *pool) {
 		if a.onFallback(k, now) {
 			fallback++
 		} else {
@@ -373,7 +392,7 @@ func (a *allocator) meterGrants(acc map[grantKey]float64, then, now, windowNs, m
 		return
 	}
 	window := now / windowNs * windowNs / int64(time.Second)
-	a.tieredPools(func(k poolKey, p *pool) {
+	a.tieredPools(func(_ *allocShard, k poolKey, p *pool) {
 		if !p.rule.Fair() && tenantKey(p.rule) && p.tenant != "" {
 			acc[grantKey{p.tenant, k.rule, window}] += p.limit * float64(span) / float64(p.rule.Period)
 		}

@@ -57,7 +57,11 @@ const earlyCarry = 0.01
 //     then for an interval every key whose demand still outruns what the
 //     region divides is reported again at every check, so that it is
 //     granted as the other regions' decreases are confirmed;
-//   - or fell: the decrease frees the allowance for the others at once.
+//   - or fell: the decrease frees the allowance for the others at once;
+//   - or the parent lowered its lease: the parent counts the region as
+//     holding the larger one until a report says it holds the smaller
+//     (the answer could have been lost), and the others' increases wait
+//     for that.
 //
 // One is due too for a key the parent has not heard of from the region
 // whose demand is well below the region's static fraction. It carries
@@ -73,8 +77,11 @@ func (a *allocator) earlyDemand(now, interval int64) []*allotpb.KeyDemand {
 	}
 	a.parent.mu.Lock()
 	// Half a check apart: a ticker's check a hair early is not skipped.
-	wait := now-a.parent.lastEarly < interval/(2*earlyChecks)
+	// A lowered lease is confirmed at once: the other regions' increases
+	// wait for it.
+	wait := now-a.parent.lastEarly < interval/(2*earlyChecks) && !a.parent.confirm
 	following := now < a.parent.followUntil
+	a.parent.confirm = false
 	a.parent.mu.Unlock()
 	if wait {
 		return nil
@@ -83,7 +90,7 @@ func (a *allocator) earlyDemand(now, interval int64) []*allotpb.KeyDemand {
 	var out []*allotpb.KeyDemand
 	told := map[poolKey]float64{}
 	rose, due := false, false
-	a.tieredPools(func(k poolKey, p *pool) {
+	a.tieredPools(func(_ *allocShard, k poolKey, p *pool) {
 		est, _ := a.regionEst(p, now)
 		a.parent.mu.Lock()
 		before, known := a.parent.told[k]
@@ -98,10 +105,13 @@ func (a *allocator) earlyDemand(now, interval int64) []*allotpb.KeyDemand {
 		// can lease the region less and the others the rest (until then
 		// it counts the region's nodes as spending their unleased shares).
 		fresh := !known && est < p.limit-earlyMove*limit
+		a.parent.mu.Lock()
+		lowered := a.parent.m[k] != nil && a.parent.m[k].lowered
+		a.parent.mu.Unlock()
 		rose = rose || up
 		follow := following && outruns
-		due = due || up || down || follow || fresh
-		if up || down || follow || fresh || math.Abs(est-before) > earlyCarry*limit {
+		due = due || up || down || follow || fresh || lowered
+		if up || down || follow || fresh || lowered || math.Abs(est-before) > earlyCarry*limit {
 			d, tell := a.keyDemand(k, p, now, interval)
 			out = append(out, d)
 			told[k] = tell

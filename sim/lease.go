@@ -281,16 +281,29 @@ func (q *quotaLease) carry(at time.Duration, nd *simNode, x *agent.Exchange) {
 	}
 	arrive := at + q.delay()
 	heap.Push(&q.queue, event{at: arrive, fn: func() {
-		resp, err := q.engineOf(nd.id).Report(q.e.time(arrive), x.Request)
-		back := arrive + q.delay()
-		q.msgs++
-		heap.Push(&q.queue, event{at: back, fn: func() {
-			if nd.gone {
-				return
-			}
-			nd.agent.Deliver(x, resp, err)
-		}})
+		// Answered as the leader answers: at once, or at the next round
+		// when a pool the report changed must be divided first.
+		q.engineOf(nd.id).Submit(q.e.time(arrive), x.Request, func(answered time.Time, resp *allotpb.ReportResponse, err error) {
+			back := answered.Sub(q.e.origin) + q.delay()
+			q.msgs++
+			heap.Push(&q.queue, event{at: back, fn: func() {
+				if nd.gone {
+					return
+				}
+				nd.agent.Deliver(x, resp, err)
+				q.earlyAfter(back, nd)
+			}})
+		})
 	}})
+}
+
+// earlyAfter sends the early report an answer asked for (a lowered lease
+// the node says it holds), as the agent's reporter checks for one after
+// each exchange, whether or not the node serves traffic.
+func (q *quotaLease) earlyAfter(at time.Duration, nd *simNode) {
+	if nd.agent.WantsEarlyReport() {
+		q.send(at, nd, true)
+	}
 }
 
 func (q *quotaLease) delay() time.Duration {

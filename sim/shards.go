@@ -245,6 +245,7 @@ func (sn *shardNet) carry(at time.Duration, nd *simNode, x *agent.Exchange) {
 		heap.Push(&q.queue, event{at: end, fn: func() {
 			if !nd.gone {
 				nd.agent.Deliver(x, resp, err)
+				q.earlyAfter(end, nd)
 			}
 		}})
 	}})

@@ -247,7 +247,7 @@ func TestShiftConverges(t *testing.T) {
 	_, res := short(t, "shift", 40*time.Second, "quota-lease", "even-split")
 	ql := byName(t, res, "quota-lease")
 	if ql.ConvergenceIntervals == nil || *ql.ConvergenceIntervals < 1 || *ql.ConvergenceIntervals > 3 {
-		t.Fatalf("quota-lease converged in %v intervals, want 1–3", ql.ConvergenceIntervals)
+		t.Fatalf("quota-lease converged in %v intervals, want 1–3", derefInt(ql.ConvergenceIntervals))
 	}
 	if ev := byName(t, res, "even-split"); ev.ConvergenceIntervals == nil || *ev.ConvergenceIntervals != -1 {
 		t.Fatalf("even split converged in %v intervals; it never gives one node the quota", ev.ConvergenceIntervals)
@@ -372,4 +372,12 @@ func BenchmarkFleet(b *testing.B) {
 		reqs += res[0].Requests
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(reqs), "ns/decision")
+}
+
+// derefInt prints an optional count.
+func derefInt(p *int) any {
+	if p == nil {
+		return "no"
+	}
+	return *p
 }

@@ -65,6 +65,8 @@ type reservation struct {
 	estimate int64
 	deadline int64 // ns, the agent's local clock
 	held     bool  // set by Check: admitted, to be billed at settling
+	// The neighbours in the list of open reservations, by deadline.
+	older, newer *reservation
 }
 
 // hold records, for Check, what an admitted request with a reservation
@@ -73,17 +75,23 @@ func (r *reservation) hold(c *compiled, passed *ruleBits, now instants, cost int
 	r.c, r.passed, r.at, r.estimate, r.held = c, *passed, now, cost, true
 }
 
-// reservations are an agent's open reservations, by ID, and the recently
-// settled ones (to tell "settled already" from "unknown").
+// reservations are an agent's open reservations, by ID and by deadline,
+// and the recently settled ones (to tell "settled already" from
+// "unknown").
 type reservations struct {
-	mu      sync.Mutex
-	open    map[uint64]*reservation
-	queue   []*reservation // by deadline: TTLs are all alike
-	settled [4096]uint64
-	next    int
-	done    map[uint64]struct{}
-	seq     uint64
-	mask    uint64 // IDs are seq^mask: not guessable from one another
+	mu   sync.Mutex
+	open map[uint64]*reservation
+	// oldest and newest end the list of the open reservations by deadline
+	// (TTLs are all alike: by age). A reservation leaves it when settled,
+	// not when its deadline comes, so that one left open for long does
+	// not hold every later one, and its rule set, until then: what the
+	// agent keeps is bounded by the open reservations.
+	oldest, newest *reservation
+	settled        [4096]uint64
+	next           int
+	done           map[uint64]struct{}
+	seq            uint64
+	mask           uint64 // IDs are seq^mask: not guessable from one another
 }
 
 func (rv *reservations) init() {
@@ -122,8 +130,7 @@ func (a *Agent) Reserve(req Request) (Decision, Reservation) {
 		rv.seq++
 		r.id = rv.seq ^ rv.mask
 	}
-	rv.open[r.id] = r
-	rv.queue = append(rv.queue, r)
+	rv.add(r)
 	due := a.dueLocked(now)
 	rv.mu.Unlock()
 	for _, x := range due {
@@ -153,8 +160,7 @@ func (a *Agent) Settle(res Reservation, actual int64) (Settled, error) {
 	rv.mu.Lock()
 	r := rv.open[res.id]
 	if r != nil {
-		delete(rv.open, res.id)
-		rv.remember(res.id)
+		rv.take(r)
 	}
 	_, settled := rv.done[res.id]
 	rv.mu.Unlock()
@@ -167,6 +173,36 @@ func (a *Agent) Settle(res Reservation, actual int64) (Settled, error) {
 	}
 	a.settle(r, actual)
 	return Settled{Estimate: r.estimate, Actual: actual, Charged: actual - r.estimate}, nil
+}
+
+// add opens r, the newest reservation. rv.mu is held.
+func (rv *reservations) add(r *reservation) {
+	rv.open[r.id] = r
+	r.older = rv.newest
+	if rv.newest != nil {
+		rv.newest.newer = r
+	} else {
+		rv.oldest = r
+	}
+	rv.newest = r
+}
+
+// take closes r, an open reservation, to be settled: out of the open ones
+// and their list, and remembered as settled. rv.mu is held.
+func (rv *reservations) take(r *reservation) {
+	delete(rv.open, r.id)
+	if r.older != nil {
+		r.older.newer = r.newer
+	} else {
+		rv.oldest = r.newer
+	}
+	if r.newer != nil {
+		r.newer.older = r.older
+	} else {
+		rv.newest = r.older
+	}
+	r.older, r.newer = nil, nil
+	rv.remember(r.id)
 }
 
 // remember records id as settled, forgetting the oldest so recorded.
@@ -185,18 +221,9 @@ func (rv *reservations) remember(id uint64) {
 func (a *Agent) dueLocked(now int64) []*reservation {
 	rv := &a.reserved
 	var due []*reservation
-	for len(rv.queue) > 0 {
-		r := rv.queue[0]
-		if _, open := rv.open[r.id]; open && r.deadline > now && len(rv.open) <= a.cfg.MaxReservations {
-			break
-		}
-		rv.queue[0] = nil
-		rv.queue = rv.queue[1:]
-		if _, open := rv.open[r.id]; open {
-			delete(rv.open, r.id)
-			rv.remember(r.id)
-			due = append(due, r)
-		}
+	for r := rv.oldest; r != nil && (r.deadline <= now || len(rv.open) > a.cfg.MaxReservations); r = rv.oldest {
+		rv.take(r)
+		due = append(due, r)
 	}
 	return due
 }

@@ -130,6 +130,49 @@ func TestReservationExpiresAtItsEstimate(t *testing.T) {
 	}
 }
 
+// TestSettledReservationsLeaveTheQueue: what the agent keeps for its
+// reservations is bounded by the open ones. One reservation left open (an
+// LLM stream, a client that never settles) once pinned every later one,
+// settled or not, in the deadline queue for the whole TTL, each with its
+// rule set: 300,000 reserve+settle behind it kept 300,001 queued.
+func TestSettledReservationsLeaveTheQueue(t *testing.T) {
+	clk := newManualClock()
+	a := standalone(t, clk, rule("tokens", rules.Tenant, algo.FixedWindow, 1<<40, time.Hour, lease.Capacity))
+	_, long := a.Reserve(Request{Tenant: "llm-co", Cost: 1000})
+	for i := range 20_000 {
+		d, res := a.Reserve(Request{Tenant: "llm-co", Cost: 10})
+		if !d.Allowed {
+			t.Fatalf("reserve %d: %+v", i, d)
+		}
+		if _, err := a.Settle(res, 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if open, q := a.OpenReservations(), queued(a); open != 1 || q > open {
+		t.Fatalf("%d reservations queued for %d open, want no more than the open", q, open)
+	}
+	// The one left open still expires at its TTL.
+	clk.Advance(DefaultReservationTTL + time.Second)
+	a.settleDue(false)
+	if _, err := a.Settle(long, 1); !errors.Is(err, ErrSettled) {
+		t.Fatalf("settling the long reservation after its TTL: %v", err)
+	}
+	if open, q := a.OpenReservations(), queued(a); open != 0 || q != 0 {
+		t.Fatalf("after the TTL: %d open, %d queued", open, q)
+	}
+}
+
+// queued is how many reservations the agent's list by deadline holds.
+func queued(a *Agent) int {
+	a.reserved.mu.Lock()
+	defer a.reserved.mu.Unlock()
+	n := 0
+	for r := a.reserved.oldest; r != nil; r = r.newer {
+		n++
+	}
+	return n
+}
+
 // TestSettleBillsTheSettledCost: the ledger bills each reservation's
 // settled cost once, and an open one's estimate when the agent closes.
 func TestSettleBillsTheSettledCost(t *testing.T) {

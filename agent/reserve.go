@@ -2,10 +2,10 @@ package agent
 
 import (
 	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	bits64 "math/bits"
+	mrand "math/rand/v2"
 	"sync"
 	"time"
 
@@ -49,7 +49,10 @@ const (
 type Reservation struct{ id uint64 }
 
 // ID is the reservation's number, for clients that settle it later in
-// another call (the sidecar's /v1/settle); 0 for no reservation.
+// another call (the sidecar's /v1/settle); 0 for no reservation. It is 64
+// bits from a cryptographically strong generator, so that a caller that
+// knows its own reservations' numbers learns nothing of another caller's:
+// settling one it was not given takes guessing a 64-bit number.
 func (r Reservation) ID() uint64 { return r.id }
 
 // ReservationFromID is the reservation an ID names.
@@ -90,16 +93,38 @@ type reservations struct {
 	settled        [4096]uint64
 	next           int
 	done           map[uint64]struct{}
-	seq            uint64
-	mask           uint64 // IDs are seq^mask: not guessable from one another
+	// ids draws the reservations' numbers. A number derived from a
+	// counter, even masked, would give one caller of a shared sidecar
+	// the numbers of its neighbours' reservations (consecutive counts
+	// differ in their low bits), and /v1/settle would settle them: only
+	// a generator whose outputs say nothing of one another makes a
+	// number a capability. ChaCha8, seeded from crypto/rand, is one, and
+	// costs no system call per reservation.
+	ids *mrand.ChaCha8
 }
 
 func (rv *reservations) init() {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	rv.mask = binary.LittleEndian.Uint64(b[:])
+	var seed [32]byte
+	_, _ = rand.Read(seed[:]) // it cannot fail: it ends the program first
+	rv.ids = mrand.NewChaCha8(seed)
 	rv.open = map[uint64]*reservation{}
 	rv.done = map[uint64]struct{}{}
+}
+
+// newID draws a number for a new reservation: never 0 (no reservation),
+// nor the number of one open or recently settled, which a collision of
+// random numbers would otherwise confuse with it. rv.mu is held.
+func (rv *reservations) newID() uint64 {
+	for {
+		id := rv.ids.Uint64()
+		if _, open := rv.open[id]; open {
+			continue
+		}
+		if _, settled := rv.done[id]; settled || id == 0 {
+			continue
+		}
+		return id
+	}
 }
 
 // Reserve decides req as Check does, at its Cost (the estimate), and
@@ -124,12 +149,7 @@ func (a *Agent) Reserve(req Request) (Decision, Reservation) {
 	r.deadline = now + int64(a.cfg.ReservationTTL)
 	rv := &a.reserved
 	rv.mu.Lock()
-	rv.seq++
-	r.id = rv.seq ^ rv.mask
-	if r.id == 0 {
-		rv.seq++
-		r.id = rv.seq ^ rv.mask
-	}
+	r.id = rv.newID()
 	rv.add(r)
 	due := a.dueLocked(now)
 	rv.mu.Unlock()

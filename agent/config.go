@@ -77,7 +77,8 @@ type Config struct {
 	// ReservationTTL is how long a reservation (Reserve) waits to be
 	// settled before it is settled at its estimate (default 10 minutes);
 	// MaxReservations bounds the open ones, past which the oldest is
-	// settled at its estimate (default 100,000).
+	// settled at its estimate (default 100,000); a settled one is let go
+	// at once, so that they bound what reservations hold in memory.
 	ReservationTTL  time.Duration
 	MaxReservations int
 

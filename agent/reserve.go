@@ -2,10 +2,10 @@ package agent
 
 import (
 	"crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	bits64 "math/bits"
+	mrand "math/rand/v2"
 	"sync"
 	"time"
 
@@ -49,7 +49,10 @@ const (
 type Reservation struct{ id uint64 }
 
 // ID is the reservation's number, for clients that settle it later in
-// another call (the sidecar's /v1/settle); 0 for no reservation.
+// another call (the sidecar's /v1/settle); 0 for no reservation. It is 64
+// bits from a cryptographically strong generator, so that a caller that
+// knows its own reservations' numbers learns nothing of another caller's:
+// settling one it was not given takes guessing a 64-bit number.
 func (r Reservation) ID() uint64 { return r.id }
 
 // ReservationFromID is the reservation an ID names.
@@ -65,6 +68,8 @@ type reservation struct {
 	estimate int64
 	deadline int64 // ns, the agent's local clock
 	held     bool  // set by Check: admitted, to be billed at settling
+	// The neighbours in the list of open reservations, by deadline.
+	older, newer *reservation
 }
 
 // hold records, for Check, what an admitted request with a reservation
@@ -73,25 +78,53 @@ func (r *reservation) hold(c *compiled, passed *ruleBits, now instants, cost int
 	r.c, r.passed, r.at, r.estimate, r.held = c, *passed, now, cost, true
 }
 
-// reservations are an agent's open reservations, by ID, and the recently
-// settled ones (to tell "settled already" from "unknown").
+// reservations are an agent's open reservations, by ID and by deadline,
+// and the recently settled ones (to tell "settled already" from
+// "unknown").
 type reservations struct {
-	mu      sync.Mutex
-	open    map[uint64]*reservation
-	queue   []*reservation // by deadline: TTLs are all alike
-	settled [4096]uint64
-	next    int
-	done    map[uint64]struct{}
-	seq     uint64
-	mask    uint64 // IDs are seq^mask: not guessable from one another
+	mu   sync.Mutex
+	open map[uint64]*reservation
+	// oldest and newest end the list of the open reservations by deadline
+	// (TTLs are all alike: by age). A reservation leaves it when settled,
+	// not when its deadline comes, so that one left open for long does
+	// not hold every later one, and its rule set, until then: what the
+	// agent keeps is bounded by the open reservations.
+	oldest, newest *reservation
+	settled        [4096]uint64
+	next           int
+	done           map[uint64]struct{}
+	// ids draws the reservations' numbers. A number derived from a
+	// counter, even masked, would give one caller of a shared sidecar
+	// the numbers of its neighbours' reservations (consecutive counts
+	// differ in their low bits), and /v1/settle would settle them: only
+	// a generator whose outputs say nothing of one another makes a
+	// number a capability. ChaCha8, seeded from crypto/rand, is one, and
+	// costs no system call per reservation.
+	ids *mrand.ChaCha8
 }
 
 func (rv *reservations) init() {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	rv.mask = binary.LittleEndian.Uint64(b[:])
+	var seed [32]byte
+	_, _ = rand.Read(seed[:]) // it cannot fail: it ends the program first
+	rv.ids = mrand.NewChaCha8(seed)
 	rv.open = map[uint64]*reservation{}
 	rv.done = map[uint64]struct{}{}
+}
+
+// newID draws a number for a new reservation: never 0 (no reservation),
+// nor the number of one open or recently settled, which a collision of
+// random numbers would otherwise confuse with it. rv.mu is held.
+func (rv *reservations) newID() uint64 {
+	for {
+		id := rv.ids.Uint64()
+		if _, open := rv.open[id]; open {
+			continue
+		}
+		if _, settled := rv.done[id]; settled || id == 0 {
+			continue
+		}
+		return id
+	}
 }
 
 // Reserve decides req as Check does, at its Cost (the estimate), and
@@ -116,14 +149,8 @@ func (a *Agent) Reserve(req Request) (Decision, Reservation) {
 	r.deadline = now + int64(a.cfg.ReservationTTL)
 	rv := &a.reserved
 	rv.mu.Lock()
-	rv.seq++
-	r.id = rv.seq ^ rv.mask
-	if r.id == 0 {
-		rv.seq++
-		r.id = rv.seq ^ rv.mask
-	}
-	rv.open[r.id] = r
-	rv.queue = append(rv.queue, r)
+	r.id = rv.newID()
+	rv.add(r)
 	due := a.dueLocked(now)
 	rv.mu.Unlock()
 	for _, x := range due {
@@ -153,8 +180,7 @@ func (a *Agent) Settle(res Reservation, actual int64) (Settled, error) {
 	rv.mu.Lock()
 	r := rv.open[res.id]
 	if r != nil {
-		delete(rv.open, res.id)
-		rv.remember(res.id)
+		rv.take(r)
 	}
 	_, settled := rv.done[res.id]
 	rv.mu.Unlock()
@@ -167,6 +193,36 @@ func (a *Agent) Settle(res Reservation, actual int64) (Settled, error) {
 	}
 	a.settle(r, actual)
 	return Settled{Estimate: r.estimate, Actual: actual, Charged: actual - r.estimate}, nil
+}
+
+// add opens r, the newest reservation. rv.mu is held.
+func (rv *reservations) add(r *reservation) {
+	rv.open[r.id] = r
+	r.older = rv.newest
+	if rv.newest != nil {
+		rv.newest.newer = r
+	} else {
+		rv.oldest = r
+	}
+	rv.newest = r
+}
+
+// take closes r, an open reservation, to be settled: out of the open ones
+// and their list, and remembered as settled. rv.mu is held.
+func (rv *reservations) take(r *reservation) {
+	delete(rv.open, r.id)
+	if r.older != nil {
+		r.older.newer = r.newer
+	} else {
+		rv.oldest = r.newer
+	}
+	if r.newer != nil {
+		r.newer.older = r.older
+	} else {
+		rv.newest = r.older
+	}
+	r.older, r.newer = nil, nil
+	rv.remember(r.id)
 }
 
 // remember records id as settled, forgetting the oldest so recorded.
@@ -185,18 +241,9 @@ func (rv *reservations) remember(id uint64) {
 func (a *Agent) dueLocked(now int64) []*reservation {
 	rv := &a.reserved
 	var due []*reservation
-	for len(rv.queue) > 0 {
-		r := rv.queue[0]
-		if _, open := rv.open[r.id]; open && r.deadline > now && len(rv.open) <= a.cfg.MaxReservations {
-			break
-		}
-		rv.queue[0] = nil
-		rv.queue = rv.queue[1:]
-		if _, open := rv.open[r.id]; open {
-			delete(rv.open, r.id)
-			rv.remember(r.id)
-			due = append(due, r)
-		}
+	for r := rv.oldest; r != nil && (r.deadline <= now || len(rv.open) > a.cfg.MaxReservations); r = rv.oldest {
+		rv.take(r)
+		due = append(due, r)
 	}
 	return due
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"math/bits"
 	"testing"
 	"time"
 
@@ -127,6 +128,102 @@ func TestReservationExpiresAtItsEstimate(t *testing.T) {
 	}
 	if got := remaining(a, "acme"); got != 78 {
 		t.Fatalf("%d left, want 78 (10 + 10 + 1 + 1 spent)", got)
+	}
+}
+
+// TestSettledReservationsLeaveTheQueue: what the agent keeps for its
+// reservations is bounded by the open ones. One reservation left open (an
+// LLM stream, a client that never settles) once pinned every later one,
+// settled or not, in the deadline queue for the whole TTL, each with its
+// rule set: 300,000 reserve+settle behind it kept 300,001 queued.
+func TestSettledReservationsLeaveTheQueue(t *testing.T) {
+	clk := newManualClock()
+	a := standalone(t, clk, rule("tokens", rules.Tenant, algo.FixedWindow, 1<<40, time.Hour, lease.Capacity))
+	_, long := a.Reserve(Request{Tenant: "llm-co", Cost: 1000})
+	for i := range 20_000 {
+		d, res := a.Reserve(Request{Tenant: "llm-co", Cost: 10})
+		if !d.Allowed {
+			t.Fatalf("reserve %d: %+v", i, d)
+		}
+		if _, err := a.Settle(res, 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if open, q := a.OpenReservations(), queued(a); open != 1 || q > open {
+		t.Fatalf("%d reservations queued for %d open, want no more than the open", q, open)
+	}
+	// The one left open still expires at its TTL.
+	clk.Advance(DefaultReservationTTL + time.Second)
+	a.settleDue(false)
+	if _, err := a.Settle(long, 1); !errors.Is(err, ErrSettled) {
+		t.Fatalf("settling the long reservation after its TTL: %v", err)
+	}
+	if open, q := a.OpenReservations(), queued(a); open != 0 || q != 0 {
+		t.Fatalf("after the TTL: %d open, %d queued", open, q)
+	}
+}
+
+// queued is how many reservations the agent's list by deadline holds.
+func queued(a *Agent) int {
+	a.reserved.mu.Lock()
+	defer a.reserved.mu.Unlock()
+	n := 0
+	for r := a.reserved.oldest; r != nil; r = r.newer {
+		n++
+	}
+	return n
+}
+
+// TestReservationIDsAreUnguessable: a reservation's number says nothing
+// of the others', so that one caller of a shared sidecar cannot settle
+// another's. They were a counter xor a mask: consecutive numbers differed
+// by s^(s+1), 1 half the time, and a number with its low bit flipped was
+// a neighbour's reservation.
+func TestReservationIDsAreUnguessable(t *testing.T) {
+	a := standalone(t, newManualClock(), rule("tokens", rules.Tenant, algo.FixedWindow, 1<<40, time.Hour, lease.Capacity))
+	const n = 1000
+	ids := make([]uint64, n)
+	open := map[uint64]bool{}
+	for i := range ids {
+		d, res := a.Reserve(Request{Tenant: "llm-co", Cost: 10})
+		if !d.Allowed || res.ID() == 0 {
+			t.Fatalf("reserve %d: %+v, %v", i, d, res)
+		}
+		ids[i] = res.ID()
+		open[ids[i]] = true
+	}
+	if len(open) != n {
+		t.Fatalf("%d distinct numbers for %d reservations", len(open), n)
+	}
+	// Random 64-bit numbers differ in 32 bits on average; fewer than 8
+	// happens to one pair in 10^10.
+	diffs := map[uint64]bool{}
+	for i := 1; i < n; i++ {
+		if x := ids[i] ^ ids[i-1]; bits.OnesCount64(x) < 8 {
+			t.Fatalf("reservations %d and %d: %#x and %#x differ in %d bits", i-1, i, ids[i-1], ids[i], bits.OnesCount64(x))
+		}
+		diffs[ids[i]-ids[i-1]] = true
+	}
+	if len(diffs) < n-1 {
+		t.Fatalf("%d distinct differences between %d consecutive numbers", len(diffs), n)
+	}
+	// A caller that knows one number and guesses its neighbours, by
+	// flipping its low bits or counting from it, settles nothing.
+	known := ids[n/2]
+	var guesses []uint64
+	for k := uint64(1); k < 1024; k++ {
+		guesses = append(guesses, known^k, known+k, known-k)
+	}
+	for _, g := range guesses {
+		if open[g] {
+			t.Fatalf("%#x, guessed from %#x, is an open reservation's", g, known)
+		}
+		if _, err := a.Settle(ReservationFromID(g), 0); !errors.Is(err, ErrNoReservation) {
+			t.Fatalf("settling %#x, guessed from %#x: %v, want ErrNoReservation", g, known, err)
+		}
+	}
+	if got := a.OpenReservations(); got != n {
+		t.Fatalf("%d open after the guesses, want %d", got, n)
 	}
 }
 

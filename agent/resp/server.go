@@ -21,9 +21,9 @@ const (
 	DefaultMaxConns     = 10_000
 	DefaultMaxPipeline  = 1024
 	DefaultIdleTimeout  = 5 * time.Minute
+	DefaultWriteTimeout = 10 * time.Second
 	defaultBufSize      = 16 << 10
 	maxInternedPerConn  = 1 << 16
-	defaultWriteTimeout = 10 * time.Second
 )
 
 // Config configures a Server.
@@ -37,6 +37,10 @@ type Config struct {
 	MaxPipeline int
 	// IdleTimeout closes a connection that sends nothing for that long.
 	IdleTimeout time.Duration
+	// WriteTimeout closes a connection whose client does not take a
+	// write of replies within that long: one that pipelines and never
+	// reads holds a goroutine, not the server.
+	WriteTimeout time.Duration
 	// ThrottleDomain is the descriptor domain of CL.THROTTLE's keys
 	// (default ThrottleDomain).
 	ThrottleDomain string
@@ -70,6 +74,9 @@ func New(a *agent.Agent, cfg Config) *Server {
 	}
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
@@ -190,7 +197,7 @@ func (s *Server) serve(nc net.Conn) {
 		s.wg.Done()
 	}()
 	c := &conn{s: s, c: nc, rd: newReader(nc, defaultBufSize), intern: map[string]string{}}
-	c.w.w = bufio.NewWriterSize(nc, defaultBufSize)
+	c.w.w = bufio.NewWriterSize(&deadlineWriter{c: nc, timeout: s.cfg.WriteTimeout}, defaultBufSize)
 	pending := 0
 	for !c.quit {
 		if !c.rd.buffered() {
@@ -230,8 +237,23 @@ func (c *conn) flush() error {
 	if c.w.w.Buffered() == 0 {
 		return nil
 	}
-	_ = c.c.SetWriteDeadline(time.Now().Add(defaultWriteTimeout))
 	return c.w.w.Flush()
+}
+
+// deadlineWriter gives each write to the client a deadline of its own.
+// The bufio.Writer writes not only when a batch is flushed but also on
+// its own, whenever a batch's replies outgrow its buffer: a deadline set
+// at the flush alone would, after an idle spell, be the last batch's and
+// long past, and the batch, decided and billed, would be answered with a
+// closed connection.
+type deadlineWriter struct {
+	c       net.Conn
+	timeout time.Duration
+}
+
+func (w *deadlineWriter) Write(p []byte) (int, error) {
+	_ = w.c.SetWriteDeadline(time.Now().Add(w.timeout))
+	return w.c.Write(p)
 }
 
 // str returns b as a string, interned: a name seen before costs no

@@ -3,9 +3,11 @@ package sidecar_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -100,6 +102,44 @@ func TestHTTPReserveSettle(t *testing.T) {
 	// 450 + the check's 1 spent of 1000.
 	if _, r := post(t, srv.URL+"/v1/check", `{"tenant":"llm-co","cost":0}`); r["remaining"] != 549.0 {
 		t.Fatalf("after settling: %v", r)
+	}
+}
+
+// TestHTTPSettleOfAGuessIsNotFound: on a sidecar two callers share, one
+// that guesses the other's reservation from its own (its low bits
+// flipped, or counted on from it) settles nothing: 404, and the other's
+// reservation stays open for its owner to settle.
+func TestHTTPSettleOfAGuessIsNotFound(t *testing.T) {
+	a := tokenAgent(t)
+	mux := http.NewServeMux()
+	mux.Handle("/v1/reserve", sidecar.ReserveHandler(a))
+	mux.Handle("/v1/settle", sidecar.SettleHandler(a))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	reserve := func(tenant string) string {
+		t.Helper()
+		code, r := post(t, srv.URL+"/v1/reserve", `{"tenant":"`+tenant+`","cost":100}`)
+		id, _ := r["reservation"].(string)
+		if code != http.StatusOK || id == "" {
+			t.Fatalf("reserve: %d %v", code, r)
+		}
+		return id
+	}
+	theirs := reserve("victim")
+	mine, err := strconv.ParseUint(reserve("guesser"), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := uint64(1); k <= 64; k++ {
+		for _, g := range []uint64{mine ^ k, mine + k, mine - k} {
+			body := fmt.Sprintf(`{"reservation":"%d","cost":0}`, g)
+			if code, r := post(t, srv.URL+"/v1/settle", body); code != http.StatusNotFound {
+				t.Fatalf("settling %d, guessed from %d: %d %v, want 404", g, mine, code, r)
+			}
+		}
+	}
+	if code, r := post(t, srv.URL+"/v1/settle", `{"reservation":"`+theirs+`","cost":100}`); code != http.StatusOK {
+		t.Fatalf("its owner settling: %d %v", code, r)
 	}
 }
 

@@ -194,6 +194,11 @@ func (e *Engine) GroupSlots(now time.Time, req *allotpb.GroupSlotsRequest) (*all
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if sh := e.cfg.Shards; sh != nil && !sh.Home {
+		if err := notStarted(e.st, e.groupID()); err != nil {
+			return nil, err
+		}
+	}
 	r := e.st.Apply(state.CmdSlots, &fsmpb.SlotsCommand{
 		Op: op, MoveId: req.GetMoveId(), First: req.GetFirst(), Last: req.GetLast(), Peer: req.GetPeer(),
 		Group: e.groupID(), ProposedUnixNano: now.UnixNano(),

@@ -240,6 +240,13 @@ func (c *Coordinator) groupStep(req *allotpb.GroupSlotsRequest) (*allotpb.GroupS
 	if !ok {
 		return nil, status.Errorf(codes.InvalidArgument, "step: unknown step %v", req.GetStep())
 	}
+	if !c.isHome() {
+		var err error
+		c.fsm.Read(func(st *state.State) { err = notStarted(st, c.groupID()) })
+		if err != nil {
+			return nil, err
+		}
+	}
 	res, err := c.apply(c.ctx, state.CmdSlots, &fsmpb.SlotsCommand{
 		Op: op, MoveId: req.GetMoveId(), First: req.GetFirst(), Last: req.GetLast(), Peer: req.GetPeer(),
 		Group: c.groupID(), ProposedUnixNano: c.now().UnixNano(),
@@ -255,6 +262,17 @@ func (c *Coordinator) groupStep(req *allotpb.GroupSlotsRequest) (*allotpb.GroupS
 		c.log.Info("shard step committed", "step", req.GetStep().String(), "move", req.GetMoveId(), "slots", fmt.Sprintf("%d-%d", req.GetFirst(), req.GetLast()), "owned", r.GetOwned())
 	}
 	return &allotpb.GroupSlotsResponse{Done: r.GetDone(), Refused: r.GetRefused(), Owned: r.GetOwned()}, nil
+}
+
+// notStarted refuses a step at a group other than home whose leader has
+// not committed its empty slot table yet. The state refuses the step as
+// well; UNAVAILABLE tells the mover that the group is coming up, so that
+// it takes the step again rather than abort the move.
+func notStarted(st *state.State, group string) error {
+	if st.Group() != "" {
+		return nil
+	}
+	return status.Errorf(codes.Unavailable, "shard group %q has not started: its leader has not committed its empty slot table yet; retry the step", group)
 }
 
 // applyShardMap commits a change of the home group's map.

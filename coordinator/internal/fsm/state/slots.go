@@ -83,8 +83,9 @@ func (s *State) unowned(b *allotpb.UsageBatch) []uint32 {
 }
 
 // applySlots applies one step of a move. A step the state cannot take
-// (a slot in the wrong state, an acquire after an abort) changes nothing
-// and says why; a step taken before is done again, changing nothing.
+// (a slot in the wrong state, an acquire after an abort, any step before
+// a new group's start) changes nothing and says why; a step taken before
+// is done again, changing nothing.
 func (s *State) applySlots(cmd *fsmpb.SlotsCommand) *fsmpb.SlotsResult {
 	refuse := func(format string, a ...any) *fsmpb.SlotsResult {
 		return &fsmpb.SlotsResult{Refused: fmt.Sprintf(format, a...), Owned: uint32(s.OwnedSlots())}
@@ -96,12 +97,25 @@ func (s *State) applySlots(cmd *fsmpb.SlotsCommand) *fsmpb.SlotsResult {
 	if cmd.GetOp() != fsmpb.SlotsCommand_EMPTY && (first > last || last >= shard.Slots) {
 		return refuse("slots %d..%d are not a range of 0..%d", first, last, shard.Slots-1)
 	}
+	// A state with no table yet is one of two things: its region's home
+	// group, which owns every slot until it gives some away (it holds the
+	// map: a move is planned in its log before its first step), or a
+	// group added to the region whose first leader has not committed its
+	// empty table yet. The second owns nothing, so a step there before
+	// that start (an abort, say, sent while it was coming up) must not
+	// make a table, which would own every slot for good.
+	home := s.shardMap != nil && s.shardMap.Home == cmd.GetGroup()
 	t := s.slots
-	if t == nil {
+	switch {
+	case t == nil && cmd.GetOp() == fsmpb.SlotsCommand_EMPTY && home:
+		return refuse("group %q is its region's home group: it owns every slot it has not moved away, and never starts empty", cmd.GetGroup())
+	case t == nil && cmd.GetOp() != fsmpb.SlotsCommand_EMPTY && !home:
+		return refuse("group %q has not started: its first leader has not committed its empty slot table, and it takes a move's steps only after that; retry", cmd.GetGroup())
+	case t == nil:
 		t = &slotTable{group: cmd.GetGroup(), frozenBy: map[shard.Slot]uint64{}, moves: map[uint64]*fsmpb.MoveOutcome{}}
-	} else if t.group != cmd.GetGroup() {
+	case t.group != cmd.GetGroup():
 		return refuse("this is group %q, not %q", t.group, cmd.GetGroup())
-	} else {
+	default:
 		t = t.clone()
 	}
 	id := cmd.GetMoveId()

@@ -14,6 +14,16 @@ func step(op fsmpb.SlotsCommand_Op, id uint64, first, last uint32, group string)
 	return &fsmpb.SlotsCommand{Op: op, MoveId: id, First: first, Last: last, Group: group, Peer: "peer", ProposedUnixNano: 1}
 }
 
+// homeState is the state of the home group "main" once g1 is in its map:
+// a move is planned in the home group's log before its first step.
+func homeState(t interface{ Fatal(...any) }) *State {
+	s := New()
+	if err, ok := s.Apply(CmdShardMap, &fsmpb.ShardMapCommand{Home: "main", AddGroup: &allotpb.ShardGroup{Id: "g1"}}).(error); ok {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func TestSlotSteps(t *testing.T) {
 	const (
 		F = fsmpb.SlotsCommand_FREEZE
@@ -86,6 +96,9 @@ func TestSlotSteps(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s := New()
+			if c.steps[0].cmd.GetGroup() == "main" {
+				s = homeState(t)
+			}
 			for i, x := range c.steps {
 				res := s.Apply(CmdSlots, x.cmd).(*fsmpb.SlotsResult)
 				if x.refused == "" && (!res.GetDone() || res.GetRefused() != "") {
@@ -114,7 +127,7 @@ func TestSlotSteps(t *testing.T) {
 // slot is ever owned by both.
 func TestMovesCountOnce(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		groups := map[string]*State{"main": New(), "g1": New()}
+		groups := map[string]*State{"main": homeState(t), "g1": New()}
 		groups["g1"].Apply(CmdSlots, step(fsmpb.SlotsCommand_EMPTY, 0, 0, 0, "g1"))
 		tenants := []string{"a", "b", "c", "d", "e", "f"}
 		slot := func(tn string) uint32 { return uint32(shard.Of(tn)) }
@@ -273,6 +286,63 @@ func TestMovesCountOnce(t *testing.T) {
 			t.Fatalf("the groups' ledgers sum to %d admitted, the agent sent %d", got, want)
 		}
 	})
+}
+
+// TestGroupTakesNoStepBeforeItsStart: a group added to a region owns
+// nothing from its start (its first leader's empty table). A step that
+// reaches it before then, as an abort sent while it was coming up, is
+// refused and makes no table: a table made by it would own every slot,
+// take any tenant's usage, refuse every later acquire, and outlive the
+// start, which does nothing once a table is there.
+func TestGroupTakesNoStepBeforeItsStart(t *testing.T) {
+	const (
+		F = fsmpb.SlotsCommand_FREEZE
+		A = fsmpb.SlotsCommand_ACQUIRE
+		R = fsmpb.SlotsCommand_RELEASE
+		X = fsmpb.SlotsCommand_ABORT
+		U = fsmpb.SlotsCommand_UNFREEZE
+		E = fsmpb.SlotsCommand_EMPTY
+	)
+	acme := uint32(shard.Of("acme"))
+	s := New()
+	for _, op := range []fsmpb.SlotsCommand_Op{X, A, F, R, U} {
+		res := s.Apply(CmdSlots, step(op, 1, acme, acme, "g1")).(*fsmpb.SlotsResult)
+		if res.GetDone() || !strings.Contains(res.GetRefused(), "has not started") {
+			t.Fatalf("%v before the group's start: %+v, want a refusal saying it has not started", op, res)
+		}
+		if s.Group() != "" {
+			t.Fatalf("%v before the group's start made a table of group %q", op, s.Group())
+		}
+	}
+	if res := s.Apply(CmdSlots, step(E, 0, 0, 0, "g1")).(*fsmpb.SlotsResult); !res.GetDone() || s.OwnedSlots() != 0 {
+		t.Fatalf("the start: %+v, owning %d slots, want none", res, s.OwnedSlots())
+	}
+	m := &machine{st: s}
+	if res := s.Apply(CmdReports, usageCmd(hour0, "gw-1", 1, 1, "acme", 5, 0)).(*fsmpb.ReportsResult); len(res.GetMoved()) == 0 {
+		t.Fatal("a group that owns no slot applied a tenant's usage")
+	}
+	if res := s.Apply(CmdSlots, step(A, 1, acme, acme, "g1")).(*fsmpb.SlotsResult); !res.GetDone() || s.OwnedSlots() != 1 {
+		t.Fatalf("the acquire after the start: %+v, owning %d slots, want 1", res, s.OwnedSlots())
+	}
+	if res := s.Apply(CmdReports, usageCmd(hour0, "gw-1", 1, 1, "acme", 5, 0)).(*fsmpb.ReportsResult); len(res.GetMoved()) != 0 {
+		t.Fatalf("usage of an acquired slot refused: %+v", res)
+	}
+	if a, _ := ledgerTotal(m, "acme"); a != 5 {
+		t.Fatalf("ledger holds %d admitted, want 5", a)
+	}
+	if back := roundTrip(t, m).st; back.OwnedSlots() != 1 || back.Group() != "g1" {
+		t.Fatalf("after a snapshot: %d slots of %q", back.OwnedSlots(), back.Group())
+	}
+
+	// The home group owns every slot with no table, and never starts
+	// empty.
+	h := homeState(t)
+	if res := h.Apply(CmdSlots, step(E, 0, 0, 0, "main")).(*fsmpb.SlotsResult); res.GetDone() || h.OwnedSlots() != shard.Slots {
+		t.Fatalf("the home group started empty: %+v, owning %d slots", res, h.OwnedSlots())
+	}
+	if res := h.Apply(CmdSlots, step(F, 1, 0, 99, "main")).(*fsmpb.SlotsResult); !res.GetDone() || h.OwnedSlots() != shard.Slots-100 {
+		t.Fatalf("the home group's first freeze: %+v, owning %d slots", res, h.OwnedSlots())
+	}
 }
 
 func TestShardMapCommands(t *testing.T) {

@@ -387,15 +387,40 @@ type moveSteps struct {
 
 // advance takes one step of a move as of now (ns), by its phase: freeze at
 // the source, acquire at the target (the commit point), release at the
-// source, done. A target that refuses, or stays away for moveAbortAfter
-// and then takes the abort, gets the move aborted and the source
-// unfrozen; one of acquire and abort commits first in the target's log,
-// and that decides. The coordinator's mover and the simulator's engines
-// both move slots by it.
+// source, done. A target that refuses the acquire, or stays away for
+// moveAbortAfter, gets the move aborted: the abort is recorded at the
+// target first, then the source is unfrozen, then the move is recorded
+// aborted. One of acquire and abort commits first in the target's log,
+// and that decides, so the source never takes the slots back while the
+// target might still take them: a leader that resumes the move from
+// frozen and sends the acquire again finds it refused. The coordinator's
+// mover and the simulator's engines both move slots by it.
 func advance(mv *allotpb.SlotMove, now int64, ms moveSteps) {
 	from, to := mv.GetFrom(), mv.GetTo()
 	abort := func(why string) {
-		r, err := ms.step(from, allotpb.GroupSlotsRequest_UNFREEZE, to)
+		r, err := ms.step(to, allotpb.GroupSlotsRequest_ABORT, from)
+		switch {
+		case err != nil:
+			ms.retry("the target answers neither an acquire nor an abort", to, err)
+			return
+		case !r.GetDone():
+			// The target refuses the abort: it acquired the slots (its
+			// answer to the acquire was lost), or it cannot take a step
+			// yet. The acquire, which is idempotent, tells which.
+			a, aerr := ms.step(to, allotpb.GroupSlotsRequest_ACQUIRE, from)
+			switch {
+			case aerr == nil && a.GetDone():
+				ms.phase(allotpb.SlotMove_ACQUIRED, "")
+			case aerr == nil:
+				ms.retry("the target refuses both the acquire and the abort", to, fmt.Errorf("abort: %s; acquire: %s", r.GetRefused(), a.GetRefused()))
+			default:
+				ms.retry("the target refuses the abort and does not answer the acquire", to, fmt.Errorf("abort: %s; acquire: %w", r.GetRefused(), aerr))
+			}
+			return
+		}
+		// The target will never acquire this move: the source may own
+		// the slots again.
+		r, err = ms.step(from, allotpb.GroupSlotsRequest_UNFREEZE, to)
 		if err == nil && !r.GetDone() {
 			err = errors.New(r.GetRefused())
 		}
@@ -407,6 +432,8 @@ func advance(mv *allotpb.SlotMove, now int64, ms moveSteps) {
 	}
 	switch mv.GetPhase() {
 	case allotpb.SlotMove_PLANNED:
+		// Nothing is frozen before the freeze, so a refused freeze ends
+		// the move with nothing to undo.
 		r, err := ms.step(from, allotpb.GroupSlotsRequest_FREEZE, to)
 		switch {
 		case err != nil:
@@ -424,17 +451,7 @@ func advance(mv *allotpb.SlotMove, now int64, ms moveSteps) {
 		case err == nil:
 			abort("the target refused the slots: " + r.GetRefused())
 		case now-mv.GetUpdatedUnixNano() > int64(moveAbortAfter):
-			// The target has not answered for long: abort there, so
-			// that a late acquire cannot commit, then give the slots back.
-			r, aerr := ms.step(to, allotpb.GroupSlotsRequest_ABORT, from)
-			switch {
-			case aerr != nil:
-				ms.retry("the target answers neither an acquire nor an abort", to, aerr)
-			case r.GetDone():
-				abort(fmt.Sprintf("the target did not acquire the slots within %v: %v", moveAbortAfter, err))
-			default: // it did acquire, its answer lost
-				ms.phase(allotpb.SlotMove_ACQUIRED, "")
-			}
+			abort(fmt.Sprintf("the target did not acquire the slots within %v: %v", moveAbortAfter, err))
 		default:
 			ms.retry("the target did not acquire", to, err)
 		}

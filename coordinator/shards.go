@@ -249,7 +249,7 @@ func (c *Coordinator) groupStep(req *allotpb.GroupSlotsRequest) (*allotpb.GroupS
 	}
 	res, err := c.apply(c.ctx, state.CmdSlots, &fsmpb.SlotsCommand{
 		Op: op, MoveId: req.GetMoveId(), First: req.GetFirst(), Last: req.GetLast(), Peer: req.GetPeer(),
-		Group: c.groupID(), ProposedUnixNano: c.now().UnixNano(),
+		Group: c.groupID(), ProposedUnixNano: c.now().UnixNano(), FinishedBelow: req.GetFinishedBelow(),
 	}, moveStepTimeout)
 	if err != nil {
 		return nil, err
@@ -356,11 +356,14 @@ func (c *Coordinator) moveSlots(ctx context.Context) {
 }
 
 // advanceMove takes one step of a move, carrying each step to its group
-// (stepAt) and recording each phase in this home group's log.
+// (stepAt) and recording each phase in this home group's log. Each step
+// tells its group which moves are finished, so that the group forgets
+// its steps of them.
 func (c *Coordinator) advanceMove(ctx context.Context, m *shard.Map, mv *allotpb.SlotMove) {
+	finished := m.FinishedBelow()
 	advance(mv, c.now().UnixNano(), moveSteps{
 		step: func(group string, s allotpb.GroupSlotsRequest_Step, peer string) (*allotpb.GroupSlotsResponse, error) {
-			return c.stepAt(ctx, m, group, &allotpb.GroupSlotsRequest{MoveId: mv.GetId(), First: mv.GetFirst(), Last: mv.GetLast(), Step: s, Peer: peer, Group: group})
+			return c.stepAt(ctx, m, group, &allotpb.GroupSlotsRequest{MoveId: mv.GetId(), First: mv.GetFirst(), Last: mv.GetLast(), Step: s, Peer: peer, Group: group, FinishedBelow: finished})
 		},
 		phase: func(p allotpb.SlotMove_Phase, why string) bool {
 			if _, err := c.applyShardMap(&fsmpb.ShardMapCommand{Phase: &allotpb.SlotMove{Id: mv.GetId(), Phase: p, Error: why, UpdatedUnixNano: c.now().UnixNano()}}); err != nil {

@@ -28,10 +28,16 @@ type slotTable struct {
 	// which makes every step idempotent and an acquire and an abort of
 	// one move exclusive.
 	moves map[uint64]*fsmpb.MoveOutcome
+	// forgotten: the moves with a lower ID are finished at the home
+	// group, which said so with a step (finished_below); their outcomes
+	// are dropped from moves, and any step of them is refused. The mover
+	// sends steps of moves under way alone, so it never meets the
+	// refusal; a deposed leader's late step does, and changes nothing.
+	forgotten uint64
 }
 
 func (t *slotTable) clone() *slotTable {
-	c := &slotTable{group: t.group, state: t.state, frozenBy: make(map[shard.Slot]uint64, len(t.frozenBy)), moves: make(map[uint64]*fsmpb.MoveOutcome, len(t.moves)+1)}
+	c := &slotTable{group: t.group, state: t.state, forgotten: t.forgotten, frozenBy: make(map[shard.Slot]uint64, len(t.frozenBy)), moves: make(map[uint64]*fsmpb.MoveOutcome, len(t.moves)+1)}
 	for k, v := range t.frozenBy {
 		c.frozenBy[k] = v
 	}
@@ -64,6 +70,15 @@ func (s *State) OwnedSlots() int {
 		}
 	}
 	return n
+}
+
+// RememberedMoves counts the moves whose steps the slot table remembers:
+// those from the oldest move under way in the region on (forget).
+func (s *State) RememberedMoves() int {
+	if s.slots == nil {
+		return 0
+	}
+	return len(s.slots.moves)
 }
 
 // unowned returns the slots of a batch's counts this group does not own,
@@ -119,6 +134,9 @@ func (s *State) applySlots(cmd *fsmpb.SlotsCommand) *fsmpb.SlotsResult {
 		t = t.clone()
 	}
 	id := cmd.GetMoveId()
+	if floor := max(t.forgotten, cmd.GetFinishedBelow()); cmd.GetOp() != fsmpb.SlotsCommand_EMPTY && id < floor {
+		return refuse("move %d is finished at the home group, and this group has forgotten its steps of it", id)
+	}
 	prev := t.moves[id]
 	each := func(fn func(shard.Slot)) {
 		for sl := first; sl <= last; sl++ {
@@ -187,8 +205,26 @@ func (s *State) applySlots(cmd *fsmpb.SlotsCommand) *fsmpb.SlotsResult {
 		return refuse("unknown step %v", cmd.GetOp())
 	}
 	t.moves[id] = &fsmpb.MoveOutcome{MoveId: id, Op: cmd.GetOp(), First: first, Last: last, Peer: cmd.GetPeer(), AtUnixNano: cmd.GetProposedUnixNano()}
+	t.forget(cmd.GetFinishedBelow())
 	s.slots = t
 	return &fsmpb.SlotsResult{Done: true, Owned: uint32(s.OwnedSlots())}
+}
+
+// forget drops the outcomes of the moves below floor, finished at the
+// home group: what the table keeps is bounded by the moves from the
+// oldest one under way in the region on. A move's frozen slots are
+// unfrozen or released before it finishes, so no slot is frozen by a
+// move forgotten.
+func (t *slotTable) forget(floor uint64) {
+	if floor <= t.forgotten {
+		return
+	}
+	t.forgotten = floor
+	for id := range t.moves {
+		if id < floor {
+			delete(t.moves, id)
+		}
+	}
 }
 
 // slotsRecord is the snapshot record of the table, nil when the group
@@ -198,7 +234,7 @@ func (s *State) slotsRecord() *fsmpb.SlotsRecord {
 	if t == nil {
 		return nil
 	}
-	rec := &fsmpb.SlotsRecord{Group: t.group, Slots: slices.Clone(t.state[:])}
+	rec := &fsmpb.SlotsRecord{Group: t.group, Slots: slices.Clone(t.state[:]), ForgottenBelow: t.forgotten}
 	for _, o := range t.moves {
 		rec.Moves = append(rec.Moves, o)
 	}
@@ -211,7 +247,7 @@ func (s *State) restoreSlots(rec *fsmpb.SlotsRecord) error {
 	if len(rec.GetSlots()) != shard.Slots {
 		return fmt.Errorf("slots record: %d slots, this version uses %d", len(rec.GetSlots()), shard.Slots)
 	}
-	t := &slotTable{group: rec.GetGroup(), frozenBy: map[shard.Slot]uint64{}, moves: map[uint64]*fsmpb.MoveOutcome{}}
+	t := &slotTable{group: rec.GetGroup(), forgotten: rec.GetForgottenBelow(), frozenBy: map[shard.Slot]uint64{}, moves: map[uint64]*fsmpb.MoveOutcome{}}
 	copy(t.state[:], rec.GetSlots())
 	for _, o := range rec.GetMoves() {
 		t.moves[o.GetMoveId()] = o

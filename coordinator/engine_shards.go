@@ -166,9 +166,14 @@ func (e *Engine) GroupSlots(now time.Time, req *allotpb.GroupSlotsRequest) (*all
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if sh := e.cfg.Shards; sh != nil && !sh.Home {
+		if err := notStarted(e.st, e.groupID()); err != nil {
+			return nil, err
+		}
+	}
 	r := e.st.Apply(state.CmdSlots, &fsmpb.SlotsCommand{
 		Op: op, MoveId: req.GetMoveId(), First: req.GetFirst(), Last: req.GetLast(), Peer: req.GetPeer(),
-		Group: e.groupID(), ProposedUnixNano: now.UnixNano(),
+		Group: e.groupID(), ProposedUnixNano: now.UnixNano(), FinishedBelow: req.GetFinishedBelow(),
 	}).(*fsmpb.SlotsResult)
 	if r.GetDone() && op == fsmpb.SlotsCommand_ACQUIRE {
 		e.alloc.learnSlots(shard.Slot(req.GetFirst()), shard.Slot(req.GetLast()), now.UnixNano())
@@ -183,12 +188,12 @@ func (e *Engine) StepMoves(now time.Time, group func(id string) *Engine) int {
 	e.mu.Lock()
 	m := e.shardMapLocked()
 	e.mu.Unlock()
-	active := 0
+	active, finished := 0, m.FinishedBelow()
 	for _, mv := range m.Moves {
 		if !shard.Active(mv) {
 			continue
 		}
-		e.advanceMove(now, mv, group)
+		e.advanceMove(now, mv, finished, group)
 		if cur := e.moveByID(mv.GetId()); cur != nil && shard.Active(cur) {
 			active++
 		}
@@ -199,24 +204,20 @@ func (e *Engine) StepMoves(now time.Time, group func(id string) *Engine) int {
 func (e *Engine) moveByID(id uint64) *allotpb.SlotMove {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for _, mv := range e.shardMapLocked().Moves {
-		if mv.GetId() == id {
-			return mv
-		}
-	}
-	return nil
+	return shard.FindMove(e.shardMapLocked().Moves, id)
 }
 
 // advanceMove is the mover's step (advance) against engines: each step
-// one command in one group's state, the phase recorded at home after it.
-func (e *Engine) advanceMove(now time.Time, mv *allotpb.SlotMove, group func(string) *Engine) {
+// one command in one group's state, telling it the moves finished below
+// finished, the phase recorded at home after it.
+func (e *Engine) advanceMove(now time.Time, mv *allotpb.SlotMove, finished uint64, group func(string) *Engine) {
 	advance(mv, now.UnixNano(), moveSteps{
 		step: func(g string, s allotpb.GroupSlotsRequest_Step, peer string) (*allotpb.GroupSlotsResponse, error) {
 			eng := group(g)
 			if eng == nil {
 				return nil, fmt.Errorf("no group %q", g)
 			}
-			return eng.GroupSlots(now, &allotpb.GroupSlotsRequest{MoveId: mv.GetId(), First: mv.GetFirst(), Last: mv.GetLast(), Step: s, Peer: peer, Group: g})
+			return eng.GroupSlots(now, &allotpb.GroupSlotsRequest{MoveId: mv.GetId(), First: mv.GetFirst(), Last: mv.GetLast(), Step: s, Peer: peer, Group: g, FinishedBelow: finished})
 		},
 		// A phase refused leaves the move where it was: the next call
 		// takes the step again, as the mover retries.

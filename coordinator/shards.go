@@ -24,14 +24,6 @@ import (
 // moves; every other group mirrors the home's rules and owns only what
 // moves gave it.
 
-// moveStepTimeout bounds one step of a move sent to a group; moveAbortAfter
-// is how long a move waits for its target before aborting it.
-const (
-	moveStepTimeout = 10 * time.Second
-	moveAbortAfter  = 60 * time.Second
-	moveRetry       = 250 * time.Millisecond
-)
-
 // groupID is this cluster's shard group.
 func (c *Coordinator) groupID() string {
 	if c.cfg.Group != "" {
@@ -243,9 +235,16 @@ func (c *Coordinator) groupStep(req *allotpb.GroupSlotsRequest) (*allotpb.GroupS
 	if !ok {
 		return nil, status.Errorf(codes.InvalidArgument, "step: unknown step %v", req.GetStep())
 	}
+	if !c.isHome() {
+		var err error
+		c.fsm.Read(func(st *state.State) { err = notStarted(st, c.groupID()) })
+		if err != nil {
+			return nil, err
+		}
+	}
 	res, err := c.apply(c.ctx, state.CmdSlots, &fsmpb.SlotsCommand{
 		Op: op, MoveId: req.GetMoveId(), First: req.GetFirst(), Last: req.GetLast(), Peer: req.GetPeer(),
-		Group: c.groupID(), ProposedUnixNano: c.now().UnixNano(),
+		Group: c.groupID(), ProposedUnixNano: c.now().UnixNano(), FinishedBelow: req.GetFinishedBelow(),
 	}, moveStepTimeout)
 	if err != nil {
 		return nil, err
@@ -258,6 +257,17 @@ func (c *Coordinator) groupStep(req *allotpb.GroupSlotsRequest) (*allotpb.GroupS
 		c.log.Info("shard step committed", "step", req.GetStep().String(), "move", req.GetMoveId(), "slots", fmt.Sprintf("%d-%d", req.GetFirst(), req.GetLast()), "owned", r.GetOwned())
 	}
 	return &allotpb.GroupSlotsResponse{Done: r.GetDone(), Refused: r.GetRefused(), Owned: r.GetOwned()}, nil
+}
+
+// notStarted refuses a step at a group other than home whose leader has
+// not committed its empty slot table yet. The state refuses the step as
+// well; UNAVAILABLE tells the mover that the group is coming up, so that
+// it takes the step again rather than abort the move.
+func notStarted(st *state.State, group string) error {
+	if st.Group() != "" {
+		return nil
+	}
+	return status.Errorf(codes.Unavailable, "shard group %q has not started: its leader has not committed its empty slot table yet; retry the step", group)
 }
 
 // applyShardMap commits a change of the home group's map.
@@ -274,14 +284,6 @@ func (c *Coordinator) applyShardMap(cmd *fsmpb.ShardMapCommand) (*allotpb.ShardM
 	return res.(*allotpb.ShardMap), nil
 }
 
-// kickMover wakes the mover, if it runs.
-func (c *Coordinator) kickMover() {
-	select {
-	case c.moverKick <- struct{}{}:
-	default:
-	}
-}
-
 // startGroup is what a leader of a group that is not home does first: a
 // group added to a region owns no slot until a move gives it some.
 func (c *Coordinator) startGroup() error {
@@ -295,169 +297,6 @@ func (c *Coordinator) startGroup() error {
 	}
 	_, err := c.apply(c.ctx, state.CmdSlots, &fsmpb.SlotsCommand{Op: fsmpb.SlotsCommand_EMPTY, Group: c.groupID(), ProposedUnixNano: c.now().UnixNano()}, 10*time.Second)
 	return err
-}
-
-// moveSlots is the home leader's mover: it carries every move under way
-// forward, one step at a time, until it is done or aborted. Each step is
-// idempotent and the phase is recorded in the home group's log after
-// each, so a new leader resumes where its predecessor stopped.
-func (c *Coordinator) moveSlots(ctx context.Context) {
-	t := c.cfg.Clock.NewTicker(moveRetry)
-	defer t.Stop()
-	defer func() { c.metrics.movesActive.Set(0); c.metrics.moveOldest.Set(0) }()
-	for {
-		m := c.shardMap()
-		if addrs := c.memberAddrs(); m.Version > 0 && len(addrs) > 0 && !slices.Equal(addrs, m.Groups[m.Home]) {
-			// Members joined or left: agents learn the home group's
-			// members from the map as well as from its answers.
-			if _, err := c.applyShardMap(&fsmpb.ShardMapCommand{}); err != nil {
-				c.log.Warn("could not record the home group's members in the shard map", "error", err)
-			}
-			m = c.shardMap()
-		}
-		active, oldest := 0, int64(0)
-		for _, mv := range m.Moves {
-			if shard.Active(mv) && ctx.Err() == nil {
-				active++
-				if age := c.now().UnixNano() - mv.GetStartedUnixNano(); age > oldest {
-					oldest = age
-				}
-				c.advanceMove(ctx, m, mv)
-			}
-		}
-		c.metrics.movesActive.Set(float64(active))
-		c.metrics.moveOldest.Set(time.Duration(oldest).Seconds())
-		var owned int
-		c.fsm.Read(func(st *state.State) { owned = st.OwnedSlots() })
-		c.metrics.slotsOwned.Set(float64(owned))
-		c.split.Store(m.Version > 0)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-		case <-c.moverKick:
-		}
-	}
-}
-
-// advanceMove takes one step of a move, carrying each step to its group
-// (stepAt) and recording each phase in this home group's log.
-func (c *Coordinator) advanceMove(ctx context.Context, m *shard.Map, mv *allotpb.SlotMove) {
-	advance(mv, c.now().UnixNano(), moveSteps{
-		step: func(group string, s allotpb.GroupSlotsRequest_Step, peer string) (*allotpb.GroupSlotsResponse, error) {
-			return c.stepAt(ctx, m, group, &allotpb.GroupSlotsRequest{MoveId: mv.GetId(), First: mv.GetFirst(), Last: mv.GetLast(), Step: s, Peer: peer, Group: group})
-		},
-		phase: func(p allotpb.SlotMove_Phase, why string) bool {
-			if _, err := c.applyShardMap(&fsmpb.ShardMapCommand{Phase: &allotpb.SlotMove{Id: mv.GetId(), Phase: p, Error: why, UpdatedUnixNano: c.now().UnixNano()}}); err != nil {
-				c.log.Warn("shard move: recording a phase failed; retrying", "move", mv.GetId(), "phase", p.String(), "error", err)
-				return false
-			}
-			c.log.Info("shard move", "move", mv.GetId(), "slots", fmt.Sprintf("%d-%d", mv.GetFirst(), mv.GetLast()), "from", mv.GetFrom(), "to", mv.GetTo(), "phase", p.String(), "error", why)
-			return true
-		},
-		retry: func(what, group string, err error) {
-			c.log.Warn("shard move: "+what+"; retrying", "move", mv.GetId(), "group", group, "error", err)
-		},
-	})
-}
-
-// moveSteps is what advance needs to take a move's step: a way to carry
-// a step to a group, to record a phase at the home group (false when it
-// could not), and to tell of a step that is to be taken again.
-type moveSteps struct {
-	step  func(group string, s allotpb.GroupSlotsRequest_Step, peer string) (*allotpb.GroupSlotsResponse, error)
-	phase func(p allotpb.SlotMove_Phase, why string) bool
-	retry func(what, group string, err error)
-}
-
-// advance takes one step of a move as of now (ns), by its phase: freeze at
-// the source, acquire at the target (the commit point), release at the
-// source, done. A target that refuses, or stays away for moveAbortAfter
-// and then takes the abort, gets the move aborted and the source
-// unfrozen; one of acquire and abort commits first in the target's log,
-// and that decides. The coordinator's mover and the simulator's engines
-// both move slots by it.
-func advance(mv *allotpb.SlotMove, now int64, ms moveSteps) {
-	from, to := mv.GetFrom(), mv.GetTo()
-	abort := func(why string) {
-		r, err := ms.step(from, allotpb.GroupSlotsRequest_UNFREEZE, to)
-		if err == nil && !r.GetDone() {
-			err = errors.New(r.GetRefused())
-		}
-		if err != nil {
-			ms.retry("unfreezing at the source failed", from, err)
-			return
-		}
-		ms.phase(allotpb.SlotMove_ABORTED, why)
-	}
-	switch mv.GetPhase() {
-	case allotpb.SlotMove_PLANNED:
-		r, err := ms.step(from, allotpb.GroupSlotsRequest_FREEZE, to)
-		switch {
-		case err != nil:
-			ms.retry("the source did not freeze", from, err)
-		case r.GetDone():
-			ms.phase(allotpb.SlotMove_FROZEN, "")
-		default:
-			ms.phase(allotpb.SlotMove_ABORTED, "the source refused to freeze: "+r.GetRefused())
-		}
-	case allotpb.SlotMove_FROZEN:
-		r, err := ms.step(to, allotpb.GroupSlotsRequest_ACQUIRE, from)
-		switch {
-		case err == nil && r.GetDone():
-			ms.phase(allotpb.SlotMove_ACQUIRED, "")
-		case err == nil:
-			abort("the target refused the slots: " + r.GetRefused())
-		case now-mv.GetUpdatedUnixNano() > int64(moveAbortAfter):
-			// The target has not answered for long: abort there, so
-			// that a late acquire cannot commit, then give the slots back.
-			r, aerr := ms.step(to, allotpb.GroupSlotsRequest_ABORT, from)
-			switch {
-			case aerr != nil:
-				ms.retry("the target answers neither an acquire nor an abort", to, aerr)
-			case r.GetDone():
-				abort(fmt.Sprintf("the target did not acquire the slots within %v: %v", moveAbortAfter, err))
-			default: // it did acquire, its answer lost
-				ms.phase(allotpb.SlotMove_ACQUIRED, "")
-			}
-		default:
-			ms.retry("the target did not acquire", to, err)
-		}
-	case allotpb.SlotMove_ACQUIRED:
-		r, err := ms.step(from, allotpb.GroupSlotsRequest_RELEASE, to)
-		switch {
-		case err != nil:
-			ms.retry("the source did not release", from, err)
-		case r.GetDone():
-			ms.phase(allotpb.SlotMove_DONE, "")
-		default:
-			ms.retry("the source refuses to release slots the target acquired", from, errors.New(r.GetRefused()))
-		}
-	}
-}
-
-// stepAt carries one step to a group: here when it is this group,
-// otherwise to each of its members in turn (a follower forwards it to its
-// leader).
-func (c *Coordinator) stepAt(ctx context.Context, m *shard.Map, group string, req *allotpb.GroupSlotsRequest) (*allotpb.GroupSlotsResponse, error) {
-	if group == c.groupID() {
-		return c.groupStep(req)
-	}
-	addrs := slices.Clone(m.Groups[group])
-	if len(addrs) == 0 {
-		return nil, fmt.Errorf("shard group %q has no known member", group)
-	}
-	var lastErr error
-	for _, a := range addrs {
-		sctx, cancel := context.WithTimeout(withToken(ctx, c.joinToken()), moveStepTimeout)
-		r, err := allotpb.NewShardServiceClient(c.peers.conn(a)).GroupSlots(sctx, req)
-		cancel()
-		if err == nil {
-			return r, nil
-		}
-		lastErr = err
-	}
-	return nil, fmt.Errorf("shard group %q: %w", group, lastErr)
 }
 
 // mirrorRules is a non-home group leader's loop: the rules are the home

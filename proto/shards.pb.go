@@ -926,7 +926,12 @@ type GroupSlotsRequest struct {
 	Peer string `protobuf:"bytes,5,opt,name=peer,proto3" json:"peer,omitempty"`
 	// group is the group the step is meant for: a member of another group
 	// refuses it.
-	Group         string `protobuf:"bytes,6,opt,name=group,proto3" json:"group,omitempty"`
+	Group string `protobuf:"bytes,6,opt,name=group,proto3" json:"group,omitempty"`
+	// finished_below: every move with a lower id is finished at the home
+	// group (the lowest id of a move under way, or the next id when none
+	// is). The group forgets its steps of those moves and refuses any step
+	// of them sent again, so its record of moves stays bounded.
+	FinishedBelow uint64 `protobuf:"varint,7,opt,name=finished_below,json=finishedBelow,proto3" json:"finished_below,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1001,6 +1006,13 @@ func (x *GroupSlotsRequest) GetGroup() string {
 		return x.Group
 	}
 	return ""
+}
+
+func (x *GroupSlotsRequest) GetFinishedBelow() uint64 {
+	if x != nil {
+		return x.FinishedBelow
+	}
+	return 0
 }
 
 type GroupSlotsResponse struct {
@@ -1135,14 +1147,15 @@ const file_shards_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\";\n" +
 	"\x11MoveSlotsResponse\x12&\n" +
-	"\x04move\x18\x01 \x01(\v2\x12.allot.v1.SlotMoveR\x04move\"\x93\x02\n" +
+	"\x04move\x18\x01 \x01(\v2\x12.allot.v1.SlotMoveR\x04move\"\xba\x02\n" +
 	"\x11GroupSlotsRequest\x12\x17\n" +
 	"\amove_id\x18\x01 \x01(\x04R\x06moveId\x12\x14\n" +
 	"\x05first\x18\x02 \x01(\rR\x05first\x12\x12\n" +
 	"\x04last\x18\x03 \x01(\rR\x04last\x124\n" +
 	"\x04step\x18\x04 \x01(\x0e2 .allot.v1.GroupSlotsRequest.StepR\x04step\x12\x12\n" +
 	"\x04peer\x18\x05 \x01(\tR\x04peer\x12\x14\n" +
-	"\x05group\x18\x06 \x01(\tR\x05group\"[\n" +
+	"\x05group\x18\x06 \x01(\tR\x05group\x12%\n" +
+	"\x0efinished_below\x18\a \x01(\x04R\rfinishedBelow\"[\n" +
 	"\x04Step\x12\x14\n" +
 	"\x10STEP_UNSPECIFIED\x10\x00\x12\n" +
 	"\n" +

@@ -329,11 +329,17 @@ func runShardsMove(ctx context.Context, e *env) error {
 		if err != nil {
 			continue // a leader change: ask again
 		}
-		if int(mv.GetId()) > len(pm.GetMoves()) {
-			continue
+		m, err := shard.FromProto(pm)
+		if err != nil {
+			return err
 		}
-		cur := pm.GetMoves()[mv.GetId()-1]
-		if shard.Active(cur) {
+		cur := shard.FindMove(m.Moves, mv.GetId())
+		switch {
+		case cur == nil && mv.GetId() >= m.NextMoveID():
+			continue // a member that has not applied the move yet
+		case cur == nil:
+			return forgottenMove(e, m, mv)
+		case shard.Active(cur):
 			continue
 		}
 		fmt.Fprintf(e.stdout, "move %d: %s", cur.GetId(), strings.ToLower(cur.GetPhase().String()))
@@ -346,6 +352,19 @@ func runShardsMove(ctx context.Context, e *env) error {
 		}
 		return nil
 	}
+}
+
+// forgottenMove reports a move that finished and left the map (it keeps
+// the last shard.FinishedMovesKept finished moves) before --wait saw it
+// end: done if the map routes its slots to its target.
+func forgottenMove(e *env, m *shard.Map, mv *allotpb.SlotMove) error {
+	for s := mv.GetFirst(); s <= mv.GetLast(); s++ {
+		if g := m.Owner(shard.Slot(s)); g != mv.GetTo() {
+			return &refusedError{err: fmt.Errorf("move %d finished and the map no longer lists it (it keeps the last %d finished moves); slot %d is routed to %s, not %s", mv.GetId(), shard.FinishedMovesKept, s, g, mv.GetTo())}
+		}
+	}
+	fmt.Fprintf(e.stdout, "move %d: done (the map routes slots %d-%d to %s; it no longer lists the move)\n", mv.GetId(), mv.GetFirst(), mv.GetLast(), mv.GetTo())
+	return nil
 }
 
 const shardsPinAbout = `

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -183,6 +184,11 @@ func FromProto(pm *allotpb.ShardMap) (*Map, error) {
 	if next != Slots {
 		return nil, fmt.Errorf("%w: the ranges end at slot %d, not %d", ErrInvalid, next, Slots)
 	}
+	for i, mv := range m.Moves {
+		if mv.GetId() == 0 || i > 0 && mv.GetId() <= m.Moves[i-1].GetId() {
+			return nil, fmt.Errorf("%w: moves[%d] has ID %d, not one after the one before", ErrInvalid, i, mv.GetId())
+		}
+	}
 	for _, s := range pm.GetPinned() {
 		if s >= Slots {
 			return nil, fmt.Errorf("%w: pinned slot %d is not one of 0..%d", ErrInvalid, s, Slots-1)
@@ -226,6 +232,67 @@ func ParseRange(s string) (first, last Slot, err error) {
 		return 0, 0, fmt.Errorf("slots %q: a range of 0..%d, first ≤ last", s, Slots-1)
 	}
 	return Slot(x), Slot(y), nil
+}
+
+// FinishedMovesKept is how many finished moves a map keeps, the newest.
+// It keeps every move under way, which the mover carries on, and the last
+// finished ones, for an operator (allot shards status) and a client
+// waiting on a move to read how they ended; older ones are forgotten, so
+// that the map every agent fetches stays small however many moves a
+// region makes.
+const FinishedMovesKept = 100
+
+// PruneMoves forgets the finished moves older than the newest
+// FinishedMovesKept. The newest move is always kept, so NextMoveID never
+// goes back.
+func (m *Map) PruneMoves() {
+	finished := 0
+	for _, mv := range m.Moves {
+		if !Active(mv) {
+			finished++
+		}
+	}
+	if finished <= FinishedMovesKept {
+		return
+	}
+	drop := finished - FinishedMovesKept
+	m.Moves = slices.DeleteFunc(slices.Clone(m.Moves), func(mv *allotpb.SlotMove) bool {
+		if drop > 0 && !Active(mv) {
+			drop--
+			return true
+		}
+		return false
+	})
+}
+
+// NextMoveID is the ID the next move planned gets: one past the newest.
+func (m *Map) NextMoveID() uint64 {
+	if n := len(m.Moves); n > 0 {
+		return m.Moves[n-1].GetId() + 1
+	}
+	return 1
+}
+
+// FinishedBelow is the lowest ID of a move under way, or NextMoveID when
+// none is: every move with a lower ID is finished, for good. Groups
+// forget their steps of those moves by it.
+func (m *Map) FinishedBelow() uint64 {
+	for _, mv := range m.Moves {
+		if Active(mv) {
+			return mv.GetId()
+		}
+	}
+	return m.NextMoveID()
+}
+
+// FindMove is the move with the ID among moves in order of their IDs, or
+// nil: a move not planned yet, or finished and forgotten.
+func FindMove(moves []*allotpb.SlotMove, id uint64) *allotpb.SlotMove {
+	i, ok := slices.BinarySearchFunc(moves, id, func(mv *allotpb.SlotMove, id uint64) int { return cmp.Compare(mv.GetId(), id) })
+	if !ok {
+		return nil
+	}
+	return moves[i]
 }
 
 // Active reports whether a move is still under way.

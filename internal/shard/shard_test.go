@@ -115,3 +115,36 @@ func TestParseRange(t *testing.T) {
 		}
 	}
 }
+
+func TestPruneMovesKeepsUnderWayAndNewest(t *testing.T) {
+	m := Single("main", nil)
+	m.Groups["g1"] = nil
+	n := uint64(FinishedMovesKept + 20)
+	for id := uint64(1); id <= n; id++ {
+		p := allotpb.SlotMove_DONE
+		if id == 3 || id == n {
+			p = allotpb.SlotMove_FROZEN
+		}
+		m.Moves = append(m.Moves, &allotpb.SlotMove{Id: id, Phase: p})
+	}
+	shared := m.Moves
+	m.PruneMoves()
+	if len(m.Moves) != FinishedMovesKept+2 || FindMove(m.Moves, 3) == nil || FindMove(m.Moves, 4) != nil || FindMove(m.Moves, 22) == nil {
+		t.Fatalf("kept %d moves; 3 (under way) kept: %v, 4 kept: %v, 22 kept: %v", len(m.Moves), FindMove(m.Moves, 3) != nil, FindMove(m.Moves, 4) != nil, FindMove(m.Moves, 22) != nil)
+	}
+	if len(shared) != int(n) || shared[3].GetId() != 4 {
+		t.Fatal("pruning changed the slice it was given")
+	}
+	if m.NextMoveID() != n+1 || m.FinishedBelow() != 3 {
+		t.Fatalf("next ID %d, finished below %d; want %d and 3", m.NextMoveID(), m.FinishedBelow(), n+1)
+	}
+	back, err := FromProto(m.Proto())
+	if err != nil || len(back.Moves) != len(m.Moves) {
+		t.Fatalf("round trip: %v", err)
+	}
+	pm := m.Proto()
+	pm.Moves = []*allotpb.SlotMove{pm.Moves[1], pm.Moves[0]}
+	if _, err := FromProto(pm); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a map with moves out of order: %v, want ErrInvalid", err)
+	}
+}

@@ -1556,8 +1556,11 @@ type SlotsCommand struct {
 	// group is the group the step is for: a state of another group refuses it.
 	Group            string `protobuf:"bytes,6,opt,name=group,proto3" json:"group,omitempty"`
 	ProposedUnixNano int64  `protobuf:"varint,7,opt,name=proposed_unix_nano,json=proposedUnixNano,proto3" json:"proposed_unix_nano,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// finished_below is the mover's (allot.v1.GroupSlotsRequest): the
+	// group forgets its steps of every move with a lower id.
+	FinishedBelow uint64 `protobuf:"varint,8,opt,name=finished_below,json=finishedBelow,proto3" json:"finished_below,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SlotsCommand) Reset() {
@@ -1635,6 +1638,13 @@ func (x *SlotsCommand) GetGroup() string {
 func (x *SlotsCommand) GetProposedUnixNano() int64 {
 	if x != nil {
 		return x.ProposedUnixNano
+	}
+	return 0
+}
+
+func (x *SlotsCommand) GetFinishedBelow() uint64 {
+	if x != nil {
+		return x.FinishedBelow
 	}
 	return 0
 }
@@ -1792,12 +1802,15 @@ func (x *ShardMapCommand) GetPin() *proto.PinSlotRequest {
 // SlotsRecord is the snapshot record of what a group owns: one byte per
 // slot (0 owned, 1 frozen, 2 absent) and the moves it took part in.
 type SlotsRecord struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
-	Slots         []byte                 `protobuf:"bytes,2,opt,name=slots,proto3" json:"slots,omitempty"`
-	Moves         []*MoveOutcome         `protobuf:"bytes,3,rep,name=moves,proto3" json:"moves,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Group string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Slots []byte                 `protobuf:"bytes,2,opt,name=slots,proto3" json:"slots,omitempty"`
+	Moves []*MoveOutcome         `protobuf:"bytes,3,rep,name=moves,proto3" json:"moves,omitempty"`
+	// forgotten_below: the steps of every move with a lower id are
+	// forgotten, and refused.
+	ForgottenBelow uint64 `protobuf:"varint,4,opt,name=forgotten_below,json=forgottenBelow,proto3" json:"forgotten_below,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SlotsRecord) Reset() {
@@ -1849,6 +1862,13 @@ func (x *SlotsRecord) GetMoves() []*MoveOutcome {
 		return x.Moves
 	}
 	return nil
+}
+
+func (x *SlotsRecord) GetForgottenBelow() uint64 {
+	if x != nil {
+		return x.ForgottenBelow
+	}
+	return 0
 }
 
 type MoveOutcome struct {
@@ -2403,7 +2423,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\x04rule\x18\x03 \x01(\tR\x04rule\x12\x16\n" +
 	"\x06region\x18\x04 \x01(\tR\x06region\x12\x14\n" +
 	"\x05lines\x18\x05 \x01(\x04R\x05lines\x12\x18\n" +
-	"\abatches\x18\x06 \x01(\x04R\abatches\"\xbc\x02\n" +
+	"\abatches\x18\x06 \x01(\x04R\abatches\"\xe3\x02\n" +
 	"\fSlotsCommand\x12-\n" +
 	"\x02op\x18\x01 \x01(\x0e2\x1d.allot.fsm.v1.SlotsCommand.OpR\x02op\x12\x17\n" +
 	"\amove_id\x18\x02 \x01(\x04R\x06moveId\x12\x14\n" +
@@ -2411,7 +2431,8 @@ const file_fsm_proto_rawDesc = "" +
 	"\x04last\x18\x04 \x01(\rR\x04last\x12\x12\n" +
 	"\x04peer\x18\x05 \x01(\tR\x04peer\x12\x14\n" +
 	"\x05group\x18\x06 \x01(\tR\x05group\x12,\n" +
-	"\x12proposed_unix_nano\x18\a \x01(\x03R\x10proposedUnixNano\"b\n" +
+	"\x12proposed_unix_nano\x18\a \x01(\x03R\x10proposedUnixNano\x12%\n" +
+	"\x0efinished_below\x18\b \x01(\x04R\rfinishedBelow\"b\n" +
 	"\x02Op\x12\x12\n" +
 	"\x0eOP_UNSPECIFIED\x10\x00\x12\t\n" +
 	"\x05EMPTY\x10\x01\x12\n" +
@@ -2431,11 +2452,12 @@ const file_fsm_proto_rawDesc = "" +
 	"\tadd_group\x18\x03 \x01(\v2\x14.allot.v1.ShardGroupR\baddGroup\x12&\n" +
 	"\x04plan\x18\x04 \x01(\v2\x12.allot.v1.SlotMoveR\x04plan\x12(\n" +
 	"\x05phase\x18\x05 \x01(\v2\x12.allot.v1.SlotMoveR\x05phase\x12*\n" +
-	"\x03pin\x18\x06 \x01(\v2\x18.allot.v1.PinSlotRequestR\x03pin\"j\n" +
+	"\x03pin\x18\x06 \x01(\v2\x18.allot.v1.PinSlotRequestR\x03pin\"\x93\x01\n" +
 	"\vSlotsRecord\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
 	"\x05slots\x18\x02 \x01(\fR\x05slots\x12/\n" +
-	"\x05moves\x18\x03 \x03(\v2\x19.allot.fsm.v1.MoveOutcomeR\x05moves\"\xb5\x01\n" +
+	"\x05moves\x18\x03 \x03(\v2\x19.allot.fsm.v1.MoveOutcomeR\x05moves\x12'\n" +
+	"\x0fforgotten_below\x18\x04 \x01(\x04R\x0eforgottenBelow\"\xb5\x01\n" +
 	"\vMoveOutcome\x12\x17\n" +
 	"\amove_id\x18\x01 \x01(\x04R\x06moveId\x12-\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x1d.allot.fsm.v1.SlotsCommand.OpR\x02op\x12\x14\n" +

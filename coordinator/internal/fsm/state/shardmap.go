@@ -64,15 +64,15 @@ func (s *State) applyShardMap(cmd *fsmpb.ShardMapCommand) any {
 		if err := m.CanMove(p); err != nil {
 			return fmt.Errorf("%w: %v", ErrShardMap, err)
 		}
-		p.Id = uint64(len(m.Moves)) + 1
+		p.Id = m.NextMoveID()
 		p.Phase = allotpb.SlotMove_PLANNED
 		p.UpdatedUnixNano = p.GetStartedUnixNano()
 		m.Moves = append(m.Moves, p)
 	case cmd.GetPhase() != nil:
 		ph := cmd.GetPhase()
-		i := int(ph.GetId()) - 1
-		if i < 0 || i >= len(m.Moves) {
-			return fmt.Errorf("%w: no move %d", ErrShardMap, ph.GetId())
+		i := slices.IndexFunc(m.Moves, func(mv *allotpb.SlotMove) bool { return mv.GetId() == ph.GetId() })
+		if i < 0 {
+			return fmt.Errorf("%w: no move %d (a finished move is forgotten once %d newer ones have finished)", ErrShardMap, ph.GetId(), shard.FinishedMovesKept)
 		}
 		mv := proto.Clone(m.Moves[i]).(*allotpb.SlotMove)
 		if finished(mv.GetPhase()) || ph.GetPhase() < mv.GetPhase() {
@@ -111,6 +111,7 @@ func (s *State) applyShardMap(cmd *fsmpb.ShardMapCommand) any {
 			return s.shardMap.Proto()
 		}
 	}
+	m.PruneMoves()
 	m.Version++
 	s.shardMap = m
 	return m.Proto()

@@ -28,10 +28,16 @@ type slotTable struct {
 	// which makes every step idempotent and an acquire and an abort of
 	// one move exclusive.
 	moves map[uint64]*fsmpb.MoveOutcome
+	// forgotten: the moves with a lower ID are finished at the home
+	// group, which said so with a step (finished_below); their outcomes
+	// are dropped from moves, and any step of them is refused. The mover
+	// sends steps of moves under way alone, so it never meets the
+	// refusal; a deposed leader's late step does, and changes nothing.
+	forgotten uint64
 }
 
 func (t *slotTable) clone() *slotTable {
-	c := &slotTable{group: t.group, state: t.state, frozenBy: make(map[shard.Slot]uint64, len(t.frozenBy)), moves: make(map[uint64]*fsmpb.MoveOutcome, len(t.moves)+1)}
+	c := &slotTable{group: t.group, state: t.state, forgotten: t.forgotten, frozenBy: make(map[shard.Slot]uint64, len(t.frozenBy)), moves: make(map[uint64]*fsmpb.MoveOutcome, len(t.moves)+1)}
 	for k, v := range t.frozenBy {
 		c.frozenBy[k] = v
 	}
@@ -66,6 +72,15 @@ func (s *State) OwnedSlots() int {
 	return n
 }
 
+// RememberedMoves counts the moves whose steps the slot table remembers:
+// those from the oldest move under way in the region on (forget).
+func (s *State) RememberedMoves() int {
+	if s.slots == nil {
+		return 0
+	}
+	return len(s.slots.moves)
+}
+
 // unowned returns the slots of a batch's counts this group does not own,
 // in order, or nil when it owns them all.
 func (s *State) unowned(b *allotpb.UsageBatch) []uint32 {
@@ -83,8 +98,9 @@ func (s *State) unowned(b *allotpb.UsageBatch) []uint32 {
 }
 
 // applySlots applies one step of a move. A step the state cannot take
-// (a slot in the wrong state, an acquire after an abort) changes nothing
-// and says why; a step taken before is done again, changing nothing.
+// (a slot in the wrong state, an acquire after an abort, any step before
+// a new group's start) changes nothing and says why; a step taken before
+// is done again, changing nothing.
 func (s *State) applySlots(cmd *fsmpb.SlotsCommand) *fsmpb.SlotsResult {
 	refuse := func(format string, a ...any) *fsmpb.SlotsResult {
 		return &fsmpb.SlotsResult{Refused: fmt.Sprintf(format, a...), Owned: uint32(s.OwnedSlots())}
@@ -96,15 +112,31 @@ func (s *State) applySlots(cmd *fsmpb.SlotsCommand) *fsmpb.SlotsResult {
 	if cmd.GetOp() != fsmpb.SlotsCommand_EMPTY && (first > last || last >= shard.Slots) {
 		return refuse("slots %d..%d are not a range of 0..%d", first, last, shard.Slots-1)
 	}
+	// A state with no table yet is one of two things: its region's home
+	// group, which owns every slot until it gives some away (it holds the
+	// map: a move is planned in its log before its first step), or a
+	// group added to the region whose first leader has not committed its
+	// empty table yet. The second owns nothing, so a step there before
+	// that start (an abort, say, sent while it was coming up) must not
+	// make a table, which would own every slot for good.
+	home := s.shardMap != nil && s.shardMap.Home == cmd.GetGroup()
 	t := s.slots
-	if t == nil {
+	switch {
+	case t == nil && cmd.GetOp() == fsmpb.SlotsCommand_EMPTY && home:
+		return refuse("group %q is its region's home group: it owns every slot it has not moved away, and never starts empty", cmd.GetGroup())
+	case t == nil && cmd.GetOp() != fsmpb.SlotsCommand_EMPTY && !home:
+		return refuse("group %q has not started: its first leader has not committed its empty slot table, and it takes a move's steps only after that; retry", cmd.GetGroup())
+	case t == nil:
 		t = &slotTable{group: cmd.GetGroup(), frozenBy: map[shard.Slot]uint64{}, moves: map[uint64]*fsmpb.MoveOutcome{}}
-	} else if t.group != cmd.GetGroup() {
+	case t.group != cmd.GetGroup():
 		return refuse("this is group %q, not %q", t.group, cmd.GetGroup())
-	} else {
+	default:
 		t = t.clone()
 	}
 	id := cmd.GetMoveId()
+	if floor := max(t.forgotten, cmd.GetFinishedBelow()); cmd.GetOp() != fsmpb.SlotsCommand_EMPTY && id < floor {
+		return refuse("move %d is finished at the home group, and this group has forgotten its steps of it", id)
+	}
 	prev := t.moves[id]
 	each := func(fn func(shard.Slot)) {
 		for sl := first; sl <= last; sl++ {
@@ -173,8 +205,26 @@ func (s *State) applySlots(cmd *fsmpb.SlotsCommand) *fsmpb.SlotsResult {
 		return refuse("unknown step %v", cmd.GetOp())
 	}
 	t.moves[id] = &fsmpb.MoveOutcome{MoveId: id, Op: cmd.GetOp(), First: first, Last: last, Peer: cmd.GetPeer(), AtUnixNano: cmd.GetProposedUnixNano()}
+	t.forget(cmd.GetFinishedBelow())
 	s.slots = t
 	return &fsmpb.SlotsResult{Done: true, Owned: uint32(s.OwnedSlots())}
+}
+
+// forget drops the outcomes of the moves below floor, finished at the
+// home group: what the table keeps is bounded by the moves from the
+// oldest one under way in the region on. A move's frozen slots are
+// unfrozen or released before it finishes, so no slot is frozen by a
+// move forgotten.
+func (t *slotTable) forget(floor uint64) {
+	if floor <= t.forgotten {
+		return
+	}
+	t.forgotten = floor
+	for id := range t.moves {
+		if id < floor {
+			delete(t.moves, id)
+		}
+	}
 }
 
 // slotsRecord is the snapshot record of the table, nil when the group
@@ -184,7 +234,7 @@ func (s *State) slotsRecord() *fsmpb.SlotsRecord {
 	if t == nil {
 		return nil
 	}
-	rec := &fsmpb.SlotsRecord{Group: t.group, Slots: slices.Clone(t.state[:])}
+	rec := &fsmpb.SlotsRecord{Group: t.group, Slots: slices.Clone(t.state[:]), ForgottenBelow: t.forgotten}
 	for _, o := range t.moves {
 		rec.Moves = append(rec.Moves, o)
 	}
@@ -197,7 +247,7 @@ func (s *State) restoreSlots(rec *fsmpb.SlotsRecord) error {
 	if len(rec.GetSlots()) != shard.Slots {
 		return fmt.Errorf("slots record: %d slots, this version uses %d", len(rec.GetSlots()), shard.Slots)
 	}
-	t := &slotTable{group: rec.GetGroup(), frozenBy: map[shard.Slot]uint64{}, moves: map[uint64]*fsmpb.MoveOutcome{}}
+	t := &slotTable{group: rec.GetGroup(), forgotten: rec.GetForgottenBelow(), frozenBy: map[shard.Slot]uint64{}, moves: map[uint64]*fsmpb.MoveOutcome{}}
 	copy(t.state[:], rec.GetSlots())
 	for _, o := range rec.GetMoves() {
 		t.moves[o.GetMoveId()] = o

@@ -1,17 +1,29 @@
 package state
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/internal/shard"
 	allotpb "github.com/allot-io/allot/proto"
+	"google.golang.org/protobuf/proto"
 	"pgregory.net/rapid"
 )
 
 func step(op fsmpb.SlotsCommand_Op, id uint64, first, last uint32, group string) *fsmpb.SlotsCommand {
 	return &fsmpb.SlotsCommand{Op: op, MoveId: id, First: first, Last: last, Group: group, Peer: "peer", ProposedUnixNano: 1}
+}
+
+// homeState is the state of the home group "main" once g1 is in its map:
+// a move is planned in the home group's log before its first step.
+func homeState(t interface{ Fatal(...any) }) *State {
+	s := New()
+	if err, ok := s.Apply(CmdShardMap, &fsmpb.ShardMapCommand{Home: "main", AddGroup: &allotpb.ShardGroup{Id: "g1"}}).(error); ok {
+		t.Fatal(err)
+	}
+	return s
 }
 
 func TestSlotSteps(t *testing.T) {
@@ -86,6 +98,9 @@ func TestSlotSteps(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			s := New()
+			if c.steps[0].cmd.GetGroup() == "main" {
+				s = homeState(t)
+			}
 			for i, x := range c.steps {
 				res := s.Apply(CmdSlots, x.cmd).(*fsmpb.SlotsResult)
 				if x.refused == "" && (!res.GetDone() || res.GetRefused() != "") {
@@ -114,7 +129,7 @@ func TestSlotSteps(t *testing.T) {
 // slot is ever owned by both.
 func TestMovesCountOnce(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		groups := map[string]*State{"main": New(), "g1": New()}
+		groups := map[string]*State{"main": homeState(t), "g1": New()}
 		groups["g1"].Apply(CmdSlots, step(fsmpb.SlotsCommand_EMPTY, 0, 0, 0, "g1"))
 		tenants := []string{"a", "b", "c", "d", "e", "f"}
 		slot := func(tn string) uint32 { return uint32(shard.Of(tn)) }
@@ -275,6 +290,63 @@ func TestMovesCountOnce(t *testing.T) {
 	})
 }
 
+// TestGroupTakesNoStepBeforeItsStart: a group added to a region owns
+// nothing from its start (its first leader's empty table). A step that
+// reaches it before then, as an abort sent while it was coming up, is
+// refused and makes no table: a table made by it would own every slot,
+// take any tenant's usage, refuse every later acquire, and outlive the
+// start, which does nothing once a table is there.
+func TestGroupTakesNoStepBeforeItsStart(t *testing.T) {
+	const (
+		F = fsmpb.SlotsCommand_FREEZE
+		A = fsmpb.SlotsCommand_ACQUIRE
+		R = fsmpb.SlotsCommand_RELEASE
+		X = fsmpb.SlotsCommand_ABORT
+		U = fsmpb.SlotsCommand_UNFREEZE
+		E = fsmpb.SlotsCommand_EMPTY
+	)
+	acme := uint32(shard.Of("acme"))
+	s := New()
+	for _, op := range []fsmpb.SlotsCommand_Op{X, A, F, R, U} {
+		res := s.Apply(CmdSlots, step(op, 1, acme, acme, "g1")).(*fsmpb.SlotsResult)
+		if res.GetDone() || !strings.Contains(res.GetRefused(), "has not started") {
+			t.Fatalf("%v before the group's start: %+v, want a refusal saying it has not started", op, res)
+		}
+		if s.Group() != "" {
+			t.Fatalf("%v before the group's start made a table of group %q", op, s.Group())
+		}
+	}
+	if res := s.Apply(CmdSlots, step(E, 0, 0, 0, "g1")).(*fsmpb.SlotsResult); !res.GetDone() || s.OwnedSlots() != 0 {
+		t.Fatalf("the start: %+v, owning %d slots, want none", res, s.OwnedSlots())
+	}
+	m := &machine{st: s}
+	if res := s.Apply(CmdReports, usageCmd(hour0, "gw-1", 1, 1, "acme", 5, 0)).(*fsmpb.ReportsResult); len(res.GetMoved()) == 0 {
+		t.Fatal("a group that owns no slot applied a tenant's usage")
+	}
+	if res := s.Apply(CmdSlots, step(A, 1, acme, acme, "g1")).(*fsmpb.SlotsResult); !res.GetDone() || s.OwnedSlots() != 1 {
+		t.Fatalf("the acquire after the start: %+v, owning %d slots, want 1", res, s.OwnedSlots())
+	}
+	if res := s.Apply(CmdReports, usageCmd(hour0, "gw-1", 1, 1, "acme", 5, 0)).(*fsmpb.ReportsResult); len(res.GetMoved()) != 0 {
+		t.Fatalf("usage of an acquired slot refused: %+v", res)
+	}
+	if a, _ := ledgerTotal(m, "acme"); a != 5 {
+		t.Fatalf("ledger holds %d admitted, want 5", a)
+	}
+	if back := roundTrip(t, m).st; back.OwnedSlots() != 1 || back.Group() != "g1" {
+		t.Fatalf("after a snapshot: %d slots of %q", back.OwnedSlots(), back.Group())
+	}
+
+	// The home group owns every slot with no table, and never starts
+	// empty.
+	h := homeState(t)
+	if res := h.Apply(CmdSlots, step(E, 0, 0, 0, "main")).(*fsmpb.SlotsResult); res.GetDone() || h.OwnedSlots() != shard.Slots {
+		t.Fatalf("the home group started empty: %+v, owning %d slots", res, h.OwnedSlots())
+	}
+	if res := h.Apply(CmdSlots, step(F, 1, 0, 99, "main")).(*fsmpb.SlotsResult); !res.GetDone() || h.OwnedSlots() != shard.Slots-100 {
+		t.Fatalf("the home group's first freeze: %+v, owning %d slots", res, h.OwnedSlots())
+	}
+}
+
 func TestShardMapCommands(t *testing.T) {
 	s := New()
 	mustMap := func(cmd *fsmpb.ShardMapCommand) *allotpb.ShardMap {
@@ -328,4 +400,135 @@ func TestShardMapCommands(t *testing.T) {
 	if back.ShardMapVersion() != s.ShardMapVersion() || back.ShardMap().Owner(0) != "g1" {
 		t.Fatal("the map did not survive a snapshot")
 	}
+}
+
+// TestShardMapKeepsTheLastFinishedMoves: over many moves the map keeps
+// every move under way and the newest shard.FinishedMovesKept finished
+// ones, numbers new moves on from the newest, and so stays one size
+// however many moves a region makes.
+func TestShardMapKeepsTheLastFinishedMoves(t *testing.T) {
+	s := homeState(t)
+	phase := func(id uint64, p allotpb.SlotMove_Phase) any {
+		return s.Apply(CmdShardMap, &fsmpb.ShardMapCommand{Phase: &allotpb.SlotMove{Id: id, Phase: p}})
+	}
+	plan := func(sl uint32, from, to string) uint64 {
+		t.Helper()
+		res := s.Apply(CmdShardMap, &fsmpb.ShardMapCommand{Plan: &allotpb.SlotMove{First: sl, Last: sl, From: from, To: to}})
+		if err, ok := res.(error); ok {
+			t.Fatal(err)
+		}
+		mv := res.(*allotpb.ShardMap).GetMoves()
+		return mv[len(mv)-1].GetId()
+	}
+	stuck := plan(9000, "main", "g1") // under way throughout
+	var sizes []int
+	const moves = 3 * shard.FinishedMovesKept
+	for i := range moves {
+		from, to := "main", "g1"
+		if i%2 == 1 {
+			from, to = to, from
+		}
+		id := plan(7, from, to)
+		if want := uint64(i) + 2; id != want {
+			t.Fatalf("move %d got ID %d, want %d", i, id, want)
+		}
+		for _, p := range []allotpb.SlotMove_Phase{allotpb.SlotMove_FROZEN, allotpb.SlotMove_ACQUIRED, allotpb.SlotMove_DONE} {
+			if err, ok := phase(id, p).(error); ok {
+				t.Fatal(err)
+			}
+		}
+		if i == moves/2 || i == moves-1 {
+			sizes = append(sizes, proto.Size(s.ShardMap().Proto()))
+		}
+	}
+	m := s.ShardMap()
+	if len(m.Moves) != shard.FinishedMovesKept+1 {
+		t.Fatalf("the map keeps %d moves, want %d finished and the one under way", len(m.Moves), shard.FinishedMovesKept)
+	}
+	if mv := shard.FindMove(m.Moves, stuck); mv == nil || !shard.Active(mv) {
+		t.Fatalf("the move under way was forgotten: %v", mv)
+	}
+	if m.NextMoveID() != moves+2 || m.FinishedBelow() != stuck {
+		t.Fatalf("next move ID %d, finished below %d; want %d and %d", m.NextMoveID(), m.FinishedBelow(), moves+2, stuck)
+	}
+	// Wider IDs take a byte more each; more moves take none.
+	if sizes[1]-sizes[0] > len(m.Moves) {
+		t.Fatalf("the map's wire size grew from %d to %d bytes over %d more moves", sizes[0], sizes[1], moves/2)
+	}
+	// A phase of a forgotten move (a deposed leader's mover) changes
+	// nothing.
+	v := s.ShardMapVersion()
+	if err, ok := phase(2, allotpb.SlotMove_DONE).(error); !ok || !errors.Is(err, ErrShardMap) || s.ShardMapVersion() != v {
+		t.Fatalf("a phase of a forgotten move: %v, version %d → %d", err, v, s.ShardMapVersion())
+	}
+	back := roundTrip(t, &machine{st: s}).st.ShardMap()
+	if len(back.Moves) != len(m.Moves) || back.NextMoveID() != m.NextMoveID() {
+		t.Fatalf("after a snapshot: %d moves, next ID %d", len(back.Moves), back.NextMoveID())
+	}
+}
+
+// TestSlotTableForgetsFinishedMoves: a group forgets its steps of the
+// moves the home group's mover says are finished (finished_below), so its
+// table stays small over many moves, and refuses a step of one sent
+// again (a deposed leader's), changing nothing, before and after a
+// snapshot.
+func TestSlotTableForgetsFinishedMoves(t *testing.T) {
+	const (
+		F = fsmpb.SlotsCommand_FREEZE
+		A = fsmpb.SlotsCommand_ACQUIRE
+		R = fsmpb.SlotsCommand_RELEASE
+		X = fsmpb.SlotsCommand_ABORT
+		E = fsmpb.SlotsCommand_EMPTY
+	)
+	s := New()
+	do := func(op fsmpb.SlotsCommand_Op, id, finished uint64) *fsmpb.SlotsResult {
+		c := step(op, id, 7, 7, "g1")
+		c.FinishedBelow = finished
+		return s.Apply(CmdSlots, c).(*fsmpb.SlotsResult)
+	}
+	do(E, 0, 0)
+	// Slot 7 comes to g1 by the odd moves and leaves by the even ones;
+	// each move finishes before the next starts, and an abort of another
+	// slot's move now and then.
+	var id uint64
+	for range 500 {
+		id++
+		if r := do(A, id, id); !r.GetDone() {
+			t.Fatalf("acquire of move %d: %s", id, r.GetRefused())
+		}
+		id++
+		if r := do(F, id, id); !r.GetDone() {
+			t.Fatalf("freeze of move %d: %s", id, r.GetRefused())
+		}
+		if r := do(R, id, id); !r.GetDone() {
+			t.Fatalf("release of move %d: %s", id, r.GetRefused())
+		}
+		id++
+		if r := do(X, id, id); !r.GetDone() {
+			t.Fatalf("abort of move %d: %s", id, r.GetRefused())
+		}
+	}
+	if n := s.RememberedMoves(); n > 1 {
+		t.Fatalf("after %d moves the table remembers %d of them, want the one under way at most", id, n)
+	}
+	check := func(s *State) {
+		t.Helper()
+		// Move 1 acquired slot 7, move 3 was aborted: sent again, each
+		// would now be taken as new, giving g1 a slot it gave away.
+		for _, c := range []*fsmpb.SlotsCommand{step(A, 1, 7, 7, "g1"), step(A, 3, 7, 7, "g1"), step(X, 1, 7, 7, "g1")} {
+			if r := s.Apply(CmdSlots, c).(*fsmpb.SlotsResult); r.GetDone() || !strings.Contains(r.GetRefused(), "forgotten") || s.OwnedSlots() != 0 {
+				t.Fatalf("%v of finished move %d: %+v, owning %d slots", c.GetOp(), c.GetMoveId(), r, s.OwnedSlots())
+			}
+		}
+		// The mover's next move still goes.
+		next := id + 1
+		c := step(A, next, 7, 7, "g1")
+		c.FinishedBelow = next
+		if r := s.Apply(CmdSlots, c).(*fsmpb.SlotsResult); !r.GetDone() || s.OwnedSlots() != 1 {
+			t.Fatalf("the next move's acquire: %+v", r)
+		}
+	}
+	back := roundTrip(t, &machine{st: s}).st
+	check(s)
+	check(back)
 }

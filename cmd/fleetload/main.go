@@ -46,6 +46,7 @@ type config struct {
 	sweepN, sweepT []int
 	sweepDuration  time.Duration
 	sweepWarmup    time.Duration
+	procs          int
 }
 
 func defaultConfig() config {
@@ -72,6 +73,7 @@ func parseFlags(args []string, stderr io.Writer, base config) (config, error) {
 	fs.DurationVar(&cfg.every, "every", cfg.every, "a line this often")
 	fs.DurationVar(&cfg.reportInterval, "report-interval", cfg.reportInterval, "the coordinators' and agents' report interval")
 	fs.IntVar(&cfg.workers, "workers", cfg.workers, "goroutines generating the checks")
+	fs.IntVar(&cfg.procs, "procs", 0, "GOMAXPROCS of the harness alone (the agents and the load), leaving the rest of the machine to the coordinators; 0: every core")
 	fs.Uint64Var(&cfg.seed, "seed", cfg.seed, "seed of the checks' draws")
 	fs.Float64Var(&cfg.zipf, "zipf", cfg.zipf, "Zipf exponent of tenants', users' and routes' popularity")
 	fs.IntVar(&cfg.minUsers, "min-users", cfg.minUsers, "users of the lightest tenants")
@@ -111,8 +113,8 @@ func parseFlags(args []string, stderr io.Writer, base config) (config, error) {
 	switch {
 	case cfg.every <= 0 || cfg.reportInterval < 10*time.Millisecond:
 		return cfg, errors.New("-every must be positive and -report-interval at least 10ms")
-	case cfg.workers < 1:
-		return cfg, errors.New("-workers must be at least 1")
+	case cfg.workers < 1 || cfg.procs < 0:
+		return cfg, errors.New("-workers must be at least 1, and -procs not negative")
 	case !cfg.sweep && cfg.duration <= cfg.warmup:
 		return cfg, fmt.Errorf("-duration %v must be longer than -warmup %v", cfg.duration, cfg.warmup)
 	case cfg.sweep && cfg.sweepDuration <= cfg.sweepWarmup:
@@ -158,6 +160,9 @@ func fleetMain(args []string, stdout, stderr io.Writer) int {
 	case err != nil:
 		fmt.Fprintln(stderr, "fleetload:", err)
 		return 2
+	}
+	if cfg.procs > 0 {
+		runtime.GOMAXPROCS(cfg.procs)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -88,6 +88,9 @@ type line struct {
 	harnessCPU               float64 // this process's CPU seconds
 	counts                   counts
 	verdict                  verdict
+	// How long reading the agents' registries and the coordinators
+	// took, for a harness short of CPU to show.
+	agentsTook, scrapeTook time.Duration
 }
 
 // sampler reads, each interval, the agents' registries, the report
@@ -155,41 +158,16 @@ func (s *sampler) sample(ctx context.Context, gws []*gateway, now time.Time, spa
 	}
 	// Then the coordinators, while the agents' registries are read.
 	scraped := make(chan map[string]memberSample, 1)
-	go func() { scraped <- s.scrapeMembers(ctx) }()
+	t0 := time.Now()
+	go func() {
+		m := s.scrapeMembers(ctx)
+		l.scrapeTook = time.Since(t0)
+		scraped <- m
+	}()
 	s.readAgents(&l, gws)
+	l.agentsTook = time.Since(t0)
 	samples := <-scraped
-	leader, sure := "", true
-	for id, ms := range samples {
-		if ms.mOK && ms.m.Sum(mRaftState, "state", "Leader") == 1 {
-			if leader != "" { // two say they lead: ask who leads now
-				if co, _ := s.cl.Leader(ctx); co != nil {
-					leader = co.ID
-				}
-				break
-			}
-			leader = id
-		}
-	}
-	if leader == "" {
-		// No /metrics says. If some member did not answer, ask
-		// /v1/status, and failing that take the last leader, if it
-		// runs, as the one too busy to answer; if all answered, none
-		// leads (an election).
-		answered := true
-		for id, ms := range samples {
-			if ms.scrapeError != nil {
-				answered = false
-				s.logf("%s's /metrics: %v", id, ms.scrapeError)
-			}
-		}
-		if !answered {
-			if co, _ := s.cl.Leader(ctx); co != nil {
-				leader = co.ID
-			} else if _, ok := samples[s.leader]; ok {
-				leader, sure = s.leader, false
-			}
-		}
-	}
+	leader, sure := s.findLeader(ctx, samples)
 	l.leader, l.changed = leader, leader != s.leader && s.leader != ""
 	switch {
 	case leader == "":
@@ -219,30 +197,81 @@ func (s *sampler) sample(ctx context.Context, gws []*gateway, now time.Time, spa
 	return l
 }
 
-// readAgents adds up what the agents counted since the last line.
+// findLeader is the member whose /metrics says it leads. When none says
+// so and some member did not answer, it asks /v1/status, and failing
+// that takes the last leader, if it runs, as the one too busy to answer
+// (sure is then false); when all answered and none leads, there is an
+// election, and no leader.
+func (s *sampler) findLeader(ctx context.Context, samples map[string]memberSample) (leader string, sure bool) {
+	for id, ms := range samples {
+		if ms.mOK && ms.m.Sum(mRaftState, "state", "Leader") == 1 {
+			if leader != "" { // two say they lead: ask who leads now
+				if co, _ := s.cl.Leader(ctx); co != nil {
+					return co.ID, true
+				}
+			}
+			leader = id
+		}
+	}
+	if leader != "" {
+		return leader, true
+	}
+	answered := true
+	for id, ms := range samples {
+		if ms.scrapeError != nil {
+			answered = false
+			s.logf("%s's /metrics: %v", id, ms.scrapeError)
+		}
+	}
+	if answered {
+		return "", true
+	}
+	if co, _ := s.cl.Leader(ctx); co != nil {
+		return co.ID, true
+	}
+	if _, ok := samples[s.leader]; ok {
+		return s.leader, false
+	}
+	return "", true
+}
+
+// readAgents adds up what the agents counted since the last line. The
+// registries are read a few at a time: each Gather hands its metrics
+// over channels, and on a busy machine each hand-over waits for the
+// scheduler, which a hundred agents read one by one would pay a hundred
+// times over.
 func (s *sampler) readAgents(l *line, gws []*gateway) {
 	s.mu.Lock()
 	totals := s.retired
 	s.retired = agentTotals{}
 	s.mu.Unlock()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
 	for _, g := range gws {
-		m, _ := fleet.Gather(g.reg)
-		t := totalsOf(m)
-		s.mu.Lock()
-		if s.gone[g.id] { // retire counted it
-			s.mu.Unlock()
-			continue
-		}
-		totals.add(t.sub(s.agents[g.id]))
-		s.agents[g.id] = t
-		s.mu.Unlock()
-		for _, v := range m.Values(mFallback, "rule") {
-			if m.Sum(mFallback, "rule", v) > 0 {
-				l.fallbackAgents++
-				break
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			m, _ := fleet.Gather(g.reg)
+			t := totalsOf(m)
+			fallback := false
+			for _, v := range m.Values(mFallback, "rule") {
+				fallback = fallback || m.Sum(mFallback, "rule", v) > 0
 			}
-		}
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.gone[g.id] { // retire counted it
+				return
+			}
+			totals.add(t.sub(s.agents[g.id]))
+			s.agents[g.id] = t
+			if fallback {
+				l.fallbackAgents++
+			}
+		}()
 	}
+	wg.Wait()
 	l.reportsOK, l.reportsFailed, l.expiries = totals.ok, totals.failed, totals.expiries
 }
 

@@ -84,7 +84,11 @@ func runPoint(ctx context.Context, bin, dir string, p point, out io.Writer, line
 		return nil, fmt.Errorf("agents' log: %w", err)
 	}
 	defer logFile.Close()
-	r := &runner{p: p, m: m, cl: cl, logf: logf,
+	clockCtx, stopClock := context.WithCancel(context.Background())
+	defer stopClock() // after every agent is closed (defers run last first)
+	clk := newCoarseClock()
+	go clk.run(clockCtx)
+	r := &runner{p: p, m: m, cl: cl, logf: logf, clock: clk,
 		log: hclog.New(&hclog.LoggerOptions{Output: logFile, Level: hclog.Warn, TimeFormat: time.RFC3339Nano})}
 	defer r.closeAll()
 	res := &result{p: p, model: m}
@@ -141,6 +145,10 @@ func runPoint(ctx context.Context, bin, dir string, p point, out io.Writer, line
 		}
 		now := time.Now()
 		l := smp.sample(ctx, r.live(), now, now.Sub(last))
+		if took := time.Since(now); took > p.every/2 {
+			logf("reading the figures took %v (the agents' registries %v, the coordinators %v): the harness is short of CPU, and lines come late",
+				took.Round(time.Millisecond), l.agentsTook.Round(time.Millisecond), l.scrapeTook.Round(time.Millisecond))
+		}
 		l.at, l.measured = now.Sub(start), last.Sub(start) >= p.warmup
 		if on, off := r.overSpan(); !on.IsZero() && last.Before(off) && now.After(on) {
 			l.phase = fmt.Sprintf("×%g", p.overload)
@@ -196,6 +204,7 @@ type runner struct {
 	log   hclog.Logger
 	logf  func(string, ...any)
 	calls *reportCalls
+	clock *coarseClock
 
 	mu       sync.Mutex
 	gateways map[string]*gateway
@@ -209,7 +218,7 @@ func (r *runner) startGateways(ctx context.Context, slots []*slot) ([]*gateway, 
 	var gws []*gateway
 	for _, s := range slots {
 		reg := prometheus.NewRegistry()
-		cfg := agent.Config{Coordinators: r.cl.GRPCAddrs(), NodeID: s.id, Registerer: reg, ReportInterval: r.p.reportInterval,
+		cfg := agent.Config{Coordinators: r.cl.GRPCAddrs(), NodeID: s.id, Registerer: reg, ReportInterval: r.p.reportInterval, Clock: r.clock,
 			Logger: r.log.Named(s.id), DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(r.calls.interceptor())}}
 		if r.cl.Creds != nil {
 			cfg.CAFile, cfg.TokenFile = r.cl.Creds.CA, r.cl.Creds.Agents[agentToken]

@@ -79,8 +79,9 @@ type line struct {
 	lat                      []float64
 	byCode                   map[codes.Code]int64
 	shed, leaderReports      float64
-	entries, entriesReports  float64 // demand keys the leader received, in how many reports
-	cpu, cpuSpan             float64 // the leader's CPU seconds, over how many seconds
+	byResult                 map[string]float64 // the leader's reports by result, whatever results it has
+	entries, entriesReports  float64            // demand keys the leader received, in how many reports
+	cpu, cpuSpan             float64            // the leader's CPU seconds, over how many seconds
 	rss, goroutines          float64
 	round                    fleet.Histogram
 	expiries                 float64
@@ -295,6 +296,10 @@ func (s *sampler) leaderLine(l *line, now, prev memberSample) {
 		return
 	}
 	l.leaderReports = now.m.Sum(mReports) - prev.m.Sum(mReports)
+	l.byResult = map[string]float64{}
+	for _, r := range now.m.Values(mReports, "result") {
+		l.byResult[r] = now.m.Sum(mReports, "result", r) - prev.m.Sum(mReports, "result", r)
+	}
 	l.shed = now.m.Sum(mReports, "result", resultShed) - prev.m.Sum(mReports, "result", resultShed)
 	keys := now.m.Histogram(mReportKeys).Sub(prev.m.Histogram(mReportKeys))
 	l.entries, l.entriesReports = keys.Sum, keys.Count

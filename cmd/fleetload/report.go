@@ -78,6 +78,7 @@ type figures struct {
 	reportsOK, reportsFail  float64
 	lat                     []float64
 	byCode                  map[codes.Code]int64
+	byResult                map[string]float64
 	shed, leaderReports     float64
 	cpu, cpuSpan            float64
 	cpuForEntries, entries  float64 // over the lines with both
@@ -119,6 +120,12 @@ func (res *result) sum() figures {
 		}
 		if !math.IsNaN(l.shed) {
 			f.shed += l.shed
+		}
+		for r, n := range l.byResult {
+			if f.byResult == nil {
+				f.byResult = map[string]float64{}
+			}
+			f.byResult[r] += n
 		}
 		if !math.IsNaN(l.leaderReports) {
 			f.leaderReports += l.leaderReports
@@ -343,9 +350,16 @@ func (res *result) printSummary(w io.Writer) bool {
 	fmt.Fprintf(w, "  report calls: p50 %s ms, p99 %s ms, p99.9 %s ms, max %s ms; %d calls: %s\n",
 		num(1000*quantile(f.lat, 0.5), 1), num(1000*quantile(f.lat, 0.99), 1), num(1000*quantile(f.lat, 0.999), 1), num(1000*quantile(f.lat, 1), 1),
 		len(f.lat), strings.Join(byCode, ", "))
-	fmt.Fprintf(w, "  leader (%s, %d changes): CPU %s%% of a core, %s µs a report, %s µs a report entry, %s entries a report; %.0f reports shed; round p99 %s ms, mean %s ms\n",
+	var byResult []string
+	for r, n := range f.byResult {
+		if n > 0 {
+			byResult = append(byResult, fmt.Sprintf("%s %.0f", r, n))
+		}
+	}
+	slices.Sort(byResult)
+	fmt.Fprintf(w, "  leader (%s, %d changes): CPU %s%% of a core, %s µs a report, %s µs a report entry, %s entries a report; reports %s; %.0f shed; round p99 %s ms, mean %s ms\n",
 		strings.Join(f.leaders, ","), f.leaderChanges, num(100*div(f.cpu, f.cpuSpan), 0), num(div(1e6*f.cpu, f.leaderReports), 0),
-		num(div(1e6*f.cpuForEntries, f.entries), 2), num(div(f.entries, f.entriesReports), 0), f.shed,
+		num(div(1e6*f.cpuForEntries, f.entries), 2), num(div(f.entries, f.entriesReports), 0), strings.Join(byResult, ", "), f.shed,
 		num(1000*f.round.Quantile(0.99), 1), num(1000*f.round.Mean(), 1))
 	c := f.counts
 	var refused []string

@@ -95,7 +95,7 @@ func parseFlags(args []string, stderr io.Writer, base config) (config, error) {
 	fs.StringVar(&cfg.workDir, "workdir", "", "directory for data and logs (default: a new temporary directory)")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep data and logs")
 	fs.BoolVar(&cfg.strict, "strict", false, "exit 1 when a target is missed (default: report only)")
-	fs.BoolVar(&cfg.verbose, "v", false, "with -sweep, print every point's lines too")
+	fs.BoolVar(&cfg.verbose, "v", false, "with -sweep, print every point's lines and summary too")
 	fs.DurationVar(&cfg.timeout, "timeout", 0, "hard bound on the whole run (default: the runs' length plus 10 minutes)")
 	err := fs.Parse(args)
 	if err == nil && fs.NArg() > 0 {
@@ -250,7 +250,11 @@ func run(ctx context.Context, cfg config, out io.Writer) ([]*result, bool, error
 			results = append(results, res)
 		}
 		if res != nil && len(res.lines) > 0 {
-			if !res.printSummary(out) {
+			summary := out
+			if cfg.sweep && !cfg.verbose {
+				summary = io.Discard // a sweep prints its table; -v each point's summary too
+			}
+			if !res.printSummary(summary) {
 				pass = false
 			}
 			if cfg.sweep {
@@ -259,7 +263,7 @@ func run(ctx context.Context, cfg config, out io.Writer) ([]*result, bool, error
 			}
 		}
 		if err != nil {
-			return results, false, fmt.Errorf("N=%d, T=%d: %w", p.gateways, p.tenants, err)
+			return results, false, fmt.Errorf("%d gateways × %d tenants: %w", p.gateways, p.tenants, err)
 		}
 	}
 	if cfg.sweep {

@@ -14,7 +14,7 @@ PROTOC_GEN_GO      := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 BIN                := $(CURDIR)/bin
 
-.PHONY: all build test gateways-deps bench bench-peers bench-sink lint fuzz demo chaos chaos-short soak soak-short accuracy accuracy-short proto clean
+.PHONY: all build test gateways-deps bench bench-peers bench-sink lint fuzz demo chaos chaos-short soak soak-short accuracy accuracy-short fleet fleet-sweep fleet-short proto clean
 
 all: build test
 
@@ -27,8 +27,9 @@ build:
 # hostile input, exporting the ledger to a real PostgreSQL that is
 # stopped, frozen and has the exporting leader killed mid-transaction)
 # and the short accuracy check (cmd/accuracy
-# TestAccuracyShort, about 60 s: steady quotas through real processes);
-# -short skips both. Then the demo runs as `make demo` does,
+# TestAccuracyShort, about 60 s: steady quotas through real processes)
+# and the fleet harness's own accounting (cmd/fleetload TestFleetShort,
+# about 30 s: 10 agents against real coordinators); -short skips them. Then the demo runs as `make demo` does,
 # without the race detector (which slows each check tenfold), and every
 # one of its checks must pass (TestDemoChecks, about 35 s). The real
 # nginx and Caddy in front of a sidecar (cmd/allot TestGatewayForwardAuth)
@@ -180,6 +181,36 @@ accuracy:
 # The short version alone, as make test runs it (TestAccuracyShort).
 accuracy-short:
 	$(GO) test -count=1 -v -run '^TestAccuracyShort$$' ./cmd/accuracy
+
+# The coordinators at the design's fleet size (issue 41; docs/coordinator.md,
+# "Measuring a fleet"): 3 coordinator processes and FLEET_N simulated
+# gateways, each a real agent in the harness's process reporting over
+# gRPC every second, FLEET_T tenants Zipf-spread over them, 4 rules,
+# FLEET_RATE checks/s per gateway, for FLEET_DURATION. A line every 10 s
+# (reports answered in time, report latency, shed reports, the leader's
+# CPU, memory, goroutines and rounds, lease expiries at the agents,
+# checks by rule), then a summary against the targets. Reports only:
+# exits 0 on misses unless FLEET_FLAGS has -strict. FLEET_FLAGS passes
+# flags through, e.g. FLEET_FLAGS='-overload 3' (3× the gateways for two
+# minutes, then back, and how soon reports are answered in time again).
+FLEET_N        ?= 100
+FLEET_T        ?= 2000
+FLEET_RATE     ?= 1000
+FLEET_DURATION ?= 30m
+fleet:
+	$(GO) run ./cmd/fleetload -gateways $(FLEET_N) -tenants $(FLEET_T) -rate $(FLEET_RATE) -duration $(FLEET_DURATION) $(FLEET_FLAGS)
+
+# One line per (N, T), N in 20, 50, 100, 200 and T in 500, 2,000,
+# 10,000, a fresh cluster each, 90 s per point of which the first 30 s
+# are left out: about 25 minutes. FLEET_FLAGS as for fleet, e.g.
+# FLEET_FLAGS='-sweep-gateways 20,50 -sweep-duration 60s'.
+fleet-sweep:
+	$(GO) run ./cmd/fleetload -sweep $(FLEET_FLAGS)
+
+# The short version alone, as make test runs it (TestFleetShort: 10
+# gateways × 200 tenants for 20 s, checking the harness's accounting).
+fleet-short:
+	$(GO) test -count=1 -v -run '^TestFleetShort$$' ./cmd/fleetload
 
 clean:
 	$(GO) clean -testcache

@@ -404,9 +404,11 @@ func (hk *hotKey) peek(now time.Time, cost int64) result {
 }
 
 // expire unleases the key if its lease has expired at now (coordinators'
-// clock, ns).
+// clock, ns), and counts it: a coordinator answered without renewing a
+// lease in time.
 func (hk *hotKey) expire(rs *ruleState, now int64) {
 	if hk.leased.Load() && hk.expires <= now {
+		rs.expiries.Add(1)
 		hk.unlease(rs, rs.limiterTime(now))
 	}
 }

@@ -94,13 +94,14 @@ var (
 	descInvalid   = prometheus.NewDesc("allot_agent_invalid_checks_total", "Checks refused without counting because their cost exceeded MaxCost.", nil, nil)
 	descNodes     = prometheus.NewDesc("allot_agent_nodes", "Nodes the coordinators hear from: the divisor of unleased and fallback shares.", nil, nil)
 	descReady     = prometheus.NewDesc("allot_agent_rules_ready", "1 while the agent enforces the cluster's rules (or its static --rules); 0 while it has none, or only its rules cache or start-up rules, and decides by its --until-rules policy (see /v1/status).", nil, nil)
+	descExpiries  = prometheus.NewDesc("allot_agent_lease_expiries_total", "Leases of the rule that ran out unrenewed and returned their key (or class) to its unleased share: a coordinator answered without renewing them in time, or none answered for a lease period and the rule went onto its fallback fail mode. Above 0 in steady state, the coordinators are late with their answers.", []string{"rule"}, nil)
 	descRefused   = prometheus.NewDesc("allot_agent_refused_limits_total", "Limits (a share or a lease) the rule's algorithm refused: the store or key kept enforcing, and reporting, the one it had; the log says which and why.", []string{"rule"}, nil)
 	descCallLimit = prometheus.NewDesc("allot_agent_call_limit_fallbacks_total", "Descriptors with a limit of their own (Envoy's descriptor limit) decided by the rule's limit instead: the limit was invalid, or one the rule's algorithm cannot take, or new past the MaxCallLimits (64) the rule keeps stores for.", []string{"rule"}, nil)
 	descUntil     = prometheus.NewDesc("allot_agent_until_rules_decisions_total", "Checks decided without the cluster's rules, by policy: closed (refused, no rules), open (admitted, no rules), static (the start-up rules), cache (the rules cache).", []string{"policy"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDecisions, descFallback, descFellBack, descShadowed, descKeys, descHot, descOverflow, descTenants, descOffset, descNodes, descInvalid, descPeeks, descProblems, descReady, descUntil, descRefused, descCallLimit} {
+	for _, d := range []*prometheus.Desc{descDecisions, descFallback, descFellBack, descShadowed, descKeys, descHot, descOverflow, descTenants, descOffset, descNodes, descInvalid, descPeeks, descProblems, descReady, descUntil, descRefused, descCallLimit, descExpiries} {
 		ch <- d
 	}
 }
@@ -140,6 +141,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descFallback, prometheus.GaugeValue, fb, name, rs.mode.String())
 		ch <- prometheus.MustNewConstMetric(descFellBack, prometheus.CounterValue, float64(rs.fellBack.Load()), name)
 		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(rs.reconfigErrs.Load()), name)
+		ch <- prometheus.MustNewConstMetric(descExpiries, prometheus.CounterValue, float64(rs.expiries.Load()), name)
 		if rs.calls != nil {
 			ch <- prometheus.MustNewConstMetric(descCallLimit, prometheus.CounterValue, float64(rs.calls.fallbacks.Load()), name)
 		}

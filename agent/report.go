@@ -536,6 +536,15 @@ func (r *reporter) applyLeases(c *compiled, resp *allotpb.ReportResponse, held [
 	return lowered
 }
 
+// dropLease returns a key to its unleased share as its rule goes onto the
+// fallback fail mode, counting the lease it held as expired.
+func (rs *ruleState) dropLease(hk *hotKey, now int64) {
+	if hk.leased.Load() {
+		rs.expiries.Add(1)
+	}
+	hk.unlease(rs, rs.limiterTime(now))
+}
+
 // fairTotal sizes a global rule's node total: the sum of its classes'
 // leases, or the unleased share while it holds none.
 func (r *reporter) fairTotal(rs *ruleState, now int64) {
@@ -585,13 +594,15 @@ func (r *reporter) failed(now int64, err error) {
 			"rule", rs.rule.Name, "intent", rs.rule.Intent.String(), "fail_mode", rs.mode.String(), "error", err)
 		switch rs.mode {
 		case lease.FailFallback:
-			// Each node enforces limit ÷ nodes last seen: the unleased share.
+			// Each node enforces limit ÷ nodes last seen: the unleased
+			// share. The leases held ran out unrenewed a lease period
+			// ago, and are counted as expired.
 			for _, hk := range *rs.hot.Load() {
-				hk.unlease(rs, rs.limiterTime(now))
+				rs.dropLease(hk, now)
 			}
 			if rs.fair != nil {
 				for _, hk := range *rs.fair.classes.Load() {
-					hk.unlease(rs, rs.limiterTime(now))
+					rs.dropLease(hk, now)
 				}
 				r.fairTotal(rs, now) // no class leased: the unleased share
 			}

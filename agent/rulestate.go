@@ -91,6 +91,11 @@ type ruleData struct {
 	fallback atomic.Bool  // running on the fail mode
 	fellBack atomic.Int64 // decisions made on the fail mode
 	shadowed atomic.Int64 // refusals a shadow rule admitted
+	// expiries counts leases that ran out unrenewed and returned their
+	// key to its unleased share: at an answer that did not renew them,
+	// or dropped with the rest when the rule went onto its fallback
+	// fail mode. Counted by the reporter, never on a check.
+	expiries atomic.Int64
 
 	// reconfigErrs counts the limits the algorithm refused to take (a
 	// share or a lease): the store or key kept enforcing the one it had,

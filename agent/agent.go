@@ -43,12 +43,13 @@ type Agent struct {
 
 	rep   *reporter // nil when standalone
 	early chan struct{}
-	// lastEarly is when the last early report went, on the agent's clock.
-	lastEarly atomic.Int64
-	stop      chan struct{}
-	wg        sync.WaitGroup
-	closed    atomic.Bool
-	metrics   *metrics
+	// lastEarly is when the last early report went, on the agent's clock;
+	// earlyHold, until when early reports wait (holdEarly).
+	lastEarly, earlyHold atomic.Int64
+	stop                 chan struct{}
+	wg                   sync.WaitGroup
+	closed               atomic.Bool
+	metrics              *metrics
 	// invalid counts checks refused for a cost above MaxCost.
 	invalid atomic.Int64
 	// peeks counts the peeks answered (Request.Peek, Descriptor.Peek), by
@@ -204,11 +205,26 @@ func (a *Agent) WantsEarlyReport() bool {
 // interval, on the agent's clock.
 func (a *Agent) earlyWait() time.Duration {
 	now := a.clock.local()
+	if hold := a.earlyHold.Load(); now < hold {
+		return time.Duration(hold - now)
+	}
 	if last := a.lastEarly.Load(); last != 0 && now-last < int64(a.interval()/10) {
 		return time.Duration(last + int64(a.interval()/10) - now)
 	}
 	a.lastEarly.Store(now)
 	return 0
+}
+
+// holdEarly has early reports wait until until (the agent's clock): the
+// leader shed a report, or answers came late or not at all. Regular
+// reports go on at their interval.
+func (a *Agent) holdEarly(until int64) {
+	for {
+		cur := a.earlyHold.Load()
+		if until <= cur || a.earlyHold.CompareAndSwap(cur, until) {
+			return
+		}
+	}
 }
 
 // Ready is closed once the agent enforces rules.

@@ -24,7 +24,7 @@ func newMetrics(a *Agent, reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		reg: reg,
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "allot_agent_reports_total", Help: "Reports to the coordinators, by result (ok, failed).",
+			Name: "allot_agent_reports_total", Help: "Reports to the coordinators, by result (ok, failed; shed: the leader, overloaded, answered without taking the report: the leases held kept, the usage sent again with the next report).",
 		}, []string{"result"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "allot_agent_report_duration_seconds", Help: "Report round trips, including failover between coordinators.",
@@ -43,7 +43,7 @@ func newMetrics(a *Agent, reg prometheus.Registerer) (*metrics, error) {
 	for _, r := range []string{"admitted", "denied"} {
 		m.quarantinedUnits.WithLabelValues(r)
 	}
-	for _, r := range []string{"ok", "failed"} {
+	for _, r := range []string{"ok", "failed", "shed"} {
 		m.reports.WithLabelValues(r)
 	}
 	if reg == nil {
@@ -57,13 +57,9 @@ func newMetrics(a *Agent, reg prometheus.Registerer) (*metrics, error) {
 	return m, nil
 }
 
-func (m *metrics) observeReport(d time.Duration, err error) {
+func (m *metrics) observeReport(d time.Duration, result string) {
 	m.duration.Observe(d.Seconds())
-	if err != nil {
-		m.reports.WithLabelValues("failed").Inc()
-	} else {
-		m.reports.WithLabelValues("ok").Inc()
-	}
+	m.reports.WithLabelValues(result).Inc()
 }
 
 func (m *metrics) unregister() {

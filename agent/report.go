@@ -321,10 +321,26 @@ func (r *reporter) offset() int64 { return r.a.clock.offset.Load() }
 func (r *reporter) deliver(x *Exchange, resp *allotpb.ReportResponse, err error) {
 	a := r.a
 	received := a.clock.local()
-	a.metrics.observeReport(time.Duration(received-x.sent), err)
+	result := "ok"
+	switch {
+	case err != nil:
+		result = "failed"
+	case resp.GetShed():
+		result = "shed"
+	}
+	a.metrics.observeReport(time.Duration(received-x.sent), result)
 	r.lastErr = err
+	if err != nil || time.Duration(received-x.sent) > a.interval()/2 {
+		// Answers come late, or not at all: early reports wait an
+		// interval, so that a leader falling behind is not asked more.
+		a.holdEarly(received + int64(a.interval()))
+	}
 	if err != nil {
 		r.failed(a.clock.now(), err)
+		return
+	}
+	if resp.GetShed() {
+		r.shedAnswered(resp, x.held, received)
 		return
 	}
 	r.answered(resp, x.held, x.sent, received)
@@ -332,6 +348,32 @@ func (r *reporter) deliver(x *Exchange, resp *allotpb.ReportResponse, err error)
 		if r.regularAnswers++; r.regularAnswers >= joinReports {
 			a.joining.Store(false)
 		}
+	}
+}
+
+// shedAnswered takes the answer of a leader that shed the report: too
+// many were under way. Nothing of the report was applied, so its usage
+// batch stays pending for the next report; no lease changed, and the
+// leases it said it held are renewed as any answer renews them (when the
+// leader renews them at all: it does for a node it has heard from in its
+// term, and counts them held until then). The agent keeps enforcing them
+// and asks for nothing early before the answer's retry_after.
+func (r *reporter) shedAnswered(resp *allotpb.ReportResponse, held []*hotKey, received int64) {
+	a := r.a
+	a.holdEarly(received + max(resp.GetRetryAfterNano(), int64(a.interval())))
+	now := a.clock.now()
+	if renew := resp.GetRenewUnixNano(); renew > 0 {
+		r.lastOK = now
+		for _, hk := range held {
+			if hk.leased.Load() && hk.epoch == resp.GetEpoch() {
+				hk.expires = max(hk.expires, renew)
+			}
+		}
+	}
+	if now-r.lastWarn >= int64(10*time.Second) {
+		r.lastWarn = now
+		a.log.Warn("the coordinators' leader is overloaded and shed this report: the leases held are kept, the usage goes again with the next report",
+			"renewed", resp.GetRenewUnixNano() > 0, "retry_after", time.Duration(resp.GetRetryAfterNano()))
 	}
 }
 

@@ -184,7 +184,7 @@ func (r *reporter) sendTraced(ctx context.Context, x *Exchange, span trace.Span)
 			tracing.Fail(span, err)
 		}
 		r.deliver(x, resp, err)
-		return err == nil
+		return err == nil && !resp.GetShed() // a shed report's other parts wait too
 	}
 }
 

@@ -88,6 +88,7 @@ func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 	}
 	pl.Limit = max(pl.Limit-reserved, 0)
 	present := func(cl *claim) bool { return cl.lastSeen > 0 && now-cl.lastSeen < 2*interval && cl.left == 0 }
+	kept := a.kept.Load()
 	expired := func(cl claim) bool {
 		if cl.left > 0 {
 			// While learning, what a leaver held still counts among the
@@ -95,7 +96,13 @@ func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 			// it spent counts until the window ends.
 			return now-cl.left >= leaveHold*interval && !pl.LearnFromBases && !(window && cl.committed > 0)
 		}
-		return now-cl.lastSeen >= ttl && !(cl.lastSeen == 0 && pl.LearnFromBases)
+		seen := cl.lastSeen
+		if kept != nil {
+			// A node shed since it last reported had its leases renewed
+			// by the shed answer: they count until that renewal ends.
+			seen = max(seen, (*kept)[cl.node])
+		}
+		return now-seen >= ttl && !(cl.lastSeen == 0 && pl.LearnFromBases)
 	}
 	sh.claims, sh.classes = sh.claims[:0], sh.classes[:0]
 	demand := 0.0

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"hash/maphash"
+	"maps"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,11 @@ type allocator struct {
 	overrides overrideView
 
 	seq atomic.Uint64 // allocations, numbering grants
+	// kept are the nodes shed since they last reported (their index, and
+	// when): the shed answer renewed their leases, so their claims count
+	// as seen then (keep). Copy-on-write: read by every division, written
+	// only while the leader sheds.
+	kept atomic.Pointer[map[int32]int64]
 	// acquired are the slots this group took over from another by a move,
 	// each learning until its end (shards.go); nil when none is.
 	acquired atomic.Pointer[[]learningRange]
@@ -182,6 +188,7 @@ func (a *allocator) lead(epoch uint64, now int64, fleet int) {
 	a.seq.Store(0)
 	a.nodes, a.next = map[string]*nodeInfo{}, 0
 	a.counted, a.lastFull = nodeTally{}, now
+	a.kept.Store(nil)
 	a.mu.Unlock()
 	for i := range a.shards {
 		sh := &a.shards[i]
@@ -284,6 +291,61 @@ type nodeTally struct {
 	valid bool
 }
 
+// keep records, at now, that a node's report was shed: its answer renewed
+// the leases it holds for a lease period, so its claims count as seen now
+// and hold what they hold until then (see allocatePool). A node this
+// leader has not heard from in its term is not kept, and reports false:
+// its leases are its predecessor's, which this leader has not counted, so
+// its answer renews nothing. It runs under a.mu.
+func (a *allocator) keep(node string, now int64) bool {
+	info := a.nodes[node]
+	if info == nil || info.lastSeen == 0 {
+		return false
+	}
+	info.lastSeen = now
+	old := a.kept.Load()
+	next := make(map[int32]int64, 1)
+	if old != nil {
+		maps.Copy(next, *old)
+	}
+	next[info.index] = now
+	a.kept.Store(&next)
+	return true
+}
+
+// unkeep forgets that a node was shed: it reported. It runs under a.mu.
+func (a *allocator) unkeep(node int32) {
+	old := a.kept.Load()
+	if old == nil {
+		return
+	}
+	next := maps.Clone(*old)
+	delete(next, node)
+	if len(next) == 0 {
+		next = nil
+	}
+	if next == nil {
+		a.kept.Store(nil)
+		return
+	}
+	a.kept.Store(&next)
+}
+
+// shed records that a node's report was shed at now, and reports whether
+// its answer renews the leases it holds (keep).
+func (a *allocator) shed(node string, now int64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.keep(node, now)
+}
+
+// term is the epoch of the leader's term.
+func (a *allocator) term() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.epoch
+}
+
 // knows reports whether node has reported to this leader.
 func (a *allocator) knows(node string) bool {
 	a.mu.Lock()
@@ -350,6 +412,11 @@ func (a *allocator) fold(req *allotpb.ReportRequest, now int64) *folded {
 		a.counted.valid = false
 	}
 	f := &folded{req: req, node: info.index, epoch: a.epoch}
+	if kept := a.kept.Load(); kept != nil {
+		if _, ok := (*kept)[info.index]; ok {
+			a.unkeep(info.index)
+		}
+	}
 	learning := now < a.learnEnd
 	ruleMap := a.rules
 	a.mu.Unlock()

@@ -51,6 +51,9 @@ const (
 	// each minute by default: a fleet of a thousand gateways restarting
 	// at once waits a minute at most.
 	DefaultMaxNewNodesPerMinute = 1000
+	// DefaultMaxReportsInFlight bounds the reports the leader takes at
+	// once (Config.MaxReportsInFlight).
+	DefaultMaxReportsInFlight = 512
 	// DefaultAuditMaxEntries is how many audit entries are kept: at a few
 	// hundred bytes each (at most 50 items of what changed each), tens of
 	// MB at most in every member's memory and snapshots.
@@ -159,6 +162,15 @@ type Config struct {
 	// DefaultMaxNewNodesPerMinute; negative: unbounded), so that a flood
 	// of invented nodes cannot dilute every real node's share.
 	MaxNewNodesPerMinute int
+	// MaxReportsInFlight bounds the reports the leader takes at once
+	// (default DefaultMaxReportsInFlight; negative: unbounded). Past it, a
+	// report is answered at once without being taken (shed): its agent
+	// keeps the leases it holds, renewed, and sends its usage again. Early
+	// reports are shed from half of it, or while allocation rounds overrun
+	// their interval. Each report taken holds its decoded request and a
+	// goroutine until answered: the bound is on the leader's memory and
+	// queue, never on what a report may carry.
+	MaxReportsInFlight int
 	// MaxUnitsPerSecond, when positive, bounds the units one node may
 	// report per second of its report interval or billing window: a
 	// tripwire for a compromised agent inflating a bill.
@@ -415,6 +427,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.MaxReportBytes == 0 {
 		cfg.MaxReportBytes = DefaultMaxReportBytes
+	}
+	if cfg.MaxReportsInFlight == 0 {
+		cfg.MaxReportsInFlight = DefaultMaxReportsInFlight
 	}
 	if cfg.MaxReportKeys == 0 {
 		cfg.MaxReportKeys = DefaultMaxReportKeys

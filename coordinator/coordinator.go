@@ -92,6 +92,10 @@ type Coordinator struct {
 	// roundEvery is the configured RoundInterval; 0 derives it from the
 	// cluster's report interval.
 	roundEvery time.Duration
+	// intake bounds the reports taken at once (intake.go); roundsBehind
+	// is set while the last allocation round overran its interval.
+	intake       *intake
+	roundsBehind atomic.Bool
 
 	grpc    *grpc.Server
 	grpcLis net.Listener
@@ -142,9 +146,15 @@ func New(config Config) (*Coordinator, error) {
 	c := &Coordinator{
 		cfg: cfg, log: cfg.Logger.Named("coordinator"), metrics: newMetrics(reg), gather: gather,
 		alloc:      newAllocator(cfg.Region, cfg.ReportInterval, cfg.LeaseTTL),
-		roundEvery: config.RoundInterval,
-		ctx:        ctx, cancel: cancel, draining: make(chan struct{}), failed: make(chan struct{}), moverKick: make(chan struct{}, 1),
+		roundEvery: config.RoundInterval, intake: newIntake(cfg.MaxReportsInFlight),
+		ctx: ctx, cancel: cancel, draining: make(chan struct{}), failed: make(chan struct{}), moverKick: make(chan struct{}, 1),
 		tracer: tracing.Tracer(cfg.TracerProvider, "github.com/allot-io/allot/coordinator"),
+	}
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "allot_coordinator_reports_in_flight", Help: "Agent reports this member has taken and not yet answered: the leader's queue (bounded by MaxReportsInFlight).",
+	}, func() float64 { return float64(c.intake.inFlight.Load()) })); err != nil {
+		cancel()
+		return nil, fmt.Errorf("coordinator: registering metrics: %w", err)
 	}
 	c.alloc.global = cfg.Global
 	if len(cfg.Parent) > 0 {

@@ -174,6 +174,7 @@ func (c *Coordinator) lead(ctx context.Context) {
 	maintain := c.cfg.Clock.NewTicker(min(time.Minute, set.billingWindow/4))
 	defer maintain.Stop()
 	defer c.alloc.release() // reports waiting for a round that will not come
+	defer c.roundsBehind.Store(false)
 	for {
 		select {
 		case <-ctx.Done():
@@ -190,7 +191,9 @@ func (c *Coordinator) lead(ctx context.Context) {
 				c.recordGrants(grants, now.UnixNano(), set.billingWindow, c.roundInterval(set))
 			}
 			active := c.alloc.tick(now.UnixNano())
-			c.metrics.roundSeconds.Observe(time.Since(start).Seconds())
+			took := time.Since(start)
+			c.metrics.roundSeconds.Observe(took.Seconds())
+			c.roundsBehind.Store(took > c.roundInterval(set))
 			c.metrics.activeKeys.Set(float64(active))
 			c.metrics.activeAgents.Set(float64(c.alloc.nodeCount(now.UnixNano())))
 			if c.alloc.learning(now.UnixNano()) {

@@ -64,7 +64,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "allot_coordinator_leader_changes_total", Help: "Times this member saw the cluster's leader change.",
 		}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "allot_coordinator_reports_total", Help: "Agent reports received, by result (ok, invalid, too_large, redirected, failed, forbidden, new_node_limit).",
+			Name: "allot_coordinator_reports_total", Help: "Agent reports received, by result (ok, invalid, too_large, redirected, failed, forbidden, new_node_limit, moved, wrong_group; shed: answered at once without being taken, the leader having MaxReportsInFlight under way, or an early report while rounds overran or from half of it).",
 		}, []string{"result"}),
 		reportBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "allot_coordinator_report_size_bytes", Help: "Size of agent reports.",
@@ -127,7 +127,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.newNodes.WithLabelValues("refused")
 	// Every known label value starts at 0, so that increase() sees the
 	// first event too: an alert on the first invalid report fires.
-	for _, r := range []string{"ok", "invalid", "too_large", "redirected", "failed", "forbidden", "new_node_limit", "moved", "wrong_group"} {
+	for _, r := range []string{"ok", "invalid", "too_large", "redirected", "failed", "forbidden", "new_node_limit", "moved", "wrong_group", "shed"} {
 		m.reports.WithLabelValues(r)
 	}
 	for _, t := range state.Commands {

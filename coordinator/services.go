@@ -82,6 +82,11 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 		c.metrics.reports.WithLabelValues("redirected").Inc()
 		return nil, c.notLeader(ctx)
 	}
+	if !c.intake.take(req.GetUrgent(), c.alloc.knows(req.GetNode()), c.roundsBehind.Load()) {
+		c.metrics.reports.WithLabelValues("shed").Inc()
+		return c.shedAnswer(req, set), nil
+	}
+	defer c.intake.done()
 	if err := c.admitNode(req.GetNode()); err != nil {
 		c.metrics.reports.WithLabelValues("new_node_limit").Inc()
 		return nil, err

@@ -649,9 +649,20 @@ type ReportResponse struct {
 	Overrides *OverridesDelta `protobuf:"bytes,16,opt,name=overrides,proto3" json:"overrides,omitempty"`
 	// resets are the key resets made since the report's resets_version;
 	// unset when none were.
-	Resets        *ResetsDelta `protobuf:"bytes,17,opt,name=resets,proto3" json:"resets,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Resets *ResetsDelta `protobuf:"bytes,17,opt,name=resets,proto3" json:"resets,omitempty"`
+	// shed is set when the leader had more reports under way than it takes
+	// at once and answered this one without taking it: nothing of it was
+	// applied (its usage batch is not acknowledged: send it again), and no
+	// lease changed. The leases the report said it held are renewed until
+	// renew_unix_nano when this leader has heard from the node in its term
+	// (it counts them held until then); the agent keeps enforcing them, and
+	// asks for nothing early before retry_after_nano has passed. An agent
+	// that predates the field reads the answer as one that renewed its
+	// leases and acknowledged nothing, which is as safe.
+	Shed           bool  `protobuf:"varint,18,opt,name=shed,proto3" json:"shed,omitempty"`
+	RetryAfterNano int64 `protobuf:"varint,19,opt,name=retry_after_nano,json=retryAfterNano,proto3" json:"retry_after_nano,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ReportResponse) Reset() {
@@ -801,6 +812,20 @@ func (x *ReportResponse) GetResets() *ResetsDelta {
 		return x.Resets
 	}
 	return nil
+}
+
+func (x *ReportResponse) GetShed() bool {
+	if x != nil {
+		return x.Shed
+	}
+	return false
+}
+
+func (x *ReportResponse) GetRetryAfterNano() int64 {
+	if x != nil {
+		return x.RetryAfterNano
+	}
+	return 0
 }
 
 // Lease grants a node its share of one key's allowance until expires.
@@ -1037,7 +1062,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x05limit\x18\x10 \x01(\x03R\x05limit\x12\x1f\n" +
 	"\vperiod_nano\x18\x11 \x01(\x03R\n" +
 	"periodNano\x12\x14\n" +
-	"\x05burst\x18\x12 \x01(\x03R\x05burst\"\xb8\x05\n" +
+	"\x05burst\x18\x12 \x01(\x03R\x05burst\"\xf6\x05\n" +
 	"\x0eReportResponse\x125\n" +
 	"\bprotocol\x18\x01 \x01(\x0e2\x19.allot.v1.ProtocolVersionR\bprotocol\x12\x1b\n" +
 	"\tacked_seq\x18\x02 \x01(\x04R\backedSeq\x12\x14\n" +
@@ -1056,7 +1081,9 @@ const file_agent_proto_rawDesc = "" +
 	"\x05group\x18\x0e \x01(\tR\x05group\x12*\n" +
 	"\x11shard_map_version\x18\x0f \x01(\x04R\x0fshardMapVersion\x126\n" +
 	"\toverrides\x18\x10 \x01(\v2\x18.allot.v1.OverridesDeltaR\toverrides\x12-\n" +
-	"\x06resets\x18\x11 \x01(\v2\x15.allot.v1.ResetsDeltaR\x06resets\"\xaa\x02\n" +
+	"\x06resets\x18\x11 \x01(\v2\x15.allot.v1.ResetsDeltaR\x06resets\x12\x12\n" +
+	"\x04shed\x18\x12 \x01(\bR\x04shed\x12(\n" +
+	"\x10retry_after_nano\x18\x13 \x01(\x03R\x0eretryAfterNano\"\xaa\x02\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +

@@ -62,6 +62,7 @@ func runCoordinator(ctx context.Context, e *env) error {
 	f.BoolVar(&cfg.RaftPrivateNetwork, "raft-private-network", false, "the --raft-addr is reachable by members only; needed for a non-loopback Raft address without mutual TLS (--ca)")
 	f.BoolVar(&cfg.MetricsNeedAuth, "metrics-auth", false, "/metrics needs the reader role too (health endpoints stay open)")
 	f.IntVar(&cfg.MaxNewNodesPerMinute, "max-new-nodes-per-minute", coordinator.DefaultMaxNewNodesPerMinute, "node IDs never heard from before that may join each minute (negative: unbounded)")
+	f.IntVar(&cfg.MaxReportsInFlight, "max-reports-in-flight", coordinator.DefaultMaxReportsInFlight, "reports the leader takes at once; past it (early reports from half of it) a report is answered at once, shed: the agent keeps its leases and sends its usage again (negative: unbounded)")
 	f.Float64Var(&cfg.MaxUnitsPerSecond, "max-units-per-second", 0, "refuse a usage line or key demand above this many units per second of its billing window or report interval (0: only the protocol's 2^53 bound)")
 	f.DurationVar(&cfg.MaxConnectionAge, "max-connection-age", coordinator.DefaultMaxConnectionAge, "close client connections this old, so rotated CAs take effect; clients reconnect")
 	f.DurationVar(&cfg.ReportInterval, "report-interval", coordinator.DefaultReportInterval, "how often agents report; fixed by a cluster's first leader, later values are ignored with a warning")

@@ -244,6 +244,9 @@ type Config struct {
 	// waits on Raft (elections, joins, applies, the batcher's window)
 	// follows the system clock, as Raft itself does.
 	Clock timeutil.TimeSource
+
+	// hooks are this package's tests' (hooks.go); nil otherwise.
+	hooks *testHooks
 }
 
 // unspecifiedHost reports whether a listen address binds every interface.

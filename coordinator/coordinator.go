@@ -265,7 +265,7 @@ func (c *Coordinator) startRaft() (err error) {
 	rc.TrailingLogs = max(cfg.SnapshotThreshold, 1024)
 	notify := make(chan bool, 8)
 	rc.NotifyCh = notify
-	r, err := raft.NewRaft(rc, c.fsm, c.store.Log, c.store.Log, c.store.Snapshots, c.gate)
+	r, err := raft.NewRaft(rc, c.raftFSM(), c.store.Log, c.store.Log, c.store.Snapshots, c.gate)
 	if err != nil {
 		c.gate.Close()
 		c.gate = nil

@@ -1,6 +1,8 @@
 package coordinator
 
 import (
+	"time"
+
 	"github.com/allot-io/allot/coordinator/internal/fsm"
 	"github.com/hashicorp/raft"
 )
@@ -14,6 +16,9 @@ type testHooks struct {
 	// on Raft's apply goroutine: blocking it holds this member's replica
 	// behind its log (a follower that lags).
 	beforeApply func(*raft.Log)
+	// openRequestTimeout, when set, replaces openRequestTimeout
+	// (grpclimits.go).
+	openRequestTimeout time.Duration
 }
 
 // raftFSM is the state machine Raft drives: the FSM, behind the

@@ -19,6 +19,9 @@ type testHooks struct {
 	// openRequestTimeout, when set, replaces openRequestTimeout
 	// (grpclimits.go).
 	openRequestTimeout time.Duration
+	// httpLimits, when set, changes the HTTP server's limits before it
+	// serves (a test shortens them).
+	httpLimits func(*httpLimits)
 }
 
 // raftFSM is the state machine Raft drives: the FSM, behind the

@@ -182,6 +182,8 @@ func (e *Engine) Report(now time.Time, req *allotpb.ReportRequest) (*allotpb.Rep
 	}
 	applied, acked := false, uint64(0)
 	if b := req.GetUsage(); b != nil && b.GetSeq() > 0 {
+		// An engine runs no maintenance, so it forgets no incarnation
+		// and refuses no batch as stale (stale_before_unix_nano unset).
 		res := e.st.Apply(state.CmdReports, &fsmpb.ReportsCommand{ProposedUnixNano: now.UnixNano(), Reports: []*fsmpb.AgentUsage{
 			{Node: req.GetNode(), Incarnation: req.GetIncarnation(), Region: req.GetRegion(), Batch: b},
 		}}).(*fsmpb.ReportsResult)

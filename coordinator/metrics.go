@@ -134,7 +134,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.newNodes.WithLabelValues("refused")
 	// Every known label value starts at 0, so that increase() sees the
 	// first event too: an alert on the first invalid report fires.
-	for _, r := range []string{"ok", "invalid", "too_large", "redirected", "failed", "forbidden", "new_node_limit", "moved", "wrong_group"} {
+	for _, r := range []string{"ok", "invalid", "too_large", "redirected", "failed", "forbidden", "new_node_limit", "moved", "wrong_group", "stale"} {
 		m.reports.WithLabelValues(r)
 	}
 	for _, t := range state.Commands {

@@ -110,6 +110,9 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 			case r.moved != nil:
 				c.metrics.reports.WithLabelValues("moved").Inc()
 				return nil, c.slotsMoved(r.moved)
+			case r.stale:
+				c.metrics.reports.WithLabelValues("stale").Inc()
+				return nil, staleBatch(req)
 			}
 			committed, acked = true, r.acked
 		case <-ctx.Done():
@@ -142,6 +145,23 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 	resp.ShardMapVersion = max(resp.ShardMapVersion, c.homeMapVersion.Load())
 	c.metrics.reports.WithLabelValues("ok").Inc()
 	return resp, nil
+}
+
+// staleBatch is the refusal of a usage batch cut long ago by an
+// incarnation the cluster had forgotten (state.StaleBatchAge): it may have
+// been applied before, so it is recorded as applied and none of it is
+// counted. Sent again, it is acknowledged; the agent sends its later
+// batches as usual.
+func staleBatch(req *allotpb.ReportRequest) error {
+	b := req.GetUsage()
+	st := status.New(codes.FailedPrecondition, fmt.Sprintf("usage batch %d of this incarnation was cut at %s, and the cluster no longer knew the incarnation: "+
+		"it may have been counted before, so none of it is counted now (it is acknowledged when sent again); later batches are counted as usual",
+		b.GetSeq(), time.Unix(0, b.GetCutUnixNano()).UTC().Format(time.RFC3339)))
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: allotpb.ReasonStaleBatch, Domain: allotpb.ErrorDomain,
+		Metadata: map[string]string{"seq": strconv.FormatUint(b.GetSeq(), 10)}}); err == nil {
+		st = d
+	}
+	return st.Err()
 }
 
 // startBatchedApply starts the raft.apply span of a report whose usage

@@ -22,6 +22,9 @@ type testHooks struct {
 	// httpLimits, when set, changes the HTTP server's limits before it
 	// serves (a test shortens them).
 	httpLimits func(*httpLimits)
+	// leadStep runs before each step of a new leader's preamble, named as
+	// preamble names it; an error fails the step.
+	leadStep func(step string) error
 }
 
 // raftFSM is the state machine Raft drives: the FSM, behind the

@@ -202,6 +202,12 @@ func (r *reporter) mendRefusal(x *Exchange, err error) bool {
 		r.shrink(x, st.Message())
 		return true
 	}
+	if st.Code() == codes.FailedPrecondition && hasReason(st, allotpb.ReasonStaleBatch) {
+		// Recorded as applied: sent again, it is acknowledged, and the
+		// batches after it are counted as usual.
+		r.staleBatch(x, st.Message())
+		return true
+	}
 	if st.Code() != codes.InvalidArgument {
 		return false
 	}
@@ -227,6 +233,38 @@ func (r *reporter) mendRefusal(x *Exchange, err error) bool {
 		return false
 	}
 	return r.mend(x, vs, "refused by the coordinator")
+}
+
+// hasReason reports whether a refusal carries an ErrorInfo of Allot's
+// with reason.
+func hasReason(st *status.Status, reason string) bool {
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetDomain() == allotpb.ErrorDomain && ei.GetReason() == reason {
+			return true
+		}
+	}
+	return false
+}
+
+// staleBatch records a usage batch the coordinators refused as stale: cut
+// long ago by this incarnation, which they had forgotten, it may have
+// been counted before its acknowledgement was lost, so none of it is
+// counted now. Its units are counted as quarantined (field stale_batch):
+// billed once before, or lost, never twice.
+func (r *reporter) staleBatch(x *Exchange, why string) {
+	u := x.Request.GetUsage()
+	var admitted, denied uint64
+	for _, c := range u.GetCounts() {
+		admitted += c.GetAdmitted()
+		denied += c.GetDenied()
+	}
+	m := r.a.metrics
+	m.quarantined.WithLabelValues("usage", "stale_batch").Add(float64(len(u.GetCounts())))
+	m.quarantinedUnits.WithLabelValues("admitted").Add(float64(admitted))
+	m.quarantinedUnits.WithLabelValues("denied").Add(float64(denied))
+	r.a.log.Error("usage batch refused as stale: the coordinators had forgotten this agent's incarnation (cut off for a day or more); it is not counted again, whether or not it was before",
+		"seq", u.GetSeq(), "cut", time.Unix(0, u.GetCutUnixNano()).UTC().Format(time.RFC3339), "counts", len(u.GetCounts()),
+		"admitted", admitted, "denied", denied, "reason", why)
 }
 
 func allCounts(n int, why string) []allotpb.Violation {

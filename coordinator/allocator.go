@@ -402,10 +402,7 @@ func (a *allocator) fold(req *allotpb.ReportRequest, now int64) *folded {
 	}
 	info.lastSeen, info.region = now, req.GetRegion()
 	if a.global {
-		if info.groupSeen == nil {
-			info.groupSeen = map[string]int64{}
-		}
-		info.groupSeen[req.GetReporterGroup()] = now
+		info.sawGroup(req.GetReporterGroup(), now, a.ttl.Load())
 	}
 	if leaving {
 		info.lastSeen = 0 // out of the fleet's count at once; its claims go below

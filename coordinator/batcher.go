@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 )
 
 // batcher gathers the usage batches of many reports into one Raft entry
@@ -30,6 +31,10 @@ type batchResult struct {
 	// moved are the slots of the batch this group does not own: the
 	// batch was not applied (see state.ReportsResult).
 	moved []uint32
+	// stale says the batch was refused as stale: its incarnation had been
+	// forgotten, and it was recorded as applied, none of it counted
+	// (state.StaleBatchAge).
+	stale bool
 	err   error
 }
 
@@ -88,7 +93,8 @@ func (b *batcher) run(ctx context.Context) {
 }
 
 func (b *batcher) flush(pending []pendingUsage) {
-	cmd := &fsmpb.ReportsCommand{ProposedUnixNano: b.now().UnixNano(), Reports: make([]*fsmpb.AgentUsage, len(pending))}
+	now := b.now().UnixNano()
+	cmd := &fsmpb.ReportsCommand{ProposedUnixNano: now, StaleBeforeUnixNano: state.StaleBefore(now), Reports: make([]*fsmpb.AgentUsage, len(pending))}
 	for i, p := range pending {
 		cmd.Reports[i] = p.usage
 	}
@@ -101,8 +107,12 @@ func (b *batcher) flush(pending []pendingUsage) {
 	for _, m := range res.GetMoved() {
 		moved[m.GetReport()] = m.GetSlots()
 	}
+	stale := make(map[uint32]bool, len(res.GetStale()))
+	for _, i := range res.GetStale() {
+		stale[i] = true
+	}
 	for i, p := range pending {
-		p.done <- batchResult{acked: res.GetAckedSeq()[i], moved: moved[uint32(i)]}
+		p.done <- batchResult{acked: res.GetAckedSeq()[i], moved: moved[uint32(i)], stale: stale[uint32(i)]}
 	}
 }
 

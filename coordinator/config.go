@@ -60,6 +60,9 @@ const (
 	DefaultAuditMaxEntries = state.DefaultAuditMaxEntries
 	// DefaultMaxConnectionAge bounds how long a client connection lives.
 	DefaultMaxConnectionAge = 30 * time.Minute
+	// DefaultMaxConcurrentStreams bounds the calls in flight on one client
+	// connection: a client's further calls wait for one to end.
+	DefaultMaxConcurrentStreams = 256
 	// DefaultParentInterval is how often a region's leader reports to its
 	// parent: inter-region round trips are ~100 ms and lossy, so less
 	// often than agents, and a lease there lasts DefaultLeaseIntervals of
@@ -179,6 +182,10 @@ type Config struct {
 	// DefaultMaxConnectionAge), so that a rotated CA or a revoked
 	// certificate stops being accepted within it; clients reconnect.
 	MaxConnectionAge time.Duration
+	// MaxConcurrentStreams bounds the gRPC calls in flight on one client
+	// connection (default DefaultMaxConcurrentStreams), each of which may
+	// hold a message as large as its method takes while it is read.
+	MaxConcurrentStreams int
 
 	// ReportInterval is how often agents report; LeaseTTL how long a lease
 	// holds (default 5 × ReportInterval); RoundInterval how often the
@@ -257,6 +264,9 @@ type Config struct {
 	// waits on Raft (elections, joins, applies, the batcher's window)
 	// follows the system clock, as Raft itself does.
 	Clock timeutil.TimeSource
+
+	// hooks are this package's tests' (hooks.go); nil otherwise.
+	hooks *testHooks
 }
 
 // unspecifiedHost reports whether a listen address binds every interface.
@@ -442,6 +452,12 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.MaxConnectionAge == 0 {
 		cfg.MaxConnectionAge = DefaultMaxConnectionAge
+	}
+	if cfg.MaxConcurrentStreams == 0 {
+		cfg.MaxConcurrentStreams = DefaultMaxConcurrentStreams
+	}
+	if cfg.MaxConcurrentStreams < 0 {
+		return cfg, bad("MaxConcurrentStreams", "must not be negative, got %d", cfg.MaxConcurrentStreams)
 	}
 	if !(cfg.MaxUnitsPerSecond >= 0) || math.IsInf(cfg.MaxUnitsPerSecond, 0) {
 		return cfg, bad("MaxUnitsPerSecond", "must be a finite number, 0 or more, got %v", cfg.MaxUnitsPerSecond)

@@ -117,8 +117,10 @@ type Coordinator struct {
 	cancel  context.CancelFunc
 	// draining is closed when Close begins.
 	draining chan struct{}
-	// rlqsStreams counts the Envoy streams served, for their bound.
+	// rlqsStreams counts the Envoy streams served, for their bound;
+	// openCalls the calls to open methods in flight (grpclimits.go).
 	rlqsStreams atomic.Int64
+	openCalls   atomic.Int64
 	wg          sync.WaitGroup
 	closed      atomic.Bool
 	// tracer is Config.TracerProvider's; nil when tracing is off.
@@ -275,7 +277,7 @@ func (c *Coordinator) startRaft() (err error) {
 	rc.TrailingLogs = max(cfg.SnapshotThreshold, 1024)
 	notify := make(chan bool, 8)
 	rc.NotifyCh = notify
-	r, err := raft.NewRaft(rc, c.fsm, c.store.Log, c.store.Log, c.store.Snapshots, c.gate)
+	r, err := raft.NewRaft(rc, c.raftFSM(), c.store.Log, c.store.Log, c.store.Snapshots, c.gate)
 	if err != nil {
 		c.gate.Close()
 		c.gate = nil
@@ -319,12 +321,20 @@ func (c *Coordinator) openDataDir() error {
 func (c *Coordinator) startGRPC() error {
 	// The tracing interceptors come first, so that a call refused by
 	// authorization has its span too.
+	// What a call may cost before it is authenticated and decoded is
+	// bounded in grpclimits.go: the tap, the receive and header limits,
+	// the streams per connection, and each method's limit.
 	opts := append(tracing.ServerOptions(c.tracer),
-		grpc.MaxRecvMsgSize(c.cfg.MaxReportBytes),
+		grpc.InTapHandle(c.tapCall),
+		grpc.MaxRecvMsgSize(c.maxRecvMessage()),
+		grpc.ForceServerCodecV2(newLimitCodec()),
+		grpc.MaxHeaderListSize(maxHeaderList),
+		grpc.MaxConcurrentStreams(uint32(c.cfg.MaxConcurrentStreams)),
+		grpc.ConnectionTimeout(connectionTimeout),
 		grpc.ChainUnaryInterceptor(c.metrics.grpc.UnaryServerInterceptor(), markHandled, c.authz.unary),
 		grpc.ChainStreamInterceptor(c.metrics.grpc.StreamServerInterceptor(), c.authz.stream),
 		grpc.StatsHandler(&oversizeCounter{reports: c.metrics.reports}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: c.cfg.MaxConnectionAge, MaxConnectionAgeGrace: time.Minute}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: c.cfg.MaxConnectionAge, MaxConnectionAgeGrace: time.Minute, MaxConnectionIdle: connectionIdle}),
 	)
 	if c.tls != nil {
 		// Client certificates are verified when given; callers without
@@ -333,18 +343,19 @@ func (c *Coordinator) startGRPC() error {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(c.tls.ServerConfig(false))))
 	}
 	c.grpc = grpc.NewServer(opts...)
-	allotpb.RegisterAgentServiceServer(c.grpc, &agentServer{c: c})
-	allotpb.RegisterRulesServiceServer(c.grpc, &rulesServer{c: c})
-	allotpb.RegisterOverridesServiceServer(c.grpc, &overridesServer{c: c})
-	allotpb.RegisterResetsServiceServer(c.grpc, &resetsServer{c: c})
-	allotpb.RegisterClusterServiceServer(c.grpc, &clusterServer{c: c})
-	allotpb.RegisterUsageServiceServer(c.grpc, &usageServer{c: c})
-	allotpb.RegisterAuditServiceServer(c.grpc, &auditServer{c: c})
-	allotpb.RegisterShardServiceServer(c.grpc, &shardServer{c: c})
-	rlqsv3.RegisterRateLimitQuotaServiceServer(c.grpc, &rlqsServer{c: c})
+	reg := limitedRegistrar{Server: c.grpc, limits: c.methodLimits()}
+	allotpb.RegisterAgentServiceServer(reg, &agentServer{c: c})
+	allotpb.RegisterRulesServiceServer(reg, &rulesServer{c: c})
+	allotpb.RegisterOverridesServiceServer(reg, &overridesServer{c: c})
+	allotpb.RegisterResetsServiceServer(reg, &resetsServer{c: c})
+	allotpb.RegisterClusterServiceServer(reg, &clusterServer{c: c})
+	allotpb.RegisterUsageServiceServer(reg, &usageServer{c: c})
+	allotpb.RegisterAuditServiceServer(reg, &auditServer{c: c})
+	allotpb.RegisterShardServiceServer(reg, &shardServer{c: c})
+	rlqsv3.RegisterRateLimitQuotaServiceServer(reg, &rlqsServer{c: c})
 	c.health = health.NewServer()
-	healthpb.RegisterHealthServer(c.grpc, c.health)
-	reflection.Register(c.grpc)
+	healthpb.RegisterHealthServer(reg, c.health)
+	reflection.Register(reg)
 	c.metrics.grpc.InitializeMetrics(c.grpc) // every method's series at 0
 	lis, err := net.Listen("tcp", c.cfg.GRPCAddr)
 	if err != nil {

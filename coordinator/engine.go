@@ -230,6 +230,8 @@ func (e *Engine) take(now time.Time, req *allotpb.ReportRequest) (*engineReport,
 	}
 	x := &engineReport{}
 	if b := req.GetUsage(); b != nil && b.GetSeq() > 0 {
+		// An engine runs no maintenance, so it forgets no incarnation
+		// and refuses no batch as stale (stale_before_unix_nano unset).
 		res := e.st.Apply(state.CmdReports, &fsmpb.ReportsCommand{ProposedUnixNano: now.UnixNano(), Reports: []*fsmpb.AgentUsage{
 			{Node: req.GetNode(), Incarnation: req.GetIncarnation(), Region: req.GetRegion(), Batch: b},
 		}}).(*fsmpb.ReportsResult)

@@ -86,7 +86,9 @@ func (c *Coordinator) startHTTP() error {
 	if err != nil {
 		return fmt.Errorf("coordinator: http listener: %w", err)
 	}
-	c.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	lim := c.httpLimits()
+	c.http = &http.Server{Handler: mux, ReadHeaderTimeout: lim.readHeader, ReadTimeout: lim.read, WriteTimeout: lim.write,
+		IdleTimeout: lim.idle, MaxHeaderBytes: lim.maxHeader}
 	if c.tls != nil {
 		c.http.TLSConfig = c.tls.ServerConfig(false)
 		c.httpLis = tls.NewListener(c.httpLis, c.http.TLSConfig)
@@ -97,6 +99,29 @@ func (c *Coordinator) startHTTP() error {
 		}
 	}()
 	return nil
+}
+
+// httpLimits bound what a connection to the HTTP server may hold
+// (docs/security.md#what-a-caller-can-cost). No endpoint streams, so an
+// answer has a deadline too: the longest is a usage page, which may wait
+// ExportTimeout for the ledger sink.
+type httpLimits struct {
+	readHeader, read, write, idle time.Duration
+	maxHeader                     int
+}
+
+func (c *Coordinator) httpLimits() httpLimits {
+	l := httpLimits{
+		readHeader: 10 * time.Second,
+		read:       30 * time.Second, // a request and its body: PUT /v1/overrides takes 8 MiB
+		write:      max(2*time.Minute, c.cfg.ExportTimeout+30*time.Second),
+		idle:       2 * time.Minute,
+		maxHeader:  64 << 10,
+	}
+	if h := c.cfg.hooks; h != nil && h.httpLimits != nil {
+		h.httpLimits(&l)
+	}
+	return l
 }
 
 // readerOnly lets through callers with the reader role (or admin), when

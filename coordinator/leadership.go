@@ -97,36 +97,10 @@ func (c *Coordinator) setStateMetric() {
 // own address, starts a new epoch, loads the rules file, then learns for
 // one lease period while serving.
 func (c *Coordinator) lead(ctx context.Context) {
-	if err := c.raft.Barrier(10 * time.Second).Error(); err != nil {
-		c.log.Warn("leader could not catch up with its log", "error", err)
-		return
+	epoch, ok := c.prepareLead(ctx)
+	if !ok {
+		return // no longer the leader
 	}
-	if err := c.fixSettings(); err != nil {
-		c.log.Warn("leader could not fix cluster settings", "error", err)
-		return
-	}
-	var self *allotpb.Member
-	c.fsm.Read(func(s *state.State) { self = s.Member(c.cfg.NodeID) })
-	if me := c.selfMember(); self == nil || !proto.Equal(self, me) {
-		if _, err := c.apply(ctx, state.CmdMember, &fsmpb.MemberCommand{Member: me, Audit: c.selfStamp("Lead")}, 10*time.Second); err != nil {
-			c.log.Warn("leader could not record its addresses", "error", err)
-			return
-		}
-	}
-	if err := c.pruneMembers(); err != nil {
-		c.log.Warn("leader could not forget members no longer in the configuration", "error", err)
-		return
-	}
-	if err := c.startGroup(); err != nil {
-		c.log.Warn("leader could not start its shard group owning no slot", "error", err)
-		return
-	}
-	res, err := c.apply(ctx, state.CmdEpoch, &fsmpb.EpochCommand{Leader: c.cfg.NodeID}, 10*time.Second)
-	if err != nil {
-		c.log.Warn("leader could not start an epoch", "error", err)
-		return
-	}
-	epoch := res.(uint64)
 	if c.cfg.RulesFile != "" {
 		if err := c.loadRulesFile(ctx); err != nil {
 			c.log.Error("rules file not applied", "file", c.cfg.RulesFile, "error", err)
@@ -211,6 +185,88 @@ func (c *Coordinator) lead(ctx context.Context) {
 			c.fsm.Read(func(s *state.State) { c.metrics.ledgerRecords.Set(float64(s.LedgerLen())) })
 		}
 	}
+}
+
+// Backoff between attempts at a leader's preamble.
+const (
+	leadRetryFirst = 250 * time.Millisecond
+	leadRetryMax   = 10 * time.Second
+)
+
+// prepareLead runs the leader's preamble (preamble) until it succeeds,
+// and returns the epoch it started, or false once ctx ends: the member is
+// no longer the leader. A step that fails (a barrier or a command timing
+// out on a slow disk or a lost quorum) is retried after a backoff: a
+// member that stayed Raft's leader without ever serving would hold the
+// cluster without a leader agents can use, and no election would follow.
+func (c *Coordinator) prepareLead(ctx context.Context) (uint64, bool) {
+	wait := leadRetryFirst
+	for attempt := 1; ; attempt++ {
+		epoch, step, err := c.preamble(ctx)
+		if err == nil {
+			return epoch, true
+		}
+		if ctx.Err() != nil {
+			return 0, false
+		}
+		c.log.Warn("leader could not prepare to serve; retrying while it leads", "step", step, "attempt", attempt, "retry_in", wait, "error", err)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, false
+		case <-t.C:
+		}
+		wait = min(2*wait, leadRetryMax)
+	}
+}
+
+// preamble is what a new leader does before it serves: it waits for the
+// log to be applied, fixes cluster settings, records its own addresses,
+// forgets members no longer in the configuration, starts its shard group,
+// and starts a new epoch, which it returns. Each step is idempotent, so a
+// failed preamble is run again whole; it returns the step that failed.
+func (c *Coordinator) preamble(ctx context.Context) (epoch uint64, step string, err error) {
+	hook := func(step string) error {
+		if h := c.cfg.hooks; h != nil && h.leadStep != nil {
+			return h.leadStep(step)
+		}
+		return nil
+	}
+	steps := []struct {
+		name string
+		run  func() error
+	}{
+		{"catch up with the log", func() error { return c.raft.Barrier(10 * time.Second).Error() }},
+		{"fix cluster settings", c.fixSettings},
+		{"record its addresses", func() error {
+			var self *allotpb.Member
+			c.fsm.Read(func(s *state.State) { self = s.Member(c.cfg.NodeID) })
+			if me := c.selfMember(); self == nil || !proto.Equal(self, me) {
+				_, err := c.apply(ctx, state.CmdMember, &fsmpb.MemberCommand{Member: me, Audit: c.selfStamp("Lead")}, 10*time.Second)
+				return err
+			}
+			return nil
+		}},
+		{"forget members no longer in the configuration", c.pruneMembers},
+		{"start its shard group owning no slot", c.startGroup},
+		{"start an epoch", func() error {
+			res, err := c.apply(ctx, state.CmdEpoch, &fsmpb.EpochCommand{Leader: c.cfg.NodeID}, 10*time.Second)
+			if err == nil {
+				epoch = res.(uint64)
+			}
+			return err
+		}},
+	}
+	for _, s := range steps {
+		if err := hook(s.name); err != nil {
+			return 0, s.name, err
+		}
+		if err := s.run(); err != nil {
+			return 0, s.name, err
+		}
+	}
+	return epoch, "", nil
 }
 
 func (c *Coordinator) selfMember() *allotpb.Member {

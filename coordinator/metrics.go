@@ -26,8 +26,11 @@ type metrics struct {
 	adminRequests  *prometheus.CounterVec
 	forwardedCalls prometheus.Counter
 	authRefusals   *prometheus.CounterVec
-	newNodes       *prometheus.CounterVec
-	rlqsStreams    prometheus.Gauge
+	// openCallsRefused counts calls to open methods refused for too many
+	// in flight (grpclimits.go).
+	openCallsRefused prometheus.Counter
+	newNodes         *prometheus.CounterVec
+	rlqsStreams      prometheus.Gauge
 	// Shard groups (shards.go): slots this group owns (leader only), and
 	// on the home group's leader the moves under way and the age of the
 	// oldest.
@@ -64,7 +67,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "allot_coordinator_leader_changes_total", Help: "Times this member saw the cluster's leader change.",
 		}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "allot_coordinator_reports_total", Help: "Agent reports received, by result (ok, invalid, too_large, redirected, failed, forbidden, new_node_limit, moved, wrong_group; shed: answered at once without being taken, the leader having MaxReportsInFlight under way, or an early report while rounds overran or from half of it).",
+			Name: "allot_coordinator_reports_total", Help: "Agent reports received, by result (ok, invalid, too_large, redirected, failed, forbidden, new_node_limit, moved, wrong_group, stale; shed: answered at once without being taken, the leader having MaxReportsInFlight under way, or an early report while rounds overran or from half of it).",
 		}, []string{"result"}),
 		reportBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "allot_coordinator_report_size_bytes", Help: "Size of agent reports.",
@@ -113,6 +116,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "allot_coordinator_auth_refusals_total",
 			Help: "Calls refused for their credential, by method and reason (no_credential, bad_token, expired_certificate, wrong_role, wrong_node).",
 		}, []string{"method", "reason"}),
+		openCallsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "allot_coordinator_open_calls_refused_total",
+			Help: "Calls to methods open to callers without a credential (health checks) refused because too many were in flight, when credentials are configured.",
+		}),
 		newNodes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "allot_coordinator_new_nodes_total", Help: "Reports from node IDs never heard from before, by result (admitted; refused: over the per-minute bound, each retry counted).",
 		}, []string{"result"}),
@@ -127,7 +134,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.newNodes.WithLabelValues("refused")
 	// Every known label value starts at 0, so that increase() sees the
 	// first event too: an alert on the first invalid report fires.
-	for _, r := range []string{"ok", "invalid", "too_large", "redirected", "failed", "forbidden", "new_node_limit", "moved", "wrong_group", "shed"} {
+	for _, r := range []string{"ok", "invalid", "too_large", "redirected", "failed", "forbidden", "new_node_limit", "moved", "wrong_group", "stale", "shed"} {
 		m.reports.WithLabelValues(r)
 	}
 	for _, t := range state.Commands {
@@ -194,7 +201,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	reg.MustRegister(m.slotsOwned, m.movesActive, m.moveOldest)
 	m.grpc = newGRPCMetrics()
 	reg.MustRegister(m.exportedLines, m.exportSeconds, m.exportErrors, m.exportPending, m.exportLag, m.exportDropped)
-	reg.MustRegister(m.authRefusals, m.newNodes, m.rlqsStreams, m.rlqsRequests, m.parentReports, m.parentFallback, m.parentLeased, m.grpc)
+	reg.MustRegister(m.authRefusals, m.openCallsRefused, m.newNodes, m.rlqsStreams, m.rlqsRequests, m.parentReports, m.parentFallback, m.parentLeased, m.grpc)
 	reg.MustRegister(m.raftState, m.leaderChanges, m.reports, m.reportBytes, m.reportKeys, m.roundSeconds,
 		m.applySeconds, m.activeKeys, m.activeAgents, m.leasesGranted, m.learning, m.ledgerRecords,
 		m.commands, m.rulesVersion, m.adminRequests, m.forwardedCalls, m.auditEntries)

@@ -3,12 +3,14 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/allot-io/allot/internal/clusterclient"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
@@ -149,8 +151,6 @@ func grpcError(err error) error {
 	return status.Error(codes.Unavailable, err.Error())
 }
 
-// onLeader runs fn on the leader: here if this member leads, otherwise by
-// forwarding to the leader through call.
 // annotate adds attributes to the span of a traced call: admin calls are
 // rare, so the attributes are built even when nothing records them.
 func annotate(ctx context.Context, kv ...attribute.KeyValue) {
@@ -159,14 +159,31 @@ func annotate(ctx context.Context, kv ...attribute.KeyValue) {
 	}
 }
 
+// onLeader runs a write on the leader: local here if this member leads,
+// otherwise forward to the leader. It is the first thing a write does
+// after checking its arguments' syntax: whatever depends on the
+// replicated state (a rule that must exist, a set that must stay valid)
+// is checked in local, on the leader, never on a follower whose replica
+// may not have applied the write just before this one (Consul's
+// endpoints forward first for the same reason).
+//
+// A member that has just won an election may not have applied every
+// entry committed before its term; until it is ready to serve (lead's
+// barrier done), local waits for a barrier of its own so that it too
+// checks against everything committed.
 func onLeader[T any](ctx context.Context, c *Coordinator, local func() (T, error), forward func(ctx context.Context, addr string) (T, error)) (T, error) {
-	if c.raft.State().String() == "Leader" {
-		v, err := local()
-		if !errors.Is(err, ErrNotLeader) {
-			return v, err
+	var zero T
+	if c.raft.State() == raft.Leader {
+		err := c.caughtUp(ctx)
+		if err == nil {
+			v, err := local()
+			if !errors.Is(err, ErrNotLeader) {
+				return v, err
+			}
+		} else if ctx.Err() != nil {
+			return zero, status.FromContextError(ctx.Err()).Err()
 		}
 	}
-	var zero T
 	_, addr := c.Leader()
 	if addr == "" || addr == c.AdvertisedGRPCAddr() {
 		return zero, status.Error(codes.Unavailable, "no leader elected yet; retry shortly")
@@ -176,4 +193,24 @@ func onLeader[T any](ctx context.Context, c *Coordinator, local func() (T, error
 	fctx, cancel := context.WithTimeout(c.forwardCaller(ctx, forwardToken(ctx)), 15*time.Second)
 	defer cancel()
 	return forward(fctx, addr)
+}
+
+// caughtUp returns once this leader's replica holds every entry
+// committed before its term: at once when it is ready to serve, after a
+// barrier otherwise. It fails when the barrier does (leadership lost).
+func (c *Coordinator) caughtUp(ctx context.Context) error {
+	if c.leading.Load() {
+		return nil
+	}
+	timeout := 10 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		timeout = min(timeout, time.Until(d))
+	}
+	if timeout <= 0 {
+		return ctx.Err()
+	}
+	if err := c.raft.Barrier(timeout).Error(); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotLeader, err)
+	}
+	return nil
 }

@@ -115,6 +115,9 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 			case r.moved != nil:
 				c.metrics.reports.WithLabelValues("moved").Inc()
 				return nil, c.slotsMoved(r.moved)
+			case r.stale:
+				c.metrics.reports.WithLabelValues("stale").Inc()
+				return nil, staleBatch(req)
 			}
 			committed, acked = true, r.acked
 		case <-ctx.Done():
@@ -172,6 +175,23 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 	resp.ShardMapVersion = max(resp.ShardMapVersion, c.homeMapVersion.Load())
 	c.metrics.reports.WithLabelValues("ok").Inc()
 	return resp, nil
+}
+
+// staleBatch is the refusal of a usage batch cut long ago by an
+// incarnation the cluster had forgotten (state.StaleBatchAge): it may have
+// been applied before, so it is recorded as applied and none of it is
+// counted. Sent again, it is acknowledged; the agent sends its later
+// batches as usual.
+func staleBatch(req *allotpb.ReportRequest) error {
+	b := req.GetUsage()
+	st := status.New(codes.FailedPrecondition, fmt.Sprintf("usage batch %d of this incarnation was cut at %s, and the cluster no longer knew the incarnation: "+
+		"it may have been counted before, so none of it is counted now (it is acknowledged when sent again); later batches are counted as usual",
+		b.GetSeq(), time.Unix(0, b.GetCutUnixNano()).UTC().Format(time.RFC3339)))
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: allotpb.ReasonStaleBatch, Domain: allotpb.ErrorDomain,
+		Metadata: map[string]string{"seq": strconv.FormatUint(b.GetSeq(), 10)}}); err == nil {
+		st = d
+	}
+	return st.Err()
 }
 
 // startBatchedApply starts the raft.apply span of a report whose usage
@@ -298,8 +318,9 @@ func (s *rulesServer) GetRule(_ context.Context, req *allotpb.GetRuleRequest) (*
 	return out, nil
 }
 
-// PutRules validates and applies rules, all or none. On a follower it is
-// forwarded to the leader.
+// PutRules validates and applies rules, all or none, on the leader: the
+// set they make is checked against the leader's rules, which a
+// follower's may lag.
 func (s *rulesServer) PutRules(ctx context.Context, req *allotpb.PutRulesRequest) (*allotpb.RuleSet, error) {
 	c := s.c
 	if !c.isHome() {
@@ -307,39 +328,47 @@ func (s *rulesServer) PutRules(ctx context.Context, req *allotpb.PutRulesRequest
 	}
 	cmd := &fsmpb.RulesCommand{Put: req.GetRules(), ReplaceAll: req.GetReplaceAll()}
 	annotate(ctx, attribute.Int("allot.rules", len(cmd.Put)), attribute.Bool("allot.replace_all", cmd.ReplaceAll))
-	if err := c.checkRulesCommand(cmd); err != nil {
-		c.metrics.adminRequests.WithLabelValues("PutRules", "invalid").Inc()
-		return nil, err
-	}
 	out, err := onLeader(ctx, c, func() (*allotpb.RuleSet, error) {
+		if err := c.checkRulesCommand(cmd); err != nil {
+			return nil, err
+		}
 		cmd.Audit = c.auditStamp(ctx, "PutRules")
 		return c.applyRulesCommand(ctx, cmd)
 	}, func(ctx context.Context, addr string) (*allotpb.RuleSet, error) {
 		return c.peers.rules(addr).PutRules(ctx, req)
 	})
+	if status.Code(err) == codes.InvalidArgument {
+		c.metrics.adminRequests.WithLabelValues("PutRules", "invalid").Inc()
+		return nil, err
+	}
 	c.metrics.adminRequests.WithLabelValues("PutRules", resultLabel(err)).Inc()
 	return out, grpcError(err)
 }
 
+// DeleteRule deletes a rule on the leader: a rule just put through the
+// leader may not be on a follower's replica yet.
 func (s *rulesServer) DeleteRule(ctx context.Context, req *allotpb.DeleteRuleRequest) (*allotpb.RuleSet, error) {
 	c := s.c
 	if !c.isHome() {
 		return nil, c.notHome("DeleteRule")
 	}
 	annotate(ctx, tracing.Rule.String(req.GetName()))
-	var found bool
-	c.fsm.Read(func(st *state.State) { _, found = st.Rules().Get(req.GetName()) })
-	if !found {
-		c.metrics.adminRequests.WithLabelValues("DeleteRule", "not_found").Inc()
-		return nil, status.Errorf(codes.NotFound, "no rule named %q", req.GetName())
-	}
 	cmd := &fsmpb.RulesCommand{Delete: []string{req.GetName()}}
 	out, err := onLeader(ctx, c, func() (*allotpb.RuleSet, error) {
+		var found bool
+		c.fsm.Read(func(st *state.State) { _, found = st.Rules().Get(req.GetName()) })
+		if !found {
+			return nil, status.Errorf(codes.NotFound, "no rule named %q", req.GetName())
+		}
 		cmd.Audit = c.auditStamp(ctx, "DeleteRule")
 		return c.applyRulesCommand(ctx, cmd)
 	}, func(ctx context.Context, addr string) (*allotpb.RuleSet, error) {
 		return c.peers.rules(addr).DeleteRule(ctx, req)
 	})
+	if status.Code(err) == codes.NotFound {
+		c.metrics.adminRequests.WithLabelValues("DeleteRule", "not_found").Inc()
+		return nil, err
+	}
 	c.metrics.adminRequests.WithLabelValues("DeleteRule", resultLabel(err)).Inc()
 	return out, grpcError(err)
 }

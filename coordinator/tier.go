@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -70,13 +71,65 @@ type parentLease struct {
 	lowered bool
 }
 
+// maxRegionGroups bounds the shard groups of one region a parent keeps
+// track of, per region and per key. A region's credential names its
+// groups itself (reporter_group), so without a bound it could grow the
+// parent's memory by naming ever new ones; a region has a few groups.
+const maxRegionGroups = 64
+
 // sawRegion records, on a parent, that a region (its shard group, ""
-// for a region never split) reported a pool's key.
+// for a region never split) reported a pool's key. A region naming more
+// than maxRegionGroups groups for the key loses the entry of the one
+// heard from longest ago: if that group fell silent, its region's share
+// of the key is no longer held back for it (fallenRegions), which only a
+// region misnaming its own groups can bring about.
 func (p *pool) sawRegion(region, group string, now int64) {
 	if p.regionSeen == nil {
 		p.regionSeen = map[string]int64{}
 	}
-	p.regionSeen[regionGroup(region, group)] = now
+	key := regionGroup(region, group)
+	if _, ok := p.regionSeen[key]; !ok {
+		makeRoom(p.regionSeen, maxRegionGroups, func(k string) bool { r, _ := regionOf(k); return r == region })
+	}
+	p.regionSeen[key] = now
+}
+
+// sawGroup records, on a parent, that a shard group of a region ("" for a
+// region never split) reported, keeping at most maxRegionGroups groups:
+// an entry older than a lease period answers nothing regionReportedSince
+// asks, so those go first, then the oldest.
+func (n *nodeInfo) sawGroup(group string, now, ttl int64) {
+	if n.groupSeen == nil {
+		n.groupSeen = map[string]int64{}
+	}
+	if _, ok := n.groupSeen[group]; !ok && len(n.groupSeen) >= maxRegionGroups {
+		for g, last := range n.groupSeen {
+			if now-last >= ttl {
+				delete(n.groupSeen, g)
+			}
+		}
+		makeRoom(n.groupSeen, maxRegionGroups, nil)
+	}
+	n.groupSeen[group] = now
+}
+
+// makeRoom deletes from m, when it holds limit or more keys that match
+// (every key, with match nil), the one of them seen longest ago, so that
+// one more fits.
+func makeRoom(m map[string]int64, limit int, match func(string) bool) {
+	n, oldest, at := 0, "", int64(math.MaxInt64)
+	for k, seen := range m {
+		if match != nil && !match(k) {
+			continue
+		}
+		n++
+		if seen < at || seen == at && k < oldest {
+			oldest, at = k, seen
+		}
+	}
+	if n >= limit {
+		delete(m, oldest)
+	}
 }
 
 // regionGroup keys a region's shard group; regionOf takes it apart.

@@ -295,3 +295,47 @@ func TestTierEarlyReports(t *testing.T) {
 		})
 	}
 }
+
+// TestParentBoundsRegionGroups: a parent keeps what it hears of each
+// shard group of a region by the group's name, which the region's
+// credential chooses: a region naming ever new groups grows neither the
+// region's record nor a key's beyond maxRegionGroups, and the group it
+// names last is the one kept.
+func TestParentBoundsRegionGroups(t *testing.T) {
+	w := newWorld(t, 900)
+	w.step(map[string]float64{"eu": 100})
+	for i := range 3 * maxRegionGroups {
+		w.now = w.now.Add(time.Millisecond)
+		req := w.regions["eu"].RegionReport(w.now, time.Second)
+		req.ReporterGroup = fmt.Sprintf("g%d", i)
+		if _, err := w.parent.Report(w.now, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := fmt.Sprintf("g%d", 3*maxRegionGroups-1)
+	e := w.parent
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.alloc.mu.Lock()
+	groups := e.alloc.nodes[RegionNode("eu")].groupSeen
+	if _, ok := groups[last]; len(groups) > maxRegionGroups || !ok {
+		t.Errorf("the region's record holds %d groups (at most %d), the last named kept: %v", len(groups), maxRegionGroups, ok)
+	}
+	e.alloc.mu.Unlock()
+	sh := e.alloc.shard(poolKey{"quota", "acme"})
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	p := sh.pools[poolKey{"quota", "acme"}]
+	if p == nil {
+		t.Fatal("the parent has no pool for acme's key")
+	}
+	eu := 0
+	for k := range p.regionSeen {
+		if r, _ := regionOf(k); r == "eu" {
+			eu++
+		}
+	}
+	if _, ok := p.regionSeen[regionGroup("eu", last)]; eu > maxRegionGroups || !ok {
+		t.Errorf("the key's record holds %d of eu's groups (at most %d), the last named kept: %v", eu, maxRegionGroups, ok)
+	}
+}

@@ -18,6 +18,8 @@ import (
 const (
 	// MaxNameLen bounds node, region, rule, tenant and plan names.
 	MaxNameLen = 256
+	// MaxGroupLen bounds a shard group's ID (ValidGroupID).
+	MaxGroupLen = 64
 	// MaxKeyLen bounds an encoded key. Agents hash attributes longer than
 	// 128 bytes, so their keys stay far below it.
 	MaxKeyLen = 1024
@@ -104,6 +106,14 @@ func ValidateReport(req *ReportRequest, lim ReportLimits) []Violation {
 		_, desc, _ := cut(m)
 		whole("region", desc)
 	}
+	// A parent keeps what it hears of each group by its name: unchecked,
+	// a region's credential could grow its memory by naming new ones.
+	if err := ValidGroupID(req.GetGroup(), false); err != nil {
+		whole("group", err.Error())
+	}
+	if err := ValidGroupID(req.GetReporterGroup(), false); err != nil {
+		whole("reporter_group", err.Error())
+	}
 	if sent := req.GetSentUnixNano(); lim.MaxSkew > 0 && sent != 0 && math.Abs(float64(sent-lim.NowUnixNano)) > float64(lim.MaxSkew) {
 		whole("sent_unix_nano", fmt.Sprintf("the agent's clock is %v from the coordinator's; at most %v is accepted (check NTP on the gateway)",
 			time.Duration(sent-lim.NowUnixNano).Round(time.Second), lim.MaxSkew))
@@ -147,6 +157,25 @@ func ValidateReport(req *ReportRequest, lim ReportLimits) []Violation {
 		}
 	}
 	return out
+}
+
+// ValidGroupID checks a shard group's ID: 1 to MaxGroupLen bytes of
+// letters, digits, '-', '_' and '.'; "" too unless required (a report
+// naming no group). The error describes what is wrong without repeating
+// an ID too long to show.
+func ValidGroupID(id string, required bool) error {
+	if id == "" && !required {
+		return nil
+	}
+	if id == "" || len(id) > MaxGroupLen {
+		return fmt.Errorf("a group ID must be 1 to %d bytes, got %d", MaxGroupLen, len(id))
+	}
+	if strings.IndexFunc(id, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
+	}) >= 0 {
+		return fmt.Errorf("group ID %q may hold only letters, digits, '-', '_' and '.'", id)
+	}
+	return nil
 }
 
 // cut splits "field: description".

@@ -159,3 +159,33 @@ func TestValidateReportKeyLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateReportGroups: the shard groups a report names, for itself
+// and as its reporter, are group IDs or empty; a bad one refuses the
+// report whole, without repeating an over-long name.
+func TestValidateReportGroups(t *testing.T) {
+	long := strings.Repeat("g", 1<<20)
+	for _, tc := range []struct {
+		group, reporter string
+		field           string
+	}{
+		{"", "", ""},
+		{"main", "eu-1.b_2", ""},
+		{strings.Repeat("g", MaxGroupLen), "", ""},
+		{strings.Repeat("g", MaxGroupLen+1), "", "group"},
+		{"a b", "", "group"},
+		{"", long, "reporter_group"},
+		{"", "g\x00", "reporter_group"},
+		{"", "é", "reporter_group"},
+	} {
+		vs := ValidateReport(&ReportRequest{Node: "region-eu", Incarnation: 1, Group: tc.group, ReporterGroup: tc.reporter}, ReportLimits{})
+		switch {
+		case tc.field == "" && len(vs) > 0:
+			t.Errorf("%.20q/%.20q: refused %+v", tc.group, tc.reporter, vs)
+		case tc.field != "" && (len(vs) != 1 || vs[0].Field != tc.field || vs[0].Count != -1 || vs[0].Demand != -1):
+			t.Errorf("%.20q/%.20q: got %+v; want the report refused whole for %s", tc.group, tc.reporter, vs, tc.field)
+		case len(vs) == 1 && len(vs[0].Description) > 200:
+			t.Errorf("%.20q/%.20q: a description of %d bytes", tc.group, tc.reporter, len(vs[0].Description))
+		}
+	}
+}

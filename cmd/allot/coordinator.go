@@ -65,6 +65,7 @@ func runCoordinator(ctx context.Context, e *env) error {
 	f.IntVar(&cfg.MaxReportsInFlight, "max-reports-in-flight", coordinator.DefaultMaxReportsInFlight, "reports the leader takes at once; past it (early reports from half of it) a report is answered at once, shed: the agent keeps its leases and sends its usage again (negative: unbounded)")
 	f.Float64Var(&cfg.MaxUnitsPerSecond, "max-units-per-second", 0, "refuse a usage line or key demand above this many units per second of its billing window or report interval (0: only the protocol's 2^53 bound)")
 	f.DurationVar(&cfg.MaxConnectionAge, "max-connection-age", coordinator.DefaultMaxConnectionAge, "close client connections this old, so rotated CAs take effect; clients reconnect")
+	f.IntVar(&cfg.MaxConcurrentStreams, "max-concurrent-streams", coordinator.DefaultMaxConcurrentStreams, "gRPC calls in flight on one client connection; a client's further calls wait (docs/security.md#what-a-caller-can-cost)")
 	f.DurationVar(&cfg.ReportInterval, "report-interval", coordinator.DefaultReportInterval, "how often agents report; fixed by a cluster's first leader, later values are ignored with a warning")
 	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "how long a lease holds (default 5 × report interval); fixed by a cluster's first leader")
 	f.DurationVar(&cfg.BillingWindow, "billing-window", coordinator.DefaultBillingWindow, "the ledger's window: whole seconds from 1s to 24h dividing a day (e.g. 1m, 15m, 1h, 24h); fixed by a cluster's first leader")

@@ -202,18 +202,9 @@ func FromProto(pm *allotpb.ShardMap) (*Map, error) {
 }
 
 // ValidGroupID refuses a group ID that is empty, over 64 bytes, or not
-// made of letters, digits, '-', '_' and '.'.
-func ValidGroupID(id string) error {
-	if id == "" || len(id) > 64 {
-		return fmt.Errorf("group ID %q must be 1 to 64 bytes", id)
-	}
-	if strings.IndexFunc(id, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.')
-	}) >= 0 {
-		return fmt.Errorf("group ID %q may hold only letters, digits, '-', '_' and '.'", id)
-	}
-	return nil
-}
+// made of letters, digits, '-', '_' and '.': allotpb.ValidGroupID, which
+// reports are checked with too.
+func ValidGroupID(id string) error { return allotpb.ValidGroupID(id, true) }
 
 // ParseRange reads "N" or "N-M" (inclusive) as slots.
 func ParseRange(s string) (first, last Slot, err error) {

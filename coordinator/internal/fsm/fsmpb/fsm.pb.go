@@ -102,8 +102,15 @@ type ReportsCommand struct {
 	// that every replica applies it with the same notion of time.
 	ProposedUnixNano int64         `protobuf:"varint,1,opt,name=proposed_unix_nano,json=proposedUnixNano,proto3" json:"proposed_unix_nano,omitempty"`
 	Reports          []*AgentUsage `protobuf:"bytes,2,rep,name=reports,proto3" json:"reports,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// stale_before_unix_nano, when set, refuses the batch of an incarnation
+	// the state does not know if it was cut (cut_unix_nano set) before it:
+	// such a batch may have been applied before its incarnation was
+	// forgotten (MaintainCommand), so it is recorded as applied and none of
+	// its usage counted again. 0 in commands of leaders from before it,
+	// which apply every such batch.
+	StaleBeforeUnixNano int64 `protobuf:"varint,3,opt,name=stale_before_unix_nano,json=staleBeforeUnixNano,proto3" json:"stale_before_unix_nano,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *ReportsCommand) Reset() {
@@ -148,6 +155,13 @@ func (x *ReportsCommand) GetReports() []*AgentUsage {
 		return x.Reports
 	}
 	return nil
+}
+
+func (x *ReportsCommand) GetStaleBeforeUnixNano() int64 {
+	if x != nil {
+		return x.StaleBeforeUnixNano
+	}
+	return 0
 }
 
 type AgentUsage struct {
@@ -225,7 +239,11 @@ type ReportsResult struct {
 	AckedSeq []uint64               `protobuf:"varint,1,rep,packed,name=acked_seq,json=ackedSeq,proto3" json:"acked_seq,omitempty"`
 	// moved lists the reports refused, not applied, because their usage
 	// falls in slots this group does not own (docs/coordinator.md#shard-groups).
-	Moved         []*MovedReport `protobuf:"bytes,2,rep,name=moved,proto3" json:"moved,omitempty"`
+	Moved []*MovedReport `protobuf:"bytes,2,rep,name=moved,proto3" json:"moved,omitempty"`
+	// stale lists the reports whose batch was refused as stale (see
+	// ReportsCommand.stale_before_unix_nano): recorded, its usage not
+	// counted; acked_seq acknowledges it.
+	Stale         []uint32 `protobuf:"varint,3,rep,packed,name=stale,proto3" json:"stale,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -270,6 +288,13 @@ func (x *ReportsResult) GetAckedSeq() []uint64 {
 func (x *ReportsResult) GetMoved() []*MovedReport {
 	if x != nil {
 		return x.Moved
+	}
+	return nil
+}
+
+func (x *ReportsResult) GetStale() []uint32 {
+	if x != nil {
+		return x.Stale
 	}
 	return nil
 }
@@ -2307,19 +2332,21 @@ var File_fsm_proto protoreflect.FileDescriptor
 
 const file_fsm_proto_rawDesc = "" +
 	"\n" +
-	"\tfsm.proto\x12\fallot.fsm.v1\x1a\vagent.proto\x1a\vaudit.proto\x1a\rcluster.proto\x1a\vrules.proto\x1a\fshards.proto\"r\n" +
+	"\tfsm.proto\x12\fallot.fsm.v1\x1a\vagent.proto\x1a\vaudit.proto\x1a\rcluster.proto\x1a\vrules.proto\x1a\fshards.proto\"\xa7\x01\n" +
 	"\x0eReportsCommand\x12,\n" +
 	"\x12proposed_unix_nano\x18\x01 \x01(\x03R\x10proposedUnixNano\x122\n" +
-	"\areports\x18\x02 \x03(\v2\x18.allot.fsm.v1.AgentUsageR\areports\"\x86\x01\n" +
+	"\areports\x18\x02 \x03(\v2\x18.allot.fsm.v1.AgentUsageR\areports\x123\n" +
+	"\x16stale_before_unix_nano\x18\x03 \x01(\x03R\x13staleBeforeUnixNano\"\x86\x01\n" +
 	"\n" +
 	"AgentUsage\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x16\n" +
 	"\x06region\x18\x03 \x01(\tR\x06region\x12*\n" +
-	"\x05batch\x18\x04 \x01(\v2\x14.allot.v1.UsageBatchR\x05batch\"]\n" +
+	"\x05batch\x18\x04 \x01(\v2\x14.allot.v1.UsageBatchR\x05batch\"s\n" +
 	"\rReportsResult\x12\x1b\n" +
 	"\tacked_seq\x18\x01 \x03(\x04R\backedSeq\x12/\n" +
-	"\x05moved\x18\x02 \x03(\v2\x19.allot.fsm.v1.MovedReportR\x05moved\";\n" +
+	"\x05moved\x18\x02 \x03(\v2\x19.allot.fsm.v1.MovedReportR\x05moved\x12\x14\n" +
+	"\x05stale\x18\x03 \x03(\rR\x05stale\";\n" +
 	"\vMovedReport\x12\x16\n" +
 	"\x06report\x18\x01 \x01(\rR\x06report\x12\x14\n" +
 	"\x05slots\x18\x02 \x03(\rR\x05slots\"\xae\x01\n" +

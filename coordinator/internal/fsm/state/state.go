@@ -163,18 +163,56 @@ func (s *State) BillingWindowSeconds() int64 {
 	return s.billingWindow / int64(time.Second)
 }
 
+// How long an incarnation's record is kept, and so which batches may
+// repeat one applied before it was forgotten. maintain forgets an
+// incarnation silent for MinForget at least (10 × the agent timeout when
+// longer). Every batch it applied was cut before its last application
+// plus an hour (the coordinators refuse a cut further ahead of their
+// clock: coordinator.MaxClockAhead), so before the forgetting leader's
+// clock less MinForget plus that hour. A batch of an incarnation the
+// state does not know, cut more than StaleBatchAge before the proposing
+// leader's clock (an hour more for the leaders' clocks to differ), may
+// be such a repeat: it is refused (ReportsCommand.stale_before_unix_nano).
+const (
+	MinForget     = 24 * time.Hour
+	StaleBatchAge = MinForget - 2*time.Hour
+)
+
+// StaleBefore is the stale_before_unix_nano of a ReportsCommand proposed
+// at now (Unix ns).
+func StaleBefore(now int64) int64 { return now - int64(StaleBatchAge) }
+
 // applyReports adds each report's usage batch to the ledger, exactly once
 // per (node, incarnation, seq), and returns the highest batch applied for
 // each report's incarnation.
+//
+// A batch of an incarnation the state does not know, cut before the
+// command's stale_before_unix_nano, may have been applied before the
+// incarnation was forgotten (its acknowledgement lost, the agent cut off
+// for a day): it is recorded as applied and none of its usage is counted,
+// so that it is never counted twice; the incarnation's later batches are
+// applied as any others. Its usage is lost if it had never been applied:
+// the state cannot tell, and a bill must never count usage twice. A batch
+// without a cut time (a client that sets none; Allot's agents always do)
+// cannot be told from a new incarnation's and is applied.
 func (s *State) applyReports(cmd *fsmpb.ReportsCommand) *fsmpb.ReportsResult {
-	now := cmd.GetProposedUnixNano()
+	now, staleBefore := cmd.GetProposedUnixNano(), cmd.GetStaleBeforeUnixNano()
 	res := &fsmpb.ReportsResult{AckedSeq: make([]uint64, len(cmd.GetReports()))}
 	for i, r := range cmd.GetReports() {
 		k := incKey{r.GetNode(), r.GetIncarnation()}
-		it, _ := s.incarnations.Get(runItem{key: k})
+		it, known := s.incarnations.Get(runItem{key: k})
 		it.key = k
 		inc := &it.inc
 		inc.lastApplied = now
+		if b := r.GetBatch(); b != nil && b.GetSeq() > inc.lastSeq && !known && staleBefore != 0 && b.GetCutUnixNano() != 0 && b.GetCutUnixNano() < staleBefore {
+			// Before the slots' check: whatever moved since, nothing of
+			// a batch that may have been applied is applied again.
+			inc.lastSeq, inc.lastCut = b.GetSeq(), max(inc.lastCut, b.GetCutUnixNano())
+			s.incarnations.ReplaceOrInsert(it)
+			res.Stale = append(res.Stale, uint32(i))
+			res.AckedSeq[i] = inc.lastSeq
+			continue
+		}
 		if b := r.GetBatch(); b != nil && b.GetSeq() > inc.lastSeq {
 			// A batch holding usage of a slot this group does not own is
 			// not applied at all: the agent routes it again. A batch
@@ -385,8 +423,10 @@ func (s *State) maintain(cmd *fsmpb.MaintainCommand) {
 		s.finalLines += s.linesIn(w)
 	}
 	// An incarnation's record is what makes a retried batch count once;
-	// keep it far longer than any agent keeps a batch unacknowledged.
-	forget := max(24*time.Hour.Nanoseconds(), 10*timeout)
+	// keep it far longer than any agent keeps a batch unacknowledged. A
+	// batch re-sent after it is forgotten is refused as stale (see
+	// StaleBatchAge), never counted twice.
+	forget := max(MinForget.Nanoseconds(), 10*timeout)
 	var silent []runItem
 	s.incarnations.Ascend(func(it runItem) bool {
 		if now-it.inc.lastApplied > forget {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/hashicorp/go-hclog"
@@ -19,6 +20,9 @@ type FSM struct {
 	st      *state.State
 	log     hclog.Logger
 	applied func(state.Command, string) // observes each applied command (metrics)
+	// view is the state's view as of the last entry applied, made by the
+	// first View after it; nil until then.
+	view atomic.Pointer[state.View]
 }
 
 // New returns an FSM over an empty state. applied, when not nil, is
@@ -34,6 +38,23 @@ func (f *FSM) Read(fn func(*state.State)) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	fn(f.st)
+}
+
+// View returns the state as of the last entry applied, for reading
+// without a lock (state.View): one per entry, made in O(1) by the first
+// caller after it, shared by the others.
+func (f *FSM) View() *state.View {
+	if v := f.view.Load(); v != nil {
+		return v
+	}
+	f.mu.Lock() // a view clones the trees, as a snapshot does
+	defer f.mu.Unlock()
+	if v := f.view.Load(); v != nil {
+		return v
+	}
+	v := f.st.View()
+	f.view.Store(v)
+	return v
 }
 
 // Apply implements raft.FSM.
@@ -59,6 +80,7 @@ func (f *FSM) Apply(l *raft.Log) any {
 	f.mu.Lock()
 	res := f.st.Apply(t, m)
 	audited := f.st.Recorded()
+	f.view.Store(nil)
 	f.mu.Unlock()
 	if f.applied != nil {
 		f.applied(t&^state.Ignorable, audited)
@@ -108,6 +130,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	f.mu.Lock()
 	f.st = st
+	f.view.Store(nil)
 	f.mu.Unlock()
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"google.golang.org/protobuf/proto"
 )
@@ -131,5 +132,22 @@ func TestReadsPreviousVersionsLogAndSnapshot(t *testing.T) {
 	h.Read(func(s *state.State) { got = dump(s) })
 	if got != string(want) {
 		t.Errorf("a snapshot of the restored state restored to:\n%s\n--- want\n%s", got, want)
+	}
+}
+
+// TestViewPerEntry: every reader between two entries shares one view,
+// made by the first; the next entry applied gives the next reader a new
+// one, which shows it.
+func TestViewPerEntry(t *testing.T) {
+	f := testFSM()
+	f.Apply(entry(t, 1, state.CmdEpoch, &fsmpb.EpochCommand{Leader: "n1"}))
+	v := f.View()
+	if f.View() != v {
+		t.Fatal("two readers between the same entries got two views")
+	}
+	f.Apply(entry(t, 2, state.CmdEpoch, &fsmpb.EpochCommand{Leader: "n2"}))
+	w := f.View()
+	if w == v || w.Epoch() != 2 || v.Epoch() != 1 {
+		t.Fatalf("after an entry: the view is new %v, at epoch %d; the old one at %d", w != v, w.Epoch(), v.Epoch())
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/slotmove"
 	"github.com/allot-io/allot/internal/shard"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/grpc/codes"
@@ -32,7 +33,7 @@ type EngineShards struct {
 // MoveStepInterval is how often the home leader's mover takes the next
 // step of each move under way: a move takes three of them (freeze,
 // acquire, release and done).
-const MoveStepInterval = moveRetry
+const MoveStepInterval = slotmove.StepInterval
 
 // startShards makes the engine a shard group at now: a group other than
 // home commits an empty slot table first, as startGroup does.
@@ -160,14 +161,14 @@ func (e *Engine) applyShardMap(cmd *fsmpb.ShardMapCommand) (*allotpb.ShardMap, e
 // GroupSlots call does; an acquire puts the slots' keys in learning mode
 // for one lease period.
 func (e *Engine) GroupSlots(now time.Time, req *allotpb.GroupSlotsRequest) (*allotpb.GroupSlotsResponse, error) {
-	op, ok := stepOps[req.GetStep()]
+	op, ok := slotmove.Op(req.GetStep())
 	if !ok {
 		return nil, fmt.Errorf("coordinator: engine: unknown step %v", req.GetStep())
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if sh := e.cfg.Shards; sh != nil && !sh.Home {
-		if err := notStarted(e.st, e.groupID()); err != nil {
+		if err := slotmove.NotStarted(e.st, e.groupID()); err != nil {
 			return nil, err
 		}
 	}
@@ -207,12 +208,12 @@ func (e *Engine) moveByID(id uint64) *allotpb.SlotMove {
 	return shard.FindMove(e.shardMapLocked().Moves, id)
 }
 
-// advanceMove is the mover's step (advance) against engines: each step
+// advanceMove is the mover's step (slotmove.Advance) against engines: each step
 // one command in one group's state, telling it the moves finished below
 // finished, the phase recorded at home after it.
 func (e *Engine) advanceMove(now time.Time, mv *allotpb.SlotMove, finished uint64, group func(string) *Engine) {
-	advance(mv, now.UnixNano(), moveSteps{
-		step: func(g string, s allotpb.GroupSlotsRequest_Step, peer string) (*allotpb.GroupSlotsResponse, error) {
+	slotmove.Advance(mv, now.UnixNano(), slotmove.Steps{
+		Step: func(g string, s allotpb.GroupSlotsRequest_Step, peer string) (*allotpb.GroupSlotsResponse, error) {
 			eng := group(g)
 			if eng == nil {
 				return nil, fmt.Errorf("no group %q", g)
@@ -221,10 +222,10 @@ func (e *Engine) advanceMove(now time.Time, mv *allotpb.SlotMove, finished uint6
 		},
 		// A phase refused leaves the move where it was: the next call
 		// takes the step again, as the mover retries.
-		phase: func(p allotpb.SlotMove_Phase, why string) bool {
+		Phase: func(p allotpb.SlotMove_Phase, why string) bool {
 			_, err := e.applyShardMap(&fsmpb.ShardMapCommand{Phase: &allotpb.SlotMove{Id: mv.GetId(), Phase: p, Error: why, UpdatedUnixNano: now.UnixNano()}})
 			return err == nil
 		},
-		retry: func(string, string, error) {},
+		Retry: func(string, string, error) {},
 	})
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/slotmove"
 	"github.com/allot-io/allot/internal/shard"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
@@ -220,24 +221,15 @@ func (s *shardServer) GroupSlots(ctx context.Context, req *allotpb.GroupSlotsReq
 		})
 }
 
-// stepOps are the log's ops for the wire's steps.
-var stepOps = map[allotpb.GroupSlotsRequest_Step]fsmpb.SlotsCommand_Op{
-	allotpb.GroupSlotsRequest_FREEZE:   fsmpb.SlotsCommand_FREEZE,
-	allotpb.GroupSlotsRequest_ACQUIRE:  fsmpb.SlotsCommand_ACQUIRE,
-	allotpb.GroupSlotsRequest_RELEASE:  fsmpb.SlotsCommand_RELEASE,
-	allotpb.GroupSlotsRequest_ABORT:    fsmpb.SlotsCommand_ABORT,
-	allotpb.GroupSlotsRequest_UNFREEZE: fsmpb.SlotsCommand_UNFREEZE,
-}
-
 // groupStep commits one step of a move in this group's log.
 func (c *Coordinator) groupStep(req *allotpb.GroupSlotsRequest) (*allotpb.GroupSlotsResponse, error) {
-	op, ok := stepOps[req.GetStep()]
+	op, ok := slotmove.Op(req.GetStep())
 	if !ok {
 		return nil, status.Errorf(codes.InvalidArgument, "step: unknown step %v", req.GetStep())
 	}
 	if !c.isHome() {
 		var err error
-		c.fsm.Read(func(st *state.State) { err = notStarted(st, c.groupID()) })
+		c.fsm.Read(func(st *state.State) { err = slotmove.NotStarted(st, c.groupID()) })
 		if err != nil {
 			return nil, err
 		}
@@ -257,17 +249,6 @@ func (c *Coordinator) groupStep(req *allotpb.GroupSlotsRequest) (*allotpb.GroupS
 		c.log.Info("shard step committed", "step", req.GetStep().String(), "move", req.GetMoveId(), "slots", fmt.Sprintf("%d-%d", req.GetFirst(), req.GetLast()), "owned", r.GetOwned())
 	}
 	return &allotpb.GroupSlotsResponse{Done: r.GetDone(), Refused: r.GetRefused(), Owned: r.GetOwned()}, nil
-}
-
-// notStarted refuses a step at a group other than home whose leader has
-// not committed its empty slot table yet. The state refuses the step as
-// well; UNAVAILABLE tells the mover that the group is coming up, so that
-// it takes the step again rather than abort the move.
-func notStarted(st *state.State, group string) error {
-	if st.Group() != "" {
-		return nil
-	}
-	return status.Errorf(codes.Unavailable, "shard group %q has not started: its leader has not committed its empty slot table yet; retry the step", group)
 }
 
 // applyShardMap commits a change of the home group's map.

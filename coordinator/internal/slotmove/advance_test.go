@@ -1,21 +1,21 @@
-package coordinator
+package slotmove
 
 import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/internal/shard"
 	allotpb "github.com/allot-io/allot/proto"
-	"google.golang.org/protobuf/proto"
 	"pgregory.net/rapid"
 )
 
 // moveRig carries a move between two groups' states as the home leader's
-// mover does (advance), with no Raft: each step one Apply on a group's
-// state, behind groupStep's check of a group that has not started, and
+// mover does (Advance), with no Raft: each step one Apply on a group's
+// state, behind a group's check that it has started (NotStarted), and
 // each phase one Apply on the home group's. Its hooks lose a step, its
 // answer, or a phase's record, as a crash or a leader change would.
 type moveRig struct {
@@ -39,6 +39,8 @@ type rigT interface {
 	Fatal(...any)
 	Fatalf(string, ...any)
 }
+
+var hour0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 
 // newMoveRig is the home group "main", holding a map that lists g1, and
 // g1 not started yet.
@@ -82,11 +84,11 @@ func (r *moveRig) move(id uint64) *allotpb.SlotMove {
 // advance is one turn of the mover for the move.
 func (r *moveRig) advance(id uint64) {
 	mv := r.move(id)
-	advance(mv, r.now, moveSteps{
-		step: func(group string, s allotpb.GroupSlotsRequest_Step, peer string) (*allotpb.GroupSlotsResponse, error) {
+	Advance(mv, r.now, Steps{
+		Step: func(group string, s allotpb.GroupSlotsRequest_Step, peer string) (*allotpb.GroupSlotsResponse, error) {
 			st := r.groups[group]
 			if group != "main" && !r.noDoor {
-				if err := notStarted(st, group); err != nil {
+				if err := NotStarted(st, group); err != nil {
 					return nil, err
 				}
 			}
@@ -94,13 +96,13 @@ func (r *moveRig) advance(id uint64) {
 			if fate == "before" {
 				return nil, errors.New("lost on the way")
 			}
-			res := st.Apply(state.CmdSlots, &fsmpb.SlotsCommand{Op: stepOps[s], MoveId: mv.GetId(), First: mv.GetFirst(), Last: mv.GetLast(), Peer: peer, Group: group, ProposedUnixNano: r.now}).(*fsmpb.SlotsResult)
+			res := st.Apply(state.CmdSlots, &fsmpb.SlotsCommand{Op: ops[s], MoveId: mv.GetId(), First: mv.GetFirst(), Last: mv.GetLast(), Peer: peer, Group: group, ProposedUnixNano: r.now}).(*fsmpb.SlotsResult)
 			if fate == "after" {
 				return nil, errors.New("answer lost")
 			}
 			return &allotpb.GroupSlotsResponse{Done: res.GetDone(), Refused: res.GetRefused(), Owned: res.GetOwned()}, nil
 		},
-		phase: func(p allotpb.SlotMove_Phase, why string) bool {
+		Phase: func(p allotpb.SlotMove_Phase, why string) bool {
 			if !r.keepPhase(p) {
 				return false
 			}
@@ -108,7 +110,7 @@ func (r *moveRig) advance(id uint64) {
 			_, failed := res.(error)
 			return !failed
 		},
-		retry: func(string, string, error) {},
+		Retry: func(string, string, error) {},
 	})
 }
 
@@ -143,7 +145,7 @@ func (r *moveRig) finish(id uint64, first, last uint32) allotpb.SlotMove_Phase {
 		if i == 10 {
 			r.t.Fatalf("move %d still %v after 10 turns with nothing lost", id, r.move(id).GetPhase())
 		}
-		r.now += int64(moveRetry)
+		r.now += int64(StepInterval)
 		r.advance(id)
 		if _, err := r.owners(first, last); err != nil {
 			r.t.Fatal(err)
@@ -183,7 +185,7 @@ func TestMoveAbortsAtTheTargetFirst(t *testing.T) {
 			r.start()
 		}, allotpb.SlotMove_DONE},
 		{"a target not started, for over a minute", func(r *moveRig, id uint64) {
-			r.now += int64(moveAbortAfter) + 1
+			r.now += int64(AbortAfter) + 1
 			r.advance(id)
 			r.start()
 		}, allotpb.SlotMove_DONE},
@@ -201,7 +203,7 @@ func TestMoveAbortsAtTheTargetFirst(t *testing.T) {
 				}
 				return ""
 			}
-			r.now += int64(moveAbortAfter) + 1
+			r.now += int64(AbortAfter) + 1
 			r.advance(id)
 		}, allotpb.SlotMove_DONE},
 	} {
@@ -246,9 +248,9 @@ func TestMoveResumesToOneOwner(t *testing.T) {
 				r.start()
 			}
 			if rapid.IntRange(0, 4).Draw(rt, "jump") == 0 {
-				r.now += int64(moveAbortAfter) + 1
+				r.now += int64(AbortAfter) + 1
 			} else {
-				r.now += int64(moveRetry)
+				r.now += int64(StepInterval)
 			}
 			r.noDoor = rapid.IntRange(0, 4).Draw(rt, "no door") == 0
 			r.advance(id)
@@ -261,61 +263,4 @@ func TestMoveResumesToOneOwner(t *testing.T) {
 		}
 		r.finish(id, first, last)
 	})
-}
-
-// TestEngineMovesStayBounded: a slot moved back and forth many times
-// between two engines, as the mover moves it. The map keeps the moves
-// under way and the last shard.FinishedMovesKept finished ones, so what
-// GetShardMap sends stops growing, and each group's table forgets the
-// steps of moves the home group finished.
-func TestEngineMovesStayBounded(t *testing.T) {
-	now := hour0
-	home, err := NewEngine(EngineConfig{Region: "eu", Shards: &EngineShards{Group: "main", Home: true}}, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g1, err := NewEngine(EngineConfig{Region: "eu", Shards: &EngineShards{Group: "g1"}}, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := home.AddGroup("g1", []string{"g1:1"}); err != nil {
-		t.Fatal(err)
-	}
-	engines := map[string]*Engine{"main": home, "g1": g1}
-	acme := uint32(shard.Of("acme"))
-	var sizes []int
-	const moves = 3 * shard.FinishedMovesKept
-	for i := range moves {
-		to := []string{"g1", "main"}[i%2]
-		mv, err := home.MoveSlots(now, acme, acme, to)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for turns := 0; home.StepMoves(now, func(id string) *Engine { return engines[id] }) > 0; turns++ {
-			if turns == 10 {
-				t.Fatalf("move %d still under way after 10 turns", mv.GetId())
-			}
-			now = now.Add(MoveStepInterval)
-		}
-		if got := home.moveByID(mv.GetId()).GetPhase(); got != allotpb.SlotMove_DONE {
-			t.Fatalf("move %d ended %v", mv.GetId(), got)
-		}
-		if i == moves/2 || i == moves-1 {
-			sizes = append(sizes, proto.Size(home.ShardMap(0)))
-		}
-	}
-	if n := len(home.ShardMap(0).GetMoves()); n != shard.FinishedMovesKept {
-		t.Fatalf("GetShardMap sends %d moves, want the last %d", n, shard.FinishedMovesKept)
-	}
-	if sizes[1]-sizes[0] > shard.FinishedMovesKept { // wider IDs take a byte more each
-		t.Fatalf("GetShardMap's answer grew from %d to %d bytes over %d more moves", sizes[0], sizes[1], moves/2)
-	}
-	for id, e := range engines {
-		if n := e.st.RememberedMoves(); n > 1 {
-			t.Fatalf("group %s remembers the steps of %d moves after %d, want the last at most", id, n, moves)
-		}
-	}
-	if home.OwnedSlots() != shard.Slots || g1.OwnedSlots() != 0 {
-		t.Fatalf("after an even number of moves: home owns %d slots, g1 %d", home.OwnedSlots(), g1.OwnedSlots())
-	}
 }

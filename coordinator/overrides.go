@@ -18,11 +18,6 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// overridesPerReport bounds the override changes one report answer
-// carries: an agent far behind (a million overrides imported) catches up
-// over several intervals, each answer a few MB at most.
-const overridesPerReport = 20_000
-
 // maxListPage bounds a ListOverrides page.
 const maxListPage = 10_000
 

@@ -229,64 +229,6 @@ func (c *Coordinator) admitNode(node string) error {
 	return status.Errorf(codes.ResourceExhausted, "too many new node IDs this minute (at most %d): this node is refused until the fleet's growth slows; retry later", c.cfg.MaxNewNodesPerMinute)
 }
 
-// respond builds the answer to a report from the replicated state: the
-// leases, the acknowledgement, the cluster's settings (def for any not
-// fixed yet), and the rules when the agent's are out of date.
-func respond(st *state.State, alloc *allocator, req *allotpb.ReportRequest, now time.Time, def settings, leases []*allotpb.Lease, applied bool, acked uint64) *allotpb.ReportResponse {
-	set := settingsOr(st, def)
-	resp := &allotpb.ReportResponse{
-		Protocol:            allotpb.ProtocolVersion_PROTOCOL_VERSION_1,
-		Leases:              leases,
-		ReportIntervalNano:  int64(set.reportInterval),
-		LeaseTtlNano:        int64(set.leaseTTL),
-		RenewUnixNano:       now.Add(set.leaseTTL).UnixNano(),
-		Nodes:               uint32(alloc.nodeCount(now.UnixNano())),
-		AckedSeq:            acked,
-		Epoch:               st.Epoch(),
-		BillingWindowNano:   int64(set.billingWindow),
-		RulesVersion:        st.Rules().Version(),
-		CoordinatorUnixNano: now.UnixNano(),
-		Group:               st.Group(),
-		ShardMapVersion:     st.ShardMapVersion(),
-	}
-	if !applied {
-		if seq, ok := st.LastSeq(req.GetNode(), req.GetIncarnation()); ok {
-			resp.AckedSeq = seq
-		}
-	}
-	if req.GetRulesVersion() != st.Rules().Version() {
-		resp.Rules = rulespb.SetToProto(st.Rules())
-	}
-	resp.Overrides = st.OverridesSince(req.GetOverridesVersion(), overridesPerReport)
-	// An agent not yet following the resets is a new process, whose state
-	// is younger than the resets kept: it takes the version alone.
-	resp.Resets = st.ResetsSince(req.GetResetsVersion(), resetsPerReport, !req.GetResetsFollowing())
-	for _, m := range st.Members() {
-		resp.Coordinators = append(resp.Coordinators, m.GetGrpcAddress())
-	}
-	return resp
-}
-
-// reportError turns a report's violations into one INVALID_ARGUMENT
-// status with a BadRequest that lists each of them, its field naming the
-// entry ("usage.counts[3].tenant", "demand[0].key"), so that an agent can
-// drop exactly the entries refused and send the rest again. nil when there
-// are none.
-func reportError(vs []allotpb.Violation) error {
-	if len(vs) == 0 {
-		return nil
-	}
-	fvs := make([]*errdetails.BadRequest_FieldViolation, len(vs))
-	for i, v := range vs {
-		fvs[i] = &errdetails.BadRequest_FieldViolation{Field: v.Field, Description: v.Description}
-	}
-	msg := vs[0].Field + ": " + vs[0].Description
-	if len(vs) > 1 {
-		msg = fmt.Sprintf("%s (and %d more violations, listed in the BadRequest details)", msg, len(vs)-1)
-	}
-	return badRequest(msg, fvs...)
-}
-
 // GetRules returns the rule set; any member answers from its replica.
 func (s *agentServer) GetRules(ctx context.Context, req *allotpb.GetRulesRequest) (*allotpb.RuleSet, error) {
 	var out *allotpb.RuleSet

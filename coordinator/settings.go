@@ -8,40 +8,11 @@ import (
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
-	allotpb "github.com/allot-io/allot/proto"
 )
-
-// settings are what every member must agree on, replicated through
-// SettingsCommand: the billing window cuts the ledger, and the report
-// interval and lease TTL are what agents are told, what the allocator
-// divides by, and how long a new leader learns. They are fixed from the
-// configuration of the leader that first finds them unset (the cluster's
-// first leader, or for a cluster from an older version, its first leader
-// that knows them) and never change; a member whose flags differ uses the
-// cluster's and says so once.
-type settings struct {
-	billingWindow, reportInterval, leaseTTL time.Duration
-}
 
 // configSettings are the settings a configuration asks for.
 func configSettings(cfg *Config) settings {
 	return settings{billingWindow: cfg.BillingWindow, reportInterval: cfg.ReportInterval, leaseTTL: cfg.LeaseTTL}
-}
-
-// settingsOr returns the replicated settings, each taken from def while
-// not fixed yet.
-func settingsOr(s *state.State, def settings) settings {
-	fixed, out := s.Settings(), def
-	if fixed.BillingWindow != 0 {
-		out.billingWindow = fixed.BillingWindow
-	}
-	if fixed.ReportInterval != 0 {
-		out.reportInterval = fixed.ReportInterval
-	}
-	if fixed.LeaseTTL != 0 {
-		out.leaseTTL = fixed.LeaseTTL
-	}
-	return out
 }
 
 // settings returns the cluster's settings, with this member's own for any
@@ -132,30 +103,4 @@ func (c *Coordinator) roundInterval(set settings) time.Duration {
 		return c.roundEvery
 	}
 	return defaultRoundInterval(set.reportInterval)
-}
-
-// defaultRoundInterval is the round interval a report interval has unless
-// RoundInterval sets one: a quarter of it, at most 250 ms. A report whose
-// pools changed waits for the next round for its answer (allocator.fold),
-// so the round interval bounds that wait; each round costs the claims of
-// the pools it divides, so four an interval keep an interval's work at
-// four times what was reported.
-func defaultRoundInterval(report time.Duration) time.Duration {
-	return max(min(report/4, 250*time.Millisecond), time.Millisecond)
-}
-
-// reportLimits are the bounds a report must keep: at most MaxReportKeys
-// entries, and usage in billing windows from what retention still keeps
-// (or MaxUsageAge when the ledger keeps everything) up to MaxClockAhead
-// after now.
-func reportLimits(maxKeys int, maxUnits float64, retention, billingWindow time.Duration, now time.Time) allotpb.ReportLimits {
-	age := retention
-	if age <= 0 {
-		age = MaxUsageAge
-	}
-	// A window whose end is within the retention is kept: its start may
-	// be a window earlier.
-	lo, hi := allotpb.WindowBounds(now, age+billingWindow, MaxClockAhead)
-	return allotpb.ReportLimits{MaxKeys: maxKeys, MinWindowUnix: lo, MaxWindowUnix: hi,
-		NowUnixNano: now.UnixNano(), MaxSkew: MaxClockAhead, MaxUnitsPerSecond: maxUnits, BillingWindow: billingWindow}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/coordinator/internal/slotmove"
 	"github.com/allot-io/allot/internal/shard"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -51,36 +50,6 @@ func (c *Coordinator) slotsMoved(slots []uint32) error {
 		st = d
 	}
 	return st.Err()
-}
-
-// ownDemand is req with the demand this group does not divide left out:
-// keys of slots it does not own, and global rules' classes outside the
-// home group. req itself is not changed. The leader and the Engine both
-// filter by it.
-func ownDemand(st *state.State, home bool, req *allotpb.ReportRequest) *allotpb.ReportRequest {
-	if home && st.Group() == "" {
-		return req
-	}
-	rs := st.Rules()
-	owns := st.Owner()
-	keep := make([]*allotpb.KeyDemand, 0, len(req.GetDemand()))
-	for _, d := range req.GetDemand() {
-		if r, ok := rs.Get(d.GetRule()); ok && r.Scope == rules.Global {
-			if home {
-				keep = append(keep, d)
-			}
-			continue
-		}
-		if owns(shard.Of(d.GetTenant())) {
-			keep = append(keep, d)
-		}
-	}
-	if len(keep) == len(req.GetDemand()) {
-		return req
-	}
-	out := allotpb.ReportHeader(req)
-	out.Usage, out.Demand = req.GetUsage(), keep
-	return out
 }
 
 // memberAddrs are the gRPC addresses of this group's members, as the
@@ -334,51 +303,6 @@ func (c *Coordinator) mirrorOnce(ctx context.Context) error {
 		return err
 	}
 	return lastErr
-}
-
-// learningRange is a range of slots a move gave this group, and when its
-// learning period ends (ns).
-type learningRange struct {
-	first, last shard.Slot
-	until       int64
-}
-
-// learnSlots puts the keys of slots first..last in learning mode for one
-// lease period: their nodes hold the source group's leases, which this
-// leader did not grant, and dividing the whole limit at once would grant
-// it twice. Ranges whose period is over are dropped.
-func (a *allocator) learnSlots(first, last shard.Slot, now int64) {
-	next := []learningRange{{first: first, last: last, until: now + a.ttl.Load()}}
-	if cur := a.acquired.Load(); cur != nil {
-		for _, l := range *cur {
-			if l.until > now {
-				next = append(next, l)
-			}
-		}
-	}
-	a.acquired.Store(&next)
-}
-
-// slotLearning reports whether a tenant's slot is in a learning period.
-func (a *allocator) slotLearning(tenant string, now int64) bool {
-	cur := a.acquired.Load()
-	if cur == nil {
-		return false
-	}
-	var s shard.Slot
-	hashed := false
-	for _, l := range *cur {
-		if l.until <= now {
-			continue
-		}
-		if !hashed {
-			s, hashed = shard.Of(tenant), true
-		}
-		if l.first <= s && s <= l.last {
-			return true
-		}
-	}
-	return false
 }
 
 // slotLoad counts, on a split region's leader, the key entries reported

@@ -11,7 +11,6 @@ import (
 	"github.com/allot-io/allot/internal/pgserver/pgtest"
 	"github.com/allot-io/allot/internal/shard"
 	"github.com/allot-io/allot/internal/testwait"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc/codes"
@@ -171,29 +170,6 @@ func TestRLQSInSplitRegion(t *testing.T) {
 	})
 }
 
-func TestMovedSlotsLearn(t *testing.T) {
-	a := newAllocator("eu", time.Second, 5*time.Second)
-	acme := shard.Of("acme")
-	if a.slotLearning("acme", 0) {
-		t.Fatal("learning before any move")
-	}
-	a.learnSlots(acme, acme, 100)
-	for _, c := range []struct {
-		tenant string
-		at     int64
-		want   bool
-	}{
-		{"acme", 100, true},
-		{"acme", 100 + int64(5*time.Second) - 1, true},
-		{"acme", 100 + int64(5*time.Second), false}, // one lease period
-		{"other-tenant-in-another-slot", 200, shard.Of("other-tenant-in-another-slot") == acme},
-	} {
-		if got := a.slotLearning(c.tenant, c.at); got != c.want {
-			t.Errorf("slotLearning(%s, %d) = %v, want %v", c.tenant, c.at, got, c.want)
-		}
-	}
-}
-
 // TestShardGroupsExportToOneSink: both groups of a split region export to
 // one PostgreSQL, each under its own cluster ID and position; a tenant
 // whose slot moved mid-run has lines from both, and the billing query
@@ -307,35 +283,6 @@ func TestTierWithShardGroups(t *testing.T) {
 	})
 	if st := g1.Status().GetTier(); st.GetRole() != "region" || st.GetLeasedKeys() != 1 {
 		t.Errorf("g1's tier status: %v", st)
-	}
-}
-
-// TestFallenRegionsByGroup: on a parent, a key a region's group reported
-// and no longer does is the region's static fraction only if that group
-// went silent; another group of the region reporting says nothing of it.
-func TestFallenRegionsByGroup(t *testing.T) {
-	ttl := int64(5 * time.Second)
-	cases := []struct {
-		name       string
-		groupsLast map[string]int64 // when each of eu's groups last reported
-		want       float64
-	}{
-		{"the group that divides the key reports other keys: it forgot the key", map[string]int64{"g1": 9 * ttl / 5, "main": 9 * ttl / 5}, 0},
-		{"the group went silent while the home group reports: eu is on its fraction", map[string]int64{"g1": ttl / 10, "main": 9 * ttl / 5}, 450},
-		{"the whole region went silent", map[string]int64{"g1": ttl / 10, "main": ttl / 10}, 450},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			a := newAllocator("global", time.Second, 5*time.Second)
-			a.global = true
-			a.nodes[RegionNode("eu")] = &nodeInfo{groupSeen: c.groupsLast}
-			r := &rules.Rule{Name: "q", Limit: 900, Regions: map[string]float64{"us": 0.5, "eu": 0.5}}
-			p := &pool{rule: r, limit: 900}
-			p.sawRegion("eu", "g1", ttl/20) // g1 reported the key, then not again
-			if got := a.fallenRegions(p, 2*ttl); got != c.want {
-				t.Fatalf("fallen %v, want %v", got, c.want)
-			}
-		})
 	}
 }
 

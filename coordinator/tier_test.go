@@ -339,3 +339,32 @@ func TestParentBoundsRegionGroups(t *testing.T) {
 		t.Errorf("the key's record holds %d of eu's groups (at most %d), the last named kept: %v", eu, maxRegionGroups, ok)
 	}
 }
+
+// TestFallenRegionsByGroup: on a parent, a key a region's group reported
+// and no longer does is the region's static fraction only if that group
+// went silent; another group of the region reporting says nothing of it.
+func TestFallenRegionsByGroup(t *testing.T) {
+	ttl := int64(5 * time.Second)
+	cases := []struct {
+		name       string
+		groupsLast map[string]int64 // when each of eu's groups last reported
+		want       float64
+	}{
+		{"the group that divides the key reports other keys: it forgot the key", map[string]int64{"g1": 9 * ttl / 5, "main": 9 * ttl / 5}, 0},
+		{"the group went silent while the home group reports: eu is on its fraction", map[string]int64{"g1": ttl / 10, "main": 9 * ttl / 5}, 450},
+		{"the whole region went silent", map[string]int64{"g1": ttl / 10, "main": ttl / 10}, 450},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			a := newAllocator("global", time.Second, 5*time.Second)
+			a.global = true
+			a.nodes[RegionNode("eu")] = &nodeInfo{groupSeen: c.groupsLast}
+			r := &rules.Rule{Name: "q", Limit: 900, Regions: map[string]float64{"us": 0.5, "eu": 0.5}}
+			p := &pool{rule: r, limit: 900}
+			p.sawRegion("eu", "g1", ttl/20) // g1 reported the key, then not again
+			if got := a.fallenRegions(p, 2*ttl); got != c.want {
+				t.Fatalf("fallen %v, want %v", got, c.want)
+			}
+		})
+	}
+}

@@ -151,3 +151,30 @@ func TestConfigLedgerRetention(t *testing.T) {
 		t.Errorf("a retention shorter than the agent timeout: %v", err)
 	}
 }
+
+// TestReportRefusesABadKeyLimit: a report whose key demand carries a
+// negative, or absurd, limit (or half of one) is refused whole with
+// INVALID_ARGUMENT naming the field.
+func TestReportRefusesABadKeyLimit(t *testing.T) {
+	c := cluster(t, 1, nil)[0]
+	client := allotpb.NewAgentServiceClient(dial(t, c.GRPCAddr()))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		limit, period int64
+		want          string
+	}{
+		{-1, int64(time.Minute), "demand[1].limit"},
+		{1 << 62, int64(time.Minute), "demand[1].limit"},
+		{20, 0, "demand[1].period_nano"},
+		{20, 1 << 62, "demand[1].period_nano"},
+	} {
+		req := &allotpb.ReportRequest{Node: "gw-1", Incarnation: 1, IntervalNano: int64(time.Second), Region: "eu-west",
+			Demand: []*allotpb.KeyDemand{{Rule: "r", Key: "ok"}, {Rule: "r", Key: "k", Limit: tc.limit, PeriodNano: tc.period}}}
+		_, err := client.Report(ctx, req)
+		st := status.Convert(err)
+		if st.Code() != codes.InvalidArgument || !slices.Equal(violations(st), []string{tc.want}) {
+			t.Errorf("limit %d per %d: got %v %q naming %v; want INVALID_ARGUMENT naming %s", tc.limit, tc.period, st.Code(), st.Message(), violations(st), tc.want)
+		}
+	}
+}

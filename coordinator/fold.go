@@ -1,0 +1,247 @@
+package coordinator
+
+import (
+	"math"
+	"time"
+
+	"github.com/allot-io/allot/algo"
+	allotpb "github.com/allot-io/allot/proto"
+)
+
+// folded is a report taken into the allocator and waiting for its answer:
+// at once when every pool it reported stands divided, or after the next
+// round when one must be divided again first (stale).
+type folded struct {
+	req   *allotpb.ReportRequest
+	node  int32
+	epoch uint64
+	// entries are where each demand was folded in, in the demand's order;
+	// a demand that got no claim (no pool, a local rule) has none.
+	entries []foldedEntry
+	// stale is set when a pool the report touched must be divided again
+	// before the node's lease in it is answered: its claim is new, its
+	// demand moved, it asked for a top-up, or the pool holds room back
+	// since its last division. The answer then waits for the next round.
+	stale bool
+}
+
+// foldedEntry is where one demand went: its pool, class and claim (the
+// claim's index, a hint: claims come and go until the answer).
+type foldedEntry struct {
+	sh *allocShard
+	p  *pool
+	c  *class
+	i  int
+	d  *allotpb.KeyDemand
+}
+
+// fold takes one node's report into the allocator: its demand, what it
+// holds and what it spent, per key. No pool is divided here: a pool the
+// report changed is marked for the next round, and the report is answered
+// from the grants that round leaves (answer), so that however many nodes
+// report between two rounds, each pool is divided once (a division is
+// O(its claims), and dividing at every report made an interval's work
+// grow like nodes² × tenants: issue 41). A node leaving releases
+// everything it held, and is answered with no lease.
+func (a *allocator) fold(req *allotpb.ReportRequest, now int64) *folded {
+	node, inc, demands := req.GetNode(), req.GetIncarnation(), req.GetDemand()
+	urgent, leaving := req.GetUrgent(), req.GetLeaving()
+	interval := time.Duration(req.GetIntervalNano())
+	a.mu.Lock()
+	info := a.nodes[node]
+	if info == nil {
+		info = &nodeInfo{index: a.next}
+		a.nodes[node] = info
+		a.next++
+		a.counted.valid = false // in the fleet's count at once
+	}
+	info.lastSeen, info.region = now, req.GetRegion()
+	if a.global {
+		info.sawGroup(req.GetReporterGroup(), now, a.ttl.Load())
+	}
+	if leaving {
+		info.lastSeen = 0 // out of the fleet's count at once; its claims go below
+		a.counted.valid = false
+	}
+	f := &folded{req: req, node: info.index, epoch: a.epoch}
+	if kept := a.kept.Load(); kept != nil {
+		if _, ok := (*kept)[info.index]; ok {
+			a.unkeep(info.index)
+		}
+	}
+	learning := now < a.learnEnd
+	ruleMap := a.rules
+	a.mu.Unlock()
+
+	if interval <= 0 {
+		interval = time.Duration(a.interval.Load())
+	}
+	var held shardHold
+	defer held.release()
+	for _, d := range demands {
+		r := ruleMap[d.GetRule()]
+		if r == nil || r.Local || r.Unlimited {
+			continue
+		}
+		own, ok := demandLimit(r, d)
+		if !ok {
+			continue // a limit on a key not named for it: no lease
+		}
+		k := poolKey{d.GetRule(), d.GetKey()}
+		sh := a.shard(k)
+		held.take(sh)
+		p := sh.pools[k]
+		if p == nil || p.own != own {
+			pr, ok := own.ruleWith(r)
+			if !ok {
+				continue // the rule's algorithm cannot take it: no lease
+			}
+			if p == nil {
+				p = &pool{rule: pr, born: now}
+				if r.Fair() {
+					p.ruleLimit = r.Limit
+					p.byClass = map[classKey]int{}
+				}
+				sh.pools[k] = p
+			}
+			p.rule, p.own = pr, own
+		}
+		o, overridden := a.overrides.get(d.GetRule(), d.GetTenant())
+		switch {
+		case own.limit != 0:
+			p.ruleLimit, p.tenant, p.plan = own.limit, d.GetTenant(), d.GetPlan()
+		case !r.Fair():
+			p.ruleLimit, p.tenant, p.plan = r.LimitWith(o, overridden, d.GetTenant(), d.GetPlan()), d.GetTenant(), d.GetPlan()
+		}
+		p.limit = a.poolLimit(k, p.rule, p.ruleLimit, max(p.window, d.GetWindowUnixNano()), now)
+		if a.global && !leaving {
+			p.sawRegion(req.GetRegion(), req.GetReporterGroup(), now)
+		}
+		c := p.class(classKey{d.GetTenant(), d.GetPriority()}, r, r.WeightWith(o, overridden, d.GetTenant(), d.GetPlan()))
+		cl, at := c.claim(info.index)
+		if !leaving {
+			f.entries = append(f.entries, foldedEntry{sh: sh, p: p, c: c, i: at, d: d})
+		}
+		// An early report asks for a top-up. When the pool is contended the
+		// node is simply at its share, and the next round will do; when it
+		// is not, the node's demand rose and spare capacity can follow it
+		// now.
+		// A claim coming back (left, or a new process under the node's
+		// name) is always taken in: its last grant was its predecessor's.
+		back := cl.left != 0 || (cl.reported && cl.inc != inc)
+		topUp := urgent && (!p.contended || cl.est == 0 || back)
+		moved, dirty := false, p.dirty
+		seen := sighting{inc: inc, now: now, interval: interval, urgent: urgent, leaving: leaving, learning: learning}
+		if !urgent || topUp {
+			before := cl.est
+			a.observe(p, cl, d, seen)
+			sh.markDirty(p)
+			// Demand that moved (beyond the estimator's noise band) is
+			// divided at the next round, and this answer waits for it:
+			// the node hears of its new share in this answer, not an
+			// interval later.
+			moved = math.Abs(cl.est-before) > a.est.Band*math.Max(before, cl.est)
+			// In a window pool every grant includes what its node has
+			// already spent in the window, which each report changes: a
+			// grant from the last round predates it, and could be less
+			// than the node has spent, leaving it stuck there for the
+			// window while its share went unused.
+			moved = moved || p.rule.Algorithm.Windowed()
+		} else if p.rule.Algorithm == algo.FixedWindow {
+			// What the node spent is a fact whatever its demand: a grant
+			// divided from a count an early report had outdated went
+			// below what the node had spent, and the coordinator, taking
+			// the decrease as given up, handed the difference to the
+			// others (a new tenant's first window reached 114% of its
+			// quota over ten gateways in the simulator, 121% on real
+			// processes). (A sliding window's count is an estimate that
+			// weighs the previous window in; folding it in at every early
+			// report raised every grant to it.)
+			seen.spentOnly = true
+			a.observe(p, cl, d, seen)
+			sh.markDirty(p)
+			moved = true
+		} else {
+			cl.lastSeen = now
+			if d.GetHeldEpoch() == f.epoch && d.GetHeldSeq() == cl.seq && cl.seq != 0 && cl.inc == inc {
+				// The node holds the lease of the last division: one that
+				// lowered what it held counts as given up now (see
+				// leaseOf), and the room goes to others at the next round.
+				if cl.held > cl.grant || cl.nextHeld > cl.next {
+					cl.held, cl.nextHeld = cl.grant, cl.next
+					sh.markDirty(p)
+				}
+			}
+		}
+		// A dirty pool holds room back (a decrease given up since its last
+		// division, increases the hand-over guard deferred): divided at
+		// the next round, the node hears of its share in this answer, not
+		// a round later. A leaving node is answered nothing; its share is
+		// freed at the next round.
+		if !leaving && (topUp || moved || cl.seq == 0 || dirty) {
+			f.stale = true
+		}
+	}
+	return f
+}
+
+// answer returns the leases a folded report gets from the pools'
+// divisions as they stand: only the leases that changed, as the node
+// renews the others by the answer's renew_unix_nano. A leaving node gets
+// none.
+func (a *allocator) answer(f *folded, now int64) []*allotpb.Lease {
+	var leases []*allotpb.Lease
+	var held shardHold
+	defer held.release()
+	for _, e := range f.entries {
+		held.take(e.sh)
+		// A pool dropped since the report was folded (a rule change, a
+		// new term) gets this node's claim at its next report.
+		if !e.p.dropped {
+			if cl := e.c.find(f.node, e.i); cl != nil {
+				if l := a.leaseOf(e.p, e.c, cl, e.d, f.epoch, now); l != nil {
+					leases = append(leases, l)
+				}
+			}
+		}
+	}
+	return leases
+}
+
+// shardHold keeps a shard's lock across the consecutive entries of a
+// report that fall in it (a global rule's classes all do), up to
+// holdEntries at a time, so that others' reports get their turn.
+type shardHold struct {
+	sh *allocShard
+	n  int
+}
+
+const holdEntries = 256
+
+func (h *shardHold) take(sh *allocShard) {
+	if h.sh == sh && h.n < holdEntries {
+		h.n++
+		return
+	}
+	h.release()
+	sh.mu.Lock()
+	h.sh, h.n = sh, 1
+}
+
+func (h *shardHold) release() {
+	if h.sh != nil {
+		h.sh.mu.Unlock()
+		h.sh = nil
+	}
+}
+
+// report folds a report in and answers it, dividing first, as a round
+// would, when the answer waits for one: what a leader whose next round
+// comes at once answers. Tests and the Engine's synchronous Report use it.
+func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lease {
+	f := a.fold(req, now)
+	if f.stale {
+		a.tick(now)
+	}
+	return a.answer(f, now)
+}

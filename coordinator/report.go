@@ -1,0 +1,164 @@
+package coordinator
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/internal/shard"
+	"github.com/allot-io/allot/lease/rules"
+	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/proto/rulespb"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+)
+
+// settings are what every member must agree on, replicated through
+// SettingsCommand: the billing window cuts the ledger, and the report
+// interval and lease TTL are what agents are told, what the allocator
+// divides by, and how long a new leader learns. They are fixed from the
+// configuration of the leader that first finds them unset (the cluster's
+// first leader, or for a cluster from an older version, its first leader
+// that knows them) and never change; a member whose flags differ uses the
+// cluster's and says so once.
+type settings struct {
+	billingWindow, reportInterval, leaseTTL time.Duration
+}
+
+// settingsOr returns the replicated settings, each taken from def while
+// not fixed yet.
+func settingsOr(s *state.State, def settings) settings {
+	fixed, out := s.Settings(), def
+	if fixed.BillingWindow != 0 {
+		out.billingWindow = fixed.BillingWindow
+	}
+	if fixed.ReportInterval != 0 {
+		out.reportInterval = fixed.ReportInterval
+	}
+	if fixed.LeaseTTL != 0 {
+		out.leaseTTL = fixed.LeaseTTL
+	}
+	return out
+}
+
+// overridesPerReport bounds the override changes one report answer
+// carries: an agent far behind (a million overrides imported) catches up
+// over several intervals, each answer a few MB at most.
+const overridesPerReport = 20_000
+
+// resetsPerReport bounds the resets one report answer carries: an agent
+// far behind catches up over a few intervals.
+const resetsPerReport = 1000
+
+// respond builds the answer to a report from the replicated state: the
+// leases, the acknowledgement, the cluster's settings (def for any not
+// fixed yet), and the rules when the agent's are out of date.
+func respond(st *state.State, alloc *allocator, req *allotpb.ReportRequest, now time.Time, def settings, leases []*allotpb.Lease, applied bool, acked uint64) *allotpb.ReportResponse {
+	set := settingsOr(st, def)
+	resp := &allotpb.ReportResponse{
+		Protocol:            allotpb.ProtocolVersion_PROTOCOL_VERSION_1,
+		Leases:              leases,
+		ReportIntervalNano:  int64(set.reportInterval),
+		LeaseTtlNano:        int64(set.leaseTTL),
+		RenewUnixNano:       now.Add(set.leaseTTL).UnixNano(),
+		Nodes:               uint32(alloc.nodeCount(now.UnixNano())),
+		AckedSeq:            acked,
+		Epoch:               st.Epoch(),
+		BillingWindowNano:   int64(set.billingWindow),
+		RulesVersion:        st.Rules().Version(),
+		CoordinatorUnixNano: now.UnixNano(),
+		Group:               st.Group(),
+		ShardMapVersion:     st.ShardMapVersion(),
+	}
+	if !applied {
+		if seq, ok := st.LastSeq(req.GetNode(), req.GetIncarnation()); ok {
+			resp.AckedSeq = seq
+		}
+	}
+	if req.GetRulesVersion() != st.Rules().Version() {
+		resp.Rules = rulespb.SetToProto(st.Rules())
+	}
+	resp.Overrides = st.OverridesSince(req.GetOverridesVersion(), overridesPerReport)
+	// An agent not yet following the resets is a new process, whose state
+	// is younger than the resets kept: it takes the version alone.
+	resp.Resets = st.ResetsSince(req.GetResetsVersion(), resetsPerReport, !req.GetResetsFollowing())
+	for _, m := range st.Members() {
+		resp.Coordinators = append(resp.Coordinators, m.GetGrpcAddress())
+	}
+	return resp
+}
+
+// reportError turns a report's violations into one INVALID_ARGUMENT
+// status with a BadRequest that lists each of them, its field naming the
+// entry ("usage.counts[3].tenant", "demand[0].key"), so that an agent can
+// drop exactly the entries refused and send the rest again. nil when there
+// are none.
+func reportError(vs []allotpb.Violation) error {
+	if len(vs) == 0 {
+		return nil
+	}
+	fvs := make([]*errdetails.BadRequest_FieldViolation, len(vs))
+	for i, v := range vs {
+		fvs[i] = &errdetails.BadRequest_FieldViolation{Field: v.Field, Description: v.Description}
+	}
+	msg := vs[0].Field + ": " + vs[0].Description
+	if len(vs) > 1 {
+		msg = fmt.Sprintf("%s (and %d more violations, listed in the BadRequest details)", msg, len(vs)-1)
+	}
+	return badRequest(msg, fvs...)
+}
+
+// ownDemand is req with the demand this group does not divide left out:
+// keys of slots it does not own, and global rules' classes outside the
+// home group. req itself is not changed. The leader and the Engine both
+// filter by it.
+func ownDemand(st *state.State, home bool, req *allotpb.ReportRequest) *allotpb.ReportRequest {
+	if home && st.Group() == "" {
+		return req
+	}
+	rs := st.Rules()
+	owns := st.Owner()
+	keep := make([]*allotpb.KeyDemand, 0, len(req.GetDemand()))
+	for _, d := range req.GetDemand() {
+		if r, ok := rs.Get(d.GetRule()); ok && r.Scope == rules.Global {
+			if home {
+				keep = append(keep, d)
+			}
+			continue
+		}
+		if owns(shard.Of(d.GetTenant())) {
+			keep = append(keep, d)
+		}
+	}
+	if len(keep) == len(req.GetDemand()) {
+		return req
+	}
+	out := allotpb.ReportHeader(req)
+	out.Usage, out.Demand = req.GetUsage(), keep
+	return out
+}
+
+// reportLimits are the bounds a report must keep: at most MaxReportKeys
+// entries, and usage in billing windows from what retention still keeps
+// (or MaxUsageAge when the ledger keeps everything) up to MaxClockAhead
+// after now.
+func reportLimits(maxKeys int, maxUnits float64, retention, billingWindow time.Duration, now time.Time) allotpb.ReportLimits {
+	age := retention
+	if age <= 0 {
+		age = MaxUsageAge
+	}
+	// A window whose end is within the retention is kept: its start may
+	// be a window earlier.
+	lo, hi := allotpb.WindowBounds(now, age+billingWindow, MaxClockAhead)
+	return allotpb.ReportLimits{MaxKeys: maxKeys, MinWindowUnix: lo, MaxWindowUnix: hi,
+		NowUnixNano: now.UnixNano(), MaxSkew: MaxClockAhead, MaxUnitsPerSecond: maxUnits, BillingWindow: billingWindow}
+}
+
+// defaultRoundInterval is the round interval a report interval has unless
+// RoundInterval sets one: a quarter of it, at most 250 ms. A report whose
+// pools changed waits for the next round for its answer (allocator.fold),
+// so the round interval bounds that wait; each round costs the claims of
+// the pools it divides, so four an interval keep an interval's work at
+// four times what was reported.
+func defaultRoundInterval(report time.Duration) time.Duration {
+	return max(min(report/4, 250*time.Millisecond), time.Millisecond)
+}

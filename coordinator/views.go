@@ -1,0 +1,89 @@
+package coordinator
+
+import (
+	"slices"
+	"time"
+)
+
+// uiPool is one key's division among the gateways (leader only).
+type uiPool struct {
+	Rule      string    `json:"rule"`
+	Key       string    `json:"key"`
+	Limit     float64   `json:"limit"`
+	Demand    float64   `json:"demand"`
+	Contended bool      `json:"contended"`
+	Claims    []uiClaim `json:"claims"`
+}
+
+type uiClaim struct {
+	Node string `json:"node"`
+	// Tenant is the class's tenant on a global rule, whose pool is shared
+	// by tenants: one node has a claim for each.
+	Tenant string  `json:"tenant,omitempty"`
+	Lease  float64 `json:"lease"`
+	Demand float64 `json:"demand"`
+}
+
+type uiAgent struct {
+	Node     string    `json:"node"`
+	Region   string    `json:"region"`
+	LastSeen time.Time `json:"last_seen"`
+	Silent   bool      `json:"silent"` // no report for a lease period: its rules are on their fail modes
+}
+
+// uiDivisions is the busiest pools' division among nodes, and every node
+// heard from, for the status page.
+func (a *allocator) uiDivisions(now int64, n int) ([]uiPool, []uiAgent) {
+	a.mu.Lock()
+	names := make(map[int32]string, len(a.nodes))
+	var agents []uiAgent
+	ttl := a.ttl.Load()
+	for name, info := range a.nodes {
+		names[info.index] = name
+		agents = append(agents, uiAgent{Node: name, Region: info.region, LastSeen: time.Unix(0, info.lastSeen), Silent: now-info.lastSeen > ttl})
+	}
+	a.mu.Unlock()
+	slices.SortFunc(agents, func(x, y uiAgent) int { return compareStrings(x.Node, y.Node) })
+	var pools []uiPool
+	for i := range a.shards {
+		sh := &a.shards[i]
+		sh.mu.Lock()
+		for k, p := range sh.pools {
+			up := uiPool{Rule: k.rule, Key: k.key, Limit: p.limit, Contended: p.contended}
+			for _, cl := range p.classes {
+				tenant := ""
+				if p.rule != nil && p.rule.Fair() {
+					tenant = cl.key.tenant
+				}
+				for _, claim := range cl.claims {
+					up.Demand += claim.est
+					up.Claims = append(up.Claims, uiClaim{Node: names[claim.node], Tenant: tenant, Lease: claim.grant, Demand: claim.est})
+				}
+			}
+			pools = append(pools, up)
+		}
+		sh.mu.Unlock()
+	}
+	slices.SortFunc(pools, func(x, y uiPool) int {
+		switch {
+		case x.Demand > y.Demand:
+			return -1
+		case x.Demand < y.Demand:
+			return 1
+		}
+		return compareStrings(x.Rule+x.Key, y.Rule+y.Key)
+	})
+	return pools[:min(len(pools), n)], agents
+}
+
+// uiPoolLimit is the limit a pool is divided by, if the allocator has it.
+func (a *allocator) uiPoolLimit(k poolKey) (float64, bool) {
+	sh := a.shard(k)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	p := sh.pools[k]
+	if p == nil {
+		return 0, false
+	}
+	return p.limit, true
+}

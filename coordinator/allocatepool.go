@@ -10,7 +10,7 @@ import (
 // have expired; so are claims of nodes that left, leaveHold intervals
 // after they did, except while learning, when what they held still counts
 // among the bases.
-func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bool) {
+func (a *Allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bool) {
 	if !learning && p.rule.Scope != rules.Global {
 		// A key whose slot moved here divides, for one lease period, as
 		// a new leader's do: nodes still hold the source group's leases.
@@ -49,7 +49,7 @@ func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 			pl.Learning, pl.LearnFromBases = window, !window
 		default:
 			heard := p.nodesHeard()
-			if fleet := a.nodeCount(now); fleet > heard {
+			if fleet := a.NodeCount(now); fleet > heard {
 				unseen := float64(fleet-heard) * p.limit / float64(fleet)
 				pl.Limit = max(p.limit-unseen, 0)
 			}
@@ -166,7 +166,7 @@ func (a *allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 }
 
 // divide runs the allocation of one pool over the shard's claims.
-func (a *allocator) divide(sh *allocShard, p *pool, pl lease.Pool) {
+func (a *Allocator) divide(sh *allocShard, p *pool, pl lease.Pool) {
 	if p.rule.Fair() {
 		sh.alloc.AllocateFair(pl, sh.classes)
 	} else {

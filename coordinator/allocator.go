@@ -7,11 +7,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
 )
 
-// allocator is the leader's soft state: every node's smoothed demand and
+// Allocator is the leader's soft state: every node's smoothed demand and
 // held lease for every key it reported, and the grants of the latest
 // allocation. None of it is replicated; a new leader rebuilds it from the
 // next round of reports, in learning mode for one lease period (see
@@ -19,7 +20,7 @@ import (
 //
 // Keys are spread over independently locked shards, so that reports for
 // different keys, and allocation rounds, proceed in parallel.
-type allocator struct {
+type Allocator struct {
 	est    lease.Estimator
 	region string
 	// global is set on a parent cluster: its nodes are regions, and it
@@ -29,7 +30,7 @@ type allocator struct {
 	// the cluster leases from none and divides the static fractions.
 	parent *parentLeases
 	// interval and ttl are the cluster's report interval and lease TTL,
-	// in ns (see setTiming).
+	// in ns (see SetTiming).
 	interval atomic.Int64
 	ttl      atomic.Int64
 	seed     maphash.Seed
@@ -38,14 +39,14 @@ type allocator struct {
 	rules    map[string]*rules.Rule
 	epoch    uint64
 	learnEnd int64 // ns; learning mode until then
-	// fleet is, while learning, the fewest nodes nodeCount answers: the
+	// fleet is, while learning, the fewest nodes NodeCount answers: the
 	// nodes whose usage the replicated state shows in the last two lease
 	// periods. A new leader has heard from none of them yet, and agents
 	// divide their unleased shares by the count it answers.
 	fleet int
 	nodes map[string]*nodeInfo
 	next  int32 // index of the next new node; indexes are not reused
-	// counted is the fleet as nodeCount last counted it; lastFull is
+	// counted is the fleet as NodeCount last counted it; lastFull is
 	// when the last full round ran (ns).
 	counted  nodeTally
 	lastFull int64
@@ -68,7 +69,7 @@ type allocator struct {
 
 	// waiting is closed when the next round to start has ended: the
 	// reports folded before it started wait on it for their answers
-	// (awaitRound). nil until a report asks.
+	// (AwaitRound). nil until a report asks.
 	waitMu  sync.Mutex
 	waiting chan struct{}
 }
@@ -146,37 +147,37 @@ type class struct {
 	nodes []int32
 }
 
-func newAllocator(region string, interval, ttl time.Duration) *allocator {
-	a := &allocator{
+func newAllocator(region string, interval, ttl time.Duration) *Allocator {
+	a := &Allocator{
 		est:    lease.DefaultEstimator(),
 		region: region,
 		seed:   maphash.MakeSeed(),
 		rules:  map[string]*rules.Rule{},
 		nodes:  map[string]*nodeInfo{},
 	}
-	a.setTiming(interval, ttl)
+	a.SetTiming(interval, ttl)
 	for i := range a.shards {
 		a.shards[i].pools = map[poolKey]*pool{}
 	}
 	return a
 }
 
-// setTiming sets the report interval and lease TTL the allocator divides
+// SetTiming sets the report interval and lease TTL the allocator divides
 // and grants by: the cluster's replicated settings, set by a new leader
-// before lead.
-func (a *allocator) setTiming(interval, ttl time.Duration) {
+// before Lead.
+func (a *Allocator) SetTiming(interval, ttl time.Duration) {
 	a.interval.Store(int64(interval))
 	a.ttl.Store(int64(ttl))
 }
 
-// leaseTTL is how long the leases granted hold.
-func (a *allocator) leaseTTL() time.Duration { return time.Duration(a.ttl.Load()) }
+// LeaseTTL is how long the leases granted hold.
+func (a *Allocator) LeaseTTL() time.Duration { return time.Duration(a.ttl.Load()) }
 
-// lead resets the allocator for a new term of leadership: it forgets all
+// Lead resets the allocator for a new term of leadership: it forgets all
 // soft state and learns for one lease period. A cluster's first leader
 // (epoch 1) has no predecessor whose grants it could double, and does not
 // learn.
-func (a *allocator) lead(epoch uint64, now int64, fleet int) {
+func (a *Allocator) Lead(epoch uint64, now int64, fleet int) {
 	a.mu.Lock()
 	a.epoch, a.learnEnd, a.fleet = epoch, now+a.ttl.Load(), fleet
 	if epoch <= 1 {
@@ -196,14 +197,14 @@ func (a *allocator) lead(epoch uint64, now int64, fleet int) {
 		sh.pools, sh.due = map[poolKey]*pool{}, nil
 		sh.mu.Unlock()
 	}
-	a.release()
+	a.Release()
 }
 
-// setRules installs a new rule set. Pools of rules that changed are
+// SetRules installs a new rule set. Pools of rules that changed are
 // dropped and rebuilt from the next reports; the others keep their state.
 // A rule whose regions leave out this coordinator's region is skipped: it
 // has no allowance here to divide, so its keys get no pool and no lease.
-func (a *allocator) setRules(set *rules.Set) {
+func (a *Allocator) SetRules(set *rules.Set) {
 	byName := make(map[string]*rules.Rule, set.Len())
 	for i := range set.Rules() {
 		r := set.Rules()[i]
@@ -246,7 +247,7 @@ func appliesIn(r *rules.Rule, region string) bool {
 	return ok
 }
 
-func (a *allocator) shard(k poolKey) *allocShard {
+func (a *Allocator) shard(k poolKey) *allocShard {
 	var h maphash.Hash
 	h.SetSeed(a.seed)
 	h.WriteString(k.rule)
@@ -255,14 +256,14 @@ func (a *allocator) shard(k poolKey) *allocShard {
 	return &a.shards[h.Sum64()%allocShards]
 }
 
-// nodeCount is the number of nodes heard from within two lease periods,
+// NodeCount is the number of nodes heard from within two lease periods,
 // and while learning at least the fleet the replicated state knows: a new
 // leader answering only the nodes heard so far would have the first
 // reporters enforce limit ÷ 1, limit ÷ 2… on every unleased key. Counting
 // walks the node registry, so a count is kept for a quarter of a report
 // interval: every report's answer carries it, and each pool's division
 // may ask for it.
-func (a *allocator) nodeCount(now int64) int {
+func (a *Allocator) NodeCount(now int64) int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if c := a.counted; c.valid && now >= c.at && now-c.at < a.interval.Load()/4 {
@@ -294,7 +295,7 @@ type nodeTally struct {
 // leader has not heard from in its term is not kept, and reports false:
 // its leases are its predecessor's, which this leader has not counted, so
 // its answer renews nothing. It runs under a.mu.
-func (a *allocator) keep(node string, now int64) bool {
+func (a *Allocator) keep(node string, now int64) bool {
 	info := a.nodes[node]
 	if info == nil || info.lastSeen == 0 {
 		return false
@@ -311,7 +312,7 @@ func (a *allocator) keep(node string, now int64) bool {
 }
 
 // unkeep forgets that a node was shed: it reported. It runs under a.mu.
-func (a *allocator) unkeep(node int32) {
+func (a *Allocator) unkeep(node int32) {
 	old := a.kept.Load()
 	if old == nil {
 		return
@@ -328,23 +329,23 @@ func (a *allocator) unkeep(node int32) {
 	a.kept.Store(&next)
 }
 
-// shed records that a node's report was shed at now, and reports whether
+// Shed records that a node's report was Shed at now, and reports whether
 // its answer renews the leases it holds (keep).
-func (a *allocator) shed(node string, now int64) bool {
+func (a *Allocator) Shed(node string, now int64) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.keep(node, now)
 }
 
-// term is the epoch of the leader's term.
-func (a *allocator) term() uint64 {
+// Term is the epoch of the leader's Term.
+func (a *Allocator) Term() uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.epoch
 }
 
-// knows reports whether node has reported to this leader.
-func (a *allocator) knows(node string) bool {
+// Knows reports whether node has reported to this leader.
+func (a *Allocator) Knows(node string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.nodes[node] != nil
@@ -355,9 +356,9 @@ func (a *allocator) knows(node string) bool {
 // it.
 const leaveHold = 2
 
-// tick runs the allocation round due at now: a full one once per lease
+// Tick runs the allocation round due at now: a full one once per lease
 // period (see round).
-func (a *allocator) tick(now int64) (active int) {
+func (a *Allocator) Tick(now int64) (active int) {
 	a.mu.Lock()
 	full := now-a.lastFull >= a.ttl.Load()
 	if full {
@@ -372,9 +373,9 @@ func (a *allocator) tick(now int64) (active int) {
 // silent nodes' leases are reclaimed and empty pools dropped). Its cost is
 // the claims of the pools it divides: the entries reported since the last
 // round, whatever the number of reports they came in. The reports waiting
-// for it (awaitRound) are released when it ends. It returns how many pools
+// for it (AwaitRound) are released when it ends. It returns how many pools
 // are held.
-func (a *allocator) round(now int64, full bool) (active int) {
+func (a *Allocator) round(now int64, full bool) (active int) {
 	a.waitMu.Lock()
 	done := a.waiting
 	a.waiting = nil
@@ -382,7 +383,7 @@ func (a *allocator) round(now int64, full bool) (active int) {
 	if done != nil {
 		defer close(done)
 	}
-	learning := a.learning(now)
+	learning := a.Learning(now)
 	for i := range a.shards {
 		sh := &a.shards[i]
 		sh.mu.Lock()
@@ -434,10 +435,10 @@ func (a *allocator) round(now int64, full bool) (active int) {
 	return active
 }
 
-// awaitRound returns a channel closed when the next round to start has
+// AwaitRound returns a channel closed when the next round to start has
 // ended: one that starts after the call, and so divides what the caller
 // folded before it.
-func (a *allocator) awaitRound() <-chan struct{} {
+func (a *Allocator) AwaitRound() <-chan struct{} {
 	a.waitMu.Lock()
 	defer a.waitMu.Unlock()
 	if a.waiting == nil {
@@ -446,10 +447,10 @@ func (a *allocator) awaitRound() <-chan struct{} {
 	return a.waiting
 }
 
-// release frees the reports waiting for a round that will not come: the
+// Release frees the reports waiting for a round that will not come: the
 // leader's term ended. Each finds, on waking, that this member no longer
 // leads.
-func (a *allocator) release() {
+func (a *Allocator) Release() {
 	a.waitMu.Lock()
 	defer a.waitMu.Unlock()
 	if a.waiting != nil {
@@ -468,15 +469,44 @@ func (sh *allocShard) markDirty(p *pool) {
 	}
 }
 
-// learning reports whether the allocator is in learning mode at now.
-func (a *allocator) learning(now int64) bool {
+// Learning reports whether the allocator is in Learning mode at now.
+func (a *Allocator) Learning(now int64) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return now < a.learnEnd
 }
 
-// activeKeys returns how many pools are held.
-func (a *allocator) activeKeys() (active int) {
+// RuleCount is how many rules the allocator divides: the rule set's, less
+// those with no allowance in this region.
+func (a *Allocator) RuleCount() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.rules)
+}
+
+// KeptNodes is how many nodes were shed since they last reported, whose
+// leases the shed answers renewed (Shed).
+func (a *Allocator) KeptNodes() int {
+	if kept := a.kept.Load(); kept != nil {
+		return len(*kept)
+	}
+	return 0
+}
+
+// Awaited reports whether a report waits for the next round (AwaitRound).
+func (a *Allocator) Awaited() bool {
+	a.waitMu.Lock()
+	defer a.waitMu.Unlock()
+	return a.waiting != nil
+}
+
+// SyncOverrides brings the allocator's copy of the per-tenant overrides
+// in step with the replicated state's; read runs its function under the
+// state's read lock. A report is folded in after it.
+func (a *Allocator) SyncOverrides(read func(func(*state.State))) { a.overrides.sync(read) }
+
+// ActiveKeys returns how many pools are held.
+func (a *Allocator) ActiveKeys() (active int) {
 	for i := range a.shards {
 		sh := &a.shards[i]
 		sh.mu.Lock()

@@ -48,7 +48,7 @@ func TestReportGrantsProportionalLeases(t *testing.T) {
 	b := newAgentSim(t, "gw-b", []string{c.GRPCAddr()})
 	ctx := context.Background()
 	// Wait out learning mode, then report a steady 3:1 demand over the limit.
-	testwait.For(t, 10*time.Second, "learning mode to end", func() bool { return !c.alloc.learning(c.now().UnixNano()) })
+	testwait.For(t, 10*time.Second, "learning mode to end", func() bool { return !c.alloc.Learning(c.now().UnixNano()) })
 	var la, lb *allotpb.Lease
 	for i := 0; i < 10; i++ {
 		// Each reports per 200 ms interval: a wants 3000/s, b 1000/s.
@@ -97,7 +97,7 @@ func TestLearningModeAfterFailover(t *testing.T) {
 		}
 	}
 	l := waitLeader(t, rest)
-	if !l.alloc.learning(l.now().UnixNano()) {
+	if !l.alloc.Learning(l.now().UnixNano()) {
 		t.Skip("the new leader's learning period passed before the test could report; machine too slow")
 	}
 	agent := newAgentSim(t, "gw-a", []string{l.GRPCAddr()})
@@ -129,7 +129,7 @@ func TestLearningModeAfterFailover(t *testing.T) {
 func TestLeavingReleasesLeases(t *testing.T) {
 	c := cluster(t, 1, nil)[0]
 	putRules(t, c, &allotpb.Rule{Name: "api", Scope: "tenant", Algorithm: "gcra", Limit: 1000, Period: durationpb.New(time.Second), Intent: "capacity"})
-	testwait.For(t, 10*time.Second, "learning mode to end", func() bool { return !c.alloc.learning(c.now().UnixNano()) })
+	testwait.For(t, 10*time.Second, "learning mode to end", func() bool { return !c.alloc.Learning(c.now().UnixNano()) })
 	a := newAgentSim(t, "gw-a", []string{c.GRPCAddr()})
 	b := newAgentSim(t, "gw-b", []string{c.GRPCAddr()})
 	ctx := context.Background()

@@ -58,7 +58,7 @@ type sighting struct {
 }
 
 // observe folds one demand report into a claim.
-func (a *allocator) observe(p *pool, cl *claim, d *allotpb.KeyDemand, r sighting) {
+func (a *Allocator) observe(p *pool, cl *claim, d *allotpb.KeyDemand, r sighting) {
 	inc, now, interval, urgent, leaving, learning := r.inc, r.now, r.interval, r.urgent, r.leaving, r.learning
 	cl.lastSeen = now
 	window := p.rule.Algorithm.Windowed()

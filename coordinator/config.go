@@ -397,7 +397,7 @@ func (c *Config) withDefaults() (Config, error) {
 		return cfg, bad("LeaseTTL", "%v is shorter than two report intervals (%v): leases would expire between reports", cfg.LeaseTTL, 2*cfg.ReportInterval)
 	}
 	if cfg.RoundInterval == 0 {
-		cfg.RoundInterval = defaultRoundInterval(cfg.ReportInterval)
+		cfg.RoundInterval = DefaultRoundInterval(cfg.ReportInterval)
 	}
 	if cfg.ApplyWindow == 0 {
 		cfg.ApplyWindow = DefaultApplyWindow

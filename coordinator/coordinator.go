@@ -71,7 +71,7 @@ type Coordinator struct {
 	failErr  error
 	failOnce sync.Once
 
-	alloc   *allocator
+	alloc   *Allocator
 	batcher *batcher
 	// parent is a region cluster's link to its parent; nil without one.
 	parent *parentLink
@@ -500,7 +500,7 @@ func (c *Coordinator) onApplied(t state.Command, audited string) {
 	if t == state.CmdRules {
 		set := c.currentRules()
 		c.metrics.rulesVersion.Set(float64(set.Version()))
-		c.alloc.setRules(set)
+		c.alloc.SetRules(set)
 	}
 }
 

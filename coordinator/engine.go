@@ -21,7 +21,7 @@ type Engine struct {
 	incarnation uint64 // as a parent's node
 	mu          sync.Mutex
 	st          *state.State
-	alloc       *allocator
+	alloc       *Allocator
 	// waiting are the reports submitted since the last round, answered
 	// by the next (Submit).
 	waiting []*engineReport
@@ -56,7 +56,7 @@ func NewEngine(cfg EngineConfig, now time.Time) (*Engine, error) {
 		cfg.LeaseTTL = DefaultLeaseIntervals * cfg.ReportInterval
 	}
 	if cfg.RoundInterval == 0 {
-		cfg.RoundInterval = defaultRoundInterval(cfg.ReportInterval)
+		cfg.RoundInterval = DefaultRoundInterval(cfg.ReportInterval)
 	}
 	if cfg.BillingWindow == 0 {
 		cfg.BillingWindow = DefaultBillingWindow
@@ -88,13 +88,13 @@ func (e *Engine) Failover(now time.Time) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	epoch := e.st.Apply(state.CmdEpoch, &fsmpb.EpochCommand{}).(uint64)
-	e.alloc.lead(epoch, now.UnixNano(), e.st.RecentNodes(now.Add(-2*e.cfg.LeaseTTL).UnixNano()))
-	e.alloc.setRules(e.st.Rules())
+	e.alloc.Lead(epoch, now.UnixNano(), e.st.RecentNodes(now.Add(-2*e.cfg.LeaseTTL).UnixNano()))
+	e.alloc.SetRules(e.st.Rules())
 	if e.alloc.parent != nil {
 		// A new leader holds no lease from the parent: its first
 		// exchange brings them back.
 		e.alloc.parent.reset()
-		e.alloc.refreshLimits(now.UnixNano())
+		e.alloc.RefreshLimits(now.UnixNano())
 	}
 }
 
@@ -107,19 +107,19 @@ func (e *Engine) RegionReport(now time.Time, interval time.Duration) *allotpb.Re
 	return &allotpb.ReportRequest{
 		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: RegionNode(e.cfg.Region), Incarnation: e.incarnation,
 		Region: e.cfg.Region, SentUnixNano: now.UnixNano(), IntervalNano: int64(interval),
-		RulesVersion: e.st.Rules().Version(), Demand: e.alloc.regionDemand(now.UnixNano(), int64(interval)),
+		RulesVersion: e.st.Rules().Version(), Demand: e.alloc.RegionDemand(now.UnixNano(), int64(interval)),
 	}
 }
 
 // RegionEarlyReport is the early report a region's engine sends its
 // parent at now, ahead of its interval, or nil when none is due: the keys
-// whose demand moved since the parent was told (see earlyDemand). The
+// whose demand moved since the parent was told (see EarlyDemand). The
 // caller checks RegionEarlyChecks times an interval, with at most
 // RegionEarlyInFlight of these exchanges under way at once.
 func (e *Engine) RegionEarlyReport(now time.Time, interval time.Duration) *allotpb.ReportRequest {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	demand := e.alloc.earlyDemand(now.UnixNano(), int64(interval))
+	demand := e.alloc.EarlyDemand(now.UnixNano(), int64(interval))
 	if demand == nil {
 		return nil
 	}
@@ -145,7 +145,7 @@ func RegionNode(region string) string { return "region-" + region }
 func (e *Engine) ApplyParent(now time.Time, resp *allotpb.ReportResponse) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.alloc.applyParent(resp, now.UnixNano())
+	e.alloc.ApplyParent(resp, now.UnixNano())
 }
 
 // ParentFallbacks is how many keys divided among regions the engine
@@ -154,7 +154,7 @@ func (e *Engine) ApplyParent(now time.Time, resp *allotpb.ReportResponse) {
 func (e *Engine) ParentFallbacks(now time.Time) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.alloc.refreshLimits(now.UnixNano())
+	return e.alloc.RefreshLimits(now.UnixNano())
 }
 
 // SetRules replaces the rule set, as an operator's put does; agents get
@@ -167,7 +167,7 @@ func (e *Engine) SetRules(rs []rules.Rule) error {
 		return fmt.Errorf("coordinator: engine rules: %w", err)
 	}
 	e.st.SetRules(set)
-	e.alloc.setRules(set)
+	e.alloc.SetRules(set)
 	return nil
 }
 
@@ -182,7 +182,7 @@ func (e *Engine) Report(now time.Time, req *allotpb.ReportRequest) (resp *allotp
 	if err != nil {
 		return nil, err
 	}
-	if x.f.stale {
+	if x.f.Stale() {
 		e.round(now)
 	}
 	return e.answer(now, x), nil
@@ -195,7 +195,7 @@ func (e *Engine) Report(now time.Time, req *allotpb.ReportRequest) (resp *allotp
 func (e *Engine) Submit(now time.Time, req *allotpb.ReportRequest, deliver func(at time.Time, resp *allotpb.ReportResponse, err error)) {
 	e.mu.Lock()
 	x, err := e.take(now, req)
-	if err == nil && x.f.stale {
+	if err == nil && x.f.Stale() {
 		x.deliver = deliver
 		e.waiting = append(e.waiting, x)
 		e.mu.Unlock()
@@ -212,7 +212,7 @@ func (e *Engine) Submit(now time.Time, req *allotpb.ReportRequest, deliver func(
 // engineReport is a report the Engine took, until it is answered.
 type engineReport struct {
 	req     *allotpb.ReportRequest
-	f       *folded
+	f       *Folded
 	applied bool
 	acked   uint64
 	deliver func(time.Time, *allotpb.ReportResponse, error)
@@ -221,8 +221,8 @@ type engineReport struct {
 // take validates a report, applies its usage and folds its demand in, as
 // the leader does before it answers.
 func (e *Engine) take(now time.Time, req *allotpb.ReportRequest) (*engineReport, error) {
-	lim := reportLimits(DefaultMaxReportKeys, 0, KeepLedger, time.Duration(e.st.BillingWindowSeconds())*time.Second, now)
-	if err := reportError(allotpb.ValidateReport(req, lim)); err != nil {
+	lim := ReportLimits(DefaultMaxReportKeys, 0, KeepLedger, time.Duration(e.st.BillingWindowSeconds())*time.Second, now)
+	if err := ReportError(allotpb.ValidateReport(req, lim)); err != nil {
 		return nil, err
 	}
 	if err := e.wrongGroup(req); err != nil {
@@ -240,16 +240,16 @@ func (e *Engine) take(now time.Time, req *allotpb.ReportRequest) (*engineReport,
 		}
 		x.applied, x.acked = true, res.GetAckedSeq()[0]
 	}
-	x.req = ownDemand(e.st, e.home(), req)
-	e.alloc.overrides.sync(func(fn func(*state.State)) { fn(e.st) })
-	x.f = e.alloc.fold(x.req, now.UnixNano())
+	x.req = OwnDemand(e.st, e.home(), req)
+	e.alloc.SyncOverrides(func(fn func(*state.State)) { fn(e.st) })
+	x.f = e.alloc.Fold(x.req, now.UnixNano())
 	return x, nil
 }
 
 // answer builds a taken report's answer at now.
 func (e *Engine) answer(now time.Time, x *engineReport) *allotpb.ReportResponse {
-	leases := e.alloc.answer(x.f, now.UnixNano())
-	return respond(e.st, e.alloc, x.req, now, e.settings(), leases, x.applied, x.acked)
+	leases := e.alloc.Answer(x.f, now.UnixNano())
+	return Respond(e.st, e.alloc, x.req, now, e.settings(), leases, x.applied, x.acked)
 }
 
 // Round re-divides the allowances that changed, as the leader does every
@@ -270,19 +270,19 @@ func (e *Engine) Round(now time.Time) {
 }
 
 func (e *Engine) round(now time.Time) {
-	e.alloc.refreshLimits(now.UnixNano()) // leases from the parent that expired
-	e.alloc.tick(now.UnixNano())
+	e.alloc.RefreshLimits(now.UnixNano()) // leases from the parent that expired
+	e.alloc.Tick(now.UnixNano())
 }
 
-func (e *Engine) settings() settings {
-	return settings{billingWindow: e.cfg.BillingWindow, reportInterval: e.cfg.ReportInterval, leaseTTL: e.cfg.LeaseTTL}
+func (e *Engine) settings() Settings {
+	return Settings{BillingWindow: e.cfg.BillingWindow, ReportInterval: e.cfg.ReportInterval, LeaseTTL: e.cfg.LeaseTTL}
 }
 
 // RoundInterval is how often the caller should call Round.
 func (e *Engine) RoundInterval() time.Duration { return e.cfg.RoundInterval }
 
 // Learning reports whether the engine is in learning mode at now.
-func (e *Engine) Learning(now time.Time) bool { return e.alloc.learning(now.UnixNano()) }
+func (e *Engine) Learning(now time.Time) bool { return e.alloc.Learning(now.UnixNano()) }
 
 // Usage returns the ledger's totals for a tenant under a rule, over all
 // windows and regions.

@@ -18,7 +18,7 @@ import (
 // keeps the same slot table the coordinator's does: a usage batch holding
 // a slot the group does not own is refused whole, as FAILED_PRECONDITION
 // with a SlotsMoved detail (nothing of it applied), and demand for keys
-// outside its slots gets no lease, as ownDemand drops it. The home group
+// outside its slots gets no lease, as OwnDemand drops it. The home group
 // holds the shard map, and StepMoves carries its moves out step by step
 // as the home leader's mover does.
 type EngineShards struct {
@@ -177,7 +177,7 @@ func (e *Engine) GroupSlots(now time.Time, req *allotpb.GroupSlotsRequest) (*all
 		Group: e.groupID(), ProposedUnixNano: now.UnixNano(), FinishedBelow: req.GetFinishedBelow(),
 	}).(*fsmpb.SlotsResult)
 	if r.GetDone() && op == fsmpb.SlotsCommand_ACQUIRE {
-		e.alloc.learnSlots(shard.Slot(req.GetFirst()), shard.Slot(req.GetLast()), now.UnixNano())
+		e.alloc.LearnSlots(shard.Slot(req.GetFirst()), shard.Slot(req.GetLast()), now.UnixNano())
 	}
 	return &allotpb.GroupSlotsResponse{Done: r.GetDone(), Refused: r.GetRefused(), Owned: r.GetOwned()}, nil
 }

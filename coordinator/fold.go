@@ -8,10 +8,10 @@ import (
 	allotpb "github.com/allot-io/allot/proto"
 )
 
-// folded is a report taken into the allocator and waiting for its answer:
+// Folded is a report taken into the allocator and waiting for its answer:
 // at once when every pool it reported stands divided, or after the next
 // round when one must be divided again first (stale).
-type folded struct {
+type Folded struct {
 	req   *allotpb.ReportRequest
 	node  int32
 	epoch uint64
@@ -25,6 +25,10 @@ type folded struct {
 	stale bool
 }
 
+// Stale reports whether the report's answer waits for the next round
+// (AwaitRound): a pool it reported must be divided again first.
+func (f *Folded) Stale() bool { return f.stale }
+
 // foldedEntry is where one demand went: its pool, class and claim (the
 // claim's index, a hint: claims come and go until the answer).
 type foldedEntry struct {
@@ -35,7 +39,7 @@ type foldedEntry struct {
 	d  *allotpb.KeyDemand
 }
 
-// fold takes one node's report into the allocator: its demand, what it
+// Fold takes one node's report into the allocator: its demand, what it
 // holds and what it spent, per key. No pool is divided here: a pool the
 // report changed is marked for the next round, and the report is answered
 // from the grants that round leaves (answer), so that however many nodes
@@ -43,7 +47,7 @@ type foldedEntry struct {
 // O(its claims), and dividing at every report made an interval's work
 // grow like nodes² × tenants: issue 41). A node leaving releases
 // everything it held, and is answered with no lease.
-func (a *allocator) fold(req *allotpb.ReportRequest, now int64) *folded {
+func (a *Allocator) Fold(req *allotpb.ReportRequest, now int64) *Folded {
 	node, inc, demands := req.GetNode(), req.GetIncarnation(), req.GetDemand()
 	urgent, leaving := req.GetUrgent(), req.GetLeaving()
 	interval := time.Duration(req.GetIntervalNano())
@@ -63,7 +67,7 @@ func (a *allocator) fold(req *allotpb.ReportRequest, now int64) *folded {
 		info.lastSeen = 0 // out of the fleet's count at once; its claims go below
 		a.counted.valid = false
 	}
-	f := &folded{req: req, node: info.index, epoch: a.epoch}
+	f := &Folded{req: req, node: info.index, epoch: a.epoch}
 	if kept := a.kept.Load(); kept != nil {
 		if _, ok := (*kept)[info.index]; ok {
 			a.unkeep(info.index)
@@ -185,11 +189,11 @@ func (a *allocator) fold(req *allotpb.ReportRequest, now int64) *folded {
 	return f
 }
 
-// answer returns the leases a folded report gets from the pools'
+// Answer returns the leases a folded report gets from the pools'
 // divisions as they stand: only the leases that changed, as the node
-// renews the others by the answer's renew_unix_nano. A leaving node gets
+// renews the others by the Answer's renew_unix_nano. A leaving node gets
 // none.
-func (a *allocator) answer(f *folded, now int64) []*allotpb.Lease {
+func (a *Allocator) Answer(f *Folded, now int64) []*allotpb.Lease {
 	var leases []*allotpb.Lease
 	var held shardHold
 	defer held.release()
@@ -238,10 +242,10 @@ func (h *shardHold) release() {
 // report folds a report in and answers it, dividing first, as a round
 // would, when the answer waits for one: what a leader whose next round
 // comes at once answers. Tests and the Engine's synchronous Report use it.
-func (a *allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lease {
-	f := a.fold(req, now)
+func (a *Allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lease {
+	f := a.Fold(req, now)
 	if f.stale {
-		a.tick(now)
+		a.Tick(now)
 	}
-	return a.answer(f, now)
+	return a.Answer(f, now)
 }

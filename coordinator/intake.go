@@ -54,23 +54,23 @@ func (in *intake) done() { in.inFlight.Add(-1) }
 // then counts them held until then; see allocator.keep). The agent keeps
 // enforcing them and asks for nothing early for an interval; its usage
 // goes again in its next report.
-func (c *Coordinator) shedAnswer(req *allotpb.ReportRequest, set settings) *allotpb.ReportResponse {
+func (c *Coordinator) shedAnswer(req *allotpb.ReportRequest, set Settings) *allotpb.ReportResponse {
 	now := c.now()
 	resp := &allotpb.ReportResponse{
 		Protocol:            allotpb.ProtocolVersion_PROTOCOL_VERSION_1,
 		Shed:                true,
-		RetryAfterNano:      int64(set.reportInterval),
-		ReportIntervalNano:  int64(set.reportInterval),
-		LeaseTtlNano:        int64(set.leaseTTL),
+		RetryAfterNano:      int64(set.ReportInterval),
+		ReportIntervalNano:  int64(set.ReportInterval),
+		LeaseTtlNano:        int64(set.LeaseTTL),
 		CoordinatorUnixNano: now.UnixNano(),
-		Epoch:               c.alloc.term(),
+		Epoch:               c.alloc.Term(),
 		// The cluster's: an agent that predates shed answers takes a
 		// version equal to its own, with no rules, as "the cluster has
 		// none".
 		RulesVersion: c.currentRules().Version(),
 	}
-	if c.alloc.shed(req.GetNode(), now.UnixNano()) {
-		resp.RenewUnixNano = now.Add(set.leaseTTL).UnixNano()
+	if c.alloc.Shed(req.GetNode(), now.UnixNano()) {
+		resp.RenewUnixNano = now.Add(set.LeaseTTL).UnixNano()
 	}
 	return resp
 }

@@ -63,7 +63,7 @@ func TestLeaderShedsPastItsBound(t *testing.T) {
 		c.RoundInterval = time.Hour // reports wait for their round until the test lets them go
 	})[0]
 	putRules(t, c, &allotpb.Rule{Name: "api", Scope: "tenant", Algorithm: "token_bucket", Limit: 1000, Period: durationpb.New(time.Second), Burst: 100, Intent: "capacity"})
-	testwait.For(t, 10*time.Second, "the leader to install the rule", func() bool { return c.alloc.ruleCount() == 1 })
+	testwait.For(t, 10*time.Second, "the leader to install the rule", func() bool { return c.alloc.RuleCount() == 1 })
 	client := allotpb.NewAgentServiceClient(dial(t, c.GRPCAddr()))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -78,8 +78,8 @@ func TestLeaderShedsPastItsBound(t *testing.T) {
 		}
 		first <- resp
 	}()
-	testwait.For(t, 10*time.Second, "gw-1's report to wait for its round", c.alloc.awaited)
-	c.alloc.tick(c.now().UnixNano())
+	testwait.For(t, 10*time.Second, "gw-1's report to wait for its round", c.alloc.Awaited)
+	c.alloc.Tick(c.now().UnixNano())
 	if resp := <-first; resp.GetShed() || len(resp.GetLeases()) != 1 {
 		t.Fatalf("gw-1's first report: %v; want it answered with its lease", resp)
 	}
@@ -117,8 +117,8 @@ func TestLeaderShedsPastItsBound(t *testing.T) {
 	case resp.GetRenewUnixNano() <= resp.GetCoordinatorUnixNano():
 		t.Errorf("a known node's shed answer renews nothing: renew %d, now %d", resp.GetRenewUnixNano(), resp.GetCoordinatorUnixNano())
 	}
-	if kept := c.alloc.kept.Load(); kept == nil || len(*kept) != 1 {
-		t.Errorf("the leader does not count gw-1's renewed leases: kept %v", kept)
+	if kept := c.alloc.KeptNodes(); kept != 1 {
+		t.Errorf("the leader does not count gw-1's renewed leases: %d nodes kept", kept)
 	}
 	resp, err = client.Report(ctx, apiReport("gw-4", true))
 	if err != nil {
@@ -132,7 +132,7 @@ func TestLeaderShedsPastItsBound(t *testing.T) {
 	}
 	// Rounds answer the two waiting reports.
 	testwait.For(t, 10*time.Second, "the intake to empty", func() bool {
-		c.alloc.tick(c.now().UnixNano())
+		c.alloc.Tick(c.now().UnixNano())
 		return c.intake.inFlight.Load() == 0
 	})
 }
@@ -143,7 +143,7 @@ func TestLeaderShedsPastItsBound(t *testing.T) {
 func TestReportLeavesWithItsCaller(t *testing.T) {
 	c := cluster(t, 1, func(c *Config) { c.RoundInterval = time.Hour })[0]
 	putRules(t, c, &allotpb.Rule{Name: "api", Scope: "tenant", Algorithm: "token_bucket", Limit: 1000, Period: durationpb.New(time.Second), Burst: 100, Intent: "capacity"})
-	testwait.For(t, 10*time.Second, "the leader to install the rule", func() bool { return c.alloc.ruleCount() == 1 })
+	testwait.For(t, 10*time.Second, "the leader to install the rule", func() bool { return c.alloc.RuleCount() == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	_, err := allotpb.NewAgentServiceClient(dial(t, c.GRPCAddr())).Report(ctx, apiReport("gw-1", true))
@@ -154,11 +154,4 @@ func TestReportLeavesWithItsCaller(t *testing.T) {
 	if got := testutil.ToFloat64(c.metrics.leasesGranted); got != 0 {
 		t.Errorf("%v leases answered to a caller that had left", got)
 	}
-}
-
-// awaited reports whether a report waits for the next round.
-func (a *allocator) awaited() bool {
-	a.waitMu.Lock()
-	defer a.waitMu.Unlock()
-	return a.waiting != nil
 }

@@ -45,8 +45,8 @@ func benchInterval(b *testing.B, nodes, tenants int) {
 		b.Fatal(err)
 	}
 	now := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC).UnixNano()
-	a.lead(1, now, 0)
-	a.setRules(set)
+	a.Lead(1, now, 0)
+	a.SetRules(set)
 	reqs := intervalReports(nodes, tenants)
 	seq := uint64(0)
 	interval := func() {
@@ -54,12 +54,12 @@ func benchInterval(b *testing.B, nodes, tenants int) {
 		var wg sync.WaitGroup
 		work := make(chan *allotpb.ReportRequest)
 		var mu sync.Mutex
-		var waiting []*folded
+		var waiting []*Folded
 		for range runtime.GOMAXPROCS(0) {
 			wg.Go(func() {
 				for req := range work {
 					req.SentUnixNano = now
-					f := a.fold(req, now)
+					f := a.Fold(req, now)
 					mu.Lock()
 					waiting = append(waiting, f)
 					mu.Unlock()
@@ -79,7 +79,7 @@ func benchInterval(b *testing.B, nodes, tenants int) {
 				part := ready[i:min(i+per, len(ready))]
 				aw.Go(func() {
 					for _, f := range part {
-						a.answer(f, now)
+						a.Answer(f, now)
 					}
 				})
 			}
@@ -87,14 +87,14 @@ func benchInterval(b *testing.B, nodes, tenants int) {
 		}
 		for i, req := range reqs {
 			if i%(len(reqs)/4+1) == 0 {
-				a.tick(now)
+				a.Tick(now)
 				answer()
 			}
 			work <- req
 		}
 		close(work)
 		wg.Wait()
-		a.tick(now)
+		a.Tick(now)
 		answer()
 		now += int64(time.Second)
 	}

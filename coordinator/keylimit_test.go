@@ -24,8 +24,8 @@ func TestAllocatorDividesAKeysOwnLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.setRules(set)
-	a.lead(1, 0, 1)
+	a.SetRules(set)
+	a.Lead(1, 0, 1)
 	own := "ann" + rules.CallLimitKeySuffix(20, time.Minute, 0)
 	demand := func(rule, key string, limit int64) *allotpb.KeyDemand {
 		d := &allotpb.KeyDemand{Rule: rule, Key: key, Admitted: 5000}
@@ -67,7 +67,7 @@ func TestAllocatorDividesAKeysOwnLimit(t *testing.T) {
 	}
 	// A rule set keeping the rule keeps the pool on its own limit.
 	set2, _ := rules.NewSet(2, []rules.Rule{per, tenant})
-	a.setRules(set2)
+	a.SetRules(set2)
 	sh.mu.Lock()
 	p = sh.pools[poolKey{"per-user", own}]
 	sh.mu.Unlock()

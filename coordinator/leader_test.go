@@ -26,7 +26,7 @@ func isolateLeader(t *testing.T) *Coordinator {
 	})
 	l := waitLeader(t, nodes)
 	putRules(t, l, &allotpb.Rule{Name: "api", Scope: "tenant", Algorithm: "token_bucket", Limit: 1000, Period: durationpb.New(time.Second), Burst: 100, Intent: "capacity"})
-	testwait.For(t, 10*time.Second, "the leader to install the rule", func() bool { return l.alloc.ruleCount() == 1 })
+	testwait.For(t, 10*time.Second, "the leader to install the rule", func() bool { return l.alloc.RuleCount() == 1 })
 	for _, c := range nodes {
 		if c != l {
 			if err := c.raft.Shutdown().Error(); err != nil {
@@ -65,7 +65,7 @@ func TestReportGrantsOnlyAfterCommit(t *testing.T) {
 	if code := status.Code(err); code != codes.Unavailable && code != codes.FailedPrecondition {
 		t.Errorf("got %v; want UNAVAILABLE or FAILED_PRECONDITION", err)
 	}
-	if n := l.alloc.activeKeys(); n != 0 {
+	if n := l.alloc.ActiveKeys(); n != 0 {
 		t.Fatalf("the allocator divided %d pools for a report whose usage was never committed", n)
 	}
 }
@@ -84,16 +84,9 @@ func TestDeposedLeaderDoesNotAnswer(t *testing.T) {
 	if code := status.Code(err); code != codes.Unavailable && code != codes.FailedPrecondition {
 		t.Errorf("got %v; want UNAVAILABLE or FAILED_PRECONDITION", err)
 	}
-	if n := l.alloc.activeKeys(); n != 0 {
+	if n := l.alloc.ActiveKeys(); n != 0 {
 		t.Errorf("a leader without a quorum divided %d pools", n)
 	}
-}
-
-// ruleCount is how many rules the allocator divides.
-func (a *allocator) ruleCount() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.rules)
 }
 
 // TestLeaderGaugesResetOnStepDown: the leader-only gauges (agents, keys,

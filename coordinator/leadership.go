@@ -24,7 +24,7 @@ func (c *Coordinator) watchLeadership(ctx context.Context) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	lastLeader := ""
-	var warned settings // the cluster settings last compared with this member's flags
+	var warned Settings // the cluster settings last compared with this member's flags
 	for {
 		select {
 		case <-ctx.Done():
@@ -119,9 +119,9 @@ func (c *Coordinator) lead(ctx context.Context) {
 		c.metrics.activeAgents.Set(0)
 		c.metrics.learning.Set(0)
 	}()
-	if c.alloc.learning(now.UnixNano()) {
+	if c.alloc.Learning(now.UnixNano()) {
 		c.metrics.learning.Set(1)
-		c.log.Info("leading", "epoch", epoch, "learning_until", now.Add(set.leaseTTL).Format(time.RFC3339Nano))
+		c.log.Info("leading", "epoch", epoch, "learning_until", now.Add(set.LeaseTTL).Format(time.RFC3339Nano))
 	} else {
 		c.log.Info("leading", "epoch", epoch, "learning", false)
 	}
@@ -141,13 +141,13 @@ func (c *Coordinator) lead(ctx context.Context) {
 	if c.isHome() {
 		c.goRun(func(context.Context) { c.moveSlots(ctx) })
 	} else {
-		c.goRun(func(context.Context) { c.mirrorRules(ctx, set.reportInterval) })
+		c.goRun(func(context.Context) { c.mirrorRules(ctx, set.ReportInterval) })
 	}
 	rounds := c.cfg.Clock.NewTicker(c.roundInterval(set))
 	defer rounds.Stop()
-	maintain := c.cfg.Clock.NewTicker(min(time.Minute, set.billingWindow/4))
+	maintain := c.cfg.Clock.NewTicker(min(time.Minute, set.BillingWindow/4))
 	defer maintain.Stop()
-	defer c.alloc.release() // reports waiting for a round that will not come
+	defer c.alloc.Release() // reports waiting for a round that will not come
 	defer c.roundsBehind.Store(false)
 	for {
 		select {
@@ -158,19 +158,19 @@ func (c *Coordinator) lead(ctx context.Context) {
 			start := time.Now()
 			if c.parent != nil {
 				// Leases from the parent that expired since the last round.
-				c.alloc.refreshLimits(now.UnixNano())
-				leased, fallback := c.alloc.tierCounts(now.UnixNano())
+				c.alloc.RefreshLimits(now.UnixNano())
+				leased, fallback := c.alloc.TierCounts(now.UnixNano())
 				c.metrics.parentLeased.Set(float64(leased))
 				c.metrics.parentFallback.Set(float64(fallback))
-				c.recordGrants(grants, now.UnixNano(), set.billingWindow, c.roundInterval(set))
+				c.recordGrants(grants, now.UnixNano(), set.BillingWindow, c.roundInterval(set))
 			}
-			active := c.alloc.tick(now.UnixNano())
+			active := c.alloc.Tick(now.UnixNano())
 			took := time.Since(start)
 			c.metrics.roundSeconds.Observe(took.Seconds())
 			c.roundsBehind.Store(took > c.roundInterval(set))
 			c.metrics.activeKeys.Set(float64(active))
-			c.metrics.activeAgents.Set(float64(c.alloc.nodeCount(now.UnixNano())))
-			if c.alloc.learning(now.UnixNano()) {
+			c.metrics.activeAgents.Set(float64(c.alloc.NodeCount(now.UnixNano())))
+			if c.alloc.Learning(now.UnixNano()) {
 				c.metrics.learning.Set(1)
 			} else {
 				c.metrics.learning.Set(0)
@@ -314,9 +314,9 @@ func sameRules(a, b *rules.Set) bool {
 // cluster's settings, the fleet the replicated state shows, and the rules.
 func (c *Coordinator) startTerm(epoch uint64, now time.Time) {
 	set := c.settings()
-	c.alloc.setTiming(set.reportInterval, set.leaseTTL)
-	c.alloc.lead(epoch, now.UnixNano(), c.recentFleet(now, set.leaseTTL))
-	c.alloc.setRules(c.currentRules())
+	c.alloc.SetTiming(set.ReportInterval, set.LeaseTTL)
+	c.alloc.Lead(epoch, now.UnixNano(), c.recentFleet(now, set.LeaseTTL))
+	c.alloc.SetRules(c.currentRules())
 }
 
 // recentFleet is the number of nodes whose usage the replicated state

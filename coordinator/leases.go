@@ -28,7 +28,7 @@ import (
 // processes (issue 11). In a window pool so does the next count a node
 // switches to at the boundary, where what each holds becomes what it will
 // hold next.
-func (a *allocator) leaseOf(p *pool, c *class, cl *claim, d *allotpb.KeyDemand, epoch uint64, now int64) *allotpb.Lease {
+func (a *Allocator) leaseOf(p *pool, c *class, cl *claim, d *allotpb.KeyDemand, epoch uint64, now int64) *allotpb.Lease {
 	if cl.seq == 0 || (d.GetHeldEpoch() == epoch && d.GetHeldSeq() == cl.seq) {
 		return nil
 	}
@@ -41,7 +41,7 @@ func (a *allocator) leaseOf(p *pool, c *class, cl *claim, d *allotpb.KeyDemand, 
 }
 
 // leaseFor builds the lease a claim's grant gives its node.
-func (a *allocator) leaseFor(p *pool, c *class, cl *claim, d *allotpb.KeyDemand, epoch uint64, now int64) *allotpb.Lease {
+func (a *Allocator) leaseFor(p *pool, c *class, cl *claim, d *allotpb.KeyDemand, epoch uint64, now int64) *allotpb.Lease {
 	l := &allotpb.Lease{
 		Rule:            d.GetRule(),
 		Key:             d.GetKey(),

@@ -53,27 +53,27 @@ func (c *Coordinator) tierGroup() string {
 
 // reportToParent runs the leader's exchanges with the parent until ctx
 // ends (leadership lost, or shutdown): a report of every tiered key each
-// ParentInterval, and between them, checked earlyChecks times an
-// interval, early reports of the keys whose demand moved (tierearly.go),
-// at most earlyInFlight under way at once. Exchanges do not wait for each
+// ParentInterval, and between them, checked RegionEarlyChecks times an
+// interval, early reports of the keys whose demand moved (EarlyDemand),
+// at most RegionEarlyInFlight under way at once. Exchanges do not wait for each
 // other: an answer older than one applied since is recognised by its
-// leases' numbers (applyParent), and a report made before an answer
+// leases' numbers (ApplyParent), and a report made before an answer
 // arrived, holding the lease that answer replaced, is answered with the
 // region's grant as it stands, as the parent resends a lease to whoever
 // reports holding an older one.
 func (c *Coordinator) reportToParent(ctx context.Context) {
 	// A new leader holds no lease from the parent: until its first
 	// exchange it divides the static fractions.
-	c.alloc.parent.reset()
+	c.alloc.ResetParent()
 	interval := c.cfg.ParentInterval
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	c.exchangeWithParent(ctx, c.now().UnixNano(), nil)
 	t := c.cfg.Clock.NewTicker(interval)
 	defer t.Stop()
-	check := c.cfg.Clock.NewTicker(max(interval/earlyChecks, time.Millisecond))
+	check := c.cfg.Clock.NewTicker(max(interval/RegionEarlyChecks, time.Millisecond))
 	defer check.Stop()
-	early := make(chan struct{}, earlyInFlight) // a slot per early exchange under way
+	early := make(chan struct{}, RegionEarlyInFlight) // a slot per early exchange under way
 	for {
 		select {
 		case <-ctx.Done():
@@ -90,7 +90,7 @@ func (c *Coordinator) reportToParent(ctx context.Context) {
 }
 
 // earlyExchange starts an early exchange with the parent when one is due
-// (earlyDemand) and fewer than earlyInFlight are under way.
+// (EarlyDemand) and fewer than RegionEarlyInFlight are under way.
 func (c *Coordinator) earlyExchange(ctx context.Context, wg *sync.WaitGroup, early chan struct{}, interval int64) {
 	select {
 	case early <- struct{}{}:
@@ -98,7 +98,7 @@ func (c *Coordinator) earlyExchange(ctx context.Context, wg *sync.WaitGroup, ear
 		return // as many under way as may be
 	}
 	now := c.now().UnixNano()
-	demand := c.alloc.earlyDemand(now, interval)
+	demand := c.alloc.EarlyDemand(now, interval)
 	if demand == nil {
 		<-early
 		return
@@ -115,7 +115,7 @@ func (c *Coordinator) earlyExchange(ctx context.Context, wg *sync.WaitGroup, ear
 func (c *Coordinator) exchangeWithParent(ctx context.Context, now int64, demand []*allotpb.KeyDemand) {
 	interval := c.cfg.ParentInterval
 	if demand == nil {
-		demand = c.alloc.regionDemand(now, int64(interval))
+		demand = c.alloc.RegionDemand(now, int64(interval))
 	}
 	req := &allotpb.ReportRequest{
 		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: RegionNode(c.cfg.Region), Incarnation: c.parent.incarnation,
@@ -143,7 +143,7 @@ func (c *Coordinator) exchangeWithParent(ctx context.Context, now int64, demand 
 	c.metrics.parentReports.WithLabelValues("ok").Inc()
 	c.parent.client.Learn(resp.GetCoordinators())
 	at := c.now().UnixNano()
-	if c.alloc.applyParent(resp, at) {
+	if c.alloc.ApplyParent(resp, at) {
 		select {
 		case p.confirm <- struct{}{}:
 		default:
@@ -164,7 +164,7 @@ func (c *Coordinator) tierStatus(now int64) *allotpb.TierStatus {
 	case c.cfg.Global:
 		st := &allotpb.TierStatus{Role: "parent"}
 		if c.leading.Load() {
-			st.Regions = c.alloc.regionsHeard()
+			st.Regions = c.alloc.RegionsHeard()
 		}
 		return st
 	case c.parent != nil:
@@ -173,7 +173,7 @@ func (c *Coordinator) tierStatus(now int64) *allotpb.TierStatus {
 		st.LastOkUnixNano, st.LastError = c.parent.lastOK, c.parent.lastErr
 		c.parent.mu.Unlock()
 		if c.leading.Load() {
-			leased, fallback := c.alloc.tierCounts(now)
+			leased, fallback := c.alloc.TierCounts(now)
 			st.LeasedKeys, st.FallbackKeys = uint32(leased), uint32(fallback)
 		}
 		return st
@@ -190,7 +190,7 @@ const grantFlushEvery = 5 * time.Second
 // parent, for the bill: what each tenant was allowed in the region, per
 // billing window, proposed to the ledger every grantFlushEvery.
 type grantRecorder struct {
-	acc       map[grantKey]float64
+	acc       map[GrantKey]float64
 	last      int64 // ns: counted up to here
 	lastFlush int64
 	epoch     uint64 // the leader's epoch and its commands' numbers
@@ -201,13 +201,13 @@ type grantRecorder struct {
 }
 
 func newGrantRecorder(epoch uint64, now int64) *grantRecorder {
-	return &grantRecorder{acc: map[grantKey]float64{}, last: now, lastFlush: now, epoch: epoch}
+	return &grantRecorder{acc: map[GrantKey]float64{}, last: now, lastFlush: now, epoch: epoch}
 }
 
 // recordGrants counts the leases up to now and, every grantFlushEvery,
 // proposes what was counted.
 func (c *Coordinator) recordGrants(g *grantRecorder, now int64, window, round time.Duration) {
-	c.alloc.meterGrants(g.acc, g.last, now, int64(window), int64(4*round))
+	c.alloc.MeterGrants(g.acc, g.last, now, int64(window), int64(4*round))
 	g.last = now
 	if now-g.lastFlush < int64(grantFlushEvery) {
 		return
@@ -217,7 +217,7 @@ func (c *Coordinator) recordGrants(g *grantRecorder, now int64, window, round ti
 		g.seq++
 		cmd := &fsmpb.GrantsCommand{Epoch: g.epoch, Seq: g.seq, Region: c.cfg.Region, ProposedUnixNano: now}
 		for k, v := range g.acc {
-			cmd.Grants = append(cmd.Grants, &fsmpb.GrantRecord{Tenant: k.tenant, Rule: k.rule, WindowUnix: k.window, Granted: v})
+			cmd.Grants = append(cmd.Grants, &fsmpb.GrantRecord{Tenant: k.Tenant, Rule: k.Rule, WindowUnix: k.Window, Granted: v})
 		}
 		slices.SortFunc(cmd.Grants, func(x, y *fsmpb.GrantRecord) int {
 			return cmp.Or(cmp.Compare(x.GetWindowUnix(), y.GetWindowUnix()), cmp.Compare(x.GetTenant(), y.GetTenant()), cmp.Compare(x.GetRule(), y.GetRule()))

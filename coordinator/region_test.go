@@ -40,7 +40,7 @@ func TestRuleOutsideRegionIsSkipped(t *testing.T) {
 	if leases["split"] != 250 || leases["everywhere"] != 1000 {
 		t.Errorf("leases %v; want split 250 (a quarter) and everywhere 1000", leases)
 	}
-	if n := c.alloc.activeKeys(); n != 2 {
+	if n := c.alloc.ActiveKeys(); n != 2 {
 		t.Errorf("%d pools; want 2 (the rule outside the region has none)", n)
 	}
 }

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 )
 
-// settings are what every member must agree on, replicated through
+// Settings are what every member must agree on, replicated through
 // SettingsCommand: the billing window cuts the ledger, and the report
 // interval and lease TTL are what agents are told, what the allocator
 // divides by, and how long a new leader learns. They are fixed from the
@@ -20,22 +20,22 @@ import (
 // first leader, or for a cluster from an older version, its first leader
 // that knows them) and never change; a member whose flags differ uses the
 // cluster's and says so once.
-type settings struct {
-	billingWindow, reportInterval, leaseTTL time.Duration
+type Settings struct {
+	BillingWindow, ReportInterval, LeaseTTL time.Duration
 }
 
-// settingsOr returns the replicated settings, each taken from def while
+// SettingsOr returns the replicated settings, each taken from def while
 // not fixed yet.
-func settingsOr(s *state.State, def settings) settings {
+func SettingsOr(s *state.State, def Settings) Settings {
 	fixed, out := s.Settings(), def
 	if fixed.BillingWindow != 0 {
-		out.billingWindow = fixed.BillingWindow
+		out.BillingWindow = fixed.BillingWindow
 	}
 	if fixed.ReportInterval != 0 {
-		out.reportInterval = fixed.ReportInterval
+		out.ReportInterval = fixed.ReportInterval
 	}
 	if fixed.LeaseTTL != 0 {
-		out.leaseTTL = fixed.LeaseTTL
+		out.LeaseTTL = fixed.LeaseTTL
 	}
 	return out
 }
@@ -49,21 +49,21 @@ const overridesPerReport = 20_000
 // far behind catches up over a few intervals.
 const resetsPerReport = 1000
 
-// respond builds the answer to a report from the replicated state: the
+// Respond builds the answer to a report from the replicated state: the
 // leases, the acknowledgement, the cluster's settings (def for any not
 // fixed yet), and the rules when the agent's are out of date.
-func respond(st *state.State, alloc *allocator, req *allotpb.ReportRequest, now time.Time, def settings, leases []*allotpb.Lease, applied bool, acked uint64) *allotpb.ReportResponse {
-	set := settingsOr(st, def)
+func Respond(st *state.State, alloc *Allocator, req *allotpb.ReportRequest, now time.Time, def Settings, leases []*allotpb.Lease, applied bool, acked uint64) *allotpb.ReportResponse {
+	set := SettingsOr(st, def)
 	resp := &allotpb.ReportResponse{
 		Protocol:            allotpb.ProtocolVersion_PROTOCOL_VERSION_1,
 		Leases:              leases,
-		ReportIntervalNano:  int64(set.reportInterval),
-		LeaseTtlNano:        int64(set.leaseTTL),
-		RenewUnixNano:       now.Add(set.leaseTTL).UnixNano(),
-		Nodes:               uint32(alloc.nodeCount(now.UnixNano())),
+		ReportIntervalNano:  int64(set.ReportInterval),
+		LeaseTtlNano:        int64(set.LeaseTTL),
+		RenewUnixNano:       now.Add(set.LeaseTTL).UnixNano(),
+		Nodes:               uint32(alloc.NodeCount(now.UnixNano())),
 		AckedSeq:            acked,
 		Epoch:               st.Epoch(),
-		BillingWindowNano:   int64(set.billingWindow),
+		BillingWindowNano:   int64(set.BillingWindow),
 		RulesVersion:        st.Rules().Version(),
 		CoordinatorUnixNano: now.UnixNano(),
 		Group:               st.Group(),
@@ -87,12 +87,12 @@ func respond(st *state.State, alloc *allocator, req *allotpb.ReportRequest, now 
 	return resp
 }
 
-// reportError turns a report's violations into one INVALID_ARGUMENT
+// ReportError turns a report's violations into one INVALID_ARGUMENT
 // status with a BadRequest that lists each of them, its field naming the
 // entry ("usage.counts[3].tenant", "demand[0].key"), so that an agent can
 // drop exactly the entries refused and send the rest again. nil when there
 // are none.
-func reportError(vs []allotpb.Violation) error {
+func ReportError(vs []allotpb.Violation) error {
 	if len(vs) == 0 {
 		return nil
 	}
@@ -107,11 +107,11 @@ func reportError(vs []allotpb.Violation) error {
 	return badRequest(msg, fvs...)
 }
 
-// ownDemand is req with the demand this group does not divide left out:
+// OwnDemand is req with the demand this group does not divide left out:
 // keys of slots it does not own, and global rules' classes outside the
 // home group. req itself is not changed. The leader and the Engine both
 // filter by it.
-func ownDemand(st *state.State, home bool, req *allotpb.ReportRequest) *allotpb.ReportRequest {
+func OwnDemand(st *state.State, home bool, req *allotpb.ReportRequest) *allotpb.ReportRequest {
 	if home && st.Group() == "" {
 		return req
 	}
@@ -137,11 +137,11 @@ func ownDemand(st *state.State, home bool, req *allotpb.ReportRequest) *allotpb.
 	return out
 }
 
-// reportLimits are the bounds a report must keep: at most MaxReportKeys
+// ReportLimits are the bounds a report must keep: at most MaxReportKeys
 // entries, and usage in billing windows from what retention still keeps
 // (or MaxUsageAge when the ledger keeps everything) up to MaxClockAhead
 // after now.
-func reportLimits(maxKeys int, maxUnits float64, retention, billingWindow time.Duration, now time.Time) allotpb.ReportLimits {
+func ReportLimits(maxKeys int, maxUnits float64, retention, billingWindow time.Duration, now time.Time) allotpb.ReportLimits {
 	age := retention
 	if age <= 0 {
 		age = MaxUsageAge
@@ -153,12 +153,12 @@ func reportLimits(maxKeys int, maxUnits float64, retention, billingWindow time.D
 		NowUnixNano: now.UnixNano(), MaxSkew: MaxClockAhead, MaxUnitsPerSecond: maxUnits, BillingWindow: billingWindow}
 }
 
-// defaultRoundInterval is the round interval a report interval has unless
+// DefaultRoundInterval is the round interval a report interval has unless
 // RoundInterval sets one: a quarter of it, at most 250 ms. A report whose
-// pools changed waits for the next round for its answer (allocator.fold),
+// pools changed waits for the next round for its answer (Allocator.Fold),
 // so the round interval bounds that wait; each round costs the claims of
 // the pools it divides, so four an interval keep an interval's work at
 // four times what was reported.
-func defaultRoundInterval(report time.Duration) time.Duration {
+func DefaultRoundInterval(report time.Duration) time.Duration {
 	return max(min(report/4, 250*time.Millisecond), time.Millisecond)
 }

@@ -2,7 +2,7 @@ package coordinator
 
 import allotpb "github.com/allot-io/allot/proto"
 
-// resetPools counts the pools a reset names, the key's or every one of
+// ResetPools counts the pools a reset names, the key's or every one of
 // the tenant's under the rule, and, when reset is set, forgets what the
 // nodes spent in them: the next division starts from what the nodes,
 // reset too, say they spent since.
@@ -15,7 +15,7 @@ import allotpb "github.com/allot-io/allot/proto"
 // quota on top of them (10 + 4 of a quota of 10 over two agents,
 // TestResetKeepsLeasesCounted). A lease stops counting as it always does,
 // when its node reports holding less or its claim expires with the lease.
-func (a *allocator) resetPools(r *allotpb.Reset, reset bool) int {
+func (a *Allocator) ResetPools(r *allotpb.Reset, reset bool) int {
 	if !r.GetAllKeys() {
 		k := poolKey{r.GetRule(), r.GetKey()}
 		sh := a.shard(k)

@@ -86,7 +86,7 @@ func TestResetKeepsLeasesCounted(t *testing.T) {
 
 	// The reset: the coordinators act on it at once, gw-1 hears of it in
 	// its next answer, gw-2 only after two more report intervals.
-	e.alloc.resetPools(&allotpb.Reset{Rule: "quota", Key: "acme", Tenant: "acme"}, true)
+	e.alloc.ResetPools(&allotpb.Reset{Rule: "quota", Key: "acme", Tenant: "acme"}, true)
 	after := 0.0
 	a.spent = 0
 	for range 3 {

@@ -57,7 +57,7 @@ func (s *resetsServer) ResetKeys(ctx context.Context, req *allotpb.ResetKeysRequ
 			return nil, resetError(err)
 		}
 		rec := res.(*allotpb.Reset)
-		n := c.alloc.resetPools(rec, true)
+		n := c.alloc.ResetPools(rec, true)
 		// The reset is kept with who and when; the audit log records it
 		// among the other changes, in an entry of its own.
 		if js, err := protojson.Marshal(rec); err == nil {
@@ -102,7 +102,7 @@ func (c *Coordinator) checkReset(in *allotpb.Reset) error {
 	if err != nil {
 		return resetError(err)
 	}
-	if rec.GetTenant() == "" || remote || seen || c.alloc.resetPools(rec, false) > 0 {
+	if rec.GetTenant() == "" || remote || seen || c.alloc.ResetPools(rec, false) > 0 {
 		return nil
 	}
 	what := fmt.Sprintf("tenant %q has no usage under rule %q in the ledger and no lease pool", rec.GetTenant(), rec.GetRule())
@@ -196,7 +196,7 @@ func (c *Coordinator) mirrorResets(ctx context.Context) error {
 				return fmt.Errorf("mirroring the home group's resets: %w", err)
 			}
 			for _, r := range d.GetResets() {
-				c.alloc.resetPools(r, true)
+				c.alloc.ResetPools(r, true)
 			}
 			c.log.Info("resets mirrored from the home group", "version", d.GetVersion(), "resets", len(d.GetResets()))
 			if !d.GetMore() {

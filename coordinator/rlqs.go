@@ -101,7 +101,7 @@ func (s *rlqsServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_S
 			}
 		}
 	}()
-	tick := c.cfg.Clock.NewTicker(max(c.settings().reportInterval/4, 50*time.Millisecond))
+	tick := c.cfg.Clock.NewTicker(max(c.settings().ReportInterval/4, 50*time.Millisecond))
 	defer tick.Stop()
 	defer q.flush()
 	for {
@@ -215,7 +215,7 @@ func bucketName(id *rlqsv3.BucketId) string {
 // the ledger.
 func (q *quotaStream) absorb(m *rlqsv3.RateLimitQuotaUsageReports) {
 	set := q.c.currentRules()
-	window := q.c.settings().billingWindow
+	window := q.c.settings().BillingWindow
 	now := q.c.now()
 	for _, u := range m.GetBucketQuotaUsages() {
 		allowed, denied := min(u.GetNumRequestsAllowed(), allotpb.MaxCount), min(u.GetNumRequestsDenied(), allotpb.MaxCount)
@@ -318,10 +318,10 @@ func (q *quotaStream) due() bool {
 	now := q.c.now()
 	gap := minExchangeGap
 	if q.failures > 0 { // retry as agents do, not at every report
-		gap = max(q.c.settings().reportInterval/2, gap)
+		gap = max(q.c.settings().ReportInterval/2, gap)
 	}
 	if now.Sub(q.tried) < gap {
 		return false
 	}
-	return q.fresh || q.urgent || now.Sub(q.last) >= q.c.settings().reportInterval
+	return q.fresh || q.urgent || now.Sub(q.last) >= q.c.settings().ReportInterval
 }

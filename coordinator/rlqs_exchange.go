@@ -121,7 +121,7 @@ func (q *quotaStream) sendLeader(ctx context.Context, req *allotpb.ReportRequest
 		return nil, errors.New("no leader elected yet")
 	}
 	c.metrics.forwardedCalls.Inc()
-	fctx, cancel := context.WithTimeout(ctx, 2*max(c.settings().reportInterval, time.Second))
+	fctx, cancel := context.WithTimeout(ctx, 2*max(c.settings().ReportInterval, time.Second))
 	defer cancel()
 	return allotpb.NewAgentServiceClient(c.peers.conn(addr)).Report(fctx, req)
 }
@@ -165,7 +165,7 @@ func (q *quotaStream) settle(now time.Time, resp *allotpb.ReportResponse) {
 // a new bucket, full, so it is sent only when it matters.
 func (q *quotaStream) assignments(now time.Time) []*rlqsv3.RateLimitQuotaResponse_BucketAction {
 	var out []*rlqsv3.RateLimitQuotaResponse_BucketAction
-	margin := 2*max(q.c.settings().reportInterval, time.Second) + time.Second
+	margin := 2*max(q.c.settings().ReportInterval, time.Second) + time.Second
 	for _, b := range q.buckets {
 		if b.rule == "" || b.lease == nil {
 			continue

@@ -63,8 +63,8 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 	c.metrics.reportBytes.Observe(float64(proto.Size(req)))
 	c.metrics.reportKeys.Observe(float64(len(req.GetDemand())))
 	set := c.settings()
-	lim := reportLimits(c.cfg.MaxReportKeys, c.cfg.MaxUnitsPerSecond, c.cfg.LedgerRetention, set.billingWindow, c.now())
-	if err := reportError(allotpb.ValidateReport(req, lim)); err != nil {
+	lim := ReportLimits(c.cfg.MaxReportKeys, c.cfg.MaxUnitsPerSecond, c.cfg.LedgerRetention, set.BillingWindow, c.now())
+	if err := ReportError(allotpb.ValidateReport(req, lim)); err != nil {
 		c.metrics.reports.WithLabelValues("invalid").Inc()
 		return nil, err
 	}
@@ -82,7 +82,7 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 		c.metrics.reports.WithLabelValues("redirected").Inc()
 		return nil, c.notLeader(ctx)
 	}
-	if !c.intake.take(req.GetUrgent(), c.alloc.knows(req.GetNode()), c.roundsBehind.Load()) {
+	if !c.intake.take(req.GetUrgent(), c.alloc.Knows(req.GetNode()), c.roundsBehind.Load()) {
 		c.metrics.reports.WithLabelValues("shed").Inc()
 		return c.shedAnswer(req, set), nil
 	}
@@ -147,15 +147,15 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 	now := c.now()
 	c.countLoad(req)
 	var own *allotpb.ReportRequest
-	c.fsm.Read(func(st *state.State) { own = ownDemand(st, c.isHome(), req) })
-	c.alloc.overrides.sync(c.fsm.Read)
-	f := c.alloc.fold(own, now.UnixNano())
-	if f.stale {
+	c.fsm.Read(func(st *state.State) { own = OwnDemand(st, c.isHome(), req) })
+	c.alloc.SyncOverrides(c.fsm.Read)
+	f := c.alloc.Fold(own, now.UnixNano())
+	if f.Stale() {
 		// A pool the report changed is divided at the next round, which
 		// every report folded until then shares: the answer waits for it,
 		// for as long as the caller does.
 		select {
-		case <-c.alloc.awaitRound():
+		case <-c.alloc.AwaitRound():
 		case <-ctx.Done():
 			c.metrics.reports.WithLabelValues("failed").Inc()
 			return nil, status.FromContextError(ctx.Err()).Err()
@@ -166,10 +166,10 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 		}
 		now = c.now()
 	}
-	leases := c.alloc.answer(f, now.UnixNano())
+	leases := c.alloc.Answer(f, now.UnixNano())
 	c.metrics.leasesGranted.Add(float64(len(leases)))
 	c.fsm.Read(func(st *state.State) {
-		resp = respond(st, c.alloc, req, now, set, leases, committed, acked)
+		resp = Respond(st, c.alloc, req, now, set, leases, committed, acked)
 	})
 	resp.CoordinatorUnixNano = c.now().UnixNano()
 	resp.ShardMapVersion = max(resp.ShardMapVersion, c.homeMapVersion.Load())
@@ -213,7 +213,7 @@ func (c *Coordinator) startBatchedApply(ctx context.Context) (end func(error)) {
 // the replicated state its usage, so a failover does not make the fleet
 // new again.
 func (c *Coordinator) admitNode(node string) error {
-	if c.alloc.knows(node) {
+	if c.alloc.Knows(node) {
 		return nil
 	}
 	known := false
@@ -402,9 +402,9 @@ func (c *Coordinator) Status() *allotpb.StatusResponse {
 		Members: c.members(), ClusterId: c.clusterID(),
 	}
 	if c.leading.Load() {
-		st.Learning = c.alloc.learning(now)
-		st.Agents = uint32(c.alloc.nodeCount(now))
-		active := c.alloc.activeKeys()
+		st.Learning = c.alloc.Learning(now)
+		st.Agents = uint32(c.alloc.NodeCount(now))
+		active := c.alloc.ActiveKeys()
 		st.ActiveKeys = uint64(active)
 	}
 	c.fsm.Read(func(s *state.State) {

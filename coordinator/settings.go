@@ -11,15 +11,15 @@ import (
 )
 
 // configSettings are the settings a configuration asks for.
-func configSettings(cfg *Config) settings {
-	return settings{billingWindow: cfg.BillingWindow, reportInterval: cfg.ReportInterval, leaseTTL: cfg.LeaseTTL}
+func configSettings(cfg *Config) Settings {
+	return Settings{BillingWindow: cfg.BillingWindow, ReportInterval: cfg.ReportInterval, LeaseTTL: cfg.LeaseTTL}
 }
 
 // settings returns the cluster's settings, with this member's own for any
 // not fixed yet (only until a leader has fixed them).
-func (c *Coordinator) settings() settings {
-	var out settings
-	c.fsm.Read(func(s *state.State) { out = settingsOr(s, configSettings(&c.cfg)) })
+func (c *Coordinator) settings() Settings {
+	var out Settings
+	c.fsm.Read(func(s *state.State) { out = SettingsOr(s, configSettings(&c.cfg)) })
 	return out
 }
 
@@ -65,12 +65,12 @@ func (c *Coordinator) clusterID() (id string) {
 // warnSettings logs, once for each value the cluster's settings take,
 // which of this member's flags they override. last is the value warned
 // about before; the caller keeps it.
-func (c *Coordinator) warnSettings(last *settings) {
-	var cluster settings
+func (c *Coordinator) warnSettings(last *Settings) {
+	var cluster Settings
 	var settled bool
 	c.fsm.Read(func(s *state.State) {
 		if settled = s.Settled(); settled {
-			cluster = settingsOr(s, settings{})
+			cluster = SettingsOr(s, Settings{})
 		}
 	})
 	if !settled || cluster == *last {
@@ -83,9 +83,9 @@ func (c *Coordinator) warnSettings(last *settings) {
 		flag        string
 		mine, their time.Duration
 	}{
-		{"billing_window", own.billingWindow, cluster.billingWindow},
-		{"report_interval", own.reportInterval, cluster.reportInterval},
-		{"lease_ttl", own.leaseTTL, cluster.leaseTTL},
+		{"billing_window", own.BillingWindow, cluster.BillingWindow},
+		{"report_interval", own.ReportInterval, cluster.ReportInterval},
+		{"lease_ttl", own.LeaseTTL, cluster.LeaseTTL},
 	} {
 		if d.mine != d.their {
 			diffs = append(diffs, d.flag, fmt.Sprintf("flag %v, cluster %v", d.mine, d.their))
@@ -98,9 +98,9 @@ func (c *Coordinator) warnSettings(last *settings) {
 
 // roundInterval is how often the leader re-divides allowances: the
 // configured RoundInterval, or a quarter of the cluster's report interval.
-func (c *Coordinator) roundInterval(set settings) time.Duration {
+func (c *Coordinator) roundInterval(set Settings) time.Duration {
 	if c.roundEvery > 0 {
 		return c.roundEvery
 	}
-	return defaultRoundInterval(set.reportInterval)
+	return DefaultRoundInterval(set.ReportInterval)
 }

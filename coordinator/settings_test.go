@@ -73,7 +73,7 @@ func TestSettingsReplicated(t *testing.T) {
 	if got := time.Duration(resp.GetBillingWindowNano()); got != time.Hour {
 		t.Errorf("billing window %v; the cluster's is 1h", got)
 	}
-	if got := next.alloc.leaseTTL(); got != time.Second {
+	if got := next.alloc.LeaseTTL(); got != time.Second {
 		t.Errorf("the new leader's allocator uses a %v TTL", got)
 	}
 	for id, l := range logs {
@@ -96,10 +96,10 @@ func TestRestoreFormat1Backup(t *testing.T) {
 	if _, err := RestoreFrom(context.Background(), allotpb.NewClusterServiceClient(dial(t, c.GRPCAddr())), bytes.NewReader(raw), ""); err != nil {
 		t.Fatalf("restoring a format 1 backup into a cluster: %v", err)
 	}
-	var got settings
+	var got Settings
 	var lines int
-	c.fsm.Read(func(s *state.State) { got, lines = settingsOr(s, settings{}), s.LedgerLen() })
-	if got != (settings{time.Hour, c.cfg.ReportInterval, c.cfg.LeaseTTL}) || lines == 0 {
+	c.fsm.Read(func(s *state.State) { got, lines = SettingsOr(s, Settings{}), s.LedgerLen() })
+	if got != (Settings{time.Hour, c.cfg.ReportInterval, c.cfg.LeaseTTL}) || lines == 0 {
 		t.Errorf("after restoring: settings %+v, %d ledger lines; want the backup's window and this leader's interval and TTL", got, lines)
 	}
 }

@@ -212,7 +212,7 @@ func (c *Coordinator) groupStep(req *allotpb.GroupSlotsRequest) (*allotpb.GroupS
 	}
 	r := res.(*fsmpb.SlotsResult)
 	if r.GetDone() && op == fsmpb.SlotsCommand_ACQUIRE {
-		c.alloc.learnSlots(shard.Slot(req.GetFirst()), shard.Slot(req.GetLast()), c.now().UnixNano())
+		c.alloc.LearnSlots(shard.Slot(req.GetFirst()), shard.Slot(req.GetLast()), c.now().UnixNano())
 	}
 	if r.GetDone() {
 		c.log.Info("shard step committed", "step", req.GetStep().String(), "move", req.GetMoveId(), "slots", fmt.Sprintf("%d-%d", req.GetFirst(), req.GetLast()), "owned", r.GetOwned())

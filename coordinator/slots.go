@@ -9,11 +9,11 @@ type learningRange struct {
 	until       int64
 }
 
-// learnSlots puts the keys of slots first..last in learning mode for one
+// LearnSlots puts the keys of slots first..last in learning mode for one
 // lease period: their nodes hold the source group's leases, which this
 // leader did not grant, and dividing the whole limit at once would grant
 // it twice. Ranges whose period is over are dropped.
-func (a *allocator) learnSlots(first, last shard.Slot, now int64) {
+func (a *Allocator) LearnSlots(first, last shard.Slot, now int64) {
 	next := []learningRange{{first: first, last: last, until: now + a.ttl.Load()}}
 	if cur := a.acquired.Load(); cur != nil {
 		for _, l := range *cur {
@@ -26,7 +26,7 @@ func (a *allocator) learnSlots(first, last shard.Slot, now int64) {
 }
 
 // slotLearning reports whether a tenant's slot is in a learning period.
-func (a *allocator) slotLearning(tenant string, now int64) bool {
+func (a *Allocator) slotLearning(tenant string, now int64) bool {
 	cur := a.acquired.Load()
 	if cur == nil {
 		return false

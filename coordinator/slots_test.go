@@ -13,7 +13,7 @@ func TestMovedSlotsLearn(t *testing.T) {
 	if a.slotLearning("acme", 0) {
 		t.Fatal("learning before any move")
 	}
-	a.learnSlots(acme, acme, 100)
+	a.LearnSlots(acme, acme, 100)
 	for _, c := range []struct {
 		tenant string
 		at     int64

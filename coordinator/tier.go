@@ -39,7 +39,7 @@ type parentLeases struct {
 	// told is, per key, the demand last reported to the parent (per
 	// period); lastEarly is when the last early report went, and
 	// followUntil until when keys whose demand outruns their lease are
-	// reported early again (ns; see earlyDemand, tierearly.go).
+	// reported early again (ns; see EarlyDemand, tierearly.go).
 	told                   map[poolKey]float64
 	lastEarly, followUntil int64
 	// confirm is set when a lease was lowered and not reported held yet:
@@ -56,6 +56,16 @@ func (l *parentLeases) reset() {
 	l.lastEarly, l.followUntil, l.confirm = 0, 0, false
 }
 
+// ResetParent forgets the leases from the parent and what was reported
+// to it, for a new leader: until its first exchange with the parent, it
+// divides the static fractions. It does nothing on a cluster that leases
+// from no parent.
+func (a *Allocator) ResetParent() {
+	if a.parent != nil {
+		a.parent.reset()
+	}
+}
+
 // parentLease is one key's lease from the parent.
 type parentLease struct {
 	limit   float64 // per period, for the region
@@ -67,7 +77,7 @@ type parentLease struct {
 	// lowered marks a lease smaller than the one it replaced, not yet
 	// reported held: the parent counts the larger one until a report
 	// says the region holds this one, so the region says so early (see
-	// earlyDemand).
+	// EarlyDemand).
 	lowered bool
 }
 
@@ -147,13 +157,13 @@ func regionOf(key string) (region, group string) {
 
 // tiered reports whether a rule's allowance is divided by the parent: it
 // is divided among regions, and this cluster leases from a parent.
-func (a *allocator) tiered(r *rules.Rule) bool {
+func (a *Allocator) tiered(r *rules.Rule) bool {
 	return a.parent != nil && len(r.Regions) > 0 && !r.Local && !r.Unlimited
 }
 
 // tieredPools calls fn for every pool the parent divides, each under its
 // shard's lock.
-func (a *allocator) tieredPools(fn func(sh *allocShard, k poolKey, p *pool)) {
+func (a *Allocator) tieredPools(fn func(sh *allocShard, k poolKey, p *pool)) {
 	for i := range a.shards {
 		sh := &a.shards[i]
 		sh.mu.Lock()
@@ -169,7 +179,7 @@ func (a *allocator) tieredPools(fn func(sh *allocShard, k poolKey, p *pool)) {
 // poolLimit is what a pool divides among the cluster's nodes: a parent's
 // whole limit; else the region's lease from the parent while it holds one;
 // else the region's static fraction of limit.
-func (a *allocator) poolLimit(k poolKey, r *rules.Rule, limit int64, window, now int64) float64 {
+func (a *Allocator) poolLimit(k poolKey, r *rules.Rule, limit int64, window, now int64) float64 {
 	if a.global {
 		return float64(limit)
 	}
@@ -191,18 +201,18 @@ func (a *allocator) poolLimit(k poolKey, r *rules.Rule, limit int64, window, now
 
 // onFallback reports whether a tiered pool divides its static fraction
 // because it holds no current lease from the parent.
-func (a *allocator) onFallback(k poolKey, now int64) bool {
+func (a *Allocator) onFallback(k poolKey, now int64) bool {
 	a.parent.mu.Lock()
 	defer a.parent.mu.Unlock()
 	l := a.parent.m[k]
 	return l == nil || now >= l.expires
 }
 
-// refreshLimits brings every tiered pool's limit up to date with the
+// RefreshLimits brings every tiered pool's limit up to date with the
 // parent's leases at now (a lease that arrived, or expired), and marks a
 // pool whose limit changed for division. It returns how many tiered pools
 // are on their static fraction.
-func (a *allocator) refreshLimits(now int64) (fallback int) {
+func (a *Allocator) RefreshLimits(now int64) (fallback int) {
 	if a.parent == nil {
 		return 0
 	}
@@ -240,7 +250,7 @@ func (a *allocator) refreshLimits(now int64) (fallback int) {
 // its slot: what counts is whether that group is in touch, not the region
 // (another of its groups reporting says nothing of the one that divides
 // the key). A region is counted once, however many of its groups fell.
-func (a *allocator) fallenRegions(p *pool, now int64) float64 {
+func (a *Allocator) fallenRegions(p *pool, now int64) float64 {
 	var fallen map[string]bool
 	ttl := a.ttl.Load()
 	for key, seen := range p.regionSeen {
@@ -268,7 +278,7 @@ func (a *allocator) fallenRegions(p *pool, now int64) float64 {
 // group ("" for a region never split) has reported within the last lease
 // period, after seen: it is in touch, and a key it reported at seen and
 // not since is no longer one it divides.
-func (a *allocator) regionReportedSince(region, group string, seen, now int64) bool {
+func (a *Allocator) regionReportedSince(region, group string, seen, now int64) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	info := a.nodes[RegionNode(region)]
@@ -279,13 +289,13 @@ func (a *allocator) regionReportedSince(region, group string, seen, now int64) b
 	return last > seen && now-last < a.ttl.Load()
 }
 
-// regionDemand is the region's report to the parent: for every tiered
+// RegionDemand is the region's report to the parent: for every tiered
 // pool, the demand its nodes reported (their smoothed estimates, summed,
 // as a count over interval), what it holds from the parent, and, for
 // window rules, what its nodes have spent in the window. Fair rules are
 // reported as one class: within the region their tenants are divided by
 // weight; between regions, by demand.
-func (a *allocator) regionDemand(now, interval int64) []*allotpb.KeyDemand {
+func (a *Allocator) RegionDemand(now, interval int64) []*allotpb.KeyDemand {
 	var out []*allotpb.KeyDemand
 	told := map[poolKey]float64{}
 	a.tieredPools(func(_ *allocShard, k poolKey, p *pool) {
@@ -302,7 +312,7 @@ func (a *allocator) regionDemand(now, interval int64) []*allotpb.KeyDemand {
 
 // keyDemand is one tiered pool's part in a report to the parent, and the
 // demand it tells, per period.
-func (a *allocator) keyDemand(k poolKey, p *pool, now, interval int64) (*allotpb.KeyDemand, float64) {
+func (a *Allocator) keyDemand(k poolKey, p *pool, now, interval int64) (*allotpb.KeyDemand, float64) {
 	d := &allotpb.KeyDemand{Rule: k.rule, Key: k.key, Tenant: p.tenant, Plan: p.plan, WindowUnixNano: p.window, IntervalNano: interval,
 		Limit: p.own.limit, PeriodNano: int64(p.own.period), Burst: p.own.burst}
 	est, committed := a.regionEst(p, now)
@@ -336,7 +346,7 @@ func sortDemand(out []*allotpb.KeyDemand) {
 // regionEst is a pool's demand in the region (its present nodes'
 // smoothed estimates, summed, per period) and what its nodes have spent
 // in the current window.
-func (a *allocator) regionEst(p *pool, now int64) (est, committed float64) {
+func (a *Allocator) regionEst(p *pool, now int64) (est, committed float64) {
 	for _, c := range p.classes {
 		for _, cl := range c.claims {
 			if cl.lastSeen > 0 && now-cl.lastSeen < 2*a.interval.Load() {
@@ -358,13 +368,13 @@ func compareStrings(x, y string) int {
 	return 0
 }
 
-// applyParent takes the parent's answer at now: new leases replace those
+// ApplyParent takes the parent's answer at now: new leases replace those
 // held, and the answer's renewal extends those it did not resend. It
 // reports whether a lease was lowered (or replaced the static fraction):
 // the region should say at once that it holds it. Times
 // in the answer are on the parent's clock and are carried over as spans
 // from its coordinator_unix_nano.
-func (a *allocator) applyParent(resp *allotpb.ReportResponse, now int64) (lowered bool) {
+func (a *Allocator) ApplyParent(resp *allotpb.ReportResponse, now int64) (lowered bool) {
 	a.parent.mu.Lock()
 	if renew := resp.GetRenewUnixNano(); renew > 0 {
 		// Renewal is on the parent's clock; this cluster's differs by the
@@ -395,13 +405,13 @@ func (a *allocator) applyParent(resp *allotpb.ReportResponse, now int64) (lowere
 	}
 	a.parent.confirm = a.parent.confirm || lowered
 	a.parent.mu.Unlock()
-	a.refreshLimits(now)
+	a.RefreshLimits(now)
 	return lowered
 }
 
-// tierCounts is how many tiered pools hold a current lease from the
+// TierCounts is how many tiered pools hold a current lease from the
 // parent, and how many divide their static fraction.
-func (a *allocator) tierCounts(now int64) (leased, fallback int) {
+func (a *Allocator) TierCounts(now int64) (leased, fallback int) {
 	a.tieredPools(func(_ *allocShard, k poolKey, _ *pool) {
 		if a.onFallback(k, now) {
 			fallback++
@@ -412,9 +422,9 @@ func (a *allocator) tierCounts(now int64) (leased, fallback int) {
 	return leased, fallback
 }
 
-// regionsHeard lists, on a parent, the regions that have reported, with
+// RegionsHeard lists, on a parent, the regions that have reported, with
 // when each last did.
-func (a *allocator) regionsHeard() []*allotpb.TierRegion {
+func (a *Allocator) RegionsHeard() []*allotpb.TierRegion {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var out []*allotpb.TierRegion
@@ -427,34 +437,34 @@ func (a *allocator) regionsHeard() []*allotpb.TierRegion {
 	return out
 }
 
-// grantKey names what a region's leader counts of its leases: a tenant's
+// GrantKey names what a region's leader counts of its leases: a tenant's
 // allowance under a rule in a billing window.
-type grantKey struct {
-	tenant, rule string
-	window       int64 // Unix seconds
+type GrantKey struct {
+	Tenant, Rule string
+	Window       int64 // Unix seconds
 }
 
-// meterGrants adds, for every tiered pool keyed by the tenant, what the
+// MeterGrants adds, for every tiered pool keyed by the tenant, what the
 // region was allowed between then and now (its pool's limit × the span ÷
 // the rule's period) to acc, under the billing window of width windowNs
 // that now falls in. A span longer than maxSpan (the leader was busy, or
 // just started) counts only maxSpan: grants are a record, not a guess.
-func (a *allocator) meterGrants(acc map[grantKey]float64, then, now, windowNs, maxSpan int64) {
+func (a *Allocator) MeterGrants(acc map[GrantKey]float64, then, now, windowNs, maxSpan int64) {
 	span := min(now-then, maxSpan)
 	if span <= 0 || windowNs <= 0 {
 		return
 	}
 	window := now / windowNs * windowNs / int64(time.Second)
 	a.tieredPools(func(_ *allocShard, k poolKey, p *pool) {
-		if !p.rule.Fair() && tenantKey(p.rule) && p.tenant != "" {
-			acc[grantKey{p.tenant, k.rule, window}] += p.limit * float64(span) / float64(p.rule.Period)
+		if !p.rule.Fair() && TenantKey(p.rule) && p.tenant != "" {
+			acc[GrantKey{p.tenant, k.rule, window}] += p.limit * float64(span) / float64(p.rule.Period)
 		}
 	})
 }
 
-// tenantKey reports whether a rule's key is the tenant alone, so that a
+// TenantKey reports whether a rule's key is the tenant alone, so that a
 // pool's limit is the tenant's allowance.
-func tenantKey(r *rules.Rule) bool {
+func TenantKey(r *rules.Rule) bool {
 	attrs := r.KeyAttrs()
 	return len(attrs) == 1 && attrs[0] == rules.AttrTenant
 }

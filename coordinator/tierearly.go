@@ -48,7 +48,7 @@ const earlyMove = 0.1
 // than 2.7%.)
 const earlyCarry = 0.01
 
-// earlyDemand is the region's early report at now, a parent interval
+// EarlyDemand is the region's early report at now, a parent interval
 // being interval (ns), or nil when none is due. One is due when a key's
 // demand, since the parent was last told of it, moved by more than the
 // estimator's noise band and earlyMove of the key's limit, and
@@ -71,7 +71,7 @@ const earlyCarry = 0.01
 // contended or not, reports once an interval as before. The report is a
 // regular one, not urgent: the parent must be able to lower an estimate
 // from it.
-func (a *allocator) earlyDemand(now, interval int64) []*allotpb.KeyDemand {
+func (a *Allocator) EarlyDemand(now, interval int64) []*allotpb.KeyDemand {
 	if a.parent == nil || a.global {
 		return nil
 	}

@@ -39,8 +39,8 @@ type uiState struct {
 	Members  []uiMember   `json:"members"`
 	Rules    []uiRule     `json:"rules"`
 	Usage    []uiUsage    `json:"usage"`
-	Pools    []uiPool     `json:"pools"`
-	Agents   []uiAgent    `json:"agents"`
+	Pools    []PoolView   `json:"pools"`
+	Agents   []NodeView   `json:"agents"`
 	Windows  uiWindows    `json:"windows"`
 	Tier     *tierSummary `json:"tier,omitempty"`
 	// Shards is the member's shard group; absent for a region never split.
@@ -117,7 +117,7 @@ func (c *Coordinator) uiState() *uiState {
 	now := c.now()
 	st := c.Status()
 	u := &uiState{Now: now, Region: c.cfg.Region, Member: c.cfg.NodeID, Leader: st.GetLeaderId(), Leading: c.leading.Load(),
-		Term: st.GetTerm(), Epoch: st.GetEpoch(), Learning: st.GetLearning(), LeaseTTL: c.alloc.leaseTTL()}
+		Term: st.GetTerm(), Epoch: st.GetEpoch(), Learning: st.GetLearning(), LeaseTTL: c.alloc.LeaseTTL()}
 	for _, m := range st.GetMembers() {
 		u.Members = append(u.Members, uiMember{ID: m.GetId(), GRPC: m.GetGrpcAddress(), Leader: m.GetLeader(), Voter: m.GetVoter()})
 	}
@@ -155,7 +155,7 @@ func (c *Coordinator) uiState() *uiState {
 		}
 	}
 	if u.Leading {
-		u.Pools, u.Agents = c.alloc.uiDivisions(now.UnixNano(), uiPools)
+		u.Pools, u.Agents = c.alloc.Divisions(now.UnixNano(), uiPools)
 	}
 	return u
 }
@@ -186,12 +186,12 @@ func (c *Coordinator) uiAllowance(r *rules.Rule, tenant, region string, leading 
 		return 0
 	}
 	perSecond := func(units float64) float64 { return units / r.Period.Seconds() }
-	if leading && region == c.cfg.Region && !r.Local && (r.Fair() || tenantKey(r)) {
+	if leading && region == c.cfg.Region && !r.Local && (r.Fair() || TenantKey(r)) {
 		key := ""
 		if !r.Fair() {
 			key = string(rules.AppendKey(nil, tenant))
 		}
-		if limit, ok := c.alloc.uiPoolLimit(poolKey{r.Name, key}); ok {
+		if limit, ok := c.alloc.PoolLimit(r.Name, key); ok {
 			return perSecond(limit)
 		}
 	}

@@ -105,7 +105,7 @@ func TestReportLimitsFollowRetention(t *testing.T) {
 		{48 * time.Hour, now.Add(-49 * time.Hour)},
 		{KeepLedger, now.Add(-MaxUsageAge - time.Hour)},
 	} {
-		lim := reportLimits(100, 0, tc.retention, time.Hour, now)
+		lim := ReportLimits(100, 0, tc.retention, time.Hour, now)
 		if lim.MinWindowUnix != tc.oldest.Unix() || lim.MaxWindowUnix != now.Add(MaxClockAhead).Unix() || lim.MaxKeys != 100 {
 			t.Errorf("retention %v: %+v; want windows from %d to %d", tc.retention, lim, tc.oldest.Unix(), now.Add(MaxClockAhead).Unix())
 		}

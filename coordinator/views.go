@@ -5,17 +5,22 @@ import (
 	"time"
 )
 
-// uiPool is one key's division among the gateways (leader only).
-type uiPool struct {
-	Rule      string    `json:"rule"`
-	Key       string    `json:"key"`
-	Limit     float64   `json:"limit"`
-	Demand    float64   `json:"demand"`
-	Contended bool      `json:"contended"`
-	Claims    []uiClaim `json:"claims"`
+// The allocator's soft state as the status page shows it (/v1/ui's pools
+// and agents): only the leader has it.
+
+// PoolView is one key's division among the gateways.
+type PoolView struct {
+	Rule      string      `json:"rule"`
+	Key       string      `json:"key"`
+	Limit     float64     `json:"limit"`
+	Demand    float64     `json:"demand"`
+	Contended bool        `json:"contended"`
+	Claims    []ClaimView `json:"claims"`
 }
 
-type uiClaim struct {
+// ClaimView is one node's part in a PoolView: its lease and its smoothed
+// demand.
+type ClaimView struct {
 	Node string `json:"node"`
 	// Tenant is the class's tenant on a global rule, whose pool is shared
 	// by tenants: one node has a claim for each.
@@ -24,32 +29,33 @@ type uiClaim struct {
 	Demand float64 `json:"demand"`
 }
 
-type uiAgent struct {
+// NodeView is a node the leader has heard from in its term.
+type NodeView struct {
 	Node     string    `json:"node"`
 	Region   string    `json:"region"`
 	LastSeen time.Time `json:"last_seen"`
 	Silent   bool      `json:"silent"` // no report for a lease period: its rules are on their fail modes
 }
 
-// uiDivisions is the busiest pools' division among nodes, and every node
+// Divisions is the busiest pools' division among nodes, and every node
 // heard from, for the status page.
-func (a *allocator) uiDivisions(now int64, n int) ([]uiPool, []uiAgent) {
+func (a *Allocator) Divisions(now int64, n int) ([]PoolView, []NodeView) {
 	a.mu.Lock()
 	names := make(map[int32]string, len(a.nodes))
-	var agents []uiAgent
+	var agents []NodeView
 	ttl := a.ttl.Load()
 	for name, info := range a.nodes {
 		names[info.index] = name
-		agents = append(agents, uiAgent{Node: name, Region: info.region, LastSeen: time.Unix(0, info.lastSeen), Silent: now-info.lastSeen > ttl})
+		agents = append(agents, NodeView{Node: name, Region: info.region, LastSeen: time.Unix(0, info.lastSeen), Silent: now-info.lastSeen > ttl})
 	}
 	a.mu.Unlock()
-	slices.SortFunc(agents, func(x, y uiAgent) int { return compareStrings(x.Node, y.Node) })
-	var pools []uiPool
+	slices.SortFunc(agents, func(x, y NodeView) int { return compareStrings(x.Node, y.Node) })
+	var pools []PoolView
 	for i := range a.shards {
 		sh := &a.shards[i]
 		sh.mu.Lock()
 		for k, p := range sh.pools {
-			up := uiPool{Rule: k.rule, Key: k.key, Limit: p.limit, Contended: p.contended}
+			up := PoolView{Rule: k.rule, Key: k.key, Limit: p.limit, Contended: p.contended}
 			for _, cl := range p.classes {
 				tenant := ""
 				if p.rule != nil && p.rule.Fair() {
@@ -57,14 +63,14 @@ func (a *allocator) uiDivisions(now int64, n int) ([]uiPool, []uiAgent) {
 				}
 				for _, claim := range cl.claims {
 					up.Demand += claim.est
-					up.Claims = append(up.Claims, uiClaim{Node: names[claim.node], Tenant: tenant, Lease: claim.grant, Demand: claim.est})
+					up.Claims = append(up.Claims, ClaimView{Node: names[claim.node], Tenant: tenant, Lease: claim.grant, Demand: claim.est})
 				}
 			}
 			pools = append(pools, up)
 		}
 		sh.mu.Unlock()
 	}
-	slices.SortFunc(pools, func(x, y uiPool) int {
+	slices.SortFunc(pools, func(x, y PoolView) int {
 		switch {
 		case x.Demand > y.Demand:
 			return -1
@@ -76,8 +82,10 @@ func (a *allocator) uiDivisions(now int64, n int) ([]uiPool, []uiAgent) {
 	return pools[:min(len(pools), n)], agents
 }
 
-// uiPoolLimit is the limit a pool is divided by, if the allocator has it.
-func (a *allocator) uiPoolLimit(k poolKey) (float64, bool) {
+// PoolLimit is the limit a rule's key is divided by (a plan's, a parent's
+// lease), if the allocator has a pool of it.
+func (a *Allocator) PoolLimit(rule, key string) (float64, bool) {
+	k := poolKey{rule, key}
 	sh := a.shard(k)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/algo"
-	"github.com/allot-io/allot/coordinator"
+	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/internal/timeutil"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
@@ -17,7 +17,7 @@ import (
 // skewedEngine is an Engine whose clock runs ahead of the agent's by a
 // skew the test can step.
 type skewedEngine struct {
-	e    *coordinator.Engine
+	e    *allocator.Engine
 	clk  *timeutil.Manual
 	skew atomic.Int64
 }
@@ -55,7 +55,7 @@ func TestOffsetStep(t *testing.T) {
 			}
 			r := rule("api", rules.Tenant, tc.alg, limit, period, lease.Capacity)
 			r.Burst = tc.burst
-			eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
+			eng, err := allocator.NewEngine(allocator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
 			if err != nil {
 				t.Fatal(err)
 			}

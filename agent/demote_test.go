@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/algo"
-	"github.com/allot-io/allot/coordinator"
+	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
 )
@@ -31,7 +31,7 @@ func TestIdleLeasedKeysLeave(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			clk := newManualClock()
 			r := rule("api", rules.Tenant, tc.alg, 100, tc.period, lease.Capacity)
-			eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
+			eng, err := allocator.NewEngine(allocator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -107,7 +107,7 @@ func TestIdleClassesLeave(t *testing.T) {
 	clk := newManualClock()
 	r := rule("capacity", rules.Global, algo.GCRA, 100, time.Second, lease.Capacity)
 	r.Burst = 20
-	eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
+	eng, err := allocator.NewEngine(allocator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestIdleClassesLeave(t *testing.T) {
 func TestUndoneCostNeverReportedNegative(t *testing.T) {
 	clk := newManualClock()
 	r := rule("api", rules.Tenant, algo.GCRA, 100, time.Second, lease.Capacity)
-	eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
+	eng, err := allocator.NewEngine(allocator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

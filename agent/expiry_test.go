@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/algo"
-	"github.com/allot-io/allot/coordinator"
+	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/internal/timeutil"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
@@ -52,7 +52,7 @@ func TestLeaseExpiriesCounted(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			clk := newManualClock()
 			r := rule("api", rules.Tenant, algo.TokenBucket, 1000, time.Second, tc.intent)
-			eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
+			eng, err := allocator.NewEngine(allocator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,16 +8,16 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/algo"
-	"github.com/allot-io/allot/coordinator"
+	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
-// engineTransport carries reports to an in-process coordinator.Engine at
+// engineTransport carries reports to an in-process allocator.Engine at
 // the test clock's time.
 type engineTransport struct {
-	e   *coordinator.Engine
+	e   *allocator.Engine
 	clk *timeutil.Manual
 }
 
@@ -27,7 +27,7 @@ func (t engineTransport) Report(_ context.Context, req *allotpb.ReportRequest) (
 
 // engineAgent starts an agent that reports by hand to eng at clk's time,
 // with r as its rule, a 1 s interval, and whatever tweak changes.
-func engineAgent(t *testing.T, eng *coordinator.Engine, clk *timeutil.Manual, id, region string, r rules.Rule, tweak func(*Config)) *Agent {
+func engineAgent(t *testing.T, eng *allocator.Engine, clk *timeutil.Manual, id, region string, r rules.Rule, tweak func(*Config)) *Agent {
 	t.Helper()
 	cfg := Config{NodeID: id, Region: region, Rules: []rules.Rule{r}, Clock: clk, ReportInterval: time.Second,
 		Transport: engineTransport{eng, clk}, ManualReports: true}
@@ -51,7 +51,7 @@ func TestGlobalRuleLendsIdleShare(t *testing.T) {
 	clk := newManualClock()
 	r := rule("capacity", rules.Global, algo.GCRA, 100, time.Second, lease.Capacity)
 	r.Burst = 20 // lending needs a burst: see minBorrowLimit
-	eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
+	eng, err := allocator.NewEngine(allocator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestLocalRuleWholeLimit(t *testing.T) {
 	clk := newManualClock()
 	local := rule("per-node", rules.Tenant, algo.FixedWindow, 10, time.Minute, lease.Capacity)
 	local.Local = true
-	eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu-west"}, clk.Now())
+	eng, err := allocator.NewEngine(allocator.EngineConfig{Region: "eu-west"}, clk.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestGlobalRuleClassOfBoundedTenant(t *testing.T) {
 	clk := newManualClock()
 	r := rule("capacity", rules.Global, algo.GCRA, 100, time.Second, lease.Capacity)
 	r.Burst = 20
-	eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
+	eng, err := allocator.NewEngine(allocator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

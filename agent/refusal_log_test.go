@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/algo"
-	"github.com/allot-io/allot/coordinator"
+	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
 	"github.com/hashicorp/go-hclog"
@@ -21,7 +21,7 @@ import (
 func TestRefusalStandsThroughOtherFailures(t *testing.T) {
 	clk := newManualClock()
 	r := rule("api", rules.Tenant, algo.GCRA, 100, time.Second, lease.Capacity)
-	eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
+	eng, err := allocator.NewEngine(allocator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/algo"
-	"github.com/allot-io/allot/coordinator"
+	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
 	"github.com/hashicorp/go-hclog"
@@ -49,7 +49,7 @@ func TestRefusedShareIsKept(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	clk := newManualClock()
 	r := rule("api", rules.Tenant, algo.SlidingWindow, 1000, time.Minute, lease.Capacity)
-	eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
+	eng, err := allocator.NewEngine(allocator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestRefusedShareIsKept(t *testing.T) {
 func TestRefusedLeaseIsKept(t *testing.T) {
 	clk := newManualClock()
 	r := rule("api", rules.Tenant, algo.SlidingWindow, 1000, time.Minute, lease.Capacity)
-	eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
+	eng, err := allocator.NewEngine(allocator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/algo"
-	"github.com/allot-io/allot/coordinator"
+	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
 )
@@ -20,7 +20,7 @@ type engineFleet struct {
 	t        *testing.T
 	clk      *timeutil.Manual
 	rule     rules.Rule
-	eng      *coordinator.Engine
+	eng      *allocator.Engine
 	gws      []*Agent
 	perStep  int      // checks per gateway every 10 ms
 	tenants  []string // the checks' tenants, in turn (default: acme)
@@ -33,7 +33,7 @@ func newEngineFleet(t *testing.T, r rules.Rule, gateways, perStep int) *engineFl
 	t.Helper()
 	clk := newManualClock()
 	clk.Advance(-clk.Now().Sub(clk.Now().Truncate(time.Second))) // on a window start
-	eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
+	eng, err := allocator.NewEngine(allocator.EngineConfig{Region: "eu", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestGlobalCapacityColdStart(t *testing.T) {
 func TestJoiningHotKeysBounded(t *testing.T) {
 	clk := newManualClock()
 	r := rule("quota", rules.Tenant, algo.FixedWindow, 600, time.Second, lease.Quota)
-	eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
+	eng, err := allocator.NewEngine(allocator.EngineConfig{Region: "eu", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/algo"
-	"github.com/allot-io/allot/coordinator"
+	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/internal/timeutil"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
@@ -20,7 +20,7 @@ import (
 // overloaded leader does: at once, without taking the report, renewing
 // the leases held for a lease period.
 type sheddingTransport struct {
-	e    *coordinator.Engine
+	e    *allocator.Engine
 	clk  *timeutil.Manual
 	shed atomic.Bool
 	sent atomic.Int64 // reports shed
@@ -45,7 +45,7 @@ func (t *sheddingTransport) Report(_ context.Context, req *allotpb.ReportRequest
 func TestShedAnswersKeepLeases(t *testing.T) {
 	clk := newManualClock()
 	r := rule("api", rules.Tenant, algo.TokenBucket, 1000, time.Second, lease.Capacity)
-	eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
+	eng, err := allocator.NewEngine(allocator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/allot-io/allot/internal/shard"
 
+	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/internal/clusterclient"
@@ -21,15 +22,15 @@ import (
 
 // Defaults for Config's zero fields.
 const (
-	DefaultReportInterval = time.Second
-	DefaultBillingWindow  = state.DefaultBillingWindow
+	DefaultReportInterval = allocator.DefaultReportInterval
+	DefaultBillingWindow  = allocator.DefaultBillingWindow
 	DefaultApplyWindow    = 20 * time.Millisecond
 	DefaultAgentTimeout   = 15 * time.Minute
 	DefaultMaxReportBytes = 8 << 20
-	DefaultMaxReportKeys  = 200_000
+	DefaultMaxReportKeys  = allocator.DefaultMaxReportKeys
 	// DefaultLeaseIntervals is a lease's length in report intervals, when
 	// LeaseTTL is not set; a new leader learns for as long.
-	DefaultLeaseIntervals = 5
+	DefaultLeaseIntervals = allocator.DefaultLeaseIntervals
 	// DefaultLedgerRetention keeps final billing windows for 35 days: a
 	// monthly billing run, plus a few days for it to fall behind and be
 	// re-run. docs/billing.md has the memory this costs.
@@ -40,10 +41,10 @@ const (
 	// MaxUsageAge is how old a usage count's billing window may be when
 	// the ledger keeps everything: a report with a count for an older
 	// window is refused. With a retention, the retention bounds it.
-	MaxUsageAge = 400 * 24 * time.Hour
+	MaxUsageAge = allocator.MaxUsageAge
 	// MaxClockAhead is how far ahead of the coordinator's clock a usage
 	// count's billing window may start.
-	MaxClockAhead = time.Hour
+	MaxClockAhead = allocator.MaxClockAhead
 	// MaxBillingWindow is the longest billing window; a window must also
 	// divide a day evenly, so that windows align on every day.
 	MaxBillingWindow = 24 * time.Hour
@@ -397,7 +398,7 @@ func (c *Config) withDefaults() (Config, error) {
 		return cfg, bad("LeaseTTL", "%v is shorter than two report intervals (%v): leases would expire between reports", cfg.LeaseTTL, 2*cfg.ReportInterval)
 	}
 	if cfg.RoundInterval == 0 {
-		cfg.RoundInterval = DefaultRoundInterval(cfg.ReportInterval)
+		cfg.RoundInterval = allocator.DefaultRoundInterval(cfg.ReportInterval)
 	}
 	if cfg.ApplyWindow == 0 {
 		cfg.ApplyWindow = DefaultApplyWindow

@@ -13,6 +13,7 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 
+	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/coordinator/datadir"
 	"github.com/allot-io/allot/coordinator/internal/fsm"
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
@@ -71,7 +72,7 @@ type Coordinator struct {
 	failErr  error
 	failOnce sync.Once
 
-	alloc   *Allocator
+	alloc   *allocator.Allocator
 	batcher *batcher
 	// parent is a region cluster's link to its parent; nil without one.
 	parent *parentLink
@@ -147,7 +148,8 @@ func New(config Config) (*Coordinator, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Coordinator{
 		cfg: cfg, log: cfg.Logger.Named("coordinator"), metrics: newMetrics(reg), gather: gather,
-		alloc:      newAllocator(cfg.Region, cfg.ReportInterval, cfg.LeaseTTL),
+		alloc: allocator.New(allocator.Config{Region: cfg.Region, Global: cfg.Global, Parent: len(cfg.Parent) > 0,
+			ReportInterval: cfg.ReportInterval, LeaseTTL: cfg.LeaseTTL}),
 		roundEvery: config.RoundInterval, intake: newIntake(cfg.MaxReportsInFlight),
 		ctx: ctx, cancel: cancel, draining: make(chan struct{}), failed: make(chan struct{}), moverKick: make(chan struct{}, 1),
 		tracer: tracing.Tracer(cfg.TracerProvider, "github.com/allot-io/allot/coordinator"),
@@ -158,9 +160,7 @@ func New(config Config) (*Coordinator, error) {
 		cancel()
 		return nil, fmt.Errorf("coordinator: registering metrics: %w", err)
 	}
-	c.alloc.global = cfg.Global
 	if len(cfg.Parent) > 0 {
-		c.alloc.parent = &parentLeases{m: map[poolKey]*parentLease{}}
 		if c.parent, err = newParentLink(&cfg, func(err error) { c.log.Error("a changed parent credential file could not be loaded", "error", err) }); err != nil {
 			cancel()
 			return nil, fmt.Errorf("%w: Parent: %w", ErrInvalidConfig, err)

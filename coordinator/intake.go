@@ -3,6 +3,7 @@ package coordinator
 import (
 	"sync/atomic"
 
+	"github.com/allot-io/allot/coordinator/allocator"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
@@ -51,10 +52,10 @@ func (in *intake) done() { in.inFlight.Add(-1) }
 // shedAnswer is the answer to a report the leader did not take: nothing
 // of it applied, no lease changed, and the leases it holds renewed for a
 // lease period when this leader has heard from the node in its term (it
-// then counts them held until then; see allocator.keep). The agent keeps
+// then counts them held until then; see Allocator.Shed). The agent keeps
 // enforcing them and asks for nothing early for an interval; its usage
 // goes again in its next report.
-func (c *Coordinator) shedAnswer(req *allotpb.ReportRequest, set Settings) *allotpb.ReportResponse {
+func (c *Coordinator) shedAnswer(req *allotpb.ReportRequest, set allocator.Settings) *allotpb.ReportResponse {
 	now := c.now()
 	resp := &allotpb.ReportResponse{
 		Protocol:            allotpb.ProtocolVersion_PROTOCOL_VERSION_1,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/lease/rules"
@@ -24,7 +25,7 @@ func (c *Coordinator) watchLeadership(ctx context.Context) {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	lastLeader := ""
-	var warned Settings // the cluster settings last compared with this member's flags
+	var warned allocator.Settings // the cluster settings last compared with this member's flags
 	for {
 		select {
 		case <-ctx.Done():

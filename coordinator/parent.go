@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/internal/clusterclient"
@@ -16,7 +17,7 @@ import (
 
 // parentLink is a region cluster's side of the tier: its leader reports
 // the region's demand to the parent every ParentInterval and applies the
-// leases that come back (tier.go). Followers keep the link idle.
+// leases that come back (allocator/tier.go). Followers keep the link idle.
 type parentLink struct {
 	client      *clusterclient.Client
 	incarnation uint64 // drawn per process, as an agent's
@@ -71,9 +72,9 @@ func (c *Coordinator) reportToParent(ctx context.Context) {
 	c.exchangeWithParent(ctx, c.now().UnixNano(), nil)
 	t := c.cfg.Clock.NewTicker(interval)
 	defer t.Stop()
-	check := c.cfg.Clock.NewTicker(max(interval/RegionEarlyChecks, time.Millisecond))
+	check := c.cfg.Clock.NewTicker(max(interval/allocator.RegionEarlyChecks, time.Millisecond))
 	defer check.Stop()
-	early := make(chan struct{}, RegionEarlyInFlight) // a slot per early exchange under way
+	early := make(chan struct{}, allocator.RegionEarlyInFlight) // a slot per early exchange under way
 	for {
 		select {
 		case <-ctx.Done():
@@ -118,7 +119,7 @@ func (c *Coordinator) exchangeWithParent(ctx context.Context, now int64, demand 
 		demand = c.alloc.RegionDemand(now, int64(interval))
 	}
 	req := &allotpb.ReportRequest{
-		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: RegionNode(c.cfg.Region), Incarnation: c.parent.incarnation,
+		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: allocator.RegionNode(c.cfg.Region), Incarnation: c.parent.incarnation,
 		Region: c.cfg.Region, SentUnixNano: now, IntervalNano: int64(interval),
 		RulesVersion: c.currentRules().Version(), Demand: demand, ReporterGroup: c.tierGroup(),
 	}
@@ -190,7 +191,7 @@ const grantFlushEvery = 5 * time.Second
 // parent, for the bill: what each tenant was allowed in the region, per
 // billing window, proposed to the ledger every grantFlushEvery.
 type grantRecorder struct {
-	acc       map[GrantKey]float64
+	acc       map[allocator.GrantKey]float64
 	last      int64 // ns: counted up to here
 	lastFlush int64
 	epoch     uint64 // the leader's epoch and its commands' numbers
@@ -201,7 +202,7 @@ type grantRecorder struct {
 }
 
 func newGrantRecorder(epoch uint64, now int64) *grantRecorder {
-	return &grantRecorder{acc: map[GrantKey]float64{}, last: now, lastFlush: now, epoch: epoch}
+	return &grantRecorder{acc: map[allocator.GrantKey]float64{}, last: now, lastFlush: now, epoch: epoch}
 }
 
 // recordGrants counts the leases up to now and, every grantFlushEvery,

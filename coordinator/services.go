@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/internal/tracing"
@@ -63,8 +64,8 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 	c.metrics.reportBytes.Observe(float64(proto.Size(req)))
 	c.metrics.reportKeys.Observe(float64(len(req.GetDemand())))
 	set := c.settings()
-	lim := ReportLimits(c.cfg.MaxReportKeys, c.cfg.MaxUnitsPerSecond, c.cfg.LedgerRetention, set.BillingWindow, c.now())
-	if err := ReportError(allotpb.ValidateReport(req, lim)); err != nil {
+	lim := allocator.ReportLimits(c.cfg.MaxReportKeys, c.cfg.MaxUnitsPerSecond, c.cfg.LedgerRetention, set.BillingWindow, c.now())
+	if err := allocator.ReportError(allotpb.ValidateReport(req, lim)); err != nil {
 		c.metrics.reports.WithLabelValues("invalid").Inc()
 		return nil, err
 	}
@@ -147,7 +148,7 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 	now := c.now()
 	c.countLoad(req)
 	var own *allotpb.ReportRequest
-	c.fsm.Read(func(st *state.State) { own = OwnDemand(st, c.isHome(), req) })
+	c.fsm.Read(func(st *state.State) { own = allocator.OwnDemand(st, c.isHome(), req) })
 	c.alloc.SyncOverrides(c.fsm.Read)
 	f := c.alloc.Fold(own, now.UnixNano())
 	if f.Stale() {
@@ -169,7 +170,7 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 	leases := c.alloc.Answer(f, now.UnixNano())
 	c.metrics.leasesGranted.Add(float64(len(leases)))
 	c.fsm.Read(func(st *state.State) {
-		resp = Respond(st, c.alloc, req, now, set, leases, committed, acked)
+		resp = allocator.Respond(st, c.alloc, req, now, set, leases, committed, acked)
 	})
 	resp.CoordinatorUnixNano = c.now().UnixNano()
 	resp.ShardMapVersion = max(resp.ShardMapVersion, c.homeMapVersion.Load())

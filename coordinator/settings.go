@@ -6,20 +6,21 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 )
 
 // configSettings are the settings a configuration asks for.
-func configSettings(cfg *Config) Settings {
-	return Settings{BillingWindow: cfg.BillingWindow, ReportInterval: cfg.ReportInterval, LeaseTTL: cfg.LeaseTTL}
+func configSettings(cfg *Config) allocator.Settings {
+	return allocator.Settings{BillingWindow: cfg.BillingWindow, ReportInterval: cfg.ReportInterval, LeaseTTL: cfg.LeaseTTL}
 }
 
 // settings returns the cluster's settings, with this member's own for any
 // not fixed yet (only until a leader has fixed them).
-func (c *Coordinator) settings() Settings {
-	var out Settings
-	c.fsm.Read(func(s *state.State) { out = SettingsOr(s, configSettings(&c.cfg)) })
+func (c *Coordinator) settings() allocator.Settings {
+	var out allocator.Settings
+	c.fsm.Read(func(s *state.State) { out = allocator.SettingsOr(s, configSettings(&c.cfg)) })
 	return out
 }
 
@@ -65,12 +66,12 @@ func (c *Coordinator) clusterID() (id string) {
 // warnSettings logs, once for each value the cluster's settings take,
 // which of this member's flags they override. last is the value warned
 // about before; the caller keeps it.
-func (c *Coordinator) warnSettings(last *Settings) {
-	var cluster Settings
+func (c *Coordinator) warnSettings(last *allocator.Settings) {
+	var cluster allocator.Settings
 	var settled bool
 	c.fsm.Read(func(s *state.State) {
 		if settled = s.Settled(); settled {
-			cluster = SettingsOr(s, Settings{})
+			cluster = allocator.SettingsOr(s, allocator.Settings{})
 		}
 	})
 	if !settled || cluster == *last {
@@ -98,9 +99,9 @@ func (c *Coordinator) warnSettings(last *Settings) {
 
 // roundInterval is how often the leader re-divides allowances: the
 // configured RoundInterval, or a quarter of the cluster's report interval.
-func (c *Coordinator) roundInterval(set Settings) time.Duration {
+func (c *Coordinator) roundInterval(set allocator.Settings) time.Duration {
 	if c.roundEvery > 0 {
 		return c.roundEvery
 	}
-	return DefaultRoundInterval(set.ReportInterval)
+	return allocator.DefaultRoundInterval(set.ReportInterval)
 }

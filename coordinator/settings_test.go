@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/internal/testwait"
 
@@ -96,10 +97,10 @@ func TestRestoreFormat1Backup(t *testing.T) {
 	if _, err := RestoreFrom(context.Background(), allotpb.NewClusterServiceClient(dial(t, c.GRPCAddr())), bytes.NewReader(raw), ""); err != nil {
 		t.Fatalf("restoring a format 1 backup into a cluster: %v", err)
 	}
-	var got Settings
+	var got allocator.Settings
 	var lines int
-	c.fsm.Read(func(s *state.State) { got, lines = SettingsOr(s, Settings{}), s.LedgerLen() })
-	if got != (Settings{time.Hour, c.cfg.ReportInterval, c.cfg.LeaseTTL}) || lines == 0 {
+	c.fsm.Read(func(s *state.State) { got, lines = allocator.SettingsOr(s, allocator.Settings{}), s.LedgerLen() })
+	if got != (allocator.Settings{BillingWindow: time.Hour, ReportInterval: c.cfg.ReportInterval, LeaseTTL: c.cfg.LeaseTTL}) || lines == 0 {
 		t.Errorf("after restoring: settings %+v, %d ledger lines; want the backup's window and this leader's interval and TTL", got, lines)
 	}
 }

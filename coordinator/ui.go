@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/lease/rules"
 )
@@ -28,21 +29,21 @@ var uiPage []byte
 
 // uiState is what /v1/ui answers.
 type uiState struct {
-	Now      time.Time    `json:"now"`
-	Region   string       `json:"region"`
-	Member   string       `json:"member"`
-	Leader   string       `json:"leader"`
-	Leading  bool         `json:"leading"`
-	Term     uint64       `json:"term"`
-	Epoch    uint64       `json:"epoch"`
-	Learning bool         `json:"learning"`
-	Members  []uiMember   `json:"members"`
-	Rules    []uiRule     `json:"rules"`
-	Usage    []uiUsage    `json:"usage"`
-	Pools    []PoolView   `json:"pools"`
-	Agents   []NodeView   `json:"agents"`
-	Windows  uiWindows    `json:"windows"`
-	Tier     *tierSummary `json:"tier,omitempty"`
+	Now      time.Time            `json:"now"`
+	Region   string               `json:"region"`
+	Member   string               `json:"member"`
+	Leader   string               `json:"leader"`
+	Leading  bool                 `json:"leading"`
+	Term     uint64               `json:"term"`
+	Epoch    uint64               `json:"epoch"`
+	Learning bool                 `json:"learning"`
+	Members  []uiMember           `json:"members"`
+	Rules    []uiRule             `json:"rules"`
+	Usage    []uiUsage            `json:"usage"`
+	Pools    []allocator.PoolView `json:"pools"`
+	Agents   []allocator.NodeView `json:"agents"`
+	Windows  uiWindows            `json:"windows"`
+	Tier     *tierSummary         `json:"tier,omitempty"`
 	// Shards is the member's shard group; absent for a region never split.
 	Shards     *allotpb.ShardStatus `json:"shards,omitempty"`
 	WindowSecs int64                `json:"window_seconds"`
@@ -186,7 +187,7 @@ func (c *Coordinator) uiAllowance(r *rules.Rule, tenant, region string, leading 
 		return 0
 	}
 	perSecond := func(units float64) float64 { return units / r.Period.Seconds() }
-	if leading && region == c.cfg.Region && !r.Local && (r.Fair() || TenantKey(r)) {
+	if leading && region == c.cfg.Region && !r.Local && (r.Fair() || allocator.TenantKey(r)) {
 		key := ""
 		if !r.Fair() {
 			key = string(rules.AppendKey(nil, tenant))

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/allocator"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -105,7 +106,7 @@ func TestReportLimitsFollowRetention(t *testing.T) {
 		{48 * time.Hour, now.Add(-49 * time.Hour)},
 		{KeepLedger, now.Add(-MaxUsageAge - time.Hour)},
 	} {
-		lim := ReportLimits(100, 0, tc.retention, time.Hour, now)
+		lim := allocator.ReportLimits(100, 0, tc.retention, time.Hour, now)
 		if lim.MinWindowUnix != tc.oldest.Unix() || lim.MaxWindowUnix != now.Add(MaxClockAhead).Unix() || lim.MaxKeys != 100 {
 			t.Errorf("retention %v: %+v; want windows from %d to %d", tc.retention, lim, tc.oldest.Unix(), now.Add(MaxClockAhead).Unix())
 		}

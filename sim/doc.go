@@ -5,7 +5,7 @@
 //
 // It drives the real code: every node of the quota-lease strategy is an
 // agent.Agent deciding each request with package algo, reporting to a
-// coordinator.Engine that allocates with package lease. Only the network
+// allocator.Engine that allocates with package lease. Only the network
 // (delay, jitter, loss, outages, partitions) and the clocks are simulated.
 // The same traffic also meets three other strategies, so their costs can
 // be compared side by side: a central counter (exact, one store round trip

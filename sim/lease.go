@@ -10,21 +10,21 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/agent"
-	"github.com/allot-io/allot/coordinator"
+	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
 // quotaLease is Allot: a real agent.Agent on every node, reporting in
-// virtual time to a real coordinator.Engine (the coordinator's allocation
+// virtual time to a real allocator.Engine (the coordinator's allocation
 // and ledger, without Raft), over a network with the scenario's delay,
 // jitter and loss.
 type quotaLease struct {
 	e *env
 	// engines are the regions' clusters (one without regions); parent,
 	// when the regions lease from one, the cluster above them.
-	engines []*coordinator.Engine
-	parent  *coordinator.Engine
+	engines []*allocator.Engine
+	parent  *allocator.Engine
 	nodes   []*simNode
 	// early is, per region, when each of its leader's early exchanges
 	// with the parent under way ends.
@@ -69,7 +69,7 @@ func newQuotaLease(e *env, tier bool) (*quotaLease, error) {
 		regions = e.s.Regions.Count
 	}
 	for r := range regions {
-		eng, err := coordinator.NewEngine(coordinator.EngineConfig{
+		eng, err := allocator.NewEngine(allocator.EngineConfig{
 			Region: q.regionName(r), Parent: tier, ReportInterval: e.s.Interval, Rules: []rules.Rule{e.rule},
 		}, e.origin)
 		if err != nil {
@@ -79,7 +79,7 @@ func newQuotaLease(e *env, tier bool) (*quotaLease, error) {
 	}
 	if tier {
 		var err error
-		if q.parent, err = coordinator.NewEngine(coordinator.EngineConfig{
+		if q.parent, err = allocator.NewEngine(allocator.EngineConfig{
 			Global: true, ReportInterval: e.s.Regions.regionInterval(), Rules: []rules.Rule{e.rule},
 		}, e.origin); err != nil {
 			return nil, err
@@ -107,7 +107,7 @@ func (q *quotaLease) regionName(r int) string {
 }
 
 // engineOf is the cluster a node reports to: its region's.
-func (q *quotaLease) engineOf(node int) *coordinator.Engine { return q.engines[q.e.regionOf(node)] }
+func (q *quotaLease) engineOf(node int) *allocator.Engine { return q.engines[q.e.regionOf(node)] }
 
 // regionReport sends a region's regular report and schedules the next.
 func (q *quotaLease) regionReport(at time.Duration, r int) {
@@ -128,7 +128,7 @@ func (q *quotaLease) regionCheck(at time.Duration, r int) {
 		}
 	}
 	q.early[r] = live
-	if len(live) < coordinator.RegionEarlyInFlight {
+	if len(live) < allocator.RegionEarlyInFlight {
 		if req := q.engines[r].RegionEarlyReport(q.e.time(at), q.e.s.Regions.regionInterval()); req != nil {
 			q.early[r] = append(q.early[r], q.exchange(at, r, req))
 		}
@@ -138,7 +138,7 @@ func (q *quotaLease) regionCheck(at time.Duration, r int) {
 }
 
 func (q *quotaLease) checkEvery() time.Duration {
-	return q.e.s.Regions.regionInterval() / coordinator.RegionEarlyChecks
+	return q.e.s.Regions.regionInterval() / allocator.RegionEarlyChecks
 }
 
 // exchange carries a region's report to the parent: it arrives after the

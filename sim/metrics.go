@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/allot-io/allot/coordinator"
+	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
 )
@@ -168,7 +168,7 @@ func newMeter(s *Scenario, r *rules.Rule) *meter {
 		if e.Failover {
 			// The new leader learns for a lease period and needs one more
 			// interval to hand out what it learned.
-			m.span = &spanMeter{from: e.At, to: e.At + time.Duration(coordinator.DefaultLeaseIntervals+1)*s.Interval}
+			m.span = &spanMeter{from: e.At, to: e.At + time.Duration(allocator.DefaultLeaseIntervals+1)*s.Interval}
 		}
 	}
 	return m

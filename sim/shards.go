@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/agent"
-	"github.com/allot-io/allot/coordinator"
+	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/internal/shard"
 	"github.com/allot-io/allot/internal/shardroute"
 	"github.com/allot-io/allot/lease/rules"
@@ -22,7 +22,7 @@ import (
 // The strategies of a scenario with shards: its region as shard groups;
 // as one group whose leader has the same capacity; as one group without
 // a limit on it. All three are Allot, agents routing through
-// shardroute.Router to coordinator.Engines.
+// shardroute.Router to allocator.Engines.
 const (
 	shardGroups       = "shard-groups"
 	oneGroup          = "one-group"
@@ -39,8 +39,8 @@ type shardNet struct {
 	q     *quotaLease
 	spec  ShardsSpec
 	ids   []string
-	home  *coordinator.Engine
-	byID  map[string]*coordinator.Engine
+	home  *allocator.Engine
+	byID  map[string]*allocator.Engine
 	lead  map[string]*leader
 	nodes map[int]*nodeRoute
 	// unlimited leaders serve at once.
@@ -142,14 +142,14 @@ type routeCall struct {
 // (one with the same leader, or an unlimited one, for the baselines).
 func newShardLease(e *env, groups int, unlimited bool) (*quotaLease, error) {
 	q := &quotaLease{e: e, rng: rand.New(rand.NewPCG(e.s.Seed, 77))}
-	sn := &shardNet{q: q, spec: *e.s.Shards, byID: map[string]*coordinator.Engine{}, lead: map[string]*leader{},
+	sn := &shardNet{q: q, spec: *e.s.Shards, byID: map[string]*allocator.Engine{}, lead: map[string]*leader{},
 		nodes: map[int]*nodeRoute{}, unlimited: unlimited, waiting: map[*allotpb.UsageCount]time.Duration{}}
 	for i := range groups {
-		var sh *coordinator.EngineShards
+		var sh *allocator.EngineShards
 		if groups > 1 {
-			sh = &coordinator.EngineShards{Group: groupName(i), Home: i == 0}
+			sh = &allocator.EngineShards{Group: groupName(i), Home: i == 0}
 		}
-		eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "sim", ReportInterval: e.s.Interval, Rules: []rules.Rule{e.rule}, Shards: sh}, e.origin)
+		eng, err := allocator.NewEngine(allocator.EngineConfig{Region: "sim", ReportInterval: e.s.Interval, Rules: []rules.Rule{e.rule}, Shards: sh}, e.origin)
 		if err != nil {
 			return nil, err
 		}
@@ -196,7 +196,7 @@ func (sn *shardNet) layout() error {
 }
 
 // engine is a group's engine, nil for none.
-func (sn *shardNet) engine(id string) *coordinator.Engine { return sn.byID[id] }
+func (sn *shardNet) engine(id string) *allocator.Engine { return sn.byID[id] }
 
 // addNode makes a node's router, as a new agent process does.
 func (sn *shardNet) addNode(id int) {

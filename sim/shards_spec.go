@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/allot-io/allot/coordinator"
+	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/internal/shard"
 )
 
@@ -25,7 +25,7 @@ type ShardsSpec struct {
 	// simulated fleet is smaller than the one it stands for.
 	Scale float64 `yaml:"scale"`
 	// Step is the time between a move's steps (default the mover's,
-	// coordinator.MoveStepInterval).
+	// allocator.MoveStepInterval).
 	Step time.Duration `yaml:"step"`
 }
 
@@ -51,7 +51,7 @@ func (g *ShardsSpec) step() time.Duration {
 	if g.Step > 0 {
 		return g.Step
 	}
-	return coordinator.MoveStepInterval
+	return allocator.MoveStepInterval
 }
 
 // firstSlot is the first slot group i owns at the start.
@@ -82,7 +82,7 @@ func (g *ShardsSpec) validate(s *Scenario) error {
 	case g.Scale < 0 || g.Scale > 1e6:
 		return fmt.Errorf("scale: must be between 0 (1) and 1e6, got %v", g.Scale)
 	case g.Step < 0 || g.Step > time.Minute:
-		return fmt.Errorf("step: must be between 0 (%v) and 1m, got %v", coordinator.MoveStepInterval, g.Step)
+		return fmt.Errorf("step: must be between 0 (%v) and 1m, got %v", allocator.MoveStepInterval, g.Step)
 	case s.Regions != nil:
 		return errors.New("shards are simulated in one region: drop regions")
 	}
@@ -116,7 +116,7 @@ func (g *ShardsSpec) validMove(m *MoveSlotsEvent, before []Event) error {
 // and the new owner's learning period (a lease period) with one more
 // interval to hand out what it learned.
 func (s *Scenario) moveWindow(at time.Duration) [2]time.Duration {
-	return [2]time.Duration{at, at + 3*s.Shards.step() + time.Duration(coordinator.DefaultLeaseIntervals+1)*s.Interval}
+	return [2]time.Duration{at, at + 3*s.Shards.step() + time.Duration(allocator.DefaultLeaseIntervals+1)*s.Interval}
 }
 
 // movedTenants are the tenants whose slots a move_slots event moves, nil

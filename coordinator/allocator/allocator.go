@@ -1,4 +1,4 @@
-package coordinator
+package allocator
 
 import (
 	"hash/maphash"
@@ -19,7 +19,8 @@ import (
 // package lease).
 //
 // Keys are spread over independently locked shards, so that reports for
-// different keys, and allocation rounds, proceed in parallel.
+// different keys, and allocation rounds, proceed in parallel. An Allocator
+// is safe for concurrent use.
 type Allocator struct {
 	est    lease.Estimator
 	region string
@@ -147,15 +148,38 @@ type class struct {
 	nodes []int32
 }
 
-func newAllocator(region string, interval, ttl time.Duration) *Allocator {
+// Config says what an Allocator divides.
+type Config struct {
+	// Region is the cluster's region: a rule divided among regions is
+	// divided here by its part for this region.
+	Region string
+	// Global makes the allocator a parent cluster's: its nodes are
+	// regions, and it divides every rule's whole limit among them (see
+	// tier.go).
+	Global bool
+	// Parent makes it a region cluster's that leases the rules divided
+	// among regions from a parent (RegionDemand, ApplyParent), rather
+	// than dividing their static fractions.
+	Parent bool
+	// ReportInterval and LeaseTTL are what it divides and grants by until
+	// SetTiming sets the cluster's.
+	ReportInterval, LeaseTTL time.Duration
+}
+
+// New returns an allocator that leads no term yet (see Lead).
+func New(cfg Config) *Allocator {
 	a := &Allocator{
 		est:    lease.DefaultEstimator(),
-		region: region,
+		region: cfg.Region,
+		global: cfg.Global,
 		seed:   maphash.MakeSeed(),
 		rules:  map[string]*rules.Rule{},
 		nodes:  map[string]*nodeInfo{},
 	}
-	a.SetTiming(interval, ttl)
+	if cfg.Parent {
+		a.parent = &parentLeases{m: map[poolKey]*parentLease{}}
+	}
+	a.SetTiming(cfg.ReportInterval, cfg.LeaseTTL)
 	for i := range a.shards {
 		a.shards[i].pools = map[poolKey]*pool{}
 	}

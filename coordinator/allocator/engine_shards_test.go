@@ -1,7 +1,8 @@
-package coordinator
+package allocator
 
 import (
 	"testing"
+	"time"
 
 	"github.com/allot-io/allot/internal/shard"
 	allotpb "github.com/allot-io/allot/proto"
@@ -14,7 +15,7 @@ import (
 // GetShardMap sends stops growing, and each group's table forgets the
 // steps of moves the home group finished.
 func TestEngineMovesStayBounded(t *testing.T) {
-	now := hour0
+	now := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 	home, err := NewEngine(EngineConfig{Region: "eu", Shards: &EngineShards{Group: "main", Home: true}}, now)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package coordinator
+package allocator
 
 import (
 	"github.com/allot-io/allot/lease"

@@ -1,4 +1,4 @@
-package coordinator
+package allocator
 
 import allotpb "github.com/allot-io/allot/proto"
 

@@ -1,4 +1,4 @@
-package coordinator_test
+package allocator_test
 
 import (
 	"errors"
@@ -8,14 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allot-io/allot/coordinator"
+	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/internal/scenario"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
 // TestEngineScenarios runs the scripts in testdata/engine/ against a
-// coordinator.Engine, with nodes held by hand (see internal/scenario; run
+// allocator.Engine, with nodes held by hand (see internal/scenario; run
 // with -rewrite to rewrite their expected output, then review the diff).
 // Time starts at 10:00:00 UTC, t=0, and moves only when a script says.
 //
@@ -61,7 +61,7 @@ const scenarioRegion = "eu-west"
 
 type engineScenario struct {
 	now   time.Time
-	eng   *coordinator.Engine
+	eng   *allocator.Engine
 	rules map[string]rules.Rule
 	nodes map[string]*scenarioNode
 	// billed are the (tenant, rule) pairs usage was reported for.
@@ -124,7 +124,7 @@ func (s *engineScenario) setRules(c *scenario.Call) (string, error) {
 		return "", inputLines(c, err)
 	}
 	if s.eng == nil {
-		s.eng, err = coordinator.NewEngine(coordinator.EngineConfig{Region: scenarioRegion, ReportInterval: time.Second, Rules: rs}, s.now)
+		s.eng, err = allocator.NewEngine(allocator.EngineConfig{Region: scenarioRegion, ReportInterval: time.Second, Rules: rs}, s.now)
 	} else {
 		err = s.eng.SetRules(rs)
 	}

@@ -1,4 +1,4 @@
-package coordinator
+package allocator
 
 import (
 	"fmt"
@@ -356,8 +356,7 @@ func TestFallenRegionsByGroup(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			a := newAllocator("global", time.Second, 5*time.Second)
-			a.global = true
+			a := New(Config{Region: "global", Global: true, ReportInterval: time.Second, LeaseTTL: 5 * time.Second})
 			a.nodes[RegionNode("eu")] = &nodeInfo{groupSeen: c.groupsLast}
 			r := &rules.Rule{Name: "q", Limit: 900, Regions: map[string]float64{"us": 0.5, "eu": 0.5}}
 			p := &pool{rule: r, limit: 900}

@@ -1,4 +1,4 @@
-package coordinator
+package allocator
 
 import (
 	"testing"
@@ -8,7 +8,7 @@ import (
 )
 
 func TestMovedSlotsLearn(t *testing.T) {
-	a := newAllocator("eu", time.Second, 5*time.Second)
+	a := New(Config{Region: "eu", ReportInterval: time.Second, LeaseTTL: 5 * time.Second})
 	acme := shard.Of("acme")
 	if a.slotLearning("acme", 0) {
 		t.Fatal("learning before any move")

@@ -1,4 +1,4 @@
-package coordinator
+package allocator
 
 import (
 	"fmt"
@@ -10,6 +10,33 @@ import (
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// What the leader and the Engine both answer a report with: the bounds a
+// report is checked against, the demand a shard group divides, and the
+// answer built from the replicated state and the allocator's count of
+// the fleet. One copy, so that the simulator's answers are the leader's.
+
+// Defaults the coordinator's configuration and the Engine share.
+const (
+	// DefaultReportInterval is how often agents report.
+	DefaultReportInterval = time.Second
+	// DefaultBillingWindow is the ledger's window.
+	DefaultBillingWindow = state.DefaultBillingWindow
+	// DefaultMaxReportKeys bounds the entries of one report.
+	DefaultMaxReportKeys = 200_000
+	// DefaultLeaseIntervals is a lease's length in report intervals, when
+	// the lease TTL is not set; a new leader learns for as long.
+	DefaultLeaseIntervals = 5
+	// MaxUsageAge is how old a usage count's billing window may be when
+	// the ledger keeps everything: a report with a count for an older
+	// window is refused. With a retention, the retention bounds it.
+	MaxUsageAge = 400 * 24 * time.Hour
+	// MaxClockAhead is how far ahead of the coordinator's clock a usage
+	// count's billing window may start.
+	MaxClockAhead = time.Hour
 )
 
 // Settings are what every member must agree on, replicated through
@@ -104,7 +131,11 @@ func ReportError(vs []allotpb.Violation) error {
 	if len(vs) > 1 {
 		msg = fmt.Sprintf("%s (and %d more violations, listed in the BadRequest details)", msg, len(vs)-1)
 	}
-	return badRequest(msg, fvs...)
+	st := status.New(codes.InvalidArgument, msg)
+	if d, err := st.WithDetails(&errdetails.BadRequest{FieldViolations: fvs}); err == nil {
+		st = d
+	}
+	return st.Err()
 }
 
 // OwnDemand is req with the demand this group does not divide left out:
@@ -137,10 +168,10 @@ func OwnDemand(st *state.State, home bool, req *allotpb.ReportRequest) *allotpb.
 	return out
 }
 
-// ReportLimits are the bounds a report must keep: at most MaxReportKeys
+// ReportLimits are the bounds a report must keep: at most maxKeys
 // entries, and usage in billing windows from what retention still keeps
-// (or MaxUsageAge when the ledger keeps everything) up to MaxClockAhead
-// after now.
+// (or MaxUsageAge when the ledger keeps everything, retention ≤ 0) up to
+// MaxClockAhead after now.
 func ReportLimits(maxKeys int, maxUnits float64, retention, billingWindow time.Duration, now time.Time) allotpb.ReportLimits {
 	age := retention
 	if age <= 0 {

@@ -1,4 +1,4 @@
-package coordinator
+package allocator
 
 import (
 	"fmt"
@@ -29,6 +29,8 @@ type Engine struct {
 
 // EngineConfig configures an Engine.
 type EngineConfig struct {
+	// Region is the engine's region: a rule divided among regions is
+	// divided here by its part for this region.
 	Region string
 	// Global makes the engine a parent: its nodes are regions' clusters,
 	// among which it divides every rule's whole limit (see tier.go).
@@ -39,7 +41,7 @@ type EngineConfig struct {
 	Parent         bool
 	ReportInterval time.Duration // default 1s
 	LeaseTTL       time.Duration // default DefaultLeaseIntervals × ReportInterval
-	RoundInterval  time.Duration // default as Config's: ReportInterval / 4, at most 250 ms
+	RoundInterval  time.Duration // default DefaultRoundInterval(ReportInterval), as the coordinator's
 	BillingWindow  time.Duration // default 1h
 	Rules          []rules.Rule
 	// Shards, when set, makes the engine one shard group of a split
@@ -63,14 +65,10 @@ func NewEngine(cfg EngineConfig, now time.Time) (*Engine, error) {
 	}
 	set, err := rules.NewSet(1, cfg.Rules)
 	if err != nil {
-		return nil, fmt.Errorf("coordinator: engine rules: %w", err)
+		return nil, fmt.Errorf("allocator: engine rules: %w", err)
 	}
-	e := &Engine{cfg: cfg, st: state.New(), alloc: newAllocator(cfg.Region, cfg.ReportInterval, cfg.LeaseTTL),
-		incarnation: rand.Uint64()}
-	e.alloc.global = cfg.Global
-	if cfg.Parent {
-		e.alloc.parent = &parentLeases{m: map[poolKey]*parentLease{}}
-	}
+	e := &Engine{cfg: cfg, st: state.New(), incarnation: rand.Uint64(),
+		alloc: New(Config{Region: cfg.Region, Global: cfg.Global, Parent: cfg.Parent, ReportInterval: cfg.ReportInterval, LeaseTTL: cfg.LeaseTTL})}
 	e.st.SetRules(set)
 	e.st.Apply(state.CmdSettings, &fsmpb.SettingsCommand{
 		BillingWindowNano: int64(cfg.BillingWindow), ReportIntervalNano: int64(cfg.ReportInterval), LeaseTtlNano: int64(cfg.LeaseTTL),
@@ -164,7 +162,7 @@ func (e *Engine) SetRules(rs []rules.Rule) error {
 	defer e.mu.Unlock()
 	set, err := rules.NewSet(e.st.Rules().Version()+1, rs)
 	if err != nil {
-		return fmt.Errorf("coordinator: engine rules: %w", err)
+		return fmt.Errorf("allocator: engine rules: %w", err)
 	}
 	e.st.SetRules(set)
 	e.alloc.SetRules(set)
@@ -221,7 +219,9 @@ type engineReport struct {
 // take validates a report, applies its usage and folds its demand in, as
 // the leader does before it answers.
 func (e *Engine) take(now time.Time, req *allotpb.ReportRequest) (*engineReport, error) {
-	lim := ReportLimits(DefaultMaxReportKeys, 0, KeepLedger, time.Duration(e.st.BillingWindowSeconds())*time.Second, now)
+	// An engine's ledger keeps every window (retention 0), as a
+	// coordinator's with KeepLedger.
+	lim := ReportLimits(DefaultMaxReportKeys, 0, 0, time.Duration(e.st.BillingWindowSeconds())*time.Second, now)
 	if err := ReportError(allotpb.ValidateReport(req, lim)); err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package coordinator
+package allocator
 
 import (
 	"fmt"
@@ -36,7 +36,7 @@ func BenchmarkAllocatorInterval(b *testing.B) {
 }
 
 func benchInterval(b *testing.B, nodes, tenants int) {
-	a := newAllocator("eu", time.Second, 5*time.Second)
+	a := New(Config{Region: "eu", ReportInterval: time.Second, LeaseTTL: 5 * time.Second})
 	set, err := rules.NewSet(1, []rules.Rule{{
 		Name: "capacity", Scope: rules.Global, Algorithm: algo.TokenBucket, Limit: 100_000, Period: time.Second, Burst: 100_000,
 		Intent: lease.Capacity,

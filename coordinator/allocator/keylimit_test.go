@@ -1,4 +1,4 @@
-package coordinator
+package allocator
 
 import (
 	"testing"
@@ -16,7 +16,7 @@ import (
 // or on a key of a rule that is no descriptor rule, gets no lease, so
 // that no report changes the limit of a key others share.
 func TestAllocatorDividesAKeysOwnLimit(t *testing.T) {
-	a := newAllocator("eu", time.Second, 5*time.Second)
+	a := New(Config{Region: "eu", ReportInterval: time.Second, LeaseTTL: 5 * time.Second})
 	per := rules.Rule{Name: "per-user", Scope: rules.Descriptor, Algorithm: algo.TokenBucket, Limit: 1000, Period: time.Second, Intent: lease.Abuse,
 		Match: rules.Match{Domain: "api", Descriptors: []rules.DescriptorEntry{{Key: "user"}}}}
 	tenant := rules.Rule{Name: "per-tenant", Scope: rules.Tenant, Algorithm: algo.TokenBucket, Limit: 1000, Period: time.Second, Intent: lease.Abuse}

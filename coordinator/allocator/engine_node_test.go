@@ -1,4 +1,4 @@
-package coordinator_test
+package allocator_test
 
 import (
 	"cmp"

@@ -1,4 +1,4 @@
-package coordinator
+package allocator
 
 import (
 	"fmt"
@@ -43,14 +43,14 @@ func (e *Engine) startShards(now time.Time) error {
 		return nil
 	}
 	if err := shard.ValidGroupID(sh.Group); err != nil {
-		return fmt.Errorf("coordinator: engine shard group: %w", err)
+		return fmt.Errorf("allocator: engine shard group: %w", err)
 	}
 	if sh.Home {
 		return nil
 	}
 	r := e.st.Apply(state.CmdSlots, &fsmpb.SlotsCommand{Op: fsmpb.SlotsCommand_EMPTY, Group: sh.Group, ProposedUnixNano: now.UnixNano()}).(*fsmpb.SlotsResult)
 	if !r.GetDone() {
-		return fmt.Errorf("coordinator: engine shard group %q: %s", sh.Group, r.GetRefused())
+		return fmt.Errorf("allocator: engine shard group %q: %s", sh.Group, r.GetRefused())
 	}
 	return nil
 }
@@ -100,7 +100,7 @@ func (e *Engine) OwnedSlots() int {
 // does.
 func (e *Engine) AddGroup(id string, addrs []string) (*allotpb.ShardMap, error) {
 	if err := shard.ValidGroupID(id); err != nil {
-		return nil, fmt.Errorf("coordinator: engine add group: %w", err)
+		return nil, fmt.Errorf("allocator: engine add group: %w", err)
 	}
 	return e.applyShardMap(&fsmpb.ShardMapCommand{AddGroup: &allotpb.ShardGroup{Id: id, Coordinators: addrs}})
 }
@@ -142,18 +142,18 @@ func (e *Engine) shardMapLocked() *shard.Map {
 
 func (e *Engine) applyShardMap(cmd *fsmpb.ShardMapCommand) (*allotpb.ShardMap, error) {
 	if e.cfg.Shards == nil || !e.cfg.Shards.Home {
-		return nil, fmt.Errorf("coordinator: engine: only the home group holds the shard map")
+		return nil, fmt.Errorf("allocator: engine: only the home group holds the shard map")
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	cmd.Home = e.groupID()
 	switch res := e.st.Apply(state.CmdShardMap, cmd).(type) {
 	case error:
-		return nil, fmt.Errorf("coordinator: engine: %w", res)
+		return nil, fmt.Errorf("allocator: engine: %w", res)
 	case *allotpb.ShardMap:
 		return res, nil
 	default:
-		return nil, fmt.Errorf("coordinator: engine: shard map change answered %T", res)
+		return nil, fmt.Errorf("allocator: engine: shard map change answered %T", res)
 	}
 }
 
@@ -163,7 +163,7 @@ func (e *Engine) applyShardMap(cmd *fsmpb.ShardMapCommand) (*allotpb.ShardMap, e
 func (e *Engine) GroupSlots(now time.Time, req *allotpb.GroupSlotsRequest) (*allotpb.GroupSlotsResponse, error) {
 	op, ok := slotmove.Op(req.GetStep())
 	if !ok {
-		return nil, fmt.Errorf("coordinator: engine: unknown step %v", req.GetStep())
+		return nil, fmt.Errorf("allocator: engine: unknown step %v", req.GetStep())
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -20,7 +20,7 @@
 //
 // Demand and grants are not replicated. They change every interval and are
 // rebuilt from the next round of reports, so they live on the leader only
-// (allocator). A new leader starts a new epoch and, for one lease period,
+// (package coordinator/allocator, which the simulator runs too). A new leader starts a new epoch and, for one lease period,
 // grants no node more than it reports holding, so a failover never
 // double-grants an allowance.
 //

@@ -175,6 +175,19 @@ func TestImportRules(t *testing.T) {
 		},
 		direct: true,
 	}, {
+		// The simulator's figures speak for the production allocator
+		// because it runs the leader's code (coordinator/allocator, and
+		// slot moves by coordinator/internal/slotmove); it must run it
+		// without the cluster around it, and so must the allocator.
+		name: "the allocator and the simulator link no Raft, bbolt or PostgreSQL driver",
+		applies: func(p string) bool {
+			return under(p, "sim") || under(p, "coordinator/allocator") || under(p, "coordinator/internal/slotmove")
+		},
+		forbidden: func(d string) bool {
+			return strings.HasPrefix(d, "github.com/hashicorp/raft") || strings.HasPrefix(d, "go.etcd.io/bbolt") ||
+				strings.HasPrefix(d, "github.com/jackc/pgx")
+		},
+	}, {
 		name:    "billing arithmetic is pure: no wire, no Raft",
 		applies: func(p string) bool { return p == module+"/coordinator/billing" },
 		forbidden: func(d string) bool {

@@ -147,10 +147,7 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 	}
 	now := c.now()
 	c.countLoad(req)
-	var own *allotpb.ReportRequest
-	c.fsm.Read(func(st *state.State) { own = allocator.OwnDemand(st, c.isHome(), req) })
-	c.alloc.SyncOverrides(c.fsm.Read)
-	f := c.alloc.Fold(own, now.UnixNano())
+	f := c.alloc.Take(c.fsm.Read, c.isHome(), req, now.UnixNano())
 	if f.Stale() {
 		// A pool the report changed is divided at the next round, which
 		// every report folded until then shares: the answer waits for it,
@@ -167,11 +164,8 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 		}
 		now = c.now()
 	}
-	leases := c.alloc.Answer(f, now.UnixNano())
-	c.metrics.leasesGranted.Add(float64(len(leases)))
-	c.fsm.Read(func(st *state.State) {
-		resp = allocator.Respond(st, c.alloc, req, now, set, leases, committed, acked)
-	})
+	resp = c.alloc.Reply(c.fsm.Read, f, now, set, committed, acked)
+	c.metrics.leasesGranted.Add(float64(len(resp.GetLeases())))
 	resp.CoordinatorUnixNano = c.now().UnixNano()
 	resp.ShardMapVersion = max(resp.ShardMapVersion, c.homeMapVersion.Load())
 	c.metrics.reports.WithLabelValues("ok").Inc()

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
 )
@@ -523,11 +522,6 @@ func (a *Allocator) Awaited() bool {
 	defer a.waitMu.Unlock()
 	return a.waiting != nil
 }
-
-// SyncOverrides brings the allocator's copy of the per-tenant overrides
-// in step with the replicated state's; read runs its function under the
-// state's read lock. A report is folded in after it.
-func (a *Allocator) SyncOverrides(read func(func(*state.State))) { a.overrides.sync(read) }
 
 // ActiveKeys returns how many pools are held.
 func (a *Allocator) ActiveKeys() (active int) {

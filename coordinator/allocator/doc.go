@@ -8,12 +8,13 @@
 //
 // The leader and the simulator divide by the same code, which is why it
 // is a package of its own rather than part of package coordinator. The
-// leader takes a report's usage through Raft, then folds its demand in
-// (Allocator.Fold), divides the pools reports changed once per round
-// (Allocator.Tick), and answers from the grants (Allocator.Answer,
-// Respond). The Engine applies the usage to a state of its own and calls
-// the same methods in the same order, so a figure the simulator reports
-// (docs/accuracy.md) is a figure of the production allocator. Slot moves
+// leader commits a report's usage through Raft, then folds its demand in
+// (Allocator.Take), divides the pools reports changed once per round
+// (Allocator.Tick), and answers from the grants (Allocator.Reply). The
+// Engine applies the usage to a state of its own and calls the same
+// methods in the same order, each given how to read its state, so a figure
+// the simulator reports (docs/accuracy.md) is a figure of the production
+// allocator. Slot moves
 // take the same path: both carry them with package
 // coordinator/internal/slotmove's step function. And the simulator links
 // what this package links: no Raft, no bbolt, no PostgreSQL driver

@@ -209,7 +209,6 @@ func (e *Engine) Submit(now time.Time, req *allotpb.ReportRequest, deliver func(
 
 // engineReport is a report the Engine took, until it is answered.
 type engineReport struct {
-	req     *allotpb.ReportRequest
 	f       *Folded
 	applied bool
 	acked   uint64
@@ -240,16 +239,17 @@ func (e *Engine) take(now time.Time, req *allotpb.ReportRequest) (*engineReport,
 		}
 		x.applied, x.acked = true, res.GetAckedSeq()[0]
 	}
-	x.req = OwnDemand(e.st, e.home(), req)
-	e.alloc.SyncOverrides(func(fn func(*state.State)) { fn(e.st) })
-	x.f = e.alloc.Fold(x.req, now.UnixNano())
+	x.f = e.alloc.Take(e.read, e.home(), req, now.UnixNano())
 	return x, nil
 }
 
+// read runs fn on the engine's state, as the coordinator's FSM reads its
+// own under its lock (the engine's lock is held).
+func (e *Engine) read(fn func(*state.State)) { fn(e.st) }
+
 // answer builds a taken report's answer at now.
 func (e *Engine) answer(now time.Time, x *engineReport) *allotpb.ReportResponse {
-	leases := e.alloc.Answer(x.f, now.UnixNano())
-	return Respond(e.st, e.alloc, x.req, now, e.settings(), leases, x.applied, x.acked)
+	return e.alloc.Reply(e.read, x.f, now, e.settings(), x.applied, x.acked)
 }
 
 // Round re-divides the allowances that changed, as the leader does every

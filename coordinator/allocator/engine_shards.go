@@ -18,9 +18,9 @@ import (
 // keeps the same slot table the coordinator's does: a usage batch holding
 // a slot the group does not own is refused whole, as FAILED_PRECONDITION
 // with a SlotsMoved detail (nothing of it applied), and demand for keys
-// outside its slots gets no lease, as OwnDemand drops it. The home group
-// holds the shard map, and StepMoves carries its moves out step by step
-// as the home leader's mover does.
+// outside its slots gets no lease, as at the leader (Allocator.Take). The
+// home group holds the shard map, and StepMoves carries its moves out step
+// by step as the home leader's mover does.
 type EngineShards struct {
 	// Group is the group's ID.
 	Group string

@@ -39,7 +39,7 @@ type foldedEntry struct {
 	d  *allotpb.KeyDemand
 }
 
-// Fold takes one node's report into the allocator: its demand, what it
+// fold takes one node's report into the allocator: its demand, what it
 // holds and what it spent, per key. No pool is divided here: a pool the
 // report changed is marked for the next round, and the report is answered
 // from the grants that round leaves (answer), so that however many nodes
@@ -47,7 +47,7 @@ type foldedEntry struct {
 // O(its claims), and dividing at every report made an interval's work
 // grow like nodes² × tenants: issue 41). A node leaving releases
 // everything it held, and is answered with no lease.
-func (a *Allocator) Fold(req *allotpb.ReportRequest, now int64) *Folded {
+func (a *Allocator) fold(req *allotpb.ReportRequest, now int64) *Folded {
 	node, inc, demands := req.GetNode(), req.GetIncarnation(), req.GetDemand()
 	urgent, leaving := req.GetUrgent(), req.GetLeaving()
 	interval := time.Duration(req.GetIntervalNano())
@@ -189,11 +189,11 @@ func (a *Allocator) Fold(req *allotpb.ReportRequest, now int64) *Folded {
 	return f
 }
 
-// Answer returns the leases a folded report gets from the pools'
+// answer returns the leases a folded report gets from the pools'
 // divisions as they stand: only the leases that changed, as the node
-// renews the others by the Answer's renew_unix_nano. A leaving node gets
+// renews the others by the answer's renew_unix_nano. A leaving node gets
 // none.
-func (a *Allocator) Answer(f *Folded, now int64) []*allotpb.Lease {
+func (a *Allocator) answer(f *Folded, now int64) []*allotpb.Lease {
 	var leases []*allotpb.Lease
 	var held shardHold
 	defer held.release()
@@ -243,9 +243,9 @@ func (h *shardHold) release() {
 // would, when the answer waits for one: what a leader whose next round
 // comes at once answers. Tests and the Engine's synchronous Report use it.
 func (a *Allocator) report(req *allotpb.ReportRequest, now int64) []*allotpb.Lease {
-	f := a.Fold(req, now)
+	f := a.fold(req, now)
 	if f.stale {
 		a.Tick(now)
 	}
-	return a.Answer(f, now)
+	return a.answer(f, now)
 }

@@ -59,7 +59,7 @@ func benchInterval(b *testing.B, nodes, tenants int) {
 			wg.Go(func() {
 				for req := range work {
 					req.SentUnixNano = now
-					f := a.Fold(req, now)
+					f := a.fold(req, now)
 					mu.Lock()
 					waiting = append(waiting, f)
 					mu.Unlock()
@@ -79,7 +79,7 @@ func benchInterval(b *testing.B, nodes, tenants int) {
 				part := ready[i:min(i+per, len(ready))]
 				aw.Go(func() {
 					for _, f := range part {
-						a.Answer(f, now)
+						a.answer(f, now)
 					}
 				})
 			}

@@ -76,10 +76,36 @@ const overridesPerReport = 20_000
 // far behind catches up over a few intervals.
 const resetsPerReport = 1000
 
-// Respond builds the answer to a report from the replicated state: the
+// Take folds into the allocator, at now, a report whose usage is
+// committed: the demand this group divides (ownDemand), with the
+// per-tenant overrides as the state stands. read runs its function on the
+// replicated state under the state's read lock, and home says this group
+// is its region's home group. The leader and the Engine both take reports
+// by it; when the result is Stale, the answer waits for the next round,
+// then Reply builds it.
+func (a *Allocator) Take(read func(func(*state.State)), home bool, req *allotpb.ReportRequest, now int64) *Folded {
+	var own *allotpb.ReportRequest
+	read(func(st *state.State) { own = ownDemand(st, home, req) })
+	a.overrides.sync(read)
+	return a.fold(own, now)
+}
+
+// Reply is the answer at now to a report Take folded in: its leases from
+// the pools' divisions as they stand (answer), and from the replicated
+// state, which read reads, the acknowledgement (acked when applied, else
+// the last batch the state recorded), the cluster's settings (def for any
+// not fixed yet) and the rules when the agent's are out of date.
+func (a *Allocator) Reply(read func(func(*state.State)), f *Folded, now time.Time, def Settings, applied bool, acked uint64) *allotpb.ReportResponse {
+	leases := a.answer(f, now.UnixNano())
+	var resp *allotpb.ReportResponse
+	read(func(st *state.State) { resp = respond(st, a, f.req, now, def, leases, applied, acked) })
+	return resp
+}
+
+// respond builds the answer to a report from the replicated state: the
 // leases, the acknowledgement, the cluster's settings (def for any not
 // fixed yet), and the rules when the agent's are out of date.
-func Respond(st *state.State, alloc *Allocator, req *allotpb.ReportRequest, now time.Time, def Settings, leases []*allotpb.Lease, applied bool, acked uint64) *allotpb.ReportResponse {
+func respond(st *state.State, alloc *Allocator, req *allotpb.ReportRequest, now time.Time, def Settings, leases []*allotpb.Lease, applied bool, acked uint64) *allotpb.ReportResponse {
 	set := SettingsOr(st, def)
 	resp := &allotpb.ReportResponse{
 		Protocol:            allotpb.ProtocolVersion_PROTOCOL_VERSION_1,
@@ -138,11 +164,10 @@ func ReportError(vs []allotpb.Violation) error {
 	return st.Err()
 }
 
-// OwnDemand is req with the demand this group does not divide left out:
+// ownDemand is req with the demand this group does not divide left out:
 // keys of slots it does not own, and global rules' classes outside the
-// home group. req itself is not changed. The leader and the Engine both
-// filter by it.
-func OwnDemand(st *state.State, home bool, req *allotpb.ReportRequest) *allotpb.ReportRequest {
+// home group. req itself is not changed.
+func ownDemand(st *state.State, home bool, req *allotpb.ReportRequest) *allotpb.ReportRequest {
 	if home && st.Group() == "" {
 		return req
 	}
@@ -186,7 +211,7 @@ func ReportLimits(maxKeys int, maxUnits float64, retention, billingWindow time.D
 
 // DefaultRoundInterval is the round interval a report interval has unless
 // RoundInterval sets one: a quarter of it, at most 250 ms. A report whose
-// pools changed waits for the next round for its answer (Allocator.Fold),
+// pools changed waits for the next round for its answer (Allocator.Take),
 // so the round interval bounds that wait; each round costs the claims of
 // the pools it divides, so four an interval keep an interval's work at
 // four times what was reported.

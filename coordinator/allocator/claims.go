@@ -161,20 +161,6 @@ func (p *pool) class(k classKey, r *rules.Rule, weight float64) *class {
 	return c
 }
 
-// find returns a class's claim of a node, or nil, creating neither.
-func (p *pool) find(k classKey, r *rules.Rule, node int32) (*class, *claim) {
-	var c *class
-	if !r.Fair() && len(p.classes) > 0 {
-		c = p.classes[0]
-	} else if i, ok := p.byClass[k]; ok && r.Fair() {
-		c = p.classes[i]
-	}
-	if c == nil {
-		return nil, nil
-	}
-	return c, c.find(node, -1)
-}
-
 // find returns the class's claim of a node, or nil. hint is where the
 // claim was last seen (-1: nowhere): claims come and go, and a hint is
 // checked before it is trusted.

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"sync/atomic"
 
 	"github.com/allot-io/allot/coordinator/allocator"
@@ -55,7 +56,7 @@ func (in *intake) done() { in.inFlight.Add(-1) }
 // then counts them held until then; see Allocator.Shed). The agent keeps
 // enforcing them and asks for nothing early for an interval; its usage
 // goes again in its next report.
-func (c *Coordinator) shedAnswer(req *allotpb.ReportRequest, set allocator.Settings) *allotpb.ReportResponse {
+func (c *Coordinator) shedAnswer(v *state.View, req *allotpb.ReportRequest, set allocator.Settings) *allotpb.ReportResponse {
 	now := c.now()
 	resp := &allotpb.ReportResponse{
 		Protocol:            allotpb.ProtocolVersion_PROTOCOL_VERSION_1,
@@ -68,7 +69,7 @@ func (c *Coordinator) shedAnswer(req *allotpb.ReportRequest, set allocator.Setti
 		// The cluster's: an agent that predates shed answers takes a
 		// version equal to its own, with no rules, as "the cluster has
 		// none".
-		RulesVersion: c.currentRules().Version(),
+		RulesVersion: v.Rules().Version(),
 	}
 	if c.alloc.Shed(req.GetNode(), now.UnixNano()) {
 		resp.RenewUnixNano = now.Add(set.LeaseTTL).UnixNano()

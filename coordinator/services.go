@@ -63,7 +63,11 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 	}
 	c.metrics.reportBytes.Observe(float64(proto.Size(req)))
 	c.metrics.reportKeys.Observe(float64(len(req.GetDemand())))
-	set := c.settings()
+	// One view of the state serves the whole report: its settings, its
+	// node, its slots, the overrides and the answer are all read at one
+	// entry, without the FSM's lock.
+	v := c.fsm.View()
+	set := allocator.SettingsOr(v.Settings(), configSettings(&c.cfg))
 	lim := allocator.ReportLimits(c.cfg.MaxReportKeys, c.cfg.MaxUnitsPerSecond, c.cfg.LedgerRetention, set.BillingWindow, c.now())
 	if err := allocator.ReportError(allotpb.ValidateReport(req, lim)); err != nil {
 		c.metrics.reports.WithLabelValues("invalid").Inc()
@@ -85,10 +89,10 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 	}
 	if !c.intake.take(req.GetUrgent(), c.alloc.Knows(req.GetNode()), c.roundsBehind.Load()) {
 		c.metrics.reports.WithLabelValues("shed").Inc()
-		return c.shedAnswer(req, set), nil
+		return c.shedAnswer(v, req, set), nil
 	}
 	defer c.intake.done()
-	if err := c.admitNode(req.GetNode()); err != nil {
+	if err := c.admitNode(v, req.GetNode()); err != nil {
 		c.metrics.reports.WithLabelValues("new_node_limit").Inc()
 		return nil, err
 	}
@@ -147,7 +151,7 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 	}
 	now := c.now()
 	c.countLoad(req)
-	f := c.alloc.Take(c.fsm.Read, c.isHome(), req, now.UnixNano())
+	f := c.alloc.Take(v, c.isHome(), req, now.UnixNano())
 	if f.Stale() {
 		// A pool the report changed is divided at the next round, which
 		// every report folded until then shares: the answer waits for it,
@@ -164,7 +168,7 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 		}
 		now = c.now()
 	}
-	resp = c.alloc.Reply(c.fsm.Read, f, now, set, committed, acked)
+	resp = c.alloc.Reply(v, f, now, set, committed, acked)
 	c.metrics.leasesGranted.Add(float64(len(resp.GetLeases())))
 	resp.CoordinatorUnixNano = c.now().UnixNano()
 	resp.ShardMapVersion = max(resp.ShardMapVersion, c.homeMapVersion.Load())
@@ -207,13 +211,8 @@ func (c *Coordinator) startBatchedApply(ctx context.Context) (end func(error)) {
 // MaxNewNodesPerMinute. A node is known if this leader has its demand or
 // the replicated state its usage, so a failover does not make the fleet
 // new again.
-func (c *Coordinator) admitNode(node string) error {
-	if c.alloc.Knows(node) {
-		return nil
-	}
-	known := false
-	c.fsm.Read(func(st *state.State) { known = st.HasNode(node) })
-	if known {
+func (c *Coordinator) admitNode(v *state.View, node string) error {
+	if c.alloc.Knows(node) || v.HasNode(node) {
 		return nil
 	}
 	if c.newNodes.admit(c.now()) {

@@ -20,7 +20,7 @@ func configSettings(cfg *Config) allocator.Settings {
 // not fixed yet (only until a leader has fixed them).
 func (c *Coordinator) settings() allocator.Settings {
 	var out allocator.Settings
-	c.fsm.Read(func(s *state.State) { out = allocator.SettingsOr(s, configSettings(&c.cfg)) })
+	c.fsm.Read(func(s *state.State) { out = allocator.SettingsOr(s.Settings(), configSettings(&c.cfg)) })
 	return out
 }
 
@@ -71,7 +71,7 @@ func (c *Coordinator) warnSettings(last *allocator.Settings) {
 	var settled bool
 	c.fsm.Read(func(s *state.State) {
 		if settled = s.Settled(); settled {
-			cluster = allocator.SettingsOr(s, allocator.Settings{})
+			cluster = allocator.SettingsOr(s.Settings(), allocator.Settings{})
 		}
 	})
 	if !settled || cluster == *last {

@@ -210,6 +210,7 @@ func (e *Engine) Submit(now time.Time, req *allotpb.ReportRequest, deliver func(
 // engineReport is a report the Engine took, until it is answered.
 type engineReport struct {
 	f       *Folded
+	view    *state.View // the state as the report reads it, as the leader's does
 	applied bool
 	acked   uint64
 	deliver func(time.Time, *allotpb.ReportResponse, error)
@@ -239,17 +240,14 @@ func (e *Engine) take(now time.Time, req *allotpb.ReportRequest) (*engineReport,
 		}
 		x.applied, x.acked = true, res.GetAckedSeq()[0]
 	}
-	x.f = e.alloc.Take(e.read, e.home(), req, now.UnixNano())
+	x.view = e.st.View()
+	x.f = e.alloc.Take(x.view, e.home(), req, now.UnixNano())
 	return x, nil
 }
 
-// read runs fn on the engine's state, as the coordinator's FSM reads its
-// own under its lock (the engine's lock is held).
-func (e *Engine) read(fn func(*state.State)) { fn(e.st) }
-
 // answer builds a taken report's answer at now.
 func (e *Engine) answer(now time.Time, x *engineReport) *allotpb.ReportResponse {
-	return e.alloc.Reply(e.read, x.f, now, e.settings(), x.applied, x.acked)
+	return e.alloc.Reply(x.view, x.f, now, e.settings(), x.applied, x.acked)
 }
 
 // Round re-divides the allowances that changed, as the leader does every

@@ -6,7 +6,6 @@ import (
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/lease/rules"
-	allotpb "github.com/allot-io/allot/proto"
 )
 
 // overrideView is the allocator's copy of the per-tenant overrides, kept
@@ -26,20 +25,17 @@ type viewEntry struct {
 }
 
 // sync takes in what changed in the state's overrides since the view's
-// version, a page per read of the state (read runs fn under the FSM's
-// read lock), so that a leader taking in a million overrides holds the
-// lock, and Raft's Apply waits, for a page at a time.
-func (v *overrideView) sync(read func(func(*state.State))) {
-	var cur uint64
-	read(func(st *state.State) { cur = st.OverridesVersion() })
-	if cur == v.loaded.Load() {
+// version, a page at a time, from st: a view of the state, read without
+// the FSM's lock, so that a leader taking in a million overrides holds up
+// neither Raft's Apply nor the reports.
+func (v *overrideView) sync(st *state.View) {
+	if st.OverridesVersion() == v.loaded.Load() {
 		return // the common case: every report asks, few find a change
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for {
-		var d *allotpb.OverridesDelta
-		read(func(st *state.State) { d = st.OverridesSince(v.version, viewPage) })
+		d := st.OverridesSince(v.version, viewPage)
 		if d == nil {
 			return
 		}
@@ -62,7 +58,7 @@ func (v *overrideView) sync(read func(func(*state.State))) {
 	}
 }
 
-// viewPage is how many overrides sync reads per hold of the lock.
+// viewPage is how many overrides sync takes in at a time.
 const viewPage = 20_000
 
 // get returns tenant's override of rule, if the view holds one. An

@@ -36,7 +36,7 @@ func BenchmarkOverrideViewMemory(b *testing.B) {
 		before := m.HeapAlloc
 		var v overrideView
 		start := time.Now()
-		v.sync(func(fn func(*state.State)) { fn(st) })
+		v.sync(st.View())
 		took := time.Since(start)
 		runtime.GC()
 		runtime.ReadMemStats(&m)

@@ -51,10 +51,10 @@ type Settings struct {
 	BillingWindow, ReportInterval, LeaseTTL time.Duration
 }
 
-// SettingsOr returns the replicated settings, each taken from def while
-// not fixed yet.
-func SettingsOr(s *state.State, def Settings) Settings {
-	fixed, out := s.Settings(), def
+// SettingsOr returns the replicated settings fixed (state.Settings), each
+// taken from def while not fixed yet.
+func SettingsOr(fixed state.Settings, def Settings) Settings {
+	out := def
 	if fixed.BillingWindow != 0 {
 		out.BillingWindow = fixed.BillingWindow
 	}
@@ -78,35 +78,32 @@ const resetsPerReport = 1000
 
 // Take folds into the allocator, at now, a report whose usage is
 // committed: the demand this group divides (ownDemand), with the
-// per-tenant overrides as the state stands. read runs its function on the
-// replicated state under the state's read lock, and home says this group
-// is its region's home group. The leader and the Engine both take reports
-// by it; when the result is Stale, the answer waits for the next round,
-// then Reply builds it.
-func (a *Allocator) Take(read func(func(*state.State)), home bool, req *allotpb.ReportRequest, now int64) *Folded {
-	var own *allotpb.ReportRequest
-	read(func(st *state.State) { own = ownDemand(st, home, req) })
-	a.overrides.sync(read)
+// per-tenant overrides as the state stands. v is the state as the report
+// reads it, one view for the whole report (state.View), and home says
+// this group is its region's home group. The leader and the Engine both
+// take reports by it; when the result is Stale, the answer waits for the
+// next round, then Reply builds it.
+func (a *Allocator) Take(v *state.View, home bool, req *allotpb.ReportRequest, now int64) *Folded {
+	own := ownDemand(v, home, req)
+	a.overrides.sync(v)
 	return a.fold(own, now)
 }
 
 // Reply is the answer at now to a report Take folded in: its leases from
-// the pools' divisions as they stand (answer), and from the replicated
-// state, which read reads, the acknowledgement (acked when applied, else
-// the last batch the state recorded), the cluster's settings (def for any
-// not fixed yet) and the rules when the agent's are out of date.
-func (a *Allocator) Reply(read func(func(*state.State)), f *Folded, now time.Time, def Settings, applied bool, acked uint64) *allotpb.ReportResponse {
+// the pools' divisions as they stand (answer), and from the state as the
+// report reads it, v, the acknowledgement (acked when applied, else the
+// last batch the state recorded), the cluster's settings (def for any not
+// fixed yet) and the rules when the agent's are out of date.
+func (a *Allocator) Reply(v *state.View, f *Folded, now time.Time, def Settings, applied bool, acked uint64) *allotpb.ReportResponse {
 	leases := a.answer(f, now.UnixNano())
-	var resp *allotpb.ReportResponse
-	read(func(st *state.State) { resp = respond(st, a, f.req, now, def, leases, applied, acked) })
-	return resp
+	return respond(v, a, f.req, now, def, leases, applied, acked)
 }
 
 // respond builds the answer to a report from the replicated state: the
 // leases, the acknowledgement, the cluster's settings (def for any not
 // fixed yet), and the rules when the agent's are out of date.
-func respond(st *state.State, alloc *Allocator, req *allotpb.ReportRequest, now time.Time, def Settings, leases []*allotpb.Lease, applied bool, acked uint64) *allotpb.ReportResponse {
-	set := SettingsOr(st, def)
+func respond(st *state.View, alloc *Allocator, req *allotpb.ReportRequest, now time.Time, def Settings, leases []*allotpb.Lease, applied bool, acked uint64) *allotpb.ReportResponse {
+	set := SettingsOr(st.Settings(), def)
 	resp := &allotpb.ReportResponse{
 		Protocol:            allotpb.ProtocolVersion_PROTOCOL_VERSION_1,
 		Leases:              leases,
@@ -167,7 +164,7 @@ func ReportError(vs []allotpb.Violation) error {
 // ownDemand is req with the demand this group does not divide left out:
 // keys of slots it does not own, and global rules' classes outside the
 // home group. req itself is not changed.
-func ownDemand(st *state.State, home bool, req *allotpb.ReportRequest) *allotpb.ReportRequest {
+func ownDemand(st *state.View, home bool, req *allotpb.ReportRequest) *allotpb.ReportRequest {
 	if home && st.Group() == "" {
 		return req
 	}

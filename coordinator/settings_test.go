@@ -99,7 +99,9 @@ func TestRestoreFormat1Backup(t *testing.T) {
 	}
 	var got allocator.Settings
 	var lines int
-	c.fsm.Read(func(s *state.State) { got, lines = allocator.SettingsOr(s.Settings(), allocator.Settings{}), s.LedgerLen() })
+	c.fsm.Read(func(s *state.State) {
+		got, lines = allocator.SettingsOr(s.Settings(), allocator.Settings{}), s.LedgerLen()
+	})
 	if got != (allocator.Settings{BillingWindow: time.Hour, ReportInterval: c.cfg.ReportInterval, LeaseTTL: c.cfg.LeaseTTL}) || lines == 0 {
 		t.Errorf("after restoring: settings %+v, %d ledger lines; want the backup's window and this leader's interval and TTL", got, lines)
 	}

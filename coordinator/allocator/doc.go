@@ -12,11 +12,10 @@
 // (Allocator.Take), divides the pools reports changed once per round
 // (Allocator.Tick), and answers from the grants (Allocator.Reply). The
 // Engine applies the usage to a state of its own and calls the same
-// methods in the same order, each given how to read its state, so a figure
-// the simulator reports (docs/accuracy.md) is a figure of the production
-// allocator. Slot moves
-// take the same path: both carry them with package
-// coordinator/internal/slotmove's step function. And the simulator links
+// methods in the same order, each reading one view of its state
+// (state.View), so a figure the simulator reports (docs/accuracy.md) is a
+// figure of the production allocator. Slot moves take the same path: both
+// carry them with package coordinator/internal/slotmove's step function. And the simulator links
 // what this package links: no Raft, no bbolt, no PostgreSQL driver
 // (internal/layering checks it).
 //

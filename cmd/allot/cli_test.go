@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/agent/sidecar"
+	"github.com/allot-io/allot/cmd/internal/fleet"
 	"github.com/allot-io/allot/internal/auth"
 )
 
@@ -45,27 +46,17 @@ func TestMain(m *testing.M) {
 // two-core machine under the race detector.
 const cliDeadline = 60 * time.Second
 
-// allotBinary builds ./cmd/allot from the module root, once.
+// allotBinary builds ./cmd/allot from the module root, once, or takes the
+// one make test built for every package ($ALLOT_BIN, fleet.BuildAllot).
 func allotBinary(t *testing.T) string {
 	t.Helper()
 	cliBuild.once.Do(func() {
-		gomod, err := exec.Command("go", "env", "GOMOD").Output()
-		if err != nil {
-			cliBuild.err = fmt.Errorf("go env GOMOD: %w", err)
+		if cliBuild.dir, cliBuild.err = os.MkdirTemp("", "allot-cli-test-"); cliBuild.err != nil {
 			return
 		}
-		if cliBuild.dir, err = os.MkdirTemp("", "allot-cli-test-"); err != nil {
-			cliBuild.err = err
-			return
-		}
-		path := filepath.Join(cliBuild.dir, "allot")
-		build := exec.Command("go", "build", "-o", path, "./cmd/allot")
-		build.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
-		if out, err := build.CombinedOutput(); err != nil {
-			cliBuild.err = fmt.Errorf("go build: %w\n%s", err, out)
-			return
-		}
-		cliBuild.path = path
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		cliBuild.path, cliBuild.err = fleet.BuildAllot(ctx, cliBuild.dir)
 	})
 	if cliBuild.err != nil {
 		t.Fatal(cliBuild.err)

@@ -204,3 +204,41 @@ func TestTinyLeaseIsTaken(t *testing.T) {
 		t.Errorf("%d admitted in a second on a lease of %g/s, want at most 1", admitted, tinyShare)
 	}
 }
+
+// TestStaleClockCatchesUpOnRefusal: a check about to be refused on a
+// coarse clock that has fallen behind (its refresher not run, as on a
+// loaded machine) decides again on the current time. An agent with
+// ManualReports starts no refresher, so its coarse clock stands still:
+// the bucket emptied before a pause of 300 ms refills by 30 units on the
+// system's clock, and those are admitted; on the stale clock none were.
+func TestStaleClockCatchesUpOnRefusal(t *testing.T) {
+	clk := newManualClock()
+	r := rule("plan-quota", rules.Tenant, algo.TokenBucket, 100, time.Second, lease.Quota)
+	eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := engineAgent(t, eng, clk, "gw-1", "eu-west", r, func(c *Config) {
+		// The system's clock, whose waits on close are real: nothing
+		// reports here, so there is nothing to wait for.
+		c.Clock, c.CloseTimeout = nil, 100*time.Millisecond
+	})
+	req := Request{Tenant: "acme"}
+	for i := 0; a.Check(req).Allowed; i++ {
+		if i > 200 {
+			t.Fatal("a bucket of 100 never refused")
+		}
+	}
+	start := time.Now()
+	time.Sleep(300 * time.Millisecond)
+	admitted := 0
+	for range 200 {
+		if a.Check(req).Allowed {
+			admitted++
+		}
+	}
+	refilled := 100 * time.Since(start).Seconds()
+	if admitted < 29 || float64(admitted) > refilled+2 {
+		t.Fatalf("%d admitted after %v; the bucket refilled %.0f on the system's clock", admitted, time.Since(start), refilled)
+	}
+}

@@ -145,8 +145,8 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
-// trailing counts a tenant's admissions over the last second, on the wall
-// clock, for several goroutines.
+// trailing counts a tenant's admissions over the last second, in the
+// traffic's time (demo.send), for several goroutines.
 type trailing struct {
 	mu sync.Mutex
 	t  *sim.Trailing

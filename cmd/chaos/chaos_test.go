@@ -69,7 +69,7 @@ func TestChaosShort(t *testing.T) {
 		t.Fatalf("chaos run: %v", err)
 	}
 	if !h.passed {
-		t.Errorf("%s units lost, %s double-counted, %d answers the harness could not account for (see the log above)", v.lost, v.double, h.anomalies)
+		t.Errorf("%s units lost, %s double-counted, %d answers the harness could not account for, logs free of unexpected ERROR lines: %v (see the log above)", v.lost, v.double, h.anomalies, h.logsOK)
 	}
 }
 
@@ -94,7 +94,7 @@ func TestChaosStorageShort(t *testing.T) {
 		t.Fatalf("chaos run: %v", err)
 	}
 	if !h.passed {
-		t.Errorf("%s units lost (at most %s allowed), %s double-counted, %d answers the harness could not account for (see the log above)", v.lost, h.lostAllowed, v.double, h.anomalies)
+		t.Errorf("%s units lost (at most %s allowed), %s double-counted, %d answers the harness could not account for, logs free of unexpected ERROR lines: %v (see the log above)", v.lost, h.lostAllowed, v.double, h.anomalies, h.logsOK)
 	}
 }
 
@@ -212,6 +212,6 @@ func TestSoakShort(t *testing.T) {
 		t.Fatalf("soak run: %v", err)
 	}
 	if !h.passed {
-		t.Errorf("soak: levels off %v; %s units lost, %s double-counted (see the log above)", h.soakOK, v.lost, v.double)
+		t.Errorf("soak: levels off %v; %s units lost, %s double-counted; logs free of unexpected ERROR lines: %v (see the log above)", h.soakOK, v.lost, v.double, h.logsOK)
 	}
 }

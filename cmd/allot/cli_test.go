@@ -26,7 +26,15 @@ import (
 )
 
 // The tests in this file run the allot binary as a user does. It is built
-// once, on first use, into a directory TestMain removes.
+// once, on first use, into a directory TestMain removes (or make test
+// builds it for every package: fleet.BuildAllot).
+//
+// The tests that start processes and judge only what they answer and
+// print (the docs' examples, the CLI's verbs, the status page) call
+// t.Parallel: each owns its ports (loopbackAddrs), directories
+// (t.TempDir) and processes, and mostly waits on them, so go test runs
+// them two at a time, after the others. Those that measure rates or
+// times (TestRegionsProcess, TestShardsProcess, the demos) run alone.
 var cliBuild struct {
 	once sync.Once
 	dir  string
@@ -299,6 +307,7 @@ func TestCLICluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cluster of processes")
 	}
+	t.Parallel() // its own processes, ports and directories: see TestMain
 	tokensFile, tokens := cliTokens(t, "admin=admin", "billing=reader", "gw-1=agent:gw-1")
 	admin := cliEnv("ALLOT_TOKEN_FILE=" + tokens["admin"])
 	reader := cliEnv("ALLOT_TOKEN_FILE=" + tokens["billing"])
@@ -510,6 +519,7 @@ func TestSidecarTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a sidecar process")
 	}
+	t.Parallel() // its own processes, ports and directories: see TestMain
 	dir := t.TempDir()
 	ca, err := auth.NewCA(dir, "ca", "allot.test")
 	if err != nil {

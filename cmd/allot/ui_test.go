@@ -117,6 +117,7 @@ func TestStatusPage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts allot processes and a browser")
 	}
+	t.Parallel() // its own processes, ports and directories: see TestMain
 	browser := chromium(t)
 	screenshot := os.Getenv("ALLOT_UI_SCREENSHOT")
 	addrs := loopbackAddrs(t, 5)

@@ -106,29 +106,6 @@ type demoTenant struct {
 	lateness []time.Duration
 }
 
-// lagBucket is the resolution of demoTenant.lateness.
-const lagBucket = 10 * time.Millisecond
-
-// late records that a request due at due was sent lag late.
-func (t *demoTenant) late(due, lag time.Duration) {
-	i := int(due / lagBucket)
-	if i >= len(t.lateness) {
-		t.lateness = append(t.lateness, make([]time.Duration, i+1-len(t.lateness))...)
-	}
-	t.lateness[i] = max(t.lateness[i], lag)
-}
-
-// lateAt is how late the requests due around at were sent, at most.
-func (t *demoTenant) lateAt(at time.Duration) time.Duration {
-	var out time.Duration
-	for i := int(at/lagBucket) - 1; i <= int(at/lagBucket)+1; i++ {
-		if i >= 0 && i < len(t.lateness) {
-			out = max(out, t.lateness[i])
-		}
-	}
-	return out
-}
-
 // demoNode is one gateway.
 type demoNode struct {
 	id    string
@@ -151,6 +128,7 @@ type demo struct {
 	capacity int64 // the api-capacity rule's limit, per second
 	lat      latency
 	lag      latency // how late the drivers sent each request
+	stalls   stallWatch
 	start    time.Time
 	end      time.Time // when the traffic stopped
 	// steadyRequests counts requests after the warm-up.
@@ -285,6 +263,7 @@ func (d *demo) run(ctx context.Context, nodes int) error {
 			d.failover(ctx)
 		}
 	}()
+	go d.stalls.run(runCtx)
 	d.screen(runCtx)
 	drivers.Wait()
 	d.end = time.Now()
@@ -424,7 +403,9 @@ func (d *demo) send(t *demoTenant, node int, user string, due, elapsed time.Dura
 	a := d.nodes[node].agent
 	begin := time.Now()
 	dec := a.Check(agent.Request{Tenant: t.name, Plan: t.plan, User: user, Route: "/search"})
-	d.lat.observe(time.Since(begin))
+	end := time.Now()
+	d.lat.observe(end.Sub(begin))
+	d.stalls.check(begin, end)
 	d.lag.observe(elapsed - due)
 	t.late(due, elapsed-due)
 	at := d.start.Add(due)

@@ -67,8 +67,17 @@ func (d *demo) summary(ctx context.Context) error {
 	checks = append(checks, rejoin)
 	p99, p999, worst := d.lat.quantile(0.99), d.lat.quantile(0.999), d.lat.max()
 	// A check that waited on the coordinators would have taken as long as
-	// the failover: the slowest must be far below it.
-	checks = append(checks, check{fmt.Sprintf("requests never paused: the slowest of %d checks took %v (p99 < %v, p99.9 < %v), while the coordinators paused %v", d.lat.count(), worst.Round(time.Microsecond), p99, p999, pause.Round(time.Millisecond)), worst < 50*time.Millisecond && worst < pause/10})
+	// the failover: the slowest must be far below it. What a check took
+	// while the machine did not run the demo's process at all is not the
+	// gateway's doing (stallWatch): a stressed machine held one for 73 ms.
+	beyond, took := d.stalls.worstUnexplained() // zero when no check took slowCheck
+	stalled, longest := d.stalls.stalled()
+	what := fmt.Sprintf("requests never paused: the slowest of %d checks took %v (p99 < %v, p99.9 < %v), while the coordinators paused %v", d.lat.count(), worst.Round(time.Microsecond), p99, p999, pause.Round(time.Millisecond))
+	if stalled > 0 {
+		what += fmt.Sprintf("; the machine did not run the demo for %v in all (at most %v at once), and no check took more than %v beyond that (one of %v; want < 50ms)",
+			stalled.Round(time.Millisecond), longest.Round(time.Millisecond), beyond.Round(time.Microsecond), took.Round(time.Microsecond))
+	}
+	checks = append(checks, check{what, beyond < 50*time.Millisecond && beyond < pause/10})
 
 	for _, t := range d.tenants {
 		for _, r := range []string{"api-capacity", "plan-quota", "per-user"} {

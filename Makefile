@@ -14,7 +14,7 @@ PROTOC_GEN_GO      := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 BIN                := $(CURDIR)/bin
 
-.PHONY: all build test gateways-deps bench bench-peers bench-sink lint fuzz demo chaos chaos-short soak soak-short accuracy accuracy-short fleet fleet-sweep fleet-short proto clean
+.PHONY: all build test test-bins test-repeat gateways-deps bench bench-peers bench-sink lint fuzz demo chaos chaos-short soak soak-short accuracy accuracy-short fleet fleet-sweep fleet-short proto clean
 
 all: build test
 
@@ -22,7 +22,7 @@ build:
 	$(GO) build $(PKGS)
 
 # The race detector is on for every test. This includes the short chaos
-# run (cmd/chaos TestChaosShort, about 110 s: real allot processes, built
+# run (cmd/chaos TestChaosShort, about 90 s: real allot processes, built
 # without the race detector, under a leader kill, a pause, an outage and
 # hostile input, exporting the ledger to a real PostgreSQL that is
 # stopped, frozen and has the exporting leader killed mid-transaction)
@@ -37,20 +37,65 @@ build:
 # makes a missing one a failure rather than a skip. So must the tests
 # against a real PostgreSQL (internal/pgserver, coordinator/ledgersink):
 # gateways-deps installs it, and ALLOT_PG_TESTS=1 makes it required.
-test: gateways-deps
-	ALLOT_GATEWAY_TESTS=1 ALLOT_PG_TESTS=1 ALLOT_PEER_TESTS=1 $(GO) test -race -count=1 $(PKGS)
-	$(GO) test -count=1 -run '^TestDemoChecks$$' ./cmd/allot
+#
+# The allot binary the real-process tests run is built once, before the
+# tests, and handed to every package as ALLOT_BIN (each built its own,
+# two at once on two cores); so is grpcurl, which docs/api.md's examples
+# run (the version TestAPIDocExamples names). cmd/internal/testreport
+# prints what go test would, then each package's time, the slowest tests
+# and the steps' times; the events of the run are kept in TEST_JSON.
+# On this 2-core machine, shared with other work, the race run took 710 s
+# and the whole of make test 808 s with the packages already installed
+# (go's caches warm); cmd/chaos's three short runs set its pace, side by
+# side (t.Parallel), the four-minute soak the longest of them.
+TEST_BIN  := $(BIN)/test
+TEST_JSON ?= $(TEST_BIN)/events.json
+GRPCURL   := github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3
+TEST_ENV  := PATH=$(TEST_BIN):$$PATH ALLOT_BIN=$(TEST_BIN)/allot ALLOT_GATEWAY_TESTS=1 ALLOT_PG_TESTS=1 ALLOT_PEER_TESTS=1
+TEST_REPORT := $(GO) run ./cmd/internal/testreport
+
+test:
+	@t0=$$(date +%s); $(MAKE) --no-print-directory gateways-deps || exit 1; \
+	t1=$$(date +%s); $(MAKE) --no-print-directory test-bins || exit 1; t2=$$(date +%s); \
+	$(TEST_ENV) $(TEST_REPORT) -json $(TEST_JSON) \
+		-step "Debian packages (make gateways-deps)=$$((t1-t0))" -step "go build ./cmd/allot, go install grpcurl (make test-bins)=$$((t2-t1))" \
+		-run "$(GO) test -race -count=1 -json $(PKGS)" \
+		-run "$(GO) test -count=1 -json -run ^TestDemoChecks$$ ./cmd/allot"
+
+test-bins:
+	@mkdir -p $(TEST_BIN)
+	$(GO) build -o $(TEST_BIN)/allot ./cmd/allot
+	GOBIN=$(TEST_BIN) $(GO) install $(GRPCURL)
+
+# The tests that run real processes or measure time, REPEAT times each
+# (go test -count), side by side as make test runs them: a table of how
+# many runs of each failed, and every failure's whole output (its seed,
+# the logs it printed) as it happens. REPEAT_TESTS narrows or widens the
+# set (a go test -run pattern over REPEAT_PKGS); the demo's checks run
+# REPEAT times after, without the race detector, unless REPEAT_DEMO=0.
+REPEAT       ?= 10
+REPEAT_TESTS ?= ^(TestRegionsProcess|TestShardsProcess|TestRegionsDemo|TestTierClustersReportEarly|TestClusterRestartCatchesUp|TestStripedConcurrentExact|TestSettleBillsTheSettledCost|TestResetRestoresQuota|TestImportBounds)$$
+REPEAT_PKGS  ?= ./cmd/allot ./coordinator ./agent ./algo ./lease/rules/envoyconf
+REPEAT_DEMO  ?= $(REPEAT)
+test-repeat: test-bins
+	@if [ "$(REPEAT_DEMO)" -gt 0 ]; then demo="$(GO) test -count=$(REPEAT_DEMO) -json -run ^TestDemoChecks$$ ./cmd/allot"; else demo=; fi; \
+	$(TEST_ENV) $(TEST_REPORT) -repeat -json $(TEST_BIN)/repeat-events.json \
+		-run "$(GO) test -race -count=$(REPEAT) -json -run $(REPEAT_TESTS) $(REPEAT_PKGS)" \
+		$${demo:+-run "$$demo"}
 
 # nginx, Caddy and Redis from Debian, for TestGatewayForwardAuth and
 # bench-peers, redis-tools and python3-redis (agent/resp's TestRealClients:
 # redis-cli, redis-benchmark and Python's redis talk to the sidecar's
 # Redis protocol), Prometheus (TestPrometheusAlerts, TestMetricsLint,
-# TestGrafanaDashboard), Chromium (TestStatusPage) and PostgreSQL
-# (internal/pgserver and the tests that use it; its programs live in
-# /usr/lib/postgresql/NN/bin, off PATH), when missing: as root, or
-# through sudo. Debian may start the system's on their usual ports; they
-# are stopped (the tests run their own on free loopback ports, with their
-# own pid files and directories, so they never touch them).
+# TestGrafanaDashboard), headless Chromium and the fonts the full browser
+# brings (TestStatusPage, which measures text against the page's width)
+# and PostgreSQL (internal/pgserver and the tests that use it; its
+# programs live in /usr/lib/postgresql/NN/bin, off PATH), when missing: as
+# root, or through sudo. Without the packages each recommends (Chromium's
+# alone are 250 more). Debian may start the system's on their usual
+# ports; they are stopped (the tests run their own on free loopback
+# ports, with their own pid files and directories, so they never touch
+# them).
 gateways-deps:
 	@missing=; \
 	command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || missing="$$missing nginx"; \
@@ -59,13 +104,14 @@ gateways-deps:
 	[ -x /usr/bin/redis-benchmark ] || missing="$$missing redis-tools"; \
 	/usr/bin/python3 -c 'import redis' >/dev/null 2>&1 || missing="$$missing python3-redis"; \
 	command -v promtool >/dev/null 2>&1 || [ -x /usr/bin/promtool ] || missing="$$missing prometheus"; \
-	command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || missing="$$missing chromium"; \
+	command -v chromium-headless-shell >/dev/null 2>&1 || command -v chromium >/dev/null 2>&1 || missing="$$missing chromium-headless-shell"; \
+	[ -d /usr/share/fonts/truetype/liberation ] || missing="$$missing fonts-liberation"; \
 	[ -x /usr/lib/postgresql/15/bin/initdb ] || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" -eq 0 ]; then sudo=; else sudo=sudo; fi; \
 		echo "installing$$missing from Debian"; \
 		$$sudo apt-get update -qq && \
-		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing && \
 		for s in $$missing; do $$sudo service $$s stop >/dev/null 2>&1 || true; done; \
 	fi
 

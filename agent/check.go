@@ -60,11 +60,22 @@ func (a *Agent) Check(req Request) (d Decision) {
 	best := -1
 	var bestR result
 	var passed, shadowed ruleBits
+	caughtUp := false
 	for i, rs := range c.rules {
 		if !rs.matches(&req) {
 			continue
 		}
 		r := rs.check(a, &req, &rh, rs.at(&now), cost)
+		if !r.allowed() && !rs.rule.Shadow && !caughtUp {
+			// About to refuse: on a clock that is current (clock.catchUp).
+			// The rules passed before keep what they decided; the refused
+			// one decides again, its first refusal counted as demand.
+			caughtUp = true
+			if l, ok := a.clock.catchUp(); ok {
+				now = newInstants(l, l+a.clock.offset.Load())
+				r = rs.check(a, &req, &rh, rs.at(&now), cost)
+			}
+		}
 		switch {
 		case !r.allowed() && rs.rule.Shadow:
 			rs.shadowed.Add(1) // admitted: nothing was spent, so nothing to undo

@@ -45,8 +45,45 @@ func newClock(src Clock) *clock {
 }
 
 // refresh reads the local clock into the coarse clock.
-func (c *clock) refresh() {
-	c.coarse.Store(c.start.UnixNano() + int64(time.Since(c.start)))
+func (c *clock) refresh() { c.advance(c.read()) }
+
+// read is the system's monotonic clock, in Unix nanoseconds.
+func (c *clock) read() int64 { return c.start.UnixNano() + int64(time.Since(c.start)) }
+
+// advance moves the coarse clock to t unless it is there already: the
+// refresher and catchUp both store, and the clock never goes back.
+func (c *clock) advance(t int64) {
+	for {
+		cur := c.coarse.Load()
+		if cur >= t || c.coarse.CompareAndSwap(cur, t) {
+			return
+		}
+	}
+}
+
+// catchUp brings the coarse clock up to the system's when it has fallen
+// more than two ticks behind, and returns the local time then and whether
+// it moved. The refresher is one goroutine among many: on a loaded
+// machine (another process on the cores, a container's CPU quota spent, a
+// long GC) it may not run for a hundred milliseconds, and the checks
+// that queued meanwhile were decided on the time it last stored. A token
+// bucket that was empty then refused every one of them, though the
+// stall had refilled it, and admitted as much more than its rate once
+// the clock moved on: `allot demo` on a busy machine saw a gateway
+// refuse all of a tenant's traffic for 0.4 s, then admit 1.5 times its
+// lease for 0.8 s. A check calls it only when about to refuse, so an
+// admission still costs one atomic load. Nothing happens under a Clock
+// the caller gives.
+func (c *clock) catchUp() (int64, bool) {
+	if c.src != nil {
+		return 0, false
+	}
+	now := c.read()
+	if now-c.coarse.Load() <= 2*int64(tick) {
+		return 0, false
+	}
+	c.advance(now)
+	return c.coarse.Load(), true
 }
 
 // run refreshes the coarse clock until stop is closed.

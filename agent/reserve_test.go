@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/internal/testwait"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
@@ -233,6 +234,12 @@ func TestSettleBillsTheSettledCost(t *testing.T) {
 	cs := coordinators(t, 1)
 	putRules(t, cs[0].GRPCAddr(), rule("tokens", rules.Tenant, algo.TokenBucket, 1_000_000, time.Hour, lease.Quota))
 	a := newAgent(t, "gw-1", addrs(cs), nil)
+	// A process still joining the fleet credits a key it makes hot only
+	// what its share earned since it started (startHot): 278 units a
+	// second of this rule, so a key made hot in the first two seconds
+	// refused a reserve of 500 (2 runs in 40). That guard is
+	// TestRestartStaysWithinQuota's; this test is about the bill.
+	testwait.For(t, 10*time.Second, "the agent to have joined", func() bool { return !a.joining.Load() })
 	var want uint64
 	for i := range 10 {
 		d, res := a.Reserve(Request{Tenant: "llm-co", Cost: 500})

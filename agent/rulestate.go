@@ -188,8 +188,8 @@ func nodeConfig(r *rules.Rule, share, burst float64, part bool) (algo.Config, bo
 		if share < 1000 {
 			k = math.Ceil(1000 / share)
 		}
-		if float64(r.Period)*k > float64(100*365*24*time.Hour) {
-			k = math.Max(1, math.Floor(float64(100*365*24*time.Hour)/float64(r.Period)))
+		if float64(r.Period)*k > float64(algo.MaxPeriod) {
+			k = math.Max(1, math.Floor(float64(algo.MaxPeriod)/float64(r.Period)))
 		}
 		cfg.Limit = max(int64(math.Round(share*k)), 1)
 		cfg.Period = time.Duration(float64(r.Period) * k)
@@ -203,6 +203,16 @@ func nodeConfig(r *rules.Rule, share, burst float64, part bool) (algo.Config, bo
 		// Guard against shares too fine for a nanosecond clock.
 		if cfg.Period/time.Duration(cfg.Limit) == 0 {
 			cfg.Limit = int64(cfg.Period)
+		}
+		// And against shares too coarse for a century: algo refills a
+		// bucket, or drains GCRA's burst, within algo.MaxPeriod. A share
+		// under one unit a century (a lease of 1.42e-14/s: the hand-over
+		// guard's room left as a float residue, "nothing more for now")
+		// is one unit a century, and its burst what that refills.
+		if most := int64(algo.MaxPeriod / (cfg.Period / time.Duration(cfg.Limit))); r.Algorithm == algo.GCRA {
+			cfg.Burst = min(cfg.Burst, most-1)
+		} else {
+			cfg.Burst = min(cfg.Burst, most)
 		}
 	default:
 		cfg.Limit = max(int64(math.Round(share)), 1)

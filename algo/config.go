@@ -109,6 +109,10 @@ type Config struct {
 	Burst     int64
 }
 
+// MaxPeriod is the longest Period a Config may have: a century. A token
+// bucket's capacity, and GCRA's burst, must refill within it too.
+const MaxPeriod = maxPeriod
+
 // Bounds that keep every computation inside int64 nanoseconds.
 const (
 	maxPeriod = 100 * 365 * 24 * time.Hour // a century

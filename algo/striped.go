@@ -163,20 +163,29 @@ func (s *Striped) exact(now time.Time, cost int64) Decision {
 	if !d.Allowed && cost == 1 && d.RetryAfter > 0 {
 		ns := now.UnixNano()
 		s.resetAt.Store(ns + int64(d.ResetAfter))
-		s.empty.Store(ns + int64(d.RetryAfter))
+		e := ns + int64(d.RetryAfter)
+		s.empty.Store(e)
+		// Units given back between the refusal and the store above
+		// (giveBack clears empty first) would be refused until e: look
+		// again. A giveBack after this look clears empty itself.
+		if s.lim.PeekAt(now, 1).Allowed {
+			s.empty.CompareAndSwap(e, 0)
+		}
 	}
 	return d
 }
 
 // reclaim gives the stripes' units back to the limiter, and reports
-// whether there were any.
+// whether there were any. Every stripe is locked, even one that shows no
+// credit: a goroutine holding it may have taken a chunk from the limiter
+// (the refusal that brought us here) and not yet credited it, and those
+// units, skipped, stayed in the stripe while every request was refused
+// as the limiter's "empty" said (TestStripedConcurrentExact: 4,985 of
+// 5,000 admitted in about 1% of runs).
 func (s *Striped) reclaim(now time.Time) bool {
 	var back int64
 	for i := range s.stripes {
 		st := &s.stripes[i]
-		if st.credit.Load() == 0 {
-			continue
-		}
 		st.mu.Lock()
 		back += st.credit.Swap(0)
 		st.mu.Unlock()

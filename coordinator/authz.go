@@ -207,6 +207,10 @@ type peerLog struct {
 
 	mu   sync.Mutex
 	last map[string]time.Time
+	// nextSweep is when a full table may be swept for expired peers
+	// again; sweeps counts the sweeps.
+	nextSweep time.Time
+	sweeps    int
 }
 
 // maxLoggedPeers bounds the peers remembered; beyond it, peers not yet
@@ -225,6 +229,17 @@ func (l *peerLog) warn(peer, msg string, args ...any) {
 		return
 	}
 	if len(l.last) >= maxLoggedPeers {
+		// Swept at most ten times a period: a table full of peers seen
+		// within the minute was scanned whole by every call refused to a
+		// new peer, under the lock, so that a flood from many addresses
+		// cost 10,000 map steps a call (TestRefusalsLoggedOncePerPeerPerMinute
+		// took 40 s under the race detector).
+		if now.Before(l.nextSweep) {
+			l.mu.Unlock()
+			return
+		}
+		l.sweeps++
+		l.nextSweep = now.Add(l.every / 10)
 		for p, t := range l.last {
 			if now.Sub(t) >= l.every {
 				delete(l.last, p)

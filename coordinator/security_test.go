@@ -591,6 +591,16 @@ func TestRefusalsLoggedOncePerPeerPerMinute(t *testing.T) {
 	if len(l.last) > maxLoggedPeers {
 		t.Errorf("%d peers remembered, bound %d", len(l.last), maxLoggedPeers)
 	}
+	// The table filled with peers seen this minute: the calls after it
+	// are not logged, and cost no scan of it each.
+	if l.sweeps > 1 {
+		t.Errorf("the full table was swept %d times in one instant, want at most once", l.sweeps)
+	}
+	now = now.Add(time.Minute)
+	l.warn("late-peer", "refused a call")
+	if _, ok := l.last["late-peer"]; !ok || l.sweeps != 2 {
+		t.Errorf("a minute later the table was not swept (%d sweeps) for a new peer", l.sweeps)
+	}
 }
 
 // BenchmarkAuthorize is what a credential check adds to each call: one

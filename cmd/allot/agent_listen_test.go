@@ -22,6 +22,7 @@ func TestSidecarFlagsRefused(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the binary")
 	}
+	t.Parallel() // its own processes, ports and directories: see TestMain
 	dir := t.TempDir()
 	ca, err := auth.NewCA(dir, "ca", "allot.test")
 	if err != nil {

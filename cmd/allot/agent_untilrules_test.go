@@ -143,6 +143,7 @@ func TestSidecarWithoutRules(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a coordinator and sidecars")
 	}
+	t.Parallel() // its own processes, ports and directories: see TestMain
 	sc := startSecuredCoordinator(t, "rules:\n  - {name: cluster-abuse, scope: tenant, algorithm: fixed_window, limit: 3, period: 1h, intent: abuse}\n")
 	dir := t.TempDir()
 	tokenFile, cache := filepath.Join(dir, "gw-1.token"), filepath.Join(dir, "rules-cache.json")

@@ -51,6 +51,7 @@ func TestAPIDocExamples(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs coordinators and sidecars")
 	}
+	t.Parallel() // its own processes, ports and directories: see TestMain
 	const path = "../../docs/api.md"
 	doc := readDocOutputs(t, path)
 	seen := map[string]bool{}

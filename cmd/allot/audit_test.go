@@ -14,6 +14,7 @@ func TestCLIAudit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a coordinator process")
 	}
+	t.Parallel() // its own processes, ports and directories: see TestMain
 	tokensFile, tokens := cliTokens(t, "ops-admin=admin", "billing=reader")
 	admin := cliEnv("ALLOT_TOKEN_FILE=" + tokens["ops-admin"])
 	reader := cliEnv("ALLOT_TOKEN_FILE=" + tokens["billing"])

@@ -37,6 +37,7 @@ func TestBillingDocExamples(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs two clusters and two sidecars")
 	}
+	t.Parallel() // its own processes, ports and directories: see TestMain
 	const docPath = "../../docs/billing.md"
 	doc := readBillingDoc(t, docPath)
 

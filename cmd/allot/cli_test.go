@@ -21,11 +21,20 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/agent/sidecar"
+	"github.com/allot-io/allot/cmd/internal/fleet"
 	"github.com/allot-io/allot/internal/auth"
 )
 
 // The tests in this file run the allot binary as a user does. It is built
-// once, on first use, into a directory TestMain removes.
+// once, on first use, into a directory TestMain removes (or make test
+// builds it for every package: fleet.BuildAllot).
+//
+// The tests that start processes and judge only what they answer and
+// print (the docs' examples, the CLI's verbs, the status page) call
+// t.Parallel: each owns its ports (loopbackAddrs), directories
+// (t.TempDir) and processes, and mostly waits on them, so go test runs
+// them two at a time, after the others. Those that measure rates or
+// times (TestRegionsProcess, TestShardsProcess, the demos) run alone.
 var cliBuild struct {
 	once sync.Once
 	dir  string
@@ -45,27 +54,17 @@ func TestMain(m *testing.M) {
 // two-core machine under the race detector.
 const cliDeadline = 60 * time.Second
 
-// allotBinary builds ./cmd/allot from the module root, once.
+// allotBinary builds ./cmd/allot from the module root, once, or takes the
+// one make test built for every package ($ALLOT_BIN, fleet.BuildAllot).
 func allotBinary(t *testing.T) string {
 	t.Helper()
 	cliBuild.once.Do(func() {
-		gomod, err := exec.Command("go", "env", "GOMOD").Output()
-		if err != nil {
-			cliBuild.err = fmt.Errorf("go env GOMOD: %w", err)
+		if cliBuild.dir, cliBuild.err = os.MkdirTemp("", "allot-cli-test-"); cliBuild.err != nil {
 			return
 		}
-		if cliBuild.dir, err = os.MkdirTemp("", "allot-cli-test-"); err != nil {
-			cliBuild.err = err
-			return
-		}
-		path := filepath.Join(cliBuild.dir, "allot")
-		build := exec.Command("go", "build", "-o", path, "./cmd/allot")
-		build.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
-		if out, err := build.CombinedOutput(); err != nil {
-			cliBuild.err = fmt.Errorf("go build: %w\n%s", err, out)
-			return
-		}
-		cliBuild.path = path
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		cliBuild.path, cliBuild.err = fleet.BuildAllot(ctx, cliBuild.dir)
 	})
 	if cliBuild.err != nil {
 		t.Fatal(cliBuild.err)
@@ -308,6 +307,7 @@ func TestCLICluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cluster of processes")
 	}
+	t.Parallel() // its own processes, ports and directories: see TestMain
 	tokensFile, tokens := cliTokens(t, "admin=admin", "billing=reader", "gw-1=agent:gw-1")
 	admin := cliEnv("ALLOT_TOKEN_FILE=" + tokens["admin"])
 	reader := cliEnv("ALLOT_TOKEN_FILE=" + tokens["billing"])
@@ -519,6 +519,7 @@ func TestSidecarTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a sidecar process")
 	}
+	t.Parallel() // its own processes, ports and directories: see TestMain
 	dir := t.TempDir()
 	ca, err := auth.NewCA(dir, "ca", "allot.test")
 	if err != nil {

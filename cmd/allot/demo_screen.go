@@ -101,7 +101,16 @@ func (d *demo) renderLine(prev, cur snap, leader string) string {
 	var parts []string
 	for ti, t := range d.tenants {
 		rate := float64(sum(cur.admitted[ti])-sum(prev.admitted[ti])) / secs
-		parts = append(parts, fmt.Sprintf("%s %.0f/s of %d (%.1f%%)", t.name, rate, t.quota, 100*rate/float64(t.quota)))
+		// Each gateway it reaches: admitted/s of its plan-quota lease, so
+		// that a failed run's output says which gateway fell short.
+		var nodes []string
+		for ni, w := range t.weights {
+			if w > 0 {
+				nodes = append(nodes, fmt.Sprintf("%s %.0f of %.0f", d.nodes[ni].id,
+					float64(cur.admitted[ti][ni]-prev.admitted[ti][ni])/secs, d.nodes[ni].agent.Share("plan-quota", t.name)))
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%s %.0f/s of %d (%.1f%%: %s)", t.name, rate, t.quota, 100*rate/float64(t.quota), strings.Join(nodes, ", ")))
 	}
 	return fmt.Sprintf("[%5.1fs] leader %s; %s; refused %s\n", cur.at.Sub(d.start).Seconds(), leader, strings.Join(parts, ", "), refusals(d.tenants...))
 }
@@ -145,8 +154,8 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
-// trailing counts a tenant's admissions over the last second, on the wall
-// clock, for several goroutines.
+// trailing counts a tenant's admissions over the last second, in the
+// traffic's time (demo.send), for several goroutines.
 type trailing struct {
 	mu sync.Mutex
 	t  *sim.Trailing

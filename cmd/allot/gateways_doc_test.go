@@ -26,6 +26,7 @@ func TestGatewaysDocExamples(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a coordinator")
 	}
+	t.Parallel() // its own processes, ports and directories: see TestMain
 	doc := readDocOutputs(t, gatewayDoc)
 	seen := map[string]bool{}
 	config, err := filepath.Abs(importTestdata)

@@ -21,6 +21,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts Prometheus and allot processes")
 	}
+	t.Parallel() // its own processes, ports and directories: see TestMain
 	prom, err := exec.LookPath("prometheus")
 	if err != nil {
 		if os.Getenv("ALLOT_GATEWAY_TESTS") != "" {

@@ -20,6 +20,7 @@ func TestOperationsRunbookExamples(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a coordinator and a sidecar")
 	}
+	t.Parallel() // its own processes, ports and directories: see TestMain
 	const path = "../../docs/operations.md"
 	doc := readDocOutputs(t, path)
 	seen := map[string]bool{}

@@ -26,6 +26,7 @@ func TestOperationsDocExamples(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cluster of three allot processes")
 	}
+	t.Parallel() // its own processes, ports and directories: see TestMain
 	doc := readDocOutputs(t, "../../docs/operations.md")
 	seen := map[string]bool{}
 	env := cliEnv()

@@ -29,6 +29,7 @@ func promtool(t *testing.T) string {
 // and runs its unit tests: for every alert, series that fire it and
 // series that do not.
 func TestPrometheusAlerts(t *testing.T) {
+	t.Parallel() // its own processes, ports and directories: see TestMain
 	bin := promtool(t)
 	dir := filepath.Join("..", "..", "deploy", "prometheus")
 	for _, args := range [][]string{{"check", "rules", "alerts.yaml"}, {"test", "rules", "alerts_test.yaml"}} {
@@ -47,6 +48,7 @@ func TestMetricsLint(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts allot processes")
 	}
+	t.Parallel() // its own processes, ports and directories: see TestMain
 	bin := promtool(t)
 	addrs := loopbackAddrs(t, 4)
 	env := cliEnv()

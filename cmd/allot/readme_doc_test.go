@@ -22,6 +22,7 @@ func TestReadmeExamples(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a coordinator and a sidecar")
 	}
+	t.Parallel() // its own processes, ports and directories: see TestMain
 	const path = "../../README.md"
 	doc := readDocOutputs(t, path)
 	seen := map[string]bool{}

@@ -13,6 +13,7 @@ func TestRegionsDocExamples(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs two clusters and a sidecar")
 	}
+	t.Parallel() // its own processes, ports and directories: see TestMain
 	const path = "../../docs/regions.md"
 	doc := readDocOutputs(t, path)
 	seen := map[string]bool{}

@@ -13,6 +13,7 @@ func TestCLIReset(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cluster of processes")
 	}
+	t.Parallel() // its own processes, ports and directories: see TestMain
 	c := startSmallCluster(t, `rules:
   - name: tenant-quota
     scope: tenant

@@ -24,6 +24,7 @@ func TestRulesDocExamples(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a coordinator")
 	}
+	t.Parallel() // its own processes, ports and directories: see TestMain
 	const path = "../../docs/rules.md"
 	doc := readDocOutputs(t, path)
 	seen := map[string]bool{}

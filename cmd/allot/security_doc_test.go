@@ -21,6 +21,7 @@ func TestSecurityDocExamples(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs coordinators and sidecars")
 	}
+	t.Parallel() // its own processes, ports and directories: see TestMain
 	const path = "../../docs/security.md"
 	doc := readDocOutputs(t, path)
 	seen := map[string]bool{}

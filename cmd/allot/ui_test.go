@@ -18,17 +18,19 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// chromium returns Debian's chromium (make gateways-deps installs it),
-// skipping the test without it unless make test asked for every tool.
+// chromium returns Debian's headless Chromium (make gateways-deps
+// installs chromium-headless-shell, the browser without its windows: a
+// third of the packages), or a full one, skipping the test without either
+// unless make test asked for every tool.
 func chromium(t *testing.T) string {
 	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+	for _, name := range []string{"chromium-headless-shell", "chromium", "chromium-browser", "google-chrome"} {
 		if path, err := exec.LookPath(name); err == nil {
 			return path
 		}
 	}
 	if os.Getenv("ALLOT_GATEWAY_TESTS") != "" {
-		t.Fatal("chromium is missing (make gateways-deps installs Debian's)")
+		t.Fatal("chromium is missing (make gateways-deps installs Debian's chromium-headless-shell)")
 	}
 	t.Skip("chromium is not installed")
 	return ""
@@ -115,6 +117,7 @@ func TestStatusPage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts allot processes and a browser")
 	}
+	t.Parallel() // its own processes, ports and directories: see TestMain
 	browser := chromium(t)
 	screenshot := os.Getenv("ALLOT_UI_SCREENSHOT")
 	addrs := loopbackAddrs(t, 5)

@@ -58,6 +58,11 @@ type harness struct {
 	sinkProblems []string
 	sinkV        *sinkVerdict
 	once         sync.Once
+	// faults are the faults made so far, for the ERROR lines they
+	// explain (logcheck.go); logsOK, whether no other was logged.
+	faultMu    sync.Mutex
+	faultSpans []faultSpan
+	logsOK     bool
 }
 
 func newHarness(cfg config, out io.Writer) *harness {
@@ -179,6 +184,7 @@ func (h *harness) run(ctx context.Context) (*verdict, error) {
 	h.report(got, v, rules, counts, envoysOK)
 	h.passed, h.anomalies = v.passWithin(h.lostAllowed) && envoysOK && got.stats.anomalies == 0 && (cfg.soak.duration == 0 || h.soakOK) && h.sinkPass(), got.stats.anomalies
 	var wg sync.WaitGroup
+	defer h.fault("shutdown")() // the members stop together: each sees the others go
 	for _, co := range h.cl.Coords {
 		wg.Go(func() {
 			if err := co.Terminate(10 * time.Second); err != nil {
@@ -190,6 +196,10 @@ func (h *harness) run(ctx context.Context) (*verdict, error) {
 		})
 	}
 	wg.Wait()
+	if h.logsOK = h.checkLogs(h.cl.LogPaths()); !h.logsOK {
+		h.passed = false
+		h.log.logf("RESULT: FAIL: the processes logged ERROR lines that no fault of the run explains (above)")
+	}
 	return v, nil
 }
 
@@ -333,11 +343,13 @@ func (h *harness) faults(ctx context.Context, ld *load, client *client) (*tally,
 	}
 	if cfg.flood > 0 {
 		h.log.logf("phase: a flood of %d new tenants", cfg.flood)
+		end := h.fault("flood")
 		start, before := time.Now(), ld.newSeq.Load()
 		ld.flood.Store(cfg.flood)
 		err := fleet.Poll(ctx, 5*time.Minute, "the flood to pass", func() (bool, error) {
 			return ld.flood.Load() <= 0 || ld.budget.Load() < 0, nil
 		})
+		end()
 		if err != nil {
 			return nil, err
 		}
@@ -345,7 +357,10 @@ func (h *harness) faults(ctx context.Context, ld *load, client *client) (*tally,
 	}
 	for i := range cfg.kills {
 		h.log.logf("phase: leader kill %d/%d", i+1, cfg.kills)
-		if err := cl.KillLeader(ctx, cfg.killDown); err != nil {
+		end := h.fault("leader-kill")
+		err := cl.KillLeader(ctx, cfg.killDown)
+		end()
+		if err != nil {
 			return nil, fmt.Errorf("leader kill %d: %w", i+1, err)
 		}
 		if err := phase("traffic after the kill", cfg.killGap); err != nil {
@@ -354,7 +369,10 @@ func (h *harness) faults(ctx context.Context, ld *load, client *client) (*tally,
 	}
 	for i := range cfg.pauses {
 		h.log.logf("phase: leader pause %d/%d", i+1, cfg.pauses)
-		if err := cl.PauseLeader(ctx, cfg.pause); err != nil {
+		end := h.fault("leader-pause")
+		err := cl.PauseLeader(ctx, cfg.pause)
+		end()
+		if err != nil {
 			return nil, fmt.Errorf("leader pause %d: %w", i+1, err)
 		}
 		if err := phase("traffic after the pause", cfg.pauseGap); err != nil {
@@ -371,7 +389,10 @@ func (h *harness) faults(ctx context.Context, ld *load, client *client) (*tally,
 	}
 	if cfg.outage > 0 {
 		h.log.logf("phase: full outage")
-		if err := cl.Outage(ctx, cfg.outage); err != nil {
+		end := h.fault("outage")
+		err := cl.Outage(ctx, cfg.outage)
+		end()
+		if err != nil {
 			return nil, fmt.Errorf("outage: %w", err)
 		}
 		if err := phase("traffic after the outage", cfg.outageRecover); err != nil {
@@ -381,10 +402,15 @@ func (h *harness) faults(ctx context.Context, ld *load, client *client) (*tally,
 	hostile := newTally(len(cl.Sidecars), len(client.rules.defs))
 	if cfg.hostile {
 		h.log.logf("phase: hostile input (the over-long tenant to sidecar %d only)", cfg.longTenantSidecar)
+		end := h.fault("hostile")
 		hostile = sendHostile(ctx, client, cfg.longTenantSidecar, regexp.MustCompile(cfg.hostileOnly), h.log)
+		end()
 		if cl.Creds != nil {
 			h.log.logf("phase: forged reports to the coordinators")
-			if err := h.forge(ctx); err != nil {
+			end := h.fault("forged")
+			err := h.forge(ctx)
+			end()
+			if err != nil {
 				return nil, err
 			}
 		}

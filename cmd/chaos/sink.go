@@ -201,7 +201,10 @@ func (h *harness) sinkPhases(ctx context.Context, cl *client, after func(name st
 	}
 	for i, p := range steps {
 		h.log.logf("phase: %s", p.name)
-		if err := p.run(ctx); err != nil {
+		end := h.fault(p.name)
+		err := p.run(ctx)
+		end()
+		if err != nil {
 			return fmt.Errorf("%s: %w", p.name, err)
 		}
 		gap := p.gap

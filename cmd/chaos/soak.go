@@ -174,7 +174,10 @@ func (h *harness) soak(ctx context.Context) error {
 			lastLog = time.Now()
 		}
 		if time.Now().After(nextKill) {
-			if err := h.cl.KillLeader(ctx, h.cfg.killDown); err != nil {
+			end := h.fault("leader-kill")
+			err := h.cl.KillLeader(ctx, h.cfg.killDown)
+			end()
+			if err != nil {
 				return fmt.Errorf("soak: %w", err)
 			}
 			nextKill = time.Now().Add(sc.killEvery)

@@ -51,22 +51,25 @@ func (s storageConfig) any() bool {
 func (h *harness) storagePhases(ctx context.Context) error {
 	sc := h.cfg.storage
 	for _, p := range []struct {
-		on   bool
-		name string
-		run  func(context.Context) error
+		on         bool
+		kind, name string
+		run        func(context.Context) error
 	}{
-		{sc.damagedPages, "pages of a member's raft.db overwritten", func(ctx context.Context) error { return h.damagedStore(ctx, damagePages) }},
-		{sc.truncated, "a member's raft.db truncated", func(ctx context.Context) error { return h.damagedStore(ctx, truncate) }},
-		{sc.damagedSnapshot, "a member's newest snapshot damaged", h.damagedSnapshot},
-		{sc.lostDisk, "the leader's data dir lost while the others are stopped", h.lostDisk},
-		{sc.diskFull, "a member's disk full", h.diskFull},
-		{sc.lostQuorum, "two members lost for good: recover the third", h.lostQuorum},
+		{sc.damagedPages, "damaged-store", "pages of a member's raft.db overwritten", func(ctx context.Context) error { return h.damagedStore(ctx, damagePages) }},
+		{sc.truncated, "damaged-store", "a member's raft.db truncated", func(ctx context.Context) error { return h.damagedStore(ctx, truncate) }},
+		{sc.damagedSnapshot, "damaged-snapshot", "a member's newest snapshot damaged", h.damagedSnapshot},
+		{sc.lostDisk, "lost-disk", "the leader's data dir lost while the others are stopped", h.lostDisk},
+		{sc.diskFull, "disk-full", "a member's disk full", h.diskFull},
+		{sc.lostQuorum, "lost-quorum", "two members lost for good: recover the third", h.lostQuorum},
 	} {
 		if !p.on {
 			continue
 		}
 		h.log.logf("phase: %s", p.name)
-		if err := p.run(ctx); err != nil {
+		end := h.fault(p.kind)
+		err := p.run(ctx)
+		end()
+		if err != nil {
 			return fmt.Errorf("%s: %w", p.name, err)
 		}
 		if err := h.cl.WaitVoters(ctx, len(h.cl.Coords), 90*time.Second); err != nil {

@@ -220,9 +220,25 @@ func (p *Proc) Terminate(grace time.Duration) error {
 // ErrHung is wrapped when a process outlived SIGTERM's grace, or SIGKILL.
 var ErrHung = errors.New("still running")
 
+// BinEnv names the environment variable that hands the test suites an
+// allot binary built beforehand. make test builds ./cmd/allot once and
+// sets it, so that the packages running real processes (cmd/allot,
+// cmd/chaos, cmd/accuracy), which go test runs side by side, share one
+// build rather than each compiling and linking its own while the other
+// waits for the cores.
+const BinEnv = "ALLOT_BIN"
+
 // BuildAllot builds ./cmd/allot into dir, without the race detector even
 // when GOFLAGS asks for it: the harness measures the binaries as shipped.
+// When $ALLOT_BIN (BinEnv) names a file, it is returned instead and
+// nothing is built.
 func BuildAllot(ctx context.Context, dir string) (string, error) {
+	if bin := os.Getenv(BinEnv); bin != "" {
+		if _, err := os.Stat(bin); err != nil {
+			return "", fmt.Errorf("%s: %w", BinEnv, err)
+		}
+		return bin, nil
+	}
 	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
 		return "", fmt.Errorf("go env GOMOD: %w", err)

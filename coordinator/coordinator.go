@@ -462,7 +462,7 @@ func (c *Coordinator) apply(ctx context.Context, t state.Command, m proto.Messag
 	}
 	start := time.Now()
 	f := c.raft.Apply(data, timeout)
-	if err := f.Error(); err != nil {
+	if err := waitFuture(ctx, f); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 			return nil, ErrNotLeader
 		}
@@ -473,6 +473,23 @@ func (c *Coordinator) apply(ctx context.Context, t state.Command, m proto.Messag
 		return nil, err
 	}
 	return f.Response(), nil
+}
+
+// waitFuture waits for a Raft future, or for ctx. A future Raft took just
+// as it shut down was seen never to resolve: a new leader's maintenance
+// entry, applied as the member closed, held Close for nine minutes (make
+// test, TestExportToPostgresExactlyOnce). Its wait is given up with ctx,
+// the leader's term or the member's life; the goroutine left waiting ends
+// if the future ever resolves.
+func waitFuture(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 func (c *Coordinator) applyReports(cmd *fsmpb.ReportsCommand) (*fsmpb.ReportsResult, error) {

@@ -58,11 +58,20 @@ func (a *Allocator) leaseFor(p *pool, c *class, cl *claim, d *allotpb.KeyDemand,
 		// is not its to spend again.
 		l.Limit = cl.grant - cl.prior
 	}
-	if l.Limit < minLease && (cl.held > 0 || cl.committed > 0) {
+	switch {
+	case l.Limit < minLease && (cl.held > 0 || cl.committed > 0):
 		// Nothing more for a node that holds a lease or has spent is the
 		// smallest lease there is, not none: a lease of 0 returns a node
 		// to its unleased share.
 		l.Limit = minLease
+	case l.Limit < minLease:
+		// For a node holding nothing, a grant this small is the hand-over
+		// guard's rounding (an increase scaled by room that is a few ulps
+		// of the limit: 1.42e-14 in make demo), not a share: it is none,
+		// and the node keeps its unleased share as a node not funded yet
+		// does. Sent as a lease, it reached algo as a limit too small to
+		// express, which refused it.
+		l.Limit = 0
 	}
 	if p.rule.Algorithm.Windowed() && l.NextLimit < minLease && l.Limit > 0 {
 		// Nothing for the next windows is the smallest count there is

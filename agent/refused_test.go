@@ -163,7 +163,7 @@ func TestTinyLeaseIsTaken(t *testing.T) {
 	clk := newManualClock()
 	r := rule("per-user", rules.User, algo.GCRA, 50, time.Second, lease.Abuse)
 	r.Burst = 10
-	eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
+	eng, err := allocator.NewEngine(allocator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestTinyLeaseIsTaken(t *testing.T) {
 func TestStaleClockCatchesUpOnRefusal(t *testing.T) {
 	clk := newManualClock()
 	r := rule("plan-quota", rules.Tenant, algo.TokenBucket, 100, time.Second, lease.Quota)
-	eng, err := coordinator.NewEngine(coordinator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
+	eng, err := allocator.NewEngine(allocator.EngineConfig{Region: "eu-west", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,14 +25,22 @@ func (a *Allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 	// lease.Pool.LearnFromBases).
 	pl := lease.Pool{Limit: p.limit, Tolerance: p.rule.Tol(), Learning: learning && window, LearnFromBases: learning && !window, Shares: window, Whole: window}
 	interval, ttl := a.interval.Load(), a.ttl.Load()
-	// A pool younger than a report interval may not have heard from
-	// every node with the key: those spend their unleased shares (limit ÷
-	// fleet) unseen, and dividing the whole limit among the nodes heard so
-	// far granted the first reporter all of it on top of them (a new
-	// tenant's first second reached 128–183% of its quota). Until every
-	// node has had its turn, the unleased shares of the nodes not heard
-	// from are kept out of the division. (A new leader's pools are young
-	// too; its learning mode covers what unseen nodes hold.)
+	// A young pool may not have heard from every node with the key:
+	// those spend their unleased shares (limit ÷ fleet) unseen, and
+	// dividing the whole limit among the nodes heard so far granted the
+	// first reporter all of it on top of them (a new tenant's first second
+	// reached 128–183% of its quota). Until every node has had its turn,
+	// the unleased shares of the nodes not heard from are kept out of the
+	// division. A node's turn is a regular report cut after the pool was
+	// made: one whose traffic had made the key busy carries it. A pool is
+	// young until every node of the fleet has made one (at least a report
+	// interval, at most a lease period, after which a silent node is
+	// gone). Young for one report interval only, the pool forgot the
+	// nodes whose reports came late on a loaded machine: two agents each
+	// spent their unleased 5 of a quota of 10, and the one that reported
+	// first was granted all 10 (15 admitted, agent.TestResetRestoresQuota).
+	// (A new leader's pools are young too; its learning mode covers what
+	// unseen nodes hold.)
 	//
 	// A young pool whose nodes report holding leases is not a new key but
 	// one made again: its claims had all expired (the coordinators were
@@ -43,14 +51,16 @@ func (a *Allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 	// a tenant on 2 of 20 gateways at a tenth of its quota for the second
 	// after an outage (16% of the fleet's quotas in the simulator's
 	// outage).
-	if young := !learning && now-p.born < interval; young {
-		switch {
+	if !learning && now-p.born < ttl {
+		t := a.tally(now)
+		switch young := now-p.born < interval || t.oldestCut < p.born; {
+		case !young:
 		case p.leasedBefore():
 			pl.Learning, pl.LearnFromBases = window, !window
 		default:
 			heard := p.nodesHeard()
-			if fleet := a.NodeCount(now); fleet > heard {
-				unseen := float64(fleet-heard) * p.limit / float64(fleet)
+			if t.n > heard {
+				unseen := float64(t.n-heard) * p.limit / float64(t.n)
 				pl.Limit = max(p.limit-unseen, 0)
 			}
 		}

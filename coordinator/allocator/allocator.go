@@ -92,7 +92,11 @@ type poolKey struct{ rule, key string }
 type nodeInfo struct {
 	index    int32
 	lastSeen int64
-	region   string // the region it reported from (a parent's nodes are regions)
+	// cut is when the node's last regular report was cut (its sent time,
+	// on the coordinators' clock, never after it was folded): what it
+	// spent of a key until then, it reported if the key was busy.
+	cut    int64
+	region string // the region it reported from (a parent's nodes are regions)
 	// groupSeen is, on a parent, when each shard group of the region
 	// last reported (ns); "" for a region never split.
 	groupSeen map[string]int64
@@ -282,34 +286,40 @@ func (a *Allocator) shard(k poolKey) *allocShard {
 // NodeCount is the number of nodes heard from within two lease periods,
 // and while learning at least the fleet the replicated state knows: a new
 // leader answering only the nodes heard so far would have the first
-// reporters enforce limit ÷ 1, limit ÷ 2… on every unleased key. Counting
-// walks the node registry, so a count is kept for a quarter of a report
-// interval: every report's answer carries it, and each pool's division
-// may ask for it.
-func (a *Allocator) NodeCount(now int64) int {
+// reporters enforce limit ÷ 1, limit ÷ 2… on every unleased key.
+func (a *Allocator) NodeCount(now int64) int { return a.tally(now).n }
+
+// tally counts the fleet at now (see NodeCount) and finds the oldest of
+// its nodes' last regular report cuts. Counting walks the node registry,
+// so a tally is kept for a quarter of a report interval: every report's
+// answer carries the count, and each young pool's division asks for both.
+func (a *Allocator) tally(now int64) nodeTally {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if c := a.counted; c.valid && now >= c.at && now-c.at < a.interval.Load()/4 {
-		return c.n
+		return c
 	}
-	n := 0
+	t := nodeTally{at: now, valid: true, oldestCut: now}
 	for _, info := range a.nodes {
 		if now-info.lastSeen < 2*a.ttl.Load() {
-			n++
+			t.n++
+			t.oldestCut = min(t.oldestCut, info.cut)
 		}
 	}
 	if now < a.learnEnd {
-		n = max(n, a.fleet)
+		t.n = max(t.n, a.fleet)
 	}
-	a.counted = nodeTally{n: n, at: now, valid: true}
-	return n
+	a.counted = t
+	return t
 }
 
-// nodeTally is a count of the fleet and when it was made.
+// nodeTally is a count of the fleet, the oldest cut of its nodes' last
+// regular reports, and when it was made.
 type nodeTally struct {
-	n     int
-	at    int64
-	valid bool
+	n         int
+	oldestCut int64
+	at        int64
+	valid     bool
 }
 
 // keep records, at now, that a node's report was shed: its answer renewed

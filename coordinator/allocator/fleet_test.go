@@ -92,6 +92,43 @@ func TestNewKeyFirstGrantIsUnleasedShare(t *testing.T) {
 	}
 }
 
+// TestNewKeyWaitsForLateReports: a new key's pool keeps the unleased
+// shares of the nodes not heard from out of its division until each has
+// made a regular report since the pool was made, however late it comes.
+// Young for one report interval only, the pool forgot the nodes whose
+// reports were late on a loaded machine: two agents had each spent their
+// unleased 5 of a quota of 10, and the first to report was granted the
+// whole 10 (15 admitted in agent.TestResetRestoresQuota).
+func TestNewKeyWaitsForLateReports(t *testing.T) {
+	now := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	e := quotaEngine(t, algo.TokenBucket, 600, now)
+	a, b := &engineNode{name: "a"}, &engineNode{name: "b"}
+	for range 3 {
+		now = now.Add(time.Second)
+		a.send(t, e, now, nil, false) // the fleet: two nodes
+		b.send(t, e, now, nil, false)
+	}
+	// a reports the new key; b's next report is two intervals late.
+	for range 6 {
+		now = now.Add(300 * time.Millisecond)
+		a.send(t, e, now, &allotpb.KeyDemand{Rule: "quota", Key: "new", Tenant: "new", Admitted: 400}, false)
+		e.Round(now)
+		if a.held > 300+1e-9 {
+			t.Fatalf("%v after b's last report, a holds %.1f of 600; b has not reported since the key's pool was made, and spends its unleased 300", now.Sub(now.Truncate(time.Second)), a.held)
+		}
+	}
+	// b's report, without the key: it is not spending its share.
+	b.send(t, e, now, nil, false)
+	for range 4 {
+		now = now.Add(300 * time.Millisecond)
+		a.send(t, e, now, &allotpb.KeyDemand{Rule: "quota", Key: "new", Tenant: "new", Admitted: 400}, false)
+		e.Round(now)
+	}
+	if a.held < 390 {
+		t.Errorf("with b heard from, a (demand 400) holds %.1f of 600", a.held)
+	}
+}
+
 // TestLeaverShareHeldForReplacement: what a leaving node held is granted
 // to nobody for two report intervals, then to the nodes that want it. In
 // a rolling deploy the replacement serves on its unleased share before

@@ -60,6 +60,12 @@ func (a *Allocator) fold(req *allotpb.ReportRequest, now int64) *Folded {
 		a.counted.valid = false // in the fleet's count at once
 	}
 	info.lastSeen, info.region = now, req.GetRegion()
+	if !urgent && !leaving {
+		info.cut = now
+		if sent := req.GetSentUnixNano(); sent > 0 {
+			info.cut = min(sent, now)
+		}
+	}
 	if a.global {
 		info.sawGroup(req.GetReporterGroup(), now, a.ttl.Load())
 	}

@@ -66,6 +66,8 @@ type exportRun struct {
 	// exporter last read it: what it adds to the metric is the increase.
 	dropped uint64
 	seen    bool
+	// gaugesAt is when updateGauges last ran.
+	gaugesAt time.Time
 	// failing is the cause of the failure streak the log has reported,
 	// "" when the last round succeeded.
 	failing    string
@@ -99,7 +101,12 @@ func (c *Coordinator) exportLedger(ctx context.Context) {
 		case <-timer.C():
 		}
 		n, err := r.round(ctx)
-		r.updateGauges()
+		// The gauges read the state under its lock, which waits behind
+		// every report being applied: once a second is enough, and
+		// back-to-back rounds do not wait for it each time.
+		if err != nil || n == 0 || c.now().Sub(r.gaugesAt) >= time.Second {
+			r.updateGauges()
+		}
 		wait := c.cfg.ExportInterval
 		switch {
 		case ctx.Err() != nil:
@@ -325,6 +332,7 @@ func (r *exportRun) succeeded() {
 // unexported.
 func (r *exportRun) updateGauges() {
 	c := r.c
+	r.gaugesAt = c.now()
 	var (
 		lines, oldest int64
 		waiting       bool

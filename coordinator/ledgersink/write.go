@@ -193,14 +193,7 @@ func copyUpsert(ctx context.Context, tx pgx.Tx, cluster string, lines []Line) er
 	if _, err := tx.Exec(ctx, createStage); err != nil {
 		return fmt.Errorf("creating the staging table: %w", err)
 	}
-	row := make([]any, len(stageColumns))
-	src := pgx.CopyFromSlice(len(lines), func(i int) ([]any, error) {
-		l := &lines[i]
-		row[0], row[1], row[2], row[3] = time.Unix(l.Window, 0), storeName(l.Tenant), storeName(l.Rule), storeName(l.Region)
-		row[4], row[5], row[6], row[7] = int32(l.WindowSeconds), clamp(l.Admitted), clamp(l.Denied), l.Granted
-		return row, nil
-	})
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"allot_usage_stage"}, stageColumns, src); err != nil {
+	if err := copyRows(ctx, tx, copyStage, encodeCopy(cluster, false, lines)); err != nil {
 		return fmt.Errorf("copying into the staging table: %w", err)
 	}
 	if _, err := tx.Exec(ctx, upsertFromStage, cluster); err != nil {
@@ -220,15 +213,7 @@ func copyDirect(ctx context.Context, tx pgx.Tx, cluster string, lines []Line) er
 	if _, err := tx.Exec(ctx, "SAVEPOINT allot_copy"); err != nil {
 		return fmt.Errorf("a savepoint before the copy: %w", err)
 	}
-	row := make([]any, len(usageColumns))
-	row[0] = cluster
-	src := pgx.CopyFromSlice(len(lines), func(i int) ([]any, error) {
-		l := &lines[i]
-		row[1], row[2], row[3], row[4] = time.Unix(l.Window, 0), storeName(l.Tenant), storeName(l.Rule), storeName(l.Region)
-		row[5], row[6], row[7], row[8] = int32(l.WindowSeconds), clamp(l.Admitted), clamp(l.Denied), l.Granted
-		return row, nil
-	})
-	_, err := tx.CopyFrom(ctx, pgx.Identifier{"allot_usage"}, usageColumns, src)
+	err := copyRows(ctx, tx, copyUsage, encodeCopy(cluster, true, lines))
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:

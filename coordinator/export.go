@@ -127,7 +127,7 @@ func (c *Coordinator) exportLedger(ctx context.Context) {
 // round does one step of the export and returns how many lines it wrote
 // (-1 when it only caught the state up with the sink): it tops the
 // batches in flight up to Config.ExportParallel, waits for the oldest
-// and proposes its position.
+// (at most ExportInterval) and proposes its position.
 func (r *exportRun) round(ctx context.Context) (int, error) {
 	c := r.c
 	if !r.migrated {
@@ -150,6 +150,18 @@ func (r *exportRun) round(ctx context.Context) (int, error) {
 	if r.pipe.Len() == 0 {
 		// Nothing waits: the last position the sink took goes to Raft.
 		return 0, r.settle()
+	}
+	// The oldest batch may wait a while (on a lock, a slow commit): lines
+	// that become final meanwhile go out behind it, looked for every
+	// ExportInterval.
+	timer := c.cfg.Clock.NewTimer(c.cfg.ExportInterval)
+	defer timer.Stop()
+	select {
+	case <-r.pipe.Ready():
+	case <-timer.C():
+		return 0, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
 	}
 	res := r.pipe.Wait()
 	if res.Err != nil {

@@ -136,6 +136,15 @@ func (p *Pipeline) Send(lines []Line) error {
 	return nil
 }
 
+// Ready is closed once the oldest batch in flight has ended, and Wait
+// would return at once; nil with nothing in flight.
+func (p *Pipeline) Ready() <-chan struct{} {
+	if len(p.flights) == 0 {
+		return nil
+	}
+	return p.flights[0].done
+}
+
 // Wait waits for the oldest batch in flight and returns its result:
 // results come back in the order the batches were sent. After a failed
 // batch, the batches behind it fail too, writing nothing, unless the

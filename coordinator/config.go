@@ -227,10 +227,14 @@ type Config struct {
 	// counted and logged.
 	LedgerSink string
 	// ExportBatch is how many lines one export transaction writes
-	// (default DefaultExportBatch); ExportInterval how often the leader
-	// looks for final lines when none wait (DefaultExportInterval);
-	// ExportTimeout bounds one round's calls to the database (30s).
+	// (default DefaultExportBatch); ExportParallel how many of those
+	// transactions may be in flight at once, committing in order
+	// (DefaultExportParallel); ExportInterval how often the leader looks
+	// for final lines when none wait (DefaultExportInterval);
+	// ExportTimeout bounds each call to the database, one transaction
+	// included (30s).
 	ExportBatch    int
+	ExportParallel int
 	ExportInterval time.Duration
 	ExportTimeout  time.Duration
 	// MaxReportBytes and MaxReportKeys bound one report.
@@ -427,6 +431,9 @@ func (c *Config) withDefaults() (Config, error) {
 	if cfg.ExportBatch == 0 {
 		cfg.ExportBatch = DefaultExportBatch
 	}
+	if cfg.ExportParallel == 0 {
+		cfg.ExportParallel = DefaultExportParallel
+	}
 	if cfg.ExportInterval == 0 {
 		cfg.ExportInterval = DefaultExportInterval
 	}
@@ -435,6 +442,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.ExportBatch < 0 || cfg.ExportBatch > 1_000_000 || cfg.ExportInterval < 0 || cfg.ExportTimeout < 0 {
 		return cfg, bad("ExportBatch", "must be from 1 to 1000000 lines, with a positive interval and timeout")
+	}
+	if cfg.ExportParallel < 0 || cfg.ExportParallel > maxExportParallel {
+		return cfg, bad("ExportParallel", "must be from 1 to %d transactions", maxExportParallel)
 	}
 	if cfg.MaxReportBytes == 0 {
 		cfg.MaxReportBytes = DefaultMaxReportBytes

@@ -12,22 +12,28 @@ import (
 	"github.com/allot-io/allot/coordinator/ledgersink"
 )
 
-// Exporting the ledger to a sink (Config.LedgerSink), on the leader. Each
-// round reads the sink's stored position, compares it with the one Raft
-// committed, and then:
+// Exporting the ledger to a sink (Config.LedgerSink), on the leader. The
+// exporter first reads the sink's stored position and compares it with
+// the one Raft committed:
 //
 //   - the sink is ahead (a leader committed a batch and died before Raft
 //     committed the position, or its proposal is still in flight): propose
 //     the sink's position, so members drop what the sink already holds.
 //     Nothing is written again.
-//   - they agree: read the next page of final lines after the position and
-//     write it in one transaction that moves the stored position from this
-//     one to the page's last line. A second writer (a deposed leader, a
-//     retry) finds the position moved and writes nothing. Then propose the
-//     new position.
+//   - they agree: export from there.
 //   - Raft is ahead: the database lost batches it had committed (restored
 //     from an older backup, or another database). Export stops and says so
 //     (ErrSinkBehind) until an operator decides; see docs/operations.md.
+//
+// Then it keeps up to Config.ExportParallel batches in flight, each the
+// next page of final lines after the position the batch before will
+// leave, each in one transaction that moves the stored position from
+// that one to the page's last line (ledgersink.Pipeline): the database
+// commits them in order, and a batch whose expected position is not the
+// stored one (a deposed leader's, one behind a failed batch) writes
+// nothing. As each batch commits, the exporter proposes its position
+// through Raft. After any failure it drops what is in flight and reads
+// the sink's position again.
 //
 // While the sink is away the rounds retry with backoff and the lines wait
 // in the state machine; retention (Config.LedgerRetention) is the bound on
@@ -41,7 +47,12 @@ var ErrSinkBehind = errors.New("the ledger sink's stored position is behind the 
 // Defaults of the export.
 const (
 	DefaultExportBatch    = 10_000
+	DefaultExportParallel = 3
 	DefaultExportInterval = 5 * time.Second
+	// maxExportParallel bounds ExportParallel: each transaction holds a
+	// connection and a batch in memory, and past the database's cores
+	// more only queue.
+	maxExportParallel = 16
 	// exportBackoffMax bounds the wait between failed rounds.
 	exportBackoffMax = 30 * time.Second
 )
@@ -55,24 +66,32 @@ type exportRun struct {
 	// exporter last read it: what it adds to the metric is the increase.
 	dropped uint64
 	seen    bool
+	// gaugesAt is when updateGauges last ran.
+	gaugesAt time.Time
 	// failing is the cause of the failure streak the log has reported,
 	// "" when the last round succeeded.
 	failing    string
 	lastLogged time.Time
 	backoff    time.Duration
-	// stored is the sink's position as this exporter last wrote or read
-	// it, when known.
-	stored ledgersink.Position
-	known  bool
-	// pending is the commit of the last batch's position, in flight.
+	// pipe writes the batches; nil until the exporter has read the
+	// sink's position, at the start of the term and after a failure.
+	pipe *ledgersink.Pipeline
+	// pending is the Raft commit of a position, in flight; next, when
+	// hasNext, the newest position the sink committed that is not
+	// proposed yet.
 	pending chan error
+	next    state.ExportPosition
+	hasNext bool
 }
 
 // exportLedger runs export rounds until ctx ends (leadership lost).
 func (c *Coordinator) exportLedger(ctx context.Context) {
 	r := &exportRun{c: c, sink: c.sink}
 	defer c.clearExportMetrics()
-	defer func() { _ = r.settle() }()
+	defer func() {
+		r.reset() // ctx is done: the transactions in flight end at once
+		_ = r.settle()
+	}()
 	timer := c.cfg.Clock.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -82,16 +101,22 @@ func (c *Coordinator) exportLedger(ctx context.Context) {
 		case <-timer.C():
 		}
 		n, err := r.round(ctx)
-		r.updateGauges()
+		// The gauges read the state under its lock, which waits behind
+		// every report being applied: once a second is enough, and
+		// back-to-back rounds do not wait for it each time.
+		if err != nil || n == 0 || c.now().Sub(r.gaugesAt) >= time.Second {
+			r.updateGauges()
+		}
 		wait := c.cfg.ExportInterval
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
+			r.reset()
 			wait = r.failed(err)
 		default:
 			r.succeeded()
-			if n == c.cfg.ExportBatch || n < 0 {
+			if n == c.cfg.ExportBatch || n < 0 || r.pipe != nil && r.pipe.Len() > 0 {
 				wait = 0 // more lines wait, or the position just moved
 			}
 		}
@@ -100,106 +125,183 @@ func (c *Coordinator) exportLedger(ctx context.Context) {
 }
 
 // round does one step of the export and returns how many lines it wrote
-// (-1 when it only caught the state up with the sink).
-//
-// Raft's commit of a batch's position runs while the next batch is
-// written: under load a commit waits behind large report entries, and
-// waiting for it before each write would halve the export's speed. The
-// next page is read after the sink's position, whose lines the state
-// still holds until the commit lands; the commits go in order, one at a
-// time.
+// (-1 when it only caught the state up with the sink): it tops the
+// batches in flight up to Config.ExportParallel, waits for the oldest
+// (at most ExportInterval) and proposes its position.
 func (r *exportRun) round(ctx context.Context) (int, error) {
 	c := r.c
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.ExportTimeout)
-	defer cancel()
 	if !r.migrated {
-		if err := r.sink.Migrate(ctx); err != nil {
+		mctx, cancel := context.WithTimeout(ctx, c.cfg.ExportTimeout)
+		err := r.sink.Migrate(mctx)
+		cancel()
+		if err != nil {
 			return 0, fmt.Errorf("migrating the ledger sink's schema: %w", err)
 		}
 		r.migrated = true
 	}
+	if r.pipe == nil {
+		if n, err := r.start(ctx); err != nil || n != 0 || r.pipe == nil {
+			return n, err
+		}
+	}
+	if err := r.fill(); err != nil {
+		return 0, err
+	}
+	if r.pipe.Len() == 0 {
+		// Nothing waits: the last position the sink took goes to Raft.
+		return 0, r.settle()
+	}
+	// The oldest batch may wait a while (on a lock, a slow commit): lines
+	// that become final meanwhile go out behind it, looked for every
+	// ExportInterval.
+	timer := c.cfg.Clock.NewTimer(c.cfg.ExportInterval)
+	defer timer.Stop()
+	select {
+	case <-r.pipe.Ready():
+	case <-timer.C():
+		return 0, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	res := r.pipe.Wait()
+	if res.Err != nil {
+		return 0, fmt.Errorf("writing %d ledger lines to the sink: %w", res.Lines, res.Err)
+	}
+	c.metrics.exportSeconds.Observe(res.Took.Seconds())
+	c.metrics.exportedLines.Add(float64(res.Lines))
+	// The batch is in the sink: from here a crash loses nothing, the next
+	// leader finds the sink ahead and proposes its position.
+	return res.Lines, r.propose(positionFromSink(res.Position))
+}
+
+// start reads the sink's position, compares it with the one Raft
+// committed and, unless the sink is behind, starts the pipeline from it.
+// It returns -1 when the sink was ahead and its position is now Raft's.
+func (r *exportRun) start(ctx context.Context) (int, error) {
+	c := r.c
+	if err := r.settle(); err != nil {
+		return 0, err
+	}
 	var (
 		cluster string
 		ours    state.ExportPosition
-		width   int64
 	)
-	c.fsm.Read(func(s *state.State) { cluster, ours, width = s.ClusterID(), s.Exported(), s.BillingWindowSeconds() })
+	c.fsm.Read(func(s *state.State) { cluster, ours = s.ClusterID(), s.Exported() })
 	if cluster == "" {
 		return 0, nil // no leader has fixed the cluster's ID yet
 	}
-	// The position this exporter wrote last is the stored one unless
-	// another writer moved it, which its next Write finds out: the
-	// database is read again only after a failure.
-	stored, known := r.stored, r.known
-	r.known = false
-	if !known {
-		if err := r.settle(); err != nil {
-			return 0, err
-		}
-		c.fsm.Read(func(s *state.State) { ours = s.Exported() })
-		var err error
-		if stored, err = r.sink.Position(ctx, cluster); err != nil {
-			return 0, fmt.Errorf("reading the ledger sink's position: %w", err)
-		}
+	pctx, cancel := context.WithTimeout(ctx, c.cfg.ExportTimeout)
+	stored, err := r.sink.Position(pctx, cluster)
+	cancel()
+	if err != nil {
+		return 0, fmt.Errorf("reading the ledger sink's position: %w", err)
 	}
 	theirs := positionFromSink(stored)
+	n := 0
 	switch {
-	case theirs.After(ours) && r.pending == nil:
+	case theirs.After(ours):
 		if err := r.commit(theirs); err != nil {
 			return 0, err
 		}
 		c.log.Info("ledger export resumed from the sink's position", "lines", theirs.Lines, "batches", theirs.Batches)
-		r.stored, r.known = stored, true
-		return -1, nil
+		n = -1
 	case ours.After(theirs) || !theirs.After(ours) && ours.Set && ours.Lines != theirs.Lines:
 		return 0, fmt.Errorf("%w: the sink holds %d lines up to %v, the cluster committed %d up to %v",
 			ErrSinkBehind, theirs.Lines, theirs.Last, ours.Lines, ours.Last)
 	}
-	var page []state.Line
-	c.fsm.Read(func(s *state.State) { page = s.ExportPageAfter(theirs, c.cfg.ExportBatch) })
-	if len(page) == 0 {
-		if err := r.settle(); err != nil {
-			return 0, err
-		}
-		r.stored, r.known = stored, true
-		return 0, nil
-	}
-	lines := make([]ledgersink.Line, len(page))
-	for i, l := range page {
-		lines[i] = ledgersink.Line{
-			Key:           ledgersink.Key{Window: l.Key.Window, Tenant: l.Key.Tenant, Rule: l.Key.Rule, Region: l.Key.Region},
-			WindowSeconds: width, Admitted: l.Admitted, Denied: l.Denied, Granted: l.Granted,
-		}
-	}
-	start := time.Now()
-	next, err := r.sink.Write(ctx, cluster, stored, lines)
-	if err != nil {
-		return 0, fmt.Errorf("writing %d ledger lines to the sink: %w", len(lines), err)
-	}
-	c.metrics.exportSeconds.Observe(time.Since(start).Seconds())
-	c.metrics.exportedLines.Add(float64(len(lines)))
-	// The batch is in the sink: from here a crash loses nothing, the next
-	// leader finds the sink ahead and proposes its position. The previous
-	// batch's commit must land before this one's is proposed.
-	if err := r.settle(); err != nil {
-		return 0, err
-	}
-	pos := positionFromSink(next)
-	done := make(chan error, 1)
-	r.pending = done
-	go func() { done <- r.commit(pos) }()
-	r.stored, r.known = next, true
-	return len(lines), nil
+	r.pipe = r.sink.Pipeline(ctx, cluster, stored, c.cfg.ExportTimeout)
+	return n, nil
 }
 
-// settle waits for the commit in flight, if any, and returns its error.
-func (r *exportRun) settle() error {
-	if r.pending == nil {
-		return nil
+// fill sends batches until Config.ExportParallel are in flight or no
+// final line waits. Each page is read after the position the last batch
+// sent leaves: the state still holds the lines up to it, since Raft
+// commits only positions the sink has committed.
+func (r *exportRun) fill() error {
+	c := r.c
+	for r.pipe.Len() < c.cfg.ExportParallel {
+		var (
+			page  []state.Line
+			width int64
+			after = positionFromSink(r.pipe.Tail())
+		)
+		c.fsm.Read(func(s *state.State) {
+			page, width = s.ExportPageAfter(after, c.cfg.ExportBatch), s.BillingWindowSeconds()
+		})
+		if len(page) == 0 {
+			return nil
+		}
+		lines := make([]ledgersink.Line, len(page))
+		for i, l := range page {
+			lines[i] = ledgersink.Line{
+				Key:           ledgersink.Key{Window: l.Key.Window, Tenant: l.Key.Tenant, Rule: l.Key.Rule, Region: l.Key.Region},
+				WindowSeconds: width, Admitted: l.Admitted, Denied: l.Denied, Granted: l.Granted,
+			}
+		}
+		if err := r.pipe.Send(lines); err != nil {
+			return fmt.Errorf("writing %d ledger lines to the sink: %w", len(lines), err)
+		}
 	}
-	err := <-r.pending
-	r.pending = nil
-	return err
+	return nil
+}
+
+// reset drops the pipeline after a failure, waiting for the batches in
+// flight to end (those behind a failed one write nothing): the next
+// round reads the sink's position again.
+func (r *exportRun) reset() {
+	if r.pipe != nil {
+		r.pipe.Close()
+		r.pipe = nil
+	}
+}
+
+// propose has Raft commit pos, a position the sink committed: now if no
+// commit is in flight, else after it, so that the commits go in order,
+// one at a time. Under load a commit waits behind large report entries;
+// the positions the sink commits meanwhile fold into the newest, which
+// the next round proposes.
+func (r *exportRun) propose(pos state.ExportPosition) error {
+	r.next, r.hasNext = pos, true
+	if r.pending != nil {
+		select {
+		case err := <-r.pending:
+			r.pending = nil
+			if err != nil {
+				r.hasNext = false
+				return err
+			}
+		default:
+			return nil
+		}
+	}
+	r.proposeNext()
+	return nil
+}
+
+func (r *exportRun) proposeNext() {
+	pos, done := r.next, make(chan error, 1)
+	r.hasNext, r.pending = false, done
+	go func() { done <- r.commit(pos) }()
+}
+
+// settle waits for the commit in flight, if any, then has Raft commit
+// the newest position not yet proposed and waits for that too. After an
+// error, what was not proposed is left for the sink's position to say.
+func (r *exportRun) settle() error {
+	for r.pending != nil || r.hasNext {
+		if r.pending != nil {
+			err := <-r.pending
+			r.pending = nil
+			if err != nil {
+				r.hasNext = false
+				return err
+			}
+		}
+		if r.hasNext {
+			r.proposeNext()
+		}
+	}
+	return nil
 }
 
 // commit proposes pos through Raft: members drop what it covers.
@@ -242,6 +344,7 @@ func (r *exportRun) succeeded() {
 // unexported.
 func (r *exportRun) updateGauges() {
 	c := r.c
+	r.gaugesAt = c.now()
 	var (
 		lines, oldest int64
 		waiting       bool

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/coordinator/ledgersink"
 	"github.com/allot-io/allot/internal/pgserver/pgtest"
@@ -199,4 +201,78 @@ func TestBillReadsSinkAndState(t *testing.T) {
 		t.Fatalf("a page after the exported windows needs no database, but: %v", err)
 	}
 	t.Logf("%d lines still in memory", len(resp.GetRecords()))
+}
+
+// TestExportKeepsTransactionsInFlight: the leader writes the next batches
+// while one waits. With the sink's position row locked by another
+// session, ExportParallel export transactions are open at once, the first
+// waiting on the lock and the others having copied their lines behind
+// it; once the lock is released they commit in order, and every unit
+// reaches the sink exactly once.
+func TestExportKeepsTransactionsInFlight(t *testing.T) {
+	pg := pgtest.Start(t)
+	dsn := pgtest.CreateDatabase(t, pg)
+	c := cluster(t, 1, sinkConfig(dsn))[0]
+	agents := []*agentSim{newAgentSim(t, "gw-1", []string{c.GRPCAddr()}), newAgentSim(t, "gw-2", []string{c.GRPCAddr()})}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, a := range agents {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := uint64(1); ctx.Err() == nil; n++ {
+				// 30 tenants: a window's lines make several batches of 7.
+				_, _ = a.report(ctx, fmt.Sprintf("tenant-%02d", n%30), n%5+1, nil)
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}
+	defer func() { cancel(); wg.Wait() }()
+	testwait.For(t, 20*time.Second, "lines to reach the sink", func() bool {
+		return counterValue(t, c, "allot_coordinator_ledger_exported_lines_total", "", "") > 0
+	})
+	var cluster string
+	c.fsm.Read(func(s *state.State) { cluster = s.ClusterID() })
+
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	tx, err := conn.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(context.Background(), "SELECT 1 FROM allot_export_position WHERE cluster_id = $1 FOR UPDATE", cluster); err != nil {
+		t.Fatal(err)
+	}
+	watch, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close(context.Background())
+	var open, waiting int
+	testwait.For(t, 30*time.Second, fmt.Sprintf("%d export transactions open, one waiting on the lock", c.cfg.ExportParallel), func() bool {
+		err := watch.QueryRow(context.Background(), `SELECT count(*), count(*) FILTER (WHERE wait_event_type = 'Lock')
+FROM pg_stat_activity
+WHERE datname = current_database() AND backend_type = 'client backend' AND xact_start IS NOT NULL
+  AND pid NOT IN (pg_backend_pid(), $1)`, int(conn.PgConn().PID())).Scan(&open, &waiting)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return open == c.cfg.ExportParallel && waiting == 1
+	})
+	if err := tx.Rollback(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	wg.Wait()
+	want := flushAgents(t, agents)
+	testwait.For(t, 60*time.Second, "every line exported and dropped", func() bool {
+		n := 0
+		c.fsm.Read(func(s *state.State) { n = s.LedgerLen() })
+		got, _ := sinkTotal(t, dsn, cluster, "")
+		return n == 0 && got == want
+	})
 }

@@ -76,6 +76,7 @@ func runCoordinator(ctx context.Context, e *env) error {
 	f.StringVar(&cfg.LedgerSink, "ledger-sink", "", "PostgreSQL DSN (postgres://user@host/db): export every final ledger line to it exactly once and keep only what it has not taken (docs/billing.md); a password here shows in ps: prefer --ledger-sink-file")
 	f.StringVar(&sinkFile, "ledger-sink-file", "", "file holding the --ledger-sink DSN, for one with a password")
 	f.IntVar(&cfg.ExportBatch, "ledger-export-batch", coordinator.DefaultExportBatch, "ledger lines written to the sink per transaction")
+	f.IntVar(&cfg.ExportParallel, "ledger-export-parallel", coordinator.DefaultExportParallel, "export transactions in flight at once; they commit in order (docs/billing.md#export-speed)")
 	f.DurationVar(&cfg.ExportInterval, "ledger-export-interval", coordinator.DefaultExportInterval, "how often the leader looks for final lines to export when none wait")
 	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", 8192, "Raft log entries between snapshots (Raft keeps at least 1024 entries behind the newest snapshot)")
 	f.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", 2*time.Minute, "how often Raft checks whether a snapshot is due")

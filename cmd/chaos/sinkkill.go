@@ -77,7 +77,8 @@ func (s *sinkDB) backendGone(ctx context.Context, pid int) (bool, error) {
 // The harness takes a SHARE lock on allot_usage, which the export's write
 // into it (ROW EXCLUSIVE: a COPY straight into the table, or the upsert
 // from the staging table its batch was COPYed into) waits behind: by then
-// the transaction has locked the cluster's position row. Once
+// the first of the leader's transactions in flight has locked the
+// cluster's position row (those behind it copy before they lock). Once
 // pg_stat_activity shows it waiting, the leader is SIGKILLed, the lock
 // released, and the killed member restarted after -kill-down. Its
 // transaction must roll back: the ledger check at the end finds any of

@@ -3,9 +3,10 @@
 // it takes them, first without a sink (the baseline), then exporting to a
 // real PostgreSQL started for the run. In one run it reports the
 // coordinator's intake of lines with and without the sink, the sink's
-// sustained export rate, and the coordinator's memory as the exported
-// lines add up: with a sink it must stay where it started, whatever the
-// number of lines.
+// sustained export rate under that intake and, when a backlog is left
+// once the load stops, its rate with no intake beside it, and the
+// coordinator's memory as the exported lines add up: with a sink it must
+// stay where it started, whatever the number of lines.
 //
 //	go run ./cmd/sinkbench                 # 20 M lines (make bench-sink)
 //	go run ./cmd/sinkbench -lines 2000000  # a quicker look
@@ -40,6 +41,7 @@ type config struct {
 	rules        int
 	agents       int
 	batch        int
+	parallel     int
 	sample       time.Duration
 	drainTimeout time.Duration
 }
@@ -56,6 +58,7 @@ func main() {
 	fs.IntVar(&cfg.rules, "rules", 4, "rules per tenant")
 	fs.IntVar(&cfg.agents, "agents", 4, "agents reporting, each for its share of the tenants")
 	fs.IntVar(&cfg.batch, "export-batch", 10_000, "the coordinator's --ledger-export-batch")
+	fs.IntVar(&cfg.parallel, "export-parallel", 0, "the coordinator's --ledger-export-parallel (0: its default)")
 	fs.DurationVar(&cfg.sample, "sample", 5*time.Second, "how often the coordinator is sampled")
 	fs.DurationVar(&cfg.drainTimeout, "drain-timeout", 5*time.Minute, "how long the sink may take to catch up after the load stops")
 	if err := fs.Parse(os.Args[1:]); err != nil {

@@ -42,6 +42,11 @@ type result struct {
 	// stopped and the sink took every final line (sink runs only).
 	idle, drained sample
 	elapsed       time.Duration
+	// drain is lines exported per second from the end of the load until
+	// none waited (or the drain timed out): the export's speed with no
+	// intake beside it, when a backlog was left to measure it on (0
+	// otherwise).
+	drain float64
 }
 
 // measure runs one coordinator: with dsn, exporting to it until
@@ -69,6 +74,9 @@ func measure(ctx context.Context, cfg config, bin, dir, dsn string, out io.Write
 		// With one, retention is the bound on what waits for it: an hour,
 		// never reached here (dropped lines would show in the metrics).
 		args = append(args, "--ledger-retention", "1h", "--ledger-sink-file", file, "--ledger-export-batch", strconv.Itoa(cfg.batch), "--ledger-export-interval", "200ms")
+		if cfg.parallel > 0 {
+			args = append(args, "--ledger-export-parallel", strconv.Itoa(cfg.parallel))
+		}
 	}
 	p := &fleet.Proc{Name: name, Bin: bin, Args: args, LogPath: filepath.Join(dir, "coordinator.log")}
 	if err := p.Start(); err != nil {
@@ -136,6 +144,10 @@ func measure(ctx context.Context, cfg config, bin, dir, dsn string, out io.Write
 	res.intake = rate(res.samples, func(s sample) int64 { return s.acked })
 	res.export = rate(res.samples, func(s sample) int64 { return s.exported })
 	if dsn != "" {
+		stopped := last
+		if s, err := mon.sample(time.Since(start), gen.acked.Load()); err == nil {
+			stopped = s
+		}
 		deadline := time.Now().Add(cfg.drainTimeout)
 		for time.Now().Before(deadline) {
 			s, err := mon.sample(time.Since(start), gen.acked.Load())
@@ -149,6 +161,11 @@ func measure(ctx context.Context, cfg config, bin, dir, dsn string, out io.Write
 			time.Sleep(time.Second)
 		}
 		printSample(out, "drained", res.drained)
+		// A backlog of a few batches drains in less than a sample's
+		// precision: only a larger one gives a rate.
+		if d := res.drained; d.exported-stopped.exported >= 10*int64(cfg.batch) {
+			res.drain = float64(d.exported-stopped.exported) / (d.at - stopped.at).Seconds()
+		}
 	}
 	fmt.Fprintln(out)
 	return res, nil
@@ -345,6 +362,13 @@ func report(out io.Writer, cfg config, base, sunk *result) {
 	fmt.Fprintf(out, "  intake without a sink   %10.0f lines/s (over %.0fs)\n", base.intake, base.elapsed.Seconds())
 	fmt.Fprintf(out, "  intake with the sink    %10.0f lines/s (over %.0fs): %.2f× the baseline\n", sunk.intake, sunk.elapsed.Seconds(), sunk.intake/math.Max(base.intake, 1))
 	fmt.Fprintf(out, "  export to PostgreSQL    %10.0f lines/s sustained, %d lines in all\n", sunk.export, sunk.drained.exported)
+	if sunk.drain > 0 {
+		how := "drained"
+		if sunk.drained.ledgerLines > 0 {
+			how = "not drained"
+		}
+		fmt.Fprintf(out, "  export after the load   %10.0f lines/s, the backlog %s in %.0fs\n", sunk.drain, how, (sunk.drained.at - sunk.elapsed).Seconds())
+	}
 	first := firstAfter(sunk.samples, 1_000_000)
 	last := sunk.samples[len(sunk.samples)-1]
 	fmt.Fprintf(out, "  coordinator RSS idle    %7.0f MiB (heap %.0f MiB)\n", sunk.idle.rss/(1<<20), sunk.idle.heap/(1<<20))

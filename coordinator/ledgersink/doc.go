@@ -22,6 +22,19 @@
 // is. No outbox, no deduplication table, no idempotency keys to expire:
 // the position is the one fact, and it lives beside the data it counts.
 //
+// # Several batches at once
+//
+// One transaction keeps one PostgreSQL backend busy, and that backend
+// spends most of a batch maintaining the indexes, with the client and
+// the commit's flush waiting their turn. A Pipeline keeps several
+// consecutive batches in flight, each in its own transaction and on its
+// own connection: a batch copies its lines while the one before it
+// commits, then takes the position's lock once that one holds it, so the
+// compare-and-sets, and the commits, happen in batch order. Each batch
+// expects the position the one before it leaves; if that one fails, the
+// position is not what this batch expects, and it writes nothing. The
+// guarantee is Write's, batch by batch.
+//
 // # Additive upsert
 //
 // A line's key is normally written once, since every batch starts after

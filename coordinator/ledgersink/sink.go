@@ -92,6 +92,11 @@ func (p Position) same(q Position) bool {
 	return !p.Set || p.Last == q.Last
 }
 
+// after is the position a batch of lines read after p leaves.
+func (p Position) after(lines []Line) Position {
+	return Position{Set: true, Last: lines[len(lines)-1].Key, Lines: p.Lines + uint64(len(lines)), Batches: p.Batches + 1}
+}
+
 func (p Position) String() string {
 	if !p.Set {
 		return fmt.Sprintf("nothing exported (%d lines, %d batches)", p.Lines, p.Batches)

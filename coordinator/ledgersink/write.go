@@ -83,20 +83,49 @@ func (s *Sink) Write(ctx context.Context, cluster string, from Position, lines [
 	if err := validate(cluster, from, lines); err != nil {
 		return Position{}, err
 	}
+	return s.writeBatch(ctx, cluster, from, lines, nil, nil)
+}
+
+// writeBatch is one batch's transaction. before, when not nil, is the
+// batch of a Pipeline sent just before this one, still in flight when
+// this one was sent; f is this one's, told when it holds the position's
+// lock. Without a batch before it, the transaction locks the position
+// first, so that a writer who lost the race copies nothing. Behind one,
+// it copies its lines while the batch before commits, and asks for the
+// lock only once that batch holds it: PostgreSQL then grants the lock,
+// and the commits happen, in batch order. The position's compare-and-set
+// is the same either way, so that order is for speed only: a batch that
+// got ahead of the one before it would find the position not yet moved
+// and write nothing.
+func (s *Sink) writeBatch(ctx context.Context, cluster string, from Position, lines []Line, before, f *flight) (Position, error) {
 	var next Position
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
+		f.hasBegun()
+		copied := false
+		if before != nil && !before.ended() {
+			if err := s.write(ctx, tx, cluster, lines); err != nil {
+				return err
+			}
+			copied = true
+			if err := before.waitLocked(ctx); err != nil {
+				return err
+			}
+		}
 		stored, err := lock(ctx, tx, cluster)
 		if err != nil {
 			return err
 		}
+		f.holdsLock()
 		if !stored.same(from) {
 			return &PositionError{Stored: stored, Expected: from}
 		}
-		if err := s.write(ctx, tx, cluster, lines); err != nil {
-			return err
+		if !copied {
+			if err := s.write(ctx, tx, cluster, lines); err != nil {
+				return err
+			}
 		}
-		last := lines[len(lines)-1].Key
-		next = Position{Set: true, Last: last, Lines: stored.Lines + uint64(len(lines)), Batches: stored.Batches + 1}
+		next = stored.after(lines)
+		last := next.Last
 		_, err = tx.Exec(ctx, updatePosition, cluster, time.Unix(last.Window, 0), storeName(last.Tenant), storeName(last.Rule), storeName(last.Region),
 			clamp(next.Lines), clamp(next.Batches))
 		if err != nil {
@@ -164,14 +193,7 @@ func copyUpsert(ctx context.Context, tx pgx.Tx, cluster string, lines []Line) er
 	if _, err := tx.Exec(ctx, createStage); err != nil {
 		return fmt.Errorf("creating the staging table: %w", err)
 	}
-	row := make([]any, len(stageColumns))
-	src := pgx.CopyFromSlice(len(lines), func(i int) ([]any, error) {
-		l := &lines[i]
-		row[0], row[1], row[2], row[3] = time.Unix(l.Window, 0), storeName(l.Tenant), storeName(l.Rule), storeName(l.Region)
-		row[4], row[5], row[6], row[7] = int32(l.WindowSeconds), clamp(l.Admitted), clamp(l.Denied), l.Granted
-		return row, nil
-	})
-	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"allot_usage_stage"}, stageColumns, src); err != nil {
+	if err := copyRows(ctx, tx, copyStage, encodeCopy(cluster, false, lines)); err != nil {
 		return fmt.Errorf("copying into the staging table: %w", err)
 	}
 	if _, err := tx.Exec(ctx, upsertFromStage, cluster); err != nil {
@@ -191,15 +213,7 @@ func copyDirect(ctx context.Context, tx pgx.Tx, cluster string, lines []Line) er
 	if _, err := tx.Exec(ctx, "SAVEPOINT allot_copy"); err != nil {
 		return fmt.Errorf("a savepoint before the copy: %w", err)
 	}
-	row := make([]any, len(usageColumns))
-	row[0] = cluster
-	src := pgx.CopyFromSlice(len(lines), func(i int) ([]any, error) {
-		l := &lines[i]
-		row[1], row[2], row[3], row[4] = time.Unix(l.Window, 0), storeName(l.Tenant), storeName(l.Rule), storeName(l.Region)
-		row[5], row[6], row[7], row[8] = int32(l.WindowSeconds), clamp(l.Admitted), clamp(l.Denied), l.Granted
-		return row, nil
-	})
-	_, err := tx.CopyFrom(ctx, pgx.Identifier{"allot_usage"}, usageColumns, src)
+	err := copyRows(ctx, tx, copyUsage, encodeCopy(cluster, true, lines))
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:

@@ -50,13 +50,40 @@ func (s *State) dropLedgerBefore(cutoff, width int64) int {
 // dropFinalLines deletes the lines of final windows from the ledger's
 // start for as long as within holds, and returns how many it deleted;
 // lines of windows not final are kept.
+//
+// What it deletes is normally the ledger's first lines (an export
+// position's, or retention's, all final), and it takes them off the
+// front: a B-tree's minimum is found and removed without comparing a
+// key, where looking each line up again costs a dozen comparisons of
+// four-part keys. Every member does this under the state machine's lock,
+// for every line the sink takes, while reports wait. Behind a window not
+// final, the lines after it are found by a walk and removed one by one.
 func (s *State) dropFinalLines(within func(LedgerKey) bool) int {
+	var (
+		n         int
+		window    int64
+		final, ok bool
+	)
+	isFinal := func(w int64) bool {
+		if !ok || w != window {
+			window, final, ok = w, s.final.Has(w), true
+		}
+		return final
+	}
+	for {
+		it, any := s.ledger.Min()
+		if !any || !within(it.key) || !isFinal(it.key.Window) {
+			break
+		}
+		s.ledger.DeleteMin()
+		n++
+	}
 	var drop []lineItem
 	s.ledger.Ascend(func(it lineItem) bool {
 		if !within(it.key) {
 			return false
 		}
-		if s.final.Has(it.key.Window) {
+		if isFinal(it.key.Window) {
 			drop = append(drop, it)
 		}
 		return true
@@ -64,8 +91,9 @@ func (s *State) dropFinalLines(within func(LedgerKey) bool) int {
 	for _, it := range drop {
 		s.ledger.Delete(it)
 	}
-	s.finalLines -= len(drop)
-	return len(drop)
+	n += len(drop)
+	s.finalLines -= n
+	return n
 }
 
 // LedgerQuery selects ledger lines: windows starting in [From, To), and

@@ -200,3 +200,51 @@ func TestLedgerPagingWhileApplying(t *testing.T) {
 		}
 	}
 }
+
+// TestDropFinalLinesKeepsWindowsNotFinal: dropping takes the ledger's
+// first lines off the front while they are final, and past a window not
+// final (an older window waiting on a silent agent while a newer one is
+// final) goes on to the final lines behind it, keeping that window's.
+func TestDropFinalLinesKeepsWindowsNotFinal(t *testing.T) {
+	tests := []struct {
+		name  string
+		final []int64 // windows final, of 0 to 3 (two lines each)
+		upTo  int64   // drop lines of windows up to this one
+		want  []int64 // windows of the lines kept, in order
+	}{
+		{"all final", []int64{0, 1, 2, 3}, 2, []int64{3, 3}},
+		{"an open window first", []int64{1, 2, 3}, 2, []int64{0, 0, 3, 3}},
+		{"an open window between", []int64{0, 2, 3}, 2, []int64{1, 1, 3, 3}},
+		{"none final", nil, 3, []int64{0, 0, 1, 1, 2, 2, 3, 3}},
+		{"nothing within", []int64{0, 1, 2, 3}, -1, []int64{0, 0, 1, 1, 2, 2, 3, 3}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := New()
+			for w := range int64(4) {
+				for _, tenant := range []string{"a", "b"} {
+					s.ledger.ReplaceOrInsert(lineItem{key: LedgerKey{Window: w, Tenant: tenant, Rule: "r", Region: "eu"}})
+				}
+			}
+			for _, w := range tt.final {
+				s.final.ReplaceOrInsert(w)
+				s.finalLines += 2
+			}
+			dropped := s.dropFinalLines(func(k LedgerKey) bool { return k.Window <= tt.upTo })
+			var kept []int64
+			s.ledger.Ascend(func(it lineItem) bool {
+				kept = append(kept, it.key.Window)
+				return true
+			})
+			if !slices.Equal(kept, tt.want) {
+				t.Errorf("kept the lines of windows %v, want %v", kept, tt.want)
+			}
+			if want := 8 - len(tt.want); dropped != want {
+				t.Errorf("dropped %d lines, want %d", dropped, want)
+			}
+			if want := 2*len(tt.final) - dropped; s.finalLines != want {
+				t.Errorf("finalLines %d, want %d", s.finalLines, want)
+			}
+		})
+	}
+}

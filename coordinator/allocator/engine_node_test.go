@@ -215,3 +215,57 @@ func (n *scenarioNode) apply(rs map[string]rules.Rule, req *allotpb.ReportReques
 		}
 	}
 }
+
+// lowered returns the keys whose lease resp lowered, as the agent notes
+// them (agent hotKey.confirm): it says at once, in an early report, that
+// it holds the smaller lease.
+func (n *scenarioNode) lowered(rs map[string]rules.Rule, before map[leaseKey]heldLease) []leaseKey {
+	var ks []leaseKey
+	for k, l := range n.leases {
+		if b, ok := before[k]; ok && (l.held < b.held || l.next < b.next) {
+			ks = append(ks, k)
+		}
+	}
+	slices.SortFunc(ks, compareKeys)
+	return ks
+}
+
+// confirm builds the early report that says the node holds the leases of
+// keys: no usage, no demand counted, the leases held.
+func (n *scenarioNode) confirm(rs map[string]rules.Rule, now time.Time, keys []leaseKey) *allotpb.ReportRequest {
+	req := &allotpb.ReportRequest{
+		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: n.name, Incarnation: n.inc, Region: scenarioRegion,
+		SentUnixNano: now.UnixNano(), IntervalNano: int64(time.Second), RulesVersion: n.rulesVer, Urgent: true,
+	}
+	for _, sd := range n.demand {
+		r, ok := rs[sd.d.GetRule()]
+		if !ok {
+			continue
+		}
+		k := keyOf(r, sd.d.GetKey(), sd.d.GetTenant(), sd.d.GetPriority())
+		l := n.leases[k]
+		if l == nil || !slices.Contains(keys, k) {
+			continue
+		}
+		d := &allotpb.KeyDemand{Rule: sd.d.Rule, Key: sd.d.Key, Tenant: sd.d.Tenant, Plan: sd.d.Plan, Priority: sd.d.Priority,
+			Held: l.held, HeldEpoch: l.epoch, HeldSeq: l.seq}
+		if r.Algorithm.Windowed() {
+			d.NextHeld = l.next
+			d.WindowUnixNano = now.Truncate(r.Period).UnixNano()
+			if wc := n.committed[k]; wc != nil && wc.window == d.WindowUnixNano {
+				d.Committed = wc.count
+			}
+		}
+		req.Demand = append(req.Demand, d)
+	}
+	return req
+}
+
+// snapshot copies what the node holds.
+func (n *scenarioNode) snapshot() map[leaseKey]heldLease {
+	out := make(map[leaseKey]heldLease, len(n.leases))
+	for k, l := range n.leases {
+		out[k] = *l
+	}
+	return out
+}

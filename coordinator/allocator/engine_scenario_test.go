@@ -275,7 +275,16 @@ func (s *engineScenario) exchange(n *scenarioNode, leaving, lose bool) (*allotpb
 	if err != nil || lose {
 		return nil, err
 	}
+	before := n.snapshot()
 	n.apply(s.rules, req, resp)
+	// As an agent does, a node whose lease was lowered says at once, in
+	// an early report, that it holds the smaller one.
+	if keys := n.lowered(s.rules, before); len(keys) > 0 && !leaving {
+		creq := n.confirm(s.rules, s.now, keys)
+		if cresp, err := s.eng.Report(s.now, creq); err == nil {
+			n.apply(s.rules, creq, cresp)
+		}
+	}
 	return resp, nil
 }
 

@@ -19,9 +19,9 @@ type Folded struct {
 	// a demand that got no claim (no pool, a local rule) has none.
 	entries []foldedEntry
 	// stale is set when a pool the report touched must be divided again
-	// before the node's lease in it is answered: its claim is new, its
-	// demand moved, it asked for a top-up, or the pool holds room back
-	// since its last division. The answer then waits for the next round.
+	// before the node's lease in it is answered: its claim is new or
+	// coming back, its demand moved beyond the noise, or it asked for a
+	// top-up. The answer then waits for the next round.
 	stale bool
 }
 
@@ -140,23 +140,20 @@ func (a *Allocator) fold(req *allotpb.ReportRequest, now int64) *Folded {
 		// name) is always taken in: its last grant was its predecessor's.
 		back := cl.left != 0 || (cl.reported && cl.inc != inc)
 		topUp := urgent && (!p.contended || cl.est == 0 || back)
-		moved, dirty := false, p.dirty
+		moved := false
 		seen := sighting{inc: inc, now: now, interval: interval, urgent: urgent, leaving: leaving, learning: learning}
 		if !urgent || topUp {
 			before := cl.est
 			a.observe(p, cl, d, seen)
+			// Divided at the next round: in a window pool every grant
+			// includes what its node has spent in the window, which each
+			// report changes.
 			sh.markDirty(p)
 			// Demand that moved (beyond the estimator's noise band) is
 			// divided at the next round, and this answer waits for it:
 			// the node hears of its new share in this answer, not an
 			// interval later.
 			moved = math.Abs(cl.est-before) > a.est.Band*math.Max(before, cl.est)
-			// In a window pool every grant includes what its node has
-			// already spent in the window, which each report changes: a
-			// grant from the last round predates it, and could be less
-			// than the node has spent, leaving it stuck there for the
-			// window while its share went unused.
-			moved = moved || p.rule.Algorithm.Windowed()
 		} else if p.rule.Algorithm == algo.FixedWindow {
 			// What the node spent is a fact whatever its demand: a grant
 			// divided from a count an early report had outdated went
@@ -183,12 +180,17 @@ func (a *Allocator) fold(req *allotpb.ReportRequest, now int64) *Folded {
 				}
 			}
 		}
-		// A dirty pool holds room back (a decrease given up since its last
-		// division, increases the hand-over guard deferred): divided at
-		// the next round, the node hears of its share in this answer, not
-		// a round later. A leaving node is answered nothing; its share is
-		// freed at the next round.
-		if !leaving && (topUp || moved || cl.seq == 0 || dirty) {
+		// The answer waits for the next round when this report changed
+		// what the node should hold: a claim never divided, a top-up
+		// asked for, demand that moved beyond the noise, a claim coming
+		// back. Otherwise the last round's grant is answered at once:
+		// other nodes' reports since, and this one's small changes, reach
+		// the node at its next report. (Waiting at every report, every
+		// report of a contended pool and of every window pool waited for
+		// a round: at 100 gateways half the reports were answered after
+		// the agents' half-interval attempt had given up.) A leaving node
+		// is answered nothing; its share is freed at the next round.
+		if !leaving && (topUp || moved || back || cl.seq == 0) {
 			f.stale = true
 		}
 	}

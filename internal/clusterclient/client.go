@@ -160,12 +160,16 @@ func attemptContext(ctx context.Context, attemptsLeft int) (context.Context, con
 	if !ok || attemptsLeft <= 1 {
 		return context.WithCancel(ctx)
 	}
-	// Half of what is left, at least: the member tried first is most
-	// likely the leader, and a leader busy for a moment should not be
-	// given up on after a quarter of an interval; a member that is down
-	// refuses the connection at once, leaving the rest for the others.
+	// Three quarters of what is left, at least: the member tried first is
+	// most likely the leader, whose answer may wait for its next
+	// allocation round (up to a quarter of an interval) on top of the
+	// commit of the report's usage, and a leader busy for a moment should
+	// not be given up on (given half, half the reports of a 100-gateway
+	// fleet timed out at the leader, then went to a follower that pointed
+	// back to it). A member that is down refuses the connection at once,
+	// leaving the rest for the others.
 	left := time.Until(deadline)
-	return context.WithTimeout(ctx, max(left/time.Duration(attemptsLeft), left/2))
+	return context.WithTimeout(ctx, max(left/time.Duration(attemptsLeft), left*3/4))
 }
 
 // Close closes every connection.

@@ -63,6 +63,10 @@ type harness struct {
 	faultMu    sync.Mutex
 	faultSpans []faultSpan
 	logsOK     bool
+	// failedBy names each check that failed, in one line each, for the
+	// test's own error: a long run's log may reach a reader cut.
+	failedBy    []string
+	firstBadLog string
 }
 
 func newHarness(cfg config, out io.Writer) *harness {
@@ -183,6 +187,21 @@ func (h *harness) run(ctx context.Context) (*verdict, error) {
 	v := compare(got, led, rules)
 	h.report(got, v, rules, counts, envoysOK)
 	h.passed, h.anomalies = v.passWithin(h.lostAllowed) && envoysOK && got.stats.anomalies == 0 && (cfg.soak.duration == 0 || h.soakOK) && h.sinkPass(), got.stats.anomalies
+	for _, c := range []struct {
+		failed bool
+		why    string
+	}{
+		{v.lost.Cmp(h.lostAllowed) > 0, fmt.Sprintf("%s units lost, at most %s allowed", v.lost, h.lostAllowed)},
+		{v.double.Sign() != 0, fmt.Sprintf("%s units double-counted", v.double)},
+		{got.stats.anomalies > 0, fmt.Sprintf("%d answers the harness could not account for", got.stats.anomalies)},
+		{!envoysOK, "the Envoys' (RLQS) ledger check failed"},
+		{!h.sinkPass(), fmt.Sprintf("the sink's check failed: %s", strings.Join(h.sinkProblems, "; "))},
+		{cfg.soak.duration > 0 && !h.soakOK, "the soak's levels did not level off"},
+	} {
+		if c.failed {
+			h.failedBy = append(h.failedBy, c.why)
+		}
+	}
 	var wg sync.WaitGroup
 	defer h.fault("shutdown")() // the members stop together: each sees the others go
 	for _, co := range h.cl.Coords {
@@ -198,6 +217,7 @@ func (h *harness) run(ctx context.Context) (*verdict, error) {
 	wg.Wait()
 	if h.logsOK = h.checkLogs(h.cl.LogPaths()); !h.logsOK {
 		h.passed = false
+		h.failedBy = append(h.failedBy, "ERROR lines no fault explains, first: "+h.firstBadLog)
 		h.log.logf("RESULT: FAIL: the processes logged ERROR lines that no fault of the run explains (above)")
 	}
 	return v, nil

@@ -93,6 +93,9 @@ func (h *harness) checkLogs(paths []string) bool {
 		h.log.logf("reading the logs for ERROR lines: %v", err)
 		return false
 	}
+	if len(bad) > 0 {
+		h.firstBadLog = clip(bad[0].String(), 300)
+	}
 	for i, e := range bad {
 		if i == 20 {
 			h.log.logf("… and %d more unexpected ERROR lines", len(bad)-i)

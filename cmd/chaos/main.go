@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -186,6 +187,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "chaos:", err)
 		os.Exit(1)
 	case !h.passed:
+		fmt.Fprintln(os.Stderr, "chaos: FAIL:", strings.Join(h.failedBy, "; "))
 		os.Exit(1)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // module is cut from package paths in the tables.
@@ -40,6 +41,32 @@ type report struct {
 	pkgs   map[string]*outcome
 	tests  map[testKey]*outcome
 	walls  []step // each command's wall time
+	// why holds each failed test's last lines, repeated at the very end
+	// of the report: a long failure's cause is often its last line, and
+	// a log cut to its head and tail still shows it there.
+	why []failure
+}
+
+// failure is a failed test and the lines it ended with.
+type failure struct {
+	key  testKey
+	last []string
+}
+
+// lastLines is how many of a failed test's closing lines are repeated.
+const lastLines = 4
+
+func (r *report) failedWith(k testKey, lines []string) {
+	var last []string
+	for i := len(lines) - 1; i >= 0 && len(last) < lastLines; i-- {
+		l := strings.TrimRight(lines[i], "\n")
+		if strings.TrimSpace(l) == "" || strings.HasPrefix(strings.TrimSpace(l), "--- FAIL") {
+			continue
+		}
+		last = append(last, l)
+	}
+	slices.Reverse(last)
+	r.why = append(r.why, failure{k, last})
 }
 
 func newReport(w io.Writer) *report {
@@ -78,6 +105,7 @@ func (r *report) event(e event) {
 		case "fail":
 			o.fails++
 			r.text(strings.Join(r.output[k], ""))
+			r.failedWith(k, r.output[k])
 		case "skip":
 			o.skips++
 		}
@@ -109,6 +137,7 @@ func (r *report) packageEvent(e event) {
 			for k, lines := range r.output {
 				if k.pkg == e.Package {
 					r.text(strings.Join(lines, ""))
+					r.failedWith(k, lines)
 					delete(r.output, k)
 				}
 			}
@@ -174,7 +203,27 @@ func (r *report) summary(steps []step, slowest int, repeat bool) {
 		failed += o.fails
 		skipped += o.skips
 	}
+	if len(r.why) > 0 {
+		fmt.Fprintln(r.w, "── how each failed test ended (its last lines; the whole output is above) ──")
+		for _, f := range r.why {
+			fmt.Fprintf(r.w, "%s %s\n", strings.TrimPrefix(f.key.pkg, module), f.key.test)
+			for _, l := range f.last {
+				fmt.Fprintf(r.w, "    %s\n", clip(strings.TrimSpace(l), 400))
+			}
+		}
+	}
 	fmt.Fprintf(r.w, "tests: %d passed, %d failed, %d skipped\n", passed, failed, skipped)
+}
+
+// clip shortens s to n bytes (at a rune boundary), marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + " […]"
 }
 
 // repeats lists, for make test-repeat, every test and how many of its

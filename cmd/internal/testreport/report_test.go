@@ -47,6 +47,7 @@ func TestReport(t *testing.T) {
 		"seed 42: 645 admitted", "--- FAIL: TestBad", "panic: test timed out", "FAIL\tgithub.com/allot-io/allot/cmd/x",
 		"      9.0s  FAIL  cmd/x\n", "      1.0s  ok    algo\n", "     12.0s  install\n",
 		"   1 of    1 runs failed  cmd/x TestBad", "tests: 1 passed, 1 failed, 0 skipped\n",
+		"ended (its last lines; the whole output is above) ──\ncmd/x TestBad\n    bad_test.go:7: seed 42: 645 admitted\ncmd/x TestHung\n    panic: test timed out\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the report lacks %q:\n%s", want, got)

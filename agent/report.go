@@ -475,7 +475,7 @@ func (r *reporter) answered(resp *allotpb.ReportResponse, held []*hotKey, t0, t1
 	a := r.a
 	r.answeredCount.Add(1)
 	r.accepted()
-	a.clock.observe(t0, t1, resp.GetCoordinatorUnixNano())
+	a.clock.observe(t0, t1, resp.GetReceivedUnixNano(), resp.GetCoordinatorUnixNano())
 	now := a.clock.now()
 	r.lastOK = now
 	r.lastAnswer.Store(now)

@@ -58,6 +58,11 @@ type Status struct {
 	PendingBatches int `json:"pending_batches"`
 	// LastReport is when a coordinator last answered (zero: never).
 	LastReport time.Time `json:"last_report,omitzero"`
+	// ClockOffsetSeconds is what the agent adds to its clock to agree with
+	// the coordinators' (window boundaries and billing windows follow
+	// theirs), as the last answer showed: the gauge
+	// allot_agent_clock_offset_seconds.
+	ClockOffsetSeconds float64 `json:"clock_offset_seconds"`
 }
 
 // Status reports what the agent enforces and how it stands. It reads
@@ -96,5 +101,6 @@ func (a *Agent) Status() Status {
 			st.LastReport = time.Unix(0, t)
 		}
 	}
+	st.ClockOffsetSeconds = time.Duration(a.clock.offset.Load()).Seconds()
 	return st
 }

@@ -50,6 +50,10 @@ func (s *agentServer) Report(ctx context.Context, req *allotpb.ReportRequest) (*
 // credential for the report's node (an agent's), which a report this
 // coordinator makes for an Envoy stream (see rlqs.go) need not.
 func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, checkCaller bool) (resp *allotpb.ReportResponse, err error) {
+	// The agent takes the time the report spends here (its usage's commit,
+	// the wait for a round) out of the round trip before it estimates its
+	// clock's offset from ours: see received_unix_nano.
+	received := c.now().UnixNano()
 	if c.tracer != nil {
 		if span := trace.SpanFromContext(ctx); span.IsRecording() {
 			span.SetAttributes(tracing.Node.String(req.GetNode()), tracing.Region.String(req.GetRegion()),
@@ -89,7 +93,9 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 	}
 	if !c.intake.take(req.GetUrgent(), c.alloc.Knows(req.GetNode()), c.roundsBehind.Load()) {
 		c.metrics.reports.WithLabelValues("shed").Inc()
-		return c.shedAnswer(v, req, set), nil
+		resp := c.shedAnswer(v, req, set)
+		resp.ReceivedUnixNano = received
+		return resp, nil
 	}
 	defer c.intake.done()
 	if err := c.admitNode(v, req.GetNode()); err != nil {
@@ -170,7 +176,7 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 	}
 	resp = c.alloc.Reply(v, f, now, set, committed, acked)
 	c.metrics.leasesGranted.Add(float64(len(resp.GetLeases())))
-	resp.CoordinatorUnixNano = c.now().UnixNano()
+	resp.ReceivedUnixNano, resp.CoordinatorUnixNano = received, c.now().UnixNano()
 	resp.ShardMapVersion = max(resp.ShardMapVersion, c.homeMapVersion.Load())
 	c.metrics.reports.WithLabelValues("ok").Inc()
 	return resp, nil

@@ -661,8 +661,15 @@ type ReportResponse struct {
 	// leases and acknowledged nothing, which is as safe.
 	Shed           bool  `protobuf:"varint,18,opt,name=shed,proto3" json:"shed,omitempty"`
 	RetryAfterNano int64 `protobuf:"varint,19,opt,name=retry_after_nano,json=retryAfterNano,proto3" json:"retry_after_nano,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// received_unix_nano is the coordinator's clock when the report arrived.
+	// With coordinator_unix_nano it takes the time the coordinator held the
+	// report (committing its usage, waiting for the allocation round) out of
+	// the round trip, as NTP does, before the agent estimates its offset to
+	// the coordinators' clock. A coordinator that predates it leaves it 0:
+	// the agent takes the round trip's midpoint.
+	ReceivedUnixNano int64 `protobuf:"varint,20,opt,name=received_unix_nano,json=receivedUnixNano,proto3" json:"received_unix_nano,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ReportResponse) Reset() {
@@ -824,6 +831,13 @@ func (x *ReportResponse) GetShed() bool {
 func (x *ReportResponse) GetRetryAfterNano() int64 {
 	if x != nil {
 		return x.RetryAfterNano
+	}
+	return 0
+}
+
+func (x *ReportResponse) GetReceivedUnixNano() int64 {
+	if x != nil {
+		return x.ReceivedUnixNano
 	}
 	return 0
 }
@@ -1062,7 +1076,7 @@ const file_agent_proto_rawDesc = "" +
 	"\x05limit\x18\x10 \x01(\x03R\x05limit\x12\x1f\n" +
 	"\vperiod_nano\x18\x11 \x01(\x03R\n" +
 	"periodNano\x12\x14\n" +
-	"\x05burst\x18\x12 \x01(\x03R\x05burst\"\xf6\x05\n" +
+	"\x05burst\x18\x12 \x01(\x03R\x05burst\"\xa4\x06\n" +
 	"\x0eReportResponse\x125\n" +
 	"\bprotocol\x18\x01 \x01(\x0e2\x19.allot.v1.ProtocolVersionR\bprotocol\x12\x1b\n" +
 	"\tacked_seq\x18\x02 \x01(\x04R\backedSeq\x12\x14\n" +
@@ -1083,7 +1097,8 @@ const file_agent_proto_rawDesc = "" +
 	"\toverrides\x18\x10 \x01(\v2\x18.allot.v1.OverridesDeltaR\toverrides\x12-\n" +
 	"\x06resets\x18\x11 \x01(\v2\x15.allot.v1.ResetsDeltaR\x06resets\x12\x12\n" +
 	"\x04shed\x18\x12 \x01(\bR\x04shed\x12(\n" +
-	"\x10retry_after_nano\x18\x13 \x01(\x03R\x0eretryAfterNano\"\xaa\x02\n" +
+	"\x10retry_after_nano\x18\x13 \x01(\x03R\x0eretryAfterNano\x12,\n" +
+	"\x12received_unix_nano\x18\x14 \x01(\x03R\x10receivedUnixNano\"\xaa\x02\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x16\n" +

@@ -68,7 +68,7 @@ var outputNoise = []struct {
 	{regexp.MustCompile(`(/[^\s:;,"]+)+/b\.snap`), "b.snap"},
 	{regexp.MustCompile(` \(leader\)`), ""},                                             // whoever leads in this run
 	{regexp.MustCompile(`[A-Z][a-z]{2}, \d\d [A-Z][a-z]{2} \d{4} [0-9:]+ GMT`), "DATE"}, // HTTP Date headers
-	{regexp.MustCompile(`\d+`), "0"},
+	{regexp.MustCompile(`-?\d+(\.\d+)?([eE][-+]?\d+)?`), "0"},                           // numbers, of either sign, in any notation
 	{regexp.MustCompile(`[ \t]+`), " "},
 }
 

@@ -209,11 +209,12 @@ func (e *Engine) Submit(now time.Time, req *allotpb.ReportRequest, deliver func(
 
 // engineReport is a report the Engine took, until it is answered.
 type engineReport struct {
-	f       *Folded
-	view    *state.View // the state as the report reads it, as the leader's does
-	applied bool
-	acked   uint64
-	deliver func(time.Time, *allotpb.ReportResponse, error)
+	received time.Time // when it was submitted: the answer says so
+	f        *Folded
+	view     *state.View // the state as the report reads it, as the leader's does
+	applied  bool
+	acked    uint64
+	deliver  func(time.Time, *allotpb.ReportResponse, error)
 }
 
 // take validates a report, applies its usage and folds its demand in, as
@@ -228,7 +229,7 @@ func (e *Engine) take(now time.Time, req *allotpb.ReportRequest) (*engineReport,
 	if err := e.wrongGroup(req); err != nil {
 		return nil, err
 	}
-	x := &engineReport{}
+	x := &engineReport{received: now}
 	if b := req.GetUsage(); b != nil && b.GetSeq() > 0 {
 		// An engine runs no maintenance, so it forgets no incarnation
 		// and refuses no batch as stale (stale_before_unix_nano unset).
@@ -247,7 +248,9 @@ func (e *Engine) take(now time.Time, req *allotpb.ReportRequest) (*engineReport,
 
 // answer builds a taken report's answer at now.
 func (e *Engine) answer(now time.Time, x *engineReport) *allotpb.ReportResponse {
-	return e.alloc.Reply(x.view, x.f, now, e.settings(), x.applied, x.acked)
+	resp := e.alloc.Reply(x.view, x.f, now, e.settings(), x.applied, x.acked)
+	resp.ReceivedUnixNano = x.received.UnixNano()
+	return resp
 }
 
 // Round re-divides the allowances that changed, as the leader does every

@@ -157,3 +157,40 @@ func TestLostDecreaseStaysCounted(t *testing.T) {
 		t.Fatalf("with gw-a's answers arriving again, gw-b (half the demand) holds %.0f of 1,000", b.held)
 	}
 }
+
+// TestSubmitSaysWhenTheReportArrived: a report whose pool must be divided
+// first is answered at the next round, and the answer says both when the
+// report arrived and when it was answered, so the agent leaves the wait
+// out of its clock's offset (agent.TestClockObserve): with only the
+// answer's time, every agent's window boundaries moved early by half its
+// wait for the round.
+func TestSubmitSaysWhenTheReportArrived(t *testing.T) {
+	start := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	e := quotaEngine(t, algo.FixedWindow, 600, start)
+	arrived, round := start.Add(30*time.Millisecond), start.Add(250*time.Millisecond)
+	req := &allotpb.ReportRequest{
+		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: "a", Incarnation: 1, Region: "eu",
+		SentUnixNano: arrived.UnixNano(), IntervalNano: int64(time.Second),
+		Demand: []*allotpb.KeyDemand{{Rule: "quota", Key: "acme", Tenant: "acme", Admitted: 300, WindowUnixNano: start.UnixNano()}},
+	}
+	var got *allotpb.ReportResponse
+	var at time.Time
+	e.Submit(arrived, req, func(when time.Time, resp *allotpb.ReportResponse, err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, at = resp, when
+	})
+	if got != nil {
+		t.Fatal("a report of a new key was answered before the round divided its pool")
+	}
+	e.Round(round)
+	switch {
+	case got == nil:
+		t.Fatal("the round did not answer the report")
+	case !at.Equal(round) || got.GetCoordinatorUnixNano() != round.UnixNano():
+		t.Errorf("answered at %v (coordinator_unix_nano %d), want the round's %v", at, got.GetCoordinatorUnixNano(), round)
+	case got.GetReceivedUnixNano() != arrived.UnixNano():
+		t.Errorf("received_unix_nano %d, want when the report arrived, %d", got.GetReceivedUnixNano(), arrived.UnixNano())
+	}
+}

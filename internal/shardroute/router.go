@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/allot-io/allot/internal/shard"
 	allotpb "github.com/allot-io/allot/proto"
@@ -160,6 +161,10 @@ type exchange struct {
 	demand []int // indices in the reporter's request
 	resp   *allotpb.ReportResponse
 	err    error
+	// sent and done are when the exchange went and its answer came: the
+	// merged answer's clock readings are the home group's, moved by the
+	// time the report spent on the other groups (see merge).
+	sent, done time.Time
 }
 
 // Report carries one report: its usage and demand to the groups they
@@ -167,6 +172,7 @@ type exchange struct {
 func (r *Router) Report(ctx context.Context, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	start := time.Now()
 	r.refused = map[shard.Slot]uint64{}
 	var answered []*exchange
 	var firstErr, contentErr error
@@ -210,7 +216,27 @@ func (r *Router) Report(ctx context.Context, req *allotpb.ReportRequest) (*allot
 		}
 		return nil, firstErr
 	}
-	return r.merge(req, answered, demandLost), nil
+	out := r.merge(req, answered, demandLost)
+	r.stampClock(out, answered[0], start, time.Now())
+	return out, nil
+}
+
+// stampClock gives the merged answer the home group's clock readings
+// (answered[0] after merge: the home's exchange when it answered),
+// widened by the time the report spent before that exchange went and
+// after its answer came: the reporter takes the span between the two out
+// of its round trip before it estimates its clock's offset from the
+// coordinators' (received_unix_nano), and a wait on another group's
+// answer is no part of the network's delay either. Without it, a group
+// answering at its next allocation round after the home had put the
+// reporter's clock ahead by half that wait.
+func (r *Router) stampClock(out *allotpb.ReportResponse, x *exchange, start, end time.Time) {
+	resp := x.resp
+	out.CoordinatorUnixNano = resp.GetCoordinatorUnixNano()
+	if rcv := resp.GetReceivedUnixNano(); rcv > 0 && out.CoordinatorUnixNano > 0 {
+		out.ReceivedUnixNano = rcv - int64(x.sent.Sub(start))
+		out.CoordinatorUnixNano += int64(end.Sub(x.done))
+	}
 }
 
 func (r *Router) version() uint64 {
@@ -313,13 +339,18 @@ func rank(notHome bool) int {
 
 // send carries the exchanges to their groups at once.
 func (r *Router) send(ctx context.Context, xs []*exchange) {
+	one := func(x *exchange) {
+		x.sent = time.Now()
+		x.resp, x.err = x.lane.client.Report(ctx, x.req)
+		x.done = time.Now()
+	}
 	if len(xs) == 1 {
-		xs[0].resp, xs[0].err = xs[0].lane.client.Report(ctx, xs[0].req)
+		one(xs[0])
 		return
 	}
 	var wg sync.WaitGroup
 	for _, x := range xs {
-		wg.Go(func() { x.resp, x.err = x.lane.client.Report(ctx, x.req) })
+		wg.Go(func() { one(x) })
 	}
 	wg.Wait()
 }
@@ -436,7 +467,7 @@ func (r *Router) merge(req *allotpb.ReportRequest, answered []*exchange, demandL
 		resp := x.resp
 		if out == nil {
 			out = &allotpb.ReportResponse{
-				Protocol: resp.GetProtocol(), Epoch: resp.GetEpoch(), CoordinatorUnixNano: resp.GetCoordinatorUnixNano(),
+				Protocol: resp.GetProtocol(), Epoch: resp.GetEpoch(),
 				RulesVersion: resp.GetRulesVersion(), Rules: resp.GetRules(), ReportIntervalNano: resp.GetReportIntervalNano(),
 				LeaseTtlNano: resp.GetLeaseTtlNano(), BillingWindowNano: resp.GetBillingWindowNano(),
 				Group: resp.GetGroup(), ShardMapVersion: resp.GetShardMapVersion(),

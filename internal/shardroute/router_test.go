@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/allot-io/allot/internal/shard"
 	allotpb "github.com/allot-io/allot/proto"
@@ -26,6 +27,11 @@ type group struct {
 	// leader that committed and died before answering.
 	applyThenFail bool
 	version       uint64
+	// clock is the received and answered times its answers carry.
+	clock [2]int64
+	// after holds its answer until closed; answered is closed when it
+	// first answers.
+	after, answered chan struct{}
 }
 
 func (g *group) Learn([]string) {}
@@ -61,7 +67,15 @@ func (g *group) Report(_ context.Context, req *allotpb.ReportRequest) (*allotpb.
 		g.applyThenFail = false
 		return nil, status.Error(codes.Unavailable, "leader died after commit")
 	}
-	return &allotpb.ReportResponse{AckedSeq: g.lastSeq, Group: g.id, ShardMapVersion: g.version, RenewUnixNano: 1}, nil
+	if g.after != nil {
+		<-g.after
+	}
+	if g.answered != nil {
+		close(g.answered)
+		g.answered = nil
+	}
+	return &allotpb.ReportResponse{AckedSeq: g.lastSeq, Group: g.id, ShardMapVersion: g.version, RenewUnixNano: 1,
+		ReceivedUnixNano: g.clock[0], CoordinatorUnixNano: g.clock[1]}, nil
 }
 
 // region is a home group and g1, with a map that can send tenant "b"
@@ -194,5 +208,42 @@ func TestRouterTranslatesRefusals(t *testing.T) {
 	}
 	if status.Code(err) != codes.InvalidArgument || field != "usage.counts[2].tenant" {
 		t.Fatalf("refusal %v naming %q, want INVALID_ARGUMENT naming usage.counts[2].tenant", err, field)
+	}
+}
+
+// TestRouterClockSpansTheWholeReport: the answer the reporter gets says
+// when its report arrived and when it was answered, as the home group's
+// did, widened by the time the report spent elsewhere: a first exchange
+// the home refused as moved, and the wait for another group's answer
+// after the home's came. The reporter takes that span out of its round
+// trip before it estimates its clock's offset; before the router carried
+// received_unix_nano at all, every agent's clock ran ahead of the
+// coordinators' by half the leader's wait for its allocation round.
+func TestRouterClockSpansTheWholeReport(t *testing.T) {
+	r, rt := newRegion(t)
+	r.moveB(t) // the router learns it from the home's refusal
+	const received, hold = int64(1_000_000_000), int64(200_000_000)
+	r.home.clock = [2]int64{received, received + hold}
+	homeAnswered := make(chan struct{})
+	r.home.answered, r.g1.after = homeAnswered, homeAnswered // g1 answers after the home
+	start := time.Now()
+	resp, err := rt.Report(context.Background(), batch(1, count("a", 1), count("b", 2)))
+	elapsed := time.Since(start)
+	if err != nil || resp.GetAckedSeq() != 1 {
+		t.Fatalf("report: %v, acked %d", err, resp.GetAckedSeq())
+	}
+	if r.home.applied["a"] != 1 || r.g1.applied["b"] != 2 {
+		t.Fatalf("home %v, g1 %v; want a at home and b at g1", r.home.applied, r.g1.applied)
+	}
+	gotReceived, gotAnswered := resp.GetReceivedUnixNano(), resp.GetCoordinatorUnixNano()
+	switch {
+	case gotReceived == 0:
+		t.Fatal("the merged answer does not say when the report arrived")
+	case gotReceived > received:
+		t.Errorf("received %d, after the home's %d: the refused first exchange is left in the round trip", gotReceived, received)
+	case gotAnswered <= received+hold:
+		t.Errorf("answered %d, want later than the home's %d: g1 answered after it", gotAnswered, received+hold)
+	case gotAnswered-gotReceived > hold+int64(elapsed):
+		t.Errorf("the span %v is longer than the home's hold and the whole call (%v)", time.Duration(gotAnswered-gotReceived), elapsed)
 	}
 }

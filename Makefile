@@ -74,8 +74,8 @@ test-bins:
 # set (a go test -run pattern over REPEAT_PKGS); the demo's checks run
 # REPEAT times after, without the race detector, unless REPEAT_DEMO=0.
 REPEAT       ?= 10
-REPEAT_TESTS ?= ^(TestRegionsProcess|TestShardsProcess|TestRegionsDemo|TestTierClustersReportEarly|TestClusterRestartCatchesUp|TestStripedConcurrentExact|TestSettleBillsTheSettledCost|TestResetRestoresQuota|TestImportBounds)$$
-REPEAT_PKGS  ?= ./cmd/allot ./coordinator ./agent ./algo ./lease/rules/envoyconf
+REPEAT_TESTS ?= ^(TestAccuracyShort|TestRegionsProcess|TestShardsProcess|TestRegionsDemo|TestTierClustersReportEarly|TestClusterRestartCatchesUp|TestStripedConcurrentExact|TestSettleBillsTheSettledCost|TestResetRestoresQuota|TestImportBounds)$$
+REPEAT_PKGS  ?= ./cmd/accuracy ./cmd/allot ./coordinator ./agent ./algo ./lease/rules/envoyconf
 REPEAT_DEMO  ?= $(REPEAT)
 test-repeat: test-bins
 	@if [ "$(REPEAT_DEMO)" -gt 0 ]; then demo="$(GO) test -count=$(REPEAT_DEMO) -json -run ^TestDemoChecks$$ ./cmd/allot"; else demo=; fi; \

@@ -26,8 +26,14 @@ func shortConfig() config {
 // TestAccuracyShort runs real allot processes and asserts what they meet
 // reliably, with a margin: measured on this 2-core machine, worst 100.3%
 // and average 100.0% for both quotas (docs/accuracy.md, "Real
-// processes"). It asserts worst ≤ 105% (the target; 4.7 points of margin)
-// and average ≥ 99% (0.5 points under the 99.5% target: under `go test
+// processes"), and worst 100.0–100.3% with stress-ng --cpu 2 beside it.
+// It asserts worst ≤ 105%: the hand-over guard keeps a window's leases
+// within the limit plus the quota's 5% tolerance, which bounds what the
+// window admits as long as every sidecar changes windows when the
+// coordinators do. It failed in CI at 107.3% when the sidecars' clocks
+// ran up to 125 ms ahead (half the leader's wait for its allocation
+// round, taken for network delay: agent.TestClockObserve). It asserts
+// average ≥ 99% (0.5 points under the 99.5% target: under `go test
 // ./...` other packages' tests share the cores with the fleet).
 func TestAccuracyShort(t *testing.T) {
 	if testing.Short() {

@@ -163,7 +163,7 @@ type exchange struct {
 	err    error
 	// sent and done are when the exchange went and its answer came: the
 	// merged answer's clock readings are the home group's, moved by the
-	// time the report spent on the other groups (see merge).
+	// time the report spent on the other groups (see stampClock).
 	sent, done time.Time
 }
 

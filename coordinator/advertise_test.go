@@ -2,32 +2,29 @@ package coordinator
 
 import (
 	"errors"
-	"github.com/allot-io/allot/internal/testwait"
-	"net"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/allot-io/allot/internal/loopback"
+	"github.com/allot-io/allot/internal/testwait"
 )
 
-// freePort returns a loopback port that was free a moment ago.
-// freePorts are n distinct loopback ports, free when picked: every
-// listener stays open until all are picked, so that none is handed out
-// twice (freePort called n times may return a port again).
+// freePorts are n distinct loopback ports, free when picked, below the
+// kernel's ephemeral range: a member stopped and started again on its
+// port must not find it taken by an outgoing connection meanwhile
+// (TestRecoverLostQuorum did: "bind: address already in use").
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
-	ports := make([]int, n)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		ports[i] = l.Addr().(*net.TCPAddr).Port
+	ports, err := loopback.Ports(n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return ports
 }
 
+// freePort is one loopback port, as freePorts picks them.
 func freePort(t *testing.T) int {
 	t.Helper()
 	return freePorts(t, 1)[0]

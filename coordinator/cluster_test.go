@@ -31,9 +31,13 @@ func testConfig(t *testing.T, id, dir string) Config {
 	if os.Getenv("ALLOT_TEST_LOG") != "" {
 		level = hclog.Debug
 	}
+	// Ports by number, below the ephemeral range (freePorts): a member a
+	// test stops and starts again keeps its addresses.
+	ports := freePorts(t, 3)
+	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
 	return Config{
 		NodeID: id, DataDir: dir, Region: "eu-west",
-		RaftAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		RaftAddr: addr(0), GRPCAddr: addr(1), HTTPAddr: addr(2),
 		ReportInterval: 200 * time.Millisecond, ApplyWindow: 5 * time.Millisecond,
 		HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
 		Logger: hclog.New(&hclog.LoggerOptions{Name: id, Level: level}),

@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/allot-io/allot/cmd/internal/spawn"
+	"github.com/allot-io/allot/internal/loopback"
 )
 
 // tokenBucket is the usual Redis token bucket in Lua: one key's tokens and
@@ -44,7 +44,7 @@ func startRedis(ctx context.Context, dir string) (*redisServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis-server is not installed (make bench-peers installs it from Debian): %w", err)
 	}
-	ports, err := spawn.LoopbackPorts(1)
+	ports, err := loopback.Ports(1)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/agent/sidecarclient"
 	"github.com/allot-io/allot/cmd/internal/spawn"
+	"github.com/allot-io/allot/internal/loopback"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -40,7 +41,7 @@ func startSidecar(ctx context.Context, bin, dir string, rules int) (*sidecar, er
 	if err := os.WriteFile(path, []byte(rulesYAML(rules)), 0o600); err != nil {
 		return nil, err
 	}
-	ports, err := spawn.LoopbackPorts(3)
+	ports, err := loopback.Ports(3)
 	if err != nil {
 		return nil, err
 	}

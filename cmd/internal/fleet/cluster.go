@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/allot-io/allot/cmd/internal/spawn"
+	"github.com/allot-io/allot/internal/loopback"
 )
 
 // Coordinator is one `allot coordinator` member.
@@ -119,7 +119,7 @@ func New(o Options) (*Cluster, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o700); err != nil {
 		return nil, fmt.Errorf("making the log directory: %w", err)
 	}
-	ports, err := spawn.LoopbackPorts(3*members + gateways)
+	ports, err := loopback.Ports(3*members + gateways)
 	if err != nil {
 		return nil, fmt.Errorf("picking ports: %w", err)
 	}

@@ -128,6 +128,7 @@ func TestTierClustersReportEarly(t *testing.T) {
 	// its intervals is not present.
 	parent := cluster(t, 1, func(c *Config) { c.Global, c.Region, c.ReportInterval = true, "global", interval })[0]
 	putRules(t, parent, rule)
+	begin := time.Now()
 	var mu sync.Mutex
 	rates := map[string]float64{} // a second's demand, per region
 	held := map[string]float64{}
@@ -152,9 +153,15 @@ func TestTierClustersReportEarly(t *testing.T) {
 				if err == nil {
 					for _, l := range resp.GetLeases() {
 						mu.Lock()
+						changed := held[name] != l.GetLimit()
 						held[name] = l.GetLimit()
 						mu.Unlock()
+						if changed { // the story a failure tells
+							t.Logf("%s: %s holds %.1f", time.Since(begin).Round(time.Millisecond), name, l.GetLimit())
+						}
 					}
+				} else {
+					t.Logf("%s: %s's report: %v", time.Since(begin).Round(time.Millisecond), name, err)
 				}
 				select {
 				case <-ctx.Done():

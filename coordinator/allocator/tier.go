@@ -37,11 +37,12 @@ type parentLeases struct {
 	mu sync.Mutex
 	m  map[poolKey]*parentLease
 	// told is, per key, the demand last reported to the parent (per
-	// period); lastEarly is when the last early report went, and
-	// followUntil until when keys whose demand outruns their lease are
-	// reported early again (ns; see EarlyDemand, tierearly.go).
-	told                   map[poolKey]float64
-	lastEarly, followUntil int64
+	// period); lastEarly is when the last early report went, followUntil
+	// until when keys whose demand outruns their lease are reported early
+	// again, and releaseUntil until when keys leased well above their
+	// demand are (ns; see EarlyDemand, tierearly.go).
+	told                                 map[poolKey]float64
+	lastEarly, followUntil, releaseUntil int64
 	// confirm is set when a lease was lowered and not reported held yet:
 	// the next early check sends it, however soon after the last.
 	confirm bool
@@ -53,7 +54,7 @@ func (l *parentLeases) reset() {
 	defer l.mu.Unlock()
 	clear(l.m)
 	clear(l.told)
-	l.lastEarly, l.followUntil, l.confirm = 0, 0, false
+	l.lastEarly, l.followUntil, l.releaseUntil, l.confirm = 0, 0, 0, false
 }
 
 // ResetParent forgets the leases from the parent and what was reported

@@ -237,9 +237,12 @@ func TestTierParentFailover(t *testing.T) {
 // ahead of its interval only when the key's demand moved: when it outgrew
 // the region's lease (and then at every check for an interval, while it
 // still outruns the lease, to collect the increase as other regions
-// confirm their decreases), or when it fell away (and then once more, to
-// confirm the lower lease it was answered with). Steady demand, over the
-// quota or under it, and small moves wait for the regular report.
+// confirm their decreases), or when it fell away (then once more, to
+// confirm the lower lease it was answered with, and at every check for
+// the rest of the interval while it is leased well above its demand, to
+// collect a decrease the parent makes when another region asks). Steady
+// demand, over the quota or under it, and small moves wait for the
+// regular report.
 func TestTierEarlyReports(t *testing.T) {
 	const checks = 2 * earlyChecks // a check apart: two parent intervals
 	for _, tc := range []struct {
@@ -254,9 +257,11 @@ func TestTierEarlyReports(t *testing.T) {
 		{"a rise within the lease", 100, 400, 0},
 		{"demand outgrows the lease", 100, 2000, earlyChecks}, // then followed for an interval
 		// The decrease, then the report that the region holds the lower
-		// lease the parent answered it with: the parent counts the
-		// larger one until then.
-		{"demand falls away", 2000, 0, 2},
+		// lease the parent answered it with (the parent counts the
+		// larger one until then), then one a check for the rest of the
+		// interval: alone, us keeps half the quota as headroom, well
+		// above its demand of nothing.
+		{"demand falls away", 2000, 0, earlyChecks},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t, 900)

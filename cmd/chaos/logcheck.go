@@ -24,27 +24,40 @@ const faultGrace = 15 * time.Second
 // newer.
 var raftPeerDown = regexp.MustCompile(`\[ERROR\] +allot\.raft: (failed to (decode incoming command|make requestVote RPC|appendEntries to|heartbeat to|pipeline appendEntries|start pipeline replication to|send snapshot to|flush response)|peer has newer term, stopping replication)`)
 
+// raftRejoined is what Raft logs at ERROR when a member comes back: one
+// whose log was lost or replaced (a lost or damaged disk, a fresh member
+// added to a recovered one) is first asked for from index 1, which the
+// leader has compacted into a snapshot, and is sent the snapshot instead;
+// and a member restarted from its snapshot may find, when its snapshot
+// timer fires, nothing applied since.
+var raftRejoined = regexp.MustCompile(`allot\.raft: (failed to get log: index=1 error="log not found"|failed to take snapshot: error="nothing new to snapshot")`)
+
 // faultErrors are, by kind of fault, the ERROR lines it may cause. The
 // faults that stop a member (a SIGKILL or SIGSTOP, the whole cluster
 // down, a member's disk damaged or lost) cause Raft's; the storage
 // faults, what Raft says of the damage itself; the others, none: a sink
 // stopped or frozen, hostile input, forged reports and a flood of
 // tenants are met with WARN at most.
+//
+// Every fault that brings a member back (from its snapshot, or with its
+// log lost or replaced) causes raftRejoined's: `make chaos` failed on them
+// after its leader kills, damaged stores and lost disk, though the ledger
+// and the sink were exact.
 var faultErrors = map[string][]*regexp.Regexp{
-	"leader-kill":      {raftPeerDown},
+	"leader-kill":      {raftPeerDown, raftRejoined},
 	"leader-pause":     {raftPeerDown},
-	"outage":           {raftPeerDown},
-	"restart-member":   {raftPeerDown},
-	"sink-kill-mid-tx": {raftPeerDown}, // the exporting leader is SIGKILLed
-	"damaged-store":    {raftPeerDown},
-	"damaged-snapshot": {raftPeerDown, regexp.MustCompile(`allot\.raft: (CRC checksum failed|failed to open snapshot: .*CRC mismatch)`)},
-	"lost-disk":        {raftPeerDown},
+	"outage":           {raftPeerDown, raftRejoined},
+	"restart-member":   {raftPeerDown, raftRejoined},
+	"sink-kill-mid-tx": {raftPeerDown, raftRejoined}, // the exporting leader is SIGKILLed
+	"damaged-store":    {raftPeerDown, raftRejoined},
+	"damaged-snapshot": {raftPeerDown, raftRejoined, regexp.MustCompile(`allot\.raft: (CRC checksum failed|failed to open snapshot: .*CRC mismatch)`)},
+	"lost-disk":        {raftPeerDown, raftRejoined},
 	"shutdown":         {raftPeerDown},
-	"disk-full":        {raftPeerDown, regexp.MustCompile(`allot\.raft: failed to .*no space left on device`)},
+	"disk-full":        {raftPeerDown, raftRejoined, regexp.MustCompile(`allot\.raft: failed to .*no space left on device`)},
 	// The recovered member's log starts after a snapshot: the fresh
 	// members it adds are sent the snapshot, not index 1; and a snapshot
 	// it is due may find nothing applied since the one recovery wrote.
-	"lost-quorum": {raftPeerDown, regexp.MustCompile(`allot\.raft: (failed to get log: index=1 error="log not found"|failed to take snapshot: error="nothing new to snapshot")`)},
+	"lost-quorum": {raftPeerDown, raftRejoined},
 }
 
 // faultSpan is one fault the harness made: from when it began until it

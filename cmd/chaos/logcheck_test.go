@@ -8,9 +8,10 @@ import (
 	"time"
 )
 
-// TestCheckLogs: Raft failing to reach a peer is explained during a
-// leader kill and its grace, not before it nor by a fault that stops no
-// member; any other ERROR is never explained.
+// TestCheckLogs: Raft failing to reach a peer, and a member back from its
+// snapshot finding nothing new to snapshot, are explained during a leader
+// kill and its grace, not before it nor by a fault that stops no member;
+// any other ERROR is never explained.
 func TestCheckLogs(t *testing.T) {
 	out := &strings.Builder{}
 	h := newHarness(defaultConfig(), out)
@@ -21,11 +22,14 @@ func TestCheckLogs(t *testing.T) {
 	}
 	peer := ` [ERROR] allot.raft: failed to heartbeat to: peer=127.0.0.1:19223 backoff time=10ms error="dial tcp 127.0.0.1:19223: connect: connection refused"`
 	at := func(d time.Duration) string { return t0.Add(d).Format(time.RFC3339Nano) }
+	snapshot := ` [ERROR] allot.raft: failed to take snapshot: error="nothing new to snapshot"`
 	log := strings.Join([]string{
-		at(12*time.Second) + peer, // in the kill: explained
-		at(25*time.Second) + peer, // in its grace: explained
-		at(5*time.Second) + peer,  // before it
-		at(65*time.Second) + peer, // a sink fault stops no member
+		at(12*time.Second) + peer,     // in the kill: explained
+		at(25*time.Second) + peer,     // in its grace: explained
+		at(16*time.Second) + snapshot, // the killed member back from its snapshot: explained
+		at(5*time.Second) + peer,      // before it
+		at(65*time.Second) + peer,     // a sink fault stops no member
+		at(66*time.Second) + snapshot, // nor brings one back
 		at(12*time.Second) + ` [ERROR] allot.gw-1: the rule's algorithm refused a limit; the old one is still enforced and reported`,
 	}, "\n") + "\n"
 	path := filepath.Join(t.TempDir(), "c1.log")
@@ -36,10 +40,10 @@ func TestCheckLogs(t *testing.T) {
 		t.Fatal("checkLogs passed logs with unexplained ERROR lines")
 	}
 	got := out.String()
-	if n := strings.Count(got, "unexpected ERROR:"); n != 3 {
-		t.Errorf("%d unexpected ERROR lines reported, want 3:\n%s", n, got)
+	if n := strings.Count(got, "unexpected ERROR:"); n != 4 {
+		t.Errorf("%d unexpected ERROR lines reported, want 4:\n%s", n, got)
 	}
-	for _, want := range []string{at(5 * time.Second), at(65 * time.Second), "refused a limit"} {
+	for _, want := range []string{at(5 * time.Second), at(65 * time.Second), at(66 * time.Second), "refused a limit"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("not reported: %s\n%s", want, got)
 		}

@@ -114,6 +114,10 @@ func (c *clock) local() int64 {
 // now is the coordinators' time as the agent estimates it.
 func (c *clock) now() int64 { return c.local() + c.offset.Load() }
 
+// offsetSeconds is the offset to the coordinators' clock, as the gauge
+// allot_agent_clock_offset_seconds and Status show it.
+func (c *clock) offsetSeconds() float64 { return time.Duration(c.offset.Load()).Seconds() }
+
 // observe folds in one exchange: the agent's clock when it sent (t0) and
 // received (t1), and the coordinator's when the report arrived (received)
 // and when it answered (answered). As in NTP, the time the coordinator

@@ -8,6 +8,17 @@ import (
 // TestClockObserve: the offset to the coordinators' clock leaves out the
 // time the coordinator held the report, so a leader that answers at its
 // next allocation round does not move the agent's window boundaries.
+//
+// The wants follow from the exchange the test builds: the report leaves
+// at sent, arrives at received = sent + there + ahead (the coordinator's
+// clock), is answered at answered = received + held and gets back at
+// got = sent + there + held + back. So
+//
+//	((received − sent) + (answered − got)) ÷ 2 = ahead + (there − back) ÷ 2
+//
+// whatever held is: exactly ahead when the delays are even, off by half
+// their difference otherwise; and the midpoint, answered − (sent + got) ÷ 2
+// = ahead + (there + held − back) ÷ 2, is off by half the hold too.
 func TestClockObserve(t *testing.T) {
 	const (
 		ms   = int64(time.Millisecond)
@@ -21,18 +32,18 @@ func TestClockObserve(t *testing.T) {
 		swapped               bool // received after answered: nonsense, read as absent
 		want                  int64
 	}{
-		{name: "same clock, answered at once", there: 2 * ms, back: 2 * ms, want: 0},
+		{name: "same clock, answered at once", there: 2 * ms, back: 2 * ms, want: 0}, // ahead 0, even delays
 		// The answer waited 240 ms for a round: the midpoint would put the
 		// coordinator 120 ms ahead.
-		{name: "same clock, answer held for a round", there: 2 * ms, held: 240 * ms, back: 2 * ms, want: 0},
-		{name: "coordinator 5 s ahead, held", ahead: 5000 * ms, there: 3 * ms, held: 180 * ms, back: 3 * ms, want: 5000 * ms},
-		{name: "coordinator 2 s behind, held", ahead: -2000 * ms, there: 1 * ms, held: 90 * ms, back: 1 * ms, want: -2000 * ms},
+		{name: "same clock, answer held for a round", there: 2 * ms, held: 240 * ms, back: 2 * ms, want: 0},                     // ahead 0, even delays
+		{name: "coordinator 5 s ahead, held", ahead: 5000 * ms, there: 3 * ms, held: 180 * ms, back: 3 * ms, want: 5000 * ms},   // = ahead: even delays
+		{name: "coordinator 2 s behind, held", ahead: -2000 * ms, there: 1 * ms, held: 90 * ms, back: 1 * ms, want: -2000 * ms}, // = ahead: even delays
 		// Uneven delays: off by half their difference, as in NTP.
-		{name: "uneven delays", there: 10 * ms, held: 50 * ms, back: 2 * ms, want: 4 * ms},
+		{name: "uneven delays", there: 10 * ms, held: 50 * ms, back: 2 * ms, want: 4 * ms}, // 0 + (10 − 2) ÷ 2
 		// A coordinator that predates received_unix_nano: the midpoint,
 		// off by half the hold.
-		{name: "no received time", there: 2 * ms, held: 100 * ms, back: 2 * ms, noReceived: true, want: 50 * ms},
-		{name: "received after answered", there: 2 * ms, held: 100 * ms, back: 2 * ms, swapped: true, want: 50 * ms},
+		{name: "no received time", there: 2 * ms, held: 100 * ms, back: 2 * ms, noReceived: true, want: 50 * ms},     // 0 + (2 + 100 − 2) ÷ 2
+		{name: "received after answered", there: 2 * ms, held: 100 * ms, back: 2 * ms, swapped: true, want: 50 * ms}, // the midpoint, as above
 		{name: "no answer time", wantNoObs: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -104,7 +104,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	a := c.a
-	ch <- prometheus.MustNewConstMetric(descOffset, prometheus.GaugeValue, time.Duration(a.clock.offset.Load()).Seconds())
+	ch <- prometheus.MustNewConstMetric(descOffset, prometheus.GaugeValue, a.clock.offsetSeconds())
 	ch <- prometheus.MustNewConstMetric(descNodes, prometheus.GaugeValue, float64(a.nodes.Load()))
 	ch <- prometheus.MustNewConstMetric(descInvalid, prometheus.CounterValue, float64(a.invalid.Load()))
 	ch <- prometheus.MustNewConstMetric(descPeeks, prometheus.CounterValue, float64(a.peeks[0].Load()), "admitted")

@@ -101,6 +101,6 @@ func (a *Agent) Status() Status {
 			st.LastReport = time.Unix(0, t)
 		}
 	}
-	st.ClockOffsetSeconds = time.Duration(a.clock.offset.Load()).Seconds()
+	st.ClockOffsetSeconds = a.clock.offsetSeconds()
 	return st
 }

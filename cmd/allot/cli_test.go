@@ -23,6 +23,7 @@ import (
 	"github.com/allot-io/allot/agent/sidecar"
 	"github.com/allot-io/allot/cmd/internal/fleet"
 	"github.com/allot-io/allot/internal/auth"
+	"github.com/allot-io/allot/internal/loopback"
 )
 
 // The tests in this file run the allot binary as a user does. It is built
@@ -183,18 +184,20 @@ func (p *process) stop(t *testing.T) {
 	}
 }
 
-// loopbackAddrs picks n distinct free loopback addresses, holding every
-// listener until all are picked so that none is handed out twice.
+// loopbackAddrs picks n distinct free loopback addresses for the
+// processes a test starts, below the kernel's ephemeral range: a port
+// from that range can be taken by any test's outgoing connection between
+// being picked here and the process binding it (TestAPIDocExamples' c2
+// in CI).
 func loopbackAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	var addrs []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		addrs = append(addrs, l.Addr().String())
+	ports, err := loopback.Ports(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := make([]string, n)
+	for i, p := range ports {
+		addrs[i] = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 	}
 	return addrs
 }

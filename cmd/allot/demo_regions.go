@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/coordinator"
+	"github.com/allot-io/allot/internal/loopback"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
@@ -108,16 +110,12 @@ func (d *regionsDemo) start(ctx context.Context) error {
 
 // cluster starts a one-member cluster, a parent when parent is nil.
 func (d *regionsDemo) cluster(ctx context.Context, id, region string, parent []string) (*coordinator.Coordinator, error) {
-	addr := func() string {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return "127.0.0.1:0"
-		}
-		defer l.Close()
-		return l.Addr().String()
+	ports, err := loopback.Ports(1)
+	if err != nil {
+		return nil, fmt.Errorf("starting the %s cluster: %w", id, err)
 	}
 	c, err := coordinator.New(coordinator.Config{NodeID: id, DataDir: d.dir + "/" + id, Region: region, Bootstrap: true,
-		RaftAddr: addr(), GRPCAddr: "127.0.0.1:0", ReportInterval: 200 * time.Millisecond, BillingWindow: time.Minute,
+		RaftAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), GRPCAddr: "127.0.0.1:0", ReportInterval: 200 * time.Millisecond, BillingWindow: time.Minute,
 		Global: parent == nil, Parent: parent, ParentInterval: 400 * time.Millisecond, Logger: d.log.Named(id)})
 	if err != nil {
 		return nil, fmt.Errorf("starting the %s cluster: %w", id, err)

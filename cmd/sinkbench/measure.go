@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/internal/loopback"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -55,7 +56,12 @@ func measure(ctx context.Context, cfg config, bin, dir, dsn string, out io.Write
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	grpcAddr, httpAddr, raftAddr := freeAddr(), freeAddr(), freeAddr()
+	ports, err := loopback.Ports(3)
+	if err != nil {
+		return nil, err
+	}
+	addr := func(i int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[i])) }
+	grpcAddr, httpAddr, raftAddr := addr(0), addr(1), addr(2)
 	args := []string{"coordinator", "--node-id", "c1", "--data-dir", filepath.Join(dir, "data"), "--bootstrap",
 		"--grpc-addr", grpcAddr, "--http-addr", httpAddr, "--raft-addr", raftAddr,
 		"--billing-window", "1s", "--agent-timeout", "3s",
@@ -273,15 +279,6 @@ func scrape(url string) (map[string]float64, error) {
 		}
 	}
 	return out, sc.Err()
-}
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // generator reports a line for every tenant × rule in every one-second

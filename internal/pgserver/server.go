@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -18,6 +17,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/allot-io/allot/internal/loopback"
 )
 
 // Superuser is the role initdb makes and every DSN connects as.
@@ -241,14 +242,15 @@ func serverEnv() []string {
 	return env
 }
 
-// freePort asks the kernel for a free loopback port.
+// freePort picks a free loopback port below the kernel's ephemeral
+// range: a server stopped for an outage starts again on the port it had,
+// which an outgoing connection made meanwhile could otherwise hold.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := loopback.Ports(1)
 	if err != nil {
 		return 0, fmt.Errorf("pgserver: finding a free port: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports[0], nil
 }
 
 // errExited is a postmaster that exited before accepting connections.

@@ -440,8 +440,14 @@ func (r *reporter) shutdown(ctx context.Context) error {
 	if len(r.pending) > 0 || len(r.acc) > 0 {
 		return fmt.Errorf("usage not reported before the deadline (%v): %w", lastErr, ctx.Err())
 	}
-	// Release every lease, so the fleet gets this node's share at once.
-	req, held := r.request(a.rules.Load(), a.clock.now(), false, true)
+	// Release every lease, so the fleet gets this node's share at once,
+	// and say that this incarnation's usage ends here: its last batch,
+	// empty, lets the billing windows it reported in become final when
+	// they end, not --agent-timeout later.
+	now := a.clock.now()
+	req, held := r.request(a.rules.Load(), now, false, true)
+	r.seq++
+	req.Usage = &allotpb.UsageBatch{Seq: r.seq, CutUnixNano: now, Last: true}
 	x := &Exchange{Request: req, held: held, sent: a.clock.local()}
 	r.splitDemand(x)
 	for part := x; part != nil && ctx.Err() == nil; part = part.next {

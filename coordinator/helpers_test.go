@@ -53,7 +53,11 @@ func dumpState(s *state.State) string {
 		lines = append(lines, fmt.Sprintf("member %s %s", m.GetId(), m))
 	}
 	for _, r := range s.Runs() {
-		lines = append(lines, fmt.Sprintf("inc %s/%d %d %d %d", r.Node, r.Incarnation, r.LastSeq, r.LastApplied, r.LastCut))
+		line := fmt.Sprintf("inc %s/%d %d %d %d", r.Node, r.Incarnation, r.LastSeq, r.LastApplied, r.LastCut)
+		if r.Left {
+			line += " left"
+		}
+		lines = append(lines, line)
 	}
 	lines = append(lines, dumpLedger(s)...)
 	for _, w := range s.OpenWindows() {

@@ -275,7 +275,14 @@ type UsageBatch struct {
 	// cut_unix_nano is when the agent closed the batch, on the coordinator's
 	// clock as the agent estimates it: the batch holds all usage before it.
 	// It lets the coordinator tell when a billing window is complete.
-	CutUnixNano   int64 `protobuf:"varint,3,opt,name=cut_unix_nano,json=cutUnixNano,proto3" json:"cut_unix_nano,omitempty"`
+	CutUnixNano int64 `protobuf:"varint,3,opt,name=cut_unix_nano,json=cutUnixNano,proto3" json:"cut_unix_nano,omitempty"`
+	// last marks the incarnation's last batch: its agent is shutting down
+	// cleanly, has had every earlier batch acknowledged, and counts no more
+	// usage. Once it is applied, billing windows no longer wait for this
+	// incarnation (docs/billing.md#when-a-window-becomes-final); an agent
+	// that stops without one (a crash) is waited for until --agent-timeout.
+	// It may hold no counts.
+	Last          bool `protobuf:"varint,4,opt,name=last,proto3" json:"last,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -329,6 +336,13 @@ func (x *UsageBatch) GetCutUnixNano() int64 {
 		return x.CutUnixNano
 	}
 	return 0
+}
+
+func (x *UsageBatch) GetLast() bool {
+	if x != nil {
+		return x.Last
+	}
+	return false
 }
 
 // UsageCount is the cost admitted and denied for one tenant under one rule
@@ -1041,12 +1055,13 @@ const file_agent_proto_rawDesc = "" +
 	"\x0ereporter_group\x18\r \x01(\tR\rreporterGroup\x12+\n" +
 	"\x11overrides_version\x18\x0e \x01(\x04R\x10overridesVersion\x12%\n" +
 	"\x0eresets_version\x18\x0f \x01(\x04R\rresetsVersion\x12)\n" +
-	"\x10resets_following\x18\x10 \x01(\bR\x0fresetsFollowing\"p\n" +
+	"\x10resets_following\x18\x10 \x01(\bR\x0fresetsFollowing\"\x84\x01\n" +
 	"\n" +
 	"UsageBatch\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12,\n" +
 	"\x06counts\x18\x02 \x03(\v2\x14.allot.v1.UsageCountR\x06counts\x12\"\n" +
-	"\rcut_unix_nano\x18\x03 \x01(\x03R\vcutUnixNano\"\x8d\x01\n" +
+	"\rcut_unix_nano\x18\x03 \x01(\x03R\vcutUnixNano\x12\x12\n" +
+	"\x04last\x18\x04 \x01(\bR\x04last\"\x8d\x01\n" +
 	"\n" +
 	"UsageCount\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x16\n" +

@@ -3,6 +3,7 @@ package shardroute
 import (
 	"cmp"
 	"context"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,6 +55,9 @@ type Router struct {
 	// refused are the parts refused as moved in this call, by slot: not
 	// routed again until the map changes.
 	refused map[shard.Slot]uint64
+	// lastPlanned is set once the reporter's last batch
+	// (UsageBatch.last) is planned as a part for every group.
+	lastPlanned bool
 }
 
 // Lane carries reports to one group's leader: a cluster client that
@@ -276,6 +280,17 @@ func (r *Router) plan(req *allotpb.ReportRequest, retry bool) []*exchange {
 			l := r.laneOf(g)
 			l.seq++
 			r.parts = append(r.parts, &part{lane: l, batch: &allotpb.UsageBatch{Seq: l.seq, CutUnixNano: b.GetCutUnixNano(), Counts: byGroup[g]}})
+		}
+		if b.GetLast() && !r.lastPlanned {
+			// The reporter's last batch: every group it sent usage to
+			// is told, so that none waits for it past its windows' end.
+			r.lastPlanned = true
+			for _, g := range slices.Sorted(maps.Keys(r.lanes)) {
+				if l := r.lanes[g]; l.seq > 0 {
+					l.seq++
+					r.parts = append(r.parts, &part{lane: l, batch: &allotpb.UsageBatch{Seq: l.seq, CutUnixNano: b.GetCutUnixNano(), Last: true}})
+				}
+			}
 		}
 	}
 	xs := map[*lane]*exchange{}

@@ -22,6 +22,7 @@ type group struct {
 	lastSeq uint64
 	applied map[string]uint64 // tenant → admitted
 	seqs    []uint64          // every part seen, in order
+	left    bool              // a last batch (UsageBatch.last) was applied
 	fail    error             // answer every report with this, once
 	// applyThenFail applies the part, then answers with an error: a
 	// leader that committed and died before answering.
@@ -61,6 +62,7 @@ func (g *group) Report(_ context.Context, req *allotpb.ReportRequest) (*allotpb.
 				g.applied[c.GetTenant()] += c.GetAdmitted()
 			}
 			g.lastSeq = b.GetSeq()
+			g.left = g.left || b.GetLast()
 		}
 	}
 	if g.applyThenFail {
@@ -160,6 +162,33 @@ func TestRouterRoutesMovedUsageOnce(t *testing.T) {
 			}
 			if rt.Version() != 2 {
 				t.Fatalf("router at map version %d, want 2", rt.Version())
+			}
+		})
+	}
+}
+
+// TestRouterLastBatchReachesEveryGroup: a reporter's last batch (a clean
+// shutdown, no counts) goes to every group it sent usage to, each in its
+// own sequence, so that no group's windows wait for the reporter until
+// the agent timeout; a group it never sent usage to is not told.
+func TestRouterLastBatchReachesEveryGroup(t *testing.T) {
+	ctx := context.Background()
+	for _, moved := range []bool{true, false} {
+		t.Run(fmt.Sprintf("b moved %v", moved), func(t *testing.T) {
+			r, rt := newRegion(t)
+			if moved {
+				r.moveB(t)
+			}
+			if resp, err := rt.Report(ctx, batch(1, count("a", 1), count("b", 2))); err != nil || resp.GetAckedSeq() != 1 {
+				t.Fatalf("usage: %v, acked %d", err, resp.GetAckedSeq())
+			}
+			last := batch(2)
+			last.Usage.Last = true
+			if resp, err := rt.Report(ctx, last); err != nil || resp.GetAckedSeq() != 2 {
+				t.Fatalf("last batch: %v, acked %d", err, resp.GetAckedSeq())
+			}
+			if !r.home.left || r.g1.left != moved {
+				t.Fatalf("home told %v, g1 told %v (seqs %v and %v); want home told, g1 told only when it got usage", r.home.left, r.g1.left, r.home.seqs, r.g1.seqs)
 			}
 		})
 	}

@@ -73,7 +73,11 @@ func dump(s *state.State) string {
 		lines = append(lines, fmt.Sprintf("member %s %s", m.GetId(), strings.Join(strings.Fields(m.String()), " ")))
 	}
 	for _, r := range s.Runs() {
-		lines = append(lines, fmt.Sprintf("inc %s/%d %d %d %d", r.Node, r.Incarnation, r.LastSeq, r.LastApplied, r.LastCut))
+		line := fmt.Sprintf("inc %s/%d %d %d %d", r.Node, r.Incarnation, r.LastSeq, r.LastApplied, r.LastCut)
+		if r.Left {
+			line += " left"
+		}
+		lines = append(lines, line)
 	}
 	s.Ledger(func(l state.Line) bool {
 		k := l.Key

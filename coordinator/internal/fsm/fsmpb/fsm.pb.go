@@ -885,8 +885,11 @@ type IncarnationRecord struct {
 	LastSeq             uint64                 `protobuf:"varint,3,opt,name=last_seq,json=lastSeq,proto3" json:"last_seq,omitempty"`
 	LastAppliedUnixNano int64                  `protobuf:"varint,4,opt,name=last_applied_unix_nano,json=lastAppliedUnixNano,proto3" json:"last_applied_unix_nano,omitempty"`
 	LastCutUnixNano     int64                  `protobuf:"varint,5,opt,name=last_cut_unix_nano,json=lastCutUnixNano,proto3" json:"last_cut_unix_nano,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// left is set once the incarnation's last batch (UsageBatch.last) is
+	// applied: no window waits for it any more.
+	Left          bool `protobuf:"varint,6,opt,name=left,proto3" json:"left,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *IncarnationRecord) Reset() {
@@ -952,6 +955,13 @@ func (x *IncarnationRecord) GetLastCutUnixNano() int64 {
 		return x.LastCutUnixNano
 	}
 	return 0
+}
+
+func (x *IncarnationRecord) GetLeft() bool {
+	if x != nil {
+		return x.Left
+	}
+	return false
 }
 
 type LedgerRecord struct {
@@ -2395,13 +2405,14 @@ const file_fsm_proto_rawDesc = "" +
 	"\taudit_seq\x18\x13 \x01(\x04R\bauditSeq\x12%\n" +
 	"\x0eresets_version\x18\x16 \x01(\x04R\rresetsVersion\x12!\n" +
 	"\fresets_floor\x18\x17 \x01(\x04R\vresetsFloor\x12#\n" +
-	"\rresets_mirror\x18\x18 \x01(\bR\fresetsMirror\"\xc6\x01\n" +
+	"\rresets_mirror\x18\x18 \x01(\bR\fresetsMirror\"\xda\x01\n" +
 	"\x11IncarnationRecord\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\x12\x19\n" +
 	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\x123\n" +
 	"\x16last_applied_unix_nano\x18\x04 \x01(\x03R\x13lastAppliedUnixNano\x12+\n" +
-	"\x12last_cut_unix_nano\x18\x05 \x01(\x03R\x0flastCutUnixNano\"\xe8\x01\n" +
+	"\x12last_cut_unix_nano\x18\x05 \x01(\x03R\x0flastCutUnixNano\x12\x12\n" +
+	"\x04left\x18\x06 \x01(\bR\x04left\"\xe8\x01\n" +
 	"\fLedgerRecord\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x16\n" +

@@ -73,6 +73,47 @@ func TestStateBillingWindowsAndFinality(t *testing.T) {
 	})
 }
 
+// TestCleanShutdownReleasesWindows: an agent that shuts down cleanly
+// sends its last batch (UsageBatch.last), and the windows it reported in
+// become final once they end, not the agent timeout later; a snapshot
+// keeps that it left. An agent that stops without one is waited for.
+func TestCleanShutdownReleasesWindows(t *testing.T) {
+	const timeout = 15 * time.Minute
+	tests := []struct {
+		name  string
+		last  bool
+		final bool // at 62 minutes: the window ended 2 minutes before
+	}{
+		{"last batch applied", true, true},
+		{"stopped without one", false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := testFSM()
+			f.Apply(entry(t, 1, CmdSettings, &fsmpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
+			f.Apply(entry(t, 2, CmdReports, usageCmd(hour0.Add(10*time.Minute), "gw-1", 1, 1, "acme", 5, 0)))
+			// gw-1 stops at 56:47, its usage acknowledged; its last
+			// report holds nothing more.
+			stop := hour0.Add(56*time.Minute + 47*time.Second)
+			last := &fsmpb.ReportsCommand{ProposedUnixNano: stop.UnixNano(), Reports: []*fsmpb.AgentUsage{{
+				Node: "gw-1", Incarnation: 1, Region: "eu-west",
+				Batch: &allotpb.UsageBatch{Seq: 2, CutUnixNano: stop.UnixNano(), Last: tt.last},
+			}}}
+			f.Apply(entry(t, 3, CmdReports, last))
+			f = roundTrip(t, f)
+			f.Apply(entry(t, 9, CmdMaintain, &fsmpb.MaintainCommand{NowUnixNano: hour0.Add(62 * time.Minute).UnixNano(), AgentTimeoutNano: int64(timeout)}))
+			var final bool
+			f.read(func(s *State) { final = s.final.Has(hour0.Unix()) })
+			if final != tt.final {
+				t.Fatalf("window final %v two minutes after it ended, want %v", final, tt.final)
+			}
+			if a, _ := ledgerTotal(f, "acme"); a != 5 {
+				t.Errorf("ledger %d admitted, want 5", a)
+			}
+		})
+	}
+}
+
 func TestStateRules(t *testing.T) {
 	f := testFSM()
 	good := &allotpb.Rule{Name: "r", Scope: "tenant", Algorithm: "gcra", Limit: 10, Period: durationpb.New(time.Second), Intent: "quota"}

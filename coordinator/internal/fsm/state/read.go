@@ -67,13 +67,15 @@ type Run struct {
 	Node                 string
 	Incarnation, LastSeq uint64
 	LastApplied, LastCut int64
+	// Left: the run's last batch was applied (a clean shutdown).
+	Left bool
 }
 
 // Runs are the agent runs, by node and incarnation.
 func (s *State) Runs() []Run {
 	var out []Run
 	s.eachRun(func(k incKey, inc incarnation) {
-		out = append(out, Run{Node: k.node, Incarnation: k.incarnation, LastSeq: inc.lastSeq, LastApplied: inc.lastApplied, LastCut: inc.lastCut})
+		out = append(out, Run{Node: k.node, Incarnation: k.incarnation, LastSeq: inc.lastSeq, LastApplied: inc.lastApplied, LastCut: inc.lastCut, Left: inc.left})
 	})
 	return out
 }

@@ -92,7 +92,7 @@ func (sn *Snapshot) Write(out io.Writer) error {
 	s.eachRun(func(k incKey, inc incarnation) {
 		w.write(recIncarnation, &fsmpb.IncarnationRecord{
 			Node: k.node, Incarnation: k.incarnation, LastSeq: inc.lastSeq,
-			LastAppliedUnixNano: inc.lastApplied, LastCutUnixNano: inc.lastCut,
+			LastAppliedUnixNano: inc.lastApplied, LastCutUnixNano: inc.lastCut, Left: inc.left,
 		})
 	})
 	s.eachLine(func(k LedgerKey, u usage) {

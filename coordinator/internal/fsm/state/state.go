@@ -87,6 +87,9 @@ type incarnation struct {
 	lastSeq     uint64
 	lastApplied int64 // leader clock of the last report applied, ns
 	lastCut     int64 // newest batch cut time, ns
+	// left is set when the incarnation's last batch was applied (a clean
+	// shutdown): it counts no more usage, and no window waits for it.
+	left bool
 }
 
 // RecentNodes counts the nodes (by name, whatever their incarnations)
@@ -208,6 +211,7 @@ func (s *State) applyReports(cmd *fsmpb.ReportsCommand) *fsmpb.ReportsResult {
 			// Before the slots' check: whatever moved since, nothing of
 			// a batch that may have been applied is applied again.
 			inc.lastSeq, inc.lastCut = b.GetSeq(), max(inc.lastCut, b.GetCutUnixNano())
+			inc.left = inc.left || b.GetLast()
 			s.incarnations.ReplaceOrInsert(it)
 			res.Stale = append(res.Stale, uint32(i))
 			res.AckedSeq[i] = inc.lastSeq
@@ -228,6 +232,7 @@ func (s *State) applyReports(cmd *fsmpb.ReportsCommand) *fsmpb.ReportsResult {
 			}
 			inc.lastSeq = b.GetSeq()
 			inc.lastCut = max(inc.lastCut, b.GetCutUnixNano())
+			inc.left = inc.left || b.GetLast()
 		}
 		s.incarnations.ReplaceOrInsert(it)
 		res.AckedSeq[i] = inc.lastSeq
@@ -397,7 +402,8 @@ func (s *State) maintain(cmd *fsmpb.MaintainCommand) {
 	}
 	width := s.BillingWindowSeconds() * int64(time.Second)
 	// A window is done when it has ended and each of its reporters is
-	// gone, silent past the timeout, or acknowledged past its end.
+	// gone, has left (its last batch applied), is silent past the
+	// timeout, or is acknowledged past its end.
 	var finalize []int64
 	done := func(window int64, reporters []incKey) bool {
 		end := windowEnd(window, width)
@@ -406,7 +412,7 @@ func (s *State) maintain(cmd *fsmpb.MaintainCommand) {
 		}
 		for _, k := range reporters {
 			it, ok := s.incarnations.Get(runItem{key: k})
-			if ok && it.inc.lastCut < end && now-it.inc.lastApplied < timeout {
+			if ok && !it.inc.left && it.inc.lastCut < end && now-it.inc.lastApplied < timeout {
 				return false
 			}
 		}

@@ -181,6 +181,7 @@ func (s *State) putMember(m *allotpb.Member) { s.members.ReplaceOrInsert(m) }
 func (s *State) restoreRun(m *fsmpb.IncarnationRecord) {
 	s.incarnations.ReplaceOrInsert(runItem{key: incKey{m.GetNode(), m.GetIncarnation()}, inc: incarnation{
 		lastSeq: m.GetLastSeq(), lastApplied: m.GetLastAppliedUnixNano(), lastCut: m.GetLastCutUnixNano(),
+		left: m.GetLeft(),
 	}})
 }
 

@@ -299,7 +299,7 @@ func (a *Agent) install(set *rules.Set, problems []RuleProblem, strict bool, sou
 			c.problems = append(c.problems, RuleProblem{Rule: r.Name, Problem: ProblemBroken, Reason: err.Error()})
 			continue
 		}
-		if len(r.Regions) > 0 && !(r.Regions[a.cfg.Region] > 0) {
+		if r.LeavesOut(a.cfg.Region) {
 			err := fmt.Errorf("agent: rule %s divides its limit among regions %v, and this node's region %q has no share: add the region to the rule or run the node in one of those", r.Name, sortedRegions(r.Regions), a.cfg.Region)
 			if strict {
 				return err

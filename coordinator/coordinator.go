@@ -45,6 +45,10 @@ var ErrNotLeader = errors.New("coordinator: not the leader")
 // data dir shows it already belonged to a cluster.
 var ErrWouldSplit = errors.New("coordinator: refusing to start a second cluster")
 
+// ErrRegionChanged is returned by New for a member started with another
+// --region than the one its data dir holds the state of.
+var ErrRegionChanged = errors.New("coordinator: refusing to serve another region's state")
+
 // Coordinator is one member of a coordinator cluster.
 type Coordinator struct {
 	cfg     Config
@@ -312,6 +316,11 @@ func (c *Coordinator) openDataDir() error {
 		st.Close()
 		return fmt.Errorf("%w: %s has no Raft state but its identity file says it was member %s of cluster %s: bootstrapping would start a second cluster; start it with --join (and --bootstrap-expect) to rejoin its cluster; see %s",
 			ErrWouldSplit, cfg.DataDir, st.Identity.NodeID, st.Identity.ClusterID, datadir.RunbookLostDisk)
+	}
+	if id := st.Identity; id != nil && id.Region != "" && id.Region != cfg.Region {
+		st.Close()
+		return fmt.Errorf("%w: %s holds the state of region %s (its identity file says so), and this member was started with --region %s: its ledger, rules and leases are %s's; start it with --region %s, or give a member of %s an empty --data-dir",
+			ErrRegionChanged, cfg.DataDir, id.Region, cfg.Region, id.Region, id.Region, cfg.Region)
 	}
 	c.store, c.identity, c.startState = st, st.Identity, protoState(st.State)
 	c.log.Info("data dir checked", "dir", cfg.DataDir, "state", st.State, "log_first", st.FirstIndex, "log_last", st.LastIndex, "snapshot", st.SnapshotIndex)

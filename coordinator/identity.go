@@ -60,9 +60,13 @@ func (c *Coordinator) syncIdentity() error {
 		if c.identity.ClusterID != cid {
 			return fmt.Errorf("%w: %s names cluster %s, but this member holds the state of cluster %s; see %s", ErrNotMember, c.cfg.DataDir+"/identity.json", c.identity.ClusterID, cid, datadir.RunbookLostDisk)
 		}
-		return nil
+		if c.identity.Region != "" {
+			return nil
+		}
+		// Written by a release that did not record the region: the
+		// region this member serves is recorded now.
 	}
-	id := datadir.Identity{ClusterID: cid, NodeID: c.cfg.NodeID, Written: c.now().UTC()}
+	id := datadir.Identity{ClusterID: cid, NodeID: c.cfg.NodeID, Region: c.cfg.Region, Written: c.now().UTC()}
 	if err := datadir.WriteIdentity(c.cfg.DataDir, id); err != nil {
 		c.log.Warn("could not write the identity file; retrying", "error", err)
 		return nil

@@ -2,6 +2,8 @@ package coordinator
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/allot-io/allot/coordinator/allocator"
@@ -284,6 +286,14 @@ func (c *Coordinator) loadRulesFile(ctx context.Context) error {
 	want, err := rules.NewSet(0, list)
 	if err != nil {
 		return err
+	}
+	if !c.cfg.Global { // a parent enforces every region's share
+		for _, r := range want.Rules() {
+			if r.LeavesOut(c.cfg.Region) {
+				c.log.Warn("rule not enforced in this cluster's region, which it gives no share: requests here pass it unchecked; add the region to its regions, or put the rule on the clusters of those regions only",
+					"file", c.cfg.RulesFile, "rule", r.Name, "region", c.cfg.Region, "regions", slices.Sorted(maps.Keys(r.Regions)))
+			}
+		}
 	}
 	if sameRules(c.currentRules(), want) {
 		return nil

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -100,5 +102,52 @@ func TestRulesRegionWarnings(t *testing.T) {
 		if code != exitOK || !created(stdout) || stderr != "" {
 			t.Errorf("put to a parent: exit %d, stdout %q, stderr %q; want no warning", code, stdout, stderr)
 		}
+	})
+
+	// The same file given with --rules: the leader that loads it warns
+	// of each rule its region does not enforce, as put does.
+	t.Run("load", func(t *testing.T) {
+		addrs := loopbackAddrs(t, 2)
+		eu := startProcess(t, cliEnv(), "eu-west", "coordinator", "--node-id", "eu1", "--region", "eu-west", "--data-dir", t.TempDir(), "--bootstrap",
+			"--raft-addr", addrs[0], "--grpc-addr", addrs[1], "--http-addr", "", "--rules", file)
+		eventually(t, "the warning", []*process{eu}, func() (bool, string) {
+			out := eu.out.String()
+			return strings.Contains(out, "[WARN]  allot.coordinator: rule not enforced in this cluster's region") &&
+				strings.Contains(out, "rule=us-only region=eu-west regions=[\"us-east\"]") && !strings.Contains(out, "rule=everywhere") &&
+				!strings.Contains(out, "rule=split"), out
+		})
+	})
+}
+
+// TestRegionChangeRefused: a member's data dir records the region it
+// serves; started again with another --region, the member refuses to
+// start, naming both, where it used to serve the old region's ledger and
+// leases as the new one's.
+func TestRegionChangeRefused(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a coordinator")
+	}
+	t.Parallel() // its own processes, ports and directories: see TestMain
+	addrs := loopbackAddrs(t, 2)
+	dir := t.TempDir()
+	args := func(region string) []string {
+		return []string{"coordinator", "--node-id", "c1", "--region", region, "--data-dir", dir, "--bootstrap",
+			"--raft-addr", addrs[0], "--grpc-addr", addrs[1], "--http-addr", ""}
+	}
+	c1 := startProcess(t, cliEnv(), "c1", args("eu-west")...)
+	eventually(t, "the region recorded", []*process{c1}, func() (bool, string) {
+		b, err := os.ReadFile(filepath.Join(dir, "identity.json"))
+		return err == nil && strings.Contains(string(b), `"region": "eu-west"`), string(b)
+	})
+	c1.stop(t)
+	code, _, stderr := runAllot(t, cliEnv(), args("us-east")...)
+	if code == exitOK || !strings.Contains(stderr, "holds the state of region eu-west") || !strings.Contains(stderr, "started with --region us-east") {
+		t.Fatalf("restarted with --region us-east: exit %d, stderr %q; want a refusal naming both regions", code, stderr)
+	}
+	c1 = startProcess(t, cliEnv(), "c1 again", args("eu-west")...)
+	eventually(t, "c1 leading again", []*process{c1}, func() (bool, string) {
+		code, stdout, stderr := runAllot(t, cliEnv(), "status", "--format", "json", "--coordinator", addrs[1])
+		var cs clusterStatus
+		return code == exitOK && json.Unmarshal([]byte(stdout), &cs) == nil && cs.LeaderGRPCAddress != "", stdout + stderr
 	})
 }

@@ -65,7 +65,7 @@ func regionWarnings(path string, list []rules.Rule, region string) []string {
 	lines := regionsLines(path)
 	var out []string
 	for _, r := range list {
-		if len(r.Regions) == 0 || r.Regions[region] > 0 {
+		if !r.LeavesOut(region) {
 			continue
 		}
 		loc := path

@@ -22,6 +22,10 @@ type Identity struct {
 	ClusterID string `json:"cluster_id"`
 	// NodeID is the member this directory is the data of.
 	NodeID string `json:"node_id"`
+	// Region is the region the member serves (--region): its ledger's
+	// lines and leases are that region's. Empty in files written before
+	// it was recorded.
+	Region string `json:"region,omitempty"`
 	// Written is when the file was written.
 	Written time.Time `json:"written"`
 }

@@ -239,6 +239,11 @@ func (r *Rule) Mode() lease.FailMode {
 	return r.Intent.DefaultFailMode()
 }
 
+// LeavesOut reports whether the rule divides its limit among regions and
+// gives region no share: a cluster or node of that region does not
+// enforce it, and requests there pass it unchecked.
+func (r *Rule) LeavesOut(region string) bool { return len(r.Regions) > 0 && !(r.Regions[region] > 0) }
+
 // Fair reports whether the rule is a global rule shared by tenants, whose
 // allowance is divided first among tenants by weight and priority.
 func (r *Rule) Fair() bool { return r.Scope == Global }

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -60,10 +59,8 @@ func (s *resetsServer) ResetKeys(ctx context.Context, req *allotpb.ResetKeysRequ
 		n := c.alloc.ResetPools(rec, true)
 		// The reset is kept with who and when; the audit log records it
 		// among the other changes, in an entry of its own.
-		if js, err := protojson.Marshal(rec); err == nil {
-			if err := c.recordAudit(ctx, "reset", "ResetKeys", []string{resetSubject(rec)}, nil, &allotpb.AuditValues{Json: string(js)}); err != nil {
-				c.log.Warn("the reset is done, but not in the audit log", "error", err)
-			}
+		if err := c.recordAudit(ctx, "reset", "ResetKeys", []string{resetSubject(rec)}, nil, &allotpb.AuditValues{Resets: []*allotpb.Reset{rec}}); err != nil {
+			c.log.Warn("the reset is done, but not in the audit log", "error", err)
 		}
 		c.log.Info("key reset", "rule", rec.GetRule(), "tenant", rec.GetTenant(), "key", rec.GetKey(), "all_keys", rec.GetAllKeys(),
 			"by", rec.GetBy(), "version", rec.GetVersion(), "pools", n)

@@ -179,8 +179,13 @@ type AuditValues struct {
 	Overrides []*Override            `protobuf:"bytes,2,rep,name=overrides,proto3" json:"overrides,omitempty"`
 	Members   []*Member              `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
 	// json is anything else, as compact JSON: what a feature without a
-	// message of its own records (a reset's counters).
-	Json          string `protobuf:"bytes,4,opt,name=json,proto3" json:"json,omitempty"`
+	// message of its own records. Releases before resets had their own
+	// field recorded a reset here, in protobuf's JSON with camelCase keys;
+	// entries of theirs still hold it.
+	Json string `protobuf:"bytes,4,opt,name=json,proto3" json:"json,omitempty"`
+	// resets are the resets a ResetKeys call recorded, as recorded (with
+	// their version, time and caller).
+	Resets        []*Reset `protobuf:"bytes,5,rep,name=resets,proto3" json:"resets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -241,6 +246,13 @@ func (x *AuditValues) GetJson() string {
 		return x.Json
 	}
 	return ""
+}
+
+func (x *AuditValues) GetResets() []*Reset {
+	if x != nil {
+		return x.Resets
+	}
+	return nil
 }
 
 type ListAuditRequest struct {
@@ -432,12 +444,13 @@ const file_audit_proto_rawDesc = "" +
 	"\x05after\x18\t \x01(\v2\x15.allot.v1.AuditValuesR\x05after\x12\x18\n" +
 	"\achanged\x18\n" +
 	" \x01(\rR\achanged\x12\x1c\n" +
-	"\ttruncated\x18\v \x01(\bR\ttruncated\"\xa5\x01\n" +
+	"\ttruncated\x18\v \x01(\bR\ttruncated\"\xce\x01\n" +
 	"\vAuditValues\x12$\n" +
 	"\x05rules\x18\x01 \x03(\v2\x0e.allot.v1.RuleR\x05rules\x120\n" +
 	"\toverrides\x18\x02 \x03(\v2\x12.allot.v1.OverrideR\toverrides\x12*\n" +
 	"\amembers\x18\x03 \x03(\v2\x10.allot.v1.MemberR\amembers\x12\x12\n" +
-	"\x04json\x18\x04 \x01(\tR\x04json\"\xee\x01\n" +
+	"\x04json\x18\x04 \x01(\tR\x04json\x12'\n" +
+	"\x06resets\x18\x05 \x03(\v2\x0f.allot.v1.ResetR\x06resets\"\xee\x01\n" +
 	"\x10ListAuditRequest\x12.\n" +
 	"\x04from\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
 	"\x02to\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x14\n" +
@@ -478,24 +491,26 @@ var file_audit_proto_goTypes = []any{
 	(*Rule)(nil),                  // 4: allot.v1.Rule
 	(*Override)(nil),              // 5: allot.v1.Override
 	(*Member)(nil),                // 6: allot.v1.Member
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*Reset)(nil),                 // 7: allot.v1.Reset
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
 }
 var file_audit_proto_depIdxs = []int32{
-	1, // 0: allot.v1.AuditEntry.before:type_name -> allot.v1.AuditValues
-	1, // 1: allot.v1.AuditEntry.after:type_name -> allot.v1.AuditValues
-	4, // 2: allot.v1.AuditValues.rules:type_name -> allot.v1.Rule
-	5, // 3: allot.v1.AuditValues.overrides:type_name -> allot.v1.Override
-	6, // 4: allot.v1.AuditValues.members:type_name -> allot.v1.Member
-	7, // 5: allot.v1.ListAuditRequest.from:type_name -> google.protobuf.Timestamp
-	7, // 6: allot.v1.ListAuditRequest.to:type_name -> google.protobuf.Timestamp
-	0, // 7: allot.v1.ListAuditResponse.entries:type_name -> allot.v1.AuditEntry
-	2, // 8: allot.v1.AuditService.ListAudit:input_type -> allot.v1.ListAuditRequest
-	3, // 9: allot.v1.AuditService.ListAudit:output_type -> allot.v1.ListAuditResponse
-	9, // [9:10] is the sub-list for method output_type
-	8, // [8:9] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	1,  // 0: allot.v1.AuditEntry.before:type_name -> allot.v1.AuditValues
+	1,  // 1: allot.v1.AuditEntry.after:type_name -> allot.v1.AuditValues
+	4,  // 2: allot.v1.AuditValues.rules:type_name -> allot.v1.Rule
+	5,  // 3: allot.v1.AuditValues.overrides:type_name -> allot.v1.Override
+	6,  // 4: allot.v1.AuditValues.members:type_name -> allot.v1.Member
+	7,  // 5: allot.v1.AuditValues.resets:type_name -> allot.v1.Reset
+	8,  // 6: allot.v1.ListAuditRequest.from:type_name -> google.protobuf.Timestamp
+	8,  // 7: allot.v1.ListAuditRequest.to:type_name -> google.protobuf.Timestamp
+	0,  // 8: allot.v1.ListAuditResponse.entries:type_name -> allot.v1.AuditEntry
+	2,  // 9: allot.v1.AuditService.ListAudit:input_type -> allot.v1.ListAuditRequest
+	3,  // 10: allot.v1.AuditService.ListAudit:output_type -> allot.v1.ListAuditResponse
+	10, // [10:11] is the sub-list for method output_type
+	9,  // [9:10] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_audit_proto_init() }

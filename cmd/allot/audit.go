@@ -114,6 +114,16 @@ func runAudit(ctx context.Context, e *env) error {
 			break
 		}
 	}
+	if printed == 0 {
+		// Not a table with no lines, or no output at all: say so, on
+		// stderr for JSON lines, which a script reads.
+		if form == "json" {
+			fmt.Fprintln(e.stderr, "no entries")
+			return nil
+		}
+		fmt.Fprintln(e.stdout, "no entries")
+		return nil
+	}
 	return out.flush()
 }
 

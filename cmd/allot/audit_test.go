@@ -67,6 +67,16 @@ func TestCLIAudit(t *testing.T) {
 		t.Errorf("audit --kind rules: exit %d, %s%s", code, stdout, stderr)
 	}
 
+	// A filter nothing matches says so, where it printed a bare header.
+	code, stdout, stderr = runAllot(t, reader, append([]string{"audit", "--actor", "nobody"}, at...)...)
+	if code != exitOK || stdout != "no entries\n" {
+		t.Errorf("audit --actor nobody: exit %d, stdout %q, stderr %q; want \"no entries\"", code, stdout, stderr)
+	}
+	code, stdout, stderr = runAllot(t, reader, append([]string{"audit", "--actor", "nobody", "--format", "json"}, at...)...)
+	if code != exitOK || stdout != "" || stderr != "no entries\n" {
+		t.Errorf("audit --actor nobody --format json: exit %d, stdout %q, stderr %q; want nothing on stdout", code, stdout, stderr)
+	}
+
 	for _, c := range []struct{ args []string }{
 		{[]string{"audit", "--kind", "rule"}},
 		{[]string{"audit", "--since", "yesterday"}},

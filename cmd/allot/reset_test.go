@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 )
@@ -78,9 +79,23 @@ func TestCLIReset(t *testing.T) {
 	if code != exitOK || !strings.Contains(stdout, "admin") || !strings.Contains(stdout, "case 42") || strings.Count(stdout, "\n") != 2 {
 		t.Errorf("list: exit %d, %s%s", code, stdout, stderr)
 	}
-	// The audit log has it too, by the admin token's name.
+	// The audit log has it too, by the admin token's name, as a reset
+	// with the documented field names (not a JSON string of camelCase).
 	code, stdout, stderr = runAllot(t, reader, append([]string{"audit", "--kind", "reset", "--format", "json"}, at...)...)
-	if code != exitOK || !strings.Contains(stdout, `"actor":"admin"`) || !strings.Contains(stdout, "ResetKeys") || !strings.Contains(stdout, "case 42") {
-		t.Errorf("audit --kind reset: exit %d, %s%s", code, stdout, stderr)
+	var entry struct {
+		Actor, Action string
+		After         struct {
+			Resets []struct {
+				Rule, Tenant, By, Reason, Version string
+				AtUnixNano                        string `json:"at_unix_nano"`
+			}
+		}
+	}
+	if code != exitOK || json.Unmarshal([]byte(stdout), &entry) != nil || entry.Actor != "admin" || entry.Action != "ResetKeys" ||
+		len(entry.After.Resets) != 1 || entry.After.Resets[0] != (struct {
+		Rule, Tenant, By, Reason, Version string
+		AtUnixNano                        string `json:"at_unix_nano"`
+	}{"tenant-quota", "acme", "admin", "case 42", "1", entry.After.Resets[0].AtUnixNano}) || entry.After.Resets[0].AtUnixNano == "" {
+		t.Errorf("audit --kind reset: exit %d, %s%s; want the reset under after.resets", code, stdout, stderr)
 	}
 }

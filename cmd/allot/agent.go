@@ -194,7 +194,7 @@ func runAgent(ctx context.Context, e *env) error {
 	if err != nil {
 		closeListeners()
 		if errors.Is(err, agent.ErrInvalidConfig) {
-			return &usageError{err: err}
+			return &usageError{err: fmt.Errorf("%w%s", err, f.notOnCommandLine())}
 		}
 		return err
 	}

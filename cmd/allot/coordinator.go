@@ -126,10 +126,10 @@ func runCoordinator(ctx context.Context, e *env) error {
 	cfg.TracerProvider = tp.TracerProviderOrNil()
 	c, err := coordinator.New(cfg)
 	if errors.Is(err, coordinator.ErrInvalidConfig) {
-		return usagef("coordinator", "%v", err)
+		return usagef("coordinator", "%v%s", err, f.notOnCommandLine())
 	}
 	var de *datadir.Error
-	if errors.As(err, &de) || errors.Is(err, coordinator.ErrWouldSplit) {
+	if errors.As(err, &de) || errors.Is(err, coordinator.ErrWouldSplit) || errors.Is(err, coordinator.ErrRegionChanged) {
 		return &refusedError{err} // one line naming the file, the problem and the runbook
 	}
 	if err != nil {

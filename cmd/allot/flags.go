@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +34,9 @@ type flags struct {
 	config string
 	help   func() // prints --help
 	env    *env
+	// origin names where each flag not on the command line got its
+	// value: an ALLOT_ variable, or the config file and line.
+	origin map[string]string
 }
 
 // newFlags makes a command's flag set; synopsis and about are printed by
@@ -121,12 +126,33 @@ func (f *flags) parse(e *env) error {
 			if err := fl.Value.Set(val); err != nil {
 				errs = append(errs, fmt.Sprintf("%s (from %s): %q: %v", fl.Name, src, val, err))
 			}
+			if f.origin == nil {
+				f.origin = map[string]string{}
+			}
+			f.origin[fl.Name] = src
 		}
 	})
 	if len(errs) > 0 {
 		return usagef(f.cmd, "invalid value for %s", strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// notOnCommandLine says which flags took their value from the
+// environment or the config file, for an error about the configuration
+// they make: an ALLOT_CA exported for the client commands applies to a
+// server started in the same shell too, and the error names a setting,
+// not where it came from. Empty when every flag came from the command
+// line.
+func (f *flags) notOnCommandLine() string {
+	if len(f.origin) == 0 {
+		return ""
+	}
+	var from []string
+	for _, name := range slices.Sorted(maps.Keys(f.origin)) {
+		from = append(from, fmt.Sprintf("--%s from %s", name, f.origin[name]))
+	}
+	return " (set outside the command line: " + strings.Join(from, ", ") + ")"
 }
 
 // durationFlag is a duration flag that says what to write instead of a

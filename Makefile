@@ -14,12 +14,17 @@ PROTOC_GEN_GO      := google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 PROTOC_GEN_GO_GRPC := google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
 BIN                := $(CURDIR)/bin
 
-.PHONY: all build test test-bins test-repeat gateways-deps bench bench-peers bench-sink lint fuzz demo chaos chaos-short soak soak-short accuracy accuracy-short fleet fleet-sweep fleet-short proto clean
+.PHONY: all build install test test-bins test-repeat gateways-deps bench bench-peers bench-sink lint fuzz demo chaos chaos-short soak soak-short accuracy accuracy-short fleet fleet-sweep fleet-short proto clean
 
 all: build test
 
 build:
 	$(GO) build $(PKGS)
+
+# Puts the allot binary in $(go env GOBIN), else $(go env GOPATH)/bin: the
+# docs' `allot …` commands.
+install:
+	$(GO) install ./cmd/allot
 
 # The race detector is on for every test. This includes the short chaos
 # run (cmd/chaos TestChaosShort, about 90 s: real allot processes, built

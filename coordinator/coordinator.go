@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
@@ -20,6 +21,7 @@ import (
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/coordinator/ledgersink"
 	"github.com/allot-io/allot/internal/auth"
+	"github.com/allot-io/allot/internal/listenerr"
 	"github.com/allot-io/allot/internal/tracing"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
@@ -264,7 +266,10 @@ func (c *Coordinator) startRaft() (err error) {
 			}
 		}
 		c.transport, err = raft.NewTCPTransportWithLogger(cfg.RaftAddr, adv, 5, 10*time.Second, rlog)
-		if err != nil {
+		switch {
+		case errors.Is(err, syscall.EADDRINUSE):
+			return fmt.Errorf("coordinator: raft transport: %w", listenerr.Explain("raft-addr", cfg.RaftAddr, err))
+		case err != nil:
 			return fmt.Errorf("coordinator: raft transport on %s (give a host others can dial): %w", cfg.RaftAddr, err)
 		}
 	}
@@ -368,7 +373,7 @@ func (c *Coordinator) startGRPC() error {
 	c.metrics.grpc.InitializeMetrics(c.grpc) // every method's series at 0
 	lis, err := net.Listen("tcp", c.cfg.GRPCAddr)
 	if err != nil {
-		return fmt.Errorf("coordinator: grpc listener: %w", err)
+		return fmt.Errorf("coordinator: grpc listener: %w", listenerr.Explain("grpc-addr", c.cfg.GRPCAddr, err))
 	}
 	c.grpcLis = lis
 	c.peers = newPeers(c.grpcDialOptions())

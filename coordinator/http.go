@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/internal/auth"
+	"github.com/allot-io/allot/internal/listenerr"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
@@ -84,7 +85,7 @@ func (c *Coordinator) startHTTP() error {
 	var err error
 	c.httpLis, err = net.Listen("tcp", c.cfg.HTTPAddr)
 	if err != nil {
-		return fmt.Errorf("coordinator: http listener: %w", err)
+		return fmt.Errorf("coordinator: http listener: %w", listenerr.Explain("http-addr", c.cfg.HTTPAddr, err))
 	}
 	lim := c.httpLimits()
 	c.http = &http.Server{Handler: mux, ReadHeaderTimeout: lim.readHeader, ReadTimeout: lim.read, WriteTimeout: lim.write,

@@ -15,6 +15,7 @@ import (
 	"github.com/allot-io/allot/agent/forwardauth"
 	"github.com/allot-io/allot/agent/sidecar"
 	"github.com/allot-io/allot/internal/auth"
+	"github.com/allot-io/allot/internal/listenerr"
 	"github.com/allot-io/allot/lease/rules"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -153,7 +154,7 @@ func runAgent(ctx context.Context, e *env) error {
 
 	lis, err := net.Listen("tcp", httpAddr)
 	if err != nil {
-		return fmt.Errorf("listening on %s: %w", httpAddr, err)
+		return fmt.Errorf("listening: %w", listenerr.Explain("http-addr", httpAddr, err))
 	}
 	scheme := "http"
 	var serverTLS *tls.Config

@@ -52,6 +52,13 @@ func TestReadmeExamples(t *testing.T) {
 		t.Fatal(err)
 	}
 	text = strings.Replace(text, build, "", 1)
+	// The next steps run in the same shell, with both still running, and
+	// then the shell stops them as the README says.
+	next, ok := blocks["quickstart-next.sh"]
+	if !ok {
+		t.Fatalf("%s: no block marked %squickstart-next.sh", path, docFileMarker)
+	}
+	text += strings.TrimPrefix(next.text, docFileMarker+"quickstart-next.sh\n") + "kill %1 %2\n"
 	work := t.TempDir()
 	wrapper := fmt.Sprintf(`#!/bin/sh
 case "$1" in
@@ -64,7 +71,7 @@ exec %q "$@"
 	if err := os.WriteFile(filepath.Join(work, "allot"), []byte(wrapper), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	out := runScript(t, work, text)
+	out := runScript(t, work, "set -e\n"+text) // a step that fails fails the test
 
 	answers := strings.SplitAfter(out, "\n\n")
 	var responses []string

@@ -437,11 +437,26 @@ func putRequest(list []rules.Rule, replaceAll bool) *allotpb.PutRulesRequest {
 	return req
 }
 
+// nounCount is n and the noun, in the plural unless n is 1: "1 rule",
+// "2 rules", "3 batches".
 func nounCount(n int, noun string) string {
 	if n == 1 {
 		return "1 " + noun
 	}
-	return strconv.Itoa(n) + " " + noun + "s"
+	return strconv.Itoa(n) + " " + plural(noun)
+}
+
+// plural is an English noun's regular plural.
+func plural(noun string) string {
+	for _, end := range []string{"s", "x", "z", "ch", "sh"} {
+		if strings.HasSuffix(noun, end) {
+			return noun + "es"
+		}
+	}
+	if n := len(noun); n > 1 && noun[n-1] == 'y' && !strings.ContainsRune("aeiou", rune(noun[n-2])) {
+		return noun[:n-1] + "ies"
+	}
+	return noun + "s"
 }
 
 // fromCluster converts the cluster's rules to the rule model, which the

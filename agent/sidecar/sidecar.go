@@ -43,7 +43,11 @@ type CheckResponse struct {
 	Remaining     int64   `json:"remaining"`
 	// RetryAfterSeconds is set on a refusal that may be retried, as in
 	// the Retry-After header; null when admitted or never admissible.
-	RetryAfterSeconds *int64  `json:"retry_after_seconds"`
+	RetryAfterSeconds *int64 `json:"retry_after_seconds"`
+	// Reason explains a refusal no retry can turn into an admission (its
+	// retry_after_seconds is null): the cost is more than the rule ever
+	// admits at once. Empty otherwise.
+	Reason            string  `json:"reason,omitempty"`
 	ResetAfterSeconds float64 `json:"reset_after_seconds"`
 	// Fallback is set when the deciding rule ran on its fail mode, cut
 	// off from the coordinators.
@@ -83,7 +87,7 @@ func decodeCheckJSON(r io.Reader) (agent.Request, error) {
 	dec.DisallowUnknownFields()
 	var c CheckRequest
 	if err := dec.Decode(&c); err != nil {
-		return agent.Request{}, fmt.Errorf("%w: %w", ErrBadCheck, err)
+		return agent.Request{}, fmt.Errorf("%w: %w", ErrBadCheck, checkFieldTypes.clarify(err))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return agent.Request{}, fmt.Errorf("%w: unexpected data after the JSON object", ErrBadCheck)
@@ -193,6 +197,8 @@ func serveCheck(a *agent.Agent, w http.ResponseWriter, r *http.Request, span tra
 		if d.RetryAfter >= 0 {
 			s := httplimit.RetryAfterSeconds(d)
 			resp.RetryAfterSeconds = &s
+		} else {
+			resp.Reason = neverAdmissible(d, max(req.Cost, 1))
 		}
 	}
 	// As json.NewEncoder(w).Encode(resp) did, a response that cannot
@@ -204,6 +210,19 @@ func serveCheck(a *agent.Agent, w http.ResponseWriter, r *http.Request, span tra
 		_, _ = w.Write(body)
 	}
 	return code
+}
+
+// neverAdmissible says why a refusal with no retry-after will never be
+// admitted, naming the rule and its limit.
+func neverAdmissible(d agent.Decision, cost int64) string {
+	if d.Rule == "" {
+		return fmt.Sprintf("cost %d is more than any rule can admit (at most %d)", cost, int64(agent.MaxCost))
+	}
+	if d.Limit == 0 {
+		return fmt.Sprintf("rule %s admits no request: its limit is 0", d.Rule)
+	}
+	return fmt.Sprintf("cost %d is more than rule %s ever admits at once (its limit is %d per %s): no retry will be admitted; split the request or raise the limit",
+		cost, d.Rule, d.Limit, strconv.FormatFloat(d.Period.Seconds(), 'f', -1, 64)+"s")
 }
 
 // Traced gives an endpoint of the sidecar other than /v1/check (whose

@@ -140,7 +140,7 @@ func runRulesGet(ctx context.Context, e *env) error {
 		return err
 	}
 	if len(args) > 1 {
-		return usagef(cmd, "want at most one rule name, got %d arguments", len(args))
+		return usagef(cmd, "want at most one rule name, got %s", nounCount(len(args), "argument"))
 	}
 	if format != "yaml" && format != "json" {
 		return usagef(cmd, "--format %q: want yaml or json", format)
@@ -444,6 +444,14 @@ func nounCount(n int, noun string) string {
 		return "1 " + noun
 	}
 	return strconv.Itoa(n) + " " + plural(noun)
+}
+
+// nounCount64 is nounCount of a 64-bit count.
+func nounCount64[N int64 | uint64](n N, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprint(n) + " " + plural(noun)
 }
 
 // plural is an English noun's regular plural.

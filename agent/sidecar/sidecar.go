@@ -198,7 +198,7 @@ func serveCheck(a *agent.Agent, w http.ResponseWriter, r *http.Request, span tra
 			s := httplimit.RetryAfterSeconds(d)
 			resp.RetryAfterSeconds = &s
 		} else {
-			resp.Reason = neverAdmissible(d, max(req.Cost, 1))
+			resp.Reason = httplimit.NeverAdmissible(d, max(req.Cost, 1))
 		}
 	}
 	// As json.NewEncoder(w).Encode(resp) did, a response that cannot
@@ -210,19 +210,6 @@ func serveCheck(a *agent.Agent, w http.ResponseWriter, r *http.Request, span tra
 		_, _ = w.Write(body)
 	}
 	return code
-}
-
-// neverAdmissible says why a refusal with no retry-after will never be
-// admitted, naming the rule and its limit.
-func neverAdmissible(d agent.Decision, cost int64) string {
-	if d.Rule == "" {
-		return fmt.Sprintf("cost %d is more than any rule can admit (at most %d)", cost, int64(agent.MaxCost))
-	}
-	if d.Limit == 0 {
-		return fmt.Sprintf("rule %s admits no request: its limit is 0", d.Rule)
-	}
-	return fmt.Sprintf("cost %d is more than rule %s ever admits at once (its limit is %d per %s): no retry will be admitted; split the request or raise the limit",
-		cost, d.Rule, d.Limit, strconv.FormatFloat(d.Period.Seconds(), 'f', -1, 64)+"s")
 }
 
 // Traced gives an endpoint of the sidecar other than /v1/check (whose

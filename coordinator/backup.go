@@ -177,7 +177,8 @@ func (c *Coordinator) restoreAllowed(force string) error {
 		c.log.Warn("restoring over a cluster with state, as forced", "cluster", cid, "rules", rules, "ledger_lines", lines, "agent_runs", agents)
 		return nil
 	}
-	msg := fmt.Sprintf("cluster %s (region %s) has state: %d rules, %d ledger lines, %d agent runs; a restore replaces all of it; to go ahead, pass --force %s", cid, c.cfg.Region, rules, lines, agents, cid)
+	msg := fmt.Sprintf("cluster %s (region %s) has state: %s, %s, %s; a restore replaces all of it; to go ahead, pass --force %s",
+		cid, c.cfg.Region, count(rules, "rule"), count(lines, "ledger line"), count(agents, "agent run"), cid)
 	if force != "" {
 		msg = fmt.Sprintf("--force %s does not name this cluster; %s", force, msg)
 	}
@@ -287,4 +288,12 @@ func RestoreFrom(ctx context.Context, client allotpb.ClusterServiceClient, r io.
 		return 0, err
 	}
 	return resp.GetIndex(), nil
+}
+
+// count is n and the noun, "s" added unless n is 1: "1 rule", "0 rules".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

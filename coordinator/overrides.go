@@ -27,7 +27,9 @@ type overridesServer struct {
 }
 
 // PutOverrides validates and applies overrides, all or none, on the home
-// group's leader.
+// group's leader. An override equal to the one in force is left as it is:
+// the answer's count is how many changed, and when none did the version
+// stays.
 func (s *overridesServer) PutOverrides(ctx context.Context, req *allotpb.PutOverridesRequest) (*allotpb.PutOverridesResponse, error) {
 	c := s.c
 	if !c.isHome() {
@@ -45,6 +47,13 @@ func (s *overridesServer) PutOverrides(ctx context.Context, req *allotpb.PutOver
 			var v uint64
 			c.fsm.Read(func(st *state.State) { v = st.OverridesVersion() })
 			return &allotpb.PutOverridesResponse{Version: v}, err
+		}
+		// Only what changes is proposed: an override put again as it is
+		// takes no version, and a put of nothing new none at all.
+		var v uint64
+		c.fsm.Read(func(st *state.State) { cmd.Put, v = st.ChangedOverrides(cmd.GetPut()), st.OverridesVersion() })
+		if len(cmd.Put) == 0 {
+			return &allotpb.PutOverridesResponse{Version: v}, nil
 		}
 		cmd.Audit = c.auditStamp(ctx, "PutOverrides")
 		v, err := c.applyOverrides(ctx, cmd)

@@ -262,7 +262,8 @@ func (s *rulesServer) GetRule(_ context.Context, req *allotpb.GetRuleRequest) (*
 
 // PutRules validates and applies rules, all or none, on the leader: the
 // set they make is checked against the leader's rules, which a
-// follower's may lag.
+// follower's may lag. A put that would change no rule is not applied:
+// the answer is the rule set as it is, its version unchanged.
 func (s *rulesServer) PutRules(ctx context.Context, req *allotpb.PutRulesRequest) (*allotpb.RuleSet, error) {
 	c := s.c
 	if !c.isHome() {
@@ -273,6 +274,18 @@ func (s *rulesServer) PutRules(ctx context.Context, req *allotpb.PutRulesRequest
 	out, err := onLeader(ctx, c, func() (*allotpb.RuleSet, error) {
 		if err := c.checkRulesCommand(cmd); err != nil {
 			return nil, err
+		}
+		// A put that changes nothing (the file put again, or the output
+		// of 'rules get' unedited) keeps the version: agents keep every
+		// rule's state, and the audit log records no change.
+		var same *allotpb.RuleSet
+		c.fsm.Read(func(st *state.State) {
+			if st.RulesUnchanged(cmd) {
+				same = rulespb.SetToProto(st.Rules())
+			}
+		})
+		if same != nil {
+			return same, nil
 		}
 		cmd.Audit = c.auditStamp(ctx, "PutRules")
 		return c.applyRulesCommand(ctx, cmd)

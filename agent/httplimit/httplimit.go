@@ -2,6 +2,7 @@ package httplimit
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -31,7 +32,8 @@ import (
 // An admitted request gets the RateLimit fields of the rule closest to its
 // limit, so a well-behaved client can slow down before it is refused. A
 // request whose cost exceeds what the rule can ever admit is refused
-// without Retry-After and with "retry_after_seconds": null.
+// without Retry-After, with "retry_after_seconds": null, and with a
+// "reason" naming the rule and its limit.
 func Middleware(a *agent.Agent, extract func(*http.Request) agent.Request) func(http.Handler) http.Handler {
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -94,6 +96,28 @@ type refusal struct {
 	Scope             string `json:"scope"`
 	Rule              string `json:"rule"`
 	RetryAfterSeconds *int64 `json:"retry_after_seconds"`
+	// Reason says why a refusal with no retry-after never turns into an
+	// admission; empty otherwise.
+	Reason string `json:"reason,omitempty"`
+}
+
+// NeverAdmissible explains a refusal no retry will turn into an admission
+// (agent.Decision.RetryAfter below 0): the cost is more than the rule
+// ever admits at once, naming the rule and its limit. cost is the
+// request's, or 0 when the caller does not know it.
+func NeverAdmissible(d agent.Decision, cost int64) string {
+	what := "the request's cost"
+	if cost > 0 {
+		what = "cost " + strconv.FormatInt(cost, 10)
+	}
+	switch {
+	case d.Rule == "":
+		return fmt.Sprintf("%s is more than any rule can admit (at most %d)", what, int64(agent.MaxCost))
+	case d.Limit == 0:
+		return fmt.Sprintf("rule %s admits no request: its limit is 0", d.Rule)
+	}
+	return fmt.Sprintf("%s is more than rule %s ever admits at once (its limit is %d per %ss): no retry will be admitted; split the request or raise the limit",
+		what, d.Rule, d.Limit, strconv.FormatFloat(d.Period.Seconds(), 'f', -1, 64))
 }
 
 // WriteRefusal answers a refused request: 429, the headers, and the JSON
@@ -112,6 +136,8 @@ func WriteRefusal(w http.ResponseWriter, d agent.Decision) {
 	if d.RetryAfter >= 0 {
 		s := RetryAfterSeconds(d)
 		body.RetryAfterSeconds = &s
+	} else {
+		body.Reason = NeverAdmissible(d, 0)
 	}
 	w.WriteHeader(http.StatusTooManyRequests)
 	_ = json.NewEncoder(w).Encode(body)

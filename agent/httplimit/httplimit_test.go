@@ -110,12 +110,13 @@ func TestRetryAfterNeverZero(t *testing.T) {
 			t.Errorf("RetryAfter %v: %d seconds, want %d", tt.retry, got, tt.want)
 		}
 	}
-	// Never: no Retry-After, and null in the body.
+	// Never: no Retry-After, null in the body, and the reason.
 	rec := httptest.NewRecorder()
 	httplimit.WriteRefusal(rec, agent.Decision{Rule: "r", Scope: "user", Limit: 1, Period: time.Second, RetryAfter: -1})
 	var body map[string]any
 	json.Unmarshal(rec.Body.Bytes(), &body)
-	if rec.Header().Get("Retry-After") != "" || body["retry_after_seconds"] != nil {
+	const reason = "the request's cost is more than rule r ever admits at once (its limit is 1 per 1s): no retry will be admitted; split the request or raise the limit"
+	if rec.Header().Get("Retry-After") != "" || body["retry_after_seconds"] != nil || body["reason"] != reason {
 		t.Errorf("never: Retry-After %q, body %v", rec.Header().Get("Retry-After"), body)
 	}
 }

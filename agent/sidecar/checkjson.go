@@ -383,6 +383,10 @@ func appendCheckResponse(b []byte, r *CheckResponse) ([]byte, error) {
 	} else {
 		b = strconv.AppendInt(b, *r.RetryAfterSeconds, 10)
 	}
+	if r.Reason != "" {
+		b = append(b, `,"reason":`...)
+		b = appendJSONString(b, r.Reason)
+	}
 	b = append(b, `,"reset_after_seconds":`...)
 	b = appendJSONFloat(b, r.ResetAfterSeconds)
 	b = append(b, `,"fallback":`...)

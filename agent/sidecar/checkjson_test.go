@@ -277,6 +277,7 @@ func TestAppendCheckResponse(t *testing.T) {
 	}
 	for _, s := range strs {
 		sameEncode(t, CheckResponse{Rule: s, Scope: s, RetryAfterSeconds: &retry, Fallback: true})
+		sameEncode(t, CheckResponse{Rule: s, Reason: s})
 	}
 	for _, p := range []*int64{nil, &retry, &zero, &neg} {
 		sameEncode(t, CheckResponse{Allowed: p == nil, Limit: math.MinInt64, Remaining: math.MaxInt64, RetryAfterSeconds: p})
@@ -318,6 +319,8 @@ func TestCheckResponseRoundTrip(t *testing.T) {
 		if rng.IntN(2) == 0 {
 			s := rng.Int64()
 			r.RetryAfterSeconds = &s
+		} else if rng.IntN(2) == 0 {
+			r.Reason = fmt.Sprintf("cost %d is more than <%x>", rng.Int64(), rng.Uint32())
 		}
 		if math.IsNaN(r.PeriodSeconds) || math.IsInf(r.PeriodSeconds, 0) || math.IsNaN(r.ResetAfterSeconds) || math.IsInf(r.ResetAfterSeconds, 0) {
 			continue
@@ -395,13 +398,14 @@ func TestCheckJSONAllocs(t *testing.T) {
 // FuzzCheckResponseJSON: for any response, appendCheckResponse writes
 // what json.NewEncoder(w).Encode writes, and fails where it fails.
 func FuzzCheckResponseJSON(f *testing.F) {
-	f.Add(true, "plan-quota", "tenant", int64(1000), 60.0, int64(999), false, int64(0), 0.5, false)
-	f.Add(false, "<a&b>\u2028", "\xff\x00", int64(-1), 1e-7, int64(0), true, int64(12), 1e21, true)
-	f.Add(false, "", "", int64(0), math.Copysign(0, -1), int64(0), true, int64(-1), math.Inf(1), false)
+	f.Add(true, "plan-quota", "tenant", int64(1000), 60.0, int64(999), false, int64(0), 0.5, false, "")
+	f.Add(false, "<a&b>\u2028", "\xff\x00", int64(-1), 1e-7, int64(0), true, int64(12), 1e21, true, "")
+	f.Add(false, "", "", int64(0), math.Copysign(0, -1), int64(0), true, int64(-1), math.Inf(1), false, "")
+	f.Add(false, "plan-quota", "tenant", int64(5), 60.0, int64(0), false, int64(0), 30.5, false, "cost 7 is more than <plan-quota>")
 	f.Fuzz(func(t *testing.T, allowed bool, rule, scope string, limit int64, period float64, remaining int64,
-		retrySet bool, retry int64, reset float64, fallback bool) {
+		retrySet bool, retry int64, reset float64, fallback bool, reason string) {
 		r := CheckResponse{Allowed: allowed, Rule: rule, Scope: scope, Limit: limit, PeriodSeconds: period,
-			Remaining: remaining, ResetAfterSeconds: reset, Fallback: fallback}
+			Remaining: remaining, Reason: reason, ResetAfterSeconds: reset, Fallback: fallback}
 		if retrySet {
 			r.RetryAfterSeconds = &retry
 		}

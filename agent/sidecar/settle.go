@@ -50,7 +50,7 @@ func DecodeSettle(body io.Reader) (agent.Reservation, int64, error) {
 	dec.DisallowUnknownFields()
 	var s SettleRequest
 	if err := dec.Decode(&s); err != nil {
-		return agent.Reservation{}, 0, fmt.Errorf("%w: %v", ErrBadSettle, err)
+		return agent.Reservation{}, 0, fmt.Errorf("%w: %w", ErrBadSettle, settleFieldTypes.clarify(err))
 	}
 	if dec.More() {
 		return agent.Reservation{}, 0, fmt.Errorf("%w: data after the JSON object", ErrBadSettle)

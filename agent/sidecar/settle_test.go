@@ -65,7 +65,7 @@ func TestHTTPReserveSettle(t *testing.T) {
 
 	code, r := post(t, srv.URL+"/v1/reserve", `{"tenant":"llm-co","cost":300}`)
 	id, _ := r["reservation"].(string)
-	if code != http.StatusOK || id == "" || r["remaining"] != 700.0 {
+	if code != http.StatusOK || id == "" || r["remaining"] != 700.0 || r["reason"] != nil {
 		t.Fatalf("reserve: %d %v", code, r)
 	}
 	if _, r := post(t, srv.URL+"/v1/check", `{"tenant":"llm-co","cost":1}`); r["reservation"] != nil {
@@ -81,6 +81,8 @@ func TestHTTPReserveSettle(t *testing.T) {
 		{`{"reservation":"` + id + `","cost":-3}`, http.StatusBadRequest, "cost: must be from 0"},
 		{`{"reservation":"` + id + `","cost":99999999999}`, http.StatusBadRequest, "cost: must be from 0"},
 		{`{"reservation":"nope","cost":3}`, http.StatusBadRequest, "reservation:"},
+		{`{"reservation":` + id + `,"cost":3}`, http.StatusBadRequest, "reservation must be a string"},
+		{`{"reservation":"` + id + `","cost":"3"}`, http.StatusBadRequest, "cost must be an integer from 0 to 4294967295, got a JSON string"},
 		{`{"reservation":"` + id + `","cost":3,"extra":1}`, http.StatusBadRequest, "unknown field"},
 		{`{"reservation":"42","cost":3}`, http.StatusNotFound, "no such reservation"},
 	} {
@@ -91,6 +93,13 @@ func TestHTTPReserveSettle(t *testing.T) {
 	}
 	if a.OpenReservations() != 1 {
 		t.Fatal("a refused settle closed the reservation")
+	}
+	// A cost the rule never admits at once: refused, with no retry-after
+	// and a reason naming the rule and its limit.
+	code, r = post(t, srv.URL+"/v1/reserve", `{"tenant":"llm-co","cost":1200}`)
+	if reason, _ := r["reason"].(string); code != http.StatusTooManyRequests || r["retry_after_seconds"] != nil ||
+		reason != "cost 1200 is more than rule tokens ever admits at once (its limit is 1000 per 3600s): no retry will be admitted; split the request or raise the limit" {
+		t.Errorf("reserve of more than the limit: %d %v", code, r)
 	}
 	code, r = post(t, srv.URL+"/v1/settle", `{"reservation":"`+id+`","cost":450}`)
 	if code != http.StatusOK || r["charged"] != 150.0 || r["actual"] != 450.0 {

@@ -43,7 +43,11 @@ type CheckResponse struct {
 	Remaining     int64   `json:"remaining"`
 	// RetryAfterSeconds is set on a refusal that may be retried, as in
 	// the Retry-After header; null when admitted or never admissible.
-	RetryAfterSeconds *int64  `json:"retry_after_seconds"`
+	RetryAfterSeconds *int64 `json:"retry_after_seconds"`
+	// Reason explains a refusal no retry can turn into an admission (its
+	// retry_after_seconds is null): the cost is more than the rule ever
+	// admits at once. Empty otherwise.
+	Reason            string  `json:"reason,omitempty"`
 	ResetAfterSeconds float64 `json:"reset_after_seconds"`
 	// Fallback is set when the deciding rule ran on its fail mode, cut
 	// off from the coordinators.
@@ -83,7 +87,7 @@ func decodeCheckJSON(r io.Reader) (agent.Request, error) {
 	dec.DisallowUnknownFields()
 	var c CheckRequest
 	if err := dec.Decode(&c); err != nil {
-		return agent.Request{}, fmt.Errorf("%w: %w", ErrBadCheck, err)
+		return agent.Request{}, fmt.Errorf("%w: %w", ErrBadCheck, checkFieldTypes.clarify(err))
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return agent.Request{}, fmt.Errorf("%w: unexpected data after the JSON object", ErrBadCheck)
@@ -193,6 +197,8 @@ func serveCheck(a *agent.Agent, w http.ResponseWriter, r *http.Request, span tra
 		if d.RetryAfter >= 0 {
 			s := httplimit.RetryAfterSeconds(d)
 			resp.RetryAfterSeconds = &s
+		} else {
+			resp.Reason = httplimit.NeverAdmissible(d, max(req.Cost, 1))
 		}
 	}
 	// As json.NewEncoder(w).Encode(resp) did, a response that cannot

@@ -39,7 +39,9 @@ func TestCheckHandler(t *testing.T) {
 	}{
 		{"unknown field", `{"tenant":"acme","tenat":"x"}`, 400, "tenat"},
 		{"not JSON", `tenant=acme`, 400, "invalid character"},
-		{"wrong type", `{"tenant":"acme","cost":"1"}`, 400, "cost"},
+		{"wrong type", `{"tenant":"acme","cost":"1"}`, 400, "cost must be an integer from 0 to 4294967295, got a JSON string"},
+		{"a fraction", `{"tenant":"acme","cost":1.5}`, 400, "cost must be an integer from 0 to 4294967295, got a JSON number 1.5"},
+		{"a number for a name", `{"tenant":7}`, 400, "tenant must be a string, got a JSON number"},
 		{"negative cost", `{"tenant":"acme","cost":-1}`, 400, "cost"},
 		{"unknown priority", `{"tenant":"acme","priority":"urgent"}`, 400, "priority"},
 		{"two objects", `{"tenant":"acme"}{"tenant":"acme"}`, 400, "after the JSON object"},

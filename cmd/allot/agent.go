@@ -264,7 +264,9 @@ func runAgent(ctx context.Context, e *env) error {
 	}
 	select {
 	case <-ctx.Done():
+		cfg.Logger.Info("shutting down: draining", "drain_delay", drainDelay, "drain_timeout", drainTimeout)
 	case err = <-served:
+		cfg.Logger.Error("shutting down: a listener failed", "error", err)
 	}
 	// Drain: readiness fails first, and for --drain-delay everything is
 	// still served while load balancers notice; then no new connection is
@@ -285,8 +287,14 @@ func runAgent(ctx context.Context, e *env) error {
 	stopGRPC()
 	stopRESP()
 	// Close sends a last report, so the cluster counts everything admitted.
-	if cerr := a.Close(closeCtx); cerr != nil && err == nil {
+	cerr := a.Close(closeCtx)
+	if cerr != nil && err == nil {
 		err = cerr
+	}
+	if cerr != nil {
+		cfg.Logger.Warn("stopped; the last report did not reach the coordinators", "error", cerr)
+	} else {
+		cfg.Logger.Info("stopped", "node", cfg.NodeID, "mode", mode)
 	}
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil

@@ -57,8 +57,8 @@ func runClusterRecover(_ context.Context, e *env) error {
 	if len(res.Dropped) > 0 {
 		dropped = strings.Join(res.Dropped, ", ")
 	}
-	fmt.Fprintf(e.stdout, "recovered %s of cluster %s: a one-member cluster at raft %s, its log to index %d (%d ledger lines, %d rules, %d agent runs); dropped %s\n",
-		rc.NodeID, res.ClusterID, res.RaftAddr, res.LastIndex, res.LedgerLines, res.Rules, res.Agents, dropped)
+	fmt.Fprintf(e.stdout, "recovered %s of cluster %s: a one-member cluster at raft %s, its log to index %d (%s, %s, %s); dropped %s\n",
+		rc.NodeID, res.ClusterID, res.RaftAddr, res.LastIndex, nounCount(res.LedgerLines, "ledger line"), nounCount(res.Rules, "rule"), nounCount(res.Agents, "agent run"), dropped)
 	fmt.Fprintf(e.stdout, "start it with its usual flags, then add members with fresh data dirs and --join (docs/operations.md#adding-a-member)\n")
 	return nil
 }

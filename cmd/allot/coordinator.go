@@ -83,7 +83,7 @@ func runCoordinator(ctx context.Context, e *env) error {
 	f.IntVar(&cfg.MaxReportBytes, "max-report-bytes", coordinator.DefaultMaxReportBytes, "refuse agent reports larger than this")
 	f.IntVar(&cfg.MaxReportKeys, "max-report-keys", coordinator.DefaultMaxReportKeys, "refuse agent reports with more keys than this")
 	lf.register(f)
-	cf.register(f)
+	cf.registerServing(f)
 	tf.register(f)
 	if err := f.parse(e); err != nil {
 		return err

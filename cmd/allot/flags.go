@@ -248,7 +248,7 @@ func readConfig(path string, fs *flag.FlagSet) (map[string]configValue, error) {
 // usage error saying what was wanted.
 func exactlyOne(cmd, what string, args []string) (string, error) {
 	if len(args) != 1 {
-		return "", usagef(cmd, "want one %s, got %d arguments", what, len(args))
+		return "", usagef(cmd, "want one %s, got %s", what, nounCount(len(args), "argument"))
 	}
 	return args[0], nil
 }
@@ -287,10 +287,26 @@ type credFlags struct {
 	cert, key, ca, tokenFile string
 }
 
+// register adds the flags as a client of the coordinators has them: the
+// CLI's commands and the agent, which call coordinators and serve none.
 func (t *credFlags) register(f *flags) {
-	f.StringVar(&t.cert, "cert", "", "PEM certificate (with --key): served, and presented for mutual TLS")
+	t.registerAs(f,
+		"PEM client certificate (with --key), presented to the coordinators for mutual TLS",
+		"PEM CA bundle the coordinators' certificates are verified against")
+}
+
+// registerServing adds the flags as a coordinator has them: it serves
+// its certificate and calls its peers with it.
+func (t *credFlags) registerServing(f *flags) {
+	t.registerAs(f,
+		"PEM certificate (with --key): served to callers and peers, and presented to peers for mutual TLS",
+		"PEM CA bundle peers' and callers' certificates are verified against")
+}
+
+func (t *credFlags) registerAs(f *flags, certUsage, caUsage string) {
+	f.StringVar(&t.cert, "cert", "", certUsage)
 	f.StringVar(&t.key, "key", "", "PEM private key of --cert")
-	f.StringVar(&t.ca, "ca", "", "PEM CA bundle peers are verified against (client certificates too, when serving)")
+	f.StringVar(&t.ca, "ca", "", caUsage)
 	f.StringVar(&t.tokenFile, "token-file", "", "file holding the bearer token to present (sent only over TLS or to loopback)")
 	// The names before roles existed.
 	f.StringVar(&t.cert, "tls-cert", "", "old name of --cert")
@@ -351,7 +367,7 @@ func (c *clientFlags) registerAccess(f *flags) {
 	f.DurationVar(&c.timeout, "timeout", 10*time.Second, "how long to wait for the cluster")
 	c.creds.register(f)
 	c.trace = &cliTrace{cmd: f.cmd, e: f.env}
-	c.trace.register(f)
+	c.trace.registerClient(f)
 }
 
 // coordinatorClient calls a coordinator cluster, trying each address in

@@ -464,16 +464,16 @@ func TestOpsInProcess(t *testing.T) {
 			t.Errorf("get nope: exit %d, %q", code, stderr)
 		}
 		code, stdout, _ = runIn(t, admin, "rules", "put", rulesPath, "--coordinator", eu.addr)
-		if code != exitOK || stdout != "rules version 2 (1 rule): 1 unchanged\n" {
+		if code != exitOK || stdout != "rules version 1 kept (1 rule): nothing changed\n" {
 			t.Errorf("put again: exit %d, %q", code, stdout)
 		}
 		two := writeTemp(t, "two.yaml", "rules:\n"+ruleText("other"))
 		code, stdout, _ = runIn(t, admin, "rules", "put", two, "--replace-all", "--coordinator", eu.addr)
-		if code != exitOK || stdout != "rules version 3 (1 rule): created other; deleted quota\n" {
+		if code != exitOK || stdout != "rules version 2 (1 rule): created other; deleted quota\n" {
 			t.Errorf("put --replace-all: exit %d, %q", code, stdout)
 		}
 		code, stdout, _ = runIn(t, admin, "rules", "delete", "other", "--coordinator", eu.addr)
-		if code != exitOK || stdout != "deleted other: rules version 4 (0 rules)\n" {
+		if code != exitOK || stdout != "deleted other: rules version 3 (0 rules)\n" {
 			t.Errorf("delete: exit %d, %q", code, stdout)
 		}
 		code, _, stderr = runIn(t, admin, "rules", "delete", "other", "--coordinator", eu.addr)
@@ -495,12 +495,12 @@ func TestOpsInProcess(t *testing.T) {
 		if code != exitOK || json.Unmarshal([]byte(stdout), &cs) != nil {
 			t.Fatalf("status: exit %d, stdout %q, stderr %q", code, stdout, stderr)
 		}
-		if cs.Region != "eu" || cs.LeaderID != "eu-1" || cs.Rules != 1 || cs.RulesVersion != 5 || cs.Agents == nil ||
+		if cs.Region != "eu" || cs.LeaderID != "eu-1" || cs.Rules != 1 || cs.RulesVersion != 4 || cs.Agents == nil ||
 			len(cs.Members) != 1 || !cs.Members[0].Leader || !cs.Members[0].Voter || cs.Members[0].State != "leader" || cs.Members[0].AppliedIndex == 0 {
 			t.Errorf("status: %s", stdout)
 		}
 		code, stdout, _ = runIn(t, admin, "status", "--coordinator", eu.addr)
-		if code != exitOK || !strings.Contains(stdout, "region eu: leader eu-1 at "+eu.addr) || !strings.Contains(stdout, "rules: 1 at version 5") ||
+		if code != exitOK || !strings.Contains(stdout, "region eu: leader eu-1 at "+eu.addr) || !strings.Contains(stdout, "rules: 1 at version 4") ||
 			!regexp.MustCompile(`(?m)^eu-1\s+\*\s+yes\s+leader\s+\d+\s+\d+\s+\d+\s+`+regexp.QuoteMeta(eu.addr)).MatchString(stdout) {
 			t.Errorf("status table:\n%s", stdout)
 		}

@@ -40,7 +40,7 @@ func TestCLIOverrides(t *testing.T) {
 		if code != exitOK || !strings.Contains(stdout, "tenant-quota/acme set") {
 			t.Fatalf("put: exit %d, %s%s", code, stdout, stderr)
 		}
-		code, stdout, stderr = runAllot(t, reader, append([]string{"overrides", "get", "tenant-quota", "acme"}, at...)...)
+		code, stdout, stderr = runAllot(t, reader, append([]string{"overrides", "get", "tenant-quota", "acme", "--format", "jsonl"}, at...)...)
 		var o overrideJSON
 		if code != exitOK || json.Unmarshal([]byte(stdout), &o) != nil || o.Limit != 50 || o.Expires == "" {
 			t.Fatalf("get: exit %d, %s%s", code, stdout, stderr)

@@ -60,7 +60,7 @@ func runResetKey(ctx context.Context, e *env) error {
 		return err
 	}
 	if len(args) != 1 {
-		return usagef(cmd, "want RULE, got %d arguments", len(args))
+		return usagef(cmd, "want RULE, got %s", nounCount(len(args), "argument"))
 	}
 	target.Rule = args[0]
 	cl, err := cf.dial()

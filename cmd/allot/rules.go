@@ -120,7 +120,8 @@ func runRules(ctx context.Context, e *env) error {
 
 const rulesGetAbout = `
 Prints the cluster's rules, or the rule NAME, as a rules file: edit it and
-apply it with 'allot rules put'. The YAML output starts with a comment
+apply it with 'allot rules put --replace-all' (the whole set: rules deleted
+from the file are deleted) or 'allot rules put' (one rule). The YAML output starts with a comment
 giving the version of the rule set. The JSON output is a rules file too
 (JSON is YAML); its version goes to stderr.
 
@@ -139,7 +140,7 @@ func runRulesGet(ctx context.Context, e *env) error {
 		return err
 	}
 	if len(args) > 1 {
-		return usagef(cmd, "want at most one rule name, got %d arguments", len(args))
+		return usagef(cmd, "want at most one rule name, got %s", nounCount(len(args), "argument"))
 	}
 	if format != "yaml" && format != "json" {
 		return usagef(cmd, "--format %q: want yaml or json", format)
@@ -192,10 +193,13 @@ func listRules(ctx context.Context, cf *clientFlags, cl *coordinatorClient) (*al
 const rulesPutAbout = `
 Loads FILE, checks every rule in it as the cluster would (an error names
 the file, line and field, and nothing is sent), then creates or replaces
-its rules by name, all or none. With --replace-all, rules not in FILE are
-deleted. Prints the new version of the rule set and what changed, and
-warns of each rule the cluster's region will not enforce (its regions
-give that region no share).`
+its rules by name, all or none. Rules of the cluster that FILE leaves out
+stay, and are named; with --replace-all they are deleted, so that the
+cluster holds FILE's rules exactly (apply an edited 'allot rules get' so).
+Prints the new version of the rule set and what changed; a put that
+changes nothing keeps the version and says so. Warns of each rule the
+cluster's region will not enforce (its regions give that region no
+share).`
 
 func runRulesPut(ctx context.Context, e *env) error {
 	const cmd = "rules put"
@@ -245,11 +249,20 @@ func runRulesPut(ctx context.Context, e *env) error {
 	if err != nil {
 		return fmt.Errorf("putting rules: %w", err)
 	}
-	change := describeChange(before, after)
-	if after.GetVersion() != before.GetVersion()+1 {
-		change += " (and other changes made meanwhile)"
+	ch := describeChange(before, after, list)
+	switch v := after.GetVersion(); {
+	case v == before.GetVersion():
+		// The cluster applies no put that changes nothing.
+		fmt.Fprintf(e.stdout, "rules version %d kept (%s): nothing changed\n", v, nounCount(len(after.GetRules()), "rule"))
+	case v != before.GetVersion()+1:
+		fmt.Fprintf(e.stdout, "rules version %d (%s): %s (and other changes made meanwhile)\n", v, nounCount(len(after.GetRules()), "rule"), ch.summary())
+	default:
+		fmt.Fprintf(e.stdout, "rules version %d (%s): %s\n", v, nounCount(len(after.GetRules()), "rule"), ch.summary())
 	}
-	fmt.Fprintf(e.stdout, "rules version %d (%s): %s\n", after.GetVersion(), nounCount(len(after.GetRules()), "rule"), change)
+	if len(ch.kept) > 0 {
+		fmt.Fprintf(e.stdout, "kept %s not in %s: %s (put --replace-all deletes the rules a file leaves out)\n",
+			nounCount(len(ch.kept), "rule"), file, strings.Join(ch.kept, ", "))
+	}
 	// A parent cluster divides limits among regions: it enforces every
 	// region's share, its own region's or not.
 	if region := st.GetRegion(); region != "" && st.GetTier().GetRole() != "parent" {
@@ -323,35 +336,58 @@ func ruleProblems(err error) []string {
 	return out
 }
 
-// describeChange says which rules a put created, changed and deleted.
-func describeChange(before, after *allotpb.RuleSet) string {
+// ruleChange is what a put did, rule by rule.
+type ruleChange struct {
+	created, changed, deleted []string
+	unchanged                 int // rules of the file that were already so
+	// kept are the rules the file left out that the put kept: all those
+	// it did not delete.
+	kept []string
+}
+
+// describeChange says which rules a put of list created, changed, deleted
+// and left as they were.
+func describeChange(before, after *allotpb.RuleSet, list []rules.Rule) ruleChange {
 	old := map[string]*allotpb.Rule{}
 	for _, r := range before.GetRules() {
 		old[r.GetName()] = r
 	}
-	var created, changed, unchanged []string
+	inFile := map[string]bool{}
+	for _, r := range list {
+		inFile[r.Name] = true
+	}
+	var ch ruleChange
 	for _, r := range after.GetRules() {
 		switch o, ok := old[r.GetName()]; {
 		case !ok:
-			created = append(created, r.GetName())
+			ch.created = append(ch.created, r.GetName())
 		case !proto.Equal(o, r):
-			changed = append(changed, r.GetName())
+			ch.changed = append(ch.changed, r.GetName())
+		case !inFile[r.GetName()]:
+			ch.kept = append(ch.kept, r.GetName())
 		default:
-			unchanged = append(unchanged, r.GetName())
+			ch.unchanged++
 		}
 		delete(old, r.GetName())
 	}
+	ch.deleted = slices.Sorted(maps.Keys(old))
+	slices.Sort(ch.kept)
+	return ch
+}
+
+// summary is the change on one line: "created a; changed b; 2 unchanged".
+func (ch ruleChange) summary() string {
 	var parts []string
 	for _, p := range []struct {
 		verb  string
 		names []string
-	}{{"created", created}, {"changed", changed}, {"deleted", slices.Sorted(maps.Keys(old))}} {
+	}{{"created", ch.created}, {"changed", ch.changed}, {"deleted", ch.deleted}} {
 		if len(p.names) > 0 {
 			parts = append(parts, p.verb+" "+strings.Join(p.names, ", "))
 		}
 	}
-	if len(unchanged) > 0 {
-		parts = append(parts, fmt.Sprintf("%d unchanged", len(unchanged)))
+	if ch.unchanged > 0 {
+		parts = append(parts, fmt.Sprintf("%d unchanged", ch.unchanged))
 	}
 	if len(parts) == 0 {
 		return "no rules"
@@ -401,11 +437,34 @@ func putRequest(list []rules.Rule, replaceAll bool) *allotpb.PutRulesRequest {
 	return req
 }
 
+// nounCount is n and the noun, in the plural unless n is 1: "1 rule",
+// "2 rules", "3 batches".
 func nounCount(n int, noun string) string {
 	if n == 1 {
 		return "1 " + noun
 	}
-	return strconv.Itoa(n) + " " + noun + "s"
+	return strconv.Itoa(n) + " " + plural(noun)
+}
+
+// nounCount64 is nounCount of a 64-bit count.
+func nounCount64[N int64 | uint64](n N, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprint(n) + " " + plural(noun)
+}
+
+// plural is an English noun's regular plural.
+func plural(noun string) string {
+	for _, end := range []string{"s", "x", "z", "ch", "sh"} {
+		if strings.HasSuffix(noun, end) {
+			return noun + "es"
+		}
+	}
+	if n := len(noun); n > 1 && noun[n-1] == 'y' && !strings.ContainsRune("aeiou", rune(noun[n-2])) {
+		return noun[:n-1] + "ies"
+	}
+	return noun + "s"
 }
 
 // fromCluster converts the cluster's rules to the rule model, which the
@@ -430,7 +489,13 @@ func writeRulesYAML(w io.Writer, version uint64, one bool, list []rules.Rule) er
 	} else {
 		fmt.Fprintf(w, "# Allot rules at version %d: %s.\n", version, nounCount(len(list), "rule"))
 	}
-	fmt.Fprintln(w, "# Apply an edited copy with: allot rules put FILE")
+	if one {
+		fmt.Fprintln(w, "# Apply an edited copy with: allot rules put FILE")
+	} else {
+		// The whole set: a rule deleted from the copy is meant to go.
+		fmt.Fprintln(w, "# Apply an edited copy with: allot rules put --replace-all FILE")
+		fmt.Fprintln(w, "# (without --replace-all, the rules you delete here stay in the cluster)")
+	}
 	return rules.WriteYAML(w, list)
 }
 

@@ -37,7 +37,7 @@ func TestRulesDocExamples(t *testing.T) {
 	for name, text := range rulesDocMistakes {
 		files[name] = text
 	}
-	for _, name := range []string{"regions.yaml", "bad.yaml"} {
+	for _, name := range []string{"regions.yaml", "bad.yaml", "quota.yaml"} {
 		b, ok := blocks[name]
 		if !ok {
 			t.Fatalf("%s: no block marked %s%s", path, docFileMarker, name)
@@ -64,5 +64,6 @@ func TestRulesDocExamples(t *testing.T) {
 	checkDocTranscript(t, doc, "validate-example", docShell{t: t, dir: "../.."}.exiting(exitOK), seen)
 	checkDocTranscript(t, doc, "validate-bad", sh.exiting(exitUsage), seen)
 	checkDocTranscript(t, doc, "validate-mistakes", sh.exiting(exitUsage), seen)
+	checkDocTranscript(t, doc, "put-again", sh.exiting(exitOK), seen) // after validate-regions' put
 	requireDocOutputsSeen(t, path, doc, seen)
 }

@@ -289,7 +289,7 @@ func writeStatusTable(w io.Writer, cs *clusterStatus) error {
 		if l.ThroughWindow != "" {
 			through = "through the window of " + l.ThroughWindow + " (" + l.ThroughKey + ")"
 		}
-		fmt.Fprintf(w, "ledger sink: %d lines exported in %d batches, %s; %d lines in memory", l.ExportedLines, l.ExportedBatches, through, l.InMemory)
+		fmt.Fprintf(w, "ledger sink: %s exported in %s, %s; %s in memory", nounCount64(l.ExportedLines, "line"), nounCount64(l.ExportedBatches, "batch"), through, nounCount64(l.InMemory, "line"))
 		if l.RetentionDropped > 0 {
 			fmt.Fprintf(w, "; %d deleted by retention", l.RetentionDropped)
 		}
@@ -302,7 +302,7 @@ func writeStatusTable(w io.Writer, cs *clusterStatus) error {
 			for _, r := range t.Regions {
 				rs = append(rs, r.Region+" (last report "+r.LastSeen+")")
 			}
-			fmt.Fprintf(w, "tier: parent of %d regions: %s\n", len(t.Regions), strings.Join(rs, ", "))
+			fmt.Fprintf(w, "tier: parent of %s: %s\n", nounCount(len(t.Regions), "region"), strings.Join(rs, ", "))
 		default:
 			state := "answered at " + t.LastOK
 			if t.LastError != "" {

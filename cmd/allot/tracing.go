@@ -32,6 +32,14 @@ func (t *traceFlags) register(f *flags) {
 	f.Float64Var(&t.sample, "trace-sample", exporter.DefaultSampleRatio, "share of the traces started here that are kept, from 0 to 1; a request whose traceparent is sampled is traced whatever this says")
 }
 
+// registerClient adds the flags as an operator command has them: it
+// traces itself, one span for the command and one per call it makes.
+func (t *traceFlags) registerClient(f *flags) {
+	f.StringVar(&t.endpoint, "otlp-endpoint", "", "send this command's trace (a span for the command, one per call to the cluster) to this OTLP/gRPC collector, host:port (empty: none)")
+	f.BoolVar(&t.insecure, "otlp-insecure", false, "send the trace to --otlp-endpoint in plaintext rather than over TLS")
+	f.Float64Var(&t.sample, "trace-sample", exporter.DefaultSampleRatio, "share of this command's runs that are traced, from 0 to 1")
+}
+
 // provider builds the process's TracerProvider, nil without
 // --otlp-endpoint; a ratio out of range is a usage error of cmd.
 func (t *traceFlags) provider(ctx context.Context, cmd, service, node, region string, log hclog.Logger) (*exporter.Provider, error) {

@@ -80,6 +80,21 @@ func (s *Set) Get(name string) (Rule, bool) {
 	return Rule{}, false
 }
 
+// SameRules reports whether s and o hold equal rules (Equal, rule by
+// rule), whatever their versions.
+func (s *Set) SameRules(o *Set) bool {
+	a, b := s.Rules(), o.Rules()
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !Equal(&a[i], &b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
 // checkDescriptorSet finds what only the whole set shows: two descriptor
 // rules matching the same descriptors (which would apply is undefined),
 // and replaces naming no rule.

@@ -265,6 +265,23 @@ func (s *State) CheckOverrides(cmd *fsmpb.OverridesCommand) error {
 	return nil
 }
 
+// ChangedOverrides returns the overrides of put that differ from the
+// one in force for their rule and tenant (limit, weight or expiry), or
+// that have none: the others would change nothing. The leader proposes
+// only these, so that putting back what 'overrides list' printed takes no
+// new version and leaves every tenant's keys on the agents as they are.
+func (s *State) ChangedOverrides(put []*allotpb.Override) []*allotpb.Override {
+	var out []*allotpb.Override
+	for _, p := range put {
+		o, ok := s.Override(p.GetRule(), p.GetTenant())
+		if ok && o.GetLimit() == p.GetLimit() && o.GetWeight() == p.GetWeight() && o.GetExpiresUnixNano() == p.GetExpiresUnixNano() {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
 // applyOverrides applies cmd, all or none, and returns the new version or
 // the error that refused it.
 func (s *State) applyOverrides(cmd *fsmpb.OverridesCommand) any {

@@ -309,6 +309,16 @@ func (s *State) CheckRules(cmd *fsmpb.RulesCommand) error {
 	return err
 }
 
+// RulesUnchanged reports whether applying cmd would leave the rules as
+// they are: every rule it puts equal to the one of its name, none
+// deleted. A valid command only; the leader answers such a put with the
+// rules it holds instead of proposing it, so that the version moves only
+// when the rules do.
+func (s *State) RulesUnchanged(cmd *fsmpb.RulesCommand) bool {
+	next, err := nextRules(s.rules, cmd)
+	return err == nil && next.SameRules(s.rules)
+}
+
 // nextRules is the rule set cmd makes of cur.
 func nextRules(cur *rules.Set, cmd *fsmpb.RulesCommand) (*rules.Set, error) {
 	byName := map[string]rules.Rule{}

@@ -295,7 +295,7 @@ func (c *Coordinator) loadRulesFile(ctx context.Context) error {
 			}
 		}
 	}
-	if sameRules(c.currentRules(), want) {
+	if c.currentRules().SameRules(want) {
 		return nil
 	}
 	cmd := &fsmpb.RulesCommand{ReplaceAll: true, Audit: c.selfStamp("RulesFile")}
@@ -307,18 +307,6 @@ func (c *Coordinator) loadRulesFile(ctx context.Context) error {
 		c.log.Info("rules loaded", "file", c.cfg.RulesFile, "rules", want.Len())
 	}
 	return err
-}
-
-func sameRules(a, b *rules.Set) bool {
-	if a.Len() != b.Len() {
-		return false
-	}
-	for i := range a.Rules() {
-		if !rules.Equal(&a.Rules()[i], &b.Rules()[i]) {
-			return false
-		}
-	}
-	return true
 }
 
 // startTerm resets the allocator for a term of leadership at epoch: the

@@ -9,6 +9,7 @@ import (
 
 	"github.com/allot-io/allot/coordinator"
 	"github.com/allot-io/allot/coordinator/datadir"
+	"github.com/allot-io/allot/internal/plural"
 )
 
 const clusterRecoverAbout = `
@@ -58,7 +59,7 @@ func runClusterRecover(_ context.Context, e *env) error {
 		dropped = strings.Join(res.Dropped, ", ")
 	}
 	fmt.Fprintf(e.stdout, "recovered %s of cluster %s: a one-member cluster at raft %s, its log to index %d (%s, %s, %s); dropped %s\n",
-		rc.NodeID, res.ClusterID, res.RaftAddr, res.LastIndex, nounCount(res.LedgerLines, "ledger line"), nounCount(res.Rules, "rule"), nounCount(res.Agents, "agent run"), dropped)
+		rc.NodeID, res.ClusterID, res.RaftAddr, res.LastIndex, plural.Count(res.LedgerLines, "ledger line"), plural.Count(res.Rules, "rule"), plural.Count(res.Agents, "agent run"), dropped)
 	fmt.Fprintf(e.stdout, "start it with its usual flags, then add members with fresh data dirs and --join (docs/operations.md#adding-a-member)\n")
 	return nil
 }

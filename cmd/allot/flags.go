@@ -14,6 +14,7 @@ import (
 
 	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/internal/duration"
+	"github.com/allot-io/allot/internal/plural"
 	"github.com/allot-io/allot/internal/strictyaml"
 	"github.com/allot-io/allot/internal/tracing"
 	"github.com/hashicorp/go-hclog"
@@ -248,7 +249,7 @@ func readConfig(path string, fs *flag.FlagSet) (map[string]configValue, error) {
 // usage error saying what was wanted.
 func exactlyOne(cmd, what string, args []string) (string, error) {
 	if len(args) != 1 {
-		return "", usagef(cmd, "want one %s, got %s", what, nounCount(len(args), "argument"))
+		return "", usagef(cmd, "want one %s, got %s", what, plural.Count(len(args), "argument"))
 	}
 	return args[0], nil
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/allot-io/allot/internal/plural"
 )
 
 // TestHelpPrefersTokenFiles: the commands' help says what docs/security.md
@@ -102,8 +104,8 @@ func TestPlurals(t *testing.T) {
 		{2, "key", "2 keys"},
 		{1, "argument", "1 argument"},
 	} {
-		if got := nounCount(tt.n, tt.noun); got != tt.want {
-			t.Errorf("nounCount(%d, %q) = %q, want %q", tt.n, tt.noun, got, tt.want)
+		if got := plural.Count(tt.n, tt.noun); got != tt.want {
+			t.Errorf("plural.Count(%d, %q) = %q, want %q", tt.n, tt.noun, got, tt.want)
 		}
 	}
 	var b strings.Builder

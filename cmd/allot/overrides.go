@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/allot-io/allot/internal/plural"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/grpc"
 )
@@ -109,7 +110,7 @@ func runOverridesPut(ctx context.Context, e *env) error {
 		return err
 	}
 	if len(args) != 2 {
-		return usagef(cmd, "want RULE and TENANT, got %s", nounCount(len(args), "argument"))
+		return usagef(cmd, "want RULE and TENANT, got %s", plural.Count(len(args), "argument"))
 	}
 	if limit == 0 && weight == 0 {
 		return usagef(cmd, "give --limit or --weight (or both): an override sets the tenant's limit, its weight or both")
@@ -174,7 +175,7 @@ func runOverridesGet(ctx context.Context, e *env) error {
 		return err
 	}
 	if len(args) != 2 {
-		return usagef(cmd, "want RULE and TENANT, got %s", nounCount(len(args), "argument"))
+		return usagef(cmd, "want RULE and TENANT, got %s", plural.Count(len(args), "argument"))
 	}
 	if err := checkOverrideFormat(cmd, format); err != nil {
 		return err
@@ -221,7 +222,7 @@ func onRuleTenant(ctx context.Context, e *env, cmd, about string, call func(ctx 
 		return err
 	}
 	if len(args) != 2 {
-		return usagef(cmd, "want RULE and TENANT, got %s", nounCount(len(args), "argument"))
+		return usagef(cmd, "want RULE and TENANT, got %s", plural.Count(len(args), "argument"))
 	}
 	cl, err := cf.dial()
 	if err != nil {

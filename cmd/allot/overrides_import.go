@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/allot-io/allot/internal/plural"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
@@ -44,7 +45,7 @@ var entryIndex = regexp.MustCompile(`overrides\[(\d+)\]`)
 // FILE:LINE: every one is reported, not only the first.
 type lineProblems []string
 
-func (p lineProblems) Error() string { return nounCount(len(p), "problem") }
+func (p lineProblems) Error() string { return plural.Count(len(p), "problem") }
 
 func runOverridesImport(ctx context.Context, e *env) error {
 	const cmd = "overrides import"
@@ -127,7 +128,7 @@ func runOverridesImport(ctx context.Context, e *env) error {
 		for _, r := range refused {
 			fmt.Fprintln(e.stderr, r)
 		}
-		return &usageError{err: fmt.Errorf("%s: the cluster refused %s; nothing was imported", file, nounCount(len(refused), "batch"))}
+		return &usageError{err: fmt.Errorf("%s: the cluster refused %s; nothing was imported", file, plural.Count(len(refused), "batch"))}
 	}
 	var v uint64
 	changed := 0
@@ -141,11 +142,11 @@ func runOverridesImport(ctx context.Context, e *env) error {
 	}
 	switch {
 	case changed == 0:
-		fmt.Fprintf(e.stdout, "overrides version %d kept: the %s of %s are in force as they are; nothing changed\n", v, nounCount(len(list), "override"), file)
+		fmt.Fprintf(e.stdout, "overrides version %d kept: the %s of %s are in force as they are; nothing changed\n", v, plural.Count(len(list), "override"), file)
 	case changed < len(list):
-		fmt.Fprintf(e.stdout, "overrides version %d: %d imported from %s in %s: %d changed, %d already so\n", v, len(list), file, nounCount(len(batches), "batch"), changed, len(list)-changed)
+		fmt.Fprintf(e.stdout, "overrides version %d: %d imported from %s in %s: %d changed, %d already so\n", v, len(list), file, plural.Count(len(batches), "batch"), changed, len(list)-changed)
 	default:
-		fmt.Fprintf(e.stdout, "overrides version %d: %d imported from %s in %s\n", v, len(list), file, nounCount(len(batches), "batch"))
+		fmt.Fprintf(e.stdout, "overrides version %d: %d imported from %s in %s\n", v, len(list), file, plural.Count(len(batches), "batch"))
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/allot-io/allot/internal/plural"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/grpc"
 )
@@ -60,7 +61,7 @@ func runResetKey(ctx context.Context, e *env) error {
 		return err
 	}
 	if len(args) != 1 {
-		return usagef(cmd, "want RULE, got %s", nounCount(len(args), "argument"))
+		return usagef(cmd, "want RULE, got %s", plural.Count(len(args), "argument"))
 	}
 	target.Rule = args[0]
 	cl, err := cf.dial()

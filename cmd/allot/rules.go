@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/allot-io/allot/internal/plural"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"
@@ -140,7 +141,7 @@ func runRulesGet(ctx context.Context, e *env) error {
 		return err
 	}
 	if len(args) > 1 {
-		return usagef(cmd, "want at most one rule name, got %s", nounCount(len(args), "argument"))
+		return usagef(cmd, "want at most one rule name, got %s", plural.Count(len(args), "argument"))
 	}
 	if format != "yaml" && format != "json" {
 		return usagef(cmd, "--format %q: want yaml or json", format)
@@ -253,15 +254,15 @@ func runRulesPut(ctx context.Context, e *env) error {
 	switch v := after.GetVersion(); {
 	case v == before.GetVersion():
 		// The cluster applies no put that changes nothing.
-		fmt.Fprintf(e.stdout, "rules version %d kept (%s): nothing changed\n", v, nounCount(len(after.GetRules()), "rule"))
+		fmt.Fprintf(e.stdout, "rules version %d kept (%s): nothing changed\n", v, plural.Count(len(after.GetRules()), "rule"))
 	case v != before.GetVersion()+1:
-		fmt.Fprintf(e.stdout, "rules version %d (%s): %s (and other changes made meanwhile)\n", v, nounCount(len(after.GetRules()), "rule"), ch.summary())
+		fmt.Fprintf(e.stdout, "rules version %d (%s): %s (and other changes made meanwhile)\n", v, plural.Count(len(after.GetRules()), "rule"), ch.summary())
 	default:
-		fmt.Fprintf(e.stdout, "rules version %d (%s): %s\n", v, nounCount(len(after.GetRules()), "rule"), ch.summary())
+		fmt.Fprintf(e.stdout, "rules version %d (%s): %s\n", v, plural.Count(len(after.GetRules()), "rule"), ch.summary())
 	}
 	if len(ch.kept) > 0 {
 		fmt.Fprintf(e.stdout, "kept %s not in %s: %s (put --replace-all deletes the rules a file leaves out)\n",
-			nounCount(len(ch.kept), "rule"), file, strings.Join(ch.kept, ", "))
+			plural.Count(len(ch.kept), "rule"), file, strings.Join(ch.kept, ", "))
 	}
 	// A parent cluster divides limits among regions: it enforces every
 	// region's share, its own region's or not.
@@ -424,7 +425,7 @@ func runRulesDelete(ctx context.Context, e *env) error {
 	if err != nil {
 		return fmt.Errorf("deleting rule %q: %w", name, err)
 	}
-	fmt.Fprintf(e.stdout, "deleted %s: rules version %d (%s)\n", name, after.GetVersion(), nounCount(len(after.GetRules()), "rule"))
+	fmt.Fprintf(e.stdout, "deleted %s: rules version %d (%s)\n", name, after.GetVersion(), plural.Count(len(after.GetRules()), "rule"))
 	return nil
 }
 
@@ -435,36 +436,6 @@ func putRequest(list []rules.Rule, replaceAll bool) *allotpb.PutRulesRequest {
 		req.Rules = append(req.Rules, rulespb.ToProto(&list[i]))
 	}
 	return req
-}
-
-// nounCount is n and the noun, in the plural unless n is 1: "1 rule",
-// "2 rules", "3 batches".
-func nounCount(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return strconv.Itoa(n) + " " + plural(noun)
-}
-
-// nounCount64 is nounCount of a 64-bit count.
-func nounCount64[N int64 | uint64](n N, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprint(n) + " " + plural(noun)
-}
-
-// plural is an English noun's regular plural.
-func plural(noun string) string {
-	for _, end := range []string{"s", "x", "z", "ch", "sh"} {
-		if strings.HasSuffix(noun, end) {
-			return noun + "es"
-		}
-	}
-	if n := len(noun); n > 1 && noun[n-1] == 'y' && !strings.ContainsRune("aeiou", rune(noun[n-2])) {
-		return noun[:n-1] + "ies"
-	}
-	return noun + "s"
 }
 
 // fromCluster converts the cluster's rules to the rule model, which the
@@ -487,7 +458,7 @@ func writeRulesYAML(w io.Writer, version uint64, one bool, list []rules.Rule) er
 	if one {
 		fmt.Fprintf(w, "# Rule %s, from the rules at version %d.\n", list[0].Name, version)
 	} else {
-		fmt.Fprintf(w, "# Allot rules at version %d: %s.\n", version, nounCount(len(list), "rule"))
+		fmt.Fprintf(w, "# Allot rules at version %d: %s.\n", version, plural.Count(len(list), "rule"))
 	}
 	if one {
 		fmt.Fprintln(w, "# Apply an edited copy with: allot rules put FILE")

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/allot-io/allot/internal/plural"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
 	"github.com/allot-io/allot/lease/rules/envoyconf"
@@ -73,7 +74,7 @@ func runRulesImport(_ context.Context, e *env) error {
 		for _, p := range es {
 			fmt.Fprintf(e.stderr, "%s: %s\n", p.Location, p.Msg)
 		}
-		return &usageError{err: fmt.Errorf("%s; nothing was written", nounCount(len(es), "problem"))}
+		return &usageError{err: fmt.Errorf("%s; nothing was written", plural.Count(len(es), "problem"))}
 	}
 	for _, w := range warnings {
 		fmt.Fprintf(e.stderr, "warning: %s\n", w)
@@ -105,7 +106,7 @@ func runRulesImport(_ context.Context, e *env) error {
 			return fmt.Errorf("writing rules: %w", err)
 		}
 	}
-	fmt.Fprintf(e.stderr, "imported %s from %s%s\n", nounCount(len(list), "rule"), nounCount(len(files), "file"), importedWhere(out))
+	fmt.Fprintf(e.stderr, "imported %s from %s%s\n", plural.Count(len(list), "rule"), plural.Count(len(files), "file"), importedWhere(out))
 	return nil
 }
 
@@ -189,12 +190,12 @@ func writeImportedRules(w io.Writer, command string, args []string, warnings []e
 			if i > 0 {
 				b.WriteString(",")
 			}
-			fmt.Fprintf(&b, " %s (%s)", comment(d), nounCount(count[d], "rule"))
+			fmt.Fprintf(&b, " %s (%s)", comment(d), plural.Count(count[d], "rule"))
 		}
 		b.WriteString(".\n")
 	}
 	if len(warnings) > 0 {
-		fmt.Fprintf(&b, "# %s:\n", nounCount(len(warnings), "warning"))
+		fmt.Fprintf(&b, "# %s:\n", plural.Count(len(warnings), "warning"))
 		for _, wn := range warnings {
 			fmt.Fprintf(&b, "#   %s\n", comment(wn.String()))
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/allot-io/allot/internal/plural"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
 	"github.com/allot-io/allot/lease/rules/envoyconf"
@@ -73,10 +74,10 @@ func TestRulesImport(t *testing.T) {
 			if !strings.HasPrefix(string(text), "# Allot rules imported from envoyproxy/ratelimit configuration:\n#   allot rules import --from envoy-ratelimit --intent ") {
 				t.Errorf("header:\n%s", text)
 			}
-			if !strings.Contains(stderr, "imported "+nounCount(len(want), "rule")+" from "+nounCount(len(tt.inputs), "file")+" into "+out) {
+			if !strings.Contains(stderr, "imported "+plural.Count(len(want), "rule")+" from "+plural.Count(len(tt.inputs), "file")+" into "+out) {
 				t.Errorf("stderr %q", stderr)
 			}
-			if code, stdout, stderr := runIn(t, nil, "rules", "validate", out); code != exitOK || stdout != "ok: "+nounCount(len(want), "rule")+"\n" {
+			if code, stdout, stderr := runIn(t, nil, "rules", "validate", out); code != exitOK || stdout != "ok: "+plural.Count(len(want), "rule")+"\n" {
 				t.Errorf("validate: exit %d, %q, %q", code, stdout, stderr)
 			}
 		})

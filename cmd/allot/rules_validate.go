@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/allot-io/allot/internal/plural"
 	"github.com/allot-io/allot/internal/strictyaml"
 	"github.com/allot-io/allot/lease/rules"
 	"go.yaml.in/yaml/v3"
@@ -48,10 +49,10 @@ func runRulesValidate(_ context.Context, e *env) error {
 		fmt.Fprintf(e.stderr, "warning: %s\n", w)
 	}
 	if len(warnings) > 0 {
-		fmt.Fprintf(e.stdout, "ok: %s, %d not enforced in region %s\n", nounCount(len(list), "rule"), len(warnings), region)
+		fmt.Fprintf(e.stdout, "ok: %s, %d not enforced in region %s\n", plural.Count(len(list), "rule"), len(warnings), region)
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "ok: %s\n", nounCount(len(list), "rule"))
+	fmt.Fprintf(e.stdout, "ok: %s\n", plural.Count(len(list), "rule"))
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/allot-io/allot/internal/plural"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/grpc"
 )
@@ -289,7 +290,7 @@ func writeStatusTable(w io.Writer, cs *clusterStatus) error {
 		if l.ThroughWindow != "" {
 			through = "through the window of " + l.ThroughWindow + " (" + l.ThroughKey + ")"
 		}
-		fmt.Fprintf(w, "ledger sink: %s exported in %s, %s; %s in memory", nounCount64(l.ExportedLines, "line"), nounCount64(l.ExportedBatches, "batch"), through, nounCount64(l.InMemory, "line"))
+		fmt.Fprintf(w, "ledger sink: %s exported in %s, %s; %s in memory", plural.Count(l.ExportedLines, "line"), plural.Count(l.ExportedBatches, "batch"), through, plural.Count(l.InMemory, "line"))
 		if l.RetentionDropped > 0 {
 			fmt.Fprintf(w, "; %d deleted by retention", l.RetentionDropped)
 		}
@@ -302,7 +303,7 @@ func writeStatusTable(w io.Writer, cs *clusterStatus) error {
 			for _, r := range t.Regions {
 				rs = append(rs, r.Region+" (last report "+r.LastSeen+")")
 			}
-			fmt.Fprintf(w, "tier: parent of %s: %s\n", nounCount(len(t.Regions), "region"), strings.Join(rs, ", "))
+			fmt.Fprintf(w, "tier: parent of %s: %s\n", plural.Count(len(t.Regions), "region"), strings.Join(rs, ", "))
 		default:
 			state := "answered at " + t.LastOK
 			if t.LastError != "" {

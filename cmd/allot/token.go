@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/allot-io/allot/internal/auth"
+	"github.com/allot-io/allot/internal/plural"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -115,7 +116,7 @@ func runToken(_ context.Context, e *env) error {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "# token written to %s\n# entry added to %s (%s); deploy that file to every coordinator:\n%s",
-		out, file.path, nounCount(file.tokens.Len()+1, "token"), item)
+		out, file.path, plural.Count(file.tokens.Len()+1, "token"), item)
 	return nil
 }
 

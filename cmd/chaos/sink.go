@@ -14,6 +14,7 @@ import (
 
 	"github.com/allot-io/allot/cmd/internal/fleet"
 	"github.com/allot-io/allot/internal/pgserver"
+	"github.com/allot-io/allot/internal/plural"
 )
 
 // The ledger sink: every coordinator runs with --ledger-sink-file naming
@@ -122,9 +123,9 @@ type sinkPosition struct {
 
 func (p sinkPosition) String() string {
 	if p.last == "" {
-		return fmt.Sprintf("%d lines in %d batches", p.lines, p.batches)
+		return plural.Count(p.lines, "line") + " in " + plural.Count(p.batches, "batch")
 	}
-	return fmt.Sprintf("%d lines in %d batches, last %s", p.lines, p.batches, p.last)
+	return plural.Count(p.lines, "line") + " in " + plural.Count(p.batches, "batch") + ", last " + p.last
 }
 
 // position reads cluster's export position: zero before its first batch

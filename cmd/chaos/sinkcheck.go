@@ -17,6 +17,7 @@ import (
 
 	"github.com/allot-io/allot/cmd/internal/fleet"
 	"github.com/allot-io/allot/internal/auth"
+	"github.com/allot-io/allot/internal/plural"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
@@ -351,8 +352,8 @@ func (sv *sinkVerdict) print(w io.Writer, max int, logs string, allowed *big.Int
 		open = fmt.Sprintf("; oldest window not final %s, %d final lines after it wait for it",
 			time.Unix(s.oldestOpen, 0).UTC().Format(time.RFC3339), s.behind)
 	}
-	fmt.Fprintf(w, "SUMMARY sink: %d lines in PostgreSQL (%d rows), %d batches; %d lines still in memory (%d final%s); read %d times to a consistent position\n",
-		s.pos.lines, len(s.rows), s.pos.batches, len(s.memory), s.final, open, s.reads)
+	fmt.Fprintf(w, "SUMMARY sink: %s in PostgreSQL (%s), %s; %s still in memory (%d final%s); read %s to a consistent position\n",
+		plural.Count(s.pos.lines, "line"), plural.Count(len(s.rows), "row"), plural.Count(s.pos.batches, "batch"), plural.Count(len(s.memory), "line"), s.final, open, plural.Count(s.reads, "time"))
 	fmt.Fprintf(w, "SUMMARY sink units (the Envoys' apart): PostgreSQL admitted %s, denied %s; memory admitted %s, denied %s; answered admitted %s, denied %s\n",
 		sv.pgAdm.big(), sv.pgDen.big(), sv.memAdm.big(), sv.memDen.big(), v.genAdm, v.genDen)
 	fmt.Fprintf(w, "SUMMARY sink tenant/rule lines: %d, mismatching %d (%d lines short in %d tenants, %d lines over in %d tenants)\n",

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/allot-io/allot/coordinator"
+	"github.com/allot-io/allot/internal/shard"
+	"github.com/allot-io/allot/internal/testwait"
+)
+
+// startShardGroup starts a one-member coordinator cluster in this process
+// as shard group id of the region whose home group is at home ("" starts
+// the home group itself), serving HTTP too.
+func startShardGroup(t *testing.T, id, home string) *coordinator.Coordinator {
+	t.Helper()
+	cfg := coordinator.Config{
+		NodeID: id + "-1", DataDir: t.TempDir(), Region: "eu", Bootstrap: true,
+		RaftAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		ReportInterval: 200 * time.Millisecond, ApplyWindow: 5 * time.Millisecond,
+		HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
+		BillingWindow: time.Minute,
+	}
+	if home != "" {
+		cfg.Group, cfg.ShardHome = id, []string{home}
+	}
+	c, err := coordinator.New(cfg)
+	if err != nil {
+		t.Fatalf("starting group %s: %v", id, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.Close(ctx)
+	})
+	testwait.For(t, 30*time.Second, id+" to lead", c.IsLeader)
+	return c
+}
+
+// tenantsInSlots are n tenants, named tenant-K, whose slots are in
+// first..last, each in a slot of its own and none next to another's.
+func tenantsInSlots(n int, first, last shard.Slot) []string {
+	var out []string
+	var taken []shard.Slot
+next:
+	for k := 0; len(out) < n; k++ {
+		name := fmt.Sprintf("tenant-%d", k)
+		s := shard.Of(name)
+		if s < first || s > last {
+			continue
+		}
+		for _, o := range taken {
+			if s+1 >= o && s <= o+1 {
+				continue next
+			}
+		}
+		out, taken = append(out, name), append(taken, s)
+	}
+	return out
+}
+
+// TestShardsCommandsInProcess runs the shard commands an operator
+// splitting a region runs (docs/operations.md#splitting-a-region-into-shard-groups)
+// against three real one-member groups in this process: a range move
+// over slots another group already holds.
+func TestShardsCommandsInProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts coordinators")
+	}
+	mainGroup := startShardGroup(t, "main", "")
+	home := mainGroup.GRPCAddr()
+	g1, g2 := startShardGroup(t, "g1", home), startShardGroup(t, "g2", home)
+	at := []string{"--coordinator", home}
+	if code, out, errOut := runIn(t, nil, append([]string{"rules", "put", writeTemp(t, "rules.yaml", "rules:\n"+ruleText("quota"))}, at...)...); code != exitOK {
+		t.Fatalf("rules put: %s%s", out, errOut)
+	}
+	for id, g := range map[string]*coordinator.Coordinator{"g1": g1, "g2": g2} {
+		if code, out, errOut := runIn(t, nil, append([]string{"shards", "add-group", id, "--members", g.GRPCAddr()}, at...)...); code != exitOK {
+			t.Fatalf("add-group %s: %s%s", id, out, errOut)
+		}
+	}
+	// acme and beta in the half of the region moved below, each in a
+	// slot of its own.
+	low := tenantsInSlots(2, 1, shard.Slots/2-2)
+	acme, beta := low[0], low[1]
+	moved := func(tenant, to string) {
+		t.Helper()
+		code, out, errOut := runIn(t, nil, append([]string{"shards", "move", "--tenant", tenant, "--to", to, "--wait"}, at...)...)
+		if code != exitOK || !strings.Contains(out, ": done") {
+			t.Fatalf("moving %s's slot to %s: exit %d\n%s%s", tenant, to, code, out, errOut)
+		}
+	}
+	moved(acme, "g1")
+	moved(beta, "g2")
+
+	t.Run("a range move skips what the target holds and moves the rest owner by owner", func(t *testing.T) {
+		a, b := shard.Of(acme), shard.Of(beta)
+		half := fmt.Sprintf("0-%d", shard.Slots/2-1)
+		code, out, errOut := runIn(t, nil, append([]string{"shards", "move", half, "--to", "g1", "--wait"}, at...)...)
+		if code != exitOK {
+			t.Fatalf("shards move %s --to g1 --wait, after %s's slot moved to g1 and %s's to g2: exit %d\n%s%s", half, acme, beta, code, out, errOut)
+		}
+		if want := fmt.Sprintf("skipping slot %d, in g1 already\n", a); !strings.HasPrefix(out, want) {
+			t.Errorf("the move does not start by saying what it skips (%q):\n%s", want, out)
+		}
+		// main's slots on either side of acme's and beta's, and beta's
+		// from g2: one move per owner's run.
+		lo, hi := min(a, b), max(a, b)
+		var runs []string
+		for _, r := range []struct {
+			first, last shard.Slot
+			from        string
+		}{{0, lo - 1, "main"}, {lo + 1, hi - 1, "main"}, {hi + 1, shard.Slots/2 - 1, "main"}, {b, b, "g2"}} {
+			runs = append(runs, fmt.Sprintf("slots %d-%d from %s to g1, planned", r.first, r.last, r.from))
+		}
+		for _, r := range runs {
+			if !strings.Contains(out, r) {
+				t.Errorf("no move of %q:\n%s", r, out)
+			}
+		}
+		if n := strings.Count(out, ": done\n"); n != 4 {
+			t.Errorf("%d moves done, want 4:\n%s", n, out)
+		}
+		if got := ownerRanges(t, at); !strings.HasPrefix(got, fmt.Sprintf("0-%d:g1 ", shard.Slots/2-1)) {
+			t.Errorf("after the move the map is %s; want g1 to own 0-%d", got, shard.Slots/2-1)
+		}
+		// Again: every slot is in g1 already.
+		code, out, errOut = runIn(t, nil, append([]string{"shards", "move", half, "--to", "g1", "--wait"}, at...)...)
+		if code != exitOK || out != fmt.Sprintf("slots %s are in g1 already: nothing to move\n", half) {
+			t.Errorf("the same move again: exit %d\n%s%s", code, out, errOut)
+		}
+	})
+}
+
+// ownerRanges is the map's ranges as FIRST-LAST:GROUP, space-separated.
+func ownerRanges(t *testing.T, at []string) string {
+	t.Helper()
+	code, out, errOut := runIn(t, nil, append([]string{"shards", "status", "--format", "json"}, at...)...)
+	var st shardsStatus
+	if code != exitOK || json.Unmarshal([]byte(out), &st) != nil {
+		t.Fatalf("shards status: exit %d\n%s%s", code, out, errOut)
+	}
+	var parts []string
+	for _, r := range st.Ranges {
+		parts = append(parts, fmt.Sprintf("%d-%d:%s", r.GetFirst(), r.GetLast(), r.GetGroup()))
+	}
+	return strings.Join(parts, " ")
+}

@@ -4,13 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/allot-io/allot/coordinator"
 	"github.com/allot-io/allot/internal/shard"
 	"github.com/allot-io/allot/internal/testwait"
+	allotpb "github.com/allot-io/allot/proto"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // startShardGroup starts a one-member coordinator cluster in this process
@@ -63,10 +68,32 @@ next:
 	return out
 }
 
+// reportTo sends one report to a group's member: demand for each tenant
+// of the rule quota, and, when usage is non-zero, one usage count of the
+// first tenant in the billing window now falls in, as batch seq.
+func reportTo(ctx context.Context, cc *grpc.ClientConn, group string, seq uint64, usage uint64, tenants ...string) error {
+	req := &allotpb.ReportRequest{
+		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: "gw-" + group, Incarnation: 1, Region: "eu",
+		IntervalNano: int64(200 * time.Millisecond), Group: group,
+	}
+	for _, tn := range tenants {
+		req.Demand = append(req.Demand, &allotpb.KeyDemand{Rule: "quota", Key: tn, Tenant: tn, Admitted: 1})
+	}
+	if usage > 0 {
+		now := time.Now()
+		req.Usage = &allotpb.UsageBatch{Seq: seq, CutUnixNano: now.UnixNano(), Counts: []*allotpb.UsageCount{
+			{Rule: "quota", Tenant: tenants[0], WindowUnix: now.Truncate(time.Minute).Unix(), Admitted: usage},
+		}}
+	}
+	_, err := allotpb.NewAgentServiceClient(cc).Report(ctx, req)
+	return err
+}
+
 // TestShardsCommandsInProcess runs the shard commands an operator
 // splitting a region runs (docs/operations.md#splitting-a-region-into-shard-groups)
 // against three real one-member groups in this process: a range move
-// over slots another group already holds.
+// over slots another group already holds, and a rebalance that has nothing
+// it can move.
 func TestShardsCommandsInProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts coordinators")
@@ -83,10 +110,10 @@ func TestShardsCommandsInProcess(t *testing.T) {
 			t.Fatalf("add-group %s: %s%s", id, out, errOut)
 		}
 	}
-	// acme and beta in the half of the region moved below, each in a
-	// slot of its own.
-	low := tenantsInSlots(2, 1, shard.Slots/2-2)
-	acme, beta := low[0], low[1]
+	// acme and beta in the half of the region moved below, gamma and
+	// delta in the other; each in a slot of its own.
+	low, high := tenantsInSlots(2, 1, shard.Slots/2-2), tenantsInSlots(2, shard.Slots/2+1, shard.Slots-2)
+	acme, beta, gamma, delta := low[0], low[1], high[0], high[1]
 	moved := func(tenant, to string) {
 		t.Helper()
 		code, out, errOut := runIn(t, nil, append([]string{"shards", "move", "--tenant", tenant, "--to", to, "--wait"}, at...)...)
@@ -134,6 +161,51 @@ func TestShardsCommandsInProcess(t *testing.T) {
 			t.Errorf("the same move again: exit %d\n%s%s", code, out, errOut)
 		}
 	})
+	moved(gamma, "g2")
+
+	t.Run("a rebalance that moves nothing says why", func(t *testing.T) {
+		// Each round of reports gives every group's leader one key entry
+		// per tenant it is sent: g1 (acme) and g2 (gamma) one each, main
+		// (delta and another) two, each in a slot of its own, as in a
+		// region just split. The mean is 4/3 of a round's; a move may
+		// carry a third, and main's lightest slot carries one.
+		extra := tenantsInSlots(3, shard.Slots/2+1, shard.Slots-2)[2]
+		ctx, cancel := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		defer func() { cancel(); wg.Wait() }()
+		type sent struct {
+			cc      *grpc.ClientConn
+			id      string
+			tenants []string
+		}
+		groups := []sent{{dialGRPC(t, home), "main", []string{delta, extra}}, {dialGRPC(t, g1.GRPCAddr()), "g1", []string{acme}}, {dialGRPC(t, g2.GRPCAddr()), "g2", []string{gamma}}}
+		wg.Go(func() {
+			tick := time.NewTicker(20 * time.Millisecond)
+			defer tick.Stop()
+			for ctx.Err() == nil {
+				for _, g := range groups {
+					rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+					_ = reportTo(rctx, g.cc, g.id, 0, 0, g.tenants...)
+					rcancel()
+				}
+				select {
+				case <-ctx.Done():
+				case <-tick.C:
+				}
+			}
+		})
+		code, out, errOut := runIn(t, nil, append([]string{"shards", "rebalance", "--sample", "2s"}, at...)...)
+		if code != exitOK {
+			t.Fatalf("shards rebalance: exit %d\n%s%s", code, out, errOut)
+		}
+		why := regexp.MustCompile(`main carries [0-9.]+ key entries/s, [0-9]+% above the mean of [0-9.]+ \(--tolerance 10%\), but no move evens it out: ` +
+			`each of its unpinned slots with load carries [0-9.]+ or more, and a move to g[12] may carry at most [0-9.]+, or main would end below the mean or g[12] above it: nothing to move\n$`)
+		t.Logf("shards rebalance:\n%s", out)
+		if strings.Contains(out, "balanced") || !why.MatchString(out) {
+			t.Errorf("shards rebalance with main at twice g1's and g2's load, in two slots:\n%s", out)
+		}
+	})
+
 }
 
 // ownerRanges is the map's ranges as FIRST-LAST:GROUP, space-separated.
@@ -149,4 +221,15 @@ func ownerRanges(t *testing.T, at []string) string {
 		parts = append(parts, fmt.Sprintf("%d-%d:%s", r.GetFirst(), r.GetLast(), r.GetGroup()))
 	}
 	return strings.Join(parts, " ")
+}
+
+// dialGRPC is a plaintext connection to addr, closed when the test ends.
+func dialGRPC(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"regexp"
 	"strings"
 	"sync"
@@ -92,8 +94,9 @@ func reportTo(ctx context.Context, cc *grpc.ClientConn, group string, seq uint64
 // TestShardsCommandsInProcess runs the shard commands an operator
 // splitting a region runs (docs/operations.md#splitting-a-region-into-shard-groups)
 // against three real one-member groups in this process: a range move
-// over slots another group already holds, and a rebalance that has nothing
-// it can move.
+// over slots another group already holds, a rebalance that has nothing it
+// can move, and one group's own part of the ledger, asked for by the CLI
+// and over HTTP.
 func TestShardsCommandsInProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts coordinators")
@@ -206,6 +209,42 @@ func TestShardsCommandsInProcess(t *testing.T) {
 		}
 	})
 
+	t.Run("one group's part of the ledger", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := reportTo(ctx, dialGRPC(t, g1.GRPCAddr()), "g1", 1, 3, acme); err != nil {
+			t.Fatalf("usage of %s to g1: %v", acme, err)
+		}
+		g1At := []string{"--coordinator", g1.GRPCAddr(), "--from", "1h"}
+		code, out, errOut := runIn(t, nil, append([]string{"usage"}, g1At...)...)
+		if code == exitOK || !strings.Contains(errOut, "allot usage --group-only") {
+			t.Errorf("usage of a group that is not home, without --group-only: exit %d, does not name --group-only\n%s%s", code, out, errOut)
+		}
+		code, out, errOut = runIn(t, nil, append([]string{"usage", "--group-only", "--format", "csv"}, g1At...)...)
+		if code != exitOK || !strings.Contains(out, ","+acme+",quota,eu,3,") {
+			t.Errorf("usage --group-only of g1: exit %d, want %s's 3 units\n%s%s", code, acme, out, errOut)
+		}
+		base := "http://" + g1.HTTPAddr() + "/v1/usage"
+		for _, tt := range []struct {
+			query string
+			code  int
+			want  string
+		}{
+			{"", http.StatusBadRequest, "/v1/usage?group_only=true"},
+			{"?group_only=true", http.StatusOK, `"tenant":"` + acme + `"`},
+			{"?group_only=yes", http.StatusBadRequest, `group_only: want true or false, not \"yes\"`},
+		} {
+			resp, err := http.Get(base + tt.query)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tt.code || !strings.Contains(string(body), tt.want) {
+				t.Errorf("GET /v1/usage%s of g1: %d %s; want %d with %s", tt.query, resp.StatusCode, body, tt.code, tt.want)
+			}
+		}
+	})
 }
 
 // ownerRanges is the map's ranges as FIRST-LAST:GROUP, space-separated.

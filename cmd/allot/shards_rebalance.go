@@ -116,7 +116,7 @@ func rebalanceStop(plan shard.Plan, groups []string, loads []float64, tolerance 
 		then, plan.Hi, perSec(hi), (hi/plan.Mean-1)*100, perSec(plan.Mean), tolerance*100)
 	switch plan.Stop {
 	case shard.NoLoad:
-		return fmt.Sprintf("no group's leader counted a key entry in %v (no agent reported): no load to balance%s", sample, nothing)
+		return fmt.Sprintf("no group's leader counted a key entry in %v: no agent reported to any group, so there is no load to balance", sample)
 	case shard.NoFit:
 		return fmt.Sprintf("%s, but no move evens it out: each of its unpinned slots with load carries %s or more, and a move to %s may carry at most %s, or %s would end below the mean or %s above it%s",
 			above, perSec(plan.Lightest), plan.Lo, perSec(plan.Gap), plan.Hi, plan.Lo, nothing)

@@ -30,6 +30,7 @@ import (
 //	/readyz      200 once a leader is known, 503 before
 //	/v1/status   this member and the cluster, as JSON
 //	/v1/usage    the ledger, as JSON: ?from=&to= (RFC 3339) &tenant= &rule= &region= &page_size= &page_token=
+//	             &group_only=true (a shard group's own part of a split region's ledger)
 //	/v1/overrides  per-tenant overrides: GET, PUT, DELETE (overrides_http.go)
 //	/ui          the status page (ui.go), and /v1/ui its data
 //
@@ -168,6 +169,13 @@ func usageQueryFromURL(r *http.Request) (*allotpb.UsageQuery, error) {
 			}
 			*dst = timestamppb.New(t)
 		}
+	}
+	if s := v.Get("group_only"); s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return nil, fmt.Errorf("group_only: want true or false, not %q", s)
+		}
+		q.GroupOnly = b
 	}
 	if s := v.Get("page_size"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 32)

@@ -24,7 +24,7 @@ func (c *Coordinator) regionUsage(ctx context.Context, q *allotpb.UsageQuery) (*
 		return c.queryUsage(ctx, q)
 	}
 	if !c.isHome() {
-		return nil, status.Errorf(codes.FailedPrecondition, "shard group %q holds part of the region's ledger: ask the home group (%v), which answers for every group, or set group_only for this group's part alone", c.groupID(), c.cfg.ShardHome)
+		return nil, status.Errorf(codes.FailedPrecondition, "shard group %q holds part of the region's ledger: ask the home group (%v), which answers for every group, or ask for this group's part alone (group_only: allot usage --group-only, /v1/usage?group_only=true)", c.groupID(), c.cfg.ShardHome)
 	}
 	m := c.shardMap()
 	if m.Version == 0 || len(m.Groups) < 2 {

@@ -275,12 +275,18 @@ func runShardsAddGroup(ctx context.Context, e *env) error {
 
 const shardsMoveAbout = `
 Moves slots N or N-M (inclusive), or the slot of --tenant T, to GROUP,
-while agents report. All the slots must be in one group now. The home
-group's leader carries the move out: freeze at the source (it takes no more
-usage for them; agents keep it and retry), acquire at the target (the commit
-point), update the map (agents follow it within a report), release at the
-source. A crash of any participant resumes or aborts the move; no unit is
-lost or counted twice. --wait waits until it is over.`
+while agents report. The home group's leader carries each move out: freeze
+at the source (it takes no more usage for them; agents keep it and retry),
+acquire at the target (the commit point), update the map (agents follow it
+within a report), release at the source. A crash of any participant
+resumes or aborts the move; no unit is lost or counted twice. --wait waits
+until every move is over.
+
+A move takes one owner's slots, so a range held by several groups is moved
+owner by owner: one move per run of another group's slots, each exactly
+once on its own. Slots GROUP owns already are skipped, and said so. A
+pinned slot of another group in a range refuses the whole range (move it
+alone, or unpin it); nothing of a refused range is moved.`
 
 func runShardsMove(ctx context.Context, e *env) error {
 	const cmd = "shards move"
@@ -291,7 +297,7 @@ func runShardsMove(ctx context.Context, e *env) error {
 	cf.register(f)
 	f.StringVar(&to, "to", "", "the group to move the slots to")
 	f.StringVar(&tenant, "tenant", "", "move this tenant's slot (instead of SLOTS)")
-	f.BoolVar(&wait, "wait", false, "wait until the move is done or aborted")
+	f.BoolVar(&wait, "wait", false, "wait until every move is done or aborted")
 	args, err := parseArgs(f, e)
 	if err != nil {
 		return err
@@ -308,24 +314,73 @@ func runShardsMove(ctx context.Context, e *env) error {
 		return &usageError{err: err, hint: cmd}
 	}
 	defer cl.Close()
-	resp, err := callShards(ctx, &cf, cmd, func(ctx context.Context, sc allotpb.ShardServiceClient) (*allotpb.MoveSlotsResponse, error) {
-		return sc.MoveSlots(ctx, &allotpb.MoveSlotsRequest{First: uint32(first), Last: uint32(last), To: to})
-	})
+	whole := shard.Run{First: first, Last: last}
+	m, _, err := readShardMap(ctx, &cf, cl)
 	if err != nil {
-		return fmt.Errorf("moving slots %d-%d to %s: %w", first, last, to, err)
+		return err
 	}
-	mv := resp.GetMove()
-	fmt.Fprintf(e.stdout, "move %d: slots %d-%d from %s to %s, %s\n", mv.GetId(), mv.GetFirst(), mv.GetLast(), mv.GetFrom(), mv.GetTo(), strings.ToLower(mv.GetPhase().String()))
+	moves, skipped, err := m.SplitMove(first, last, to)
+	if err != nil {
+		return &refusedError{err: fmt.Errorf("moving slots %s to %s: %w", whole, to, err)}
+	}
+	if len(moves) == 0 {
+		fmt.Fprintf(e.stdout, "%s in %s already: nothing to move\n", slotsAre([]shard.Run{whole}), to)
+		return nil
+	}
+	if len(skipped) > 0 {
+		fmt.Fprintf(e.stdout, "skipping %s, in %s already\n", slotsNamed(skipped), to)
+	}
+	// Each move is planned against the map the home leader holds then,
+	// which refuses one that a change since this read made wrong.
+	var planned []*allotpb.SlotMove
+	for _, want := range moves {
+		resp, err := callShards(ctx, &cf, cmd, func(ctx context.Context, sc allotpb.ShardServiceClient) (*allotpb.MoveSlotsResponse, error) {
+			return sc.MoveSlots(ctx, &allotpb.MoveSlotsRequest{First: want.GetFirst(), Last: want.GetLast(), To: to})
+		})
+		if err != nil {
+			err = fmt.Errorf("moving slots %d-%d to %s: %w", want.GetFirst(), want.GetLast(), to, err)
+			if len(planned) > 0 {
+				err = fmt.Errorf("%w (the moves planned before it go on: allot shards status)", err)
+			}
+			return err
+		}
+		mv := resp.GetMove()
+		planned = append(planned, mv)
+		fmt.Fprintf(e.stdout, "move %d: slots %d-%d from %s to %s, %s\n", mv.GetId(), mv.GetFirst(), mv.GetLast(), mv.GetFrom(), mv.GetTo(), strings.ToLower(mv.GetPhase().String()))
+	}
 	if !wait {
 		return nil
 	}
-	for {
+	return waitMoves(ctx, e, &cf, cl, planned)
+}
+
+// slotsNamed is "slot N" or "slots N-M, K".
+func slotsNamed(runs []shard.Run) string {
+	if len(runs) == 1 && runs[0].First == runs[0].Last {
+		return "slot " + runs[0].String()
+	}
+	return "slots " + shard.RunList(runs)
+}
+
+// slotsAre is "slot N is" or "slots N-M are".
+func slotsAre(runs []shard.Run) string {
+	if len(runs) == 1 && runs[0].First == runs[0].Last {
+		return slotsNamed(runs) + " is"
+	}
+	return slotsNamed(runs) + " are"
+}
+
+// waitMoves waits until every move planned is over, printing how each
+// ended as it does; it fails if any was aborted.
+func waitMoves(ctx context.Context, e *env, cf *clientFlags, cl *coordinatorClient, planned []*allotpb.SlotMove) error {
+	var aborted []error
+	for len(planned) > 0 {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
-		pm, err := shardMapOf(ctx, &cf, cl)
+		pm, err := shardMapOf(ctx, cf, cl)
 		if err != nil {
 			continue // a leader change: ask again
 		}
@@ -333,25 +388,37 @@ func runShardsMove(ctx context.Context, e *env) error {
 		if err != nil {
 			return err
 		}
-		cur := shard.FindMove(m.Moves, mv.GetId())
-		switch {
-		case cur == nil && mv.GetId() >= m.NextMoveID():
-			continue // a member that has not applied the move yet
-		case cur == nil:
-			return forgottenMove(e, m, mv)
-		case shard.Active(cur):
-			continue
+		var left []*allotpb.SlotMove
+		for _, mv := range planned {
+			cur := shard.FindMove(m.Moves, mv.GetId())
+			switch {
+			case cur == nil && mv.GetId() >= m.NextMoveID():
+				left = append(left, mv) // a member that has not applied the move yet
+				continue
+			case cur == nil:
+				if err := forgottenMove(e, m, mv); err != nil {
+					aborted = append(aborted, err)
+				}
+				continue
+			case shard.Active(cur):
+				left = append(left, mv)
+				continue
+			}
+			fmt.Fprintf(e.stdout, "move %d: %s", cur.GetId(), strings.ToLower(cur.GetPhase().String()))
+			if cur.GetError() != "" {
+				fmt.Fprintf(e.stdout, " (%s)", cur.GetError())
+			}
+			fmt.Fprintln(e.stdout)
+			if cur.GetPhase() != allotpb.SlotMove_DONE {
+				aborted = append(aborted, fmt.Errorf("move %d was aborted: %s", cur.GetId(), cur.GetError()))
+			}
 		}
-		fmt.Fprintf(e.stdout, "move %d: %s", cur.GetId(), strings.ToLower(cur.GetPhase().String()))
-		if cur.GetError() != "" {
-			fmt.Fprintf(e.stdout, " (%s)", cur.GetError())
-		}
-		fmt.Fprintln(e.stdout)
-		if cur.GetPhase() != allotpb.SlotMove_DONE {
-			return &refusedError{err: fmt.Errorf("move %d was aborted: %s", cur.GetId(), cur.GetError())}
-		}
-		return nil
+		planned = left
 	}
+	if len(aborted) > 0 {
+		return &refusedError{err: errors.Join(aborted...)}
+	}
+	return nil
 }
 
 // forgottenMove reports a move that finished and left the map (it keeps

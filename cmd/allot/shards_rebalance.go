@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,9 +19,11 @@ counts, its leader takes per slot) over --sample, and proposes slot moves
 that bring every group within --tolerance of the mean: runs of one group's
 contiguous slots, never a pinned one, from the most loaded group to the
 least, none moving more than the gap between them, so that no move makes
-the balance worse. It prints the proposals and the loads they lead to;
---apply then carries them out one at a time, each as 'allot shards move
---wait' would.`
+the balance worse. It prints the proposals and the loads they lead to,
+and why it proposes no more: every group within --tolerance, no load
+measured, --max-moves spent, the load all in pinned slots, or no move that
+evens it out (each slot with load heavier than the gap); --apply then
+carries them out one at a time, each as 'allot shards move --wait' would.`
 
 func runShardsRebalance(ctx context.Context, e *env) error {
 	const cmd = "shards rebalance"
@@ -61,29 +65,29 @@ func runShardsRebalance(ctx context.Context, e *env) error {
 		return err
 	}
 	groups, before := shard.GroupLoads(m, load)
-	proposals := shard.Rebalance(m, load, tolerance, maxMoves)
+	plan := shard.Rebalance(m, load, tolerance, maxMoves)
 	after := m.Clone()
-	for _, p := range proposals {
+	for _, p := range plan.Proposals {
 		if err := after.Assign(p.First, p.Last, p.To); err != nil {
 			return err
 		}
 	}
 	_, then := shard.GroupLoads(after, load)
 	for i, g := range groups {
-		fmt.Fprintf(e.stdout, "  %-12s %10.0f key entries/s now, %10.0f after\n", g, before[i], then[i])
+		fmt.Fprintf(e.stdout, "  %-12s %10s key entries/s now, %10s after\n", g, perSec(before[i]), perSec(then[i]))
 	}
-	if len(proposals) == 0 {
-		fmt.Fprintf(e.stdout, "balanced within %.0f%% of the mean: nothing to move\n", tolerance*100)
+	for _, p := range plan.Proposals {
+		fmt.Fprintf(e.stdout, "move %d-%d from %s to %s (%s key entries/s)\n", p.First, p.Last, p.From, p.To, perSec(p.Load))
+	}
+	fmt.Fprintln(e.stdout, rebalanceStop(plan, groups, then, tolerance, sample, maxMoves))
+	if len(plan.Proposals) == 0 {
 		return nil
-	}
-	for _, p := range proposals {
-		fmt.Fprintf(e.stdout, "move %d-%d from %s to %s (%.0f key entries/s)\n", p.First, p.Last, p.From, p.To, p.Load)
 	}
 	if !apply {
 		fmt.Fprintln(e.stdout, "run again with --apply to carry these out")
 		return nil
 	}
-	for _, p := range proposals {
+	for _, p := range plan.Proposals {
 		sub := *e
 		sub.args = []string{fmt.Sprintf("%d-%d", p.First, p.Last), "--to", p.To, "--wait", "--coordinator", cf.coordinators, "--timeout", cf.timeout.String()}
 		if err := runShardsMove(ctx, &sub); err != nil {
@@ -91,6 +95,49 @@ func runShardsRebalance(ctx context.Context, e *env) error {
 		}
 	}
 	return nil
+}
+
+// rebalanceStop says why a rebalance proposes what it does and no more:
+// the groups are balanced, nothing was measured, no move evens the load
+// out, it is all pinned, or --max-moves is spent. loads are the groups'
+// after the proposals.
+func rebalanceStop(plan shard.Plan, groups []string, loads []float64, tolerance float64, sample time.Duration, maxMoves int) string {
+	var hi float64
+	for i, g := range groups {
+		if g == plan.Hi {
+			hi = loads[i]
+		}
+	}
+	nothing, then := ": nothing to move", ""
+	if len(plan.Proposals) > 0 {
+		nothing, then = "", "after these, "
+	}
+	above := fmt.Sprintf("%s%s carries %s key entries/s, %.0f%% above the mean of %s (--tolerance %.0f%%)",
+		then, plan.Hi, perSec(hi), (hi/plan.Mean-1)*100, perSec(plan.Mean), tolerance*100)
+	switch plan.Stop {
+	case shard.NoLoad:
+		return fmt.Sprintf("no group's leader counted a key entry in %v: no agent reported to any group, so there is no load to balance", sample)
+	case shard.NoFit:
+		return fmt.Sprintf("%s, but no move evens it out: each of its unpinned slots with load carries %s or more, and a move to %s may carry at most %s, or %s would end below the mean or %s above it%s",
+			above, perSec(plan.Lightest), plan.Lo, perSec(plan.Gap), plan.Hi, plan.Lo, nothing)
+	case shard.AllPinned:
+		return fmt.Sprintf("%s, but all of it is in pinned slots, which rebalance leaves in place (allot shards pin --unpin)%s", above, nothing)
+	case shard.MaxMoves:
+		return fmt.Sprintf("%s: these are the --max-moves %d; run again once they are done", above, maxMoves)
+	}
+	if len(plan.Proposals) > 0 {
+		return fmt.Sprintf("after these, every group is within %.0f%% of the mean", tolerance*100)
+	}
+	return fmt.Sprintf("balanced within %.0f%% of the mean: nothing to move", tolerance*100)
+}
+
+// perSec writes a load in key entries a second: whole numbers, or a
+// decimal below 10, where a region just split may be.
+func perSec(v float64) string {
+	if v < 10 {
+		return strconv.FormatFloat(math.Round(v*10)/10, 'f', -1, 64)
+	}
+	return fmt.Sprintf("%.0f", v)
 }
 
 // measureLoad reads every group leader's count of key entries per slot

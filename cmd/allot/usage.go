@@ -37,6 +37,11 @@ and limits set by plans, which the ledger does not record.
 A window is final once it has closed and every agent reporting in it has
 been heard from past its end: final counts never change again.
 
+On a region split into shard groups, the home group answers for every
+group; --group-only asks the groups named for their own part of the
+ledger alone (a group that is not home answers only so), to see what one
+group holds: it is not the region's bill.
+
 Times are RFC 3339 (2026-11-29T10:00:00Z), a date (2026-11-29, UTC
 midnight), a duration before now (24h, 90m, 7d) or now.`
 
@@ -46,6 +51,7 @@ func runUsage(ctx context.Context, e *env) error {
 	var (
 		uf                                   usageFlags
 		from, to, tenant, region, rule, form string
+		groupOnly                            bool
 	)
 	uf.register(f)
 	f.StringVar(&from, "from", "", "first billing window start to include (required)")
@@ -54,6 +60,7 @@ func runUsage(ctx context.Context, e *env) error {
 	f.StringVar(&region, "region", "", "only this region")
 	f.StringVar(&rule, "rule", "", "only this rule")
 	f.StringVar(&form, "format", "table", "output format: table, csv or jsonl")
+	f.BoolVar(&groupOnly, "group-only", false, "on a split region, each shard group's own part of the ledger alone, not the region's")
 	if err := f.parse(e); err != nil {
 		return err
 	}
@@ -78,7 +85,7 @@ func runUsage(ctx context.Context, e *env) error {
 	if !start.Before(end) {
 		return usagef(cmd, "--from %s is not before --to %s", start.Format(time.RFC3339), end.Format(time.RFC3339))
 	}
-	q := &allotpb.UsageQuery{From: timestamppb.New(start), To: timestamppb.New(end), Tenant: tenant, Rule: rule, Region: region}
+	q := &allotpb.UsageQuery{From: timestamppb.New(start), To: timestamppb.New(end), Tenant: tenant, Rule: rule, Region: region, GroupOnly: groupOnly}
 	var lines []billing.LedgerLine
 	for i, addrs := range uf.clusters.lists {
 		got, err := fetchLedger(ctx, uf.client(addrs), q, i)
@@ -230,7 +237,7 @@ func fetchLedger(ctx context.Context, cf *clientFlags, q *allotpb.UsageQuery, so
 		defs[list[i].Name] = &list[i]
 	}
 	var out []billing.LedgerLine
-	page := &allotpb.UsageQuery{From: q.From, To: q.To, Tenant: q.Tenant, Rule: q.Rule, Region: q.Region, PageSize: 5000}
+	page := &allotpb.UsageQuery{From: q.From, To: q.To, Tenant: q.Tenant, Rule: q.Rule, Region: q.Region, GroupOnly: q.GroupOnly, PageSize: 5000}
 	for n := 0; ; n++ {
 		if n == maxPages {
 			return nil, fmt.Errorf("reading usage: more than %d pages", maxPages)

@@ -12,13 +12,47 @@ type Proposal struct {
 	Load        float64
 }
 
+// Plan is what Rebalance proposes, and why it proposes no more.
+type Plan struct {
+	Proposals []Proposal
+	// Stop is why the proposals end where they do.
+	Stop Stop
+	// Mean is the mean load of a group. When the plan stops short of
+	// balance, Hi is the most loaded group then and Lo the least, Gap
+	// the most load a move from Hi to Lo may carry (neither passes the
+	// mean), and Lightest the load of Hi's lightest movable slot (0 when
+	// it has none).
+	Mean          float64
+	Hi, Lo        string
+	Gap, Lightest float64
+}
+
+// Stop is why a rebalance proposes no more moves.
+type Stop int
+
+const (
+	// Balanced: every group is within the tolerance of the mean.
+	Balanced Stop = iota
+	// NoLoad: no load was measured in any group.
+	NoLoad
+	// NoFit: the most loaded group is above the tolerance, but each of
+	// its unpinned slots with load carries more than the gap, so moving
+	// any would take it below the mean or the least loaded above it.
+	NoFit
+	// AllPinned: the most loaded group's load is all in pinned slots.
+	AllPinned
+	// MaxMoves: the moves proposed reached the most asked for.
+	MaxMoves
+)
+
 // Rebalance proposes moves that bring every group's load within
 // tolerance (a fraction) of the mean, by the load measured per slot (key
 // entries a second, say). It moves runs of contiguous slots of one owner,
 // never a pinned slot, from the most loaded group to the least, each run
 // no more than the gap between them, so that no move makes the balance
-// worse. It proposes at most max moves; the map is not changed.
-func Rebalance(m *Map, load *[Slots]float64, tolerance float64, maxMoves int) []Proposal {
+// worse. It proposes at most max moves, and says why it stops; the map
+// is not changed.
+func Rebalance(m *Map, load *[Slots]float64, tolerance float64, maxMoves int) Plan {
 	owner := m.owner
 	per := map[string]float64{}
 	for g := range m.Groups {
@@ -30,12 +64,11 @@ func Rebalance(m *Map, load *[Slots]float64, tolerance float64, maxMoves int) []
 		total += load[s]
 	}
 	if len(per) < 2 || total == 0 {
-		return nil
+		return Plan{Stop: NoLoad}
 	}
-	mean := total / float64(len(per))
+	plan := Plan{Mean: total / float64(len(per))}
 	groups := m.GroupIDs()
-	var out []Proposal
-	for len(out) < maxMoves {
+	for {
 		hi, lo := groups[0], groups[0]
 		for _, g := range groups {
 			if per[g] > per[hi] {
@@ -45,17 +78,37 @@ func Rebalance(m *Map, load *[Slots]float64, tolerance float64, maxMoves int) []
 				lo = g
 			}
 		}
-		if per[hi] <= mean*(1+tolerance) {
-			break
+		if per[hi] <= plan.Mean*(1+tolerance) {
+			plan.Stop = Balanced
+			return plan
 		}
-		want := min(per[hi]-mean, mean-per[lo])
-		p, ok := takeRun(&owner, load, m.Pinned, hi, lo, want)
+		gap := min(per[hi]-plan.Mean, plan.Mean-per[lo])
+		if len(plan.Proposals) == maxMoves {
+			plan.Stop, plan.Hi, plan.Lo, plan.Gap = MaxMoves, hi, lo, gap
+			return plan
+		}
+		p, ok := takeRun(&owner, load, m.Pinned, hi, lo, gap)
 		if !ok {
-			break
+			plan.Stop, plan.Hi, plan.Lo, plan.Gap = NoFit, hi, lo, gap
+			plan.Lightest = lightest(&owner, load, m.Pinned, hi)
+			if plan.Lightest == 0 {
+				plan.Stop = AllPinned
+			}
+			return plan
 		}
 		per[hi] -= p.Load
 		per[lo] += p.Load
-		out = append(out, p)
+		plan.Proposals = append(plan.Proposals, p)
+	}
+}
+
+// lightest is the load of group's lightest unpinned slot with load, or 0.
+func lightest(owner *[Slots]string, load *[Slots]float64, pinned map[Slot]bool, group string) float64 {
+	out := 0.0
+	for s := range owner {
+		if owner[s] == group && !pinned[Slot(s)] && load[s] > 0 && (out == 0 || load[s] < out) {
+			out = load[s]
+		}
 	}
 	return out
 }

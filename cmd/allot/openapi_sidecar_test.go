@@ -67,6 +67,7 @@ func TestSidecarOpenAPI(t *testing.T) {
 	noRules := serveSidecar(t, newSidecarHTTP(waiting, forwardauth.Config{}, prometheus.NewRegistry()).mux)
 
 	client := &http.Client{Timeout: 30 * time.Second}
+	d.Routed(t, client, base)
 	do := func(base string, c openapitest.Case) (http.Header, []byte) {
 		t.Helper()
 		return d.Do(t, client, base, c)

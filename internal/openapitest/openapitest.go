@@ -6,9 +6,10 @@
 //   - every request a test sends through Do, and the answer it gets, is
 //     validated against the operation's description for that status
 //     code, by github.com/getkin/kin-openapi;
-//   - every operation described was answered (not 404 or 405 from the
-//     mux), and every status code described was seen or its absence
-//     explained (Coverage).
+//   - every operation described is routed by the server, not refused
+//     with a 405 or the mux's 404 (Routed), and was reached by a request
+//     of the test; every status code described was seen or its
+//     absence explained (Coverage).
 //
 // It is test support: only tests import it.
 package openapitest
@@ -175,7 +176,7 @@ func (d *Doc) Do(t testing.TB, client *http.Client, base string, c Case) (http.H
 	if resp.StatusCode != c.Status {
 		t.Errorf("%s: %s, want %d", d.name, show, c.Status)
 	}
-	if mux404or405(resp.StatusCode, resp.Header) {
+	if notRouted(resp.StatusCode, resp.Header) {
 		t.Errorf("%s: %s: the server does not route %v", d.name, show, op)
 		return resp.Header, body
 	}
@@ -208,12 +209,54 @@ func (d *Doc) Do(t testing.TB, client *http.Client, base string, c Case) (http.H
 	return resp.Header, body
 }
 
-// mux404or405 reports whether an answer is ServeMux's own refusal of a
-// path it does not route or a method it does not take: plain text, where
-// every handler of this project answers an error as JSON.
-func mux404or405(code int, h http.Header) bool {
-	return (code == http.StatusNotFound || code == http.StatusMethodNotAllowed) &&
-		strings.HasPrefix(h.Get("Content-Type"), "text/plain")
+// Routed sends one bare request to every operation described, its path
+// parameters filled with "x" and no body, and fails t for each the
+// server does not route: a 405, or ServeMux's own 404. Whatever else it
+// answers (a 400 for the missing body, a 401 for the missing
+// credential) shows a handler took it. Describe no operation whose bare
+// request changes anything.
+func (d *Doc) Routed(t testing.TB, client *http.Client, base string) {
+	t.Helper()
+	for _, op := range d.Operations() {
+		path := op.Path
+		for _, p := range d.spec.Paths.Value(op.Path).Parameters {
+			path = strings.ReplaceAll(path, "{"+p.Value.Name+"}", "x")
+		}
+		for _, p := range d.spec.Paths.Value(op.Path).GetOperation(op.Method).Parameters {
+			path = strings.ReplaceAll(path, "{"+p.Value.Name+"}", "x")
+		}
+		if err := routed(client, op.Method, base+path); err != nil {
+			t.Errorf("%s: %v is described: %v", d.name, op, err)
+		}
+	}
+}
+
+func routed(client *http.Client, method, target string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, target, http.NoBody)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if notRouted(resp.StatusCode, resp.Header) {
+		return fmt.Errorf("%s %s: the server does not route it (%s)", method, target, resp.Status)
+	}
+	return nil
+}
+
+// notRouted reports whether an answer says the operation is not served:
+// a 405, from ServeMux or from a handler that takes other methods, or
+// ServeMux's own 404 for a path it does not route (plain text, where
+// a handler's 404, such as a missing override, is JSON).
+func notRouted(code int, h http.Header) bool {
+	return code == http.StatusMethodNotAllowed ||
+		code == http.StatusNotFound && strings.HasPrefix(h.Get("Content-Type"), "text/plain")
 }
 
 func trim(b []byte) string {

@@ -91,3 +91,40 @@ func TestDocCatchesDrift(t *testing.T) {
 		}
 	}
 }
+
+// TestRoutedCatchesAnUnservedOperation: an operation described that the
+// server does not route (a path it lacks, a method it refuses) fails,
+// and one its handler refuses for want of a body does not.
+func TestRoutedCatchesAnUnservedOperation(t *testing.T) {
+	mux := httproute.NewMux()
+	mux.HandleFunc("PUT /v1/item/{id}", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprint(w, `{"error":"no body"}`)
+	})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: mux}
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(func() { _ = srv.Close() })
+
+	const described = `{"openapi": "3.0.3", "info": {"title": "t", "version": "1"}, "paths": {
+	  "/v1/item/{id}": {
+	    "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}],
+	    "put": {"responses": {"400": {"description": "no body"}}},
+	    "get": {"responses": {"200": {"description": "the item"}}}},
+	  "/v1/gone": {"get": {"responses": {"200": {"description": "gone"}}}}}}`
+	r := &recorder{TB: t}
+	Load(t, "test", []byte(described)).Routed(r, http.DefaultClient, "http://"+lis.Addr().String())
+	got := strings.Join(r.errs, "\n")
+	for _, want := range []string{"GET /v1/gone is described", "GET /v1/item/{id} is described"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("errors %q, want one naming %q", r.errs, want)
+		}
+	}
+	if len(r.errs) != 2 {
+		t.Errorf("errors %q, want 2 (PUT is routed)", r.errs)
+	}
+}

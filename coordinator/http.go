@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/internal/auth"
+	"github.com/allot-io/allot/internal/httproute"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
@@ -31,6 +32,7 @@ import (
 //	/v1/usage    the ledger, as JSON: ?from=&to= (RFC 3339) &tenant= &rule= &region= &page_size= &page_token=
 //	/v1/overrides  per-tenant overrides: GET, PUT, DELETE (overrides_http.go)
 //	/ui          the status page (ui.go), and /v1/ui its data
+//	/openapi.json  the OpenAPI description of them all (openapi.go)
 //
 // With TLS configured it serves HTTPS, verifying client certificates
 // when given. With credentials configured, /v1/status and /v1/usage need
@@ -40,7 +42,7 @@ func (c *Coordinator) startHTTP() error {
 	if c.cfg.HTTPAddr == "" {
 		return nil
 	}
-	mux := http.NewServeMux()
+	mux := httproute.NewMux()
 	var metrics http.Handler = promhttp.HandlerFor(c.gather, promhttp.HandlerOpts{})
 	if c.cfg.MetricsNeedAuth {
 		metrics = c.readerOnly("metrics", metrics)
@@ -81,6 +83,7 @@ func (c *Coordinator) startHTTP() error {
 	})))
 	c.uiHandlers(mux)
 	c.overridesHTTP(mux)
+	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
 	var err error
 	c.httpLis, err = net.Listen("tcp", c.cfg.HTTPAddr)
 	if err != nil {

@@ -18,8 +18,8 @@ import (
 
 // TestOpenAPIIsTheDocs: the description served is
 // docs/openapi/coordinator.json, byte for byte. Edit that file and copy
-// it here (cp docs/openapi/coordinator.json coordinator/openapi.json):
-// go:embed cannot reach outside the package.
+// it here (cp docs/openapi/coordinator.json coordinator/openapi.json), as
+// an embedded file cannot be outside the package.
 func TestOpenAPIIsTheDocs(t *testing.T) {
 	docs, err := os.ReadFile("../docs/openapi/coordinator.json")
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/internal/auth"
+	"github.com/allot-io/allot/internal/httproute"
 	"github.com/allot-io/allot/internal/listenerr"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -33,6 +34,7 @@ import (
 //	             &group_only=true (a shard group's own part of a split region's ledger)
 //	/v1/overrides  per-tenant overrides: GET, PUT, DELETE (overrides_http.go)
 //	/ui          the status page (ui.go), and /v1/ui its data
+//	/openapi.json  the OpenAPI description of them all (openapi.go)
 //
 // With TLS configured it serves HTTPS, verifying client certificates
 // when given. With credentials configured, /v1/status and /v1/usage need
@@ -42,7 +44,7 @@ func (c *Coordinator) startHTTP() error {
 	if c.cfg.HTTPAddr == "" {
 		return nil
 	}
-	mux := http.NewServeMux()
+	mux := httproute.NewMux()
 	var metrics http.Handler = promhttp.HandlerFor(c.gather, promhttp.HandlerOpts{})
 	if c.cfg.MetricsNeedAuth {
 		metrics = c.readerOnly("metrics", metrics)
@@ -83,6 +85,7 @@ func (c *Coordinator) startHTTP() error {
 	})))
 	c.uiHandlers(mux)
 	c.overridesHTTP(mux)
+	mux.HandleFunc("GET /openapi.json", serveOpenAPI)
 	var err error
 	c.httpLis, err = net.Listen("tcp", c.cfg.HTTPAddr)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/allot-io/allot/internal/auth"
+	"github.com/allot-io/allot/internal/httproute"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -29,7 +30,7 @@ const maxOverridesBody = 8 << 20
 //	GET    /v1/overrides/{rule}/{tenant}
 //	PUT    /v1/overrides          a PutOverridesRequest: {"overrides":[{"rule":…,"tenant":…,"limit":…}]}
 //	DELETE /v1/overrides/{rule}/{tenant}
-func (c *Coordinator) overridesHTTP(mux *http.ServeMux) {
+func (c *Coordinator) overridesHTTP(mux *httproute.Mux) {
 	s := &overridesServer{c: c}
 	mux.Handle("GET /v1/overrides", c.withRole("overrides", auth.Reader, func(ctx context.Context, w http.ResponseWriter, r *http.Request) {
 		v := r.URL.Query()

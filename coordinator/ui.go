@@ -12,6 +12,7 @@ import (
 
 	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/internal/httproute"
 	"github.com/allot-io/allot/lease/rules"
 )
 
@@ -203,7 +204,7 @@ func (c *Coordinator) uiAllowance(r *rules.Rule, tenant, region string, leading 
 }
 
 // uiHandlers adds /ui and /v1/ui to mux.
-func (c *Coordinator) uiHandlers(mux *http.ServeMux) {
+func (c *Coordinator) uiHandlers(mux *httproute.Mux) {
 	page := func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")

@@ -8,12 +8,9 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"sync/atomic"
 	"time"
 
 	"github.com/allot-io/allot/agent"
-	"github.com/allot-io/allot/agent/forwardauth"
-	"github.com/allot-io/allot/agent/sidecar"
 	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/internal/listenerr"
 	"github.com/allot-io/allot/lease/rules"
@@ -199,36 +196,7 @@ func runAgent(ctx context.Context, e *env) error {
 		}
 		return err
 	}
-	instrument := sidecarHTTPMetrics(reg)
-	mux := http.NewServeMux()
-	mux.Handle("/v1/check", instrument("check", sidecar.CheckHandler(a)))
-	mux.Handle("/v1/reserve", instrument("reserve", sidecar.ReserveHandler(a)))
-	mux.Handle("/v1/settle", instrument("settle", sidecar.Traced(a, "/v1/settle", sidecar.SettleHandler(a))))
-	mux.Handle("/v1/authz", instrument("authz", sidecar.Traced(a, "/v1/authz", forwardauth.Handler(a, authzCfg))))
-	mux.Handle("/v1/status", instrument("status", sidecar.Traced(a, "/v1/status", sidecar.StatusHandler(a))))
-	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
-	mux.Handle("/metrics", metrics)
-	// /livez: the process serves (a liveness probe must not restart a
-	// sidecar whose coordinators are slow). /readyz: it has rules and is
-	// not draining. /healthz is /readyz, its earlier name.
-	var draining atomic.Bool
-	live := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.Handle("/livez", live)
-	ready := func(w http.ResponseWriter, _ *http.Request) {
-		select {
-		case <-a.Ready():
-		default:
-			http.Error(w, "waiting for rules from the coordinators", http.StatusServiceUnavailable)
-			return
-		}
-		if draining.Load() {
-			http.Error(w, "draining: shutting down", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	}
-	mux.HandleFunc("/readyz", ready)
-	mux.HandleFunc("/healthz", ready)
+	sh := newSidecarHTTP(a, authzCfg, reg)
 	stopGRPC, err := gf.serve(a, authzCfg, serverTLS, reg, logger)
 	if err != nil {
 		closeListeners()
@@ -243,8 +211,8 @@ func runAgent(ctx context.Context, e *env) error {
 		return err
 	}
 	var unused, probeUnused unusedConns
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, ConnState: unused.track}
-	probeSrv := &http.Server{Handler: probeMux(live, http.HandlerFunc(ready), metrics), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, ConnState: probeUnused.track}
+	srv := &http.Server{Handler: sh.mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, ConnState: unused.track}
+	probeSrv := &http.Server{Handler: sh.probe, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, ConnState: probeUnused.track}
 	served := make(chan error, 3)
 	go func() { served <- srv.Serve(lis) }()
 	if sock != nil {
@@ -271,7 +239,7 @@ func runAgent(ctx context.Context, e *env) error {
 	// Drain: readiness fails first, and for --drain-delay everything is
 	// still served while load balancers notice; then no new connection is
 	// taken and the requests in flight finish, within --drain-timeout.
-	draining.Store(true)
+	sh.draining.Store(true)
 	if err == nil && drainDelay > 0 {
 		cfg.Logger.Info("draining: /readyz fails, still serving", "for", drainDelay)
 		time.Sleep(drainDelay)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/internal/auth"
+	"github.com/allot-io/allot/internal/httproute"
 	"github.com/allot-io/allot/lease/rules"
 )
 
@@ -108,8 +109,8 @@ func isLoopbackAddr(addr string) bool {
 // probeMux serves what the kubelet's probes and Prometheus need, and
 // nothing that decides or reveals a check: /livez, /readyz (and /healthz)
 // and /metrics. It is what --probe-addr serves, wherever it listens.
-func probeMux(live, ready, metrics http.Handler) *http.ServeMux {
-	mux := http.NewServeMux()
+func probeMux(live, ready, metrics http.Handler) *httproute.Mux {
+	mux := httproute.NewMux()
 	mux.Handle("/livez", live)
 	mux.Handle("/readyz", ready)
 	mux.Handle("/healthz", ready)

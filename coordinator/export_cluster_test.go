@@ -171,6 +171,8 @@ func TestExportToPostgresExactlyOnce(t *testing.T) {
 // the database away, a page that needs it fails as unavailable, saying
 // that the coordinator answered, why the sink could not be read and from
 // which window the bill is still in memory; a page from there answers.
+// And once lines wait that the sink cannot take, the leader's status
+// says the export is failing, why and since when, until it succeeds.
 func TestBillReadsSinkAndState(t *testing.T) {
 	pg := pgtest.Start(t)
 	dsn := pgtest.CreateDatabase(t, pg)
@@ -192,6 +194,10 @@ func TestBillReadsSinkAndState(t *testing.T) {
 	if got := billTotal(t, c, "acme"); got != want {
 		t.Fatalf("the bill reads %d units, acknowledged %d", got, want)
 	}
+	if l := c.Status().GetLedger(); l.GetExportError() != "" {
+		t.Fatalf("status says the export fails while it succeeds: %v", l)
+	}
+	stopped := time.Now()
 	if err := pg.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -238,6 +244,44 @@ func TestBillReadsSinkAndState(t *testing.T) {
 		t.Fatalf("a page after the exported windows needs no database, but: %v", err)
 	}
 	t.Logf("%d lines still in memory", len(resp.GetRecords()))
+
+	// New lines become final while the database is down: the leader's
+	// status says the export fails, why and since when; the status page
+	// too.
+	for n := uint64(1); n <= 10; n++ {
+		if _, err := a.report(ctx, "acme", n, nil); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var failing *allotpb.LedgerStatus
+	testwait.For(t, 30*time.Second, "status to say the export fails", func() bool {
+		failing = c.Status().GetLedger()
+		return failing.GetExportFailures() >= 2
+	})
+	since, last := failing.GetExportFailingSince().AsTime(), failing.GetExportLastFailure().AsTime()
+	if failing.GetExportErrorCause() != "unreachable" || failing.GetExportError() == "" || since.Before(stopped) || !last.After(since) {
+		t.Errorf("status says the export fails with cause %q, %q, since %v, last at %v; want unreachable, an error, since after %v (the database stopped), the last later",
+			failing.GetExportErrorCause(), failing.GetExportError(), since, last, stopped)
+	}
+	if x := c.uiState().Export; x == nil || x.Error != failing.GetExportError() || x.Cause != "unreachable" || x.FailingSince == nil || !x.FailingSince.Equal(since) {
+		t.Errorf("the status page's export is %+v; want the failure status shows", x)
+	}
+
+	// The database is back: the next round succeeds, and status says
+	// nothing of the failure.
+	restart, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := pg.Restart(restart); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 30*time.Second, "status to stop saying the export fails", func() bool {
+		l := c.Status().GetLedger()
+		return l.GetExportError() == "" && l.GetExportFailingSince() == nil && l.GetExportFailures() == 0
+	})
+	if x := c.uiState().Export; x == nil || x.Error != "" || x.FailingSince != nil {
+		t.Errorf("the status page's export is %+v after the export recovered; want no failure", x)
+	}
 }
 
 // errorInfo is st's google.rpc.ErrorInfo, or nil.

@@ -419,13 +419,14 @@ func (cl *coordinatorClient) call(ctx context.Context, fn func(ctx context.Conte
 }
 
 // allotReason is the reason of the google.rpc.ErrorInfo of Allot's
-// domain that err carries (allotpb.Reason…), with its metadata; "" when
-// none.
+// domain that err carries (allotpb.Reason…); "" when none.
 func allotReason(err error) string {
 	r, _ := allotErrorInfo(err)
 	return r
 }
 
+// allotErrorInfo is the reason and metadata of the google.rpc.ErrorInfo
+// of Allot's domain that err carries; "" and nil when none.
 func allotErrorInfo(err error) (reason string, metadata map[string]string) {
 	st, ok := status.FromError(err)
 	if !ok {

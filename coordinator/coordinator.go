@@ -83,8 +83,11 @@ type Coordinator struct {
 	// parent is a region cluster's link to its parent; nil without one.
 	parent *parentLink
 	// sink is the ledger sink (Config.LedgerSink); nil without one.
-	sink  *ledgersink.Sink
-	peers *peers
+	sink *ledgersink.Sink
+	// exportFailing is the leader's failing export, for Status; nil
+	// while export rounds succeed, and off the leader.
+	exportFailing atomic.Pointer[exportFailure]
+	peers         *peers
 	// moverKick wakes the home leader's mover when a move is planned.
 	moverKick chan struct{}
 	// homeMapVersion is, on a group that is not home, the home group's

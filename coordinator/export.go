@@ -88,6 +88,7 @@ type exportRun struct {
 func (c *Coordinator) exportLedger(ctx context.Context) {
 	r := &exportRun{c: c, sink: c.sink}
 	defer c.clearExportMetrics()
+	defer c.exportFailing.Store(nil) // another member exports now, and says how it fares
 	defer func() {
 		r.reset() // ctx is done: the transactions in flight end at once
 		_ = r.settle()
@@ -312,6 +313,14 @@ func (r *exportRun) commit(pos state.ExportPosition) error {
 	return nil
 }
 
+// exportFailure is a streak of failed export rounds, as Status shows it
+// until a round succeeds (allotpb.LedgerStatus.export_error).
+type exportFailure struct {
+	err, cause  string
+	since, last time.Time
+	rounds      uint64
+}
+
 // failed counts a failed round, logs the first of a streak and then once
 // a minute, and returns how long to wait before the next.
 func (r *exportRun) failed(err error) time.Duration {
@@ -323,6 +332,11 @@ func (r *exportRun) failed(err error) time.Duration {
 		cause = "not_leader"
 	}
 	r.c.metrics.exportErrors.WithLabelValues(cause).Inc()
+	f := &exportFailure{err: err.Error(), cause: cause, since: r.c.now(), last: r.c.now(), rounds: 1}
+	if prev := r.c.exportFailing.Load(); prev != nil {
+		f.since, f.rounds = prev.since, prev.rounds+1
+	}
+	r.c.exportFailing.Store(f)
 	now := time.Now()
 	if r.failing != cause || now.Sub(r.lastLogged) >= time.Minute {
 		r.c.log.Warn("ledger export failed; the lines wait in the ledger and are retried", "cause", cause, "error", err)
@@ -338,6 +352,7 @@ func (r *exportRun) succeeded() {
 		r.c.log.Info("ledger export recovered", "after", r.failing)
 	}
 	r.failing, r.backoff = "", 0
+	r.c.exportFailing.Store(nil)
 }
 
 // updateGauges sets the backlog's gauges and adds what retention dropped

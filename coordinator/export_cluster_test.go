@@ -3,11 +3,16 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/coordinator/ledgersink"
@@ -162,9 +167,12 @@ func TestExportToPostgresExactlyOnce(t *testing.T) {
 }
 
 // TestBillReadsSinkAndState: while some windows are exported and others
-// still in memory, a paged bill covers both, in order, once each; with
-// the database away, a page that needs it fails as unavailable and one
-// that does not still answers.
+// still in memory, a paged bill covers both, in order, once each. With
+// the database away, a page that needs it fails as unavailable, saying
+// that the coordinator answered, why the sink could not be read and from
+// which window the bill is still in memory; a page from there answers.
+// And once lines wait that the sink cannot take, the leader's status
+// says the export is failing, why and since when, until it succeeds.
 func TestBillReadsSinkAndState(t *testing.T) {
 	pg := pgtest.Start(t)
 	dsn := pgtest.CreateDatabase(t, pg)
@@ -186,21 +194,104 @@ func TestBillReadsSinkAndState(t *testing.T) {
 	if got := billTotal(t, c, "acme"); got != want {
 		t.Fatalf("the bill reads %d units, acknowledged %d", got, want)
 	}
+	if l := c.Status().GetLedger(); l.GetExportError() != "" {
+		t.Fatalf("status says the export fails while it succeeds: %v", l)
+	}
+	stopped := time.Now()
 	if err := pg.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	_, err := c.queryUsage(ctx, &allotpb.UsageQuery{Tenant: "acme"})
+	// The position the refusal names is the one the query read: one
+	// that moved meanwhile (a batch the database committed as it stopped)
+	// is read again.
+	var (
+		pos   state.ExportPosition
+		width int64
+		err   error
+	)
+	testwait.For(t, 10*time.Second, "a query while the export position holds still", func() bool {
+		var before state.ExportPosition
+		c.fsm.Read(func(s *state.State) { before = s.Exported() })
+		_, err = c.queryUsage(ctx, &allotpb.UsageQuery{Tenant: "acme"})
+		c.fsm.Read(func(s *state.State) { pos, width = s.Exported(), s.BillingWindowSeconds() })
+		return pos == before
+	})
 	if err == nil {
 		t.Fatal("a bill that needs the stopped database answered")
 	}
 	t.Logf("with the database stopped: %v", err)
-	var pos state.ExportPosition
-	c.fsm.Read(func(s *state.State) { pos = s.Exported() })
+	through := time.Unix(pos.Last.Window, 0).UTC()
+	next := through.Add(time.Duration(width) * time.Second)
+	st := status.Convert(err)
+	info := errorInfo(st)
+	if st.Code() != codes.Unavailable || info.GetReason() != allotpb.ReasonLedgerSinkUnavailable || info.GetDomain() != allotpb.ErrorDomain {
+		t.Errorf("the refusal is %v, %v; want UNAVAILABLE with reason %s", st.Code(), info, allotpb.ReasonLedgerSinkUnavailable)
+	}
+	md := info.GetMetadata()
+	if md["cause"] != "unreachable" || md["exported_through"] != through.Format(time.RFC3339) || md["in_memory_from"] != next.Format(time.RFC3339) || md["error"] == "" {
+		t.Errorf("the refusal's metadata is %v; want cause unreachable, exported through %s, in memory from %s", md, through.Format(time.RFC3339), next.Format(time.RFC3339))
+	}
+	for _, s := range []string{"the ledger sink is unreachable", "windows from " + next.Format(time.RFC3339) + " on are still in memory", "query from " + next.Format(time.RFC3339)} {
+		if !strings.Contains(st.Message(), s) {
+			t.Errorf("the refusal %q does not say %q", st.Message(), s)
+		}
+	}
+	if _, err := c.queryUsage(ctx, &allotpb.UsageQuery{Tenant: "acme", From: timestamppb.New(next)}); err != nil {
+		t.Errorf("a bill from %s, as the refusal says, needs no database, but: %v", next.Format(time.RFC3339), err)
+	}
 	resp, err := c.queryUsage(ctx, &allotpb.UsageQuery{Tenant: "acme", PageToken: encodePageToken(pos.Last)})
 	if err != nil {
 		t.Fatalf("a page after the exported windows needs no database, but: %v", err)
 	}
 	t.Logf("%d lines still in memory", len(resp.GetRecords()))
+
+	// New lines become final while the database is down: the leader's
+	// status says the export fails, why and since when; the status page
+	// too.
+	for n := uint64(1); n <= 10; n++ {
+		if _, err := a.report(ctx, "acme", n, nil); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	var failing *allotpb.LedgerStatus
+	testwait.For(t, 30*time.Second, "status to say the export fails", func() bool {
+		failing = c.Status().GetLedger()
+		return failing.GetExportFailures() >= 2
+	})
+	since, last := failing.GetExportFailingSince().AsTime(), failing.GetExportLastFailure().AsTime()
+	if failing.GetExportErrorCause() != "unreachable" || failing.GetExportError() == "" || since.Before(stopped) || !last.After(since) {
+		t.Errorf("status says the export fails with cause %q, %q, since %v, last at %v; want unreachable, an error, since after %v (the database stopped), the last later",
+			failing.GetExportErrorCause(), failing.GetExportError(), since, last, stopped)
+	}
+	if x := c.uiState().Export; x == nil || x.Error != failing.GetExportError() || x.Cause != "unreachable" || x.FailingSince == nil || !x.FailingSince.Equal(since) {
+		t.Errorf("the status page's export is %+v; want the failure status shows", x)
+	}
+
+	// The database is back: the next round succeeds, and status says
+	// nothing of the failure.
+	restart, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := pg.Restart(restart); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 30*time.Second, "status to stop saying the export fails", func() bool {
+		l := c.Status().GetLedger()
+		return l.GetExportError() == "" && l.GetExportFailingSince() == nil && l.GetExportFailures() == 0
+	})
+	if x := c.uiState().Export; x == nil || x.Error != "" || x.FailingSince != nil {
+		t.Errorf("the status page's export is %+v after the export recovered; want no failure", x)
+	}
+}
+
+// errorInfo is st's google.rpc.ErrorInfo, or nil.
+func errorInfo(st *status.Status) *errdetails.ErrorInfo {
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok {
+			return ei
+		}
+	}
+	return nil
 }
 
 // TestExportKeepsTransactionsInFlight: the leader writes the next batches

@@ -427,6 +427,10 @@ func (c *Coordinator) Status() *allotpb.StatusResponse {
 			st.Shards = &allotpb.ShardStatus{Group: c.groupID(), Home: c.isHome(), OwnedSlots: uint32(s.OwnedSlots()), MapVersion: s.ShardMapVersion()}
 		}
 	})
+	if f := c.exportFailing.Load(); f != nil && st.Ledger != nil {
+		st.Ledger.ExportError, st.Ledger.ExportErrorCause, st.Ledger.ExportFailures = f.err, f.cause, f.rounds
+		st.Ledger.ExportFailingSince, st.Ledger.ExportLastFailure = timestamppb.New(f.since), timestamppb.New(f.last)
+	}
 	st.Tier = c.tierStatus(now)
 	return st
 }

@@ -46,9 +46,11 @@ type uiState struct {
 	Windows  uiWindows            `json:"windows"`
 	Tier     *tierSummary         `json:"tier,omitempty"`
 	// Shards is the member's shard group; absent for a region never split.
-	Shards     *allotpb.ShardStatus `json:"shards,omitempty"`
-	WindowSecs int64                `json:"window_seconds"`
-	LeaseTTL   time.Duration        `json:"lease_ttl_ns"`
+	Shards *allotpb.ShardStatus `json:"shards,omitempty"`
+	// Export is the export to the ledger sink; absent without one.
+	Export     *uiExport     `json:"ledger_export,omitempty"`
+	WindowSecs int64         `json:"window_seconds"`
+	LeaseTTL   time.Duration `json:"lease_ttl_ns"`
 }
 
 type uiMember struct {
@@ -107,6 +109,39 @@ type tierSummary struct {
 	Regions      int    `json:"regions"`
 }
 
+// uiExport is the export to the ledger sink (docs/billing.md): what the
+// member holds and the cluster exported and, on the leader while export
+// rounds fail, the failure (allotpb.LedgerStatus).
+type uiExport struct {
+	InMemory      uint64     `json:"lines_in_memory"`
+	Exported      uint64     `json:"exported_lines"`
+	ThroughWindow int64      `json:"exported_through_window,omitempty"`
+	Error         string     `json:"error,omitempty"`
+	Cause         string     `json:"cause,omitempty"`
+	FailingSince  *time.Time `json:"failing_since,omitempty"`
+	LastFailure   *time.Time `json:"last_failure,omitempty"`
+	Failures      uint64     `json:"failures,omitempty"`
+}
+
+func uiExportOf(l *allotpb.LedgerStatus) *uiExport {
+	if !l.GetSink() {
+		return nil
+	}
+	x := &uiExport{InMemory: l.GetLines(), Exported: l.GetExportedLines(), Error: l.GetExportError(), Cause: l.GetExportErrorCause(), Failures: l.GetExportFailures()}
+	if w := l.GetExportedThroughWindow(); w != nil {
+		x.ThroughWindow = w.GetSeconds()
+	}
+	if ts := l.GetExportFailingSince(); ts != nil {
+		t := ts.AsTime()
+		x.FailingSince = &t
+	}
+	if ts := l.GetExportLastFailure(); ts != nil {
+		t := ts.AsTime()
+		x.LastFailure = &t
+	}
+	return x
+}
+
 // uiPools and uiUsageLines bound what /v1/ui sends: the busiest.
 const (
 	uiPools      = 12
@@ -129,6 +164,7 @@ func (c *Coordinator) uiState() *uiState {
 			PeriodSec: r.Period.Seconds(), Intent: r.Intent.String(), Per: allowancePer(&r), Shadow: r.Shadow})
 	}
 	u.Shards = st.GetShards()
+	u.Export = uiExportOf(st.GetLedger())
 	if t := st.GetTier(); t != nil {
 		u.Tier = &tierSummary{Role: t.GetRole(), LastError: t.GetLastError(), LeasedKeys: t.GetLeasedKeys(), FallbackKeys: t.GetFallbackKeys(), Regions: len(t.GetRegions())}
 	}

@@ -50,7 +50,7 @@ func (c *Coordinator) regionUsage(ctx context.Context, q *allotpb.UsageQuery) (*
 			if st, ok := status.FromError(err); ok && st.Code() == codes.InvalidArgument {
 				return nil, err
 			}
-			return nil, status.Errorf(codes.Unavailable, "shard group %s's part of the ledger could not be read: %v", g, err)
+			return nil, groupUnavailable(g, err)
 		}
 		recs := resp.GetRecords()
 		lines = append(lines, recs...)
@@ -83,6 +83,21 @@ func (c *Coordinator) groupUsage(ctx context.Context, addrs []string, q *allotpb
 		lastErr = err
 	}
 	return nil, lastErr
+}
+
+// groupUnavailable is the refusal of a bill whose group g's part could
+// not be read: UNAVAILABLE, naming the group, and keeping the details of
+// the group's own refusal (a sink that could not be read says which
+// windows are still in memory).
+func groupUnavailable(g string, err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return status.Errorf(codes.Unavailable, "shard group %s's part of the ledger could not be read: %v", g, err)
+	}
+	p := st.Proto()
+	p.Code = int32(codes.Unavailable)
+	p.Message = fmt.Sprintf("shard group %s's part of the ledger could not be read: %s", g, st.Message())
+	return status.FromProto(p).Err()
 }
 
 func recordKey(r *allotpb.UsageRecord) state.LedgerKey {

@@ -12,6 +12,7 @@ import (
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/coordinator/ledgersink"
 	allotpb "github.com/allot-io/allot/proto"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -74,7 +75,7 @@ func (c *Coordinator) queryUsage(ctx context.Context, q *allotpb.UsageQuery) (*a
 	if c.sink != nil && pos.Set && (after == nil || compareKeys(*after, pos.Last) < 0) && from <= pos.Last.Window {
 		// The sink holds every line up to the position the state was read
 		// at, and the state none of them: its lines come first.
-		exported, err := c.exportedUsage(ctx, cluster, lq, after, pos, size)
+		exported, err := c.exportedUsage(ctx, cluster, lq, after, pos, size, page.width)
 		if err != nil {
 			return nil, err
 		}
@@ -130,7 +131,7 @@ func (p usagePage) response() *allotpb.UsageResponse {
 // exportedUsage reads the lines matching lq after `after` that the sink
 // holds, up to the position pos: lines past it the sink committed since
 // are still in the state as it was read, and come from there.
-func (c *Coordinator) exportedUsage(ctx context.Context, cluster string, lq state.LedgerQuery, after *state.LedgerKey, pos state.ExportPosition, size int) (usagePage, error) {
+func (c *Coordinator) exportedUsage(ctx context.Context, cluster string, lq state.LedgerQuery, after *state.LedgerKey, pos state.ExportPosition, size int, width int64) (usagePage, error) {
 	// No window starts before 1901: From within what a timestamp holds.
 	q := ledgersink.Query{From: max(lq.From, math.MinInt32), To: min(lq.To, pos.Last.Window+1), Tenant: lq.Tenant, Rule: lq.Rule, Region: lq.Region, Limit: size}
 	if after != nil {
@@ -140,8 +141,7 @@ func (c *Coordinator) exportedUsage(ctx context.Context, cluster string, lq stat
 	defer cancel()
 	lines, _, err := c.sink.Query(ctx, cluster, q)
 	if err != nil {
-		return usagePage{}, status.Errorf(codes.Unavailable, "windows up to %s are in the ledger sink, which could not be read (%s): %v",
-			time.Unix(pos.Last.Window, 0).UTC().Format(time.RFC3339), ledgersink.Cause(err), err)
+		return usagePage{}, sinkUnavailable(err, pos.Last.Window, width)
 	}
 	out := usagePage{}
 	for _, l := range lines {
@@ -153,6 +153,40 @@ func (c *Coordinator) exportedUsage(ctx context.Context, cluster string, lq stat
 		out.lines = append(out.lines, state.Line{Key: k, Admitted: l.Admitted, Denied: l.Denied, Granted: l.Granted, Final: true})
 	}
 	return out, nil
+}
+
+// sinkUnavailable is the refusal of a page that needs the windows up to
+// the one starting at last, exported to a sink that could not be read:
+// UNAVAILABLE, as the database is, with an ErrorInfo
+// (allotpb.ReasonLedgerSinkUnavailable) that tells a client the
+// coordinator did answer, and the windows it can still answer from
+// memory, from the next one on.
+func sinkUnavailable(err error, last, width int64) error {
+	cause := ledgersink.Cause(err)
+	through := time.Unix(last, 0).UTC().Format(time.RFC3339)
+	next := time.Unix(last+width, 0).UTC().Format(time.RFC3339)
+	st := status.New(codes.Unavailable, fmt.Sprintf("the ledger sink %s (%v): windows up to %s were exported to it; windows from %s on are still in memory: query from %s to read them without it",
+		sinkState(cause), err, through, next, next))
+	if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: allotpb.ReasonLedgerSinkUnavailable, Domain: allotpb.ErrorDomain,
+		Metadata: map[string]string{"cause": cause, "error": err.Error(), "exported_through": through, "in_memory_from": next}}); derr == nil {
+		st = d
+	}
+	return st.Err()
+}
+
+// sinkState says what is wrong with the sink, by ledgersink.Cause's label.
+func sinkState(cause string) string {
+	switch cause {
+	case "unreachable":
+		return "is unreachable"
+	case "auth":
+		return "refused the coordinator's role or password"
+	case "timeout":
+		return "did not answer in time"
+	case "schema":
+		return "lacks Allot's tables"
+	}
+	return "could not be read"
 }
 
 // compareKeys orders ledger keys as the ledger and the sink do.

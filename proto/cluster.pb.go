@@ -484,8 +484,18 @@ type LedgerStatus struct {
 	ExportedThroughTenant string                 `protobuf:"bytes,7,opt,name=exported_through_tenant,json=exportedThroughTenant,proto3" json:"exported_through_tenant,omitempty"`
 	ExportedThroughRule   string                 `protobuf:"bytes,8,opt,name=exported_through_rule,json=exportedThroughRule,proto3" json:"exported_through_rule,omitempty"`
 	ExportedThroughRegion string                 `protobuf:"bytes,9,opt,name=exported_through_region,json=exportedThroughRegion,proto3" json:"exported_through_region,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// The export's failure, on the leader while its rounds fail (unset once
+	// one succeeds, and on the other members): the last round's error, its
+	// cause (the cause label of allot_coordinator_ledger_export_errors_total:
+	// unreachable, auth, timeout…), the first failed round of the streak
+	// and the last, and how many rounds failed.
+	ExportError        string                 `protobuf:"bytes,10,opt,name=export_error,json=exportError,proto3" json:"export_error,omitempty"`
+	ExportErrorCause   string                 `protobuf:"bytes,11,opt,name=export_error_cause,json=exportErrorCause,proto3" json:"export_error_cause,omitempty"`
+	ExportFailingSince *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=export_failing_since,json=exportFailingSince,proto3" json:"export_failing_since,omitempty"`
+	ExportLastFailure  *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=export_last_failure,json=exportLastFailure,proto3" json:"export_last_failure,omitempty"`
+	ExportFailures     uint64                 `protobuf:"varint,14,opt,name=export_failures,json=exportFailures,proto3" json:"export_failures,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *LedgerStatus) Reset() {
@@ -579,6 +589,41 @@ func (x *LedgerStatus) GetExportedThroughRegion() string {
 		return x.ExportedThroughRegion
 	}
 	return ""
+}
+
+func (x *LedgerStatus) GetExportError() string {
+	if x != nil {
+		return x.ExportError
+	}
+	return ""
+}
+
+func (x *LedgerStatus) GetExportErrorCause() string {
+	if x != nil {
+		return x.ExportErrorCause
+	}
+	return ""
+}
+
+func (x *LedgerStatus) GetExportFailingSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExportFailingSince
+	}
+	return nil
+}
+
+func (x *LedgerStatus) GetExportLastFailure() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExportLastFailure
+	}
+	return nil
+}
+
+func (x *LedgerStatus) GetExportFailures() uint64 {
+	if x != nil {
+		return x.ExportFailures
+	}
+	return 0
 }
 
 // TierStatus is a cluster's part in the tier between regions.
@@ -1394,7 +1439,7 @@ const file_cluster_proto_rawDesc = "" +
 	"\vowned_slots\x18\x03 \x01(\rR\n" +
 	"ownedSlots\x12\x1f\n" +
 	"\vmap_version\x18\x04 \x01(\x04R\n" +
-	"mapVersion\"\xaf\x03\n" +
+	"mapVersion\"\xc3\x05\n" +
 	"\fLedgerStatus\x12\x14\n" +
 	"\x05lines\x18\x01 \x01(\x04R\x05lines\x12+\n" +
 	"\x11retention_dropped\x18\x02 \x01(\x04R\x10retentionDropped\x12\x12\n" +
@@ -1404,7 +1449,13 @@ const file_cluster_proto_rawDesc = "" +
 	"\x17exported_through_window\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x15exportedThroughWindow\x126\n" +
 	"\x17exported_through_tenant\x18\a \x01(\tR\x15exportedThroughTenant\x122\n" +
 	"\x15exported_through_rule\x18\b \x01(\tR\x13exportedThroughRule\x126\n" +
-	"\x17exported_through_region\x18\t \x01(\tR\x15exportedThroughRegion\"\xf8\x01\n" +
+	"\x17exported_through_region\x18\t \x01(\tR\x15exportedThroughRegion\x12!\n" +
+	"\fexport_error\x18\n" +
+	" \x01(\tR\vexportError\x12,\n" +
+	"\x12export_error_cause\x18\v \x01(\tR\x10exportErrorCause\x12L\n" +
+	"\x14export_failing_since\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\x12exportFailingSince\x12J\n" +
+	"\x13export_last_failure\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\x11exportLastFailure\x12'\n" +
+	"\x0fexport_failures\x18\x0e \x01(\x04R\x0eexportFailures\"\xf8\x01\n" +
 	"\n" +
 	"TierStatus\x12\x12\n" +
 	"\x04role\x18\x01 \x01(\tR\x04role\x12\x16\n" +
@@ -1518,29 +1569,31 @@ var file_cluster_proto_depIdxs = []int32{
 	5,  // 2: allot.v1.StatusResponse.ledger:type_name -> allot.v1.LedgerStatus
 	4,  // 3: allot.v1.StatusResponse.shards:type_name -> allot.v1.ShardStatus
 	18, // 4: allot.v1.LedgerStatus.exported_through_window:type_name -> google.protobuf.Timestamp
-	7,  // 5: allot.v1.TierStatus.regions:type_name -> allot.v1.TierRegion
-	0,  // 6: allot.v1.JoinRequest.state:type_name -> allot.v1.DataState
-	1,  // 7: allot.v1.JoinResponse.members:type_name -> allot.v1.Member
-	0,  // 8: allot.v1.IdentifyResponse.state:type_name -> allot.v1.DataState
-	1,  // 9: allot.v1.IdentifyResponse.members:type_name -> allot.v1.Member
-	1,  // 10: allot.v1.RemoveResponse.members:type_name -> allot.v1.Member
-	2,  // 11: allot.v1.ClusterService.Status:input_type -> allot.v1.StatusRequest
-	8,  // 12: allot.v1.ClusterService.Join:input_type -> allot.v1.JoinRequest
-	12, // 13: allot.v1.ClusterService.Remove:input_type -> allot.v1.RemoveRequest
-	14, // 14: allot.v1.ClusterService.Backup:input_type -> allot.v1.BackupRequest
-	16, // 15: allot.v1.ClusterService.Restore:input_type -> allot.v1.RestoreChunk
-	10, // 16: allot.v1.ClusterService.Identify:input_type -> allot.v1.IdentifyRequest
-	3,  // 17: allot.v1.ClusterService.Status:output_type -> allot.v1.StatusResponse
-	9,  // 18: allot.v1.ClusterService.Join:output_type -> allot.v1.JoinResponse
-	13, // 19: allot.v1.ClusterService.Remove:output_type -> allot.v1.RemoveResponse
-	15, // 20: allot.v1.ClusterService.Backup:output_type -> allot.v1.BackupChunk
-	17, // 21: allot.v1.ClusterService.Restore:output_type -> allot.v1.RestoreResponse
-	11, // 22: allot.v1.ClusterService.Identify:output_type -> allot.v1.IdentifyResponse
-	17, // [17:23] is the sub-list for method output_type
-	11, // [11:17] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	18, // 5: allot.v1.LedgerStatus.export_failing_since:type_name -> google.protobuf.Timestamp
+	18, // 6: allot.v1.LedgerStatus.export_last_failure:type_name -> google.protobuf.Timestamp
+	7,  // 7: allot.v1.TierStatus.regions:type_name -> allot.v1.TierRegion
+	0,  // 8: allot.v1.JoinRequest.state:type_name -> allot.v1.DataState
+	1,  // 9: allot.v1.JoinResponse.members:type_name -> allot.v1.Member
+	0,  // 10: allot.v1.IdentifyResponse.state:type_name -> allot.v1.DataState
+	1,  // 11: allot.v1.IdentifyResponse.members:type_name -> allot.v1.Member
+	1,  // 12: allot.v1.RemoveResponse.members:type_name -> allot.v1.Member
+	2,  // 13: allot.v1.ClusterService.Status:input_type -> allot.v1.StatusRequest
+	8,  // 14: allot.v1.ClusterService.Join:input_type -> allot.v1.JoinRequest
+	12, // 15: allot.v1.ClusterService.Remove:input_type -> allot.v1.RemoveRequest
+	14, // 16: allot.v1.ClusterService.Backup:input_type -> allot.v1.BackupRequest
+	16, // 17: allot.v1.ClusterService.Restore:input_type -> allot.v1.RestoreChunk
+	10, // 18: allot.v1.ClusterService.Identify:input_type -> allot.v1.IdentifyRequest
+	3,  // 19: allot.v1.ClusterService.Status:output_type -> allot.v1.StatusResponse
+	9,  // 20: allot.v1.ClusterService.Join:output_type -> allot.v1.JoinResponse
+	13, // 21: allot.v1.ClusterService.Remove:output_type -> allot.v1.RemoveResponse
+	15, // 22: allot.v1.ClusterService.Backup:output_type -> allot.v1.BackupChunk
+	17, // 23: allot.v1.ClusterService.Restore:output_type -> allot.v1.RestoreResponse
+	11, // 24: allot.v1.ClusterService.Identify:output_type -> allot.v1.IdentifyResponse
+	19, // [19:25] is the sub-list for method output_type
+	13, // [13:19] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_cluster_proto_init() }

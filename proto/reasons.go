@@ -13,4 +13,12 @@ const (
 	// sent again; the incarnation's later batches are counted as usual.
 	// Metadata "seq" names the batch.
 	ReasonStaleBatch = "STALE_USAGE_BATCH"
+	// ReasonLedgerSinkUnavailable refuses a usage page that needs windows
+	// the cluster exported to its ledger sink, which could not be read
+	// (code UNAVAILABLE): the coordinator answered, the database did not.
+	// Metadata "cause" is ledgersink.Cause's label (unreachable, auth,
+	// timeout…), "error" the database's error, "exported_through" the start of the last window exported
+	// (RFC 3339) and "in_memory_from" the start of the window after it:
+	// a query from there on needs no sink.
+	ReasonLedgerSinkUnavailable = "LEDGER_SINK_UNAVAILABLE"
 )

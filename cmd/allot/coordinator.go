@@ -98,6 +98,9 @@ func runCoordinator(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
+	warnExposedSecrets(logger, secretFile{"ledger-sink-file", sinkFile}, secretFile{"auth-tokens", cfg.AuthTokensFile},
+		secretFile{"token-file", cf.tokenFile}, secretFile{"key", cf.key},
+		secretFile{"parent-token-file", cfg.ParentCredentials.TokenFile}, secretFile{"parent-key", cfg.ParentCredentials.KeyFile})
 	if sinkFile != "" {
 		if cfg.LedgerSink != "" {
 			return usagef("coordinator", "give --ledger-sink or --ledger-sink-file, not both")

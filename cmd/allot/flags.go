@@ -17,9 +17,11 @@ import (
 	"github.com/allot-io/allot/internal/plural"
 	"github.com/allot-io/allot/internal/strictyaml"
 	"github.com/allot-io/allot/internal/tracing"
+	allotpb "github.com/allot-io/allot/proto"
 	"github.com/hashicorp/go-hclog"
 	"go.opentelemetry.io/otel/trace"
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -435,6 +437,9 @@ func (cl *coordinatorClient) call(ctx context.Context, fn func(ctx context.Conte
 		if code == codes.OK {
 			return nil
 		}
+		if code == codes.Unavailable && allotReason(err) != "" {
+			return err // the cluster answered that something behind it is away: its reason says what, for the caller
+		}
 		ex := cl.how.explain(ctx, cl.addrs[i], err)
 		if code != codes.Unavailable && code != codes.DeadlineExceeded {
 			if ex != nil {
@@ -454,6 +459,28 @@ func (cl *coordinatorClient) call(ctx context.Context, fn func(ctx context.Conte
 		return explained
 	}
 	return fmt.Errorf("no coordinator answered: %s", strings.Join(errs, "; "))
+}
+
+// allotReason is the reason of the google.rpc.ErrorInfo of Allot's
+// domain that err carries (allotpb.Reason…); "" when none.
+func allotReason(err error) string {
+	r, _ := allotErrorInfo(err)
+	return r
+}
+
+// allotErrorInfo is the reason and metadata of the google.rpc.ErrorInfo
+// of Allot's domain that err carries; "" and nil when none.
+func allotErrorInfo(err error) (reason string, metadata map[string]string) {
+	st, ok := status.FromError(err)
+	if !ok {
+		return "", nil
+	}
+	for _, d := range st.Details() {
+		if ei, ok := d.(*errdetails.ErrorInfo); ok && ei.GetDomain() == allotpb.ErrorDomain {
+			return ei.GetReason(), ei.GetMetadata()
+		}
+	}
+	return "", nil
 }
 
 // grpcErr turns a gRPC status into a plain error: its message, and the

@@ -77,6 +77,27 @@ type ledgerExport struct {
 	ThroughWindow    string `json:"exported_through_window,omitempty"`
 	ThroughKey       string `json:"exported_through_key,omitempty"`
 	RetentionDropped uint64 `json:"retention_dropped_lines"`
+	// Failing is the leader's export failing, absent while it succeeds
+	// (or when the leader did not answer).
+	Failing *exportFailing `json:"failing,omitempty"`
+}
+
+// exportFailing is a streak of failed export rounds on the leader.
+type exportFailing struct {
+	Error  string `json:"error"`
+	Cause  string `json:"cause"`
+	Since  string `json:"since"`
+	Last   string `json:"last_failure"`
+	Rounds uint64 `json:"rounds"`
+}
+
+// exportFailingOf is the failure l reports, or nil.
+func exportFailingOf(l *allotpb.LedgerStatus) *exportFailing {
+	if l.GetExportError() == "" {
+		return nil
+	}
+	return &exportFailing{Error: l.GetExportError(), Cause: l.GetExportErrorCause(), Rounds: l.GetExportFailures(),
+		Since: l.GetExportFailingSince().AsTime().UTC().Format(time.RFC3339), Last: l.GetExportLastFailure().AsTime().UTC().Format(time.RFC3339)}
 }
 
 func ledgerExportOf(l *allotpb.LedgerStatus) *ledgerExport {
@@ -239,6 +260,9 @@ func gatherStatus(ctx context.Context, cf *clientFlags, st *allotpb.StatusRespon
 			agents, keys, learning := s.GetAgents(), s.GetActiveKeys(), s.GetLearning()
 			cs.Agents, cs.ActiveKeys, cs.Learning = &agents, &keys, &learning
 			cs.Tier = tierOf(s.GetTier())
+			if cs.Ledger != nil {
+				cs.Ledger.Failing = exportFailingOf(s.GetLedger()) // only the leader exports
+			}
 		}
 	}
 	return cs
@@ -295,6 +319,14 @@ func writeStatusTable(w io.Writer, cs *clusterStatus) error {
 			fmt.Fprintf(w, "; %d deleted by retention", l.RetentionDropped)
 		}
 		fmt.Fprintln(w)
+		if f := l.Failing; f != nil {
+			rounds := "1 round"
+			if f.Rounds != 1 {
+				rounds = strconv.FormatUint(f.Rounds, 10) + " rounds"
+			}
+			fmt.Fprintf(w, "ledger sink: EXPORT FAILING since %s (%s, the last at %s; the lines wait in memory and are retried): %s: %s\n",
+				f.Since, rounds, f.Last, f.Cause, f.Error)
+		}
 	}
 	if t := cs.Tier; t != nil {
 		switch t.Role {

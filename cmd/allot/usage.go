@@ -250,7 +250,7 @@ func fetchLedger(ctx context.Context, cf *clientFlags, q *allotpb.UsageQuery, so
 			return err
 		})
 		if err != nil {
-			return nil, fmt.Errorf("reading usage: %w", err)
+			return nil, fmt.Errorf("reading usage: %w", usageCallError(err))
 		}
 		for _, r := range resp.GetRecords() {
 			out = append(out, billing.LedgerLine{
@@ -269,4 +269,20 @@ func fetchLedger(ctx context.Context, cf *clientFlags, q *allotpb.UsageQuery, so
 		}
 		page.PageToken = next
 	}
+}
+
+// usageCallError is what a failed usage page says: when the cluster
+// answered that its ledger sink could not be read, the cause and the
+// windows it can still answer, as the --from that reads them.
+func usageCallError(err error) error {
+	reason, md := allotErrorInfo(err)
+	if reason != allotpb.ReasonLedgerSinkUnavailable {
+		return err
+	}
+	state := "could not be read (" + md["cause"] + ")"
+	if md["cause"] == "unreachable" {
+		state = "is unreachable"
+	}
+	return fmt.Errorf("the ledger sink %s; windows up to %s were exported to it, and windows from %s on are still in memory: narrow --from to %s, or bring the sink back (%s)",
+		state, md["exported_through"], md["in_memory_from"], md["in_memory_from"], md["error"])
 }

@@ -1,6 +1,7 @@
 package ledgersink
 
-// The billing team's three questions of allot_usage, as docs quote them
+// The billing team's three questions of allot_usage, as docs/billing.md
+// quotes them (with psql variables for $1…, TestBillingDocQueries)
 // and BenchmarkQueries times them on 20 million lines. Their parameters
 // are timestamptz window bounds, [from, to), and a tenant.
 const (

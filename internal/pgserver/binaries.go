@@ -27,6 +27,24 @@ func Available() error {
 	return err
 }
 
+// Program is the path of one of PostgreSQL's programs (psql, pg_dump) of
+// the installation Available finds: beside initdb and postgres, or else on
+// PATH (Debian's wrappers in /usr/bin).
+func Program(name string) (string, error) {
+	dir, err := binDir()
+	if err != nil {
+		return "", err
+	}
+	if p := filepath.Join(dir, name); isExecutable(p) {
+		return p, nil
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("pgserver: %s is neither beside postgres in %s nor on PATH: %w", name, dir, err)
+	}
+	return p, nil
+}
+
 // binDir returns the directory holding both initdb and postgres.
 func binDir() (string, error) {
 	if initdb, err := exec.LookPath("initdb"); err == nil {

@@ -186,7 +186,7 @@ func TestRestoreRefusesAClusterWithState(t *testing.T) {
 	cid := l.clusterID()
 	for _, force := range []string{"", "not-it"} {
 		_, err := RestoreFrom(context.Background(), client, bytes.NewReader(backup.Bytes()), force)
-		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "--force "+cid) || !strings.Contains(err.Error(), "1 rules") {
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "--force "+cid) || !strings.Contains(err.Error(), "1 rule,") {
 			t.Fatalf("restore with force %q: %v", force, err)
 		}
 	}

@@ -38,6 +38,7 @@ type metrics struct {
 	movesActive    prometheus.Gauge
 	moveOldest     prometheus.Gauge
 	rlqsRequests   *prometheus.CounterVec
+	rlqsAbandoned  *prometheus.CounterVec
 	parentReports  *prometheus.CounterVec
 	parentFallback prometheus.Gauge
 	parentLeased   prometheus.Gauge
@@ -154,6 +155,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range []string{"allowed", "denied", "unmapped", "refused"} {
 		m.rlqsRequests.WithLabelValues(r)
 	}
+	m.rlqsAbandoned = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "allot_coordinator_rlqs_buckets_abandoned_total", Help: "Buckets RLQS streams on this member told Envoy to abandon, by reason: idle (no usage for 10 minutes), rule_gone (its rule was deleted or no longer maps it).",
+	}, []string{"reason"})
+	for _, r := range []string{"idle", "rule_gone"} {
+		m.rlqsAbandoned.WithLabelValues(r)
+	}
 	m.parentReports = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "allot_coordinator_parent_reports_total", Help: "A region leader's reports to its parent cluster, by result (ok, failed).",
 	}, []string{"result"})
@@ -201,7 +208,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	reg.MustRegister(m.slotsOwned, m.movesActive, m.moveOldest)
 	m.grpc = newGRPCMetrics()
 	reg.MustRegister(m.exportedLines, m.exportSeconds, m.exportErrors, m.exportPending, m.exportLag, m.exportDropped)
-	reg.MustRegister(m.authRefusals, m.openCallsRefused, m.newNodes, m.rlqsStreams, m.rlqsRequests, m.parentReports, m.parentFallback, m.parentLeased, m.grpc)
+	reg.MustRegister(m.authRefusals, m.openCallsRefused, m.newNodes, m.rlqsStreams, m.rlqsRequests, m.rlqsAbandoned, m.parentReports, m.parentFallback, m.parentLeased, m.grpc)
 	reg.MustRegister(m.raftState, m.leaderChanges, m.reports, m.reportBytes, m.reportKeys, m.roundSeconds,
 		m.applySeconds, m.activeKeys, m.activeAgents, m.leasesGranted, m.learning, m.ledgerRecords,
 		m.commands, m.rulesVersion, m.adminRequests, m.forwardedCalls, m.auditEntries)

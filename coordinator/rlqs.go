@@ -52,6 +52,12 @@ const (
 	// then stays well under the coordinators' message size. Beyond it a
 	// new bucket gets no assignment; its usage is still billed.
 	maxQuotaBuckets = 5_000
+	// bucketIdleTTL is how long a bucket may go without usage before
+	// the stream abandons it: Envoy drops it, and makes it again when a
+	// request needs it. Kept forever, every tenant, user or route a long
+	// stream ever saw held one of its maxQuotaBuckets, and once they were
+	// all taken a new key got no assignment at all.
+	bucketIdleTTL = 10 * time.Minute
 	// maxBucketEntries bounds the entries of a bucket id that is mapped.
 	maxBucketEntries = 16
 	// maxHeld bounds the usage lines held for rules not known yet.
@@ -171,6 +177,7 @@ type quotaBucket struct {
 	elapsed         time.Duration // what Envoy's reports since then cover
 	lease           *allotpb.Lease
 	expiresAt       time.Time
+	active          time.Time   // when Envoy last reported usage of it (or it was made)
 	sent            *assignment // the assignment Envoy holds
 	sentExpires     time.Time   // when Envoy's copy of it expires
 
@@ -229,9 +236,12 @@ func (q *quotaStream) absorb(m *rlqsv3.RateLimitQuotaUsageReports) {
 		}
 		tenant := allotpb.BoundName(ids["tenant"])
 		if len(ids) <= maxBucketEntries {
-			if b := q.bucket(u.GetBucketId(), set); b != nil && b.rule != "" {
+			if b := q.bucket(u.GetBucketId(), set, now); b != nil && b.rule != "" {
 				b.allowed += allowed
 				b.denied += denied
+				if allowed+denied > 0 {
+					b.active = now
+				}
 				b.elapsed += min(max(u.GetTimeElapsed().AsDuration(), 0), time.Hour)
 				if b.def.Algorithm.Windowed() {
 					if w := now.Truncate(b.def.Period); !w.Equal(b.window) {
@@ -269,11 +279,11 @@ func addCount(into map[usageCountKey]*allotpb.UsageCount, k usageCountKey, allow
 }
 
 // bucket returns the bucket of an id, tracking it if there is room.
-func (q *quotaStream) bucket(id *rlqsv3.BucketId, set *rules.Set) *quotaBucket {
+func (q *quotaStream) bucket(id *rlqsv3.BucketId, set *rules.Set, now time.Time) *quotaBucket {
 	name := bucketName(id)
 	b := q.buckets[name]
 	if b == nil && len(q.buckets) < maxQuotaBuckets {
-		b = &quotaBucket{id: id}
+		b = &quotaBucket{id: id, active: now}
 		b.map_(set)
 		q.buckets[name] = b
 		q.urgent = q.urgent || b.rule != ""

@@ -23,17 +23,17 @@ import (
 // exchange reports the stream's usage and demand as an agent would and
 // turns the answer into bucket actions: a new assignment where the
 // division changed or Envoy's copy nears its end, an abandon where the
-// bucket's rule is gone. A report that fails is made again at the next
+// bucket's rule is gone or Envoy has not used it for bucketIdleTTL. A report that fails is made again at the next
 // exchange, its usage under the same sequence number, so the ledger counts
 // it once; one the coordinators refuse as invalid is dropped, counted and
 // logged, so that it cannot stop the stream's reporting for good.
 func (q *quotaStream) exchange(ctx context.Context) []*rlqsv3.RateLimitQuotaResponse_BucketAction {
 	set := q.c.currentRules()
-	var actions []*rlqsv3.RateLimitQuotaResponse_BucketAction
-	if set.Version() != q.rulesVersion {
-		actions = q.remap(set)
-	}
 	now := q.c.now()
+	actions := q.abandonIdle(now)
+	if set.Version() != q.rulesVersion {
+		actions = append(actions, q.remap(set)...)
+	}
 	q.tried = now
 	req := q.request(now, set.Version(), false)
 	resp, err := q.send(ctx, req)
@@ -197,6 +197,34 @@ func (q *quotaStream) assignments(now time.Time) []*rlqsv3.RateLimitQuotaRespons
 	return out
 }
 
+// abandonIdle abandons the buckets Envoy has reported no usage of for
+// bucketIdleTTL: their leases lapse at the coordinators, and a request
+// that needs one again makes Envoy report it afresh (its first requests
+// meet the filter's no_assignment_behavior until the assignment comes,
+// within an exchange).
+func (q *quotaStream) abandonIdle(now time.Time) []*rlqsv3.RateLimitQuotaResponse_BucketAction {
+	var out []*rlqsv3.RateLimitQuotaResponse_BucketAction
+	for name, b := range q.buckets {
+		if now.Sub(b.active) < bucketIdleTTL {
+			continue
+		}
+		delete(q.buckets, name)
+		out = append(out, abandon(b.id))
+	}
+	q.c.metrics.rlqsAbandoned.WithLabelValues("idle").Add(float64(len(out)))
+	return out
+}
+
+// abandon is the action that tells Envoy to drop a bucket.
+func abandon(id *rlqsv3.BucketId) *rlqsv3.RateLimitQuotaResponse_BucketAction {
+	return &rlqsv3.RateLimitQuotaResponse_BucketAction{
+		BucketId: id,
+		BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
+			AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{},
+		},
+	}
+}
+
 // remap maps every bucket again under a changed rule set, abandons those
 // whose rule is gone (Envoy drops them and falls back on its
 // no_assignment_behavior until a rule applies again), and bills the usage
@@ -211,12 +239,8 @@ func (q *quotaStream) remap(set *rules.Set) []*rlqsv3.RateLimitQuotaResponse_Buc
 			continue
 		}
 		delete(q.buckets, name)
-		out = append(out, &rlqsv3.RateLimitQuotaResponse_BucketAction{
-			BucketId: b.id,
-			BucketAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction_{
-				AbandonAction: &rlqsv3.RateLimitQuotaResponse_BucketAction_AbandonAction{},
-			},
-		})
+		out = append(out, abandon(b.id))
+		q.c.metrics.rlqsAbandoned.WithLabelValues("rule_gone").Inc()
 	}
 	for k, uc := range q.held {
 		if _, ok := set.Get(k.rule); ok {

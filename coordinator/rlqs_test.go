@@ -346,3 +346,52 @@ func mustAlgorithm(t *testing.T, s string) algo.Algorithm {
 	}
 	return a
 }
+
+// TestRLQSAbandonsIdleBuckets: a stream abandons a bucket Envoy has
+// reported no usage of for bucketIdleTTL, keeps one in use, and so a
+// stream that has seen maxQuotaBuckets keys over its life still assigns a
+// new one. Kept forever, the 5,001st key a long stream saw got no
+// assignment at all (Envoy's no_assignment_behavior, often allow-all).
+func TestRLQSAbandonsIdleBuckets(t *testing.T) {
+	c := cluster(t, 1, nil)[0]
+	putRules(t, c, rlqsRule)
+	q := newQuotaStream(c, "edge")
+	set := c.currentRules()
+	report := func(tenants ...string) {
+		var us []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
+		for _, tn := range tenants {
+			us = append(us, &rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage{
+				BucketId: &rlqsv3.BucketId{Bucket: map[string]string{"rule": "api", "tenant": tn}}, NumRequestsAllowed: 1})
+		}
+		q.absorb(&rlqsv3.RateLimitQuotaUsageReports{BucketQuotaUsages: us})
+	}
+	var many []string
+	for i := range maxQuotaBuckets {
+		many = append(many, fmt.Sprint("t", i))
+	}
+	report(many...)
+	if len(q.buckets) != maxQuotaBuckets {
+		t.Fatalf("%d buckets, want %d", len(q.buckets), maxQuotaBuckets)
+	}
+	if b := q.bucket(&rlqsv3.BucketId{Bucket: map[string]string{"rule": "api", "tenant": "new"}}, set, c.now()); b != nil {
+		t.Fatal("a bucket beyond maxQuotaBuckets was tracked")
+	}
+	report("t7") // t7 stays in use
+	later := c.now().Add(bucketIdleTTL)
+	q.buckets[bucketName(&rlqsv3.BucketId{Bucket: map[string]string{"rule": "api", "tenant": "t7"}})].active = later.Add(-time.Minute)
+	actions := q.abandonIdle(later)
+	if len(actions) != maxQuotaBuckets-1 || len(q.buckets) != 1 {
+		t.Fatalf("abandoned %d, kept %d; want every idle bucket abandoned and t7 kept", len(actions), len(q.buckets))
+	}
+	for _, a := range actions {
+		if a.GetAbandonAction() == nil || a.GetBucketId().GetBucket()["tenant"] == "t7" {
+			t.Fatalf("action %v: want an abandon of an idle bucket", a)
+		}
+	}
+	if b := q.bucket(&rlqsv3.BucketId{Bucket: map[string]string{"rule": "api", "tenant": "new"}}, set, later); b == nil || b.rule != "api" {
+		t.Fatalf("a new key after the idle ones went: %+v; want it tracked and mapped", b)
+	}
+	if got := counterValue(t, c, "allot_coordinator_rlqs_buckets_abandoned_total", "reason", "idle"); got != maxQuotaBuckets-1 {
+		t.Fatalf("abandoned_total{reason=idle} %v, want %d", got, maxQuotaBuckets-1)
+	}
+}

@@ -118,6 +118,9 @@ func (a *Allocator) allocatePool(sh *allocShard, p *pool, now int64, learning bo
 	demand := 0.0
 	for _, c := range p.classes {
 		c.dropClaims(expired)
+	}
+	p.dropEmptyClasses()
+	for _, c := range p.classes {
 		for i := range c.claims {
 			cl := &c.claims[i]
 			lc := lease.Claim{Node: cl.node, Present: present(cl), Demand: cl.est, Held: cl.held, Committed: cl.committed, Base: cl.base}

@@ -86,6 +86,20 @@ type compiled struct {
 	problems []RuleProblem
 	// domains holds the descriptor rules by Envoy domain.
 	domains map[string][]descRule
+	// nested holds, for each rule, the rules nested in it: coordinated
+	// per-key rules (not a global rule's classes) whose key attributes
+	// include all of its own, so that one of its keys decides each of
+	// their keys and every request of theirs passes through it. A request
+	// it refuses is still their demand: it never reaches them, or they
+	// give back what they took, yet all of it returns to them once the
+	// refuser has room (a re-division, the next window). Hidden, a route
+	// key's lease fell to what its node had spent while its tenant's
+	// quota held the node back, and the route refused the tenant's
+	// traffic when the quota came back, until an early report was
+	// answered. Traffic a rule not decided by the refuser's key refuses
+	// (a user's own limit, for a route) is only part of theirs, and stays
+	// out of their demand.
+	nested []ruleBits
 }
 
 // New starts an agent. A standalone agent (no Coordinators) enforces its
@@ -351,10 +365,34 @@ func (a *Agent) install(set *rules.Set, problems []RuleProblem, strict bool, sou
 		}
 	}
 	c.usage = newUsageTable(len(c.rules), every, a.cfg.MaxTenants)
+	c.nested = nestedRules(c.rules)
 	c.indexDescriptors()
 	a.rules.Store(c)
 	a.readyOnce.Do(func() { close(a.ready) })
 	return nil
+}
+
+// nestedRules is compiled.nested for rules.
+func nestedRules(rs []*ruleState) []ruleBits {
+	nested := make([]ruleBits, len(rs))
+	for i, outer := range rs {
+		for j, inner := range rs {
+			if i != j && inner.coordinated && inner.fair == nil && !inner.descriptor && attrsWithin(outer.attrs, inner.attrs) {
+				nested[i].set(j)
+			}
+		}
+	}
+	return nested
+}
+
+// attrsWithin reports whether every attribute of outer is one of inner's.
+func attrsWithin(outer, inner []rules.Attr) bool {
+	for _, at := range outer {
+		if !slices.Contains(inner, at) {
+			return false
+		}
+	}
+	return true
 }
 
 func sortedRegions(m map[string]float64) []string {

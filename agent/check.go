@@ -82,8 +82,9 @@ func (a *Agent) Check(req Request) (d Decision) {
 			shadowed.set(i)
 		case !r.allowed():
 			if best >= 0 { // a rule passed: give back what it took
-				c.undoPassed(a, &req, &rh, &passed, &now, cost)
+				c.undoPassed(a, &req, &rh, &passed, &now, cost, i)
 			}
+			c.countHidden(a, &req, &rh, i, cost)
 			c.count(tu, th, &req, 2*i+1, cost)
 			a.fill(&d, rs, &req, r)
 			return d
@@ -131,16 +132,38 @@ func (b *ruleBits) or(o *ruleBits, n int) {
 // loops over a set walk those, not all maxRules bits.
 func words(n int) int { return (n + 63) >> 6 }
 
-// undoPassed gives back the cost the rules in passed admitted, when a
-// later rule refused the request: no rule is charged for a request
-// another refused.
-func (c *compiled) undoPassed(a *Agent, req *Request, rh *reqHashes, passed *ruleBits, now *instants, cost int64) {
+// undoPassed gives back the cost the rules in passed admitted, when rule
+// refuser refused the request: no rule is charged for a request another
+// refused. The rules nested in the refuser (compiled.nested) count it as
+// demand they denied.
+func (c *compiled) undoPassed(a *Agent, req *Request, rh *reqHashes, passed *ruleBits, now *instants, cost int64, refuser int) {
+	nested := &c.nested[refuser]
 	for w, bits := range passed[:words(len(c.rules))] {
 		for bits != 0 {
 			j := w<<6 | bits64.TrailingZeros64(bits)
 			bits &= bits - 1
 			rs := c.rules[j]
-			rs.undo(a, req, rh, rs.at(now), cost)
+			rs.undo(a, req, rh, rs.at(now), cost, nested.has(j))
+		}
+	}
+}
+
+// countHidden counts a request rule refuser refused as demand the rules
+// after it that are nested in it denied: the request never reached them.
+func (c *compiled) countHidden(a *Agent, req *Request, rh *reqHashes, refuser int, cost int64) {
+	nested := &c.nested[refuser]
+	n := words(len(c.rules))
+	for w := refuser >> 6; w < n; w++ {
+		bits := nested[w]
+		if w == refuser>>6 {
+			bits &^= 1<<(refuser&63+1) - 1 // the rules up to the refuser
+		}
+		for bits != 0 {
+			j := w<<6 | bits64.TrailingZeros64(bits)
+			bits &= bits - 1
+			if rs := c.rules[j]; rs.matches(req) {
+				rs.hidden(a, req, rh, cost)
+			}
 		}
 	}
 }

@@ -284,7 +284,7 @@ func (a *Agent) settle(r *reservation, actual int64) {
 			case delta > 0:
 				rs.charge(a, &r.req, &rh, rs.at(&now), rs.at(&r.at), delta)
 			case delta < 0:
-				rs.undo(a, &r.req, &rh, rs.at(&now), -delta)
+				rs.undo(a, &r.req, &rh, rs.at(&now), -delta, false)
 			}
 			names = append(names, rs.rule.Name)
 		}

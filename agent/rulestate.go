@@ -540,8 +540,11 @@ func (rs *ruleState) peek(a *Agent, req *Request, rh *reqHashes, now time.Time, 
 	return fromAlgo(&d)
 }
 
-// undo gives back what check admitted, when a later rule refuses.
-func (rs *ruleState) undo(a *Agent, req *Request, rh *reqHashes, now time.Time, cost int64) {
+// undo gives back what check admitted, when a later rule refuses. With
+// demand set (the refuser's key decides this rule's: compiled.nested) a
+// leased key counts the cost as denied instead: its traffic is there,
+// held back by the refuser.
+func (rs *ruleState) undo(a *Agent, req *Request, rh *reqHashes, now time.Time, cost int64, demand bool) {
 	st := rs.store(req)
 	if rs.fair != nil {
 		rs.fair.undo(a, rs, st, req, rh, now, cost)
@@ -551,7 +554,19 @@ func (rs *ruleState) undo(a *Agent, req *Request, rh *reqHashes, now time.Time, 
 	if hk := (*rs.hot.Load())[h]; hk != nil && hk.ready.Load() {
 		hk.lim.ReturnAt(now, cost)
 		hk.admitted.Add(-cost)
+		if demand {
+			hk.denied.Add(cost)
+		}
 		return
 	}
 	st.keyed.ReturnHashAt(h, now, cost)
+}
+
+// hidden counts, on a leased key, a request an earlier rule refused as
+// demand this rule denied (compiled.nested). A key with no lease counts
+// nothing: it enforces its unleased share, which no demand changes.
+func (rs *ruleState) hidden(a *Agent, req *Request, rh *reqHashes, cost int64) {
+	if hk := (*rs.hot.Load())[rs.keyHash(a, rh, req)]; hk != nil && hk.ready.Load() {
+		hk.denied.Add(cost)
+	}
 }

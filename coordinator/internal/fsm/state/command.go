@@ -48,37 +48,19 @@ const (
 	Ignorable Command = 0x80
 )
 
-// Commands lists every command type this version knows.
-var Commands = []Command{CmdReports, CmdRules, CmdMember, CmdEpoch, CmdMaintain, CmdSettings, CmdGrants, CmdExported, CmdSlots, CmdShardMap, CmdOverrides, CmdAudit, CmdReset}
+// Commands lists every command type this version knows, in the order of
+// their numbers.
+var Commands = func() []Command {
+	out := make([]Command, len(commands))
+	for i, c := range commands {
+		out[i] = c.t
+	}
+	return out
+}()
 
 func (t Command) String() string {
-	switch t &^ Ignorable {
-	case CmdReports:
-		return "reports"
-	case CmdRules:
-		return "rules"
-	case CmdMember:
-		return "member"
-	case CmdEpoch:
-		return "epoch"
-	case CmdMaintain:
-		return "maintain"
-	case CmdSettings:
-		return "settings"
-	case CmdGrants:
-		return "grants"
-	case CmdExported:
-		return "exported"
-	case CmdSlots:
-		return "slots"
-	case CmdShardMap:
-		return "shard_map"
-	case CmdOverrides:
-		return "overrides"
-	case CmdAudit:
-		return "audit"
-	case CmdReset:
-		return "reset"
+	if c := commandOf(t); c != nil {
+		return c.name
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }
@@ -92,82 +74,82 @@ func Encode(t Command, m proto.Message) ([]byte, error) {
 	return b, nil
 }
 
-// handler applies one decoded command to the state.
-type handler struct {
+// command is one command type as this version knows it: its number, the
+// name metrics and traces give it, and its handler, which decodes into
+// msg's message and applies it to the state.
+type command struct {
+	t     Command
+	name  string
 	msg   func() proto.Message
 	apply func(*State, proto.Message) any
 }
 
-// handlers is the table of command types, each the same shape: decode,
-// apply, return.
-var handlers = map[Command]handler{
-	CmdReports: {
-		msg:   func() proto.Message { return &fsmpb.ReportsCommand{} },
-		apply: func(s *State, m proto.Message) any { return s.applyReports(m.(*fsmpb.ReportsCommand)) },
-	},
-	CmdRules: {
-		msg: func() proto.Message { return &fsmpb.RulesCommand{} },
-		apply: func(s *State, m proto.Message) any {
-			if err := s.applyRules(m.(*fsmpb.RulesCommand)); err != nil {
-				return err
-			}
-			return s.rules
-		},
-	},
-	CmdMember: {
-		msg:   func() proto.Message { return &fsmpb.MemberCommand{} },
-		apply: func(s *State, m proto.Message) any { s.applyMember(m.(*fsmpb.MemberCommand)); return nil },
-	},
-	CmdEpoch: {
-		msg:   func() proto.Message { return &fsmpb.EpochCommand{} },
-		apply: func(s *State, m proto.Message) any { return s.applyEpoch(m.(*fsmpb.EpochCommand)) },
-	},
-	CmdMaintain: {
-		msg:   func() proto.Message { return &fsmpb.MaintainCommand{} },
-		apply: func(s *State, m proto.Message) any { s.maintain(m.(*fsmpb.MaintainCommand)); return nil },
-	},
-	CmdSettings: {
-		msg:   func() proto.Message { return &fsmpb.SettingsCommand{} },
-		apply: func(s *State, m proto.Message) any { s.applySettings(m.(*fsmpb.SettingsCommand)); return nil },
-	},
-	CmdGrants: {
-		msg:   func() proto.Message { return &fsmpb.GrantsCommand{} },
-		apply: func(s *State, m proto.Message) any { s.applyGrants(m.(*fsmpb.GrantsCommand)); return nil },
-	},
-	CmdExported: {
-		msg:   func() proto.Message { return &fsmpb.ExportedCommand{} },
-		apply: func(s *State, m proto.Message) any { s.applyExported(m.(*fsmpb.ExportedCommand)); return nil },
-	},
-	CmdSlots: {
-		msg:   func() proto.Message { return &fsmpb.SlotsCommand{} },
-		apply: func(s *State, m proto.Message) any { return s.applySlots(m.(*fsmpb.SlotsCommand)) },
-	},
-	CmdShardMap: {
-		msg:   func() proto.Message { return &fsmpb.ShardMapCommand{} },
-		apply: func(s *State, m proto.Message) any { return s.applyShardMap(m.(*fsmpb.ShardMapCommand)) },
-	},
-	CmdOverrides: {
-		msg:   func() proto.Message { return &fsmpb.OverridesCommand{} },
-		apply: func(s *State, m proto.Message) any { return s.applyOverrides(m.(*fsmpb.OverridesCommand)) },
-	},
-	CmdAudit: {
-		msg:   func() proto.Message { return &fsmpb.AuditCommand{} },
-		apply: func(s *State, m proto.Message) any { s.applyAudit(m.(*fsmpb.AuditCommand)); return nil },
-	},
-	CmdReset: {
-		msg:   func() proto.Message { return &fsmpb.ResetCommand{} },
-		apply: func(s *State, m proto.Message) any { return s.applyReset(m.(*fsmpb.ResetCommand)) },
-	},
+// handle makes a command's entry from the State method that applies it:
+// the message type is the method's argument, and what the proposer is
+// told its result.
+func handle[T any, M interface {
+	*T
+	proto.Message
+}, R any](t Command, name string, apply func(*State, M) R) command {
+	return command{
+		t: t, name: name,
+		msg:   func() proto.Message { return M(new(T)) },
+		apply: func(s *State, m proto.Message) any { return apply(s, m.(M)) },
+	}
+}
+
+// effect is handle for a command the proposer is told nothing of.
+func effect[T any, M interface {
+	*T
+	proto.Message
+}](t Command, name string, apply func(*State, M)) command {
+	return handle(t, name, func(s *State, m M) any { apply(s, m); return nil })
+}
+
+// commands is every command type, each registered once here: Commands,
+// String, Message and Apply all read this table. The names are metric
+// labels and trace attributes already in dashboards: never rename one.
+var commands = [...]command{
+	handle(CmdReports, "reports", (*State).applyReports),
+	handle(CmdRules, "rules", func(s *State, m *fsmpb.RulesCommand) any {
+		if err := s.applyRules(m); err != nil {
+			return err
+		}
+		return s.rules
+	}),
+	effect(CmdMember, "member", (*State).applyMember),
+	handle(CmdEpoch, "epoch", (*State).applyEpoch),
+	effect(CmdMaintain, "maintain", (*State).maintain),
+	effect(CmdSettings, "settings", (*State).applySettings),
+	effect(CmdGrants, "grants", (*State).applyGrants),
+	effect(CmdExported, "exported", (*State).applyExported),
+	handle(CmdSlots, "slots", (*State).applySlots),
+	handle(CmdShardMap, "shard_map", (*State).applyShardMap),
+	handle(CmdOverrides, "overrides", (*State).applyOverrides),
+	effect(CmdAudit, "audit", (*State).applyAudit),
+	handle(CmdReset, "reset", (*State).applyReset),
+}
+
+// commandOf is the entry of command type t, the ignorable bit aside, or
+// nil for a type this version does not know. The table is in the order
+// of the numbers, from 1, so the number is the index; TestCommandTable
+// holds it so.
+func commandOf(t Command) *command {
+	i := int(t&^Ignorable) - 1
+	if i < 0 || i >= len(commands) {
+		return nil
+	}
+	return &commands[i]
 }
 
 // Message returns an empty message of the type command t carries (the
 // ignorable bit aside), or false for a type this version does not know.
 func Message(t Command) (proto.Message, bool) {
-	h, ok := handlers[t&^Ignorable]
-	if !ok {
+	c := commandOf(t)
+	if c == nil {
 		return nil, false
 	}
-	return h.msg(), true
+	return c.msg(), true
 }
 
 // Apply applies command t, carrying m (of the type Message gives), and
@@ -177,9 +159,9 @@ func Message(t Command) (proto.Message, bool) {
 // nothing and returns nil.
 func (s *State) Apply(t Command, m proto.Message) any {
 	s.recorded = ""
-	h, ok := handlers[t&^Ignorable]
-	if !ok {
+	c := commandOf(t)
+	if c == nil {
 		return nil
 	}
-	return h.apply(s, m)
+	return c.apply(s, m)
 }

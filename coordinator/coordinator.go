@@ -127,12 +127,10 @@ type Coordinator struct {
 	cancel  context.CancelFunc
 	// draining is closed when Close begins.
 	draining chan struct{}
-	// rlqsStreams counts the Envoy streams served, for their bound;
-	// openCalls the calls to open methods in flight (grpclimits.go).
-	rlqsStreams atomic.Int64
-	openCalls   atomic.Int64
-	wg          sync.WaitGroup
-	closed      atomic.Bool
+	// openCalls counts the calls to open methods in flight (grpclimits.go).
+	openCalls atomic.Int64
+	wg        sync.WaitGroup
+	closed    atomic.Bool
 	// tracer is Config.TracerProvider's; nil when tracing is off.
 	tracer trace.Tracer
 }
@@ -369,7 +367,7 @@ func (c *Coordinator) startGRPC() error {
 	allotpb.RegisterUsageServiceServer(reg, &usageServer{c: c})
 	allotpb.RegisterAuditServiceServer(reg, &auditServer{c: c})
 	allotpb.RegisterShardServiceServer(reg, &shardServer{c: c})
-	rlqsv3.RegisterRateLimitQuotaServiceServer(reg, &rlqsServer{c: c})
+	rlqsv3.RegisterRateLimitQuotaServiceServer(reg, c.newRLQS())
 	c.health = health.NewServer()
 	healthpb.RegisterHealthServer(reg, c.health)
 	reflection.Register(reg)

@@ -1,22 +1,25 @@
 package coordinator
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"github.com/allot-io/allot/internal/shardroute"
 	"maps"
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/allot-io/allot/internal/auth"
+	"github.com/allot-io/allot/internal/timeutil"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 )
@@ -70,26 +73,81 @@ const (
 	minExchangeGap = 100 * time.Millisecond
 )
 
+// rlqsIntake is what the RLQS front door needs of the member it runs on:
+// the rules and settings its streams map and report by, and the way their
+// reports go. Nothing else of the member is within its reach.
+type rlqsIntake interface {
+	// Rules is the rule set this member holds.
+	Rules() *rules.Set
+	// ReportInterval and BillingWindow are the cluster's settings (this
+	// member's own until a leader has fixed them).
+	ReportInterval() time.Duration
+	BillingWindow() time.Duration
+	// Reporter is the way one stream's reports go, taken at its first
+	// report: to its group's leader, where the report is validated,
+	// batched into the ledger and answered as an agent's; in a region
+	// split into shard groups, to the group owning each tenant's slot.
+	Reporter() rlqsReporter
+}
+
+// rlqsReporter carries one stream's reports, in order.
+type rlqsReporter interface {
+	Report(ctx context.Context, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error)
+}
+
+// rlqsMetrics are the streams' metrics, registered by the member.
+type rlqsMetrics struct {
+	// Streams counts the streams open.
+	Streams prometheus.Gauge
+	// Requests counts the requests Envoys reported, by result: allowed,
+	// denied, unmapped, refused.
+	Requests *prometheus.CounterVec
+	// Abandoned counts the buckets Envoys were told to abandon, by
+	// reason: idle, rule_gone.
+	Abandoned *prometheus.CounterVec
+}
+
+// rlqsConfig is what a front door serves with.
+type rlqsConfig struct {
+	Intake rlqsIntake
+	// Region is the region the streams' reports are made in: the member's.
+	Region  string
+	Clock   timeutil.TimeSource
+	Log     hclog.Logger
+	Metrics rlqsMetrics
+	// Caller names the credential a stream was opened with, "" for none:
+	// the stream's node is named after it.
+	Caller func(ctx context.Context) string
+	// Draining is closed when the member begins to close: every stream
+	// ends, so that the gRPC server can stop.
+	Draining <-chan struct{}
+}
+
+// rlqsServer serves Envoys' RLQS streams.
 type rlqsServer struct {
 	rlqsv3.UnimplementedRateLimitQuotaServiceServer
-	c *Coordinator
+	cfg rlqsConfig
+	// streams counts the streams served, for their bound.
+	streams atomic.Int64
 }
+
+func newRLQSServer(cfg rlqsConfig) *rlqsServer { return &rlqsServer{cfg: cfg} }
+
+func (s *rlqsServer) now() time.Time { return s.cfg.Clock.Now() }
 
 // StreamRateLimitQuotas serves one Envoy.
 func (s *rlqsServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
-	c := s.c
 	ctx := stream.Context()
-	if n := c.rlqsStreams.Add(1); n > maxRLQSStreams {
-		c.rlqsStreams.Add(-1)
+	if n := s.streams.Add(1); n > maxRLQSStreams {
+		s.streams.Add(-1)
 		return status.Errorf(codes.ResourceExhausted, "this coordinator serves %d RLQS streams already; connect to another", maxRLQSStreams)
 	}
-	defer c.rlqsStreams.Add(-1)
-	id, _ := ctx.Value(identityKey{}).(auth.Identity)
-	q := newQuotaStream(c, id.Name())
-	q.rulesVersion = c.currentRules().Version()
-	c.metrics.rlqsStreams.Inc()
-	defer c.metrics.rlqsStreams.Dec()
-	c.log.Debug("RLQS stream opened", "node", q.node)
+	defer s.streams.Add(-1)
+	q := newQuotaStream(s, s.cfg.Caller(ctx))
+	q.rulesVersion = s.cfg.Intake.Rules().Version()
+	s.cfg.Metrics.Streams.Inc()
+	defer s.cfg.Metrics.Streams.Dec()
+	s.cfg.Log.Debug("RLQS stream opened", "node", q.node)
 
 	msgs := make(chan *rlqsv3.RateLimitQuotaUsageReports)
 	recvErr := make(chan error, 1)
@@ -107,7 +165,7 @@ func (s *rlqsServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_S
 			}
 		}
 	}()
-	tick := c.cfg.Clock.NewTicker(max(c.settings().ReportInterval/4, 50*time.Millisecond))
+	tick := s.cfg.Clock.NewTicker(max(s.cfg.Intake.ReportInterval()/4, 50*time.Millisecond))
 	defer tick.Stop()
 	defer q.flush()
 	for {
@@ -116,11 +174,11 @@ func (s *rlqsServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_S
 			q.absorb(m)
 		case <-tick.C():
 		case err := <-recvErr:
-			c.log.Debug("RLQS stream closed", "node", q.node, "error", err)
+			s.cfg.Log.Debug("RLQS stream closed", "node", q.node, "error", err)
 			return nil
 		case <-ctx.Done():
 			return nil
-		case <-c.draining:
+		case <-s.cfg.Draining:
 			return status.Error(codes.Unavailable, "coordinator shutting down; reconnect")
 		}
 		if !q.due() {
@@ -138,7 +196,7 @@ func (s *rlqsServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_S
 
 // quotaStream is one Envoy's stream seen as an agent.
 type quotaStream struct {
-	c           *Coordinator
+	s           *rlqsServer
 	node        string
 	incarnation uint64
 	buckets     map[string]*quotaBucket
@@ -157,9 +215,9 @@ type quotaStream struct {
 	// rulesVersion is the rule set the buckets are mapped under.
 	rulesVersion uint64
 	failures     int // exchanges failed in a row
-	// router carries the stream's reports to the shard groups (made at
-	// the first report).
-	router *shardroute.Router
+	// router carries the stream's reports (Intake.Reporter, taken at the
+	// first report).
+	router rlqsReporter
 }
 
 type usageCountKey struct {
@@ -190,7 +248,7 @@ var nodeChars = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 
 // newQuotaStream names the stream's node after the credential that opened
 // it, so that the ledger and logs say whose Envoy it was.
-func newQuotaStream(c *Coordinator, credential string) *quotaStream {
+func newQuotaStream(s *rlqsServer, credential string) *quotaStream {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	who := nodeChars.ReplaceAllString(credential, "_")
@@ -202,9 +260,9 @@ func newQuotaStream(c *Coordinator, credential string) *quotaStream {
 		node = "rlqs-" + who + "-" + hex.EncodeToString(b[:4])
 	}
 	return &quotaStream{
-		c: c, node: node, incarnation: binary.LittleEndian.Uint64(b[:]) | 1,
+		s: s, node: node, incarnation: binary.LittleEndian.Uint64(b[:]) | 1,
 		buckets: map[string]*quotaBucket{}, counts: map[usageCountKey]*allotpb.UsageCount{},
-		held: map[usageCountKey]*allotpb.UsageCount{}, last: c.now(),
+		held: map[usageCountKey]*allotpb.UsageCount{}, last: s.now(),
 	}
 }
 
@@ -221,17 +279,17 @@ func bucketName(id *rlqsv3.BucketId) string {
 // absorb takes one usage report: each bucket's demand, and its usage for
 // the ledger.
 func (q *quotaStream) absorb(m *rlqsv3.RateLimitQuotaUsageReports) {
-	set := q.c.currentRules()
-	window := q.c.settings().BillingWindow
-	now := q.c.now()
+	set := q.s.cfg.Intake.Rules()
+	window := q.s.cfg.Intake.BillingWindow()
+	now := q.s.now()
 	for _, u := range m.GetBucketQuotaUsages() {
 		allowed, denied := min(u.GetNumRequestsAllowed(), allotpb.MaxCount), min(u.GetNumRequestsDenied(), allotpb.MaxCount)
-		q.c.metrics.rlqsRequests.WithLabelValues("allowed").Add(float64(allowed))
-		q.c.metrics.rlqsRequests.WithLabelValues("denied").Add(float64(denied))
+		q.s.cfg.Metrics.Requests.WithLabelValues("allowed").Add(float64(allowed))
+		q.s.cfg.Metrics.Requests.WithLabelValues("denied").Add(float64(denied))
 		ids := u.GetBucketId().GetBucket()
 		ruleName := ids["rule"]
 		if ruleName == "" || len(ruleName) > allotpb.MaxNameLen {
-			q.c.metrics.rlqsRequests.WithLabelValues("unmapped").Add(float64(allowed + denied))
+			q.s.cfg.Metrics.Requests.WithLabelValues("unmapped").Add(float64(allowed + denied))
 			continue
 		}
 		tenant := allotpb.BoundName(ids["tenant"])
@@ -260,7 +318,7 @@ func (q *quotaStream) absorb(m *rlqsv3.RateLimitQuotaUsageReports) {
 		if _, known := set.Get(ruleName); !known {
 			into = q.held
 			if _, ok := into[k]; !ok && len(into) >= maxHeld {
-				q.c.metrics.rlqsRequests.WithLabelValues("unmapped").Add(float64(allowed + denied))
+				q.s.cfg.Metrics.Requests.WithLabelValues("unmapped").Add(float64(allowed + denied))
 				continue
 			}
 		}
@@ -325,13 +383,14 @@ func (b *quotaBucket) map_(set *rules.Set) {
 // waits for its first assignment; or an interval has passed since the
 // last exchange answered, so leases need renewing.
 func (q *quotaStream) due() bool {
-	now := q.c.now()
+	now := q.s.now()
+	interval := q.s.cfg.Intake.ReportInterval()
 	gap := minExchangeGap
 	if q.failures > 0 { // retry as agents do, not at every report
-		gap = max(q.c.settings().ReportInterval/2, gap)
+		gap = max(interval/2, gap)
 	}
 	if now.Sub(q.tried) < gap {
 		return false
 	}
-	return q.fresh || q.urgent || now.Sub(q.last) >= q.c.settings().ReportInterval
+	return q.fresh || q.urgent || now.Sub(q.last) >= interval
 }

@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"errors"
 	"maps"
 	"math"
 	"slices"
@@ -28,8 +27,8 @@ import (
 // it once; one the coordinators refuse as invalid is dropped, counted and
 // logged, so that it cannot stop the stream's reporting for good.
 func (q *quotaStream) exchange(ctx context.Context) []*rlqsv3.RateLimitQuotaResponse_BucketAction {
-	set := q.c.currentRules()
-	now := q.c.now()
+	set := q.s.cfg.Intake.Rules()
+	now := q.s.now()
 	actions := q.abandonIdle(now)
 	if set.Version() != q.rulesVersion {
 		actions = append(actions, q.remap(set)...)
@@ -54,13 +53,13 @@ func (q *quotaStream) failed(err error) {
 		for _, uc := range q.pending.GetCounts() {
 			units += uc.GetAdmitted() + uc.GetDenied()
 		}
-		q.c.metrics.rlqsRequests.WithLabelValues("refused").Add(float64(units))
-		q.c.log.Warn("an RLQS stream's usage was refused by the coordinators; it is dropped so the stream can go on", "node", q.node, "seq", q.pending.GetSeq(), "units", units, "error", err)
+		q.s.cfg.Metrics.Requests.WithLabelValues("refused").Add(float64(units))
+		q.s.cfg.Log.Warn("an RLQS stream's usage was refused by the coordinators; it is dropped so the stream can go on", "node", q.node, "seq", q.pending.GetSeq(), "units", units, "error", err)
 		q.pending = nil
 		return
 	}
 	if q.failures == 10 || q.failures%100 == 0 {
-		q.c.log.Warn("an RLQS stream's reports keep failing; they are retried", "node", q.node, "failures", q.failures, "error", err)
+		q.s.cfg.Log.Warn("an RLQS stream's reports keep failing; they are retried", "node", q.node, "failures", q.failures, "error", err)
 	}
 }
 
@@ -75,7 +74,7 @@ func (q *quotaStream) request(now time.Time, version uint64, leaving bool) *allo
 	interval := max(now.Sub(q.last), time.Nanosecond)
 	req := &allotpb.ReportRequest{
 		Protocol: allotpb.ProtocolVersion_PROTOCOL_VERSION_1, Node: q.node, Incarnation: q.incarnation,
-		Region: q.c.cfg.Region, SentUnixNano: now.UnixNano(), IntervalNano: interval.Nanoseconds(),
+		Region: q.s.cfg.Region, SentUnixNano: now.UnixNano(), IntervalNano: interval.Nanoseconds(),
 		RulesVersion: version, Usage: q.pending, Leaving: leaving,
 	}
 	for _, b := range q.buckets {
@@ -97,33 +96,13 @@ func (q *quotaStream) request(now time.Time, version uint64, leaving bool) *allo
 	return req
 }
 
-// send makes a report through the stream's shard router (rlqs_route.go).
+// send makes a report through the stream's reporter, taken at its first
+// report.
 func (q *quotaStream) send(ctx context.Context, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
 	if q.router == nil {
-		q.router = q.c.routeStream(q)
+		q.router = q.s.cfg.Intake.Reporter()
 	}
 	return q.router.Report(ctx, req)
-}
-
-// sendLeader makes a report on this group's leader: here, or forwarded to
-// it with this member's own credentials (the leader accepts a member's
-// report for any node).
-func (q *quotaStream) sendLeader(ctx context.Context, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
-	c := q.c
-	if c.leading.Load() {
-		resp, err := c.report(ctx, req, false)
-		if status.Code(err) != codes.Unavailable || c.leading.Load() {
-			return resp, err
-		}
-	}
-	_, addr := c.Leader()
-	if addr == "" || addr == c.AdvertisedGRPCAddr() {
-		return nil, errors.New("no leader elected yet")
-	}
-	c.metrics.forwardedCalls.Inc()
-	fctx, cancel := context.WithTimeout(ctx, 2*max(c.settings().ReportInterval, time.Second))
-	defer cancel()
-	return allotpb.NewAgentServiceClient(c.peers.conn(addr)).Report(fctx, req)
 }
 
 // settle takes in an answer: the acknowledged usage, the leases, and
@@ -136,7 +115,7 @@ func (q *quotaStream) settle(now time.Time, resp *allotpb.ReportResponse) {
 	}
 	if resp.GetRulesVersion() <= q.rulesVersion && len(q.held) > 0 {
 		for k, uc := range q.held {
-			q.c.metrics.rlqsRequests.WithLabelValues("unmapped").Add(float64(uc.GetAdmitted() + uc.GetDenied()))
+			q.s.cfg.Metrics.Requests.WithLabelValues("unmapped").Add(float64(uc.GetAdmitted() + uc.GetDenied()))
 			delete(q.held, k)
 		}
 	}
@@ -165,7 +144,7 @@ func (q *quotaStream) settle(now time.Time, resp *allotpb.ReportResponse) {
 // a new bucket, full, so it is sent only when it matters.
 func (q *quotaStream) assignments(now time.Time) []*rlqsv3.RateLimitQuotaResponse_BucketAction {
 	var out []*rlqsv3.RateLimitQuotaResponse_BucketAction
-	margin := 2*max(q.c.settings().ReportInterval, time.Second) + time.Second
+	margin := 2*max(q.s.cfg.Intake.ReportInterval(), time.Second) + time.Second
 	for _, b := range q.buckets {
 		if b.rule == "" || b.lease == nil {
 			continue
@@ -211,7 +190,7 @@ func (q *quotaStream) abandonIdle(now time.Time) []*rlqsv3.RateLimitQuotaRespons
 		delete(q.buckets, name)
 		out = append(out, abandon(b.id))
 	}
-	q.c.metrics.rlqsAbandoned.WithLabelValues("idle").Add(float64(len(out)))
+	q.s.cfg.Metrics.Abandoned.WithLabelValues("idle").Add(float64(len(out)))
 	return out
 }
 
@@ -240,7 +219,7 @@ func (q *quotaStream) remap(set *rules.Set) []*rlqsv3.RateLimitQuotaResponse_Buc
 		}
 		delete(q.buckets, name)
 		out = append(out, abandon(b.id))
-		q.c.metrics.rlqsAbandoned.WithLabelValues("rule_gone").Inc()
+		q.s.cfg.Metrics.Abandoned.WithLabelValues("rule_gone").Inc()
 	}
 	for k, uc := range q.held {
 		if _, ok := set.Get(k.rule); ok {
@@ -261,11 +240,11 @@ func (q *quotaStream) flush() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for ctx.Err() == nil {
-		set := q.c.currentRules()
+		set := q.s.cfg.Intake.Rules()
 		if set.Version() != q.rulesVersion {
 			q.remap(set)
 		}
-		now := q.c.now()
+		now := q.s.now()
 		resp, err := q.send(ctx, q.request(now, set.Version(), true))
 		if err != nil {
 			q.failed(err)
@@ -282,7 +261,7 @@ func (q *quotaStream) flush() {
 		}
 	}
 	if q.pending != nil || len(q.counts) > 0 {
-		q.c.log.Warn("an ended RLQS stream's usage could not be recorded", "node", q.node, "seq", q.pending.GetSeq())
+		q.s.cfg.Log.Warn("an ended RLQS stream's usage could not be recorded", "node", q.node, "seq", q.pending.GetSeq())
 	}
 }
 

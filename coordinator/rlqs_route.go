@@ -3,25 +3,52 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"time"
 
+	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/internal/clusterclient"
 	"github.com/allot-io/allot/internal/shardroute"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
-// An Envoy RLQS stream's reports go through a shard router, as an
-// agent's do: in a region split into shard groups its buckets' usage
-// and demand go to the group owning each tenant's slot, exactly once per
-// group (docs/coordinator.md#shard-groups). Unsplit, every report goes to
-// this member's own group, numbered in the router's sequence from the
-// stream's start.
+// The RLQS front door (rlqs.go) serves each Envoy stream as one more
+// agent; this is its intake on this member. A stream's reports go
+// through a shard router, as an agent's do: in a region split into shard
+// groups its buckets' usage and demand go to the group owning each
+// tenant's slot, exactly once per group
+// (docs/coordinator.md#shard-groups). Unsplit, every report goes to this
+// member's own group, numbered in the router's sequence from the stream's
+// start.
 
-// routeStream makes a stream's router: this group's lane is the stream's
-// own way to its leader (here, or forwarded); other groups are called
-// with this member's credentials.
-func (c *Coordinator) routeStream(q *quotaStream) *shardroute.Router {
-	local := localLane{q}
+// newRLQS makes the front door of this member's Envoy streams.
+func (c *Coordinator) newRLQS() *rlqsServer {
+	return newRLQSServer(rlqsConfig{
+		Intake: streamIntake{c}, Region: c.cfg.Region, Clock: c.cfg.Clock, Log: c.log,
+		Metrics: rlqsMetrics{Streams: c.metrics.rlqsStreams, Requests: c.metrics.rlqsRequests, Abandoned: c.metrics.rlqsAbandoned},
+		Caller: func(ctx context.Context) string {
+			id, _ := ctx.Value(identityKey{}).(auth.Identity)
+			return id.Name()
+		},
+		Draining: c.draining,
+	})
+}
+
+// streamIntake is this member as its RLQS streams see it.
+type streamIntake struct{ c *Coordinator }
+
+func (i streamIntake) Rules() *rules.Set             { return i.c.currentRules() }
+func (i streamIntake) ReportInterval() time.Duration { return i.c.settings().ReportInterval }
+func (i streamIntake) BillingWindow() time.Duration  { return i.c.settings().BillingWindow }
+func (i streamIntake) Reporter() rlqsReporter        { return i.c.routeStream() }
+
+// routeStream makes a stream's router: this group's lane is the way to
+// its leader (here, or forwarded); other groups are called with this
+// member's credentials.
+func (c *Coordinator) routeStream() *shardroute.Router {
+	local := leaderLane{c}
 	lane := func(group string, addrs []string) shardroute.Lane {
 		if group == c.groupID() {
 			return local
@@ -63,14 +90,30 @@ func (c *Coordinator) globalRule(name string) bool {
 	return ok && r.Scope == rules.Global
 }
 
-// localLane is this group: the stream's report on its leader.
-type localLane struct{ q *quotaStream }
+// leaderLane is this group: a stream's report made on its leader, here,
+// or forwarded to it with this member's own credentials (the leader
+// accepts a member's report for any node).
+type leaderLane struct{ c *Coordinator }
 
-func (l localLane) Report(ctx context.Context, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
-	return l.q.sendLeader(ctx, req)
+func (l leaderLane) Report(ctx context.Context, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
+	c := l.c
+	if c.leading.Load() {
+		resp, err := c.report(ctx, req, false)
+		if status.Code(err) != codes.Unavailable || c.leading.Load() {
+			return resp, err
+		}
+	}
+	_, addr := c.Leader()
+	if addr == "" || addr == c.AdvertisedGRPCAddr() {
+		return nil, errors.New("no leader elected yet")
+	}
+	c.metrics.forwardedCalls.Inc()
+	fctx, cancel := context.WithTimeout(ctx, 2*max(c.settings().ReportInterval, time.Second))
+	defer cancel()
+	return allotpb.NewAgentServiceClient(c.peers.conn(addr)).Report(fctx, req)
 }
 
-func (localLane) Learn([]string) {}
+func (leaderLane) Learn([]string) {}
 
 // memberLane is another group, called with this member's credentials
 // (a member may report for any node).

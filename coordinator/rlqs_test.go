@@ -18,8 +18,13 @@ import (
 
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/coordinator/rlqstest"
+	"github.com/allot-io/allot/internal/timeutil"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/proto/rulespb"
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 var rlqsRule = &allotpb.Rule{Name: "api", Scope: "tenant", Algorithm: "token_bucket", Limit: 300, Period: durationpb.New(time.Second), Intent: "capacity"}
@@ -353,10 +358,25 @@ func mustAlgorithm(t *testing.T, s string) algo.Algorithm {
 // new one. Kept forever, the 5,001st key a long stream saw got no
 // assignment at all (Envoy's no_assignment_behavior, often allow-all).
 func TestRLQSAbandonsIdleBuckets(t *testing.T) {
-	c := cluster(t, 1, nil)[0]
-	putRules(t, c, rlqsRule)
-	q := newQuotaStream(c, "edge")
-	set := c.currentRules()
+	r, err := rulespb.FromProto(rlqsRule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := rules.NewSet(1, []rules.Rule{r})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := timeutil.NewManual(time.Unix(1_700_000_000, 0))
+	abandoned := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "abandoned"}, []string{"reason"})
+	s := newRLQSServer(rlqsConfig{
+		Intake: fixedIntake{set}, Clock: clock, Log: hclog.NewNullLogger(),
+		Metrics: rlqsMetrics{
+			Streams:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "streams"}),
+			Requests:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "requests"}, []string{"result"}),
+			Abandoned: abandoned,
+		},
+	})
+	q := newQuotaStream(s, "edge")
 	report := func(tenants ...string) {
 		var us []*rlqsv3.RateLimitQuotaUsageReports_BucketQuotaUsage
 		for _, tn := range tenants {
@@ -373,11 +393,11 @@ func TestRLQSAbandonsIdleBuckets(t *testing.T) {
 	if len(q.buckets) != maxQuotaBuckets {
 		t.Fatalf("%d buckets, want %d", len(q.buckets), maxQuotaBuckets)
 	}
-	if b := q.bucket(&rlqsv3.BucketId{Bucket: map[string]string{"rule": "api", "tenant": "new"}}, set, c.now()); b != nil {
+	if b := q.bucket(&rlqsv3.BucketId{Bucket: map[string]string{"rule": "api", "tenant": "new"}}, set, clock.Now()); b != nil {
 		t.Fatal("a bucket beyond maxQuotaBuckets was tracked")
 	}
 	report("t7") // t7 stays in use
-	later := c.now().Add(bucketIdleTTL)
+	later := clock.Now().Add(bucketIdleTTL)
 	q.buckets[bucketName(&rlqsv3.BucketId{Bucket: map[string]string{"rule": "api", "tenant": "t7"}})].active = later.Add(-time.Minute)
 	actions := q.abandonIdle(later)
 	if len(actions) != maxQuotaBuckets-1 || len(q.buckets) != 1 {
@@ -391,7 +411,17 @@ func TestRLQSAbandonsIdleBuckets(t *testing.T) {
 	if b := q.bucket(&rlqsv3.BucketId{Bucket: map[string]string{"rule": "api", "tenant": "new"}}, set, later); b == nil || b.rule != "api" {
 		t.Fatalf("a new key after the idle ones went: %+v; want it tracked and mapped", b)
 	}
-	if got := counterValue(t, c, "allot_coordinator_rlqs_buckets_abandoned_total", "reason", "idle"); got != maxQuotaBuckets-1 {
-		t.Fatalf("abandoned_total{reason=idle} %v, want %d", got, maxQuotaBuckets-1)
+	if got := testutil.ToFloat64(abandoned.WithLabelValues("idle")); got != maxQuotaBuckets-1 {
+		t.Fatalf("abandoned{reason=idle} %v, want %d", got, maxQuotaBuckets-1)
 	}
 }
+
+// fixedIntake is a member holding one rule set, whose streams report
+// nowhere: for the tests of what a stream does with Envoy's reports
+// before it exchanges them.
+type fixedIntake struct{ set *rules.Set }
+
+func (i fixedIntake) Rules() *rules.Set           { return i.set }
+func (fixedIntake) ReportInterval() time.Duration { return time.Second }
+func (fixedIntake) BillingWindow() time.Duration  { return time.Hour }
+func (fixedIntake) Reporter() rlqsReporter        { return nil }

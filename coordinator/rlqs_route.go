@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/rlqs"
 	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/internal/clusterclient"
 	"github.com/allot-io/allot/internal/shardroute"
@@ -14,7 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// The RLQS front door (rlqs.go) serves each Envoy stream as one more
+// The RLQS front door (package coordinator/rlqs) serves each Envoy stream as one more
 // agent; this is its intake on this member. A stream's reports go
 // through a shard router, as an agent's do: in a region split into shard
 // groups its buckets' usage and demand go to the group owning each
@@ -24,10 +25,10 @@ import (
 // start.
 
 // newRLQS makes the front door of this member's Envoy streams.
-func (c *Coordinator) newRLQS() *rlqsServer {
-	return newRLQSServer(rlqsConfig{
+func (c *Coordinator) newRLQS() *rlqs.Server {
+	return rlqs.New(rlqs.Config{
 		Intake: streamIntake{c}, Region: c.cfg.Region, Clock: c.cfg.Clock, Log: c.log,
-		Metrics: rlqsMetrics{Streams: c.metrics.rlqsStreams, Requests: c.metrics.rlqsRequests, Abandoned: c.metrics.rlqsAbandoned},
+		Metrics: rlqs.Metrics{Streams: c.metrics.rlqsStreams, Requests: c.metrics.rlqsRequests, Abandoned: c.metrics.rlqsAbandoned},
 		Caller: func(ctx context.Context) string {
 			id, _ := ctx.Value(identityKey{}).(auth.Identity)
 			return id.Name()
@@ -42,7 +43,7 @@ type streamIntake struct{ c *Coordinator }
 func (i streamIntake) Rules() *rules.Set             { return i.c.currentRules() }
 func (i streamIntake) ReportInterval() time.Duration { return i.c.settings().ReportInterval }
 func (i streamIntake) BillingWindow() time.Duration  { return i.c.settings().BillingWindow }
-func (i streamIntake) Reporter() rlqsReporter        { return i.c.routeStream() }
+func (i streamIntake) Reporter() rlqs.Reporter       { return i.c.routeStream() }
 
 // routeStream makes a stream's router: this group's lane is the way to
 // its leader (here, or forwarded); other groups are called with this

@@ -7,7 +7,7 @@ import (
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/coordinator/ledgersink"
-	"github.com/allot-io/allot/coordinator/rlqstest"
+	"github.com/allot-io/allot/coordinator/rlqs/rlqstest"
 	"github.com/allot-io/allot/internal/pgserver/pgtest"
 	"github.com/allot-io/allot/internal/shard"
 	"github.com/allot-io/allot/internal/testwait"

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/allot-io/allot/cmd/internal/fleet"
-	"github.com/allot-io/allot/coordinator/rlqstest"
+	"github.com/allot-io/allot/coordinator/rlqs/rlqstest"
 	"github.com/allot-io/allot/internal/auth"
 )
 

@@ -1,7 +1,6 @@
-package coordinator
+package rlqs
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -10,193 +9,17 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-	"github.com/hashicorp/go-hclog"
-	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
-	"github.com/allot-io/allot/internal/timeutil"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
-// RLQS: Envoy as an agent.
-//
-// Envoy's rate_limit_quota filter enforces, in each Envoy, an assignment
-// per bucket that a server hands out over a stream, and reports each
-// bucket's usage on that stream every reporting interval: the lease model
-// Allot's own agents follow. So each stream is served as one more agent:
-// its reports become Allot reports, made by the coordinator on the
-// stream's behalf under a node name it draws for the stream, and go
-// through the same validation, ledger batching (exactly once per report),
-// demand estimate and allocator as every agent's; the leases that come
-// back become assignments.
-//
-// A bucket maps to a rule and key by its bucket id's entries: "rule"
-// names the rule; the rule's key attributes are read from entries of the
-// same names ("tenant", "user", "route", "ip"), or, for a descriptor rule,
-// from entries named as its descriptor keys; "tenant" and "plan" are
-// billed and select plan limits. A bucket whose rule is unknown, global,
-// or whose id is malformed gets no assignment: Envoy applies its
-// no_assignment_behavior. Its usage is billed under the rule it names
-// once the rule is known; docs/gateways.md has the Envoy configuration.
-//
-// Nothing an Envoy sends ends its stream: the values of a bucket id come
-// from request headers, so a malformed or oversized bucket is left without
-// an assignment rather than costing the Envoy every bucket's.
-
-// Bounds on what Envoys may hold on a member.
-const (
-	// maxQuotaBuckets bounds the buckets one stream tracks: its report
-	// then stays well under the coordinators' message size. Beyond it a
-	// new bucket gets no assignment; its usage is still billed.
-	maxQuotaBuckets = 5_000
-	// bucketIdleTTL is how long a bucket may go without usage before
-	// the stream abandons it: Envoy drops it, and makes it again when a
-	// request needs it. Kept forever, every tenant, user or route a long
-	// stream ever saw held one of its maxQuotaBuckets, and once they were
-	// all taken a new key got no assignment at all.
-	bucketIdleTTL = 10 * time.Minute
-	// maxBucketEntries bounds the entries of a bucket id that is mapped.
-	maxBucketEntries = 16
-	// maxHeld bounds the usage lines held for rules not known yet.
-	maxHeld = 10_000
-	// maxRLQSStreams bounds the streams one member serves: each is a node.
-	maxRLQSStreams = 10_000
-	// minExchangeGap spaces the exchanges that new buckets bring forward,
-	// so that an Envoy announcing buckets one by one costs one report per
-	// gap, not one per bucket.
-	minExchangeGap = 100 * time.Millisecond
-)
-
-// rlqsIntake is what the RLQS front door needs of the member it runs on:
-// the rules and settings its streams map and report by, and the way their
-// reports go. Nothing else of the member is within its reach.
-type rlqsIntake interface {
-	// Rules is the rule set this member holds.
-	Rules() *rules.Set
-	// ReportInterval and BillingWindow are the cluster's settings (this
-	// member's own until a leader has fixed them).
-	ReportInterval() time.Duration
-	BillingWindow() time.Duration
-	// Reporter is the way one stream's reports go, taken at its first
-	// report: to its group's leader, where the report is validated,
-	// batched into the ledger and answered as an agent's; in a region
-	// split into shard groups, to the group owning each tenant's slot.
-	Reporter() rlqsReporter
-}
-
-// rlqsReporter carries one stream's reports, in order.
-type rlqsReporter interface {
-	Report(ctx context.Context, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error)
-}
-
-// rlqsMetrics are the streams' metrics, registered by the member.
-type rlqsMetrics struct {
-	// Streams counts the streams open.
-	Streams prometheus.Gauge
-	// Requests counts the requests Envoys reported, by result: allowed,
-	// denied, unmapped, refused.
-	Requests *prometheus.CounterVec
-	// Abandoned counts the buckets Envoys were told to abandon, by
-	// reason: idle, rule_gone.
-	Abandoned *prometheus.CounterVec
-}
-
-// rlqsConfig is what a front door serves with.
-type rlqsConfig struct {
-	Intake rlqsIntake
-	// Region is the region the streams' reports are made in: the member's.
-	Region  string
-	Clock   timeutil.TimeSource
-	Log     hclog.Logger
-	Metrics rlqsMetrics
-	// Caller names the credential a stream was opened with, "" for none:
-	// the stream's node is named after it.
-	Caller func(ctx context.Context) string
-	// Draining is closed when the member begins to close: every stream
-	// ends, so that the gRPC server can stop.
-	Draining <-chan struct{}
-}
-
-// rlqsServer serves Envoys' RLQS streams.
-type rlqsServer struct {
-	rlqsv3.UnimplementedRateLimitQuotaServiceServer
-	cfg rlqsConfig
-	// streams counts the streams served, for their bound.
-	streams atomic.Int64
-}
-
-func newRLQSServer(cfg rlqsConfig) *rlqsServer { return &rlqsServer{cfg: cfg} }
-
-func (s *rlqsServer) now() time.Time { return s.cfg.Clock.Now() }
-
-// StreamRateLimitQuotas serves one Envoy.
-func (s *rlqsServer) StreamRateLimitQuotas(stream rlqsv3.RateLimitQuotaService_StreamRateLimitQuotasServer) error {
-	ctx := stream.Context()
-	if n := s.streams.Add(1); n > maxRLQSStreams {
-		s.streams.Add(-1)
-		return status.Errorf(codes.ResourceExhausted, "this coordinator serves %d RLQS streams already; connect to another", maxRLQSStreams)
-	}
-	defer s.streams.Add(-1)
-	q := newQuotaStream(s, s.cfg.Caller(ctx))
-	q.rulesVersion = s.cfg.Intake.Rules().Version()
-	s.cfg.Metrics.Streams.Inc()
-	defer s.cfg.Metrics.Streams.Dec()
-	s.cfg.Log.Debug("RLQS stream opened", "node", q.node)
-
-	msgs := make(chan *rlqsv3.RateLimitQuotaUsageReports)
-	recvErr := make(chan error, 1)
-	go func() {
-		for {
-			m, err := stream.Recv()
-			if err != nil {
-				recvErr <- err
-				return
-			}
-			select {
-			case msgs <- m:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	tick := s.cfg.Clock.NewTicker(max(s.cfg.Intake.ReportInterval()/4, 50*time.Millisecond))
-	defer tick.Stop()
-	defer q.flush()
-	for {
-		select {
-		case m := <-msgs:
-			q.absorb(m)
-		case <-tick.C():
-		case err := <-recvErr:
-			s.cfg.Log.Debug("RLQS stream closed", "node", q.node, "error", err)
-			return nil
-		case <-ctx.Done():
-			return nil
-		case <-s.cfg.Draining:
-			return status.Error(codes.Unavailable, "coordinator shutting down; reconnect")
-		}
-		if !q.due() {
-			continue
-		}
-		actions := q.exchange(ctx)
-		if len(actions) == 0 {
-			continue
-		}
-		if err := stream.Send(&rlqsv3.RateLimitQuotaResponse{BucketAction: actions}); err != nil {
-			return err
-		}
-	}
-}
-
 // quotaStream is one Envoy's stream seen as an agent.
 type quotaStream struct {
-	s           *rlqsServer
+	s           *Server
 	node        string
 	incarnation uint64
 	buckets     map[string]*quotaBucket
@@ -217,7 +40,7 @@ type quotaStream struct {
 	failures     int // exchanges failed in a row
 	// router carries the stream's reports (Intake.Reporter, taken at the
 	// first report).
-	router rlqsReporter
+	router Reporter
 }
 
 type usageCountKey struct {
@@ -248,7 +71,7 @@ var nodeChars = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 
 // newQuotaStream names the stream's node after the credential that opened
 // it, so that the ledger and logs say whose Envoy it was.
-func newQuotaStream(s *rlqsServer, credential string) *quotaStream {
+func newQuotaStream(s *Server, credential string) *quotaStream {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	who := nodeChars.ReplaceAllString(credential, "_")

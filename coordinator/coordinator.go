@@ -88,15 +88,9 @@ type Coordinator struct {
 	// while export rounds succeed, and off the leader.
 	exportFailing atomic.Pointer[exportFailure]
 	peers         *peers
-	// moverKick wakes the home leader's mover when a move is planned.
-	moverKick chan struct{}
-	// homeMapVersion is, on a group that is not home, the home group's
-	// map version as last read (with its rules), stamped on every answer.
-	homeMapVersion atomic.Uint64
-	// split is set on a leader of a region split into shard groups; load
-	// counts the key entries reported per slot (shards.go).
-	split atomic.Bool
-	load  slotLoad
+	// groups is this cluster's part in its region's shard groups
+	// (shards.go): the map, moves, and the slots' load.
+	groups *shardGroup
 	// check confirms leadership before a report is answered.
 	check *leaderCheck
 	// roundEvery is the configured RoundInterval; 0 derives it from the
@@ -158,7 +152,7 @@ func New(config Config) (*Coordinator, error) {
 		alloc: allocator.New(allocator.Config{Region: cfg.Region, Global: cfg.Global, Parent: len(cfg.Parent) > 0,
 			ReportInterval: cfg.ReportInterval, LeaseTTL: cfg.LeaseTTL}),
 		roundEvery: config.RoundInterval, intake: newIntake(cfg.MaxReportsInFlight),
-		ctx: ctx, cancel: cancel, draining: make(chan struct{}), failed: make(chan struct{}), moverKick: make(chan struct{}, 1),
+		ctx: ctx, cancel: cancel, draining: make(chan struct{}), failed: make(chan struct{}),
 		tracer: tracing.Tracer(cfg.TracerProvider, "github.com/allot-io/allot/coordinator"),
 	}
 	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -181,6 +175,11 @@ func New(config Config) (*Coordinator, error) {
 		}
 	}
 	c.fsm = fsm.New(c.log.Named("fsm"), c.onApplied)
+	c.groups = newShardGroup(shardGroupConfig{
+		ID: c.groupID(), Home: cfg.ShardHome, NodeID: cfg.NodeID, Member: shardMember{c}, Clock: cfg.Clock, Log: c.log,
+		Metrics:  groupMetrics{SlotsOwned: c.metrics.slotsOwned, MovesActive: c.metrics.movesActive, MoveOldest: c.metrics.moveOldest},
+		Acquired: c.alloc.LearnSlots,
+	})
 	c.newNodes = newNodeGate(cfg.MaxNewNodesPerMinute, cfg.Clock.Now())
 	if c.tls, err = cfg.TLS.reloader(c.log); err != nil {
 		cancel()
@@ -366,7 +365,7 @@ func (c *Coordinator) startGRPC() error {
 	allotpb.RegisterClusterServiceServer(reg, &clusterServer{c: c})
 	allotpb.RegisterUsageServiceServer(reg, &usageServer{c: c})
 	allotpb.RegisterAuditServiceServer(reg, &auditServer{c: c})
-	allotpb.RegisterShardServiceServer(reg, &shardServer{c: c})
+	allotpb.RegisterShardServiceServer(reg, c.groups.Server())
 	rlqsv3.RegisterRateLimitQuotaServiceServer(reg, c.newRLQS())
 	c.health = health.NewServer()
 	healthpb.RegisterHealthServer(reg, c.health)

@@ -112,7 +112,7 @@ func (c *Coordinator) lead(ctx context.Context) {
 	// The cluster's settings, fixed above and unchanged for the term (a
 	// restore resets the allocator with the backup's; see Restore).
 	set, now := c.settings(), c.now()
-	c.load.reset(now.UnixNano())
+	c.groups.ResetLoad(now.UnixNano())
 	c.startTerm(epoch, now)
 	c.leading.Store(true)
 	defer func() {
@@ -142,9 +142,9 @@ func (c *Coordinator) lead(ctx context.Context) {
 		c.goRun(func(context.Context) { c.exportLedger(ctx) })
 	}
 	if c.isHome() {
-		c.goRun(func(context.Context) { c.moveSlots(ctx) })
+		c.goRun(func(context.Context) { c.groups.Move(ctx) })
 	} else {
-		c.goRun(func(context.Context) { c.mirrorRules(ctx, set.ReportInterval) })
+		c.goRun(func(context.Context) { c.groups.FollowHome(ctx, set.ReportInterval, c.mirrorHome) })
 	}
 	rounds := c.cfg.Clock.NewTicker(c.roundInterval(set))
 	defer rounds.Stop()
@@ -252,7 +252,7 @@ func (c *Coordinator) preamble(ctx context.Context) (epoch uint64, step string, 
 			return nil
 		}},
 		{"forget members no longer in the configuration", c.pruneMembers},
-		{"start its shard group owning no slot", c.startGroup},
+		{"start its shard group owning no slot", c.groups.Start},
 		{"start an epoch", func() error {
 			res, err := c.apply(ctx, state.CmdEpoch, &fsmpb.EpochCommand{Leader: c.cfg.NodeID}, 10*time.Second)
 			if err == nil {
@@ -323,4 +323,37 @@ func (c *Coordinator) startTerm(epoch uint64, now time.Time) {
 func (c *Coordinator) recentFleet(now time.Time, ttl time.Duration) (n int) {
 	c.fsm.Read(func(s *state.State) { n = s.RecentNodes(now.Add(-2 * ttl).UnixNano()) })
 	return n
+}
+
+// mirrorHome takes, on a group that is not home, what the home group
+// decides for every group: its overrides, its resets, and its rules,
+// taken with their version, so that agents see one rule set and one
+// version whichever group answers.
+func (c *Coordinator) mirrorHome(ctx context.Context) error {
+	if err := c.mirrorOverrides(ctx); err != nil {
+		return err
+	}
+	if err := c.mirrorResets(ctx); err != nil {
+		return err
+	}
+	have := c.currentRules().Version()
+	var lastErr error
+	for _, a := range c.cfg.ShardHome {
+		rctx, cancel := context.WithTimeout(withToken(ctx, c.joinToken()), 5*time.Second)
+		rs, err := allotpb.NewAgentServiceClient(c.peers.conn(a)).GetRules(rctx, &allotpb.GetRulesRequest{KnownVersion: have})
+		cancel()
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if rs.GetVersion() == have || rs.GetVersion() == 0 {
+			return nil // in step, or the home group has no rules yet
+		}
+		_, err = c.applyRulesCommand(c.ctx, &fsmpb.RulesCommand{Put: rs.GetRules(), ReplaceAll: true, Version: rs.GetVersion()})
+		if err == nil {
+			c.log.Info("rules mirrored from the home group", "version", rs.GetVersion(), "rules", len(rs.GetRules()))
+		}
+		return err
+	}
+	return lastErr
 }

@@ -62,27 +62,10 @@ func (c *Coordinator) routeStream() *shardroute.Router {
 	}
 	return shardroute.New(home, shardroute.Config{
 		Lane:   lane,
-		Map:    c.homeMap,
+		Map:    c.groups.HomeMap,
 		Global: c.globalRule,
 		Log:    c.log.Named("rlqs"),
 	})
-}
-
-// homeMap is the region's map: this group's own when it is home,
-// otherwise the home group's.
-func (c *Coordinator) homeMap(ctx context.Context, known uint64) (*allotpb.ShardMap, error) {
-	if c.isHome() {
-		return c.shardMap().Proto(), nil
-	}
-	var lastErr error = errors.New("no home group address")
-	for _, a := range c.cfg.ShardHome {
-		pm, err := allotpb.NewShardServiceClient(c.peers.conn(a)).GetShardMap(withToken(ctx, c.joinToken()), &allotpb.GetShardMapRequest{KnownVersion: known})
-		if err == nil {
-			return pm, nil
-		}
-		lastErr = err
-	}
-	return nil, lastErr
 }
 
 // globalRule reports whether a rule is a global one.

@@ -7,7 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/internal/clusterclient"
+	"github.com/allot-io/allot/internal/shard"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/hashicorp/raft"
@@ -20,6 +22,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // LeaderTrailer is the gRPC trailer in which a follower names the leader's
@@ -214,3 +217,52 @@ func (c *Coordinator) caughtUp(ctx context.Context) error {
 	}
 	return nil
 }
+
+// shardMember is this member as its shard group sees it (shards.go).
+type shardMember struct{ c *Coordinator }
+
+func (m shardMember) Read(fn func(*state.State)) { m.c.fsm.Read(fn) }
+
+func (m shardMember) Apply(t state.Command, msg proto.Message, timeout time.Duration) (any, error) {
+	return m.c.apply(m.c.ctx, t, msg, timeout)
+}
+
+func (m shardMember) Leading() bool { return m.c.leading.Load() }
+
+func (m shardMember) OnLeader(ctx context.Context, local func() (any, error), forward func(ctx context.Context, addr string) (any, error)) (any, error) {
+	return onLeader(ctx, m.c, func() (any, error) {
+		v, err := local()
+		if errors.Is(err, errNotServing) {
+			return v, ErrNotLeader
+		}
+		return v, err
+	}, forward)
+}
+
+func (m shardMember) Answer(method string, err error) error {
+	m.c.metrics.adminRequests.WithLabelValues(method, resultLabel(err)).Inc()
+	return grpcError(err)
+}
+
+func (m shardMember) Conn(addr string) grpc.ClientConnInterface { return m.c.peers.conn(addr) }
+
+func (m shardMember) AsMember(ctx context.Context) context.Context {
+	return withToken(ctx, m.c.joinToken())
+}
+
+// groupID is this cluster's shard group.
+func (c *Coordinator) groupID() string {
+	if c.cfg.Group != "" {
+		return c.cfg.Group
+	}
+	return shard.DefaultGroup
+}
+
+// isHome reports whether this cluster is its region's home group.
+func (c *Coordinator) isHome() bool { return len(c.cfg.ShardHome) == 0 }
+
+// notHome refuses a call only the home group answers.
+func (c *Coordinator) notHome(what string) error { return c.groups.NotHome(what) }
+
+// shardMap is the region's map as this (home) member holds it.
+func (c *Coordinator) shardMap() *shard.Map { return c.groups.Map() }

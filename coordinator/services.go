@@ -125,7 +125,7 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 				return nil, status.Errorf(codes.Unavailable, "usage not committed, re-send it: %v", r.err)
 			case r.moved != nil:
 				c.metrics.reports.WithLabelValues("moved").Inc()
-				return nil, c.slotsMoved(r.moved)
+				return nil, c.groups.SlotsMoved(r.moved)
 			case r.stale:
 				c.metrics.reports.WithLabelValues("stale").Inc()
 				return nil, staleBatch(req)
@@ -156,7 +156,7 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 		return nil, status.FromContextError(err).Err()
 	}
 	now := c.now()
-	c.countLoad(req)
+	c.groups.CountLoad(req)
 	f := c.alloc.Take(v, c.isHome(), req, now.UnixNano())
 	if f.Stale() {
 		// A pool the report changed is divided at the next round, which
@@ -177,7 +177,7 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 	resp = c.alloc.Reply(v, f, now, set, committed, acked)
 	c.metrics.leasesGranted.Add(float64(len(resp.GetLeases())))
 	resp.ReceivedUnixNano, resp.CoordinatorUnixNano = received, c.now().UnixNano()
-	resp.ShardMapVersion = max(resp.ShardMapVersion, c.homeMapVersion.Load())
+	resp.ShardMapVersion = max(resp.ShardMapVersion, c.groups.HomeMapVersion())
 	c.metrics.reports.WithLabelValues("ok").Inc()
 	return resp, nil
 }

@@ -12,9 +12,14 @@ import (
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/coordinator/internal/slotmove"
 	"github.com/allot-io/allot/internal/shard"
+	"github.com/allot-io/allot/internal/timeutil"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // Shard groups (docs/coordinator.md#shard-groups). A region's coordinators
@@ -24,29 +29,116 @@ import (
 // moves; every other group mirrors the home's rules and owns only what
 // moves gave it.
 
-// groupID is this cluster's shard group.
-func (c *Coordinator) groupID() string {
-	if c.cfg.Group != "" {
-		return c.cfg.Group
-	}
-	return shard.DefaultGroup
+// groupMember is what a shard group needs of the member it runs on: its
+// replica, its proposals, whether and where it leads, and its
+// connections to other members.
+type groupMember interface {
+	// Read runs fn on this member's replica of the state.
+	Read(fn func(*state.State))
+	// Apply proposes a command on this member, which must lead, waits for
+	// it to be applied, and returns what the state answered.
+	Apply(t state.Command, m proto.Message, timeout time.Duration) (any, error)
+	// Leading reports whether this member leads and is ready to serve.
+	Leading() bool
+	// OnLeader runs local on the group's leader: here when this member
+	// leads, otherwise forward, given the leader's address and a context
+	// carrying the caller's credentials. A local that fails with
+	// errNotServing, or with the member's own not-the-leader error, is
+	// forwarded too.
+	OnLeader(ctx context.Context, local func() (any, error), forward func(ctx context.Context, addr string) (any, error)) (any, error)
+	// Answer counts an administrator's call to method by its result and
+	// returns its error as the caller is answered.
+	Answer(method string, err error) error
+	// Conn is a connection to a member of this group or another; AsMember
+	// makes ctx carry this member's own credentials on it.
+	Conn(addr string) grpc.ClientConnInterface
+	AsMember(ctx context.Context) context.Context
 }
 
-// isHome reports whether this cluster is its region's home group.
-func (c *Coordinator) isHome() bool { return len(c.cfg.ShardHome) == 0 }
+// errNotServing is what a read only the leader answers fails with on a
+// member that leads Raft but does not serve yet: OnLeader forwards it.
+var errNotServing = errors.New("shard group: this member does not serve as its group's leader")
 
-// slotsMoved is the refusal of a report whose usage falls in slots this
+// groupMetrics are a shard group's gauges, registered by the member.
+type groupMetrics struct {
+	// SlotsOwned is the slots this group owns, on its leader.
+	SlotsOwned prometheus.Gauge
+	// MovesActive and MoveOldest are the moves under way and the age of
+	// the oldest, in seconds, on the home group's leader.
+	MovesActive, MoveOldest prometheus.Gauge
+}
+
+// shardGroupConfig is what a shard group runs with.
+type shardGroupConfig struct {
+	// ID is this cluster's group; Home the home group's members' gRPC
+	// addresses, empty on the home group itself.
+	ID   string
+	Home []string
+	// NodeID is this member's.
+	NodeID  string
+	Member  groupMember
+	Clock   timeutil.TimeSource
+	Log     hclog.Logger
+	Metrics groupMetrics
+	// Acquired is told of the slots a move gave this group, when they
+	// were taken: its leader's allocator learns what their agents hold.
+	Acquired func(first, last shard.Slot, now int64)
+}
+
+// shardGroup is this cluster's part in its region's shard groups: the
+// map as it knows it, the steps of moves committed in its log, and, on a
+// split region's leader, the load of each slot.
+type shardGroup struct {
+	cfg shardGroupConfig
+	m   groupMember
+	// kick wakes the home leader's mover when a move is planned.
+	kick chan struct{}
+	// homeMapVersion is, on a group that is not home, the home group's
+	// map version as last read (with its rules), stamped on every answer.
+	homeMapVersion atomic.Uint64
+	// split is set on a leader of a region split into shard groups; load
+	// counts the key entries reported per slot.
+	split atomic.Bool
+	load  slotLoad
+}
+
+func newShardGroup(cfg shardGroupConfig) *shardGroup {
+	if cfg.ID == "" {
+		cfg.ID = shard.DefaultGroup
+	}
+	return &shardGroup{cfg: cfg, m: cfg.Member, kick: make(chan struct{}, 1)}
+}
+
+func (g *shardGroup) now() time.Time { return g.cfg.Clock.Now() }
+
+// ID is this cluster's shard group.
+func (g *shardGroup) ID() string { return g.cfg.ID }
+
+// IsHome reports whether this cluster is its region's home group.
+func (g *shardGroup) IsHome() bool { return len(g.cfg.Home) == 0 }
+
+// NotHome refuses a call only the home group answers.
+func (g *shardGroup) NotHome(what string) error {
+	return status.Errorf(codes.FailedPrecondition, "%s: shard group %q is not its region's home group; call the home group (%v)", what, g.ID(), g.cfg.Home)
+}
+
+// HomeMapVersion is, on a group that is not home, the home group's map
+// version as last read: answers carry it, so that agents refresh their
+// map from any group's.
+func (g *shardGroup) HomeMapVersion() uint64 { return g.homeMapVersion.Load() }
+
+// SlotsMoved is the refusal of a report whose usage falls in slots this
 // group does not own: nothing of it was applied.
-func (c *Coordinator) slotsMoved(slots []uint32) error {
+func (g *shardGroup) SlotsMoved(slots []uint32) error {
 	var v uint64
-	c.fsm.Read(func(st *state.State) { v = st.ShardMapVersion() })
-	v = max(v, c.homeMapVersion.Load())
+	g.m.Read(func(st *state.State) { v = st.ShardMapVersion() })
+	v = max(v, g.homeMapVersion.Load())
 	shown := slots
 	if len(shown) > 8 {
 		shown = shown[:8]
 	}
-	st := status.New(codes.FailedPrecondition, fmt.Sprintf("shard group %q does not own slots %v (of %d) of this report's usage: nothing of it was applied; route it by a newer shard map", c.groupID(), shown, len(slots)))
-	if d, err := st.WithDetails(&allotpb.SlotsMoved{Group: c.groupID(), Slots: slots, MapVersion: v}); err == nil {
+	st := status.New(codes.FailedPrecondition, fmt.Sprintf("shard group %q does not own slots %v (of %d) of this report's usage: nothing of it was applied; route it by a newer shard map", g.ID(), shown, len(slots)))
+	if d, err := st.WithDetails(&allotpb.SlotsMoved{Group: g.ID(), Slots: slots, MapVersion: v}); err == nil {
 		st = d
 	}
 	return st.Err()
@@ -54,9 +146,9 @@ func (c *Coordinator) slotsMoved(slots []uint32) error {
 
 // memberAddrs are the gRPC addresses of this group's members, as the
 // replicated state records them.
-func (c *Coordinator) memberAddrs() []string {
+func (g *shardGroup) memberAddrs() []string {
 	var addrs []string
-	c.fsm.Read(func(st *state.State) {
+	g.m.Read(func(st *state.State) {
 		for _, mb := range st.Members() {
 			if a := mb.GetGrpcAddress(); a != "" {
 				addrs = append(addrs, a)
@@ -67,58 +159,79 @@ func (c *Coordinator) memberAddrs() []string {
 	return addrs
 }
 
-// shardMap is the region's map as this (home) member holds it: the
-// region as one group owning every slot, version 0, until a group is
-// added.
-func (c *Coordinator) shardMap() *shard.Map {
+// Map is the region's map as this (home) member holds it: the region as
+// one group owning every slot, version 0, until a group is added.
+func (g *shardGroup) Map() *shard.Map {
 	var m *shard.Map
-	c.fsm.Read(func(st *state.State) {
+	g.m.Read(func(st *state.State) {
 		if sm := st.ShardMap(); sm != nil {
 			m = sm.Clone()
 		}
 	})
 	if m == nil {
-		m = shard.Single(c.groupID(), c.memberAddrs())
+		m = shard.Single(g.ID(), g.memberAddrs())
 		m.Version = 0
 	}
 	return m
 }
 
+// HomeMap is the region's map: this group's own when it is home,
+// otherwise the home group's.
+func (g *shardGroup) HomeMap(ctx context.Context, known uint64) (*allotpb.ShardMap, error) {
+	if g.IsHome() {
+		return g.Map().Proto(), nil
+	}
+	var lastErr error = errors.New("no home group address")
+	for _, a := range g.cfg.Home {
+		pm, err := allotpb.NewShardServiceClient(g.m.Conn(a)).GetShardMap(g.m.AsMember(ctx), &allotpb.GetShardMapRequest{KnownVersion: known})
+		if err == nil {
+			return pm, nil
+		}
+		lastErr = err
+	}
+	return nil, lastErr
+}
+
+// callLeader is groupMember.OnLeader for a call answered with a T.
+func callLeader[T any](ctx context.Context, m groupMember, local func() (T, error), forward func(ctx context.Context, addr string) (T, error)) (T, error) {
+	v, err := m.OnLeader(ctx, func() (any, error) { return local() }, func(ctx context.Context, addr string) (any, error) { return forward(ctx, addr) })
+	out, _ := v.(T)
+	return out, err
+}
+
 type shardServer struct {
 	allotpb.UnimplementedShardServiceServer
-	c *Coordinator
+	g *shardGroup
 }
 
-// notHome refuses a call only the home group answers.
-func (c *Coordinator) notHome(what string) error {
-	return status.Errorf(codes.FailedPrecondition, "%s: shard group %q is not its region's home group; call the home group (%v)", what, c.groupID(), c.cfg.ShardHome)
-}
+// Server is the group's ShardService.
+func (g *shardGroup) Server() allotpb.ShardServiceServer { return &shardServer{g: g} }
 
 func (s *shardServer) GetShardMap(ctx context.Context, req *allotpb.GetShardMapRequest) (*allotpb.ShardMap, error) {
-	c := s.c
-	if !c.isHome() {
-		return nil, c.notHome("GetShardMap")
+	g := s.g
+	if !g.IsHome() {
+		return nil, g.NotHome("GetShardMap")
 	}
 	// The leader's: a member restarting from its data directory replays
 	// its log, and until then holds an old map (or none).
-	return onLeader(ctx, c, func() (*allotpb.ShardMap, error) {
-		if !c.leading.Load() {
-			return nil, ErrNotLeader
+	return callLeader(ctx, g.m, func() (*allotpb.ShardMap, error) {
+		if !g.m.Leading() {
+			return nil, errNotServing
 		}
-		m := c.shardMap()
+		m := g.Map()
 		if req.GetKnownVersion() >= m.Version && m.Version > 0 {
 			return &allotpb.ShardMap{Version: m.Version}, nil
 		}
 		return m.Proto(), nil
 	}, func(ctx context.Context, addr string) (*allotpb.ShardMap, error) {
-		return allotpb.NewShardServiceClient(c.peers.conn(addr)).GetShardMap(ctx, req)
+		return allotpb.NewShardServiceClient(g.m.Conn(addr)).GetShardMap(ctx, req)
 	})
 }
 
 func (s *shardServer) AddGroup(ctx context.Context, req *allotpb.AddGroupRequest) (*allotpb.ShardMap, error) {
-	c := s.c
-	if !c.isHome() {
-		return nil, c.notHome("AddGroup")
+	g := s.g
+	if !g.IsHome() {
+		return nil, g.NotHome("AddGroup")
 	}
 	if err := shard.ValidGroupID(req.GetId()); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "id: %v", err)
@@ -126,105 +239,102 @@ func (s *shardServer) AddGroup(ctx context.Context, req *allotpb.AddGroupRequest
 	if len(req.GetCoordinators()) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "coordinators: a group needs at least one member's gRPC address")
 	}
-	if req.GetId() == c.groupID() {
+	if req.GetId() == g.ID() {
 		return nil, status.Errorf(codes.InvalidArgument, "id: %q is the home group", req.GetId())
 	}
-	out, err := onLeader(ctx, c, func() (*allotpb.ShardMap, error) {
-		return c.applyShardMap(&fsmpb.ShardMapCommand{AddGroup: &allotpb.ShardGroup{Id: req.GetId(), Coordinators: req.GetCoordinators()}})
+	out, err := callLeader(ctx, g.m, func() (*allotpb.ShardMap, error) {
+		return g.applyShardMap(&fsmpb.ShardMapCommand{AddGroup: &allotpb.ShardGroup{Id: req.GetId(), Coordinators: req.GetCoordinators()}})
 	}, func(ctx context.Context, addr string) (*allotpb.ShardMap, error) {
-		return allotpb.NewShardServiceClient(c.peers.conn(addr)).AddGroup(ctx, req)
+		return allotpb.NewShardServiceClient(g.m.Conn(addr)).AddGroup(ctx, req)
 	})
-	c.metrics.adminRequests.WithLabelValues("AddGroup", resultLabel(err)).Inc()
-	return out, grpcError(err)
+	return out, g.m.Answer("AddGroup", err)
 }
 
 func (s *shardServer) MoveSlots(ctx context.Context, req *allotpb.MoveSlotsRequest) (*allotpb.MoveSlotsResponse, error) {
-	c := s.c
-	if !c.isHome() {
-		return nil, c.notHome("MoveSlots")
+	g := s.g
+	if !g.IsHome() {
+		return nil, g.NotHome("MoveSlots")
 	}
 	if req.GetFirst() > req.GetLast() || req.GetLast() >= shard.Slots {
 		return nil, status.Errorf(codes.InvalidArgument, "slots %d..%d are not a range of 0..%d", req.GetFirst(), req.GetLast(), shard.Slots-1)
 	}
-	out, err := onLeader(ctx, c, func() (*allotpb.MoveSlotsResponse, error) {
-		m := c.shardMap()
-		mv := &allotpb.SlotMove{First: req.GetFirst(), Last: req.GetLast(), From: m.Owner(shard.Slot(req.GetFirst())), To: req.GetTo(), StartedUnixNano: c.now().UnixNano()}
-		pm, err := c.applyShardMap(&fsmpb.ShardMapCommand{Plan: mv})
+	out, err := callLeader(ctx, g.m, func() (*allotpb.MoveSlotsResponse, error) {
+		m := g.Map()
+		mv := &allotpb.SlotMove{First: req.GetFirst(), Last: req.GetLast(), From: m.Owner(shard.Slot(req.GetFirst())), To: req.GetTo(), StartedUnixNano: g.now().UnixNano()}
+		pm, err := g.applyShardMap(&fsmpb.ShardMapCommand{Plan: mv})
 		if err != nil {
 			return nil, err
 		}
-		c.kickMover()
+		g.kickMover()
 		return &allotpb.MoveSlotsResponse{Move: pm.GetMoves()[len(pm.GetMoves())-1]}, nil
 	}, func(ctx context.Context, addr string) (*allotpb.MoveSlotsResponse, error) {
-		return allotpb.NewShardServiceClient(c.peers.conn(addr)).MoveSlots(ctx, req)
+		return allotpb.NewShardServiceClient(g.m.Conn(addr)).MoveSlots(ctx, req)
 	})
-	c.metrics.adminRequests.WithLabelValues("MoveSlots", resultLabel(err)).Inc()
-	return out, grpcError(err)
+	return out, g.m.Answer("MoveSlots", err)
 }
 
 func (s *shardServer) PinSlot(ctx context.Context, req *allotpb.PinSlotRequest) (*allotpb.ShardMap, error) {
-	c := s.c
-	if !c.isHome() {
-		return nil, c.notHome("PinSlot")
+	g := s.g
+	if !g.IsHome() {
+		return nil, g.NotHome("PinSlot")
 	}
 	if req.GetSlot() >= shard.Slots {
 		return nil, status.Errorf(codes.InvalidArgument, "slot: %d is not one of 0..%d", req.GetSlot(), shard.Slots-1)
 	}
-	out, err := onLeader(ctx, c, func() (*allotpb.ShardMap, error) {
-		return c.applyShardMap(&fsmpb.ShardMapCommand{Pin: req})
+	out, err := callLeader(ctx, g.m, func() (*allotpb.ShardMap, error) {
+		return g.applyShardMap(&fsmpb.ShardMapCommand{Pin: req})
 	}, func(ctx context.Context, addr string) (*allotpb.ShardMap, error) {
-		return allotpb.NewShardServiceClient(c.peers.conn(addr)).PinSlot(ctx, req)
+		return allotpb.NewShardServiceClient(g.m.Conn(addr)).PinSlot(ctx, req)
 	})
-	c.metrics.adminRequests.WithLabelValues("PinSlot", resultLabel(err)).Inc()
-	return out, grpcError(err)
+	return out, g.m.Answer("PinSlot", err)
 }
 
 func (s *shardServer) GroupSlots(ctx context.Context, req *allotpb.GroupSlotsRequest) (*allotpb.GroupSlotsResponse, error) {
-	c := s.c
-	if req.GetGroup() != c.groupID() {
-		return nil, status.Errorf(codes.FailedPrecondition, "this is shard group %q, not %q", c.groupID(), req.GetGroup())
+	g := s.g
+	if req.GetGroup() != g.ID() {
+		return nil, status.Errorf(codes.FailedPrecondition, "this is shard group %q, not %q", g.ID(), req.GetGroup())
 	}
-	return onLeader(ctx, c, func() (*allotpb.GroupSlotsResponse, error) { return c.groupStep(req) },
+	return callLeader(ctx, g.m, func() (*allotpb.GroupSlotsResponse, error) { return g.groupStep(req) },
 		func(ctx context.Context, addr string) (*allotpb.GroupSlotsResponse, error) {
-			return allotpb.NewShardServiceClient(c.peers.conn(addr)).GroupSlots(ctx, req)
+			return allotpb.NewShardServiceClient(g.m.Conn(addr)).GroupSlots(ctx, req)
 		})
 }
 
 // groupStep commits one step of a move in this group's log.
-func (c *Coordinator) groupStep(req *allotpb.GroupSlotsRequest) (*allotpb.GroupSlotsResponse, error) {
+func (g *shardGroup) groupStep(req *allotpb.GroupSlotsRequest) (*allotpb.GroupSlotsResponse, error) {
 	op, ok := slotmove.Op(req.GetStep())
 	if !ok {
 		return nil, status.Errorf(codes.InvalidArgument, "step: unknown step %v", req.GetStep())
 	}
-	if !c.isHome() {
+	if !g.IsHome() {
 		var err error
-		c.fsm.Read(func(st *state.State) { err = slotmove.NotStarted(st, c.groupID()) })
+		g.m.Read(func(st *state.State) { err = slotmove.NotStarted(st, g.ID()) })
 		if err != nil {
 			return nil, err
 		}
 	}
-	res, err := c.apply(c.ctx, state.CmdSlots, &fsmpb.SlotsCommand{
+	res, err := g.m.Apply(state.CmdSlots, &fsmpb.SlotsCommand{
 		Op: op, MoveId: req.GetMoveId(), First: req.GetFirst(), Last: req.GetLast(), Peer: req.GetPeer(),
-		Group: c.groupID(), ProposedUnixNano: c.now().UnixNano(), FinishedBelow: req.GetFinishedBelow(),
+		Group: g.ID(), ProposedUnixNano: g.now().UnixNano(), FinishedBelow: req.GetFinishedBelow(),
 	}, moveStepTimeout)
 	if err != nil {
 		return nil, err
 	}
 	r := res.(*fsmpb.SlotsResult)
 	if r.GetDone() && op == fsmpb.SlotsCommand_ACQUIRE {
-		c.alloc.LearnSlots(shard.Slot(req.GetFirst()), shard.Slot(req.GetLast()), c.now().UnixNano())
+		g.cfg.Acquired(shard.Slot(req.GetFirst()), shard.Slot(req.GetLast()), g.now().UnixNano())
 	}
 	if r.GetDone() {
-		c.log.Info("shard step committed", "step", req.GetStep().String(), "move", req.GetMoveId(), "slots", fmt.Sprintf("%d-%d", req.GetFirst(), req.GetLast()), "owned", r.GetOwned())
+		g.cfg.Log.Info("shard step committed", "step", req.GetStep().String(), "move", req.GetMoveId(), "slots", fmt.Sprintf("%d-%d", req.GetFirst(), req.GetLast()), "owned", r.GetOwned())
 	}
 	return &allotpb.GroupSlotsResponse{Done: r.GetDone(), Refused: r.GetRefused(), Owned: r.GetOwned()}, nil
 }
 
 // applyShardMap commits a change of the home group's map.
-func (c *Coordinator) applyShardMap(cmd *fsmpb.ShardMapCommand) (*allotpb.ShardMap, error) {
-	cmd.Home = c.groupID()
-	cmd.Coordinators = c.memberAddrs()
-	res, err := c.apply(c.ctx, state.CmdShardMap, cmd, 10*time.Second)
+func (g *shardGroup) applyShardMap(cmd *fsmpb.ShardMapCommand) (*allotpb.ShardMap, error) {
+	cmd.Home = g.ID()
+	cmd.Coordinators = g.memberAddrs()
+	res, err := g.m.Apply(state.CmdShardMap, cmd, 10*time.Second)
 	if errors.Is(err, state.ErrShardMap) {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
@@ -234,35 +344,36 @@ func (c *Coordinator) applyShardMap(cmd *fsmpb.ShardMapCommand) (*allotpb.ShardM
 	return res.(*allotpb.ShardMap), nil
 }
 
-// startGroup is what a leader of a group that is not home does first: a
-// group added to a region owns no slot until a move gives it some.
-func (c *Coordinator) startGroup() error {
-	if c.isHome() {
+// Start is what a leader of a group that is not home does first: a group
+// added to a region owns no slot until a move gives it some.
+func (g *shardGroup) Start() error {
+	if g.IsHome() {
 		return nil
 	}
 	named := ""
-	c.fsm.Read(func(st *state.State) { named = st.Group() })
+	g.m.Read(func(st *state.State) { named = st.Group() })
 	if named != "" {
 		return nil
 	}
-	_, err := c.apply(c.ctx, state.CmdSlots, &fsmpb.SlotsCommand{Op: fsmpb.SlotsCommand_EMPTY, Group: c.groupID(), ProposedUnixNano: c.now().UnixNano()}, 10*time.Second)
+	_, err := g.m.Apply(state.CmdSlots, &fsmpb.SlotsCommand{Op: fsmpb.SlotsCommand_EMPTY, Group: g.ID(), ProposedUnixNano: g.now().UnixNano()}, 10*time.Second)
 	return err
 }
 
-// mirrorRules is a non-home group leader's loop: the rules are the home
-// group's, taken with their version, so that agents see one rule set and
-// one version whichever group answers.
-func (c *Coordinator) mirrorRules(ctx context.Context, every time.Duration) {
-	t := c.cfg.Clock.NewTicker(every)
+// FollowHome is a non-home group leader's loop: every interval it reads
+// the home group's map version, and mirror takes what the home group
+// decides for every group (its rules, with their version, so that agents
+// see one rule set and one version whichever group answers).
+func (g *shardGroup) FollowHome(ctx context.Context, every time.Duration, mirror func(context.Context) error) {
+	t := g.cfg.Clock.NewTicker(every)
 	defer t.Stop()
-	defer c.metrics.slotsOwned.Set(0)
-	c.split.Store(true)
+	defer g.cfg.Metrics.SlotsOwned.Set(0)
+	g.split.Store(true)
 	for {
 		var owned int
-		c.fsm.Read(func(st *state.State) { owned = st.OwnedSlots() })
-		c.metrics.slotsOwned.Set(float64(owned))
-		if err := c.mirrorOnce(ctx); err != nil {
-			c.log.Warn("could not mirror the home group's rules; retrying", "home", c.cfg.ShardHome, "error", err)
+		g.m.Read(func(st *state.State) { owned = st.OwnedSlots() })
+		g.cfg.Metrics.SlotsOwned.Set(float64(owned))
+		if err := g.followOnce(ctx, mirror); err != nil {
+			g.cfg.Log.Warn("could not mirror the home group's rules; retrying", "home", g.cfg.Home, "error", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -272,37 +383,12 @@ func (c *Coordinator) mirrorRules(ctx context.Context, every time.Duration) {
 	}
 }
 
-func (c *Coordinator) mirrorOnce(ctx context.Context) error {
-	if pm, err := c.homeMap(ctx, c.homeMapVersion.Load()); err == nil && pm.GetVersion() > c.homeMapVersion.Load() {
+func (g *shardGroup) followOnce(ctx context.Context, mirror func(context.Context) error) error {
+	if pm, err := g.HomeMap(ctx, g.homeMapVersion.Load()); err == nil && pm.GetVersion() > g.homeMapVersion.Load() {
 		// Agents refresh their map from any group's answer.
-		c.homeMapVersion.Store(pm.GetVersion())
+		g.homeMapVersion.Store(pm.GetVersion())
 	}
-	if err := c.mirrorOverrides(ctx); err != nil {
-		return err
-	}
-	if err := c.mirrorResets(ctx); err != nil {
-		return err
-	}
-	have := c.currentRules().Version()
-	var lastErr error
-	for _, a := range c.cfg.ShardHome {
-		rctx, cancel := context.WithTimeout(withToken(ctx, c.joinToken()), 5*time.Second)
-		rs, err := allotpb.NewAgentServiceClient(c.peers.conn(a)).GetRules(rctx, &allotpb.GetRulesRequest{KnownVersion: have})
-		cancel()
-		if err != nil {
-			lastErr = err
-			continue
-		}
-		if rs.GetVersion() == have || rs.GetVersion() == 0 {
-			return nil // in step, or the home group has no rules yet
-		}
-		_, err = c.applyRulesCommand(c.ctx, &fsmpb.RulesCommand{Put: rs.GetRules(), ReplaceAll: true, Version: rs.GetVersion()})
-		if err == nil {
-			c.log.Info("rules mirrored from the home group", "version", rs.GetVersion(), "rules", len(rs.GetRules()))
-		}
-		return err
-	}
-	return lastErr
+	return mirror(ctx)
 }
 
 // slotLoad counts, on a split region's leader, the key entries reported
@@ -313,40 +399,42 @@ type slotLoad struct {
 	entries [shard.Slots]atomic.Uint64
 }
 
-func (l *slotLoad) reset(now int64) {
-	for i := range l.entries {
-		l.entries[i].Store(0)
+// ResetLoad starts counting the slots' load afresh, at now: a new
+// leader's count.
+func (g *shardGroup) ResetLoad(now int64) {
+	for i := range g.load.entries {
+		g.load.entries[i].Store(0)
 	}
-	l.since.Store(now)
+	g.load.since.Store(now)
 }
 
-// countLoad adds a report's entries to the slots they fall in.
-func (c *Coordinator) countLoad(req *allotpb.ReportRequest) {
-	if !c.split.Load() {
+// CountLoad adds a report's entries to the slots they fall in.
+func (g *shardGroup) CountLoad(req *allotpb.ReportRequest) {
+	if !g.split.Load() {
 		return
 	}
 	for _, d := range req.GetDemand() {
-		c.load.entries[shard.Of(d.GetTenant())].Add(1)
+		g.load.entries[shard.Of(d.GetTenant())].Add(1)
 	}
 	for _, u := range req.GetUsage().GetCounts() {
-		c.load.entries[shard.Of(u.GetTenant())].Add(1)
+		g.load.entries[shard.Of(u.GetTenant())].Add(1)
 	}
 }
 
 func (s *shardServer) SlotLoad(ctx context.Context, req *allotpb.SlotLoadRequest) (*allotpb.SlotLoadResponse, error) {
-	c := s.c
-	return onLeader(ctx, c, func() (*allotpb.SlotLoadResponse, error) {
-		if !c.leading.Load() {
-			return nil, ErrNotLeader
+	g := s.g
+	return callLeader(ctx, g.m, func() (*allotpb.SlotLoadResponse, error) {
+		if !g.m.Leading() {
+			return nil, errNotServing
 		}
-		out := &allotpb.SlotLoadResponse{Group: c.groupID(), Leader: c.cfg.NodeID, SinceUnixNano: c.load.since.Load(), NowUnixNano: c.now().UnixNano(), Entries: map[uint32]uint64{}}
-		for i := range c.load.entries {
-			if n := c.load.entries[i].Load(); n > 0 {
+		out := &allotpb.SlotLoadResponse{Group: g.ID(), Leader: g.cfg.NodeID, SinceUnixNano: g.load.since.Load(), NowUnixNano: g.now().UnixNano(), Entries: map[uint32]uint64{}}
+		for i := range g.load.entries {
+			if n := g.load.entries[i].Load(); n > 0 {
 				out.Entries[uint32(i)] = n
 			}
 		}
 		return out, nil
 	}, func(ctx context.Context, addr string) (*allotpb.SlotLoadResponse, error) {
-		return allotpb.NewShardServiceClient(c.peers.conn(addr)).SlotLoad(ctx, req)
+		return allotpb.NewShardServiceClient(g.m.Conn(addr)).SlotLoad(ctx, req)
 	})
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/allot-io/allot/coordinator/internal/fsm"
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/shardgroup"
 	"github.com/allot-io/allot/coordinator/ledgersink"
 	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/internal/listenerr"
@@ -88,9 +89,9 @@ type Coordinator struct {
 	// while export rounds succeed, and off the leader.
 	exportFailing atomic.Pointer[exportFailure]
 	peers         *peers
-	// groups is this cluster's part in its region's shard groups
-	// (shards.go): the map, moves, and the slots' load.
-	groups *shardGroup
+	// groups is this cluster's part in its region's shard groups: the
+	// map, moves, and the slots' load.
+	groups *shardgroup.Group
 	// check confirms leadership before a report is answered.
 	check *leaderCheck
 	// roundEvery is the configured RoundInterval; 0 derives it from the
@@ -175,9 +176,9 @@ func New(config Config) (*Coordinator, error) {
 		}
 	}
 	c.fsm = fsm.New(c.log.Named("fsm"), c.onApplied)
-	c.groups = newShardGroup(shardGroupConfig{
+	c.groups = shardgroup.New(shardgroup.Config{
 		ID: c.groupID(), Home: cfg.ShardHome, NodeID: cfg.NodeID, Member: shardMember{c}, Clock: cfg.Clock, Log: c.log,
-		Metrics:  groupMetrics{SlotsOwned: c.metrics.slotsOwned, MovesActive: c.metrics.movesActive, MoveOldest: c.metrics.moveOldest},
+		Metrics:  shardgroup.Metrics{SlotsOwned: c.metrics.slotsOwned, MovesActive: c.metrics.movesActive, MoveOldest: c.metrics.moveOldest},
 		Acquired: c.alloc.LearnSlots,
 	})
 	c.newNodes = newNodeGate(cfg.MaxNewNodesPerMinute, cfg.Clock.Now())

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/shardgroup"
 	"github.com/allot-io/allot/internal/clusterclient"
 	"github.com/allot-io/allot/internal/shard"
 	"github.com/allot-io/allot/lease/rules"
@@ -218,7 +219,8 @@ func (c *Coordinator) caughtUp(ctx context.Context) error {
 	return nil
 }
 
-// shardMember is this member as its shard group sees it (shards.go).
+// shardMember is this member as its shard group sees it (package
+// coordinator/internal/shardgroup).
 type shardMember struct{ c *Coordinator }
 
 func (m shardMember) Read(fn func(*state.State)) { m.c.fsm.Read(fn) }
@@ -232,7 +234,7 @@ func (m shardMember) Leading() bool { return m.c.leading.Load() }
 func (m shardMember) OnLeader(ctx context.Context, local func() (any, error), forward func(ctx context.Context, addr string) (any, error)) (any, error) {
 	return onLeader(ctx, m.c, func() (any, error) {
 		v, err := local()
-		if errors.Is(err, errNotServing) {
+		if errors.Is(err, shardgroup.ErrNotServing) {
 			return v, ErrNotLeader
 		}
 		return v, err

@@ -1,4 +1,4 @@
-package coordinator
+package shardgroup
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 const moveStepTimeout = 10 * time.Second
 
 // kickMover wakes the mover, if it runs.
-func (g *shardGroup) kickMover() {
+func (g *Group) kickMover() {
 	select {
 	case g.kick <- struct{}{}:
 	default:
@@ -33,7 +33,7 @@ func (g *shardGroup) kickMover() {
 // forward, one step at a time, until it is done or aborted. Each step is
 // idempotent and the phase is recorded in the home group's log after
 // each, so a new leader resumes where its predecessor stopped.
-func (g *shardGroup) Move(ctx context.Context) {
+func (g *Group) Move(ctx context.Context) {
 	t := g.cfg.Clock.NewTicker(slotmove.StepInterval)
 	defer t.Stop()
 	defer func() { g.cfg.Metrics.MovesActive.Set(0); g.cfg.Metrics.MoveOldest.Set(0) }()
@@ -76,7 +76,7 @@ func (g *shardGroup) Move(ctx context.Context) {
 // (stepAt) and recording each phase in this home group's log. Each step
 // tells its group which moves are finished, so that the group forgets
 // its steps of them.
-func (g *shardGroup) advanceMove(ctx context.Context, m *shard.Map, mv *allotpb.SlotMove) {
+func (g *Group) advanceMove(ctx context.Context, m *shard.Map, mv *allotpb.SlotMove) {
 	finished := m.FinishedBelow()
 	slotmove.Advance(mv, g.now().UnixNano(), slotmove.Steps{
 		Step: func(group string, s allotpb.GroupSlotsRequest_Step, peer string) (*allotpb.GroupSlotsResponse, error) {
@@ -99,7 +99,7 @@ func (g *shardGroup) advanceMove(ctx context.Context, m *shard.Map, mv *allotpb.
 // stepAt carries one step to a group: here when it is this group,
 // otherwise to each of its members in turn (a follower forwards it to its
 // leader).
-func (g *shardGroup) stepAt(ctx context.Context, m *shard.Map, group string, req *allotpb.GroupSlotsRequest) (*allotpb.GroupSlotsResponse, error) {
+func (g *Group) stepAt(ctx context.Context, m *shard.Map, group string, req *allotpb.GroupSlotsRequest) (*allotpb.GroupSlotsResponse, error) {
 	if group == g.ID() {
 		return g.groupStep(req)
 	}

@@ -1,4 +1,4 @@
-package coordinator
+package shardgroup
 
 import (
 	"context"
@@ -22,17 +22,10 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Shard groups (docs/coordinator.md#shard-groups). A region's coordinators
-// may run as several groups, each an ordinary cluster owning some slots.
-// The home group, the one started without ShardHome, holds the shard map
-// and the rules, divides the global rules, and its leader carries out
-// moves; every other group mirrors the home's rules and owns only what
-// moves gave it.
-
-// groupMember is what a shard group needs of the member it runs on: its
+// Member is what a shard group needs of the member it runs on: its
 // replica, its proposals, whether and where it leads, and its
 // connections to other members.
-type groupMember interface {
+type Member interface {
 	// Read runs fn on this member's replica of the state.
 	Read(fn func(*state.State))
 	// Apply proposes a command on this member, which must lead, waits for
@@ -43,7 +36,7 @@ type groupMember interface {
 	// OnLeader runs local on the group's leader: here when this member
 	// leads, otherwise forward, given the leader's address and a context
 	// carrying the caller's credentials. A local that fails with
-	// errNotServing, or with the member's own not-the-leader error, is
+	// ErrNotServing, or with the member's own not-the-leader error, is
 	// forwarded too.
 	OnLeader(ctx context.Context, local func() (any, error), forward func(ctx context.Context, addr string) (any, error)) (any, error)
 	// Answer counts an administrator's call to method by its result and
@@ -55,12 +48,12 @@ type groupMember interface {
 	AsMember(ctx context.Context) context.Context
 }
 
-// errNotServing is what a read only the leader answers fails with on a
+// ErrNotServing is what a read only the leader answers fails with on a
 // member that leads Raft but does not serve yet: OnLeader forwards it.
-var errNotServing = errors.New("shard group: this member does not serve as its group's leader")
+var ErrNotServing = errors.New("shard group: this member does not serve as its group's leader")
 
-// groupMetrics are a shard group's gauges, registered by the member.
-type groupMetrics struct {
+// Metrics are a shard group's gauges, registered by the member.
+type Metrics struct {
 	// SlotsOwned is the slots this group owns, on its leader.
 	SlotsOwned prometheus.Gauge
 	// MovesActive and MoveOldest are the moves under way and the age of
@@ -68,29 +61,29 @@ type groupMetrics struct {
 	MovesActive, MoveOldest prometheus.Gauge
 }
 
-// shardGroupConfig is what a shard group runs with.
-type shardGroupConfig struct {
+// Config is what a shard group runs with.
+type Config struct {
 	// ID is this cluster's group; Home the home group's members' gRPC
 	// addresses, empty on the home group itself.
 	ID   string
 	Home []string
 	// NodeID is this member's.
 	NodeID  string
-	Member  groupMember
+	Member  Member
 	Clock   timeutil.TimeSource
 	Log     hclog.Logger
-	Metrics groupMetrics
+	Metrics Metrics
 	// Acquired is told of the slots a move gave this group, when they
 	// were taken: its leader's allocator learns what their agents hold.
 	Acquired func(first, last shard.Slot, now int64)
 }
 
-// shardGroup is this cluster's part in its region's shard groups: the
-// map as it knows it, the steps of moves committed in its log, and, on a
-// split region's leader, the load of each slot.
-type shardGroup struct {
-	cfg shardGroupConfig
-	m   groupMember
+// Group is this cluster's part in its region's shard groups: the map as
+// it knows it, the steps of moves committed in its log, and, on a split
+// region's leader, the load of each slot.
+type Group struct {
+	cfg Config
+	m   Member
 	// kick wakes the home leader's mover when a move is planned.
 	kick chan struct{}
 	// homeMapVersion is, on a group that is not home, the home group's
@@ -102,34 +95,35 @@ type shardGroup struct {
 	load  slotLoad
 }
 
-func newShardGroup(cfg shardGroupConfig) *shardGroup {
+// New returns this cluster's group; ID "" is the default group's.
+func New(cfg Config) *Group {
 	if cfg.ID == "" {
 		cfg.ID = shard.DefaultGroup
 	}
-	return &shardGroup{cfg: cfg, m: cfg.Member, kick: make(chan struct{}, 1)}
+	return &Group{cfg: cfg, m: cfg.Member, kick: make(chan struct{}, 1)}
 }
 
-func (g *shardGroup) now() time.Time { return g.cfg.Clock.Now() }
+func (g *Group) now() time.Time { return g.cfg.Clock.Now() }
 
 // ID is this cluster's shard group.
-func (g *shardGroup) ID() string { return g.cfg.ID }
+func (g *Group) ID() string { return g.cfg.ID }
 
 // IsHome reports whether this cluster is its region's home group.
-func (g *shardGroup) IsHome() bool { return len(g.cfg.Home) == 0 }
+func (g *Group) IsHome() bool { return len(g.cfg.Home) == 0 }
 
 // NotHome refuses a call only the home group answers.
-func (g *shardGroup) NotHome(what string) error {
+func (g *Group) NotHome(what string) error {
 	return status.Errorf(codes.FailedPrecondition, "%s: shard group %q is not its region's home group; call the home group (%v)", what, g.ID(), g.cfg.Home)
 }
 
 // HomeMapVersion is, on a group that is not home, the home group's map
 // version as last read: answers carry it, so that agents refresh their
 // map from any group's.
-func (g *shardGroup) HomeMapVersion() uint64 { return g.homeMapVersion.Load() }
+func (g *Group) HomeMapVersion() uint64 { return g.homeMapVersion.Load() }
 
 // SlotsMoved is the refusal of a report whose usage falls in slots this
 // group does not own: nothing of it was applied.
-func (g *shardGroup) SlotsMoved(slots []uint32) error {
+func (g *Group) SlotsMoved(slots []uint32) error {
 	var v uint64
 	g.m.Read(func(st *state.State) { v = st.ShardMapVersion() })
 	v = max(v, g.homeMapVersion.Load())
@@ -146,7 +140,7 @@ func (g *shardGroup) SlotsMoved(slots []uint32) error {
 
 // memberAddrs are the gRPC addresses of this group's members, as the
 // replicated state records them.
-func (g *shardGroup) memberAddrs() []string {
+func (g *Group) memberAddrs() []string {
 	var addrs []string
 	g.m.Read(func(st *state.State) {
 		for _, mb := range st.Members() {
@@ -161,7 +155,7 @@ func (g *shardGroup) memberAddrs() []string {
 
 // Map is the region's map as this (home) member holds it: the region as
 // one group owning every slot, version 0, until a group is added.
-func (g *shardGroup) Map() *shard.Map {
+func (g *Group) Map() *shard.Map {
 	var m *shard.Map
 	g.m.Read(func(st *state.State) {
 		if sm := st.ShardMap(); sm != nil {
@@ -177,7 +171,7 @@ func (g *shardGroup) Map() *shard.Map {
 
 // HomeMap is the region's map: this group's own when it is home,
 // otherwise the home group's.
-func (g *shardGroup) HomeMap(ctx context.Context, known uint64) (*allotpb.ShardMap, error) {
+func (g *Group) HomeMap(ctx context.Context, known uint64) (*allotpb.ShardMap, error) {
 	if g.IsHome() {
 		return g.Map().Proto(), nil
 	}
@@ -192,116 +186,8 @@ func (g *shardGroup) HomeMap(ctx context.Context, known uint64) (*allotpb.ShardM
 	return nil, lastErr
 }
 
-// callLeader is groupMember.OnLeader for a call answered with a T.
-func callLeader[T any](ctx context.Context, m groupMember, local func() (T, error), forward func(ctx context.Context, addr string) (T, error)) (T, error) {
-	v, err := m.OnLeader(ctx, func() (any, error) { return local() }, func(ctx context.Context, addr string) (any, error) { return forward(ctx, addr) })
-	out, _ := v.(T)
-	return out, err
-}
-
-type shardServer struct {
-	allotpb.UnimplementedShardServiceServer
-	g *shardGroup
-}
-
-// Server is the group's ShardService.
-func (g *shardGroup) Server() allotpb.ShardServiceServer { return &shardServer{g: g} }
-
-func (s *shardServer) GetShardMap(ctx context.Context, req *allotpb.GetShardMapRequest) (*allotpb.ShardMap, error) {
-	g := s.g
-	if !g.IsHome() {
-		return nil, g.NotHome("GetShardMap")
-	}
-	// The leader's: a member restarting from its data directory replays
-	// its log, and until then holds an old map (or none).
-	return callLeader(ctx, g.m, func() (*allotpb.ShardMap, error) {
-		if !g.m.Leading() {
-			return nil, errNotServing
-		}
-		m := g.Map()
-		if req.GetKnownVersion() >= m.Version && m.Version > 0 {
-			return &allotpb.ShardMap{Version: m.Version}, nil
-		}
-		return m.Proto(), nil
-	}, func(ctx context.Context, addr string) (*allotpb.ShardMap, error) {
-		return allotpb.NewShardServiceClient(g.m.Conn(addr)).GetShardMap(ctx, req)
-	})
-}
-
-func (s *shardServer) AddGroup(ctx context.Context, req *allotpb.AddGroupRequest) (*allotpb.ShardMap, error) {
-	g := s.g
-	if !g.IsHome() {
-		return nil, g.NotHome("AddGroup")
-	}
-	if err := shard.ValidGroupID(req.GetId()); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "id: %v", err)
-	}
-	if len(req.GetCoordinators()) == 0 {
-		return nil, status.Error(codes.InvalidArgument, "coordinators: a group needs at least one member's gRPC address")
-	}
-	if req.GetId() == g.ID() {
-		return nil, status.Errorf(codes.InvalidArgument, "id: %q is the home group", req.GetId())
-	}
-	out, err := callLeader(ctx, g.m, func() (*allotpb.ShardMap, error) {
-		return g.applyShardMap(&fsmpb.ShardMapCommand{AddGroup: &allotpb.ShardGroup{Id: req.GetId(), Coordinators: req.GetCoordinators()}})
-	}, func(ctx context.Context, addr string) (*allotpb.ShardMap, error) {
-		return allotpb.NewShardServiceClient(g.m.Conn(addr)).AddGroup(ctx, req)
-	})
-	return out, g.m.Answer("AddGroup", err)
-}
-
-func (s *shardServer) MoveSlots(ctx context.Context, req *allotpb.MoveSlotsRequest) (*allotpb.MoveSlotsResponse, error) {
-	g := s.g
-	if !g.IsHome() {
-		return nil, g.NotHome("MoveSlots")
-	}
-	if req.GetFirst() > req.GetLast() || req.GetLast() >= shard.Slots {
-		return nil, status.Errorf(codes.InvalidArgument, "slots %d..%d are not a range of 0..%d", req.GetFirst(), req.GetLast(), shard.Slots-1)
-	}
-	out, err := callLeader(ctx, g.m, func() (*allotpb.MoveSlotsResponse, error) {
-		m := g.Map()
-		mv := &allotpb.SlotMove{First: req.GetFirst(), Last: req.GetLast(), From: m.Owner(shard.Slot(req.GetFirst())), To: req.GetTo(), StartedUnixNano: g.now().UnixNano()}
-		pm, err := g.applyShardMap(&fsmpb.ShardMapCommand{Plan: mv})
-		if err != nil {
-			return nil, err
-		}
-		g.kickMover()
-		return &allotpb.MoveSlotsResponse{Move: pm.GetMoves()[len(pm.GetMoves())-1]}, nil
-	}, func(ctx context.Context, addr string) (*allotpb.MoveSlotsResponse, error) {
-		return allotpb.NewShardServiceClient(g.m.Conn(addr)).MoveSlots(ctx, req)
-	})
-	return out, g.m.Answer("MoveSlots", err)
-}
-
-func (s *shardServer) PinSlot(ctx context.Context, req *allotpb.PinSlotRequest) (*allotpb.ShardMap, error) {
-	g := s.g
-	if !g.IsHome() {
-		return nil, g.NotHome("PinSlot")
-	}
-	if req.GetSlot() >= shard.Slots {
-		return nil, status.Errorf(codes.InvalidArgument, "slot: %d is not one of 0..%d", req.GetSlot(), shard.Slots-1)
-	}
-	out, err := callLeader(ctx, g.m, func() (*allotpb.ShardMap, error) {
-		return g.applyShardMap(&fsmpb.ShardMapCommand{Pin: req})
-	}, func(ctx context.Context, addr string) (*allotpb.ShardMap, error) {
-		return allotpb.NewShardServiceClient(g.m.Conn(addr)).PinSlot(ctx, req)
-	})
-	return out, g.m.Answer("PinSlot", err)
-}
-
-func (s *shardServer) GroupSlots(ctx context.Context, req *allotpb.GroupSlotsRequest) (*allotpb.GroupSlotsResponse, error) {
-	g := s.g
-	if req.GetGroup() != g.ID() {
-		return nil, status.Errorf(codes.FailedPrecondition, "this is shard group %q, not %q", g.ID(), req.GetGroup())
-	}
-	return callLeader(ctx, g.m, func() (*allotpb.GroupSlotsResponse, error) { return g.groupStep(req) },
-		func(ctx context.Context, addr string) (*allotpb.GroupSlotsResponse, error) {
-			return allotpb.NewShardServiceClient(g.m.Conn(addr)).GroupSlots(ctx, req)
-		})
-}
-
 // groupStep commits one step of a move in this group's log.
-func (g *shardGroup) groupStep(req *allotpb.GroupSlotsRequest) (*allotpb.GroupSlotsResponse, error) {
+func (g *Group) groupStep(req *allotpb.GroupSlotsRequest) (*allotpb.GroupSlotsResponse, error) {
 	op, ok := slotmove.Op(req.GetStep())
 	if !ok {
 		return nil, status.Errorf(codes.InvalidArgument, "step: unknown step %v", req.GetStep())
@@ -331,7 +217,7 @@ func (g *shardGroup) groupStep(req *allotpb.GroupSlotsRequest) (*allotpb.GroupSl
 }
 
 // applyShardMap commits a change of the home group's map.
-func (g *shardGroup) applyShardMap(cmd *fsmpb.ShardMapCommand) (*allotpb.ShardMap, error) {
+func (g *Group) applyShardMap(cmd *fsmpb.ShardMapCommand) (*allotpb.ShardMap, error) {
 	cmd.Home = g.ID()
 	cmd.Coordinators = g.memberAddrs()
 	res, err := g.m.Apply(state.CmdShardMap, cmd, 10*time.Second)
@@ -346,7 +232,7 @@ func (g *shardGroup) applyShardMap(cmd *fsmpb.ShardMapCommand) (*allotpb.ShardMa
 
 // Start is what a leader of a group that is not home does first: a group
 // added to a region owns no slot until a move gives it some.
-func (g *shardGroup) Start() error {
+func (g *Group) Start() error {
 	if g.IsHome() {
 		return nil
 	}
@@ -363,7 +249,7 @@ func (g *shardGroup) Start() error {
 // the home group's map version, and mirror takes what the home group
 // decides for every group (its rules, with their version, so that agents
 // see one rule set and one version whichever group answers).
-func (g *shardGroup) FollowHome(ctx context.Context, every time.Duration, mirror func(context.Context) error) {
+func (g *Group) FollowHome(ctx context.Context, every time.Duration, mirror func(context.Context) error) {
 	t := g.cfg.Clock.NewTicker(every)
 	defer t.Stop()
 	defer g.cfg.Metrics.SlotsOwned.Set(0)
@@ -383,7 +269,7 @@ func (g *shardGroup) FollowHome(ctx context.Context, every time.Duration, mirror
 	}
 }
 
-func (g *shardGroup) followOnce(ctx context.Context, mirror func(context.Context) error) error {
+func (g *Group) followOnce(ctx context.Context, mirror func(context.Context) error) error {
 	if pm, err := g.HomeMap(ctx, g.homeMapVersion.Load()); err == nil && pm.GetVersion() > g.homeMapVersion.Load() {
 		// Agents refresh their map from any group's answer.
 		g.homeMapVersion.Store(pm.GetVersion())
@@ -401,7 +287,7 @@ type slotLoad struct {
 
 // ResetLoad starts counting the slots' load afresh, at now: a new
 // leader's count.
-func (g *shardGroup) ResetLoad(now int64) {
+func (g *Group) ResetLoad(now int64) {
 	for i := range g.load.entries {
 		g.load.entries[i].Store(0)
 	}
@@ -409,7 +295,7 @@ func (g *shardGroup) ResetLoad(now int64) {
 }
 
 // CountLoad adds a report's entries to the slots they fall in.
-func (g *shardGroup) CountLoad(req *allotpb.ReportRequest) {
+func (g *Group) CountLoad(req *allotpb.ReportRequest) {
 	if !g.split.Load() {
 		return
 	}
@@ -419,22 +305,4 @@ func (g *shardGroup) CountLoad(req *allotpb.ReportRequest) {
 	for _, u := range req.GetUsage().GetCounts() {
 		g.load.entries[shard.Of(u.GetTenant())].Add(1)
 	}
-}
-
-func (s *shardServer) SlotLoad(ctx context.Context, req *allotpb.SlotLoadRequest) (*allotpb.SlotLoadResponse, error) {
-	g := s.g
-	return callLeader(ctx, g.m, func() (*allotpb.SlotLoadResponse, error) {
-		if !g.m.Leading() {
-			return nil, errNotServing
-		}
-		out := &allotpb.SlotLoadResponse{Group: g.ID(), Leader: g.cfg.NodeID, SinceUnixNano: g.load.since.Load(), NowUnixNano: g.now().UnixNano(), Entries: map[uint32]uint64{}}
-		for i := range g.load.entries {
-			if n := g.load.entries[i].Load(); n > 0 {
-				out.Entries[uint32(i)] = n
-			}
-		}
-		return out, nil
-	}, func(ctx context.Context, addr string) (*allotpb.SlotLoadResponse, error) {
-		return allotpb.NewShardServiceClient(g.m.Conn(addr)).SlotLoad(ctx, req)
-	})
 }

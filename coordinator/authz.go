@@ -291,35 +291,3 @@ func newAuthorizer(cfg *Config, log hclog.Logger, refusals *prometheus.CounterVe
 	refusals.WithLabelValues("Report", reasonWrongNode)
 	return a, own, nil
 }
-
-// nodeGate bounds the node IDs never seen before that may join each
-// minute: a token bucket of perMinute, full at the start.
-type nodeGate struct {
-	perMinute float64 // negative: unbounded
-
-	mu     sync.Mutex
-	tokens float64
-	last   time.Time
-}
-
-func newNodeGate(perMinute int, now time.Time) *nodeGate {
-	return &nodeGate{perMinute: float64(perMinute), tokens: float64(perMinute), last: now}
-}
-
-// admit takes one new node's place, if there is one.
-func (g *nodeGate) admit(now time.Time) bool {
-	if g.perMinute < 0 {
-		return true
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if d := now.Sub(g.last); d > 0 {
-		g.tokens = min(g.perMinute, g.tokens+d.Minutes()*g.perMinute)
-		g.last = now
-	}
-	if g.tokens < 1 {
-		return false
-	}
-	g.tokens--
-	return true
-}

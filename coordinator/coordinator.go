@@ -19,6 +19,7 @@ import (
 	"github.com/allot-io/allot/coordinator/internal/fsm"
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/intake"
 	"github.com/allot-io/allot/coordinator/internal/shardgroup"
 	"github.com/allot-io/allot/coordinator/ledgersink"
 	"github.com/allot-io/allot/internal/auth"
@@ -80,7 +81,7 @@ type Coordinator struct {
 	failOnce sync.Once
 
 	alloc   *allocator.Allocator
-	batcher *batcher
+	batcher *intake.Batcher
 	// parent is a region cluster's link to its parent; nil without one.
 	parent *parentLink
 	// sink is the ledger sink (Config.LedgerSink); nil without one.
@@ -93,13 +94,13 @@ type Coordinator struct {
 	// map, moves, and the slots' load.
 	groups *shardgroup.Group
 	// check confirms leadership before a report is answered.
-	check *leaderCheck
+	check *intake.LeaderCheck
 	// roundEvery is the configured RoundInterval; 0 derives it from the
 	// cluster's report interval.
 	roundEvery time.Duration
-	// intake bounds the reports taken at once (intake.go); roundsBehind
+	// intake bounds the reports taken at once; roundsBehind
 	// is set while the last allocation round overran its interval.
-	intake       *intake
+	intake       *intake.Bound
 	roundsBehind atomic.Bool
 
 	grpc    *grpc.Server
@@ -114,7 +115,7 @@ type Coordinator struct {
 	// presents to join, nil without a token.
 	authz       *authorizer
 	memberToken *auth.TokenCredentials
-	newNodes    *nodeGate
+	newNodes    *intake.NodeGate
 
 	notify  chan bool   // Raft's leadership notifications
 	leading atomic.Bool // leader, and ready to serve agents
@@ -152,13 +153,13 @@ func New(config Config) (*Coordinator, error) {
 		cfg: cfg, log: cfg.Logger.Named("coordinator"), metrics: newMetrics(reg), gather: gather,
 		alloc: allocator.New(allocator.Config{Region: cfg.Region, Global: cfg.Global, Parent: len(cfg.Parent) > 0,
 			ReportInterval: cfg.ReportInterval, LeaseTTL: cfg.LeaseTTL}),
-		roundEvery: config.RoundInterval, intake: newIntake(cfg.MaxReportsInFlight),
+		roundEvery: config.RoundInterval, intake: intake.NewBound(cfg.MaxReportsInFlight),
 		ctx: ctx, cancel: cancel, draining: make(chan struct{}), failed: make(chan struct{}),
 		tracer: tracing.Tracer(cfg.TracerProvider, "github.com/allot-io/allot/coordinator"),
 	}
 	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "allot_coordinator_reports_in_flight", Help: "Agent reports this member has taken and not yet answered: the leader's queue (bounded by MaxReportsInFlight).",
-	}, func() float64 { return float64(c.intake.inFlight.Load()) })); err != nil {
+	}, func() float64 { return float64(c.intake.InFlight()) })); err != nil {
 		cancel()
 		return nil, fmt.Errorf("coordinator: registering metrics: %w", err)
 	}
@@ -181,7 +182,7 @@ func New(config Config) (*Coordinator, error) {
 		Metrics:  shardgroup.Metrics{SlotsOwned: c.metrics.slotsOwned, MovesActive: c.metrics.movesActive, MoveOldest: c.metrics.moveOldest},
 		Acquired: c.alloc.LearnSlots,
 	})
-	c.newNodes = newNodeGate(cfg.MaxNewNodesPerMinute, cfg.Clock.Now())
+	c.newNodes = intake.NewNodeGate(cfg.MaxNewNodesPerMinute, cfg.Clock.Now())
 	if c.tls, err = cfg.TLS.reloader(c.log); err != nil {
 		cancel()
 		return nil, err
@@ -194,8 +195,8 @@ func New(config Config) (*Coordinator, error) {
 		cancel()
 		return nil, err
 	}
-	c.check = newLeaderCheck(c.verifyLeader)
-	c.batcher = newBatcher(cfg.ApplyWindow, c.applyReports, cfg.Clock.Now)
+	c.check = intake.NewLeaderCheck(c.verifyLeader)
+	c.batcher = intake.NewBatcher(cfg.ApplyWindow, c.applyReports, cfg.Clock.Now)
 	if err := c.startGRPC(); err != nil {
 		c.shutdown()
 		return nil, err
@@ -205,7 +206,7 @@ func New(config Config) (*Coordinator, error) {
 		return nil, err
 	}
 	c.goRun(c.watchLeadership)
-	c.goRun(c.batcher.run)
+	c.goRun(c.batcher.Run)
 	c.goRun(c.watchMembership)
 	switch {
 	case cfg.BootstrapExpect > 0 && c.startState != allotpb.DataState_DATA_STATE_EXISTING:

@@ -11,46 +11,6 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// TestIntakeBound: the table of what the intake takes. Regular reports up
-// to the bound; early ones from nodes the leader knows only below half of
-// it and while rounds keep up; a node's first report of the term up to
-// the bound, whatever it is.
-func TestIntakeBound(t *testing.T) {
-	for _, tc := range []struct {
-		name                  string
-		inFlight              int
-		urgent, known, behind bool
-		want                  bool
-	}{
-		{"regular, room left", 7, false, true, false, true},
-		{"regular, at the bound", 8, false, true, false, false},
-		{"regular, rounds behind", 3, false, true, true, true},
-		{"early, below half", 3, true, true, false, true},
-		{"early, at half", 4, true, true, false, false},
-		{"early, rounds behind", 0, true, true, true, false},
-		{"early from an unknown node, at half", 4, true, false, false, true},
-		{"early from an unknown node, at the bound", 8, true, false, false, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			in := newIntake(8)
-			in.inFlight.Store(int64(tc.inFlight))
-			if got := in.take(tc.urgent, tc.known, tc.behind); got != tc.want {
-				t.Fatalf("take with %d in flight: %v, want %v", tc.inFlight, got, tc.want)
-			}
-			want := int64(tc.inFlight)
-			if tc.want {
-				want++
-			}
-			if got := in.inFlight.Load(); got != want {
-				t.Fatalf("%d in flight after take; want %d", got, want)
-			}
-		})
-	}
-	if in := newIntake(-1); !in.take(true, true, true) {
-		t.Fatal("an unbounded intake shed a report")
-	}
-}
-
 // TestLeaderShedsPastItsBound: on a real leader whose reports wait for a
 // round that is far off, the reports past MaxReportsInFlight are answered
 // at once, shed: nothing applied (their usage not acknowledged), no lease
@@ -92,7 +52,7 @@ func TestLeaderShedsPastItsBound(t *testing.T) {
 			}
 		}()
 	}
-	testwait.For(t, 10*time.Second, "two reports in flight", func() bool { return c.intake.inFlight.Load() == 2 })
+	testwait.For(t, 10*time.Second, "two reports in flight", func() bool { return c.intake.InFlight() == 2 })
 
 	req := apiReport("gw-1", true)
 	req.Usage.Seq = 2
@@ -133,7 +93,7 @@ func TestLeaderShedsPastItsBound(t *testing.T) {
 	// Rounds answer the two waiting reports.
 	testwait.For(t, 10*time.Second, "the intake to empty", func() bool {
 		c.alloc.Tick(c.now().UnixNano())
-		return c.intake.inFlight.Load() == 0
+		return c.intake.InFlight() == 0
 	})
 }
 
@@ -150,7 +110,7 @@ func TestReportLeavesWithItsCaller(t *testing.T) {
 	if err == nil {
 		t.Fatal("a report waiting for a round an hour away was answered")
 	}
-	testwait.For(t, 10*time.Second, "the report to leave the intake", func() bool { return c.intake.inFlight.Load() == 0 })
+	testwait.For(t, 10*time.Second, "the report to leave the intake", func() bool { return c.intake.InFlight() == 0 })
 	if got := testutil.ToFloat64(c.metrics.leasesGranted); got != 0 {
 		t.Errorf("%v leases answered to a caller that had left", got)
 	}

@@ -91,13 +91,13 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 		c.metrics.reports.WithLabelValues("redirected").Inc()
 		return nil, c.notLeader(ctx)
 	}
-	if !c.intake.take(req.GetUrgent(), c.alloc.Knows(req.GetNode()), c.roundsBehind.Load()) {
+	if !c.intake.Take(req.GetUrgent(), c.alloc.Knows(req.GetNode()), c.roundsBehind.Load()) {
 		c.metrics.reports.WithLabelValues("shed").Inc()
 		resp := c.shedAnswer(v, req, set)
 		resp.ReceivedUnixNano = received
 		return resp, nil
 	}
-	defer c.intake.done()
+	defer c.intake.Done()
 	if err := c.admitNode(v, req.GetNode()); err != nil {
 		c.metrics.reports.WithLabelValues("new_node_limit").Inc()
 		return nil, err
@@ -107,7 +107,7 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 		// The usage is committed with other reports' in one batched
 		// entry; under a traced report, its wait is a raft.apply span.
 		end := c.startBatchedApply(ctx)
-		done, err := c.batcher.submit(ctx, &fsmpb.AgentUsage{Node: req.GetNode(), Incarnation: req.GetIncarnation(), Region: req.GetRegion(), Batch: b})
+		done, err := c.batcher.Submit(ctx, &fsmpb.AgentUsage{Node: req.GetNode(), Incarnation: req.GetIncarnation(), Region: req.GetRegion(), Batch: b})
 		if err != nil {
 			end(err)
 			c.metrics.reports.WithLabelValues("failed").Inc()
@@ -115,28 +115,28 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 		}
 		select {
 		case r := <-done:
-			end(r.err)
+			end(r.Err)
 			switch {
-			case errors.Is(r.err, ErrNotLeader):
+			case errors.Is(r.Err, ErrNotLeader):
 				c.metrics.reports.WithLabelValues("redirected").Inc()
 				return nil, c.notLeader(ctx)
-			case r.err != nil:
+			case r.Err != nil:
 				c.metrics.reports.WithLabelValues("failed").Inc()
-				return nil, status.Errorf(codes.Unavailable, "usage not committed, re-send it: %v", r.err)
-			case r.moved != nil:
+				return nil, status.Errorf(codes.Unavailable, "usage not committed, re-send it: %v", r.Err)
+			case r.Moved != nil:
 				c.metrics.reports.WithLabelValues("moved").Inc()
-				return nil, c.groups.SlotsMoved(r.moved)
-			case r.stale:
+				return nil, c.groups.SlotsMoved(r.Moved)
+			case r.Stale:
 				c.metrics.reports.WithLabelValues("stale").Inc()
 				return nil, staleBatch(req)
 			}
-			committed, acked = true, r.acked
+			committed, acked = true, r.Acked
 		case <-ctx.Done():
 			end(ctx.Err())
 			c.metrics.reports.WithLabelValues("failed").Inc()
 			return nil, status.FromContextError(ctx.Err()).Err()
 		}
-	} else if err := c.check.wait(ctx); err != nil {
+	} else if err := c.check.Wait(ctx); err != nil {
 		if ctx.Err() != nil {
 			c.metrics.reports.WithLabelValues("failed").Inc()
 			return nil, status.FromContextError(ctx.Err()).Err()
@@ -182,6 +182,33 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 	return resp, nil
 }
 
+// shedAnswer is the answer to a report the leader did not take: nothing
+// of it applied, no lease changed, and the leases it holds renewed for a
+// lease period when this leader has heard from the node in its term (it
+// then counts them held until then; see Allocator.Shed). The agent keeps
+// enforcing them and asks for nothing early for an interval; its usage
+// goes again in its next report.
+func (c *Coordinator) shedAnswer(v *state.View, req *allotpb.ReportRequest, set allocator.Settings) *allotpb.ReportResponse {
+	now := c.now()
+	resp := &allotpb.ReportResponse{
+		Protocol:            allotpb.ProtocolVersion_PROTOCOL_VERSION_1,
+		Shed:                true,
+		RetryAfterNano:      int64(set.ReportInterval),
+		ReportIntervalNano:  int64(set.ReportInterval),
+		LeaseTtlNano:        int64(set.LeaseTTL),
+		CoordinatorUnixNano: now.UnixNano(),
+		Epoch:               c.alloc.Term(),
+		// The cluster's: an agent that predates shed answers takes a
+		// version equal to its own, with no rules, as "the cluster has
+		// none".
+		RulesVersion: v.Rules().Version(),
+	}
+	if c.alloc.Shed(req.GetNode(), now.UnixNano()) {
+		resp.RenewUnixNano = now.Add(set.LeaseTTL).UnixNano()
+	}
+	return resp
+}
+
 // staleBatch is the refusal of a usage batch cut long ago by an
 // incarnation the cluster had forgotten (state.StaleBatchAge): it may have
 // been applied before, so it is recorded as applied and none of it is
@@ -221,7 +248,7 @@ func (c *Coordinator) admitNode(v *state.View, node string) error {
 	if c.alloc.Knows(node) || v.HasNode(node) {
 		return nil
 	}
-	if c.newNodes.admit(c.now()) {
+	if c.newNodes.Admit(c.now()) {
 		c.metrics.newNodes.WithLabelValues("admitted").Inc()
 		return nil
 	}

@@ -1,4 +1,4 @@
-package coordinator
+package intake
 
 import (
 	"context"
@@ -9,11 +9,11 @@ import (
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 )
 
-// batcher gathers the usage batches of many reports into one Raft entry
+// Batcher gathers the usage batches of many reports into one Raft entry
 // per apply window, so the log grows by one entry per window, never one per
 // report or per key. A report is acknowledged only once its entry is
 // committed and applied.
-type batcher struct {
+type Batcher struct {
 	in     chan pendingUsage
 	window time.Duration
 	max    int
@@ -23,30 +23,36 @@ type batcher struct {
 
 type pendingUsage struct {
 	usage *fsmpb.AgentUsage
-	done  chan batchResult
+	done  chan Result
 }
 
-type batchResult struct {
-	acked uint64
-	// moved are the slots of the batch this group does not own: the
+// Result is what became of one report's usage batch.
+type Result struct {
+	// Acked is the incarnation's last batch the ledger holds.
+	Acked uint64
+	// Moved are the slots of the batch this group does not own: the
 	// batch was not applied (see state.ReportsResult).
-	moved []uint32
-	// stale says the batch was refused as stale: its incarnation had been
+	Moved []uint32
+	// Stale says the batch was refused as stale: its incarnation had been
 	// forgotten, and it was recorded as applied, none of it counted
 	// (state.StaleBatchAge).
-	stale bool
-	err   error
+	Stale bool
+	// Err is why the batch was not applied: the entry failed, or the
+	// batcher stopped.
+	Err error
 }
 
-var errStopped = errors.New("coordinator: shutting down")
+// ErrStopped fails the batches queued when the batcher stops.
+var ErrStopped = errors.New("coordinator: shutting down")
 
-func newBatcher(window time.Duration, apply func(*fsmpb.ReportsCommand) (*fsmpb.ReportsResult, error), now func() time.Time) *batcher {
-	return &batcher{in: make(chan pendingUsage, 4096), window: window, max: 2048, apply: apply, now: now}
+// NewBatcher returns a batcher that proposes each entry with apply.
+func NewBatcher(window time.Duration, apply func(*fsmpb.ReportsCommand) (*fsmpb.ReportsResult, error), now func() time.Time) *Batcher {
+	return &Batcher{in: make(chan pendingUsage, 4096), window: window, max: 2048, apply: apply, now: now}
 }
 
-// submit queues a usage batch and returns where its result will arrive.
-func (b *batcher) submit(ctx context.Context, u *fsmpb.AgentUsage) (<-chan batchResult, error) {
-	p := pendingUsage{usage: u, done: make(chan batchResult, 1)}
+// Submit queues a usage batch and returns where its result will arrive.
+func (b *Batcher) Submit(ctx context.Context, u *fsmpb.AgentUsage) (<-chan Result, error) {
+	p := pendingUsage{usage: u, done: make(chan Result, 1)}
 	select {
 	case b.in <- p:
 		return p.done, nil
@@ -55,18 +61,18 @@ func (b *batcher) submit(ctx context.Context, u *fsmpb.AgentUsage) (<-chan batch
 	}
 }
 
-// run applies gathered batches until ctx ends; whatever is queued then is
+// Run applies gathered batches until ctx ends; whatever is queued then is
 // failed so that agents re-send it.
-func (b *batcher) run(ctx context.Context) {
+func (b *Batcher) Run(ctx context.Context) {
 	var pending []pendingUsage
 	for {
 		select {
 		case <-ctx.Done():
-			b.fail(pending, errStopped)
+			b.fail(pending, ErrStopped)
 			for {
 				select {
 				case p := <-b.in:
-					p.done <- batchResult{err: errStopped}
+					p.done <- Result{Err: ErrStopped}
 				default:
 					return
 				}
@@ -92,7 +98,7 @@ func (b *batcher) run(ctx context.Context) {
 	}
 }
 
-func (b *batcher) flush(pending []pendingUsage) {
+func (b *Batcher) flush(pending []pendingUsage) {
 	now := b.now().UnixNano()
 	cmd := &fsmpb.ReportsCommand{ProposedUnixNano: now, StaleBeforeUnixNano: state.StaleBefore(now), Reports: make([]*fsmpb.AgentUsage, len(pending))}
 	for i, p := range pending {
@@ -112,12 +118,12 @@ func (b *batcher) flush(pending []pendingUsage) {
 		stale[i] = true
 	}
 	for i, p := range pending {
-		p.done <- batchResult{acked: res.GetAckedSeq()[i], moved: moved[uint32(i)], stale: stale[uint32(i)]}
+		p.done <- Result{Acked: res.GetAckedSeq()[i], Moved: moved[uint32(i)], Stale: stale[uint32(i)]}
 	}
 }
 
-func (b *batcher) fail(pending []pendingUsage, err error) {
+func (b *Batcher) fail(pending []pendingUsage, err error) {
 	for _, p := range pending {
-		p.done <- batchResult{err: err}
+		p.done <- Result{Err: err}
 	}
 }

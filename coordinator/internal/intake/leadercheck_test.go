@@ -1,13 +1,14 @@
-package coordinator
+package intake
 
 import (
 	"context"
 	"errors"
-	"github.com/allot-io/allot/internal/testwait"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/allot-io/allot/internal/testwait"
 )
 
 // scriptedVerify is a verification the test finishes by hand: each call
@@ -44,11 +45,11 @@ func waitCall(t *testing.T, v *scriptedVerify, want int32) {
 // one, which starts when it ends. Any number of them cost one more round.
 func TestLeaderCheckCoalesces(t *testing.T) {
 	v := newScriptedVerify()
-	l := newLeaderCheck(v.verify)
+	l := NewLeaderCheck(v.verify)
 	ctx := context.Background()
 
 	first := make(chan error, 1)
-	go func() { first <- l.wait(ctx) }()
+	go func() { first <- l.Wait(ctx) }()
 	waitCall(t, v, 1) // round 1 runs, for the first report only
 
 	const later = 20
@@ -59,7 +60,7 @@ func TestLeaderCheckCoalesces(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := l.wait(ctx)
+			err := l.Wait(ctx)
 			answered.Add(1)
 			errs <- err
 		}()
@@ -95,13 +96,13 @@ func TestLeaderCheckCoalesces(t *testing.T) {
 // round goes on and serves the others.
 func TestLeaderCheckContext(t *testing.T) {
 	v := newScriptedVerify()
-	l := newLeaderCheck(v.verify)
+	l := NewLeaderCheck(v.verify)
 	ctx, cancel := context.WithCancel(context.Background())
 	gone := make(chan error, 1)
-	go func() { gone <- l.wait(ctx) }()
+	go func() { gone <- l.Wait(ctx) }()
 	waitCall(t, v, 1)
 	stays := make(chan error, 1)
-	go func() { stays <- l.wait(context.Background()) }()
+	go func() { stays <- l.Wait(context.Background()) }()
 	cancel()
 	if err := <-gone; !errors.Is(err, context.Canceled) {
 		t.Fatalf("a cancelled wait returned %v", err)
@@ -114,7 +115,7 @@ func TestLeaderCheckContext(t *testing.T) {
 	}
 	// Idle again: a new report starts a new round.
 	again := make(chan error, 1)
-	go func() { again <- l.wait(context.Background()) }()
+	go func() { again <- l.Wait(context.Background()) }()
 	waitCall(t, v, 3)
 	v.finish <- nil
 	if err := <-again; err != nil {

@@ -1,11 +1,11 @@
-package coordinator
+package intake
 
 import (
 	"context"
 	"sync"
 )
 
-// leaderCheck confirms that this member still leads before it answers an
+// LeaderCheck confirms that this member still leads before it answers an
 // agent, sharing one confirmation among the reports that wait at the same
 // time.
 //
@@ -20,7 +20,7 @@ import (
 // runs therefore wait for the next, which starts when the current one ends
 // and serves them all, so there are never more than two rounds for any
 // number of waiting reports, and at most one runs at a time.
-type leaderCheck struct {
+type LeaderCheck struct {
 	verify func() error
 
 	mu      sync.Mutex
@@ -32,17 +32,18 @@ type leaderCheck struct {
 type checkTurn struct {
 	done    chan struct{}
 	err     error // set before done is closed
-	waiters int   // reports that joined it, under leaderCheck.mu
+	waiters int   // reports that joined it, under LeaderCheck.mu
 }
 
-func newLeaderCheck(verify func() error) *leaderCheck {
-	return &leaderCheck{verify: verify}
+// NewLeaderCheck returns a check that confirms leadership with verify.
+func NewLeaderCheck(verify func() error) *LeaderCheck {
+	return &LeaderCheck{verify: verify}
 }
 
-// wait returns once a verification that started after the call has ended:
+// Wait returns once a verification that started after the call has ended:
 // nil if it confirmed leadership, its error otherwise, or ctx's error if
 // ctx ends first (the round goes on for the others).
-func (l *leaderCheck) wait(ctx context.Context) error {
+func (l *LeaderCheck) Wait(ctx context.Context) error {
 	l.mu.Lock()
 	if l.pending == nil {
 		l.pending = &checkTurn{done: make(chan struct{})}
@@ -65,7 +66,7 @@ func (l *leaderCheck) wait(ctx context.Context) error {
 // run verifies, round after round, while reports wait, then ends. A round
 // takes the waiters gathered so far and starts after taking them, so it
 // started after each of them arrived.
-func (l *leaderCheck) run() {
+func (l *LeaderCheck) run() {
 	for {
 		l.mu.Lock()
 		turn := l.pending

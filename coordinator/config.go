@@ -491,3 +491,18 @@ func (c *Config) withDefaults() (Config, error) {
 	cfg.Clock = timeutil.Or(cfg.Clock)
 	return cfg, nil
 }
+
+// reloader reads the TLS files, kept current as they change, or nil
+// without TLS.
+func (t TLSConfig) reloader(log hclog.Logger) (*auth.Reloader, error) {
+	if !t.Enabled() {
+		return nil, nil
+	}
+	r, err := auth.NewReloader(auth.TLSFiles{CertFile: t.CertFile, KeyFile: t.KeyFile, CAFile: t.CAFile}, func(err error) {
+		log.Error("a changed TLS file could not be loaded", "error", err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: %w", err)
+	}
+	return r, nil
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/coordinator/internal/intake"
+	"github.com/allot-io/allot/coordinator/internal/raftnet"
 	"github.com/allot-io/allot/coordinator/internal/shardgroup"
 	"github.com/allot-io/allot/coordinator/ledgersink"
 	"github.com/allot-io/allot/internal/auth"
@@ -63,7 +64,7 @@ type Coordinator struct {
 	fsm       *fsm.FSM
 	raft      *raft.Raft
 	transport *raft.NetworkTransport
-	gate      *voteGate
+	gate      *raftnet.VoteGate
 	store     *datadir.Store
 	raftAddr  string
 	// startState is what the data dir held at start (fresh, existing or
@@ -253,7 +254,7 @@ func (c *Coordinator) startRaft() (err error) {
 			}
 			return cfg
 		}
-		stream, err := newTLSStreamLayer(cfg.RaftAddr, cfg.advertised(cfg.RaftAddr), server, client)
+		stream, err := raftnet.NewTLSStreamLayer(cfg.RaftAddr, cfg.advertised(cfg.RaftAddr), server, client)
 		if err != nil {
 			return err
 		}
@@ -276,7 +277,7 @@ func (c *Coordinator) startRaft() (err error) {
 		}
 	}
 	c.raftAddr = string(c.transport.LocalAddr())
-	c.gate = newVoteGate(c.transport, c.log)
+	c.gate = raftnet.NewVoteGate(c.transport, c.log)
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
 	rc.Logger = rlog
@@ -295,7 +296,7 @@ func (c *Coordinator) startRaft() (err error) {
 		return fmt.Errorf("coordinator: starting Raft from %s: %w", cfg.DataDir, err)
 	}
 	c.raft = r
-	c.gate.setHasLog(func() bool { return c.raft.LastIndex() > 0 })
+	c.gate.SetHasLog(func() bool { return c.raft.LastIndex() > 0 })
 	c.notify = notify
 	if (cfg.Bootstrap || cfg.BootstrapExpect == 1) && c.store.State == datadir.Fresh {
 		f := c.raft.BootstrapCluster(raft.Configuration{Servers: []raft.Server{{ID: rc.LocalID, Address: c.transport.LocalAddr()}}})

@@ -1,4 +1,4 @@
-package coordinator
+package raftnet
 
 import (
 	"errors"
@@ -9,10 +9,10 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// errNoStateYet answers a leadership transfer to a member with no state.
-var errNoStateYet = errors.New("coordinator: this member has no Raft state yet and takes no part in elections")
+// ErrNoStateYet answers a leadership transfer to a member with no state.
+var ErrNoStateYet = errors.New("coordinator: this member has no Raft state yet and takes no part in elections")
 
-// voteGate wraps the Raft transport of a member and refuses, on its
+// VoteGate wraps the Raft transport of a member and refuses, on its
 // behalf, every vote, pre-vote and leadership transfer asked of it while it
 // has no Raft state.
 //
@@ -24,7 +24,7 @@ var errNoStateYet = errors.New("coordinator: this member has no Raft state yet a
 // stays shut until the member has a log: one it bootstrapped itself, or
 // one a leader replicated to it, which brings the cluster's current term
 // with it. From then on the member votes as any other.
-type voteGate struct {
+type VoteGate struct {
 	raft.Transport
 	out     chan raft.RPC
 	hasLog  atomic.Pointer[func() bool]
@@ -34,26 +34,26 @@ type voteGate struct {
 	stopped sync.Once
 }
 
-// newVoteGate wraps t. Until open is set (setHasLog), every vote is
+// NewVoteGate wraps t. Until open is set (SetHasLog), every vote is
 // refused.
-func newVoteGate(t raft.Transport, log hclog.Logger) *voteGate {
-	g := &voteGate{Transport: t, out: make(chan raft.RPC), log: log, stop: make(chan struct{})}
+func NewVoteGate(t raft.Transport, log hclog.Logger) *VoteGate {
+	g := &VoteGate{Transport: t, out: make(chan raft.RPC), log: log, stop: make(chan struct{})}
 	go g.run(t.Consumer())
 	return g
 }
 
-// setHasLog tells the gate how to know the member has a log.
-func (g *voteGate) setHasLog(fn func() bool) { g.hasLog.Store(&fn) }
+// SetHasLog tells the gate how to know the member has a log.
+func (g *VoteGate) SetHasLog(fn func() bool) { g.hasLog.Store(&fn) }
 
-func (g *voteGate) open() bool {
+func (g *VoteGate) open() bool {
 	fn := g.hasLog.Load()
 	return fn != nil && (*fn)()
 }
 
 // Consumer implements raft.Transport: the RPCs that pass the gate.
-func (g *voteGate) Consumer() <-chan raft.RPC { return g.out }
+func (g *VoteGate) Consumer() <-chan raft.RPC { return g.out }
 
-func (g *voteGate) run(in <-chan raft.RPC) {
+func (g *VoteGate) run(in <-chan raft.RPC) {
 	for {
 		select {
 		case <-g.stop:
@@ -73,7 +73,7 @@ func (g *voteGate) run(in <-chan raft.RPC) {
 
 // refuse answers rpc itself when the gate is shut and it asks for a vote
 // or a leadership transfer.
-func (g *voteGate) refuse(rpc raft.RPC) bool {
+func (g *VoteGate) refuse(rpc raft.RPC) bool {
 	switch req := rpc.Command.(type) {
 	case *raft.RequestVoteRequest:
 		if g.open() {
@@ -91,21 +91,21 @@ func (g *voteGate) refuse(rpc raft.RPC) bool {
 		if g.open() {
 			return false
 		}
-		rpc.Respond(nil, errNoStateYet)
+		rpc.Respond(nil, ErrNoStateYet)
 	default:
 		return false
 	}
 	return true
 }
 
-func (g *voteGate) warn() {
+func (g *VoteGate) warn() {
 	if !g.warned.Swap(true) {
 		g.log.Info("refusing votes until this member has the cluster's log: it has no Raft state, and a member that lost its state must not vote with a forgotten term")
 	}
 }
 
 // RequestPreVote implements raft.WithPreVote, as the wrapped transport does.
-func (g *voteGate) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+func (g *VoteGate) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
 	pv, ok := g.Transport.(raft.WithPreVote)
 	if !ok {
 		return errors.New("coordinator: the transport does not support pre-vote")
@@ -115,7 +115,7 @@ func (g *voteGate) RequestPreVote(id raft.ServerID, target raft.ServerAddress, a
 
 // Close implements raft.WithClose: it stops the gate and closes the
 // wrapped transport.
-func (g *voteGate) Close() error {
+func (g *VoteGate) Close() error {
 	g.stopped.Do(func() { close(g.stop) })
 	if c, ok := g.Transport.(raft.WithClose); ok {
 		return c.Close()

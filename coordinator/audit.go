@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/authz"
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/internal/auth"
@@ -45,7 +46,7 @@ func (c *Coordinator) caller(ctx context.Context) (actor, addr string) {
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	fwdActor, fwdPeer := firstValue(md, callerActorKey), firstValue(md, callerPeerKey)
-	if !c.authz.enabled() {
+	if !c.authz.Enabled() {
 		// Nobody proves anything here: a forwarder's word is kept as an
 		// address only, next to the one the call came from.
 		if fwdPeer != "" {
@@ -53,7 +54,7 @@ func (c *Coordinator) caller(ctx context.Context) (actor, addr string) {
 		}
 		return anonymous, addr
 	}
-	id, _ := ctx.Value(identityKey{}).(auth.Identity)
+	id := authz.Identity(ctx)
 	if fwdActor != "" && id.Holds(auth.Member) {
 		if fwdPeer != "" {
 			addr = fwdPeer + " via " + addr

@@ -16,6 +16,7 @@ import (
 
 	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/coordinator/datadir"
+	"github.com/allot-io/allot/coordinator/internal/authz"
 	"github.com/allot-io/allot/coordinator/internal/fsm"
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
@@ -114,7 +115,7 @@ type Coordinator struct {
 	tls *auth.Reloader
 	// authz decides who may call what; memberToken is what this member
 	// presents to join, nil without a token.
-	authz       *authorizer
+	authz       *authz.Authorizer
 	memberToken *auth.TokenCredentials
 	newNodes    *intake.NodeGate
 
@@ -188,9 +189,12 @@ func New(config Config) (*Coordinator, error) {
 		cancel()
 		return nil, err
 	}
-	if c.authz, c.memberToken, err = newAuthorizer(&cfg, c.log, c.metrics.authRefusals); err != nil {
+	if c.authz, c.memberToken, err = authz.New(authz.Config{
+		AdminToken: cfg.AdminToken, AuthTokensFile: cfg.AuthTokensFile, TokenFile: cfg.TokenFile, Certs: cfg.TLS.CAFile != "",
+		Now: cfg.Clock.Now, Log: c.log, Refusals: c.metrics.authRefusals,
+	}); err != nil {
 		cancel()
-		return nil, err
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if err := c.startRaft(); err != nil {
 		cancel()
@@ -348,8 +352,8 @@ func (c *Coordinator) startGRPC() error {
 		grpc.MaxHeaderListSize(maxHeaderList),
 		grpc.MaxConcurrentStreams(uint32(c.cfg.MaxConcurrentStreams)),
 		grpc.ConnectionTimeout(connectionTimeout),
-		grpc.ChainUnaryInterceptor(c.metrics.grpc.UnaryServerInterceptor(), markHandled, c.authz.unary),
-		grpc.ChainStreamInterceptor(c.metrics.grpc.StreamServerInterceptor(), c.authz.stream),
+		grpc.ChainUnaryInterceptor(c.metrics.grpc.UnaryServerInterceptor(), markHandled, c.authz.Unary),
+		grpc.ChainStreamInterceptor(c.metrics.grpc.StreamServerInterceptor(), c.authz.Stream),
 		grpc.StatsHandler(&oversizeCounter{reports: c.metrics.reports}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: c.cfg.MaxConnectionAge, MaxConnectionAgeGrace: time.Minute, MaxConnectionIdle: connectionIdle}),
 	)

@@ -10,6 +10,7 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 
+	"github.com/allot-io/allot/coordinator/internal/authz"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -95,11 +96,11 @@ func (c *Coordinator) maxRecvMessage() int {
 // has openRequestTimeout to send it.
 func (c *Coordinator) tapCall(ctx context.Context, info *tap.Info) (context.Context, error) {
 	a := c.authz
-	if !a.enabled() {
+	if !a.Enabled() {
 		return ctx, nil
 	}
-	if !strings.HasPrefix(info.FullMethodName, openPrefix) {
-		_, err := a.authorize(ctx, info.FullMethodName)
+	if !strings.HasPrefix(info.FullMethodName, authz.OpenPrefix) {
+		_, err := a.Authorize(ctx, info.FullMethodName)
 		return ctx, err
 	}
 	if c.openCalls.Add(1) > maxOpenStreams {

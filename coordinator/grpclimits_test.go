@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/authz"
 	"github.com/allot-io/allot/internal/testwait"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -139,7 +140,7 @@ func TestUnauthenticatedCallsCostLittle(t *testing.T) {
 	if n := counterValue(t, c, "grpc_server_started_total", "grpc_method", "Report"); n != 0 {
 		t.Fatalf("the refused report reached the interceptors (%v started)", n)
 	}
-	if n := testutil.ToFloat64(c.metrics.authRefusals.WithLabelValues("Report", reasonNoCredential)); n != 1 {
+	if n := testutil.ToFloat64(c.metrics.authRefusals.WithLabelValues("Report", authz.ReasonNoCredential)); n != 1 {
 		t.Fatalf("%v refusals of Report counted, want 1", n)
 	}
 

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/authz"
 	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/internal/httproute"
 	"github.com/allot-io/allot/internal/listenerr"
@@ -134,19 +135,19 @@ func (c *Coordinator) httpLimits() httpLimits {
 func (c *Coordinator) readerOnly(name string, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a := c.authz
-		if !a.enabled() {
+		if !a.Enabled() {
 			h.ServeHTTP(w, r)
 			return
 		}
-		id, reason := a.identify(r.Header.Values("Authorization"), r.TLS)
+		id, reason := a.Identify(r.Header.Values("Authorization"), r.TLS)
 		p := &peer.Peer{Addr: remoteAddr(r.RemoteAddr)}
 		switch {
 		case reason != "":
-			a.refuse(p, "http:"+name, reason, "")
+			a.Refuse(p, "http:"+name, reason, "")
 			w.Header().Set("WWW-Authenticate", `Bearer realm="allot"`)
 			writeError(w, http.StatusUnauthorized, errors.New("authentication required: present a valid bearer token or client certificate"))
 		case !id.Permits(auth.Reader):
-			a.refuse(p, "http:"+name, reasonWrongRole, id.Name())
+			a.Refuse(p, "http:"+name, authz.ReasonWrongRole, id.Name())
 			writeError(w, http.StatusForbidden, errors.New("permission denied: this endpoint needs the reader role"))
 		default:
 			h.ServeHTTP(w, r)

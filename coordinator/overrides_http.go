@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/allot-io/allot/coordinator/internal/authz"
 	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/internal/httproute"
 	allotpb "github.com/allot-io/allot/proto"
@@ -81,22 +82,22 @@ func (c *Coordinator) withRole(name string, role auth.Role, h func(context.Conte
 			ctx = metadata.NewIncomingContext(ctx, metadata.Pairs("authorization", v))
 		}
 		a := c.authz
-		if !a.enabled() {
+		if !a.Enabled() {
 			h(ctx, w, r)
 			return
 		}
-		id, reason := a.identify(r.Header.Values("Authorization"), r.TLS)
+		id, reason := a.Identify(r.Header.Values("Authorization"), r.TLS)
 		p, _ := peer.FromContext(ctx)
 		switch {
 		case reason != "":
-			a.refuse(p, "http:"+name, reason, "")
+			a.Refuse(p, "http:"+name, reason, "")
 			w.Header().Set("WWW-Authenticate", `Bearer realm="allot"`)
 			writeError(w, http.StatusUnauthorized, errors.New("authentication required: present a valid bearer token or client certificate"))
 		case !id.Permits(role):
-			a.refuse(p, "http:"+name, reasonWrongRole, id.Name())
+			a.Refuse(p, "http:"+name, authz.ReasonWrongRole, id.Name())
 			writeError(w, http.StatusForbidden, errors.New("permission denied: this endpoint needs the "+role.String()+" role"))
 		default:
-			h(context.WithValue(ctx, identityKey{}, id), w, r)
+			h(authz.WithIdentity(ctx, id), w, r)
 		}
 	})
 }

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/allot-io/allot/coordinator/internal/authz"
 	"github.com/allot-io/allot/coordinator/rlqs"
-	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/internal/clusterclient"
 	"github.com/allot-io/allot/internal/shardroute"
 	"github.com/allot-io/allot/lease/rules"
@@ -28,11 +28,8 @@ import (
 func (c *Coordinator) newRLQS() *rlqs.Server {
 	return rlqs.New(rlqs.Config{
 		Intake: streamIntake{c}, Region: c.cfg.Region, Clock: c.cfg.Clock, Log: c.log,
-		Metrics: rlqs.Metrics{Streams: c.metrics.rlqsStreams, Requests: c.metrics.rlqsRequests, Abandoned: c.metrics.rlqsAbandoned},
-		Caller: func(ctx context.Context) string {
-			id, _ := ctx.Value(identityKey{}).(auth.Identity)
-			return id.Name()
-		},
+		Metrics:  rlqs.Metrics{Streams: c.metrics.rlqsStreams, Requests: c.metrics.rlqsRequests, Abandoned: c.metrics.rlqsAbandoned},
+		Caller:   func(ctx context.Context) string { return authz.Identity(ctx).Name() },
 		Draining: c.draining,
 	})
 }

@@ -78,7 +78,7 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 		return nil, err
 	}
 	if checkCaller {
-		if err := c.authz.mayReportAs(ctx, req.GetNode(), req.GetRegion()); err != nil {
+		if err := c.authz.MayReportAs(ctx, req.GetNode(), req.GetRegion()); err != nil {
 			c.metrics.reports.WithLabelValues("forbidden").Inc()
 			return nil, err
 		}

@@ -1,4 +1,4 @@
-package coordinator
+package authz
 
 import (
 	"context"
@@ -43,24 +43,24 @@ var methodRoles = map[string]auth.Role{
 	"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo":  auth.Reader,
 }
 
-// openPrefix is the service every caller may use: health checks, for
+// OpenPrefix is the service every caller may use: health checks, for
 // load balancers that hold no credential.
-const openPrefix = "/grpc.health.v1.Health/"
+const OpenPrefix = "/grpc.health.v1.Health/"
 
 // Refusal reasons, the reason label of allot_coordinator_auth_refusals_total.
 const (
-	reasonNoCredential = "no_credential"
-	reasonBadToken     = "bad_token"
-	reasonExpired      = "expired_certificate"
-	reasonWrongRole    = "wrong_role"
-	reasonWrongNode    = "wrong_node"
+	ReasonNoCredential = "no_credential"
+	ReasonBadToken     = "bad_token"
+	ReasonExpired      = "expired_certificate"
+	ReasonWrongRole    = "wrong_role"
+	ReasonWrongNode    = "wrong_node"
 )
 
-// authorizer decides whether a call may proceed: it identifies the caller
+// Authorizer decides whether a call may proceed: it identifies the caller
 // by bearer token and client certificate and checks the method's roles.
 // With no credential configured it lets everything through (a loopback or
 // --insecure coordinator).
-type authorizer struct {
+type Authorizer struct {
 	tokens   []func() *auth.Tokens
 	certs    bool // client certificates are verified against a CA
 	now      func() time.Time
@@ -68,19 +68,31 @@ type authorizer struct {
 	logs     *peerLog
 }
 
-func (a *authorizer) enabled() bool { return len(a.tokens) > 0 || a.certs }
+func (a *Authorizer) Enabled() bool { return len(a.tokens) > 0 || a.certs }
 
 type identityKey struct{}
 
-// identify returns what a caller proved with its authorization headers
+// WithIdentity is ctx carrying a caller's identity, as Authorize's does.
+func WithIdentity(ctx context.Context, id auth.Identity) context.Context {
+	return context.WithValue(ctx, identityKey{}, id)
+}
+
+// Identity is the identity of the caller whose context ctx is, proved to
+// Authorize (or WithIdentity); the zero Identity when it proved none.
+func Identity(ctx context.Context) auth.Identity {
+	id, _ := ctx.Value(identityKey{}).(auth.Identity)
+	return id
+}
+
+// Identify returns what a caller proved with its authorization headers
 // and its TLS connection, or the reason it proved nothing.
-func (a *authorizer) identify(authz []string, state *tls.ConnectionState) (auth.Identity, string) {
+func (a *Authorizer) Identify(authz []string, state *tls.ConnectionState) (auth.Identity, string) {
 	var id auth.Identity
-	reason := reasonNoCredential
+	reason := ReasonNoCredential
 	for _, v := range authz {
 		tok, ok := bearerToken(v)
 		if !ok {
-			reason = reasonBadToken
+			reason = ReasonBadToken
 			continue
 		}
 		found := false
@@ -90,13 +102,13 @@ func (a *authorizer) identify(authz []string, state *tls.ConnectionState) (auth.
 			}
 		}
 		if !found {
-			reason = reasonBadToken
+			reason = ReasonBadToken
 		}
 	}
 	if a.certs && state != nil && len(state.VerifiedChains) > 0 {
 		grants, err := auth.CertGrants(state.VerifiedChains[0][0], a.now())
 		if err != nil {
-			reason = reasonExpired
+			reason = ReasonExpired
 		}
 		id.Grants = append(id.Grants, grants...)
 	}
@@ -116,10 +128,10 @@ func bearerToken(v string) (string, bool) {
 	return strings.TrimSpace(v[len(scheme):]), true
 }
 
-// authorize checks a call to method, returning the context carrying the
+// Authorize checks a call to method, returning the context carrying the
 // caller's identity or the refusal.
-func (a *authorizer) authorize(ctx context.Context, method string) (context.Context, error) {
-	if !a.enabled() || strings.HasPrefix(method, openPrefix) {
+func (a *Authorizer) Authorize(ctx context.Context, method string) (context.Context, error) {
+	if !a.Enabled() || strings.HasPrefix(method, OpenPrefix) {
 		return ctx, nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -130,10 +142,10 @@ func (a *authorizer) authorize(ctx context.Context, method string) (context.Cont
 			state = &info.State
 		}
 	}
-	id, reason := a.identify(md.Get("authorization"), state)
+	id, reason := a.Identify(md.Get("authorization"), state)
 	short := method[strings.LastIndexByte(method, '/')+1:]
 	if reason != "" {
-		a.refuse(p, short, reason, "")
+		a.Refuse(p, short, reason, "")
 		return ctx, status.Error(codes.Unauthenticated, "authentication required: present a valid bearer token or client certificate")
 	}
 	roles, ok := methodRoles[method]
@@ -141,29 +153,29 @@ func (a *authorizer) authorize(ctx context.Context, method string) (context.Cont
 		roles = auth.Admin
 	}
 	if !id.Permits(roles) {
-		a.refuse(p, short, reasonWrongRole, id.Name())
+		a.Refuse(p, short, ReasonWrongRole, id.Name())
 		return ctx, status.Errorf(codes.PermissionDenied, "permission denied: %s needs the %v role", short, roles)
 	}
-	return context.WithValue(ctx, identityKey{}, id), nil
+	return WithIdentity(ctx, id), nil
 }
 
-// mayReportAs checks that the caller of a report may report as node in
+// MayReportAs checks that the caller of a report may report as node in
 // region: an agent reports only as itself.
-func (a *authorizer) mayReportAs(ctx context.Context, node, region string) error {
-	if !a.enabled() {
+func (a *Authorizer) MayReportAs(ctx context.Context, node, region string) error {
+	if !a.Enabled() {
 		return nil
 	}
-	id, _ := ctx.Value(identityKey{}).(auth.Identity)
+	id := Identity(ctx)
 	if id.MayReportAs(node, region) {
 		return nil
 	}
 	p, _ := peer.FromContext(ctx)
-	a.refuse(p, "Report", reasonWrongNode, id.Name())
+	a.Refuse(p, "Report", ReasonWrongNode, id.Name())
 	return status.Error(codes.PermissionDenied, "permission denied: an agent may report only as the node and region its credential names")
 }
 
-// refuse counts a refusal and logs it, at most once a minute per peer.
-func (a *authorizer) refuse(p *peer.Peer, method, reason, who string) {
+// Refuse counts a refusal and logs it, at most once a minute per peer.
+func (a *Authorizer) Refuse(p *peer.Peer, method, reason, who string) {
 	a.refusals.WithLabelValues(method, reason).Inc()
 	host := "unknown"
 	if p != nil && p.Addr != nil {
@@ -175,16 +187,19 @@ func (a *authorizer) refuse(p *peer.Peer, method, reason, who string) {
 	a.logs.warn(host, "refused a call", "peer", host, "method", method, "reason", reason, "credential", who)
 }
 
-func (a *authorizer) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
-	ctx, err := a.authorize(ctx, info.FullMethod)
+// Unary is the gRPC server's interceptor of unary calls.
+func (a *Authorizer) Unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+	ctx, err := a.Authorize(ctx, info.FullMethod)
 	if err != nil {
 		return nil, err
 	}
 	return next(ctx, req)
 }
 
-func (a *authorizer) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, next grpc.StreamHandler) error {
-	ctx, err := a.authorize(ss.Context(), info.FullMethod)
+// Stream is the gRPC server's interceptor of streams: the stream's
+// context carries the caller's identity.
+func (a *Authorizer) Stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, next grpc.StreamHandler) error {
+	ctx, err := a.Authorize(ss.Context(), info.FullMethod)
 	if err != nil {
 		return err
 	}
@@ -255,10 +270,29 @@ func (l *peerLog) warn(peer, msg string, args ...any) {
 	l.log.Warn(msg, args...)
 }
 
-// newAuthorizer reads the credentials cfg configures: the tokens callers
-// may present, and the token this member presents when it joins.
-func newAuthorizer(cfg *Config, log hclog.Logger, refusals *prometheus.CounterVec) (*authorizer, *auth.TokenCredentials, error) {
-	a := &authorizer{certs: cfg.TLS.CAFile != "", now: cfg.Clock.Now, refusals: refusals, logs: newPeerLog(log.Named("auth"), cfg.Clock.Now)}
+// Config is the credentials a member is configured with.
+type Config struct {
+	// AdminToken is a static token with the admin role; AuthTokensFile
+	// the tokens file callers' tokens are looked up in, re-read when it
+	// changes.
+	AdminToken, AuthTokensFile string
+	// TokenFile holds the token this member presents to other members.
+	TokenFile string
+	// Certs says client certificates are verified against a CA, and grant
+	// the roles they name.
+	Certs bool
+	Now   func() time.Time
+	Log   hclog.Logger
+	// Refusals counts refused calls by method and reason.
+	Refusals *prometheus.CounterVec
+}
+
+// New reads the credentials cfg configures: the tokens callers may
+// present, and the token this member presents when it joins. An error
+// names the field whose file could not be read.
+func New(cfg Config) (*Authorizer, *auth.TokenCredentials, error) {
+	log, refusals := cfg.Log, cfg.Refusals
+	a := &Authorizer{certs: cfg.Certs, now: cfg.Now, refusals: refusals, logs: newPeerLog(log.Named("auth"), cfg.Now)}
 	onError := func(what string) func(error) {
 		return func(err error) { log.Error("a changed "+what+" could not be loaded", "error", err) }
 	}
@@ -269,7 +303,7 @@ func newAuthorizer(cfg *Config, log hclog.Logger, refusals *prometheus.CounterVe
 	if cfg.AuthTokensFile != "" {
 		f, err := auth.WatchTokens(cfg.AuthTokensFile, onError("tokens file"))
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: AuthTokensFile: %w", ErrInvalidConfig, err)
+			return nil, nil, fmt.Errorf("AuthTokensFile: %w", err)
 		}
 		a.tokens = append(a.tokens, f.Tokens)
 	}
@@ -277,17 +311,17 @@ func newAuthorizer(cfg *Config, log hclog.Logger, refusals *prometheus.CounterVe
 	if cfg.TokenFile != "" {
 		var err error
 		if own, err = auth.NewTokenCredentials(cfg.TokenFile, onError("token file")); err != nil {
-			return nil, nil, fmt.Errorf("%w: TokenFile: %w", ErrInvalidConfig, err)
+			return nil, nil, fmt.Errorf("TokenFile: %w", err)
 		}
 	}
-	if !a.enabled() {
+	if !a.Enabled() {
 		log.Warn("no credentials configured: every caller may report usage, read the ledger and change rules; listening on loopback only, or with --insecure")
 	}
 	for m := range methodRoles {
-		for _, r := range []string{reasonNoCredential, reasonBadToken, reasonExpired, reasonWrongRole} {
+		for _, r := range []string{ReasonNoCredential, ReasonBadToken, ReasonExpired, ReasonWrongRole} {
 			refusals.WithLabelValues(m[strings.LastIndexByte(m, '/')+1:], r)
 		}
 	}
-	refusals.WithLabelValues("Report", reasonWrongNode)
+	refusals.WithLabelValues("Report", ReasonWrongNode)
 	return a, own, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/allot-io/allot/internal/clusterclient"
 	"github.com/allot-io/allot/internal/timeutil"
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -490,6 +491,26 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	cfg.Clock = timeutil.Or(cfg.Clock)
 	return cfg, nil
+}
+
+// testHooks let this package's tests reach into one member's machinery,
+// to make a race or a failure happen when they choose rather than when
+// timing allows. Config.hooks is nil outside tests, and every hook is
+// optional.
+type testHooks struct {
+	// beforeApply runs before the state machine applies each log entry,
+	// on Raft's apply goroutine: blocking it holds this member's replica
+	// behind its log (a follower that lags).
+	beforeApply func(*raft.Log)
+	// openRequestTimeout, when set, replaces openRequestTimeout
+	// (grpclimits.go).
+	openRequestTimeout time.Duration
+	// httpLimits, when set, changes the HTTP server's limits before it
+	// serves (a test shortens them).
+	httpLimits func(*httpLimits)
+	// leadStep runs before each step of a new leader's preamble, named as
+	// preamble names it; an error fails the step.
+	leadStep func(step string) error
 }
 
 // reloader reads the TLS files, kept current as they change, or nil

@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
-
 	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/coordinator/datadir"
 	"github.com/allot-io/allot/coordinator/internal/authz"
@@ -34,12 +32,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/reflection"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -312,6 +305,25 @@ func (c *Coordinator) startRaft() (err error) {
 	return nil
 }
 
+// raftFSM is the state machine Raft drives: the FSM, behind the
+// beforeApply hook when a test set one.
+func (c *Coordinator) raftFSM() raft.FSM {
+	if h := c.cfg.hooks; h != nil && h.beforeApply != nil {
+		return hookedFSM{FSM: c.fsm, before: h.beforeApply}
+	}
+	return c.fsm
+}
+
+type hookedFSM struct {
+	*fsm.FSM
+	before func(*raft.Log)
+}
+
+func (h hookedFSM) Apply(l *raft.Log) any {
+	h.before(l)
+	return h.FSM.Apply(l)
+}
+
 // openDataDir checks and opens the member's data dir before anything
 // else: a member whose storage is damaged, or that lost its state and
 // would bootstrap a second cluster, does not even listen.
@@ -337,69 +349,6 @@ func (c *Coordinator) openDataDir() error {
 	c.store, c.identity, c.startState = st, st.Identity, protoState(st.State)
 	c.log.Info("data dir checked", "dir", cfg.DataDir, "state", st.State, "log_first", st.FirstIndex, "log_last", st.LastIndex, "snapshot", st.SnapshotIndex)
 	return nil
-}
-
-func (c *Coordinator) startGRPC() error {
-	// The tracing interceptors come first, so that a call refused by
-	// authorization has its span too.
-	// What a call may cost before it is authenticated and decoded is
-	// bounded in grpclimits.go: the tap, the receive and header limits,
-	// the streams per connection, and each method's limit.
-	opts := append(tracing.ServerOptions(c.tracer),
-		grpc.InTapHandle(c.tapCall),
-		grpc.MaxRecvMsgSize(c.maxRecvMessage()),
-		grpc.ForceServerCodecV2(newLimitCodec()),
-		grpc.MaxHeaderListSize(maxHeaderList),
-		grpc.MaxConcurrentStreams(uint32(c.cfg.MaxConcurrentStreams)),
-		grpc.ConnectionTimeout(connectionTimeout),
-		grpc.ChainUnaryInterceptor(c.metrics.grpc.UnaryServerInterceptor(), markHandled, c.authz.Unary),
-		grpc.ChainStreamInterceptor(c.metrics.grpc.StreamServerInterceptor(), c.authz.Stream),
-		grpc.StatsHandler(&oversizeCounter{reports: c.metrics.reports}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: c.cfg.MaxConnectionAge, MaxConnectionAgeGrace: time.Minute, MaxConnectionIdle: connectionIdle}),
-	)
-	if c.tls != nil {
-		// Client certificates are verified when given; callers without
-		// one authenticate by token, and each refusal is counted by
-		// method rather than lost in a failed handshake.
-		opts = append(opts, grpc.Creds(credentials.NewTLS(c.tls.ServerConfig(false))))
-	}
-	c.grpc = grpc.NewServer(opts...)
-	reg := limitedRegistrar{Server: c.grpc, limits: c.methodLimits()}
-	allotpb.RegisterAgentServiceServer(reg, &agentServer{c: c})
-	allotpb.RegisterRulesServiceServer(reg, &rulesServer{c: c})
-	allotpb.RegisterOverridesServiceServer(reg, &overridesServer{c: c})
-	allotpb.RegisterResetsServiceServer(reg, &resetsServer{c: c})
-	allotpb.RegisterClusterServiceServer(reg, &clusterServer{c: c})
-	allotpb.RegisterUsageServiceServer(reg, &usageServer{c: c})
-	allotpb.RegisterAuditServiceServer(reg, &auditServer{c: c})
-	allotpb.RegisterShardServiceServer(reg, c.groups.Server())
-	rlqsv3.RegisterRateLimitQuotaServiceServer(reg, c.newRLQS())
-	c.health = health.NewServer()
-	healthpb.RegisterHealthServer(reg, c.health)
-	reflection.Register(reg)
-	c.metrics.grpc.InitializeMetrics(c.grpc) // every method's series at 0
-	lis, err := net.Listen("tcp", c.cfg.GRPCAddr)
-	if err != nil {
-		return fmt.Errorf("coordinator: grpc listener: %w", listenerr.Explain("grpc-addr", c.cfg.GRPCAddr, err))
-	}
-	c.grpcLis = lis
-	c.peers = newPeers(c.grpcDialOptions())
-	go func() {
-		if err := c.grpc.Serve(c.grpcLis); err != nil && !c.closed.Load() {
-			c.log.Error("grpc server stopped", "error", err)
-		}
-	}()
-	return nil
-}
-
-// grpcDialOptions are how this member dials other members: a call
-// forwarded to the leader carries the trace context on.
-func (c *Coordinator) grpcDialOptions() []grpc.DialOption {
-	opts := tracing.DialOptions(c.tracer)
-	if c.tls != nil {
-		return append(opts, grpc.WithTransportCredentials(c.tls.ClientCredentials()))
-	}
-	return append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
 }
 
 // GRPCAddr is the address gRPC listens on.

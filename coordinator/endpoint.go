@@ -4,13 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync/atomic"
 	"time"
+
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/coordinator/internal/shardgroup"
 	"github.com/allot-io/allot/internal/clusterclient"
+	"github.com/allot-io/allot/internal/listenerr"
 	"github.com/allot-io/allot/internal/shard"
+	"github.com/allot-io/allot/internal/tracing"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/hashicorp/raft"
@@ -20,7 +25,13 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -31,6 +42,69 @@ import (
 const LeaderTrailer = clusterclient.LeaderTrailer
 
 var errBadRequest = errors.New("coordinator: bad request")
+
+func (c *Coordinator) startGRPC() error {
+	// The tracing interceptors come first, so that a call refused by
+	// authorization has its span too.
+	// What a call may cost before it is authenticated and decoded is
+	// bounded in grpclimits.go: the tap, the receive and header limits,
+	// the streams per connection, and each method's limit.
+	opts := append(tracing.ServerOptions(c.tracer),
+		grpc.InTapHandle(c.tapCall),
+		grpc.MaxRecvMsgSize(c.maxRecvMessage()),
+		grpc.ForceServerCodecV2(newLimitCodec()),
+		grpc.MaxHeaderListSize(maxHeaderList),
+		grpc.MaxConcurrentStreams(uint32(c.cfg.MaxConcurrentStreams)),
+		grpc.ConnectionTimeout(connectionTimeout),
+		grpc.ChainUnaryInterceptor(c.metrics.grpc.UnaryServerInterceptor(), markHandled, c.authz.Unary),
+		grpc.ChainStreamInterceptor(c.metrics.grpc.StreamServerInterceptor(), c.authz.Stream),
+		grpc.StatsHandler(&oversizeCounter{reports: c.metrics.reports}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: c.cfg.MaxConnectionAge, MaxConnectionAgeGrace: time.Minute, MaxConnectionIdle: connectionIdle}),
+	)
+	if c.tls != nil {
+		// Client certificates are verified when given; callers without
+		// one authenticate by token, and each refusal is counted by
+		// method rather than lost in a failed handshake.
+		opts = append(opts, grpc.Creds(credentials.NewTLS(c.tls.ServerConfig(false))))
+	}
+	c.grpc = grpc.NewServer(opts...)
+	reg := limitedRegistrar{Server: c.grpc, limits: c.methodLimits()}
+	allotpb.RegisterAgentServiceServer(reg, &agentServer{c: c})
+	allotpb.RegisterRulesServiceServer(reg, &rulesServer{c: c})
+	allotpb.RegisterOverridesServiceServer(reg, &overridesServer{c: c})
+	allotpb.RegisterResetsServiceServer(reg, &resetsServer{c: c})
+	allotpb.RegisterClusterServiceServer(reg, &clusterServer{c: c})
+	allotpb.RegisterUsageServiceServer(reg, &usageServer{c: c})
+	allotpb.RegisterAuditServiceServer(reg, &auditServer{c: c})
+	allotpb.RegisterShardServiceServer(reg, c.groups.Server())
+	rlqsv3.RegisterRateLimitQuotaServiceServer(reg, c.newRLQS())
+	c.health = health.NewServer()
+	healthpb.RegisterHealthServer(reg, c.health)
+	reflection.Register(reg)
+	c.metrics.grpc.InitializeMetrics(c.grpc) // every method's series at 0
+	lis, err := net.Listen("tcp", c.cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("coordinator: grpc listener: %w", listenerr.Explain("grpc-addr", c.cfg.GRPCAddr, err))
+	}
+	c.grpcLis = lis
+	c.peers = newPeers(c.grpcDialOptions())
+	go func() {
+		if err := c.grpc.Serve(c.grpcLis); err != nil && !c.closed.Load() {
+			c.log.Error("grpc server stopped", "error", err)
+		}
+	}()
+	return nil
+}
+
+// grpcDialOptions are how this member dials other members: a call
+// forwarded to the leader carries the trace context on.
+func (c *Coordinator) grpcDialOptions() []grpc.DialOption {
+	opts := tracing.DialOptions(c.tracer)
+	if c.tls != nil {
+		return append(opts, grpc.WithTransportCredentials(c.tls.ClientCredentials()))
+	}
+	return append(opts, grpc.WithTransportCredentials(insecure.NewCredentials()))
+}
 
 // withToken attaches a bearer token to an outgoing call.
 func withToken(ctx context.Context, token string) context.Context {

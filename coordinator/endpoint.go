@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -342,3 +344,54 @@ func (c *Coordinator) notHome(what string) error { return c.groups.NotHome(what)
 
 // shardMap is the region's map as this (home) member holds it.
 func (c *Coordinator) shardMap() *shard.Map { return c.groups.Map() }
+
+func resultLabel(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	return strings.ToLower(status.Code(grpcError(err)).String())
+}
+
+// peers holds client connections to other members, for forwarding.
+type peers struct {
+	mu    sync.Mutex
+	opts  []grpc.DialOption
+	conns map[string]*grpc.ClientConn
+}
+
+func newPeers(opts []grpc.DialOption) *peers {
+	return &peers{opts: opts, conns: map[string]*grpc.ClientConn{}}
+}
+
+func (p *peers) conn(addr string) *grpc.ClientConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if cc := p.conns[addr]; cc != nil {
+		return cc
+	}
+	cc, err := grpc.NewClient(addr, p.opts...)
+	if err != nil {
+		// NewClient fails only on a malformed target; calls on a nil
+		// connection would panic, so use a client that fails each call.
+		cc, _ = grpc.NewClient("passthrough:///invalid-address", p.opts...)
+	}
+	p.conns[addr] = cc
+	return cc
+}
+
+func (p *peers) rules(addr string) allotpb.RulesServiceClient {
+	return allotpb.NewRulesServiceClient(p.conn(addr))
+}
+
+func (p *peers) cluster(addr string) allotpb.ClusterServiceClient {
+	return allotpb.NewClusterServiceClient(p.conn(addr))
+}
+
+func (p *peers) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, cc := range p.conns {
+		cc.Close()
+	}
+	p.conns = map[string]*grpc.ClientConn{}
+}

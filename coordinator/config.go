@@ -271,7 +271,7 @@ type Config struct {
 	// follows the system clock, as Raft itself does.
 	Clock timeutil.TimeSource
 
-	// hooks are this package's tests' (hooks.go); nil otherwise.
+	// hooks are this package's tests' (testHooks); nil otherwise.
 	hooks *testHooks
 }
 
@@ -503,7 +503,7 @@ type testHooks struct {
 	// behind its log (a follower that lags).
 	beforeApply func(*raft.Log)
 	// openRequestTimeout, when set, replaces openRequestTimeout
-	// (grpclimits.go).
+	// (endpoint_limits.go).
 	openRequestTimeout time.Duration
 	// httpLimits, when set, changes the HTTP server's limits before it
 	// serves (a test shortens them).

@@ -118,7 +118,7 @@ type Coordinator struct {
 	cancel  context.CancelFunc
 	// draining is closed when Close begins.
 	draining chan struct{}
-	// openCalls counts the calls to open methods in flight (grpclimits.go).
+	// openCalls counts the calls to open methods in flight (endpoint_limits.go).
 	openCalls atomic.Int64
 	wg        sync.WaitGroup
 	closed    atomic.Bool

@@ -45,11 +45,12 @@ const LeaderTrailer = clusterclient.LeaderTrailer
 
 var errBadRequest = errors.New("coordinator: bad request")
 
+// startGRPC serves every gRPC service on the gRPC listener.
 func (c *Coordinator) startGRPC() error {
 	// The tracing interceptors come first, so that a call refused by
 	// authorization has its span too.
 	// What a call may cost before it is authenticated and decoded is
-	// bounded in grpclimits.go: the tap, the receive and header limits,
+	// bounded in endpoint_limits.go: the tap, the receive and header limits,
 	// the streams per connection, and each method's limit.
 	opts := append(tracing.ServerOptions(c.tracer),
 		grpc.InTapHandle(c.tapCall),

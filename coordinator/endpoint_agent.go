@@ -43,7 +43,7 @@ func (s *agentServer) Report(ctx context.Context, req *allotpb.ReportRequest) (*
 
 // report handles a report; checkCaller says the caller must hold a
 // credential for the report's node (an agent's), which a report this
-// coordinator makes for an Envoy stream (see rlqs.go) need not.
+// coordinator makes for an Envoy stream (see endpoint_rlqs.go) need not.
 func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, checkCaller bool) (resp *allotpb.ReportResponse, err error) {
 	// The agent takes the time the report spends here (its usage's commit,
 	// the wait for a round) out of the round trip before it estimates its

@@ -34,9 +34,9 @@ import (
 //	/v1/status   this member and the cluster, as JSON
 //	/v1/usage    the ledger, as JSON: ?from=&to= (RFC 3339) &tenant= &rule= &region= &page_size= &page_token=
 //	             &group_only=true (a shard group's own part of a split region's ledger)
-//	/v1/overrides  per-tenant overrides: GET, PUT, DELETE (overrides_http.go)
-//	/ui          the status page (ui.go), and /v1/ui its data
-//	/openapi.json  the OpenAPI description of them all (openapi.go)
+//	/v1/overrides  per-tenant overrides: GET, PUT, DELETE (endpoint_overrides.go)
+//	/ui          the status page (endpoint_ui.go), and /v1/ui its data
+//	/openapi.json  the OpenAPI description of them all (below)
 //
 // With TLS configured it serves HTTPS, verifying client certificates
 // when given. With credentials configured, /v1/status and /v1/usage need

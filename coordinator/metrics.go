@@ -27,11 +27,11 @@ type metrics struct {
 	forwardedCalls prometheus.Counter
 	authRefusals   *prometheus.CounterVec
 	// openCallsRefused counts calls to open methods refused for too many
-	// in flight (grpclimits.go).
+	// in flight (endpoint_limits.go).
 	openCallsRefused prometheus.Counter
 	newNodes         *prometheus.CounterVec
 	rlqsStreams      prometheus.Gauge
-	// Shard groups (shards.go): slots this group owns (leader only), and
+	// Shard groups (internal/shardgroup): slots this group owns (leader only), and
 	// on the home group's leader the moves under way and the age of the
 	// oldest.
 	slotsOwned     prometheus.Gauge
@@ -42,7 +42,7 @@ type metrics struct {
 	parentReports  *prometheus.CounterVec
 	parentFallback prometheus.Gauge
 	parentLeased   prometheus.Gauge
-	// The ledger sink's export (export.go); the gauges are the leader's,
+	// The ledger sink's export (leader_export.go); the gauges are the leader's,
 	// 0 elsewhere.
 	exportedLines prometheus.Counter
 	exportSeconds prometheus.Histogram

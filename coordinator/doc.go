@@ -30,4 +30,18 @@
 // usage is committed, and only by a member that has confirmed since the
 // report arrived that it still leads (see agentServer.Report). docs/coordinator.md describes the state machine,
 // the failover sequence and the operations runbook.
+//
+// # Where things are
+//
+// The files are named by job: coordinator.go, config.go and metrics.go
+// wire a member; endpoint.go and endpoint_*.go are its gRPC and HTTP
+// endpoints, a service a file; leader.go and leader_*.go the leader's
+// term and its loops (rounds, export to the ledger sink, the parent
+// tier); member_*.go how a member forms, joins and keeps its place in a
+// cluster; offline.go what is done on a stopped member's data dir. The
+// parts with a boundary of their own are packages: rlqs (Envoy's front
+// door), and under internal/ the state machine (fsm), the shard group
+// (shardgroup, with slotmove's step function), the report path's bounds,
+// batcher and leadership check (intake), who may call what (authz) and
+// Raft's network (raftnet). docs/architecture.md has the package map.
 package coordinator

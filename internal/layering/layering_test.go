@@ -188,6 +188,37 @@ func TestImportRules(t *testing.T) {
 				strings.HasPrefix(d, "github.com/jackc/pgx")
 		},
 	}, {
+		// RLQS is a front door, as agent/envoy is the agent's: it sees
+		// the member through its Intake (rules, settings, the way a
+		// stream's reports go), so that a stream's report takes the path
+		// an agent's does and nothing else of the cluster is in reach.
+		name:    "the RLQS front door links none of the coordinator around it",
+		applies: func(p string) bool { return under(p, "coordinator/rlqs") },
+		forbidden: func(d string) bool {
+			return (under(d, "coordinator") && !under(d, "coordinator/rlqs")) || strings.HasPrefix(d, "github.com/hashicorp/raft")
+		},
+	}, {
+		// The coordinator's parts reach Raft and the allocator only
+		// through what the member hands them (shardgroup.Member, the
+		// batcher's apply, the leadership check's verify), so each can be
+		// read, and tested, without a cluster.
+		name: "the coordinator's parts link no Raft, and no allocator",
+		applies: func(p string) bool {
+			return under(p, "coordinator/internal/shardgroup") || under(p, "coordinator/internal/intake") ||
+				under(p, "coordinator/internal/authz")
+		},
+		forbidden: func(d string) bool {
+			return strings.HasPrefix(d, "github.com/hashicorp/raft") || under(d, "coordinator/allocator")
+		},
+	}, {
+		name:      "who may call what reads no replicated state",
+		applies:   func(p string) bool { return under(p, "coordinator/internal/authz") },
+		forbidden: func(d string) bool { return under(d, "coordinator/internal/fsm") },
+	}, {
+		name:      "raftnet wraps Raft's network with no Allot imports",
+		applies:   func(p string) bool { return p == module+"/coordinator/internal/raftnet" },
+		forbidden: ours,
+	}, {
 		name:    "billing arithmetic is pure: no wire, no Raft",
 		applies: func(p string) bool { return p == module+"/coordinator/billing" },
 		forbidden: func(d string) bool {

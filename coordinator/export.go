@@ -10,6 +10,7 @@ import (
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/coordinator/ledgersink"
+	"github.com/allot-io/allot/ledger"
 )
 
 // Exporting the ledger to a sink (Config.LedgerSink), on the leader. The
@@ -80,7 +81,7 @@ type exportRun struct {
 	// hasNext, the newest position the sink committed that is not
 	// proposed yet.
 	pending chan error
-	next    state.ExportPosition
+	next    ledger.Position
 	hasNext bool
 }
 
@@ -185,7 +186,7 @@ func (r *exportRun) start(ctx context.Context) (int, error) {
 	}
 	var (
 		cluster string
-		ours    state.ExportPosition
+		ours    ledger.Position
 	)
 	c.fsm.Read(func(s *state.State) { cluster, ours = s.ClusterID(), s.Exported() })
 	if cluster == "" {
@@ -222,7 +223,7 @@ func (r *exportRun) fill() error {
 	c := r.c
 	for r.pipe.Len() < c.cfg.ExportParallel {
 		var (
-			page  []state.Line
+			page  []ledger.Line
 			width int64
 			after = positionFromSink(r.pipe.Tail())
 		)
@@ -261,7 +262,7 @@ func (r *exportRun) reset() {
 // one at a time. Under load a commit waits behind large report entries;
 // the positions the sink commits meanwhile fold into the newest, which
 // the next round proposes.
-func (r *exportRun) propose(pos state.ExportPosition) error {
+func (r *exportRun) propose(pos ledger.Position) error {
 	r.next, r.hasNext = pos, true
 	if r.pending != nil {
 		select {
@@ -306,8 +307,8 @@ func (r *exportRun) settle() error {
 }
 
 // commit proposes pos through Raft: members drop what it covers.
-func (r *exportRun) commit(pos state.ExportPosition) error {
-	if _, err := r.c.apply(r.c.ctx, state.CmdExported|state.Ignorable, &fsmpb.ExportedCommand{Position: pos.Proto()}, 10*time.Second); err != nil {
+func (r *exportRun) commit(pos ledger.Position) error {
+	if _, err := r.c.apply(r.c.ctx, state.CmdExported|state.Ignorable, &fsmpb.ExportedCommand{Position: state.PositionProto(pos)}, 10*time.Second); err != nil {
 		return fmt.Errorf("committing the export position through Raft: %w", err)
 	}
 	return nil
@@ -390,10 +391,10 @@ func (c *Coordinator) clearExportMetrics() {
 	c.metrics.exportLag.Set(0)
 }
 
-func positionFromSink(p ledgersink.Position) state.ExportPosition {
-	return state.ExportPosition{
+func positionFromSink(p ledgersink.Position) ledger.Position {
+	return ledger.Position{
 		Set:   p.Set,
-		Last:  state.LedgerKey{Window: p.Last.Window, Tenant: p.Last.Tenant, Rule: p.Last.Rule, Region: p.Last.Region},
+		Last:  ledger.Key{Window: p.Last.Window, Tenant: p.Last.Tenant, Rule: p.Last.Rule, Region: p.Last.Region},
 		Lines: p.Lines, Batches: p.Batches,
 	}
 }

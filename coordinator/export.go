@@ -173,7 +173,7 @@ func (r *exportRun) round(ctx context.Context) (int, error) {
 	c.metrics.exportedLines.Add(float64(res.Lines))
 	// The batch is in the sink: from here a crash loses nothing, the next
 	// leader finds the sink ahead and proposes its position.
-	return res.Lines, r.propose(positionFromSink(res.Position))
+	return res.Lines, r.propose(res.Position)
 }
 
 // start reads the sink's position, compares it with the one Raft
@@ -193,12 +193,11 @@ func (r *exportRun) start(ctx context.Context) (int, error) {
 		return 0, nil // no leader has fixed the cluster's ID yet
 	}
 	pctx, cancel := context.WithTimeout(ctx, c.cfg.ExportTimeout)
-	stored, err := r.sink.Position(pctx, cluster)
+	theirs, err := r.sink.Position(pctx, cluster)
 	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("reading the ledger sink's position: %w", err)
 	}
-	theirs := positionFromSink(stored)
 	n := 0
 	switch {
 	case theirs.After(ours):
@@ -211,7 +210,7 @@ func (r *exportRun) start(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("%w: the sink holds %d lines up to %v, the cluster committed %d up to %v",
 			ErrSinkBehind, theirs.Lines, theirs.Last, ours.Lines, ours.Last)
 	}
-	r.pipe = r.sink.Pipeline(ctx, cluster, stored, c.cfg.ExportTimeout)
+	r.pipe = r.sink.Pipeline(ctx, cluster, theirs, c.cfg.ExportTimeout)
 	return n, nil
 }
 
@@ -224,24 +223,14 @@ func (r *exportRun) fill() error {
 	for r.pipe.Len() < c.cfg.ExportParallel {
 		var (
 			page  []ledger.Line
-			width int64
-			after = positionFromSink(r.pipe.Tail())
+			after = r.pipe.Tail()
 		)
-		c.fsm.Read(func(s *state.State) {
-			page, width = s.ExportPageAfter(after, c.cfg.ExportBatch), s.BillingWindowSeconds()
-		})
+		c.fsm.Read(func(s *state.State) { page = s.ExportPageAfter(after, c.cfg.ExportBatch) })
 		if len(page) == 0 {
 			return nil
 		}
-		lines := make([]ledgersink.Line, len(page))
-		for i, l := range page {
-			lines[i] = ledgersink.Line{
-				Key:           ledgersink.Key{Window: l.Key.Window, Tenant: l.Key.Tenant, Rule: l.Key.Rule, Region: l.Key.Region},
-				WindowSeconds: width, Admitted: l.Admitted, Denied: l.Denied, Granted: l.Granted,
-			}
-		}
-		if err := r.pipe.Send(lines); err != nil {
-			return fmt.Errorf("writing %d ledger lines to the sink: %w", len(lines), err)
+		if err := r.pipe.Send(page); err != nil {
+			return fmt.Errorf("writing %d ledger lines to the sink: %w", len(page), err)
 		}
 	}
 	return nil
@@ -389,12 +378,4 @@ func (r *exportRun) updateGauges() {
 func (c *Coordinator) clearExportMetrics() {
 	c.metrics.exportPending.Set(0)
 	c.metrics.exportLag.Set(0)
-}
-
-func positionFromSink(p ledgersink.Position) ledger.Position {
-	return ledger.Position{
-		Set:   p.Set,
-		Last:  ledger.Key{Window: p.Last.Window, Tenant: p.Last.Tenant, Rule: p.Last.Rule, Region: p.Last.Region},
-		Lines: p.Lines, Batches: p.Batches,
-	}
 }

@@ -135,9 +135,7 @@ func (p usagePage) response() *allotpb.UsageResponse {
 func (c *Coordinator) exportedUsage(ctx context.Context, cluster string, lq state.LedgerQuery, after *ledger.Key, pos ledger.Position, size int, width int64) (usagePage, error) {
 	// No window starts before 1901: From within what a timestamp holds.
 	q := ledgersink.Query{From: max(lq.From, math.MinInt32), To: min(lq.To, pos.Last.Window+1), Tenant: lq.Tenant, Rule: lq.Rule, Region: lq.Region, Limit: size}
-	if after != nil {
-		q.After = &ledgersink.Key{Window: after.Window, Tenant: after.Tenant, Rule: after.Rule, Region: after.Region}
-	}
+	q.After = after
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ExportTimeout)
 	defer cancel()
 	lines, _, err := c.sink.Query(ctx, cluster, q)
@@ -146,12 +144,11 @@ func (c *Coordinator) exportedUsage(ctx context.Context, cluster string, lq stat
 	}
 	out := usagePage{}
 	for _, l := range lines {
-		k := ledger.Key{Window: l.Window, Tenant: l.Tenant, Rule: l.Rule, Region: l.Region}
-		if ledger.CompareKeys(k, pos.Last) > 0 {
+		if ledger.CompareKeys(l.Key, pos.Last) > 0 {
 			break
 		}
 		out.width = l.WindowSeconds
-		out.lines = append(out.lines, ledger.Line{Key: k, Admitted: l.Admitted, Denied: l.Denied, Granted: l.Granted, Final: true})
+		out.lines = append(out.lines, l)
 	}
 	return out, nil
 }

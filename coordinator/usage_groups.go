@@ -7,6 +7,7 @@ import (
 
 	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/proto/ledgerpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -100,9 +101,8 @@ func groupUnavailable(g string, err error) error {
 	return status.FromProto(p).Err()
 }
 
-func recordKey(r *allotpb.UsageRecord) ledger.Key {
-	return ledger.Key{Window: r.GetWindowStart().GetSeconds(), Tenant: r.GetTenant(), Rule: r.GetRule(), Region: r.GetRegion()}
-}
+// recordKey is a usage record's ledger key.
+func recordKey(r *allotpb.UsageRecord) ledger.Key { return ledgerpb.FromProto(r).Key }
 
 // sumRecords merges the groups' lines in ledger order, up to cutoff
 // (nil: all), adding those of one key.

@@ -13,6 +13,7 @@ import (
 	"github.com/allot-io/allot/coordinator/ledgersink"
 	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/proto/ledgerpb"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -67,16 +68,17 @@ func (c *Coordinator) queryUsage(ctx context.Context, q *allotpb.UsageQuery) (*a
 		page    usagePage
 		cluster string
 		pos     ledger.Position
+		width   int64
 	)
 	c.fsm.Read(func(st *state.State) {
 		lines, next, more := st.LedgerPage(lq, after, size, state.MaxScanPerPage)
-		page = usagePage{lines: lines, next: next, more: more, width: st.BillingWindowSeconds()}
-		cluster, pos = st.ClusterID(), st.Exported()
+		page = usagePage{lines: lines, next: next, more: more}
+		cluster, pos, width = st.ClusterID(), st.Exported(), st.BillingWindowSeconds()
 	})
 	if c.sink != nil && pos.Set && (after == nil || ledger.CompareKeys(*after, pos.Last) < 0) && from <= pos.Last.Window {
 		// The sink holds every line up to the position the state was read
 		// at, and the state none of them: its lines come first.
-		exported, err := c.exportedUsage(ctx, cluster, lq, after, pos, size, page.width)
+		exported, err := c.exportedUsage(ctx, cluster, lq, after, pos, size, width)
 		if err != nil {
 			return nil, err
 		}
@@ -90,7 +92,6 @@ type usagePage struct {
 	lines []ledger.Line
 	next  ledger.Key
 	more  bool
-	width int64
 	// exported is how many of the lines, first, come from the sink.
 	exported int
 }
@@ -109,19 +110,14 @@ func (p usagePage) then(st usagePage, size int) usagePage {
 		return p
 	}
 	p.lines = append(p.lines, st.lines...)
-	p.more, p.next, p.width = st.more, st.next, st.width
+	p.more, p.next = st.more, st.next
 	return p
 }
 
 func (p usagePage) response() *allotpb.UsageResponse {
 	resp := &allotpb.UsageResponse{}
 	for i, l := range p.lines {
-		k := l.Key
-		resp.Records = append(resp.Records, &allotpb.UsageRecord{
-			Tenant: k.Tenant, Rule: k.Rule, Region: k.Region,
-			WindowStart: timestamppb.New(time.Unix(k.Window, 0)), WindowEnd: timestamppb.New(time.Unix(k.Window+p.width, 0)),
-			Admitted: l.Admitted, Denied: l.Denied, Final: l.Final, Granted: l.Granted, Exported: i < p.exported,
-		})
+		resp.Records = append(resp.Records, ledgerpb.ToProto(l, i < p.exported))
 	}
 	if p.more {
 		resp.NextPageToken = encodePageToken(p.next)
@@ -131,7 +127,9 @@ func (p usagePage) response() *allotpb.UsageResponse {
 
 // exportedUsage reads the lines matching lq after `after` that the sink
 // holds, up to the position pos: lines past it the sink committed since
-// are still in the state as it was read, and come from there.
+// are still in the state as it was read, and come from there. width is
+// the state's billing window, for the refusal when the sink cannot be
+// read.
 func (c *Coordinator) exportedUsage(ctx context.Context, cluster string, lq state.LedgerQuery, after *ledger.Key, pos ledger.Position, size int, width int64) (usagePage, error) {
 	// No window starts before 1901: From within what a timestamp holds.
 	q := ledgersink.Query{From: max(lq.From, math.MinInt32), To: min(lq.To, pos.Last.Window+1), Tenant: lq.Tenant, Rule: lq.Rule, Region: lq.Region, Limit: size}
@@ -147,7 +145,6 @@ func (c *Coordinator) exportedUsage(ctx context.Context, cluster string, lq stat
 		if ledger.CompareKeys(l.Key, pos.Last) > 0 {
 			break
 		}
-		out.width = l.WindowSeconds
 		out.lines = append(out.lines, l)
 	}
 	return out, nil

@@ -11,7 +11,9 @@ import (
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/coordinator/ledgersink"
+	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/proto/ledgerpb"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -53,7 +55,7 @@ func (c *Coordinator) queryUsage(ctx context.Context, q *allotpb.UsageQuery) (*a
 	if size > 10000 {
 		return nil, invalid("page_size", "must be at most 10000")
 	}
-	var after *state.LedgerKey
+	var after *ledger.Key
 	if tok := q.GetPageToken(); tok != "" {
 		k, err := decodePageToken(tok)
 		if err != nil {
@@ -65,17 +67,18 @@ func (c *Coordinator) queryUsage(ctx context.Context, q *allotpb.UsageQuery) (*a
 	var (
 		page    usagePage
 		cluster string
-		pos     state.ExportPosition
+		pos     ledger.Position
+		width   int64
 	)
 	c.fsm.Read(func(st *state.State) {
 		lines, next, more := st.LedgerPage(lq, after, size, state.MaxScanPerPage)
-		page = usagePage{lines: lines, next: next, more: more, width: st.BillingWindowSeconds()}
-		cluster, pos = st.ClusterID(), st.Exported()
+		page = usagePage{lines: lines, next: next, more: more}
+		cluster, pos, width = st.ClusterID(), st.Exported(), st.BillingWindowSeconds()
 	})
-	if c.sink != nil && pos.Set && (after == nil || compareKeys(*after, pos.Last) < 0) && from <= pos.Last.Window {
+	if c.sink != nil && pos.Set && (after == nil || ledger.CompareKeys(*after, pos.Last) < 0) && from <= pos.Last.Window {
 		// The sink holds every line up to the position the state was read
 		// at, and the state none of them: its lines come first.
-		exported, err := c.exportedUsage(ctx, cluster, lq, after, pos, size, page.width)
+		exported, err := c.exportedUsage(ctx, cluster, lq, after, pos, size, width)
 		if err != nil {
 			return nil, err
 		}
@@ -86,10 +89,9 @@ func (c *Coordinator) queryUsage(ctx context.Context, q *allotpb.UsageQuery) (*a
 
 // usagePage is one page of ledger lines, from the state or the sink.
 type usagePage struct {
-	lines []state.Line
-	next  state.LedgerKey
+	lines []ledger.Line
+	next  ledger.Key
 	more  bool
-	width int64
 	// exported is how many of the lines, first, come from the sink.
 	exported int
 }
@@ -108,19 +110,14 @@ func (p usagePage) then(st usagePage, size int) usagePage {
 		return p
 	}
 	p.lines = append(p.lines, st.lines...)
-	p.more, p.next, p.width = st.more, st.next, st.width
+	p.more, p.next = st.more, st.next
 	return p
 }
 
 func (p usagePage) response() *allotpb.UsageResponse {
 	resp := &allotpb.UsageResponse{}
 	for i, l := range p.lines {
-		k := l.Key
-		resp.Records = append(resp.Records, &allotpb.UsageRecord{
-			Tenant: k.Tenant, Rule: k.Rule, Region: k.Region,
-			WindowStart: timestamppb.New(time.Unix(k.Window, 0)), WindowEnd: timestamppb.New(time.Unix(k.Window+p.width, 0)),
-			Admitted: l.Admitted, Denied: l.Denied, Final: l.Final, Granted: l.Granted, Exported: i < p.exported,
-		})
+		resp.Records = append(resp.Records, ledgerpb.ToProto(l, i < p.exported))
 	}
 	if p.more {
 		resp.NextPageToken = encodePageToken(p.next)
@@ -130,13 +127,13 @@ func (p usagePage) response() *allotpb.UsageResponse {
 
 // exportedUsage reads the lines matching lq after `after` that the sink
 // holds, up to the position pos: lines past it the sink committed since
-// are still in the state as it was read, and come from there.
-func (c *Coordinator) exportedUsage(ctx context.Context, cluster string, lq state.LedgerQuery, after *state.LedgerKey, pos state.ExportPosition, size int, width int64) (usagePage, error) {
+// are still in the state as it was read, and come from there. width is
+// the state's billing window, for the refusal when the sink cannot be
+// read.
+func (c *Coordinator) exportedUsage(ctx context.Context, cluster string, lq state.LedgerQuery, after *ledger.Key, pos ledger.Position, size int, width int64) (usagePage, error) {
 	// No window starts before 1901: From within what a timestamp holds.
 	q := ledgersink.Query{From: max(lq.From, math.MinInt32), To: min(lq.To, pos.Last.Window+1), Tenant: lq.Tenant, Rule: lq.Rule, Region: lq.Region, Limit: size}
-	if after != nil {
-		q.After = &ledgersink.Key{Window: after.Window, Tenant: after.Tenant, Rule: after.Rule, Region: after.Region}
-	}
+	q.After = after
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.ExportTimeout)
 	defer cancel()
 	lines, _, err := c.sink.Query(ctx, cluster, q)
@@ -145,12 +142,10 @@ func (c *Coordinator) exportedUsage(ctx context.Context, cluster string, lq stat
 	}
 	out := usagePage{}
 	for _, l := range lines {
-		k := state.LedgerKey{Window: l.Window, Tenant: l.Tenant, Rule: l.Rule, Region: l.Region}
-		if compareKeys(k, pos.Last) > 0 {
+		if ledger.CompareKeys(l.Key, pos.Last) > 0 {
 			break
 		}
-		out.width = l.WindowSeconds
-		out.lines = append(out.lines, state.Line{Key: k, Admitted: l.Admitted, Denied: l.Denied, Granted: l.Granted, Final: true})
+		out.lines = append(out.lines, l)
 	}
 	return out, nil
 }
@@ -189,13 +184,6 @@ func sinkState(cause string) string {
 	return "could not be read"
 }
 
-// compareKeys orders ledger keys as the ledger and the sink do.
-func compareKeys(a, b state.LedgerKey) int {
-	return ledgersink.CompareKeys(
-		ledgersink.Key{Window: a.Window, Tenant: a.Tenant, Rule: a.Rule, Region: a.Region},
-		ledgersink.Key{Window: b.Window, Tenant: b.Tenant, Rule: b.Rule, Region: b.Region})
-}
-
 // ceilSeconds rounds a bound up to a whole second. Windows start on whole
 // seconds, so from ≤ start < to holds exactly when it holds for the bounds
 // rounded up; truncating instead would leave out the window starting in
@@ -209,23 +197,23 @@ func ceilSeconds(ts *timestamppb.Timestamp) int64 {
 	return s
 }
 
-func encodePageToken(k state.LedgerKey) string {
+func encodePageToken(k ledger.Key) string {
 	raw := strings.Join([]string{strconv.FormatInt(k.Window, 10), k.Tenant, k.Rule, k.Region}, "\x00")
 	return base64.RawURLEncoding.EncodeToString([]byte(raw))
 }
 
-func decodePageToken(tok string) (state.LedgerKey, error) {
+func decodePageToken(tok string) (ledger.Key, error) {
 	raw, err := base64.RawURLEncoding.DecodeString(tok)
 	if err != nil {
-		return state.LedgerKey{}, fmt.Errorf("not a token this coordinator issued")
+		return ledger.Key{}, fmt.Errorf("not a token this coordinator issued")
 	}
 	parts := strings.Split(string(raw), "\x00")
 	if len(parts) != 4 {
-		return state.LedgerKey{}, fmt.Errorf("not a token this coordinator issued")
+		return ledger.Key{}, fmt.Errorf("not a token this coordinator issued")
 	}
 	w, err := strconv.ParseInt(parts[0], 10, 64)
 	if err != nil {
-		return state.LedgerKey{}, fmt.Errorf("not a token this coordinator issued")
+		return ledger.Key{}, fmt.Errorf("not a token this coordinator issued")
 	}
-	return state.LedgerKey{Window: w, Tenant: parts[1], Rule: parts[2], Region: parts[3]}, nil
+	return ledger.Key{Window: w, Tenant: parts[1], Rule: parts[2], Region: parts[3]}, nil
 }

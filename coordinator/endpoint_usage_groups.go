@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/proto/ledgerpb"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -37,7 +38,7 @@ func (c *Coordinator) regionUsage(ctx context.Context, q *allotpb.UsageQuery) (*
 	part := proto.Clone(q).(*allotpb.UsageQuery)
 	part.GroupOnly = true
 	var lines []*allotpb.UsageRecord
-	var cutoff *state.LedgerKey // lines past the first full page's last are read again next page
+	var cutoff *ledger.Key // lines past the first full page's last are read again next page
 	for _, g := range m.GroupIDs() {
 		var resp *allotpb.UsageResponse
 		var err error
@@ -55,7 +56,7 @@ func (c *Coordinator) regionUsage(ctx context.Context, q *allotpb.UsageQuery) (*
 		recs := resp.GetRecords()
 		lines = append(lines, recs...)
 		if resp.GetNextPageToken() != "" && len(recs) > 0 {
-			if k := recordKey(recs[len(recs)-1]); cutoff == nil || compareKeys(k, *cutoff) < 0 {
+			if k := recordKey(recs[len(recs)-1]); cutoff == nil || ledger.CompareKeys(k, *cutoff) < 0 {
 				cutoff = &k
 			}
 		}
@@ -100,21 +101,20 @@ func groupUnavailable(g string, err error) error {
 	return status.FromProto(p).Err()
 }
 
-func recordKey(r *allotpb.UsageRecord) state.LedgerKey {
-	return state.LedgerKey{Window: r.GetWindowStart().GetSeconds(), Tenant: r.GetTenant(), Rule: r.GetRule(), Region: r.GetRegion()}
-}
+// recordKey is a usage record's ledger key.
+func recordKey(r *allotpb.UsageRecord) ledger.Key { return ledgerpb.FromProto(r).Key }
 
 // sumRecords merges the groups' lines in ledger order, up to cutoff
 // (nil: all), adding those of one key.
-func sumRecords(lines []*allotpb.UsageRecord, cutoff *state.LedgerKey) []*allotpb.UsageRecord {
-	slices.SortStableFunc(lines, func(a, b *allotpb.UsageRecord) int { return compareKeys(recordKey(a), recordKey(b)) })
+func sumRecords(lines []*allotpb.UsageRecord, cutoff *ledger.Key) []*allotpb.UsageRecord {
+	slices.SortStableFunc(lines, func(a, b *allotpb.UsageRecord) int { return ledger.CompareKeys(recordKey(a), recordKey(b)) })
 	var out []*allotpb.UsageRecord
 	for _, l := range lines {
 		k := recordKey(l)
-		if cutoff != nil && compareKeys(k, *cutoff) > 0 {
+		if cutoff != nil && ledger.CompareKeys(k, *cutoff) > 0 {
 			break
 		}
-		if n := len(out); n > 0 && compareKeys(recordKey(out[n-1]), k) == 0 {
+		if n := len(out); n > 0 && ledger.CompareKeys(recordKey(out[n-1]), k) == 0 {
 			s := out[n-1]
 			s.Admitted = allotpb.SaturatingAdd(s.Admitted, l.GetAdmitted())
 			s.Denied = allotpb.SaturatingAdd(s.Denied, l.GetDenied())

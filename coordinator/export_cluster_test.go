@@ -18,6 +18,7 @@ import (
 	"github.com/allot-io/allot/coordinator/ledgersink"
 	"github.com/allot-io/allot/internal/pgserver/pgtest"
 	"github.com/allot-io/allot/internal/testwait"
+	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
@@ -187,7 +188,7 @@ func TestBillReadsSinkAndState(t *testing.T) {
 	}
 	want := a.ackedTotal()
 	testwait.For(t, 30*time.Second, "some windows exported", func() bool {
-		var pos state.ExportPosition
+		var pos ledger.Position
 		c.fsm.Read(func(s *state.State) { pos = s.Exported() })
 		return pos.Lines >= 2
 	})
@@ -205,12 +206,12 @@ func TestBillReadsSinkAndState(t *testing.T) {
 	// that moved meanwhile (a batch the database committed as it stopped)
 	// is read again.
 	var (
-		pos   state.ExportPosition
+		pos   ledger.Position
 		width int64
 		err   error
 	)
 	testwait.For(t, 10*time.Second, "a query while the export position holds still", func() bool {
-		var before state.ExportPosition
+		var before ledger.Position
 		c.fsm.Read(func(s *state.State) { before = s.Exported() })
 		_, err = c.queryUsage(ctx, &allotpb.UsageQuery{Tenant: "acme"})
 		c.fsm.Read(func(s *state.State) { pos, width = s.Exported(), s.BillingWindowSeconds() })

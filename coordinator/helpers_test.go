@@ -10,6 +10,7 @@ import (
 	"github.com/allot-io/allot/coordinator/internal/fsm"
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"
 	"github.com/hashicorp/go-hclog"
@@ -33,7 +34,7 @@ var hour0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 
 func ledgerTotal(f *fsm.FSM, tenant string) (admitted, denied uint64) {
 	f.Read(func(s *state.State) {
-		s.Ledger(func(l state.Line) bool {
+		s.Ledger(func(l ledger.Line) bool {
 			if l.Key.Tenant == tenant {
 				admitted += l.Admitted
 				denied += l.Denied
@@ -75,7 +76,7 @@ func dumpState(s *state.State) string {
 
 func dumpLedger(s *state.State) []string {
 	var lines []string
-	s.Ledger(func(l state.Line) bool {
+	s.Ledger(func(l ledger.Line) bool {
 		k := l.Key
 		line := fmt.Sprintf("ledger %s/%s/%s/%d %d %d", k.Tenant, k.Rule, k.Region, k.Window, l.Admitted, l.Denied)
 		if l.Granted != nil {

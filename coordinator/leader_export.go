@@ -10,6 +10,7 @@ import (
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/coordinator/ledgersink"
+	"github.com/allot-io/allot/ledger"
 )
 
 // Exporting the ledger to a sink (Config.LedgerSink), on the leader. The
@@ -80,7 +81,7 @@ type exportRun struct {
 	// hasNext, the newest position the sink committed that is not
 	// proposed yet.
 	pending chan error
-	next    state.ExportPosition
+	next    ledger.Position
 	hasNext bool
 }
 
@@ -172,7 +173,7 @@ func (r *exportRun) round(ctx context.Context) (int, error) {
 	c.metrics.exportedLines.Add(float64(res.Lines))
 	// The batch is in the sink: from here a crash loses nothing, the next
 	// leader finds the sink ahead and proposes its position.
-	return res.Lines, r.propose(positionFromSink(res.Position))
+	return res.Lines, r.propose(res.Position)
 }
 
 // start reads the sink's position, compares it with the one Raft
@@ -185,19 +186,18 @@ func (r *exportRun) start(ctx context.Context) (int, error) {
 	}
 	var (
 		cluster string
-		ours    state.ExportPosition
+		ours    ledger.Position
 	)
 	c.fsm.Read(func(s *state.State) { cluster, ours = s.ClusterID(), s.Exported() })
 	if cluster == "" {
 		return 0, nil // no leader has fixed the cluster's ID yet
 	}
 	pctx, cancel := context.WithTimeout(ctx, c.cfg.ExportTimeout)
-	stored, err := r.sink.Position(pctx, cluster)
+	theirs, err := r.sink.Position(pctx, cluster)
 	cancel()
 	if err != nil {
 		return 0, fmt.Errorf("reading the ledger sink's position: %w", err)
 	}
-	theirs := positionFromSink(stored)
 	n := 0
 	switch {
 	case theirs.After(ours):
@@ -210,7 +210,7 @@ func (r *exportRun) start(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("%w: the sink holds %d lines up to %v, the cluster committed %d up to %v",
 			ErrSinkBehind, theirs.Lines, theirs.Last, ours.Lines, ours.Last)
 	}
-	r.pipe = r.sink.Pipeline(ctx, cluster, stored, c.cfg.ExportTimeout)
+	r.pipe = r.sink.Pipeline(ctx, cluster, theirs, c.cfg.ExportTimeout)
 	return n, nil
 }
 
@@ -222,25 +222,15 @@ func (r *exportRun) fill() error {
 	c := r.c
 	for r.pipe.Len() < c.cfg.ExportParallel {
 		var (
-			page  []state.Line
-			width int64
-			after = positionFromSink(r.pipe.Tail())
+			page  []ledger.Line
+			after = r.pipe.Tail()
 		)
-		c.fsm.Read(func(s *state.State) {
-			page, width = s.ExportPageAfter(after, c.cfg.ExportBatch), s.BillingWindowSeconds()
-		})
+		c.fsm.Read(func(s *state.State) { page = s.ExportPageAfter(after, c.cfg.ExportBatch) })
 		if len(page) == 0 {
 			return nil
 		}
-		lines := make([]ledgersink.Line, len(page))
-		for i, l := range page {
-			lines[i] = ledgersink.Line{
-				Key:           ledgersink.Key{Window: l.Key.Window, Tenant: l.Key.Tenant, Rule: l.Key.Rule, Region: l.Key.Region},
-				WindowSeconds: width, Admitted: l.Admitted, Denied: l.Denied, Granted: l.Granted,
-			}
-		}
-		if err := r.pipe.Send(lines); err != nil {
-			return fmt.Errorf("writing %d ledger lines to the sink: %w", len(lines), err)
+		if err := r.pipe.Send(page); err != nil {
+			return fmt.Errorf("writing %d ledger lines to the sink: %w", len(page), err)
 		}
 	}
 	return nil
@@ -261,7 +251,7 @@ func (r *exportRun) reset() {
 // one at a time. Under load a commit waits behind large report entries;
 // the positions the sink commits meanwhile fold into the newest, which
 // the next round proposes.
-func (r *exportRun) propose(pos state.ExportPosition) error {
+func (r *exportRun) propose(pos ledger.Position) error {
 	r.next, r.hasNext = pos, true
 	if r.pending != nil {
 		select {
@@ -306,8 +296,8 @@ func (r *exportRun) settle() error {
 }
 
 // commit proposes pos through Raft: members drop what it covers.
-func (r *exportRun) commit(pos state.ExportPosition) error {
-	if _, err := r.c.apply(r.c.ctx, state.CmdExported|state.Ignorable, &fsmpb.ExportedCommand{Position: pos.Proto()}, 10*time.Second); err != nil {
+func (r *exportRun) commit(pos ledger.Position) error {
+	if _, err := r.c.apply(r.c.ctx, state.CmdExported|state.Ignorable, &fsmpb.ExportedCommand{Position: state.PositionProto(pos)}, 10*time.Second); err != nil {
 		return fmt.Errorf("committing the export position through Raft: %w", err)
 	}
 	return nil
@@ -388,12 +378,4 @@ func (r *exportRun) updateGauges() {
 func (c *Coordinator) clearExportMetrics() {
 	c.metrics.exportPending.Set(0)
 	c.metrics.exportLag.Set(0)
-}
-
-func positionFromSink(p ledgersink.Position) state.ExportPosition {
-	return state.ExportPosition{
-		Set:   p.Set,
-		Last:  state.LedgerKey{Window: p.Last.Window, Tenant: p.Last.Tenant, Rule: p.Last.Rule, Region: p.Last.Region},
-		Lines: p.Lines, Batches: p.Batches,
-	}
 }

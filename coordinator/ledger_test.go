@@ -8,6 +8,7 @@ import (
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
@@ -55,13 +56,13 @@ func TestQueryUsageBoundsTheScan(t *testing.T) {
 // TestPageTokens: a page token decodes to the key it was made of, and
 // what this coordinator did not issue is refused.
 func TestPageTokens(t *testing.T) {
-	for _, k := range []state.LedgerKey{{}, {Tenant: "acme", Rule: "plan-quota", Region: "eu-west", Window: 1795946400}, {Window: math.MinInt64}, {Tenant: "a/b c", Window: math.MaxInt64}} {
+	for _, k := range []ledger.Key{{}, {Tenant: "acme", Rule: "plan-quota", Region: "eu-west", Window: 1795946400}, {Window: math.MinInt64}, {Tenant: "a/b c", Window: math.MaxInt64}} {
 		got, err := decodePageToken(encodePageToken(k))
 		if err != nil || got != k {
 			t.Errorf("token for %+v decodes to %+v, %v", k, got, err)
 		}
 	}
-	for _, tok := range []string{"garbage!", "YQ", encodePageToken(state.LedgerKey{})[:2]} {
+	for _, tok := range []string{"garbage!", "YQ", encodePageToken(ledger.Key{})[:2]} {
 		if _, err := decodePageToken(tok); err == nil {
 			t.Errorf("token %q decoded", tok)
 		}

@@ -8,6 +8,7 @@ import (
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/internal/testwait"
 	"github.com/allot-io/allot/internal/timeutil"
+	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -38,7 +39,7 @@ func TestForgottenIncarnationStaleBatch(t *testing.T) {
 	}
 	admitted := func() (n uint64) {
 		c.fsm.Read(func(s *state.State) {
-			s.Ledger(func(l state.Line) bool {
+			s.Ledger(func(l ledger.Line) bool {
 				if l.Key.Tenant == "acme" {
 					n += l.Admitted
 				}

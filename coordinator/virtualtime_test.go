@@ -8,6 +8,7 @@ import (
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/internal/testwait"
 	"github.com/allot-io/allot/internal/timeutil"
+	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
@@ -36,9 +37,9 @@ func TestLeaderLoopsRunInVirtualTime(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	line := func() (l state.Line, ok bool) {
+	line := func() (l ledger.Line, ok bool) {
 		c.fsm.Read(func(s *state.State) {
-			s.Ledger(func(x state.Line) bool {
+			s.Ledger(func(x ledger.Line) bool {
 				if x.Key.Tenant == "acme" {
 					l, ok = x, true
 				}

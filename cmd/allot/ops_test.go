@@ -19,6 +19,7 @@ import (
 	"github.com/allot-io/allot/coordinator"
 	"github.com/allot-io/allot/coordinator/billing"
 	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -131,7 +132,7 @@ const allRegions = billing.AllRegions
 // refused naming the --coordinator flags that gave it, and what to do.
 func TestUsageNamesTheFlagsThatCountedTwice(t *testing.T) {
 	w := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
-	line := billing.LedgerLine{Start: w, End: w.Add(time.Hour), Tenant: "acme", Rule: "quota", Region: "eu", Admitted: 1}
+	line := billing.LedgerLine{Line: ledger.Line{Key: ledger.Key{Window: w.Unix(), Tenant: "acme", Rule: "quota", Region: "eu"}, WindowSeconds: 3600, Admitted: 1}}
 	again := line
 	again.Source = 2
 	_, err := billing.Merge([]billing.LedgerLine{again, line})

@@ -11,6 +11,7 @@ import (
 	"github.com/allot-io/allot/coordinator/billing"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/proto/ledgerpb"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -116,7 +117,7 @@ func mergeError(err error) error {
 	}
 	a, b := twice.Lines[0], twice.Lines[1]
 	return fmt.Errorf("tenant %s, rule %s, region %s, window %s was counted by two clusters (--coordinator #%d and #%d): give each region's cluster once",
-		a.Tenant, a.Rule, a.Region, a.Start.UTC().Format(time.RFC3339), a.Source+1, b.Source+1)
+		a.Tenant, a.Rule, a.Region, a.Start().Format(time.RFC3339), a.Source+1, b.Source+1)
 }
 
 // usageFlags are usage's connection flags: those of clientFlags, except
@@ -253,12 +254,7 @@ func fetchLedger(ctx context.Context, cf *clientFlags, q *allotpb.UsageQuery, so
 			return nil, fmt.Errorf("reading usage: %w", usageCallError(err))
 		}
 		for _, r := range resp.GetRecords() {
-			out = append(out, billing.LedgerLine{
-				Start: r.GetWindowStart().AsTime(), End: r.GetWindowEnd().AsTime(),
-				Tenant: r.GetTenant(), Rule: r.GetRule(), Region: r.GetRegion(),
-				Admitted: r.GetAdmitted(), Denied: r.GetDenied(), Final: r.GetFinal(), Granted: r.Granted,
-				Source: source, Def: defs[r.GetRule()],
-			})
+			out = append(out, billing.LedgerLine{Line: ledgerpb.FromProto(r), Source: source, Def: defs[r.GetRule()]})
 		}
 		next := resp.GetNextPageToken()
 		if next == "" {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/ledger"
 )
 
 // harness is one run: its directory, log and processes.
@@ -435,7 +436,7 @@ func (h *harness) faults(ctx context.Context, ld *load, client *client) (*tally,
 			}
 		}
 	}
-	var mark sinkPosition
+	var mark ledger.Position
 	if h.sink != nil {
 		mark, _ = h.sink.position(ctx, h.cluster)
 	}
@@ -492,7 +493,7 @@ func (h *harness) stopSidecars() {
 }
 
 // settledLedger reads the ledger until two reads a second apart agree.
-func (h *harness) settledLedger(ctx context.Context, rules *ruleSet) (ledger, error) {
+func (h *harness) settledLedger(ctx context.Context, rules *ruleSet) (ledgerSums, error) {
 	var addrs []string
 	leader, _ := h.cl.FindLeader(ctx)
 	if leader != nil {
@@ -503,7 +504,7 @@ func (h *harness) settledLedger(ctx context.Context, rules *ruleSet) (ledger, er
 			addrs = append(addrs, co.GRPC)
 		}
 	}
-	var prev ledger
+	var prev ledgerSums
 	for range 10 {
 		var creds []string
 		if h.cl.Creds != nil {

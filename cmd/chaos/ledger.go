@@ -20,23 +20,17 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/cmd/internal/spawn"
+	"github.com/allot-io/allot/coordinator/billing"
 )
 
-// ledger is the coordinators' ledger summed over billing windows: units
-// per tenant and rule.
-type ledger map[tenantRule]*units
+// ledgerSums is the coordinators' ledger summed over billing windows:
+// units per tenant and rule.
+type ledgerSums map[tenantRule]*units
 
-// ledgerLine is one line of allot usage --format jsonl.
-type ledgerLine struct {
-	WindowStart      string `json:"window_start"`
-	Final            bool   `json:"final"`
-	Tenant, Rule     string
-	Total            bool
-	Admitted, Denied uint64
-}
-
-// readLedgerLines reads every ledger line of the last and next two days.
-func readLedgerLines(ctx context.Context, bin string, addrs, creds []string) ([]ledgerLine, error) {
+// readLedgerLines reads every ledger line of the last and next two days,
+// as allot usage --format jsonl writes them (a bill's lines, read with
+// the type billing writes them from).
+func readLedgerLines(ctx context.Context, bin string, addrs, creds []string) ([]billing.JSONLine, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	now := time.Now().UTC()
@@ -49,10 +43,10 @@ func readLedgerLines(ctx context.Context, bin string, addrs, creds []string) ([]
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("allot usage: %w: %s", err, strings.TrimSpace(stderr.String()))
 	}
-	var lines []ledgerLine
+	var lines []billing.JSONLine
 	dec := json.NewDecoder(&stdout)
 	for {
-		var line ledgerLine
+		var line billing.JSONLine
 		if err := dec.Decode(&line); err == io.EOF {
 			break
 		} else if err != nil {
@@ -66,8 +60,8 @@ func readLedgerLines(ctx context.Context, bin string, addrs, creds []string) ([]
 }
 
 // sumLines sums ledger lines per tenant and rule.
-func sumLines(lines []ledgerLine, rules *ruleSet) ledger {
-	l := ledger{}
+func sumLines(lines []billing.JSONLine, rules *ruleSet) ledgerSums {
+	l := ledgerSums{}
 	for _, line := range lines {
 		i, ok := rules.index[line.Rule]
 		if !ok {
@@ -85,7 +79,7 @@ func sumLines(lines []ledgerLine, rules *ruleSet) ledger {
 	return l
 }
 
-func (l ledger) equal(o ledger) bool {
+func (l ledgerSums) equal(o ledgerSums) bool {
 	if len(l) != len(o) {
 		return false
 	}
@@ -131,7 +125,7 @@ func (v *verdict) passWithin(allowed *big.Int) bool {
 // compare compares, per tenant and rule, the units the sidecars answered
 // with the ledger: lost is what was answered and is missing, double what
 // the ledger holds beyond it.
-func compare(got *tally, led ledger, rules *ruleSet) *verdict {
+func compare(got *tally, led ledgerSums, rules *ruleSet) *verdict {
 	v := &verdict{genAdm: new(big.Int), genDen: new(big.Int), ledAdm: new(big.Int), ledDen: new(big.Int), lost: new(big.Int), double: new(big.Int)}
 	keys := map[tenantRule]bool{}
 	for k := range got.byTenant {

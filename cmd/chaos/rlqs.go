@@ -72,7 +72,7 @@ func (el *envoyLoad) stop() {
 // nothing counted twice (the ledger holds no more than they reported
 // allowed), and nothing lost beyond what RLQS cannot promise (the last
 // reports of streams whose coordinator was killed).
-func (h *harness) envoyVerdict(el *envoyLoad, led ledger, rules *ruleSet) bool {
+func (h *harness) envoyVerdict(el *envoyLoad, led ledgerSums, rules *ruleSet) bool {
 	var ledgered uint64
 	for k, u := range led {
 		if k.tenant == envoyTenant {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/allot-io/allot/cmd/internal/fleet"
 	"github.com/allot-io/allot/internal/pgserver"
-	"github.com/allot-io/allot/internal/plural"
+	"github.com/allot-io/allot/ledger"
 )
 
 // The ledger sink: every coordinator runs with --ledger-sink-file naming
@@ -115,41 +115,37 @@ func (s *sinkDB) connect(ctx context.Context) (*pgx.Conn, error) {
 	return conn, nil
 }
 
-// sinkPosition is a cluster's row of allot_export_position.
-type sinkPosition struct {
-	lines, batches int64
-	last           string // the last key exported, for the log
-}
-
-func (p sinkPosition) String() string {
-	if p.last == "" {
-		return plural.Count(p.lines, "line") + " in " + plural.Count(p.batches, "batch")
-	}
-	return plural.Count(p.lines, "line") + " in " + plural.Count(p.batches, "batch") + ", last " + p.last
-}
-
 // position reads cluster's export position: zero before its first batch
 // or before the schema exists.
-func (s *sinkDB) position(ctx context.Context, cluster string) (sinkPosition, error) {
+func (s *sinkDB) position(ctx context.Context, cluster string) (ledger.Position, error) {
 	conn, err := s.connect(ctx)
 	if err != nil {
-		return sinkPosition{}, err
+		return ledger.Position{}, err
 	}
 	defer conn.Close(context.Background())
 	return readPosition(ctx, conn, cluster)
 }
 
-func readPosition(ctx context.Context, conn *pgx.Conn, cluster string) (sinkPosition, error) {
-	var p sinkPosition
-	err := conn.QueryRow(ctx, `SELECT lines, batches,
-    coalesce(to_char(window_start AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ' ' || tenant || ' ' || rule, '')
-FROM allot_export_position WHERE cluster_id = $1`, cluster).Scan(&p.lines, &p.batches, &p.last)
+// readPosition reads cluster's row of allot_export_position with SQL of
+// the harness's own, not the sink's code that the check is checking.
+func readPosition(ctx context.Context, conn *pgx.Conn, cluster string) (ledger.Position, error) {
+	var (
+		window               *int64
+		tenant, rule, region *string
+		lines, batches       int64
+	)
+	err := conn.QueryRow(ctx, `SELECT extract(epoch FROM window_start)::bigint, tenant, rule, region, lines, batches
+FROM allot_export_position WHERE cluster_id = $1`, cluster).Scan(&window, &tenant, &rule, &region, &lines, &batches)
 	var pe *pgconn.PgError
 	switch {
 	case errors.Is(err, pgx.ErrNoRows), errors.As(err, &pe) && pe.Code == "42P01":
-		return sinkPosition{}, nil
+		return ledger.Position{}, nil
 	case err != nil:
-		return sinkPosition{}, fmt.Errorf("reading the export position: %w", err)
+		return ledger.Position{}, fmt.Errorf("reading the export position: %w", err)
+	}
+	p := ledger.Position{Lines: uint64(lines), Batches: uint64(batches)}
+	if window != nil && tenant != nil && rule != nil && region != nil {
+		p.Set, p.Last = true, ledger.Key{Window: *window, Tenant: *tenant, Rule: *rule, Region: *region}
 	}
 	return p, nil
 }

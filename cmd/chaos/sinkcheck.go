@@ -18,7 +18,9 @@ import (
 	"github.com/allot-io/allot/cmd/internal/fleet"
 	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/internal/plural"
+	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/proto/ledgerpb"
 )
 
 // The sink's ledger check: the units in PostgreSQL, read with SQL from
@@ -27,31 +29,21 @@ import (
 // answered, per tenant and rule, exactly; and every line QueryUsage
 // returns with exported true must equal its row in PostgreSQL.
 
-// lineKey is a ledger line's key.
-type lineKey struct {
-	window               int64
-	tenant, rule, region string
-}
-
-func (k lineKey) String() string {
-	return fmt.Sprintf("%s %q %s %q", time.Unix(k.window, 0).UTC().Format(time.RFC3339), k.tenant, k.rule, k.region)
-}
-
-// lineUnits is one line's counts, and its window's length.
-type lineUnits struct {
-	adm, den uint64
-	seconds  int64
+// sameCounts reports whether two reads of one line agree on what the
+// check compares: its counts and its window's length.
+func sameCounts(a, b ledger.Line) bool {
+	return a.Admitted == b.Admitted && a.Denied == b.Denied && a.WindowSeconds == b.WindowSeconds
 }
 
 // sinkSnapshot is the cluster's ledger read at one export position: the
 // sink's rows and the lines QueryUsage returned, split by where they
 // came from.
 type sinkSnapshot struct {
-	pos      sinkPosition
-	rows     map[lineKey]lineUnits // allot_usage, this cluster's
-	exported map[lineKey]lineUnits // QueryUsage's lines with exported set
-	memory   map[lineKey]lineUnits // QueryUsage's others
-	final    int                   // of memory, final lines
+	pos      ledger.Position
+	rows     map[ledger.Key]ledger.Line // allot_usage, this cluster's
+	exported map[ledger.Key]ledger.Line // QueryUsage's lines with exported set
+	memory   map[ledger.Key]ledger.Line // QueryUsage's others
+	final    int                        // of memory, final lines
 	// oldestOpen is the oldest window not yet final (hasOpen says there
 	// is one), and behind the final lines after it, which wait for it
 	// before the sink may take them.
@@ -111,19 +103,19 @@ func (h *harness) readSinkOnce(ctx context.Context) (*sinkSnapshot, string, erro
 	if err != nil {
 		return nil, "", err
 	}
-	s := &sinkSnapshot{pos: p2, rows: rows, exported: map[lineKey]lineUnits{}, memory: map[lineKey]lineUnits{}}
+	s := &sinkSnapshot{pos: p2, rows: rows, exported: map[ledger.Key]ledger.Line{}, memory: map[ledger.Key]ledger.Line{}}
 	var finals []int64
 	for _, r := range recs {
-		k := lineKey{r.GetWindowStart().GetSeconds(), r.GetTenant(), r.GetRule(), r.GetRegion()}
-		u := lineUnits{adm: r.GetAdmitted(), den: r.GetDenied(), seconds: r.GetWindowEnd().GetSeconds() - k.window}
+		u := ledgerpb.FromProto(r)
+		k := u.Key
 		into := s.memory
 		if r.GetExported() {
 			into = s.exported
-		} else if r.GetFinal() {
+		} else if u.Final {
 			s.final++
-			finals = append(finals, k.window)
-		} else if !s.hasOpen || k.window < s.oldestOpen {
-			s.oldestOpen, s.hasOpen = k.window, true
+			finals = append(finals, k.Window)
+		} else if !s.hasOpen || k.Window < s.oldestOpen {
+			s.oldestOpen, s.hasOpen = k.Window, true
 		}
 		if _, dup := s.exported[k]; dup {
 			s.twice = append(s.twice, k.String())
@@ -147,23 +139,24 @@ func (h *harness) readSinkOnce(ctx context.Context) (*sinkSnapshot, string, erro
 }
 
 // readRows reads every row of cluster in allot_usage.
-func readRows(ctx context.Context, conn *pgx.Conn, cluster string) (map[lineKey]lineUnits, error) {
+func readRows(ctx context.Context, conn *pgx.Conn, cluster string) (map[ledger.Key]ledger.Line, error) {
 	rows, err := conn.Query(ctx, `SELECT extract(epoch FROM window_start)::bigint, tenant, rule, region, window_seconds, admitted, denied
 FROM allot_usage WHERE cluster_id = $1`, cluster)
 	if err != nil {
 		return nil, fmt.Errorf("reading allot_usage: %w", err)
 	}
-	out := map[lineKey]lineUnits{}
+	out := map[ledger.Key]ledger.Line{}
 	for rows.Next() {
 		var (
-			k        lineKey
+			l        = ledger.Line{Final: true}
 			seconds  int32
 			adm, den int64
 		)
-		if err := rows.Scan(&k.window, &k.tenant, &k.rule, &k.region, &seconds, &adm, &den); err != nil {
+		if err := rows.Scan(&l.Window, &l.Tenant, &l.Rule, &l.Region, &seconds, &adm, &den); err != nil {
 			return nil, fmt.Errorf("reading allot_usage: %w", err)
 		}
-		out[k] = lineUnits{adm: uint64(adm), den: uint64(den), seconds: int64(seconds)}
+		l.WindowSeconds, l.Admitted, l.Denied = int64(seconds), uint64(adm), uint64(den)
+		out[l.Key] = l
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("reading allot_usage: %w", err)
@@ -247,25 +240,25 @@ type sinkVerdict struct {
 
 // checkSink reads the sink and compares it with the answers; led is the
 // ledger allot usage read, before the Envoys' lines were taken out of it.
-func (h *harness) checkSink(ctx context.Context, got *tally, rules *ruleSet, led ledger) (*sinkVerdict, error) {
+func (h *harness) checkSink(ctx context.Context, got *tally, rules *ruleSet, led ledgerSums) (*sinkVerdict, error) {
 	snap, err := h.readSink(ctx)
 	if err != nil {
 		return nil, err
 	}
 	sv := &sinkVerdict{snap: snap, envoysOK: true}
 	for k, row := range snap.rows {
-		if k.tenant != envoyTenant {
-			sv.pgAdm.add(row.adm)
-			sv.pgDen.add(row.den)
+		if k.Tenant != envoyTenant {
+			sv.pgAdm.add(row.Admitted)
+			sv.pgDen.add(row.Denied)
 		}
-		if u, ok := snap.exported[k]; ok && u == row {
+		if u, ok := snap.exported[k]; ok && sameCounts(u, row) {
 			sv.crossOK++
 			continue
 		}
 		sv.crossBad++
 		if len(sv.badLines) < 10 {
 			u, ok := snap.exported[k]
-			sv.badLines = append(sv.badLines, fmt.Sprintf("%v: in PostgreSQL admitted %d denied %d (%d s); allot usage: %v %+v", k, row.adm, row.den, row.seconds, ok, u))
+			sv.badLines = append(sv.badLines, fmt.Sprintf("%v: in PostgreSQL admitted %d denied %d (%d s); allot usage: %v %v", k, row.Admitted, row.Denied, row.WindowSeconds, ok, u))
 		}
 	}
 	for k := range snap.exported {
@@ -276,27 +269,27 @@ func (h *harness) checkSink(ctx context.Context, got *tally, rules *ruleSet, led
 			}
 		}
 	}
-	sl := ledger{}
-	add := func(k lineKey, u lineUnits) {
-		i, ok := rules.index[k.rule]
+	sl := ledgerSums{}
+	add := func(l ledger.Line) {
+		i, ok := rules.index[l.Rule]
 		if !ok {
 			i = -1
 		}
-		tr := tenantRule{k.tenant, i}
+		tr := tenantRule{l.Tenant, i}
 		if sl[tr] == nil {
 			sl[tr] = &units{}
 		}
-		sl[tr].adm.add(u.adm)
-		sl[tr].den.add(u.den)
+		sl[tr].adm.add(l.Admitted)
+		sl[tr].den.add(l.Denied)
 	}
-	for k, u := range snap.rows {
-		add(k, u)
+	for _, l := range snap.rows {
+		add(l)
 	}
-	for k, u := range snap.memory {
-		add(k, u)
-		if k.tenant != envoyTenant {
-			sv.memAdm.add(u.adm)
-			sv.memDen.add(u.den)
+	for _, l := range snap.memory {
+		add(l)
+		if l.Tenant != envoyTenant {
+			sv.memAdm.add(l.Admitted)
+			sv.memDen.add(l.Denied)
 		}
 	}
 	// The Envoys' lines are checked on their own (envoyVerdict): here
@@ -353,7 +346,7 @@ func (sv *sinkVerdict) print(w io.Writer, max int, logs string, allowed *big.Int
 			time.Unix(s.oldestOpen, 0).UTC().Format(time.RFC3339), s.behind)
 	}
 	fmt.Fprintf(w, "SUMMARY sink: %s in PostgreSQL (%s), %s; %s still in memory (%d final%s); read %s to a consistent position\n",
-		plural.Count(s.pos.lines, "line"), plural.Count(len(s.rows), "row"), plural.Count(s.pos.batches, "batch"), plural.Count(len(s.memory), "line"), s.final, open, plural.Count(s.reads, "time"))
+		plural.Count(s.pos.Lines, "line"), plural.Count(len(s.rows), "row"), plural.Count(s.pos.Batches, "batch"), plural.Count(len(s.memory), "line"), s.final, open, plural.Count(s.reads, "time"))
 	fmt.Fprintf(w, "SUMMARY sink units (the Envoys' apart): PostgreSQL admitted %s, denied %s; memory admitted %s, denied %s; answered admitted %s, denied %s\n",
 		sv.pgAdm.big(), sv.pgDen.big(), sv.memAdm.big(), sv.memDen.big(), v.genAdm, v.genDen)
 	fmt.Fprintf(w, "SUMMARY sink tenant/rule lines: %d, mismatching %d (%d lines short in %d tenants, %d lines over in %d tenants)\n",

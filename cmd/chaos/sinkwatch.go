@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/ledger"
 )
 
 // Names of the coordinators' export metrics (coordinator/metrics.go).
@@ -202,21 +203,21 @@ func sinkLine(m map[string]float64) string {
 // seen empty for a second, or sinkCatchUpBatches batches committed since
 // mark, the position when the last fault ended. Past its deadline the run
 // fails: the export is stuck.
-func (h *harness) sinkCatchUp(ctx context.Context, mark sinkPosition) {
+func (h *harness) sinkCatchUp(ctx context.Context, mark ledger.Position) {
 	deadline := max(90*time.Second, 2*h.cfg.billingWindow)
 	start := time.Now()
 	var (
 		zeroSince time.Time
 		zeroOn    string
 		why, how  string
-		pos       sinkPosition
+		pos       ledger.Position
 	)
 	err := fleet.Poll(ctx, deadline, "the ledger export to catch up", func() (bool, error) {
 		p, err := h.sink.position(ctx, h.cluster)
 		if err == nil {
 			pos = p
-			if p.batches >= mark.batches+sinkCatchUpBatches {
-				how = fmt.Sprintf("%d batches committed since the last fault", p.batches-mark.batches)
+			if p.Batches >= mark.Batches+sinkCatchUpBatches {
+				how = fmt.Sprintf("%d batches committed since the last fault", p.Batches-mark.Batches)
 				return true, nil
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/coordinator/billing"
 )
 
 // The soak (make soak): steady traffic through the cluster for a long
@@ -60,7 +61,7 @@ type soakSeries struct {
 // nil hold none.
 type exportedLines struct {
 	mu    sync.Mutex
-	lines map[[3]string]ledgerLine
+	lines map[[3]string]billing.JSONLine
 	reads int
 }
 
@@ -81,7 +82,7 @@ func (e *exportedLines) export(ctx context.Context, h *harness) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.lines == nil {
-		e.lines = map[[3]string]ledgerLine{}
+		e.lines = map[[3]string]billing.JSONLine{}
 	}
 	for _, l := range lines {
 		if l.Final {
@@ -93,7 +94,7 @@ func (e *exportedLines) export(ctx context.Context, h *harness) error {
 }
 
 // with is current, plus the exported lines of windows no longer in it.
-func (e *exportedLines) with(current []ledgerLine) []ledgerLine {
+func (e *exportedLines) with(current []billing.JSONLine) []billing.JSONLine {
 	if e == nil {
 		return current
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
@@ -290,7 +291,7 @@ func (e *Engine) Learning(now time.Time) bool { return e.alloc.Learning(now.Unix
 func (e *Engine) Usage(tenant, rule string) (admitted, denied uint64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.st.Ledger(func(l state.Line) bool {
+	e.st.Ledger(func(l ledger.Line) bool {
 		if l.Key.Tenant == tenant && l.Key.Rule == rule {
 			admitted += l.Admitted
 			denied += l.Denied

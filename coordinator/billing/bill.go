@@ -8,20 +8,14 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/ledger"
 )
 
-// LedgerLine is one record of one cluster's ledger: what a tenant was
-// admitted and denied under a rule, in a region and billing window.
+// LedgerLine is one line of one cluster's ledger, and what billing must
+// know of where it was read: which cluster, and the rule as that cluster
+// knows it.
 type LedgerLine struct {
-	Start, End           time.Time
-	Tenant, Rule, Region string
-	Admitted, Denied     uint64
-	// Final is set once the window has closed and every agent reporting
-	// in it has been heard from past its end: its counts never change.
-	Final bool
-	// Granted is what a parent leased the region of the tenant's
-	// allowance over the window (docs/regions.md), if recorded.
-	Granted *float64
+	ledger.Line
 	// Source is which cluster the line came from, counted from 0 in the
 	// order the caller read them: the first that knows a rule defines it.
 	Source int
@@ -74,7 +68,7 @@ type CountedTwiceError struct {
 func (e *CountedTwiceError) Error() string {
 	a, b := e.Lines[0], e.Lines[1]
 	return fmt.Sprintf("tenant %s, rule %s, region %s, window %s was counted by two clusters (#%d and #%d)",
-		a.Tenant, a.Rule, a.Region, a.Start.UTC().Format(time.RFC3339), a.Source+1, b.Source+1)
+		a.Tenant, a.Rule, a.Region, a.Start().Format(time.RFC3339), a.Source+1, b.Source+1)
 }
 
 // Merge merges the ledgers of several clusters into one bill, sorted by
@@ -83,8 +77,11 @@ func (e *CountedTwiceError) Error() string {
 // to. A line counted by two clusters is a *CountedTwiceError.
 func Merge(lines []LedgerLine) ([]Line, error) {
 	lines = slices.Clone(lines)
+	// By window start and length (windows of different lengths, from
+	// clusters that bill differently, are billed apart), then tenant,
+	// rule and region as the ledger orders them, then source.
 	slices.SortFunc(lines, func(a, b LedgerLine) int {
-		return cmp.Or(a.Start.Compare(b.Start), a.End.Compare(b.End), cmp.Compare(a.Tenant, b.Tenant),
+		return cmp.Or(cmp.Compare(a.Window, b.Window), cmp.Compare(a.WindowSeconds, b.WindowSeconds), cmp.Compare(a.Tenant, b.Tenant),
 			cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Region, b.Region), cmp.Compare(a.Source, b.Source))
 	})
 	var bill []Line
@@ -106,7 +103,7 @@ func Merge(lines []LedgerLine) ([]Line, error) {
 }
 
 func sameGroup(a, b LedgerLine) bool {
-	return a.Start.Equal(b.Start) && a.End.Equal(b.End) && a.Tenant == b.Tenant && a.Rule == b.Rule
+	return a.Window == b.Window && a.WindowSeconds == b.WindowSeconds && a.Tenant == b.Tenant && a.Rule == b.Rule
 }
 
 // billGroup bills one tenant, rule and window: a line per region, and a
@@ -128,7 +125,7 @@ func billGroup(group []LedgerLine) []Line {
 	var granted *float64
 	var shares []RegionShare
 	for _, l := range group {
-		b := Line{Start: l.Start, End: l.End, Final: l.Final, Tenant: l.Tenant, Rule: l.Rule, Region: l.Region,
+		b := Line{Start: l.Start(), End: l.End(), Final: l.Final, Tenant: l.Tenant, Rule: l.Rule, Region: l.Region,
 			Admitted: l.Admitted, Denied: l.Denied, Granted: l.Granted}
 		if l.Granted != nil {
 			sum := *l.Granted
@@ -137,7 +134,7 @@ func billGroup(group []LedgerLine) []Line {
 			}
 			granted = &sum
 		}
-		b.Fraction, b.Allowance = regionPart(l.Def, l.Region, allowance(l.Def, l.Tenant, l.End.Sub(l.Start)))
+		b.Fraction, b.Allowance = regionPart(l.Def, l.Region, allowance(l.Def, l.Tenant, l.End().Sub(l.Start())))
 		if multi && admitted > 0 {
 			b.Share = new(big.Rat).SetFrac(new(big.Int).SetUint64(l.Admitted), new(big.Int).SetUint64(admitted))
 			shares = append(shares, RegionShare{l.Region, b.Share})
@@ -146,9 +143,9 @@ func billGroup(group []LedgerLine) []Line {
 	}
 	if multi {
 		first := group[0]
-		out = append(out, Line{Start: first.Start, End: first.End, Final: final, Tenant: first.Tenant, Rule: first.Rule,
+		out = append(out, Line{Start: first.Start(), End: first.End(), Final: final, Tenant: first.Tenant, Rule: first.Rule,
 			Region: AllRegions, Total: true, Admitted: admitted, Denied: denied, Shares: shares,
-			Allowance: allowance(def, first.Tenant, first.End.Sub(first.Start)), Granted: granted})
+			Allowance: allowance(def, first.Tenant, first.End().Sub(first.Start())), Granted: granted})
 	}
 	return out
 }

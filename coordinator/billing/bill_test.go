@@ -13,6 +13,7 @@ import (
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/ledger"
 )
 
 // billRule is a tenant quota of 5 a minute, divided 60/40 between eu and
@@ -24,8 +25,8 @@ func billFixture() []LedgerLine {
 	w1 := time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 	w2 := w1.Add(time.Hour)
 	line := func(start time.Time, tenant, rule, region string, admitted, denied uint64, final bool, source int, def *rules.Rule) LedgerLine {
-		return LedgerLine{Start: start, End: start.Add(time.Hour), Tenant: tenant, Rule: rule, Region: region,
-			Admitted: admitted, Denied: denied, Final: final, Source: source, Def: def}
+		return LedgerLine{Line: ledger.Line{Key: ledger.Key{Window: start.Unix(), Tenant: tenant, Rule: rule, Region: region},
+			WindowSeconds: 3600, Admitted: admitted, Denied: denied, Final: final}, Source: source, Def: def}
 	}
 	// Leasing from a parent, eu recorded what it was granted of acme's
 	// allowance in w1, us what it was in w2 (docs/regions.md).

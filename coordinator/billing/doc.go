@@ -8,9 +8,9 @@
 // It is one implementation for everything that bills: `allot usage`
 // today, and whatever else exports the ledger (an HTTP export, a sink
 // into a billing database) tomorrow, so that the same ledger gives the
-// same bill, to the unit, wherever it is read. It is pure: plain structs
-// in, plain structs and bytes out, no gRPC, no protobuf, no clock.
-// Reading the ledger is the caller's business.
+// same bill, to the unit, wherever it is read. It is pure: the ledger's
+// own lines (package ledger) in, plain structs and bytes out, no gRPC, no
+// protobuf, no clock. Reading the ledger is the caller's business.
 //
 // Counts are exact: totals are uint64 sums and shares and allowances are
 // rationals, because a bill must not drift the way float64 sums do.

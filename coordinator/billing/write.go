@@ -101,9 +101,11 @@ func WriteCSV(w io.Writer, bill []Line) error {
 	return cw.Error()
 }
 
-// billJSON is a bill line as JSON. Counts are integers; allowance is exact
-// when whole and otherwise rounded to three places.
-type billJSON struct {
+// JSONLine is a bill line as JSON, one a line of WriteJSONL's output
+// (`allot usage --format jsonl`), and what a program reading that output
+// decodes it into. Counts are integers; allowance is exact when whole and
+// otherwise rounded to three places.
+type JSONLine struct {
 	WindowStart    string             `json:"window_start"`
 	WindowEnd      string             `json:"window_end"`
 	Final          bool               `json:"final"`
@@ -133,7 +135,7 @@ func jsonNumber(s string) *json.Number {
 func WriteJSONL(w io.Writer, bill []Line) error {
 	enc := json.NewEncoder(w)
 	for _, b := range bill {
-		j := billJSON{WindowStart: b.Start.UTC().Format(time.RFC3339), WindowEnd: b.End.UTC().Format(time.RFC3339), Final: b.Final,
+		j := JSONLine{WindowStart: b.Start.UTC().Format(time.RFC3339), WindowEnd: b.End.UTC().Format(time.RFC3339), Final: b.Final,
 			Tenant: b.Tenant, Rule: b.Rule, Region: b.Region, Total: b.Total, Admitted: b.Admitted, Denied: b.Denied,
 			Share: jsonNumber(ratText(b.Share, 6)), RegionFraction: jsonNumber(b.Fraction),
 			Allowance: jsonNumber(ratText(b.Allowance, 3)), Used: jsonNumber(ratText(usedRatio(b.Admitted, b.Allowance), 6)),

@@ -7,6 +7,7 @@ import (
 
 	"github.com/allot-io/allot/coordinator/ledgersink"
 	"github.com/allot-io/allot/internal/pgserver/pgtest"
+	"github.com/allot-io/allot/ledger"
 )
 
 // BenchmarkWrite exports batches of new lines, one window each, into a
@@ -34,7 +35,7 @@ func BenchmarkWrite(b *testing.B) {
 					lines[i].Rule, lines[i].Region = "requests-per-second", "eu-west-1"
 					lines[i].Granted = ptr(float64(i))
 				}
-				pos := ledgersink.Position{}
+				pos := ledger.Position{}
 				b.ReportAllocs()
 				for w := 0; b.Loop(); w++ {
 					for i := range lines {

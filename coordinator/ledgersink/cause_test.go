@@ -13,6 +13,7 @@ import (
 
 	"github.com/allot-io/allot/coordinator/ledgersink"
 	"github.com/allot-io/allot/internal/pgserver/pgtest"
+	"github.com/allot-io/allot/ledger"
 )
 
 func TestCauseLabels(t *testing.T) {
@@ -83,7 +84,7 @@ func TestCauseFromARealServer(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := open(t, tt.dsn(t))
-			_, err := s.Write(ctxFor(t, 30*time.Second), "eu-1", ledgersink.Position{}, batch(hour(0), 3))
+			_, err := s.Write(ctxFor(t, 30*time.Second), "eu-1", ledger.Position{}, batch(hour(0), 3))
 			if got := ledgersink.Cause(err); got != tt.want {
 				t.Errorf("Write = %v: Cause %q, want %q", err, got, tt.want)
 			}
@@ -115,7 +116,7 @@ func TestCauseOfAStoppedAndAPausedServer(t *testing.T) {
 		sink *ledgersink.Sink
 	}{{"a pooled connection", warm}, {"a new connection", open(t, dsn)}} {
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-		_, err := s.sink.Write(ctx, "eu-1", ledgersink.Position{}, batch(hour(0), 3))
+		_, err := s.sink.Write(ctx, "eu-1", ledger.Position{}, batch(hour(0), 3))
 		cancel()
 		if got := ledgersink.Cause(err); got != "timeout" {
 			t.Errorf("paused, %s: Write = %v: Cause %q, want timeout", s.name, err, got)
@@ -131,7 +132,7 @@ func TestCauseOfAStoppedAndAPausedServer(t *testing.T) {
 		name string
 		sink *ledgersink.Sink
 	}{{"a pooled connection", warm}, {"a new connection", open(t, dsn)}} {
-		_, err := s.sink.Write(ctxFor(t, 30*time.Second), "eu-1", ledgersink.Position{}, batch(hour(0), 3))
+		_, err := s.sink.Write(ctxFor(t, 30*time.Second), "eu-1", ledger.Position{}, batch(hour(0), 3))
 		if got := ledgersink.Cause(err); got != "unreachable" {
 			t.Errorf("stopped, %s: Write = %v: Cause %q, want unreachable", s.name, err, got)
 		}
@@ -156,7 +157,7 @@ func TestOpenWhileDownThenRestart(t *testing.T) {
 	}
 	s := open(t, dsn)
 	lines := batch(hour(0), 100)
-	if _, err := s.Write(ctxFor(t, 30*time.Second), "eu-1", ledgersink.Position{}, lines); ledgersink.Cause(err) != "unreachable" {
+	if _, err := s.Write(ctxFor(t, 30*time.Second), "eu-1", ledger.Position{}, lines); ledgersink.Cause(err) != "unreachable" {
 		t.Fatalf("Write while down = %v: Cause %q, want unreachable", err, ledgersink.Cause(err))
 	}
 	if err := s.Ping(ctxFor(t, 30*time.Second)); ledgersink.Cause(err) != "unreachable" {
@@ -165,7 +166,7 @@ func TestOpenWhileDownThenRestart(t *testing.T) {
 	if err := srv.Restart(ctxFor(t, time.Minute)); err != nil {
 		t.Fatal(err)
 	}
-	pos, err := s.Write(ctxFor(t, 30*time.Second), "eu-1", ledgersink.Position{}, lines)
+	pos, err := s.Write(ctxFor(t, 30*time.Second), "eu-1", ledger.Position{}, lines)
 	if err != nil {
 		t.Fatalf("Write after Restart: %v", err)
 	}
@@ -177,7 +178,7 @@ func TestOpenWhileDownThenRestart(t *testing.T) {
 	}
 	// The same batch once more, as a retry that did not know the first
 	// went through: refused, nothing doubled.
-	if _, err := s.Write(ctxFor(t, 30*time.Second), "eu-1", ledgersink.Position{}, lines); !errors.Is(err, ledgersink.ErrPositionMoved) {
+	if _, err := s.Write(ctxFor(t, 30*time.Second), "eu-1", ledger.Position{}, lines); !errors.Is(err, ledgersink.ErrPositionMoved) {
 		t.Errorf("a second Write of the batch = %v, want ErrPositionMoved", err)
 	}
 	if got := sumUsage(t, dsn); got != (totals{Rows: 100, Admitted: 100}) {

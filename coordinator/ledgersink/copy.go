@@ -8,6 +8,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/allot-io/allot/ledger"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -41,7 +42,7 @@ var (
 // encodeCopy encodes lines as rows of usageColumns, cluster first, or,
 // without withCluster, of stageColumns. Windows are validated to years 1
 // to 9999, so their microseconds fit an int64.
-func encodeCopy(cluster string, withCluster bool, lines []Line) []byte {
+func encodeCopy(cluster string, withCluster bool, lines []ledger.Line) []byte {
 	fields := len(stageColumns)
 	if withCluster {
 		fields = len(usageColumns)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/ledgersink"
+	"github.com/allot-io/allot/ledger"
 )
 
 // TestCopyRoundTrip: every column of a line comes back from the table as
@@ -15,13 +16,13 @@ import (
 // window), whether the batch went straight into allot_usage or, with a
 // key already there, through the staging table.
 func TestCopyRoundTrip(t *testing.T) {
-	lines := []ledgersink.Line{
-		{Key: ledgersink.Key{Window: time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC).Unix(), Tenant: "a", Rule: "r", Region: "eu"}, WindowSeconds: 1, Admitted: 0, Denied: 0},
-		{Key: ledgersink.Key{Window: hour(0), Tenant: "\x00t\x01", Rule: "é", Region: "🌍"}, WindowSeconds: 3600, Admitted: math.MaxUint64, Denied: math.MaxInt64, Granted: ptr(0.5)},
-		{Key: ledgersink.Key{Window: hour(0), Tenant: "t", Rule: "r", Region: "eu"}, WindowSeconds: math.MaxInt32, Admitted: 7, Denied: 3, Granted: ptr(-1e300)},
-		{Key: ledgersink.Key{Window: time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC).Unix(), Tenant: "z", Rule: "r", Region: "eu"}, WindowSeconds: 1, Admitted: 1},
+	lines := []ledger.Line{
+		{Key: ledger.Key{Window: time.Date(1, 1, 1, 0, 0, 0, 0, time.UTC).Unix(), Tenant: "a", Rule: "r", Region: "eu"}, WindowSeconds: 1, Admitted: 0, Denied: 0},
+		{Key: ledger.Key{Window: hour(0), Tenant: "\x00t\x01", Rule: "é", Region: "🌍"}, WindowSeconds: 3600, Admitted: math.MaxUint64, Denied: math.MaxInt64, Granted: ptr(0.5)},
+		{Key: ledger.Key{Window: hour(0), Tenant: "t", Rule: "r", Region: "eu"}, WindowSeconds: math.MaxInt32, Admitted: 7, Denied: 3, Granted: ptr(-1e300)},
+		{Key: ledger.Key{Window: time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC).Unix(), Tenant: "z", Rule: "r", Region: "eu"}, WindowSeconds: 1, Admitted: 1},
 	}
-	want := make([]ledgersink.Line, len(lines))
+	want := make([]ledger.Line, len(lines))
 	copy(want, lines)
 	want[1].Admitted = math.MaxInt64 // saturated in a bigint
 	for _, staged := range []bool{false, true} {
@@ -35,7 +36,7 @@ func TestCopyRoundTrip(t *testing.T) {
 			if staged {
 				ledgersink.UseCopyUpsert(s)
 			}
-			if _, err := s.Write(ctx, "eu-1", ledgersink.Position{}, lines); err != nil {
+			if _, err := s.Write(ctx, "eu-1", ledger.Position{}, lines); err != nil {
 				t.Fatal(err)
 			}
 			got, _, err := s.Query(ctx, "eu-1", ledgersink.Query{From: lines[0].Window})

@@ -12,15 +12,16 @@
 // from the key the batch was read after to the batch's last key. The
 // move is a compare-and-set: Write locks the position row (SELECT … FOR
 // UPDATE) and goes on only if it still says what the caller read
-// (Position.Set, Last and Lines); otherwise it writes nothing and
-// returns a *PositionError. Lines and position commit together or not
-// at all, so there is no window in which one is written without the
-// other, whatever crashes where: a leader that dies after the commit
-// but before hearing of it, a new leader replaying from the position it
-// last saw, two leaders of a partitioned cluster racing. Whoever reads
-// the position after a failure resumes from exactly where the database
-// is. No outbox, no deduplication table, no idempotency keys to expire:
-// the position is the one fact, and it lives beside the data it counts.
+// (ledger.Position.Same: Set, Last and Lines); otherwise it writes
+// nothing and returns a *PositionError. Lines and position commit
+// together or not at all, so there is no window in which one is written
+// without the other, whatever crashes where: a leader that dies after
+// the commit but before hearing of it, a new leader replaying from the
+// position it last saw, two leaders of a partitioned cluster racing.
+// Whoever reads the position after a failure resumes from exactly where
+// the database is. No outbox, no deduplication table, no idempotency keys
+// to expire: the position is the one fact, and it lives beside the data
+// it counts.
 //
 // # Several batches at once
 //
@@ -64,8 +65,9 @@
 // would disagree with the ledger about which line comes next, and a
 // line could be skipped or exported twice across a batch boundary.
 // Every text column is COLLATE "C", which is bytewise in UTF-8, and
-// CompareKeys is the same order in Go: the database, the ledger and this
-// package sort alike whatever the server's default collation.
+// ledger.CompareKeys is the same order in Go: the database, the state
+// machine and this package sort alike whatever the server's default
+// collation.
 //
 // # Failures
 //

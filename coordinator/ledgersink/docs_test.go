@@ -13,6 +13,7 @@ import (
 
 	"github.com/allot-io/allot/coordinator/ledgersink"
 	"github.com/allot-io/allot/internal/pgserver"
+	"github.com/allot-io/allot/ledger"
 )
 
 // billingDoc is the doc that prints the billing queries for psql.
@@ -133,7 +134,7 @@ func TestBillingDocQueries(t *testing.T) {
 	}
 	tenant := vars["tenant"]
 	for c, cluster := range []string{"eu-1", "us-1"} {
-		var lines []ledgersink.Line
+		var lines []ledger.Line
 		for _, w := range []time.Time{month.AddDate(0, 0, -1), month, month.AddDate(0, 0, 10), month.AddDate(0, 1, -1), month.AddDate(0, 1, -1).Add(time.Hour)} {
 			for _, tn := range []string{tenant, "globex"} {
 				for _, rule := range []string{"api", "plan-quota"} {
@@ -145,7 +146,7 @@ func TestBillingDocQueries(t *testing.T) {
 				}
 			}
 		}
-		slices.SortFunc(lines, func(a, b ledgersink.Line) int { return ledgersink.CompareKeys(a.Key, b.Key) })
+		slices.SortFunc(lines, func(a, b ledger.Line) int { return ledger.CompareKeys(a.Key, b.Key) })
 		export(t, s, cluster, lines, 7)
 	}
 

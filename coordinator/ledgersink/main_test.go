@@ -10,6 +10,7 @@ import (
 
 	"github.com/allot-io/allot/coordinator/ledgersink"
 	"github.com/allot-io/allot/internal/pgserver/pgtest"
+	"github.com/allot-io/allot/ledger"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -70,16 +71,16 @@ func scalar[T any](t testing.TB, conn *pgx.Conn, sql string, args ...any) T {
 func hour(n int) int64 { return time.Date(2026, 1, 1, n, 0, 0, 0, time.UTC).Unix() }
 
 // line is a one-hour line with admitted a.
-func line(window int64, tenant, rule, region string, a uint64) ledgersink.Line {
-	return ledgersink.Line{
-		Key:           ledgersink.Key{Window: window, Tenant: tenant, Rule: rule, Region: region},
+func line(window int64, tenant, rule, region string, a uint64) ledger.Line {
+	return ledger.Line{
+		Key:           ledger.Key{Window: window, Tenant: tenant, Rule: rule, Region: region},
 		WindowSeconds: 3600, Admitted: a, Denied: a / 10,
 	}
 }
 
 // batch is n sorted lines of one window, tenants t-00000…, admitted 1 each.
-func batch(window int64, n int) []ledgersink.Line {
-	out := make([]ledgersink.Line, n)
+func batch(window int64, n int) []ledger.Line {
+	out := make([]ledger.Line, n)
 	for i := range out {
 		out[i] = line(window, fmt.Sprintf("t-%05d", i), "api", "eu", 1)
 	}

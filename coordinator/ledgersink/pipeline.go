@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/allot-io/allot/ledger"
 )
 
 // errBeforeFailed is a pipelined batch given up because the batch before
@@ -39,14 +41,14 @@ type Pipeline struct {
 	cluster string
 	timeout time.Duration
 	// tail is the position the last batch sent leaves if it commits.
-	tail    Position
+	tail    ledger.Position
 	flights []*flight
 }
 
 // Result is a batch a Pipeline wrote, or failed to write.
 type Result struct {
 	// Position is the stored position the batch's commit left.
-	Position Position
+	Position ledger.Position
 	// Lines is the batch's size.
 	Lines int
 	// Took is how long its transaction took from Send to commit,
@@ -80,13 +82,13 @@ func (s *signal) fire() { s.once.Do(func() { close(s.c) }) }
 // Pipeline starts a pipeline of cluster's batches after from, the stored
 // position as Position reads it. ctx bounds every batch's transaction,
 // and timeout (if positive) each one, counted from its Send.
-func (s *Sink) Pipeline(ctx context.Context, cluster string, from Position, timeout time.Duration) *Pipeline {
+func (s *Sink) Pipeline(ctx context.Context, cluster string, from ledger.Position, timeout time.Duration) *Pipeline {
 	return &Pipeline{sink: s, ctx: ctx, cluster: cluster, timeout: timeout, tail: from}
 }
 
 // Tail is the position the last batch sent leaves if it commits, and the
 // one the next batch must be read after.
-func (p *Pipeline) Tail() Position { return p.tail }
+func (p *Pipeline) Tail() ledger.Position { return p.tail }
 
 // Len is how many batches are in flight: sent, their result not yet
 // returned by Wait.
@@ -97,7 +99,7 @@ func (p *Pipeline) Len() int { return len(p.flights) }
 // changed until then. As for Write, lines must be non-empty, in strictly
 // increasing ledger order and after Tail: otherwise Send returns an
 // error wrapping ErrBadBatch and sends nothing.
-func (p *Pipeline) Send(lines []Line) error {
+func (p *Pipeline) Send(lines []ledger.Line) error {
 	if err := validate(p.cluster, p.tail, lines); err != nil {
 		return err
 	}
@@ -107,7 +109,7 @@ func (p *Pipeline) Send(lines []Line) error {
 	}
 	f := &flight{began: newSignal(), locked: newSignal(), done: make(chan struct{})}
 	from := p.tail
-	p.tail = from.after(lines)
+	p.tail = from.Advance(lines)
 	p.flights = append(p.flights, f)
 	start := time.Now()
 	go func() {
@@ -117,7 +119,7 @@ func (p *Pipeline) Send(lines []Line) error {
 		}
 		defer cancel()
 		var (
-			next Position
+			next ledger.Position
 			err  error
 		)
 		// The batch before takes a connection first: were the pool

@@ -11,10 +11,11 @@ import (
 
 	"github.com/allot-io/allot/coordinator/ledgersink"
 	"github.com/allot-io/allot/internal/testwait"
+	"github.com/allot-io/allot/ledger"
 )
 
 // pipe is a pipeline of cluster eu-1 after from, on s.
-func pipe(t *testing.T, s *ledgersink.Sink, from ledgersink.Position) *ledgersink.Pipeline {
+func pipe(t *testing.T, s *ledgersink.Sink, from ledger.Position) *ledgersink.Pipeline {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	p := s.Pipeline(ctx, "eu-1", from, time.Minute)
@@ -45,7 +46,7 @@ WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type 
 func TestPipelineCommitsInOrder(t *testing.T) {
 	s, dsn := migrated(t)
 	const batches, size, depth = 24, 50, 4
-	p := pipe(t, s, ledgersink.Position{})
+	p := pipe(t, s, ledger.Position{})
 	var results []ledgersink.Result
 	for b := range batches {
 		if p.Len() == depth {
@@ -62,7 +63,7 @@ func TestPipelineCommitsInOrder(t *testing.T) {
 		results = append(results, p.Wait())
 	}
 	for i, r := range results {
-		want := ledgersink.Position{Set: true, Last: batch(hour(i), size)[size-1].Key, Lines: uint64((i + 1) * size), Batches: uint64(i + 1)}
+		want := ledger.Position{Set: true, Last: batch(hour(i), size)[size-1].Key, Lines: uint64((i + 1) * size), Batches: uint64(i + 1)}
 		if r.Err != nil || r.Position != want || r.Lines != size {
 			t.Errorf("batch %d: %+v, want position %+v", i, r, want)
 		}
@@ -81,7 +82,7 @@ func TestPipelineCommitsInOrder(t *testing.T) {
 func TestPipelineOverlapsTransactions(t *testing.T) {
 	s, dsn := migrated(t)
 	ctx := ctxFor(t, time.Minute)
-	from, err := s.Write(ctx, "eu-1", ledgersink.Position{}, batch(hour(0), 10))
+	from, err := s.Write(ctx, "eu-1", ledger.Position{}, batch(hour(0), 10))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,7 @@ END $$`,
 					t.Fatal(err)
 				}
 			}
-			var good ledgersink.Position
+			var good ledger.Position
 			for b := range 5 {
 				r := p.Wait()
 				switch {
@@ -201,7 +202,7 @@ func TestPipelineLosesToAnotherWriter(t *testing.T) {
 	s, dsn := migrated(t)
 	ctx := ctxFor(t, time.Minute)
 	other := open(t, dsn)
-	from, err := s.Write(ctx, "eu-1", ledgersink.Position{}, batch(hour(0), 5))
+	from, err := s.Write(ctx, "eu-1", ledger.Position{}, batch(hour(0), 5))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,12 +243,12 @@ func TestPipelineLosesToAnotherWriter(t *testing.T) {
 // before anything is sent, and the tail stays.
 func TestPipelineRefusesBadBatches(t *testing.T) {
 	s, _ := migrated(t)
-	p := pipe(t, s, ledgersink.Position{})
+	p := pipe(t, s, ledger.Position{})
 	if err := p.Send(batch(hour(1), 3)); err != nil {
 		t.Fatal(err)
 	}
 	tail := p.Tail()
-	for _, lines := range [][]ledgersink.Line{nil, batch(hour(0), 3), batch(hour(1), 3)} {
+	for _, lines := range [][]ledger.Line{nil, batch(hour(0), 3), batch(hour(1), 3)} {
 		if err := p.Send(lines); !errors.Is(err, ledgersink.ErrBadBatch) {
 			t.Errorf("Send(%d lines) = %v, want ErrBadBatch", len(lines), err)
 		}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/allot-io/allot/ledger"
 )
 
 // DefaultQueryLimit is Query's page size when Query.Limit is not positive.
@@ -20,7 +22,7 @@ type Query struct {
 	Tenant, Rule, Region string
 	// After, when set, starts the page after this key: the last key of
 	// the page before.
-	After *Key
+	After *ledger.Key
 	// Limit is the most lines returned; DefaultQueryLimit when ≤ 0.
 	Limit int
 }
@@ -29,7 +31,7 @@ type Query struct {
 // more follow the last one returned (page on with After set to its key).
 // It reads in the primary key's order, so a page costs its own size
 // whatever its depth.
-func (s *Sink) Query(ctx context.Context, cluster string, q Query) (lines []Line, more bool, err error) {
+func (s *Sink) Query(ctx context.Context, cluster string, q Query) (lines []ledger.Line, more bool, err error) {
 	limit := q.Limit
 	if limit <= 0 {
 		limit = DefaultQueryLimit
@@ -64,7 +66,7 @@ FROM allot_usage WHERE cluster_id = $1`)
 	defer rows.Close()
 	for rows.Next() {
 		var (
-			l                Line
+			l                = ledger.Line{Final: true}
 			window           time.Time
 			seconds          int32
 			admitted, denied int64

@@ -7,22 +7,23 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/ledgersink"
+	"github.com/allot-io/allot/ledger"
 )
 
-// ledger is lines of two clusters, every combination of the windows,
+// ledgers is lines of two clusters, every combination of the windows,
 // tenants (bytewise: "\x00" < "\x01" < "B" < "Z" < "a" < "a\x00" <
 // "a\x01b" < "b" < "é" < "日本"; the control characters are stored
 // escaped), rules and regions below, in ledger order per cluster.
-func ledger() map[string][]ledgersink.Line {
+func ledgers() map[string][]ledger.Line {
 	tenants := []string{"a", "é", "B", "日本", "b", "Z", "a\x00", "\x00", "a\x01b", "\x01"}
 	rules := []string{"api", "API", "batch"}
-	out := map[string][]ledgersink.Line{}
+	out := map[string][]ledger.Line{}
 	for c, cluster := range []string{"eu-1", "us-1"} {
 		regions := []string{"eu-west", "eu-central"}
 		if c == 1 {
 			regions = []string{"us-east"}
 		}
-		var lines []ledgersink.Line
+		var lines []ledger.Line
 		for w := range 4 {
 			for _, tenant := range tenants {
 				for _, rule := range rules {
@@ -36,16 +37,16 @@ func ledger() map[string][]ledgersink.Line {
 				}
 			}
 		}
-		slices.SortFunc(lines, func(a, b ledgersink.Line) int { return ledgersink.CompareKeys(a.Key, b.Key) })
+		slices.SortFunc(lines, func(a, b ledger.Line) int { return ledger.CompareKeys(a.Key, b.Key) })
 		out[cluster] = lines
 	}
 	return out
 }
 
 // export writes lines in batches of n.
-func export(t *testing.T, s *ledgersink.Sink, cluster string, lines []ledgersink.Line, n int) {
+func export(t *testing.T, s *ledgersink.Sink, cluster string, lines []ledger.Line, n int) {
 	t.Helper()
-	pos := ledgersink.Position{}
+	pos := ledger.Position{}
 	for len(lines) > 0 {
 		k := min(n, len(lines))
 		var err error
@@ -56,68 +57,39 @@ func export(t *testing.T, s *ledgersink.Sink, cluster string, lines []ledgersink
 	}
 }
 
-func TestCompareKeysIsBytewise(t *testing.T) {
-	ordered := []ledgersink.Key{
-		{Window: 1, Tenant: "z"},
-		{Window: 2, Tenant: "B"},
-		{Window: 2, Tenant: "a"},
-		{Window: 2, Tenant: "a", Rule: "R"},
-		{Window: 2, Tenant: "a", Rule: "r"},
-		{Window: 2, Tenant: "a", Rule: "r", Region: "eu"},
-		{Window: 2, Tenant: "é"},
-	}
-	for i := range ordered {
-		for j := range ordered {
-			if got, want := ledgersink.CompareKeys(ordered[i], ordered[j]), cmpInt(i, j); got != want {
-				t.Errorf("CompareKeys(%v, %v) = %d, want %d", ordered[i], ordered[j], got, want)
-			}
-		}
-	}
-}
-
-func cmpInt(a, b int) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 func TestQuery(t *testing.T) {
 	s, _ := migrated(t)
-	all := ledger()
+	all := ledgers()
 	for cluster, lines := range all {
 		export(t, s, cluster, lines, 17)
 	}
 	eu := all["eu-1"]
-	keep := func(f func(l ledgersink.Line) bool) []ledgersink.Line {
-		return slices.DeleteFunc(slices.Clone(eu), func(l ledgersink.Line) bool { return !f(l) })
+	keep := func(f func(l ledger.Line) bool) []ledger.Line {
+		return slices.DeleteFunc(slices.Clone(eu), func(l ledger.Line) bool { return !f(l) })
 	}
 	tests := []struct {
 		name string
 		q    ledgersink.Query
-		want []ledgersink.Line
+		want []ledger.Line
 	}{
 		{"everything", ledgersink.Query{}, eu},
-		{"from a window", ledgersink.Query{From: hour(2)}, keep(func(l ledgersink.Line) bool { return l.Window >= hour(2) })},
-		{"a window range", ledgersink.Query{From: hour(1), To: hour(3)}, keep(func(l ledgersink.Line) bool { return l.Window >= hour(1) && l.Window < hour(3) })},
+		{"from a window", ledgersink.Query{From: hour(2)}, keep(func(l ledger.Line) bool { return l.Window >= hour(2) })},
+		{"a window range", ledgersink.Query{From: hour(1), To: hour(3)}, keep(func(l ledger.Line) bool { return l.Window >= hour(1) && l.Window < hour(3) })},
 		{"an empty range", ledgersink.Query{From: hour(3), To: hour(3)}, nil},
-		{"a tenant", ledgersink.Query{Tenant: "é"}, keep(func(l ledgersink.Line) bool { return l.Tenant == "é" })},
-		{"an uppercase tenant", ledgersink.Query{Tenant: "B"}, keep(func(l ledgersink.Line) bool { return l.Tenant == "B" })},
-		{"a rule and a region", ledgersink.Query{Rule: "API", Region: "eu-central"}, keep(func(l ledgersink.Line) bool { return l.Rule == "API" && l.Region == "eu-central" })},
+		{"a tenant", ledgersink.Query{Tenant: "é"}, keep(func(l ledger.Line) bool { return l.Tenant == "é" })},
+		{"an uppercase tenant", ledgersink.Query{Tenant: "B"}, keep(func(l ledger.Line) bool { return l.Tenant == "B" })},
+		{"a rule and a region", ledgersink.Query{Rule: "API", Region: "eu-central"}, keep(func(l ledger.Line) bool { return l.Rule == "API" && l.Region == "eu-central" })},
 		{"a region of the other cluster", ledgersink.Query{Region: "us-east"}, nil},
 		{"after a key", ledgersink.Query{After: &eu[40].Key}, eu[41:]},
-		{"after a key with a tenant", ledgersink.Query{Tenant: "a", After: &eu[40].Key}, slices.DeleteFunc(slices.Clone(eu[41:]), func(l ledgersink.Line) bool { return l.Tenant != "a" })},
-		{"after a key that is not stored", ledgersink.Query{After: &ledgersink.Key{Window: hour(1), Tenant: "C"}}, keep(func(l ledgersink.Line) bool {
-			return ledgersink.CompareKeys(l.Key, ledgersink.Key{Window: hour(1), Tenant: "C"}) > 0
+		{"after a key with a tenant", ledgersink.Query{Tenant: "a", After: &eu[40].Key}, slices.DeleteFunc(slices.Clone(eu[41:]), func(l ledger.Line) bool { return l.Tenant != "a" })},
+		{"after a key that is not stored", ledgersink.Query{After: &ledger.Key{Window: hour(1), Tenant: "C"}}, keep(func(l ledger.Line) bool {
+			return ledger.CompareKeys(l.Key, ledger.Key{Window: hour(1), Tenant: "C"}) > 0
 		})},
 	}
 	for _, tt := range tests {
 		for _, limit := range []int{1, 7, 1000} {
 			t.Run(fmt.Sprintf("%s/limit %d", tt.name, limit), func(t *testing.T) {
-				var got []ledgersink.Line
+				var got []ledger.Line
 				q := tt.q
 				q.Limit = limit
 				for pages := 0; ; pages++ {
@@ -145,8 +117,8 @@ func TestQuery(t *testing.T) {
 	}
 }
 
-func equalLines(a, b []ledgersink.Line) bool {
-	return slices.EqualFunc(a, b, func(x, y ledgersink.Line) bool {
+func equalLines(a, b []ledger.Line) bool {
+	return slices.EqualFunc(a, b, func(x, y ledger.Line) bool {
 		if x.Key != y.Key || x.WindowSeconds != y.WindowSeconds || x.Admitted != y.Admitted || x.Denied != y.Denied {
 			return false
 		}
@@ -157,7 +129,7 @@ func equalLines(a, b []ledgersink.Line) bool {
 	})
 }
 
-func keys(lines []ledgersink.Line) []string {
+func keys(lines []ledger.Line) []string {
 	out := make([]string, len(lines))
 	for i, l := range lines {
 		out[i] = fmt.Sprintf("%d/%s/%s/%s", (l.Window-hour(0))/3600, l.Tenant, l.Rule, l.Region)
@@ -169,14 +141,14 @@ func keys(lines []ledgersink.Line) []string {
 // checks them against sums made here.
 func TestBillingQueries(t *testing.T) {
 	s, dsn := migrated(t)
-	all := ledger()
+	all := ledgers()
 	for cluster, lines := range all {
 		export(t, s, cluster, lines, 100)
 	}
 	conn := connect(t, dsn)
 	ctx := ctxFor(t, 10*time.Second)
 	from, to := time.Unix(hour(1), 0), time.Unix(hour(3), 0)
-	in := func(l ledgersink.Line) bool { return l.Window >= hour(1) && l.Window < hour(3) }
+	in := func(l ledger.Line) bool { return l.Window >= hour(1) && l.Window < hour(3) }
 
 	type sums struct{ admitted, denied int64 }
 	wantByRule, wantByTenant := map[string]sums{}, map[string]sums{}

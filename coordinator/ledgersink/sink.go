@@ -1,7 +1,6 @@
 package ledgersink
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,8 +8,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-	"time"
 
+	"github.com/allot-io/allot/ledger"
 	"github.com/hashicorp/go-hclog"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -31,83 +30,10 @@ var (
 	ErrSchemaTooNew = errors.New("ledgersink: the database schema is newer than this binary knows")
 )
 
-// Key is a ledger line's place in ledger order.
-type Key struct {
-	// Window is the billing window's start, Unix seconds.
-	Window               int64
-	Tenant, Rule, Region string
-}
-
-// CompareKeys orders keys as the ledger does: by window, then tenant,
-// rule and region compared bytewise (as COLLATE "C" does).
-func CompareKeys(a, b Key) int {
-	if c := cmp.Compare(a.Window, b.Window); c != 0 {
-		return c
-	}
-	if c := strings.Compare(a.Tenant, b.Tenant); c != 0 {
-		return c
-	}
-	if c := strings.Compare(a.Rule, b.Rule); c != 0 {
-		return c
-	}
-	return strings.Compare(a.Region, b.Region)
-}
-
-func (k Key) String() string {
-	return fmt.Sprintf("window %s tenant %q rule %q region %q",
-		time.Unix(k.Window, 0).UTC().Format(time.RFC3339), k.Tenant, k.Rule, k.Region)
-}
-
-// Line is one final ledger line.
-//
-// Admitted and Denied are uint64 in the ledger and bigint in PostgreSQL:
-// a count above math.MaxInt64 is stored as math.MaxInt64, and so is a
-// sum of two exports of one key that would pass it.
-type Line struct {
-	Key
-	// WindowSeconds is the billing window's length.
-	WindowSeconds    int64
-	Admitted, Denied uint64
-	// Granted is what a parent leased the region over the window, nil
-	// when none was recorded (stored as NULL).
-	Granted *float64
-}
-
-// Position is how far a cluster has exported its ledger.
-type Position struct {
-	// Set is false before the first batch; Last is then the zero Key.
-	Set bool
-	// Last is the key of the last line exported.
-	Last Key
-	// Lines and Batches count what was exported so far.
-	Lines, Batches uint64
-}
-
-// same reports whether p and q are one position, as Write compares
-// them: Set, Last and Lines (Batches is a statistic).
-func (p Position) same(q Position) bool {
-	if p.Set != q.Set || p.Lines != q.Lines {
-		return false
-	}
-	return !p.Set || p.Last == q.Last
-}
-
-// after is the position a batch of lines read after p leaves.
-func (p Position) after(lines []Line) Position {
-	return Position{Set: true, Last: lines[len(lines)-1].Key, Lines: p.Lines + uint64(len(lines)), Batches: p.Batches + 1}
-}
-
-func (p Position) String() string {
-	if !p.Set {
-		return fmt.Sprintf("nothing exported (%d lines, %d batches)", p.Lines, p.Batches)
-	}
-	return fmt.Sprintf("after %s (%d lines, %d batches)", p.Last, p.Lines, p.Batches)
-}
-
 // PositionError is a Write refused because the stored position is not
 // the one its batch was read after. It unwraps to ErrPositionMoved.
 type PositionError struct {
-	Stored, Expected Position
+	Stored, Expected ledger.Position
 }
 
 func (e *PositionError) Error() string {
@@ -190,13 +116,13 @@ func (s *Sink) Close() { s.pool.Close() }
 
 // Position is how far cluster has exported: the zero Position before
 // its first batch.
-func (s *Sink) Position(ctx context.Context, cluster string) (Position, error) {
+func (s *Sink) Position(ctx context.Context, cluster string) (ledger.Position, error) {
 	p, err := scanPosition(s.pool.QueryRow(ctx, selectPosition, cluster))
 	if errors.Is(err, errNoPosition) {
-		return Position{}, nil
+		return ledger.Position{}, nil
 	}
 	if err != nil {
-		return Position{}, fmt.Errorf("ledgersink: reading the export position of cluster %q: %w", cluster, err)
+		return ledger.Position{}, fmt.Errorf("ledgersink: reading the export position of cluster %q: %w", cluster, err)
 	}
 	return p, nil
 }

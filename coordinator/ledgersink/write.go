@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/allot-io/allot/ledger"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -73,15 +74,20 @@ var errNoPosition = errors.New("no position row")
 // key already there), moves the position to the last line and commits.
 // It returns the new position.
 //
+// A line's Admitted and Denied are uint64 in the ledger and bigint in
+// PostgreSQL: a count above math.MaxInt64 is stored as math.MaxInt64, and
+// so is a sum of two exports of one key that would pass it. Its Final is
+// not stored: every line a sink holds is final.
+//
 // lines must be non-empty, in strictly increasing ledger order and all
 // after from.Last; otherwise the error wraps ErrBadBatch and nothing is
 // sent. On any other error the batch may or may not have been committed
 // (a commit whose answer was lost): read Position before writing again.
 // A retry with the old from cannot count twice; it fails with
 // ErrPositionMoved.
-func (s *Sink) Write(ctx context.Context, cluster string, from Position, lines []Line) (Position, error) {
+func (s *Sink) Write(ctx context.Context, cluster string, from ledger.Position, lines []ledger.Line) (ledger.Position, error) {
 	if err := validate(cluster, from, lines); err != nil {
-		return Position{}, err
+		return ledger.Position{}, err
 	}
 	return s.writeBatch(ctx, cluster, from, lines, nil, nil)
 }
@@ -97,8 +103,8 @@ func (s *Sink) Write(ctx context.Context, cluster string, from Position, lines [
 // is the same either way, so that order is for speed only: a batch that
 // got ahead of the one before it would find the position not yet moved
 // and write nothing.
-func (s *Sink) writeBatch(ctx context.Context, cluster string, from Position, lines []Line, before, f *flight) (Position, error) {
-	var next Position
+func (s *Sink) writeBatch(ctx context.Context, cluster string, from ledger.Position, lines []ledger.Line, before, f *flight) (ledger.Position, error) {
+	var next ledger.Position
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{}, func(tx pgx.Tx) error {
 		f.hasBegun()
 		copied := false
@@ -116,7 +122,7 @@ func (s *Sink) writeBatch(ctx context.Context, cluster string, from Position, li
 			return err
 		}
 		f.holdsLock()
-		if !stored.same(from) {
+		if !stored.Same(from) {
 			return &PositionError{Stored: stored, Expected: from}
 		}
 		if !copied {
@@ -124,7 +130,7 @@ func (s *Sink) writeBatch(ctx context.Context, cluster string, from Position, li
 				return err
 			}
 		}
-		next = stored.after(lines)
+		next = stored.Advance(lines)
 		last := next.Last
 		_, err = tx.Exec(ctx, updatePosition, cluster, time.Unix(last.Window, 0), storeName(last.Tenant), storeName(last.Rule), storeName(last.Region),
 			clamp(next.Lines), clamp(next.Batches))
@@ -136,35 +142,35 @@ func (s *Sink) writeBatch(ctx context.Context, cluster string, from Position, li
 	if err != nil {
 		var pe *PositionError
 		if errors.As(err, &pe) {
-			return Position{}, pe
+			return ledger.Position{}, pe
 		}
-		return Position{}, fmt.Errorf("ledgersink: writing %d lines of cluster %q: %w", len(lines), cluster, err)
+		return ledger.Position{}, fmt.Errorf("ledgersink: writing %d lines of cluster %q: %w", len(lines), cluster, err)
 	}
 	return next, nil
 }
 
 // lock reads cluster's position FOR UPDATE, inserting a zero row first
 // if it has none, so two writers of a new cluster queue on the row too.
-func lock(ctx context.Context, tx pgx.Tx, cluster string) (Position, error) {
+func lock(ctx context.Context, tx pgx.Tx, cluster string) (ledger.Position, error) {
 	b := &pgx.Batch{}
 	b.Queue(insertPosition, cluster)
 	b.Queue(selectPosition+" FOR UPDATE", cluster)
 	br := tx.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		br.Close()
-		return Position{}, fmt.Errorf("locking the position: %w", err)
+		return ledger.Position{}, fmt.Errorf("locking the position: %w", err)
 	}
 	p, err := scanPosition(br.QueryRow())
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
 	if err != nil {
-		return Position{}, fmt.Errorf("locking the position: %w", err)
+		return ledger.Position{}, fmt.Errorf("locking the position: %w", err)
 	}
 	return p, nil
 }
 
-func scanPosition(row pgx.Row) (Position, error) {
+func scanPosition(row pgx.Row) (ledger.Position, error) {
 	var (
 		window               *time.Time
 		tenant, rule, region *string
@@ -172,24 +178,24 @@ func scanPosition(row pgx.Row) (Position, error) {
 	)
 	if err := row.Scan(&window, &tenant, &rule, &region, &lines, &batches); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
-			return Position{}, errNoPosition
+			return ledger.Position{}, errNoPosition
 		}
-		return Position{}, err
+		return ledger.Position{}, err
 	}
-	p := Position{Lines: uint64(lines), Batches: uint64(batches)}
+	p := ledger.Position{Lines: uint64(lines), Batches: uint64(batches)}
 	if window != nil && tenant != nil && rule != nil && region != nil {
 		p.Set = true
-		p.Last = Key{Window: window.Unix(), Tenant: loadName(*tenant), Rule: loadName(*rule), Region: loadName(*region)}
+		p.Last = ledger.Key{Window: window.Unix(), Tenant: loadName(*tenant), Rule: loadName(*rule), Region: loadName(*region)}
 	}
 	return p, nil
 }
 
 // upsertFunc adds lines to allot_usage within tx.
-type upsertFunc func(ctx context.Context, tx pgx.Tx, cluster string, lines []Line) error
+type upsertFunc func(ctx context.Context, tx pgx.Tx, cluster string, lines []ledger.Line) error
 
 // copyUpsert streams lines into a staging table with COPY, then adds
 // them to allot_usage with one INSERT … SELECT … ON CONFLICT.
-func copyUpsert(ctx context.Context, tx pgx.Tx, cluster string, lines []Line) error {
+func copyUpsert(ctx context.Context, tx pgx.Tx, cluster string, lines []ledger.Line) error {
 	if _, err := tx.Exec(ctx, createStage); err != nil {
 		return fmt.Errorf("creating the staging table: %w", err)
 	}
@@ -209,7 +215,7 @@ func copyUpsert(ctx context.Context, tx pgx.Tx, cluster string, lines []Line) er
 // speculative insertion. If a key is already there the COPY fails on the
 // primary key, the savepoint undoes it, and the batch goes through
 // copyUpsert, which adds to what is stored.
-func copyDirect(ctx context.Context, tx pgx.Tx, cluster string, lines []Line) error {
+func copyDirect(ctx context.Context, tx pgx.Tx, cluster string, lines []ledger.Line) error {
 	if _, err := tx.Exec(ctx, "SAVEPOINT allot_copy"); err != nil {
 		return fmt.Errorf("a savepoint before the copy: %w", err)
 	}
@@ -234,7 +240,7 @@ var usageColumns = []string{"cluster_id", "window_start", "tenant", "rule", "reg
 // unnestUpsert sends lines as one array per column in a single
 // INSERT … SELECT FROM unnest(…) ON CONFLICT: one statement, no staging
 // table. BenchmarkWrite compares it with copyUpsert.
-func unnestUpsert(ctx context.Context, tx pgx.Tx, cluster string, lines []Line) error {
+func unnestUpsert(ctx context.Context, tx pgx.Tx, cluster string, lines []ledger.Line) error {
 	n := len(lines)
 	var (
 		windows  = make([]time.Time, n)
@@ -265,7 +271,7 @@ const (
 )
 
 // validate checks a batch before anything is sent.
-func validate(cluster string, from Position, lines []Line) error {
+func validate(cluster string, from ledger.Position, lines []ledger.Line) error {
 	if err := storable("cluster ID", cluster); err != nil {
 		return err
 	}
@@ -291,12 +297,12 @@ func validate(cluster string, from Position, lines []Line) error {
 			}
 		}
 		if i == 0 {
-			if from.Set && CompareKeys(from.Last, l.Key) >= 0 {
+			if from.Set && ledger.CompareKeys(from.Last, l.Key) >= 0 {
 				return fmt.Errorf("%w: line 0 (%v) is not after the position (%v)", ErrBadBatch, l.Key, from.Last)
 			}
 			continue
 		}
-		if CompareKeys(lines[i-1].Key, l.Key) >= 0 {
+		if ledger.CompareKeys(lines[i-1].Key, l.Key) >= 0 {
 			return fmt.Errorf("%w: line %d (%v) is not after line %d (%v): lines must be in strictly increasing ledger order",
 				ErrBadBatch, i, l.Key, i-1, lines[i-1].Key)
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/ledgersink"
+	"github.com/allot-io/allot/ledger"
 )
 
 // totals are what allot_usage holds, summed.
@@ -29,7 +30,7 @@ func TestWriteMovesThePosition(t *testing.T) {
 	s, dsn := migrated(t)
 	ctx := ctxFor(t, time.Minute)
 	start, err := s.Position(ctx, "eu-1")
-	if err != nil || start != (ledgersink.Position{}) {
+	if err != nil || start != (ledger.Position{}) {
 		t.Fatalf("position before any batch: %+v, %v; want the zero Position", start, err)
 	}
 	first := batch(hour(0), 3)
@@ -37,7 +38,7 @@ func TestWriteMovesThePosition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := ledgersink.Position{Set: true, Last: first[2].Key, Lines: 3, Batches: 1}
+	want := ledger.Position{Set: true, Last: first[2].Key, Lines: 3, Batches: 1}
 	if pos != want {
 		t.Errorf("Write returned %+v, want %+v", pos, want)
 	}
@@ -46,7 +47,7 @@ func TestWriteMovesThePosition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = ledgersink.Position{Set: true, Last: second[1].Key, Lines: 5, Batches: 2}
+	want = ledger.Position{Set: true, Last: second[1].Key, Lines: 5, Batches: 2}
 	if pos != want {
 		t.Errorf("the second Write returned %+v, want %+v", pos, want)
 	}
@@ -56,7 +57,7 @@ func TestWriteMovesThePosition(t *testing.T) {
 			t.Fatal(err)
 		}
 		if cluster == "us-1" {
-			want = ledgersink.Position{}
+			want = ledger.Position{}
 		}
 		if got != want {
 			t.Errorf("Position(%s) = %+v, want %+v", cluster, got, want)
@@ -74,20 +75,20 @@ func TestReplayIsRefused(t *testing.T) {
 	for i := range lines {
 		lines[i].Admitted, lines[i].Denied = 100, 7
 	}
-	pos, err := s.Write(ctx, "eu-1", ledgersink.Position{}, lines)
+	pos, err := s.Write(ctx, "eu-1", ledger.Position{}, lines)
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := sumUsage(t, dsn)
 	tests := []struct {
 		name  string
-		from  ledgersink.Position
-		lines []ledgersink.Line
+		from  ledger.Position
+		lines []ledger.Line
 	}{
-		{"the same batch again", ledgersink.Position{}, lines},
-		{"later lines read before the first batch", ledgersink.Position{}, batch(hour(1), 3)},
-		{"a stale line count", ledgersink.Position{Set: true, Last: pos.Last, Lines: 9, Batches: 1}, batch(hour(1), 3)},
-		{"a position that never was", ledgersink.Position{Set: true, Last: lines[4].Key, Lines: 5, Batches: 1}, batch(hour(1), 3)},
+		{"the same batch again", ledger.Position{}, lines},
+		{"later lines read before the first batch", ledger.Position{}, batch(hour(1), 3)},
+		{"a stale line count", ledger.Position{Set: true, Last: pos.Last, Lines: 9, Batches: 1}, batch(hour(1), 3)},
+		{"a position that never was", ledger.Position{Set: true, Last: lines[4].Key, Lines: 5, Batches: 1}, batch(hour(1), 3)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -115,12 +116,12 @@ func TestReplayIsRefused(t *testing.T) {
 func TestConcurrentWritersOneWins(t *testing.T) {
 	s, dsn := migrated(t)
 	const writers, rounds = 6, 5
-	from := ledgersink.Position{}
+	from := ledger.Position{}
 	var want totals
 	for round := range rounds {
 		var (
 			wg   sync.WaitGroup
-			pos  = make([]ledgersink.Position, writers)
+			pos  = make([]ledger.Position, writers)
 			errs = make([]error, writers)
 		)
 		for w := range writers {
@@ -167,30 +168,30 @@ func TestConcurrentWritersOneWins(t *testing.T) {
 func TestBadBatches(t *testing.T) {
 	s, dsn := migrated(t)
 	ctx := ctxFor(t, time.Minute)
-	pos, err := s.Write(ctx, "eu-1", ledgersink.Position{}, batch(hour(5), 2))
+	pos, err := s.Write(ctx, "eu-1", ledger.Position{}, batch(hour(5), 2))
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := sumUsage(t, dsn)
 	a, b := line(hour(6), "a", "r", "eu", 1), line(hour(6), "b", "r", "eu", 1)
-	with := func(l ledgersink.Line, f func(*ledgersink.Line)) ledgersink.Line { f(&l); return l }
+	with := func(l ledger.Line, f func(*ledger.Line)) ledger.Line { f(&l); return l }
 	tests := []struct {
 		name    string
 		cluster string
-		from    ledgersink.Position
-		lines   []ledgersink.Line
+		from    ledger.Position
+		lines   []ledger.Line
 	}{
 		{"empty", "eu-1", pos, nil},
-		{"unsorted", "eu-1", pos, []ledgersink.Line{b, a}},
-		{"a key twice", "eu-1", pos, []ledgersink.Line{a, a}},
-		{"uppercase after lowercase", "eu-1", pos, []ledgersink.Line{a, line(hour(6), "B", "r", "eu", 1)}},
-		{"the position's own key", "eu-1", pos, []ledgersink.Line{line(pos.Last.Window, pos.Last.Tenant, pos.Last.Rule, pos.Last.Region, 1)}},
-		{"before the position", "eu-1", pos, []ledgersink.Line{line(hour(4), "z", "r", "eu", 1)}},
-		{"a window of no seconds", "eu-1", pos, []ledgersink.Line{with(a, func(l *ledgersink.Line) { l.WindowSeconds = 0 })}},
-		{"a window too long for integer", "eu-1", pos, []ledgersink.Line{with(a, func(l *ledgersink.Line) { l.WindowSeconds = math.MaxInt32 + 1 })}},
-		{"a window past year 9999", "eu-1", pos, []ledgersink.Line{with(a, func(l *ledgersink.Line) { l.Window = math.MaxInt64 })}},
-		{"a rule not UTF-8", "eu-1", pos, []ledgersink.Line{with(a, func(l *ledgersink.Line) { l.Rule = "\xff" })}},
-		{"no cluster", "", ledgersink.Position{}, []ledgersink.Line{a}},
+		{"unsorted", "eu-1", pos, []ledger.Line{b, a}},
+		{"a key twice", "eu-1", pos, []ledger.Line{a, a}},
+		{"uppercase after lowercase", "eu-1", pos, []ledger.Line{a, line(hour(6), "B", "r", "eu", 1)}},
+		{"the position's own key", "eu-1", pos, []ledger.Line{line(pos.Last.Window, pos.Last.Tenant, pos.Last.Rule, pos.Last.Region, 1)}},
+		{"before the position", "eu-1", pos, []ledger.Line{line(hour(4), "z", "r", "eu", 1)}},
+		{"a window of no seconds", "eu-1", pos, []ledger.Line{with(a, func(l *ledger.Line) { l.WindowSeconds = 0 })}},
+		{"a window too long for integer", "eu-1", pos, []ledger.Line{with(a, func(l *ledger.Line) { l.WindowSeconds = math.MaxInt32 + 1 })}},
+		{"a window past year 9999", "eu-1", pos, []ledger.Line{with(a, func(l *ledger.Line) { l.Window = math.MaxInt64 })}},
+		{"a rule not UTF-8", "eu-1", pos, []ledger.Line{with(a, func(l *ledger.Line) { l.Rule = "\xff" })}},
+		{"no cluster", "", ledger.Position{}, []ledger.Line{a}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -235,22 +236,22 @@ func TestAddingToAnExportedKey(t *testing.T) {
 	ctx := ctxFor(t, time.Minute)
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			key := ledgersink.Key{Window: hour(i), Tenant: "t", Rule: "r", Region: "eu"}
+			key := ledger.Key{Window: hour(i), Tenant: "t", Rule: "r", Region: "eu"}
 			write := func(admitted uint64, granted *float64) {
 				t.Helper()
 				pos, err := s.Position(ctx, "c")
 				if err != nil {
 					t.Fatal(err)
 				}
-				if pos.Set && ledgersink.CompareKeys(pos.Last, key) >= 0 {
+				if pos.Set && ledger.CompareKeys(pos.Last, key) >= 0 {
 					// Forget the position, as a re-created cluster would.
 					if _, err := conn.Exec(ctx, "DELETE FROM allot_export_position WHERE cluster_id = 'c'"); err != nil {
 						t.Fatal(err)
 					}
-					pos = ledgersink.Position{}
+					pos = ledger.Position{}
 				}
-				l := ledgersink.Line{Key: key, WindowSeconds: 3600, Admitted: admitted, Denied: admitted, Granted: granted}
-				if _, err := s.Write(ctx, "c", pos, []ledgersink.Line{l}); err != nil {
+				l := ledger.Line{Key: key, WindowSeconds: 3600, Admitted: admitted, Denied: admitted, Granted: granted}
+				if _, err := s.Write(ctx, "c", pos, []ledger.Line{l}); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/ledger"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
@@ -79,7 +80,7 @@ func dump(s *state.State) string {
 		}
 		lines = append(lines, line)
 	}
-	s.Ledger(func(l state.Line) bool {
+	s.Ledger(func(l ledger.Line) bool {
 		k := l.Key
 		line := fmt.Sprintf("ledger %s/%s/%s/%d %d %d", k.Tenant, k.Rule, k.Region, k.Window, l.Admitted, l.Denied)
 		if l.Granted != nil {

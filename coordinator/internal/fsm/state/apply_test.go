@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
+	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -64,10 +65,10 @@ func TestStateBillingWindowsAndFinality(t *testing.T) {
 	late.Reports[0].Batch.Counts[0].WindowUnix = hour0.Unix()
 	f.Apply(entry(t, 6, CmdReports, late))
 	f.read(func(s *State) {
-		if l, _ := s.ledger.Get(lineItem{key: LedgerKey{"acme", "plan-quota", "eu-west", hour0.Unix()}}); l.u.admitted != 12 {
+		if l, _ := s.ledger.Get(lineItem{key: ledger.Key{Window: hour0.Unix(), Tenant: "acme", Rule: "plan-quota", Region: "eu-west"}}); l.u.admitted != 12 {
 			t.Errorf("final window changed: %d admitted", l.u.admitted)
 		}
-		if l, ok := s.ledger.Get(lineItem{key: LedgerKey{"acme", "plan-quota", "eu-west", hour0.Add(time.Hour).Unix()}}); !ok || l.u.admitted != 5 {
+		if l, ok := s.ledger.Get(lineItem{key: ledger.Key{Window: hour0.Add(time.Hour).Unix(), Tenant: "acme", Rule: "plan-quota", Region: "eu-west"}}); !ok || l.u.admitted != 5 {
 			t.Errorf("late usage not carried into the open window: %+v", l)
 		}
 	})

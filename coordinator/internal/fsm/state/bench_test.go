@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
+	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
@@ -95,10 +96,10 @@ func BenchmarkExportedDrop(b *testing.B) {
 		b.StopTimer()
 		f := fill()
 		var cmds [][]byte
-		pos := ExportPosition{}
+		pos := ledger.Position{}
 		for page := f.st.ExportPage(batchLines); len(page) > 0; page = f.st.ExportPageAfter(pos, batchLines) {
-			pos = positionAfter(pos, page)
-			data, err := Encode(CmdExported|Ignorable, &fsmpb.ExportedCommand{Position: pos.Proto()})
+			pos = pos.Advance(page)
+			data, err := Encode(CmdExported|Ignorable, &fsmpb.ExportedCommand{Position: PositionProto(pos)})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -2,6 +2,7 @@ package state
 
 import (
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
+	"github.com/allot-io/allot/ledger"
 )
 
 // Export to a ledger sink. The leader writes final lines to the sink in
@@ -19,38 +20,23 @@ import (
 // carried into the window open when they arrive), so a line, once below
 // the position, is never written again.
 
-// ExportPosition is how far a sink has exported the ledger: every final
-// line up to and including Last, when Set. Lines and Batches count what
-// it exported in all.
-type ExportPosition struct {
-	Set            bool
-	Last           LedgerKey
-	Lines, Batches uint64
-}
-
-// After reports whether p is past q: a position only moves forward.
-func (p ExportPosition) After(q ExportPosition) bool {
-	if !p.Set {
-		return false
-	}
-	return !q.Set || compareLedgerKeys(p.Last, q.Last) > 0
-}
-
-// ExportPositionFromProto reads a position from its log form; nil is
-// unset.
-func ExportPositionFromProto(m *fsmpb.ExportPosition) ExportPosition {
+// PositionFromProto reads an export position (ledger.Position) from its
+// log and snapshot form; nil is unset. With PositionProto, the one
+// conversion between the two.
+func PositionFromProto(m *fsmpb.ExportPosition) ledger.Position {
 	if m == nil {
-		return ExportPosition{}
+		return ledger.Position{}
 	}
-	return ExportPosition{
+	return ledger.Position{
 		Set:   true,
-		Last:  LedgerKey{Window: m.GetWindowUnix(), Tenant: m.GetTenant(), Rule: m.GetRule(), Region: m.GetRegion()},
+		Last:  ledger.Key{Window: m.GetWindowUnix(), Tenant: m.GetTenant(), Rule: m.GetRule(), Region: m.GetRegion()},
 		Lines: m.GetLines(), Batches: m.GetBatches(),
 	}
 }
 
-// Proto is the position's log form; nil when unset.
-func (p ExportPosition) Proto() *fsmpb.ExportPosition {
+// PositionProto is an export position's log and snapshot form; nil when
+// unset.
+func PositionProto(p ledger.Position) *fsmpb.ExportPosition {
 	if !p.Set {
 		return nil
 	}
@@ -60,8 +46,9 @@ func (p ExportPosition) Proto() *fsmpb.ExportPosition {
 	}
 }
 
-// Exported is how far the ledger has been exported.
-func (s *State) Exported() ExportPosition { return s.export }
+// Exported is how far a sink has exported the ledger: every final line up
+// to and including its Last, when Set.
+func (s *State) Exported() ledger.Position { return s.export }
 
 // RetentionDropped counts the lines retention deleted: with a sink, lines
 // that were never exported.
@@ -71,11 +58,11 @@ func (s *State) RetentionDropped() uint64 { return s.retentionDropped }
 // the position. A position not past the one kept is a repeat (a retried
 // proposal, or an older leader's) and changes nothing.
 func (s *State) applyExported(cmd *fsmpb.ExportedCommand) {
-	pos := ExportPositionFromProto(cmd.GetPosition())
+	pos := PositionFromProto(cmd.GetPosition())
 	if !pos.After(s.export) {
 		return
 	}
-	s.dropFinalLines(func(k LedgerKey) bool { return compareLedgerKeys(k, pos.Last) <= 0 })
+	s.dropFinalLines(func(k ledger.Key) bool { return ledger.CompareKeys(k, pos.Last) <= 0 })
 	s.export = pos
 }
 
@@ -91,20 +78,20 @@ func (s *State) exportFrontier() (frontier int64, any bool) {
 // ExportPage returns up to limit lines to export next, in the ledger's
 // order: the final lines after the position, in windows older than every
 // open window. It costs O(log n + limit).
-func (s *State) ExportPage(limit int) []Line { return s.ExportPageAfter(s.export, limit) }
+func (s *State) ExportPage(limit int) []ledger.Line { return s.ExportPageAfter(s.export, limit) }
 
 // ExportPageAfter is ExportPage after a position the sink is known to
 // hold that the state has not applied yet (a batch committed in the sink
 // whose ExportedCommand is still in flight): the lines up to it are still
 // here, and are skipped.
-func (s *State) ExportPageAfter(after ExportPosition, limit int) []Line {
+func (s *State) ExportPageAfter(after ledger.Position, limit int) []ledger.Line {
 	frontier, bounded := s.exportFrontier()
-	var out []Line
+	var out []ledger.Line
 	visit := func(it lineItem) bool {
 		if len(out) == limit || bounded && it.key.Window >= frontier {
 			return false
 		}
-		if after.Set && compareLedgerKeys(it.key, after.Last) <= 0 {
+		if after.Set && ledger.CompareKeys(it.key, after.Last) <= 0 {
 			return true // the position's own line, when it is still here
 		}
 		if !s.final.Has(it.key.Window) {
@@ -143,7 +130,7 @@ func (s *State) ExportBacklog() (lines int, oldest int64, ok bool) {
 // linesIn counts the lines of one window.
 func (s *State) linesIn(window int64) int {
 	n := 0
-	s.ledger.AscendGreaterOrEqual(lineItem{key: LedgerKey{Window: window}}, func(it lineItem) bool {
+	s.ledger.AscendGreaterOrEqual(lineItem{key: ledger.Key{Window: window}}, func(it lineItem) bool {
 		if it.key.Window != window {
 			return false
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
+	"github.com/allot-io/allot/ledger"
 	"pgregory.net/rapid"
 )
 
@@ -16,17 +17,12 @@ func maintainAt(t *testing.T, f *machine, at time.Time) {
 	f.Apply(entry(t, 0, CmdMaintain, &fsmpb.MaintainCommand{NowUnixNano: at.UnixNano(), AgentTimeoutNano: agentTimeout}))
 }
 
-func exported(t *testing.T, f *machine, pos ExportPosition) {
+func exported(t *testing.T, f *machine, pos ledger.Position) {
 	t.Helper()
-	f.Apply(entry(t, 0, CmdExported|Ignorable, &fsmpb.ExportedCommand{Position: pos.Proto()}))
+	f.Apply(entry(t, 0, CmdExported|Ignorable, &fsmpb.ExportedCommand{Position: PositionProto(pos)}))
 }
 
-// positionAfter is the position a sink returns after committing lines.
-func positionAfter(from ExportPosition, lines []Line) ExportPosition {
-	return ExportPosition{Set: true, Last: lines[len(lines)-1].Key, Lines: from.Lines + uint64(len(lines)), Batches: from.Batches + 1}
-}
-
-func keysOf(lines []Line) []string {
+func keysOf(lines []ledger.Line) []string {
 	out := make([]string, len(lines))
 	for i, l := range lines {
 		out[i] = fmt.Sprintf("%d/%s", l.Key.Window-hour0.Unix(), l.Key.Tenant)
@@ -55,7 +51,7 @@ func TestExportTakesFinalLinesOnceInOrder(t *testing.T) {
 	if got := fmt.Sprint(keysOf(page)); got != "[0/a 0/b]" {
 		t.Fatalf("first page %s, want [0/a 0/b]", got)
 	}
-	pos := positionAfter(ExportPosition{}, page)
+	pos := ledger.Position{}.Advance(page)
 	exported(t, f, pos)
 	if got := fmt.Sprint(keysOf(f.st.ExportPage(10))); got != "[0/c]" {
 		t.Fatalf("after the first batch the exporter got %s, want [0/c]", got)
@@ -64,8 +60,8 @@ func TestExportTakesFinalLinesOnceInOrder(t *testing.T) {
 		t.Fatalf("the ledger holds %d lines after exporting 2 of 4, want 2", n)
 	}
 	before := dumpState(f.st)
-	exported(t, f, pos)                       // a retried proposal
-	exported(t, f, ExportPosition{Set: true}) // an older leader's
+	exported(t, f, pos)                        // a retried proposal
+	exported(t, f, ledger.Position{Set: true}) // an older leader's
 	if after := dumpState(f.st); after != before {
 		t.Fatalf("a repeated position changed the state:\n%s\nwant\n%s", after, before)
 	}
@@ -73,7 +69,7 @@ func TestExportTakesFinalLinesOnceInOrder(t *testing.T) {
 		t.Fatalf("a snapshot lost the export position:\n%s\nwant\n%s", dumpState(got.st), before)
 	}
 	page = f.st.ExportPage(10)
-	exported(t, f, positionAfter(pos, page))
+	exported(t, f, pos.Advance(page))
 	if got := f.st.Exported(); got.Lines != 3 || got.Batches != 2 || got.Last.Tenant != "c" {
 		t.Fatalf("position %+v, want 3 lines in 2 batches up to c", got)
 	}
@@ -123,7 +119,7 @@ func TestLateLinesLeaveExportedWindowsAlone(t *testing.T) {
 	f.Apply(entry(t, 0, CmdReports, usageCmd(hour0.Add(61*time.Minute), "gw-1", 1, 2, "a", 1, 0)))
 	maintainAt(t, f, hour0.Add(62*time.Minute))
 	page := f.st.ExportPage(10)
-	exported(t, f, positionAfter(ExportPosition{}, page))
+	exported(t, f, ledger.Position{}.Advance(page))
 	late := hour0.Add(70 * time.Minute)
 	report := usageCmd(hour0.Add(30*time.Minute), "gw-2", 1, 1, "a", 7, 0)
 	report.ProposedUnixNano = late.UnixNano()
@@ -163,7 +159,7 @@ func TestExportIsExact(t *testing.T) {
 		f := testFSM()
 		f.Apply(entry(t, 0, CmdSettings, &fsmpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
 		var applied, sunk uint64
-		seen := map[LedgerKey]bool{}
+		seen := map[ledger.Key]bool{}
 		seq := map[string]uint64{}
 		now := hour0
 		for step := range rapid.IntRange(1, 60).Draw(rt, "steps") {
@@ -194,7 +190,7 @@ func TestExportIsExact(t *testing.T) {
 					seen[l.Key] = true
 					sunk += l.Admitted
 				}
-				pos := positionAfter(f.st.Exported(), page)
+				pos := f.st.Exported().Advance(page)
 				exported(t, f, pos)
 				if rapid.Bool().Draw(rt, "repeat") {
 					exported(t, f, pos)
@@ -202,7 +198,7 @@ func TestExportIsExact(t *testing.T) {
 			}
 		}
 		var held uint64
-		f.st.eachLine(func(_ LedgerKey, u usage) { held += u.admitted })
+		f.st.eachLine(func(_ ledger.Key, u usage) { held += u.admitted })
 		counted := f.st.finalLines
 		if f.st.countFinalLines(); f.st.finalLines != counted {
 			rt.Fatalf("the state counts %d final lines, the ledger holds %d", counted, f.st.finalLines)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
+	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"
 	"google.golang.org/protobuf/proto"
@@ -74,7 +75,7 @@ func usageCmd(at time.Time, node string, inc, seq uint64, tenant string, admitte
 
 func ledgerTotal(f *machine, tenant string) (admitted, denied uint64) {
 	f.read(func(s *State) {
-		s.eachLine(func(k LedgerKey, u usage) {
+		s.eachLine(func(k ledger.Key, u usage) {
 			if k.Tenant == tenant {
 				admitted += u.admitted
 				denied += u.denied
@@ -136,7 +137,7 @@ func dumpState(s *State) string {
 
 func dumpLedger(s *State) []string {
 	var lines []string
-	s.eachLine(func(k LedgerKey, u usage) {
+	s.eachLine(func(k ledger.Key, u usage) {
 		line := fmt.Sprintf("ledger %s/%s/%s/%d %d %d", k.Tenant, k.Rule, k.Region, k.Window, u.admitted, u.denied)
 		if u.granted != nil {
 			line += fmt.Sprintf(" granted %g", *u.granted)

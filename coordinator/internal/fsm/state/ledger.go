@@ -1,9 +1,10 @@
 package state
 
 import (
-	"cmp"
 	"math"
 	"time"
+
+	"github.com/allot-io/allot/ledger"
 )
 
 // The ledger: its lines in a B-tree ordered by window, tenant, rule and
@@ -18,10 +19,6 @@ import (
 // ledger that few lines match). A page that reaches it ends early, even
 // empty, with a token to continue from.
 const MaxScanPerPage = 10_000
-
-func compareLedgerKeys(a, b LedgerKey) int {
-	return cmp.Or(cmp.Compare(a.Window, b.Window), cmp.Compare(a.Tenant, b.Tenant), cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Region, b.Region))
-}
 
 // windowEnd is the end of the billing window starting at the Unix second
 // window, width ns long, in Unix ns; it saturates instead of overflowing
@@ -44,7 +41,7 @@ func windowEnd(window, width int64) int64 {
 // deletes and the old windows not yet final. It returns how many lines it
 // deleted.
 func (s *State) dropLedgerBefore(cutoff, width int64) int {
-	return s.dropFinalLines(func(k LedgerKey) bool { return windowEnd(k.Window, width) < cutoff })
+	return s.dropFinalLines(func(k ledger.Key) bool { return windowEnd(k.Window, width) < cutoff })
 }
 
 // dropFinalLines deletes the lines of final windows from the ledger's
@@ -58,7 +55,7 @@ func (s *State) dropLedgerBefore(cutoff, width int64) int {
 // four-part keys. Every member does this under the state machine's lock,
 // for every line the sink takes, while reports wait. Behind a window not
 // final, the lines after it are found by a walk and removed one by one.
-func (s *State) dropFinalLines(within func(LedgerKey) bool) int {
+func (s *State) dropFinalLines(within func(ledger.Key) bool) int {
 	var (
 		n         int
 		window    int64
@@ -103,7 +100,7 @@ type LedgerQuery struct {
 	Tenant, Rule, Region string
 }
 
-func (q *LedgerQuery) matches(k LedgerKey) bool {
+func (q *LedgerQuery) matches(k ledger.Key) bool {
 	return k.Window >= q.From && k.Window < q.To &&
 		(q.Tenant == "" || k.Tenant == q.Tenant) && (q.Rule == "" || k.Rule == q.Rule) && (q.Region == "" || k.Region == q.Region)
 }
@@ -112,17 +109,17 @@ func (q *LedgerQuery) matches(k LedgerKey) bool {
 // the next key in index order that could match: the query's tenant in the
 // same window, or in the next one. For other keys it returns false: the
 // walk goes on to the next key.
-func (q *LedgerQuery) skip(k LedgerKey) (LedgerKey, bool) {
+func (q *LedgerQuery) skip(k ledger.Key) (ledger.Key, bool) {
 	if q.Tenant == "" || k.Tenant == q.Tenant {
-		return LedgerKey{}, false
+		return ledger.Key{}, false
 	}
-	next := LedgerKey{Window: k.Window, Tenant: q.Tenant, Rule: q.Rule}
+	next := ledger.Key{Window: k.Window, Tenant: q.Tenant, Rule: q.Rule}
 	if q.Rule != "" {
 		next.Region = q.Region
 	}
 	if k.Tenant > q.Tenant {
 		if k.Window == math.MaxInt64 {
-			return LedgerKey{}, false
+			return ledger.Key{}, false
 		}
 		next.Window++
 	}
@@ -135,13 +132,13 @@ func (q *LedgerQuery) skip(k LedgerKey) (LedgerKey, bool) {
 // page passed over `budget` keys the query leaves out (MaxScanPerPage for
 // queries; each seek past a run of other tenants' keys counts as one). It
 // runs under the FSM's read lock in O(log n + limit + budget).
-func (s *State) ledgerPage(q LedgerQuery, after *LedgerKey, limit, budget int) (lines []lineItem, next LedgerKey, more bool) {
-	start, exclusive := LedgerKey{Window: q.From}, false
-	if after != nil && compareLedgerKeys(*after, start) >= 0 {
+func (s *State) ledgerPage(q LedgerQuery, after *ledger.Key, limit, budget int) (lines []lineItem, next ledger.Key, more bool) {
+	start, exclusive := ledger.Key{Window: q.From}, false
+	if after != nil && ledger.CompareKeys(*after, start) >= 0 {
 		start, exclusive = *after, true
 	}
 	for {
-		var seek, passed LedgerKey
+		var seek, passed ledger.Key
 		jump, stop := false, false
 		s.ledger.AscendGreaterOrEqual(lineItem{key: start}, func(it lineItem) bool {
 			k := it.key

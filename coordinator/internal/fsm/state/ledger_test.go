@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
+	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
@@ -25,9 +26,9 @@ func TestLedgerSaturates(t *testing.T) {
 }
 
 // indexKeys returns the ledger's keys in order.
-func indexKeys(s *State) []LedgerKey {
-	var out []LedgerKey
-	s.eachLine(func(k LedgerKey, _ usage) { out = append(out, k) })
+func indexKeys(s *State) []ledger.Key {
+	var out []ledger.Key
+	s.eachLine(func(k ledger.Key, _ usage) { out = append(out, k) })
 	return out
 }
 
@@ -41,7 +42,7 @@ func checkIndex(t *testing.T, f *machine, when string) {
 			t.Fatalf("%s: the walk read %d keys, the ledger counts %d lines", when, len(keys), s.ledger.Len())
 		}
 		for i, k := range keys {
-			if i > 0 && compareLedgerKeys(keys[i-1], k) >= 0 {
+			if i > 0 && ledger.CompareKeys(keys[i-1], k) >= 0 {
 				t.Fatalf("%s: index out of order at %d: %v then %v", when, i, keys[i-1], k)
 			}
 		}
@@ -102,16 +103,16 @@ func TestLedgerIndexFollowsTheLedger(t *testing.T) {
 
 // allPages pages through a query with the given page size and scan
 // budget, calling between before each page after the first.
-func allPages(t *testing.T, f *machine, q LedgerQuery, size, budget int, between func()) []LedgerKey {
+func allPages(t *testing.T, f *machine, q LedgerQuery, size, budget int, between func()) []ledger.Key {
 	t.Helper()
-	var out []LedgerKey
-	var after *LedgerKey
+	var out []ledger.Key
+	var after *ledger.Key
 	for pages := 0; ; pages++ {
 		if pages > 1_000_000 {
 			t.Fatal("paging does not end")
 		}
-		var keys []LedgerKey
-		var next LedgerKey
+		var keys []ledger.Key
+		var next ledger.Key
 		var more bool
 		f.read(func(s *State) {
 			var lines []lineItem
@@ -143,7 +144,7 @@ func TestLedgerPagesEveryLineOnce(t *testing.T) {
 	f := testFSM()
 	f.Apply(entry(t, 1, CmdSettings, &fsmpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
 	randomLedger(t, f, rng, 2, 600)
-	var all []LedgerKey
+	var all []ledger.Key
 	f.read(func(s *State) { all = indexKeys(s) })
 	w := func(h int) int64 { return hour0.Add(time.Duration(h) * time.Hour).Unix() }
 	queries := []LedgerQuery{
@@ -155,7 +156,7 @@ func TestLedgerPagesEveryLineOnce(t *testing.T) {
 		if q.To == 0 {
 			q.From, q.To = math.MinInt64, math.MaxInt64
 		}
-		var want []LedgerKey
+		var want []ledger.Key
 		for _, k := range all {
 			if q.matches(k) {
 				want = append(want, k)
@@ -180,17 +181,17 @@ func TestLedgerPagingWhileApplying(t *testing.T) {
 	f := testFSM()
 	f.Apply(entry(t, 1, CmdSettings, &fsmpb.SettingsCommand{BillingWindowNano: int64(time.Hour)}))
 	next := randomLedger(t, f, rng, 2, 300)
-	var before []LedgerKey
+	var before []ledger.Key
 	f.read(func(s *State) { before = indexKeys(s) })
 	got := allPages(t, f, LedgerQuery{From: math.MinInt64, To: math.MaxInt64}, 25, MaxScanPerPage, func() {
 		next = randomLedger(t, f, rng, next, 5)
 	})
 	for i := 1; i < len(got); i++ {
-		if compareLedgerKeys(got[i-1], got[i]) >= 0 {
+		if ledger.CompareKeys(got[i-1], got[i]) >= 0 {
 			t.Fatalf("pages out of order or repeating at %d: %v then %v", i, got[i-1], got[i])
 		}
 	}
-	seen := map[LedgerKey]bool{}
+	seen := map[ledger.Key]bool{}
 	for _, k := range got {
 		seen[k] = true
 	}
@@ -223,14 +224,14 @@ func TestDropFinalLinesKeepsWindowsNotFinal(t *testing.T) {
 			s := New()
 			for w := range int64(4) {
 				for _, tenant := range []string{"a", "b"} {
-					s.ledger.ReplaceOrInsert(lineItem{key: LedgerKey{Window: w, Tenant: tenant, Rule: "r", Region: "eu"}})
+					s.ledger.ReplaceOrInsert(lineItem{key: ledger.Key{Window: w, Tenant: tenant, Rule: "r", Region: "eu"}})
 				}
 			}
 			for _, w := range tt.final {
 				s.final.ReplaceOrInsert(w)
 				s.finalLines += 2
 			}
-			dropped := s.dropFinalLines(func(k LedgerKey) bool { return k.Window <= tt.upTo })
+			dropped := s.dropFinalLines(func(k ledger.Key) bool { return k.Window <= tt.upTo })
 			var kept []int64
 			s.ledger.Ascend(func(it lineItem) bool {
 				kept = append(kept, it.key.Window)

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
@@ -87,30 +88,24 @@ func (s *State) LastSeq(node string, incarnation uint64) (uint64, bool) {
 	return it.inc.lastSeq, ok
 }
 
-// Line is one ledger line: its key, totals, the units granted by the
-// parent (nil when none were recorded), and whether its window is final.
-type Line struct {
-	Key              LedgerKey
-	Admitted, Denied uint64
-	Granted          *float64
-	Final            bool
-}
-
-func (s *State) line(it lineItem) Line {
-	return Line{Key: it.key, Admitted: it.u.admitted, Denied: it.u.denied, Granted: it.u.granted, Final: s.final.Has(it.key.Window)}
+// line is the ledger line of an index entry, with the window's length as
+// the state knows it.
+func (s *State) line(it lineItem) ledger.Line {
+	return ledger.Line{Key: it.key, WindowSeconds: s.BillingWindowSeconds(), Admitted: it.u.admitted, Denied: it.u.denied,
+		Granted: it.u.granted, Final: s.final.Has(it.key.Window)}
 }
 
 // Ledger calls fn for every ledger line in order (window, tenant,
 // rule, region), until fn returns false.
-func (s *State) Ledger(fn func(Line) bool) {
+func (s *State) Ledger(fn func(ledger.Line) bool) {
 	s.ledger.Ascend(func(it lineItem) bool { return fn(s.line(it)) })
 }
 
 // LedgerPage returns up to limit lines matching q, in index order, after
 // the key `after` when given; see ledgerPage.
-func (s *State) LedgerPage(q LedgerQuery, after *LedgerKey, limit, budget int) (lines []Line, next LedgerKey, more bool) {
+func (s *State) LedgerPage(q LedgerQuery, after *ledger.Key, limit, budget int) (lines []ledger.Line, next ledger.Key, more bool) {
 	items, next, more := s.ledgerPage(q, after, limit, budget)
-	lines = make([]Line, len(items))
+	lines = make([]ledger.Line, len(items))
 	for i, it := range items {
 		lines[i] = s.line(it)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
 )
 
@@ -200,7 +201,7 @@ func (s *State) HasUsage(tenant, rule string) bool {
 	for {
 		var first lineItem
 		ok := false
-		s.ledger.AscendGreaterOrEqual(lineItem{key: LedgerKey{Window: w}}, func(it lineItem) bool {
+		s.ledger.AscendGreaterOrEqual(lineItem{key: ledger.Key{Window: w}}, func(it lineItem) bool {
 			first, ok = it, true
 			return false
 		})
@@ -209,7 +210,7 @@ func (s *State) HasUsage(tenant, rule string) bool {
 		}
 		w = first.key.Window
 		found := false
-		s.ledger.AscendGreaterOrEqual(lineItem{key: LedgerKey{Window: w, Tenant: tenant, Rule: rule}}, func(it lineItem) bool {
+		s.ledger.AscendGreaterOrEqual(lineItem{key: ledger.Key{Window: w, Tenant: tenant, Rule: rule}}, func(it lineItem) bool {
 			found = it.key.Window == w && it.key.Tenant == tenant && it.key.Rule == rule
 			return false
 		})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/internal/shard"
+	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/protobuf/proto"
 	"pgregory.net/rapid"
@@ -282,7 +283,7 @@ func TestMovesCountOnce(t *testing.T) {
 			want += c.GetAdmitted()
 		}
 		for _, g := range groups {
-			g.eachLine(func(_ LedgerKey, u usage) { got += u.admitted })
+			g.eachLine(func(_ ledger.Key, u usage) { got += u.admitted })
 		}
 		if got != want {
 			t.Fatalf("the groups' ledgers sum to %d admitted, the agent sent %d", got, want)

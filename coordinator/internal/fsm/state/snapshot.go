@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
+	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -80,7 +81,7 @@ func (sn *Snapshot) Write(out io.Writer) error {
 		Format: snapshotFormat, Epoch: s.epoch, RulesVersion: s.rules.Version(),
 		BillingWindowNano: s.billingWindow, ReportIntervalNano: s.reportInterval, LeaseTtlNano: s.leaseTTL,
 		GrantEpoch: s.grantEpoch, GrantSeq: s.grantSeq, ClusterId: s.clusterID,
-		Export: s.export.Proto(), RetentionDroppedLines: s.retentionDropped,
+		Export: PositionProto(s.export), RetentionDroppedLines: s.retentionDropped,
 		OverridesVersion: s.ov.version, OverridesFloor: s.ov.floor, OverridesMirror: s.ov.mirror,
 		AuditSeq:      s.audit.seq,
 		ResetsVersion: s.resets.version, ResetsFloor: s.resets.floor, ResetsMirror: s.resets.mirror,
@@ -95,7 +96,7 @@ func (sn *Snapshot) Write(out io.Writer) error {
 			LastAppliedUnixNano: inc.lastApplied, LastCutUnixNano: inc.lastCut, Left: inc.left,
 		})
 	})
-	s.eachLine(func(k LedgerKey, u usage) {
+	s.eachLine(func(k ledger.Key, u usage) {
 		w.write(recLedger, &fsmpb.LedgerRecord{
 			Tenant: k.Tenant, Rule: k.Rule, Region: k.Region, WindowUnix: k.Window,
 			Admitted: u.admitted, Denied: u.denied, Granted: u.granted,

@@ -7,6 +7,7 @@ import (
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/internal/shard"
 	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"
 	"github.com/google/btree"
@@ -55,7 +56,7 @@ type State struct {
 	clusterID string
 	// export is how far a ledger sink has taken the ledger (export.go);
 	// retentionDropped counts the lines retention deleted.
-	export           ExportPosition
+	export           ledger.Position
 	retentionDropped uint64
 	// finalLines counts the ledger's lines in final windows: with a sink,
 	// the lines waiting for it. Kept as lines come and go, so that the
@@ -115,13 +116,6 @@ func (s *State) HasNode(node string) bool {
 		return false
 	})
 	return found
-}
-
-// LedgerKey is one line of the bill: a tenant's usage under one rule, in
-// one region, in one billing window (its start, in Unix seconds).
-type LedgerKey struct {
-	Tenant, Rule, Region string
-	Window               int64
 }
 
 type usage struct {
@@ -246,7 +240,7 @@ func (s *State) applyReports(cmd *fsmpb.ReportsCommand) *fsmpb.ReportsResult {
 // and no usage is lost.
 func (s *State) addUsage(k incKey, region string, c *allotpb.UsageCount, now int64) {
 	window := s.accepting(s.windowOf(c.GetWindowUnix()), now)
-	key := LedgerKey{Tenant: c.GetTenant(), Rule: c.GetRule(), Region: region, Window: window}
+	key := ledger.Key{Window: window, Tenant: c.GetTenant(), Rule: c.GetRule(), Region: region}
 	line, _ := s.ledger.Get(lineItem{key: key})
 	line.key = key
 	// Totals stop at the largest count rather than wrap to a small one.
@@ -488,7 +482,7 @@ func (s *State) applyGrants(cmd *fsmpb.GrantsCommand) {
 			// As late usage is: a final window never changes.
 			window = s.accepting(window, cmd.GetProposedUnixNano())
 		}
-		k := LedgerKey{g.GetTenant(), g.GetRule(), cmd.GetRegion(), window}
+		k := ledger.Key{Window: window, Tenant: g.GetTenant(), Rule: g.GetRule(), Region: cmd.GetRegion()}
 		line, found := s.ledger.Get(lineItem{key: k})
 		if !found && s.final.Has(window) {
 			s.finalLines++ // a grant from before grants carried the proposer's clock

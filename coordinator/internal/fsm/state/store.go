@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
+	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/google/btree"
 )
@@ -30,7 +31,7 @@ type runItem struct {
 
 // lineItem is one ledger line, by window, tenant, rule and region.
 type lineItem struct {
-	key LedgerKey
+	key ledger.Key
 	u   usage
 }
 
@@ -52,7 +53,7 @@ func newRuns() *btree.BTreeG[runItem] {
 }
 
 func newLedger() *btree.BTreeG[lineItem] {
-	return btree.NewG(degree, func(a, b lineItem) bool { return compareLedgerKeys(a.key, b.key) < 0 })
+	return btree.NewG(degree, func(a, b lineItem) bool { return ledger.CompareKeys(a.key, b.key) < 0 })
 }
 
 func newOpen() *btree.BTreeG[openItem] {
@@ -128,7 +129,7 @@ func (s *State) eachRun(fn func(incKey, incarnation)) {
 }
 
 // eachLine calls fn for each ledger line, in the ledger's order.
-func (s *State) eachLine(fn func(LedgerKey, usage)) {
+func (s *State) eachLine(fn func(ledger.Key, usage)) {
 	s.ledger.Ascend(func(it lineItem) bool { fn(it.key, it.u); return true })
 }
 
@@ -169,7 +170,7 @@ func (s *State) setHeader(h *fsmpb.SnapshotHeader) {
 	s.reportInterval, s.leaseTTL = h.GetReportIntervalNano(), h.GetLeaseTtlNano()
 	s.grantEpoch, s.grantSeq = h.GetGrantEpoch(), h.GetGrantSeq()
 	s.clusterID = h.GetClusterId()
-	s.export = ExportPositionFromProto(h.GetExport())
+	s.export = PositionFromProto(h.GetExport())
 	s.retentionDropped = h.GetRetentionDroppedLines()
 	s.ov.version, s.ov.floor, s.ov.mirror = h.GetOverridesVersion(), h.GetOverridesFloor(), h.GetOverridesMirror()
 	s.audit.seq = h.GetAuditSeq()
@@ -188,7 +189,7 @@ func (s *State) restoreRun(m *fsmpb.IncarnationRecord) {
 // restoreLine adds a snapshot's ledger line; a second line for the same
 // key is an error.
 func (s *State) restoreLine(m *fsmpb.LedgerRecord) error {
-	k := LedgerKey{m.GetTenant(), m.GetRule(), m.GetRegion(), m.GetWindowUnix()}
+	k := ledger.Key{Window: m.GetWindowUnix(), Tenant: m.GetTenant(), Rule: m.GetRule(), Region: m.GetRegion()}
 	if _, dup := s.ledger.ReplaceOrInsert(lineItem{key: k, u: usage{admitted: m.GetAdmitted(), denied: m.GetDenied(), granted: m.Granted}}); dup {
 		return fmt.Errorf("a second line for %s/%s/%s/%d", k.Tenant, k.Rule, k.Region, k.Window)
 	}

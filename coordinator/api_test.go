@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	"github.com/allot-io/allot/internal/testwait"
 
 	allotpb "github.com/allot-io/allot/proto"

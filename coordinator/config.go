@@ -11,7 +11,7 @@ import (
 	"github.com/allot-io/allot/internal/shard"
 
 	"github.com/allot-io/allot/coordinator/allocator"
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/internal/clusterclient"
 	"github.com/allot-io/allot/internal/timeutil"

@@ -12,8 +12,8 @@ import (
 
 	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/coordinator/internal/shardgroup"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	"github.com/allot-io/allot/internal/clusterclient"
 	"github.com/allot-io/allot/internal/listenerr"
 	"github.com/allot-io/allot/internal/shard"

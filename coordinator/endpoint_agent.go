@@ -9,7 +9,7 @@ import (
 
 	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	"github.com/allot-io/allot/internal/tracing"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"

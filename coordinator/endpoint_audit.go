@@ -11,7 +11,7 @@ import (
 
 	"github.com/allot-io/allot/coordinator/internal/authz"
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	"github.com/allot-io/allot/internal/auth"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/grpc/metadata"

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )

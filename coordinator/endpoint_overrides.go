@@ -13,7 +13,7 @@ import (
 
 	"github.com/allot-io/allot/coordinator/internal/authz"
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/internal/httproute"
 	"github.com/allot-io/allot/lease/rules"

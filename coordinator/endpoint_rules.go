@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	"github.com/allot-io/allot/internal/tracing"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/allocator"
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	"github.com/allot-io/allot/internal/httproute"
 	"github.com/allot-io/allot/lease/rules"
 )

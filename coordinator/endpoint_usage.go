@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	"github.com/allot-io/allot/coordinator/ledgersink"
 	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"

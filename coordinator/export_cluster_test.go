@@ -14,7 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	"github.com/allot-io/allot/coordinator/ledgersink"
 	"github.com/allot-io/allot/internal/pgserver/pgtest"
 	"github.com/allot-io/allot/internal/testwait"

@@ -11,7 +11,7 @@ import (
 
 	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"

@@ -10,7 +10,7 @@ import (
 
 	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	"github.com/allot-io/allot/internal/clusterclient"
 	allotpb "github.com/allot-io/allot/proto"
 )

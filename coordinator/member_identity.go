@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/datadir"
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	"github.com/hashicorp/raft"
 )
 

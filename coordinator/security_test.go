@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/internal/authz"
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	"github.com/allot-io/allot/internal/testwait"
 
 	"github.com/allot-io/allot/internal/auth"

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/allocator"
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	"github.com/allot-io/allot/internal/testwait"
 
 	allotpb "github.com/allot-io/allot/proto"
@@ -86,7 +86,7 @@ func TestSettingsReplicated(t *testing.T) {
 
 // TestRestoreFormat1Backup: a backup written before the report interval
 // and lease TTL were replicated restores into a cluster, which fixes them
-// from its leader's flags (internal/fsm/state reads the same file to the
+// from its leader's flags (internal/state reads the same file to the
 // same state).
 func TestRestoreFormat1Backup(t *testing.T) {
 	raw, err := os.ReadFile("internal/fsm/testdata/snapshot-format1.snap")

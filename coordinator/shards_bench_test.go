@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	"github.com/allot-io/allot/internal/shard"
 	"github.com/allot-io/allot/internal/testwait"
 	allotpb "github.com/allot-io/allot/proto"

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	"github.com/allot-io/allot/coordinator/ledgersink"
 	"github.com/allot-io/allot/coordinator/rlqs/rlqstest"
 	"github.com/allot-io/allot/internal/pgserver/pgtest"

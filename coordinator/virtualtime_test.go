@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	"github.com/allot-io/allot/internal/testwait"
 	"github.com/allot-io/allot/internal/timeutil"
 	"github.com/allot-io/allot/ledger"

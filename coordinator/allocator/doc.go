@@ -26,7 +26,7 @@
 // the leader only; a new leader forgets them, starts a new epoch and, for
 // one lease period, grants no node more than it reports holding
 // (Allocator.Lead; see package lease). The allocator reads the replicated
-// state (coordinator/internal/fsm/state: rules, overrides, settings, the
+// state (coordinator/internal/state: rules, overrides, settings, the
 // slots a shard group owns) and never writes it; only the Engine, standing
 // in for the coordinator's FSM, applies commands to its own.
 //

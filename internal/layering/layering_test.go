@@ -169,14 +169,14 @@ func TestImportRules(t *testing.T) {
 		forbidden: ours,
 	}, {
 		name:      "the replicated state links nothing of Raft",
-		applies:   func(p string) bool { return p == module+"/coordinator/internal/fsm/state" },
+		applies:   func(p string) bool { return p == module+"/coordinator/internal/state" },
 		forbidden: func(d string) bool { return strings.HasPrefix(d, "github.com/hashicorp/") },
 	}, {
 		// The wire messages it stores come with their services' stubs
 		// (package proto holds both), so gRPC is linked; the state must
 		// not use it, nor the network, itself.
 		name:    "the replicated state calls no network",
-		applies: func(p string) bool { return p == module+"/coordinator/internal/fsm/state" },
+		applies: func(p string) bool { return p == module+"/coordinator/internal/state" },
 		forbidden: func(d string) bool {
 			return d == "net" || strings.HasPrefix(d, "net/") || strings.HasPrefix(d, "google.golang.org/grpc")
 		},

@@ -12,7 +12,7 @@
 // a map of Slots entries stays small whatever the number of tenants.
 //
 // A Map is a routing hint. What a group owns is recorded in its own log
-// and checked when usage is applied (coordinator/internal/fsm/state), so a
+// and checked when usage is applied (coordinator/internal/state), so a
 // stale map can send a report to the wrong group, which refuses it, but
 // can never make a group count usage it does not own.
 package shard

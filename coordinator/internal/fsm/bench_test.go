@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	allotpb "github.com/allot-io/allot/proto"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	"google.golang.org/protobuf/proto"
 )
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	"github.com/allot-io/allot/ledger"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"

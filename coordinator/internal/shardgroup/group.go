@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
 	"github.com/allot-io/allot/coordinator/internal/slotmove"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	"github.com/allot-io/allot/internal/shard"
 	"github.com/allot-io/allot/internal/timeutil"
 	allotpb "github.com/allot-io/allot/proto"

@@ -2,7 +2,7 @@ package slotmove
 
 import (
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
-	"github.com/allot-io/allot/coordinator/internal/fsm/state"
+	"github.com/allot-io/allot/coordinator/internal/state"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"

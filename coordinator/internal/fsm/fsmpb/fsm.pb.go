@@ -638,7 +638,7 @@ func (x *MaintainCommand) GetAuditMaxEntries() uint64 {
 // records, each one type byte and a length-delimited message: the type
 // byte has the ignorable bit (0x80) for a record an older reader may skip,
 // as a command's does; any other type a reader does not know stops it. The
-// record types are in coordinator/internal/fsm/state/snapshot.go: the
+// record types are in coordinator/internal/state/snapshot.go: the
 // header first, then the rules, the members by ID, the incarnations by
 // node and incarnation, the ledger in its index's order, the open windows
 // by start, the final windows, and SnapshotEnd. Every section is in a

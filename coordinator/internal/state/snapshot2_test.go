@@ -97,11 +97,11 @@ func TestSnapshotBytes(t *testing.T) {
 }
 
 // TestSnapshotGolden: this version writes the state of the previous
-// version's fixture (../testdata/v1) as testdata/v2.snap, byte for byte:
+// version's fixture (../fsm/testdata/v1) as testdata/v2.snap, byte for byte:
 // a change to the format shows here first. ALLOT_WRITE_GOLDEN=1 rewrites
 // the file after a deliberate change.
 func TestSnapshotGolden(t *testing.T) {
-	raw, err := os.ReadFile("../testdata/v1/snapshot.snap")
+	raw, err := os.ReadFile("../fsm/testdata/v1/snapshot.snap")
 	if err != nil {
 		t.Fatal(err)
 	}

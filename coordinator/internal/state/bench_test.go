@@ -20,7 +20,7 @@ import (
 // through the FSM as agents' reports are. docs/billing.md sizes the
 // retention with these figures.
 //
-//	go test -run '^$' -bench LedgerRecordSize -benchtime 3x ./coordinator/internal/fsm/state
+//	go test -run '^$' -bench LedgerRecordSize -benchtime 3x ./coordinator/internal/state
 func BenchmarkLedgerRecordSize(b *testing.B) {
 	const tenants, windows = 1000, 25
 	ruleNames := []string{"plan-quota", "api-rate", "search", "uploads"}
@@ -70,7 +70,7 @@ func BenchmarkLedgerRecordSize(b *testing.B) {
 // as every member does under the state machine's lock while reports
 // wait. ns/line is the figure to read.
 //
-//	go test -run '^$' -bench ExportedDrop ./coordinator/internal/fsm/state
+//	go test -run '^$' -bench ExportedDrop ./coordinator/internal/state
 func BenchmarkExportedDrop(b *testing.B) {
 	const tenants, batchLines = 25_000, 10_000
 	ruleNames := []string{"rule-0", "rule-1", "rule-2", "rule-3"}

@@ -17,11 +17,11 @@ import (
 // version) still restores, to the same ledger, incarnations and windows,
 // with those two settings left for the next leader to fix.
 func TestRestoreFormat1Snapshot(t *testing.T) {
-	raw, err := os.ReadFile("../testdata/snapshot-format1.snap")
+	raw, err := os.ReadFile("testdata/snapshot-format1.snap")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := os.ReadFile("../testdata/snapshot-format1.state")
+	want, err := os.ReadFile("testdata/snapshot-format1.state")
 	if err != nil {
 		t.Fatal(err)
 	}

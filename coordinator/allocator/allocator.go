@@ -85,6 +85,10 @@ type allocShard struct {
 	alloc      lease.Allocator
 	claims     []lease.Claim
 	classes    []lease.Class
+	// sweepAt is when the shard's next full pass is due (ns; 0: not
+	// placed yet, see sweepDue): every pool of the shard divided, once a
+	// lease period, each shard at its own phase of the period.
+	sweepAt int64
 }
 
 type poolKey struct{ rule, key string }
@@ -221,7 +225,7 @@ func (a *Allocator) Lead(epoch uint64, now int64, fleet int) {
 		for _, p := range sh.pools {
 			p.dropped = true
 		}
-		sh.pools, sh.due = map[poolKey]*pool{}, nil
+		sh.pools, sh.due, sh.sweepAt = map[poolKey]*pool{}, nil, 0
 		sh.mu.Unlock()
 	}
 	a.Release()
@@ -389,26 +393,35 @@ func (a *Allocator) Knows(node string) bool {
 // it.
 const leaveHold = 2
 
-// Tick runs the allocation round due at now: a full one once per lease
-// period (see round).
+// Tick runs the allocation round due at now (see round); once a lease
+// period it also forgets the nodes long silent.
 func (a *Allocator) Tick(now int64) (active int) {
 	a.mu.Lock()
-	full := now-a.lastFull >= a.ttl.Load()
-	if full {
+	forget := now-a.lastFull >= a.ttl.Load()
+	if forget {
 		a.lastFull = now
 	}
 	a.mu.Unlock()
-	return a.round(now, full)
+	active = a.round(now, false)
+	if forget {
+		a.forgetNodes(now)
+	}
+	return active
 }
 
 // round divides every pool marked since the last round, each once, and
-// every pool at all in a full round (once per lease period, so that
-// silent nodes' leases are reclaimed and empty pools dropped). Its cost is
-// the claims of the pools it divides: the entries reported since the last
-// round, whatever the number of reports they came in. The reports waiting
-// for it (AwaitRound) are released when it ends. It returns how many pools
-// are held.
-func (a *Allocator) round(now int64, full bool) (active int) {
+// every pool of the shards whose full pass is due (or of all shards, with
+// all): once a lease period every pool is divided, so that silent nodes'
+// leases are reclaimed and empty pools dropped. Its cost is the claims of
+// the pools it divides: the entries reported since the last round,
+// whatever the number of reports they came in, and a share of the full
+// passes. The shards' full passes are spread over the lease period
+// (sweepDue): a full pass over all of them at once took the leader's
+// round from milliseconds to seconds once it held hundreds of thousands
+// of keys, and every report waiting for that round waited as long. The
+// reports waiting for it (AwaitRound) are released when it ends. It
+// returns how many pools are held.
+func (a *Allocator) round(now int64, all bool) (active int) {
 	a.waitMu.Lock()
 	done := a.waiting
 	a.waiting = nil
@@ -420,6 +433,7 @@ func (a *Allocator) round(now int64, full bool) (active int) {
 	for i := range a.shards {
 		sh := &a.shards[i]
 		sh.mu.Lock()
+		full := a.sweepDue(sh, i, now) || all
 		due := sh.due
 		sh.due = sh.spare[:0]
 		if full {
@@ -456,16 +470,44 @@ func (a *Allocator) round(now int64, full bool) (active int) {
 		active += len(sh.pools)
 		sh.mu.Unlock()
 	}
-	if full {
-		a.mu.Lock()
-		for id, info := range a.nodes {
-			if now-info.lastSeen > 10*a.ttl.Load() {
-				delete(a.nodes, id) // its index is not reused; claims are gone by now
-			}
-		}
-		a.mu.Unlock()
+	if all {
+		a.forgetNodes(now)
 	}
 	return active
+}
+
+// sweepDue reports whether shard i's full pass is due at now, and if so
+// sets the next one a lease period later. A shard is first placed at its
+// own phase, the i+1'th sixteenth of the period from now, so that each
+// round does at most a few shards' full passes however the round interval
+// and the lease period compare, and no shard waits longer than a period
+// for its first. Called with sh.mu held.
+func (a *Allocator) sweepDue(sh *allocShard, i int, now int64) bool {
+	ttl := max(a.ttl.Load(), 1)
+	if sh.sweepAt == 0 {
+		sh.sweepAt = now + ttl*int64(i+1)/allocShards
+	}
+	if now < sh.sweepAt {
+		return false
+	}
+	// The next pass keeps the shard's phase; a leader stalled past it
+	// starts the count again from now.
+	if sh.sweepAt += ttl; sh.sweepAt <= now {
+		sh.sweepAt = now + ttl
+	}
+	return true
+}
+
+// forgetNodes drops the nodes silent for ten lease periods: their claims
+// are gone by then, and their indexes are not reused.
+func (a *Allocator) forgetNodes(now int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, info := range a.nodes {
+		if now-info.lastSeen > 10*a.ttl.Load() {
+			delete(a.nodes, id)
+		}
+	}
 }
 
 // AwaitRound returns a channel closed when the next round to start has

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/internal/fleet"
 	"github.com/allot-io/allot/sim"
 )
 

@@ -25,7 +25,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/internal/fleet"
 )
 
 // config is one run's settings: the flags.

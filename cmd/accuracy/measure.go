@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allot-io/allot/cmd/internal/spawn"
+	"github.com/allot-io/allot/internal/spawn"
 )
 
 // firstBins is how many of a key's first bins are reported on their own.

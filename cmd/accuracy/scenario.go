@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/internal/fleet"
 )
 
 // scenario is one measurement: a rule of its own (matched by a plan named

@@ -20,7 +20,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/internal/fleet"
 )
 
 type config struct {

@@ -16,8 +16,8 @@ import (
 
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/agent/sidecarclient"
-	"github.com/allot-io/allot/cmd/internal/spawn"
 	"github.com/allot-io/allot/internal/loopback"
+	"github.com/allot-io/allot/internal/spawn"
 	"github.com/redis/go-redis/v9"
 )
 

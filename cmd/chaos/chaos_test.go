@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/internal/fleet"
 	"io"
 	"os"
 	"strings"

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allot-io/allot/cmd/internal/fleet"
 	"github.com/allot-io/allot/internal/auth"
+	"github.com/allot-io/allot/internal/fleet"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"

@@ -6,7 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/internal/fleet"
 	"io"
 	"math/big"
 	"net/http"
@@ -19,7 +19,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/allot-io/allot/cmd/internal/spawn"
+	"github.com/allot-io/allot/internal/spawn"
 )
 
 // ledger is the coordinators' ledger summed over billing windows: units

@@ -16,7 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/internal/fleet"
 )
 
 // checkReq is the sidecar's POST /v1/check body (sidecar.CheckRequest),

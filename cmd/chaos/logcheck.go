@@ -4,7 +4,7 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/internal/fleet"
 )
 
 // A healthy process logs no ERROR its circumstances do not explain: a

@@ -8,9 +8,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/allot-io/allot/cmd/internal/fleet"
 	"github.com/allot-io/allot/coordinator/rlqstest"
 	"github.com/allot-io/allot/internal/auth"
+	"github.com/allot-io/allot/internal/fleet"
 )
 
 // The Envoys share one tenant, which the load never sends, under a rule

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/internal/fleet"
 	"slices"
 	"strings"
 	"time"

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/internal/fleet"
 )
 
 // Names of the coordinators' export metrics (coordinator/metrics.go).

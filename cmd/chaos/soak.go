@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/internal/fleet"
 )
 
 // The soak (make soak): steady traffic through the cluster for a long

@@ -18,7 +18,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/internal/fleet"
 )
 
 // The storage phases do to a member's disk what disks do: pages

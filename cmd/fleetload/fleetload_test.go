@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/internal/fleet"
 )
 
 // shortConfig is the run TestFleetShort makes: 10 gateways × 200

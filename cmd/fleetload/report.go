@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/internal/fleet"
 	"google.golang.org/grpc/codes"
 )
 

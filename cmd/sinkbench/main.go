@@ -28,7 +28,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/internal/fleet"
 	"github.com/allot-io/allot/internal/pgserver"
 )
 

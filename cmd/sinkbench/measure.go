@@ -17,7 +17,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/internal/fleet"
 	"github.com/allot-io/allot/internal/loopback"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/grpc"

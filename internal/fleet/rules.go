@@ -27,7 +27,7 @@ type Rule struct {
 // quoted (JSON strings are valid YAML).
 func WriteRules(path string, defs []Rule) error {
 	var b strings.Builder
-	b.WriteString("# Written by cmd/internal/fleet.\nrules:\n")
+	b.WriteString("# Written by internal/fleet.\nrules:\n")
 	q := func(s string) string { return fmt.Sprintf("%q", s) }
 	list := func(xs []string) string {
 		out := make([]string, len(xs))

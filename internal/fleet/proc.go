@@ -13,7 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/allot-io/allot/cmd/internal/spawn"
+	"github.com/allot-io/allot/internal/spawn"
 )
 
 // Proc is one allot process, restartable with the same arguments. Its

@@ -1,5 +1,5 @@
 // Package fleet runs a real Allot fleet on loopback for the harnesses
-// that measure it (cmd/chaos, cmd/accuracy, cmd/fleetload): it builds the
+// that measure it (tools/chaos, tools/accuracy, tools/fleetload): it builds the
 // allot binary, lays out three `allot coordinator` members and any number
 // of `allot agent` sidecars on free loopback ports, starts, stops, kills,
 // pauses and restarts them, finds the Raft leader, and reads what the

@@ -223,7 +223,7 @@ var ErrHung = errors.New("still running")
 // BinEnv names the environment variable that hands the test suites an
 // allot binary built beforehand. make test builds ./cmd/allot once and
 // sets it, so that the packages running real processes (cmd/allot,
-// cmd/chaos, cmd/accuracy), which go test runs side by side, share one
+// tools/chaos, tools/accuracy), which go test runs side by side, share one
 // build rather than each compiling and linking its own while the other
 // waits for the cores.
 const BinEnv = "ALLOT_BIN"

@@ -6,7 +6,7 @@
 // refuses. make bench-peers installs Debian's redis-server when it is
 // missing, builds allot and runs this; docs/agent.md explains the table.
 //
-//	go run ./cmd/benchpeers [-duration 5s] [-seq 20000] [-allot PATH]
+//	go run ./tools/benchpeers [-duration 5s] [-seq 20000] [-allot PATH]
 package main
 
 import (

@@ -5,8 +5,8 @@
 // and the same traffic through `allot sim`, side by side. docs/accuracy.md
 // ("Real processes") describes the scenarios, the figures and the targets.
 //
-//	go run ./cmd/accuracy            # every scenario, 3 and 10 sidecars (make accuracy)
-//	go run ./cmd/accuracy -help      # every flag
+//	go run ./tools/accuracy            # every scenario, 3 and 10 sidecars (make accuracy)
+//	go run ./tools/accuracy -help      # every flag
 package main
 
 import (

@@ -8,8 +8,8 @@
 // coordinator's memory as the exported lines add up: with a sink it must
 // stay where it started, whatever the number of lines.
 //
-//	go run ./cmd/sinkbench                 # 20 M lines (make bench-sink)
-//	go run ./cmd/sinkbench -lines 2000000  # a quicker look
+//	go run ./tools/sinkbench                 # 20 M lines (make bench-sink)
+//	go run ./tools/sinkbench -lines 2000000  # a quicker look
 //
 // Every billing window is one second, and every tenant × rule has a line
 // in every window, so the lines per second the load generator gets

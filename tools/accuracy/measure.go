@@ -111,7 +111,7 @@ func simYAML(s *scenario, nodes int, interval time.Duration) string {
 		arrival = fmt.Sprintf(", arrival: %s", ev.arrival)
 	}
 	yaml := fmt.Sprintf(`name: %s
-description: cmd/accuracy's %s scenario with %d sidecars, for the real processes' figures.
+description: tools/accuracy's %s scenario with %d sidecars, for the real processes' figures.
 nodes: %d
 duration: %s
 warmup: %s

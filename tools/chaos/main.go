@@ -6,8 +6,8 @@
 // per tenant and rule, and exits 1 unless no unit was lost or counted
 // twice. docs/chaos.md describes the phases and the output.
 //
-//	go run ./cmd/chaos            # the full run (make chaos)
-//	go run ./cmd/chaos -help      # every flag
+//	go run ./tools/chaos            # the full run (make chaos)
+//	go run ./tools/chaos -help      # every flag
 package main
 
 import (

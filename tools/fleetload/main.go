@@ -11,10 +11,10 @@
 // against the targets. A sweep prints one line per (N, T).
 // docs/coordinator.md ("Measuring a fleet") says how to read it.
 //
-//	go run ./cmd/fleetload                     # 100 × 2,000 for 30 minutes (make fleet)
-//	go run ./cmd/fleetload -sweep              # N × T, 90 s each (make fleet-sweep)
-//	go run ./cmd/fleetload -overload 3         # 3× the gateways for 2 minutes, then back
-//	go run ./cmd/fleetload -help               # every flag
+//	go run ./tools/fleetload                     # 100 × 2,000 for 30 minutes (make fleet)
+//	go run ./tools/fleetload -sweep              # N × T, 90 s each (make fleet-sweep)
+//	go run ./tools/fleetload -overload 3         # 3× the gateways for 2 minutes, then back
+//	go run ./tools/fleetload -help               # every flag
 package main
 
 import (

@@ -51,8 +51,15 @@ loopback they need TLS with client certificates (--http-cert, --http-key,
 --http-client-ca), or --insecure. --probe-addr serves only /livez, /readyz
 and /metrics, for the kubelet's probes and Prometheus, on any address.`
 
-func runAgent(ctx context.Context, e *env) error {
-	f := newFlags(e, "agent", "[--coordinators A,B,C] --node-id ID [--rules FILE] [flags]", agentAbout)
+func agentCommand() *Command {
+	return &Command{
+		Name: "agent", Usage: "[--coordinators A,B,C] --node-id ID [--rules FILE] [flags]",
+		Short: "run the agent as an HTTP sidecar for gateways not written in Go",
+		Long:  agentAbout, Flags: agentFlags,
+	}
+}
+
+func agentFlags(f *flags) runFunc {
 	var (
 		coords, rulesFile, httpAddr string
 		httpSocket, probeAddr       string
@@ -93,181 +100,177 @@ func runAgent(ctx context.Context, e *env) error {
 	gf.register(f)
 	rf.register(f)
 	tf.register(f)
-	if err := f.parse(e); err != nil {
-		return err
-	}
-	if err := f.noArgs(); err != nil {
-		return err
-	}
-	authzCfg, err := az.config("agent")
-	if err != nil {
-		return err
-	}
-	cfg.Coordinators = splitList(coords)
-	if len(cfg.Coordinators) == 0 && rulesFile == "" {
-		return usagef("agent", "standalone (no --coordinators) needs --rules")
-	}
-	if cfg.NodeID == "" {
-		return usagef("agent", "--node-id is required")
-	}
-	if rulesFile != "" {
-		rs, err := rules.Load(rulesFile)
+	return func(ctx context.Context, e *env, args []string) error {
+		authzCfg, err := az.config("agent")
 		if err != nil {
-			return &usageError{err: err}
-		}
-		cfg.Rules = rs
-	}
-	if err := startupFlags(&cfg, &until, rulesFile); err != nil {
-		return err
-	}
-	logger, err := lf.logger("agent", "allot-agent", e.stderr)
-	if err != nil {
-		return err
-	}
-	if (httpCert == "") != (httpKey == "") {
-		return usagef("agent", "--http-cert and --http-key go together")
-	}
-	if clientCA != "" && httpCert == "" {
-		return usagef("agent", "--http-client-ca verifies callers over TLS: it needs --http-cert and --http-key")
-	}
-	if err := checkExposed([]listener{{"--http-addr", httpAddr}, {"--grpc-addr", gf.addr}}, httpCert != "", clientCA != "", insecure); err != nil {
-		return err
-	}
-	if err := checkExposed([]listener{{"--resp-addr", rf.addr}}, false, false, insecure); err != nil {
-		return err
-	}
-	cfg.CAFile, cfg.CertFile, cfg.KeyFile, cfg.TokenFile = cf.ca, cf.cert, cf.key, cf.tokenFile
-	cfg.Logger = logger
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
-	cfg.Registerer = reg
-	tp, err := tf.provider(ctx, "agent", "allot-agent", cfg.NodeID, cfg.Region, logger.Named("tracing"))
-	if err != nil {
-		return err
-	}
-	// Flushed last, after the agent's last report.
-	defer flushTraces(tp, logger)
-	cfg.TracerProvider = tp.TracerProviderOrNil()
-
-	lis, err := net.Listen("tcp", httpAddr)
-	if err != nil {
-		return fmt.Errorf("listening: %w", listenerr.Explain("http-addr", httpAddr, err))
-	}
-	scheme := "http"
-	var serverTLS *tls.Config
-	if httpCert != "" {
-		r, err := auth.NewReloader(auth.TLSFiles{CertFile: httpCert, KeyFile: httpKey, CAFile: clientCA}, func(err error) {
-			logger.Error("a changed --http-cert, --http-key or --http-client-ca could not be loaded", "error", err)
-		})
-		if err != nil {
-			lis.Close()
-			return &usageError{err: err}
-		}
-		serverTLS = r.ServerConfig(clientCA != "")
-		lis, scheme = tls.NewListener(lis, serverTLS), "https"
-	}
-	var probe net.Listener
-	if probeAddr != "" {
-		if probe, err = net.Listen("tcp", probeAddr); err != nil {
-			lis.Close()
-			return fmt.Errorf("listening on --probe-addr %s: %w", probeAddr, err)
-		}
-	}
-	var sock net.Listener
-	if httpSocket != "" {
-		if sock, err = listenSocket("--http-socket", httpSocket); err != nil {
-			lis.Close()
 			return err
 		}
-		defer os.Remove(httpSocket)
-	}
-	closeListeners := func() {
-		for _, l := range []net.Listener{lis, sock, probe} {
-			if l != nil {
-				l.Close()
+		cfg.Coordinators = splitList(coords)
+		if len(cfg.Coordinators) == 0 && rulesFile == "" {
+			return usagef("agent", "standalone (no --coordinators) needs --rules")
+		}
+		if cfg.NodeID == "" {
+			return usagef("agent", "--node-id is required")
+		}
+		if rulesFile != "" {
+			rs, err := rules.Load(rulesFile)
+			if err != nil {
+				return &usageError{err: err}
+			}
+			cfg.Rules = rs
+		}
+		if err := startupFlags(&cfg, &until, rulesFile); err != nil {
+			return err
+		}
+		logger, err := lf.logger("agent", "allot-agent", e.stderr)
+		if err != nil {
+			return err
+		}
+		if (httpCert == "") != (httpKey == "") {
+			return usagef("agent", "--http-cert and --http-key go together")
+		}
+		if clientCA != "" && httpCert == "" {
+			return usagef("agent", "--http-client-ca verifies callers over TLS: it needs --http-cert and --http-key")
+		}
+		if err := checkExposed([]listener{{"--http-addr", httpAddr}, {"--grpc-addr", gf.addr}}, httpCert != "", clientCA != "", insecure); err != nil {
+			return err
+		}
+		if err := checkExposed([]listener{{"--resp-addr", rf.addr}}, false, false, insecure); err != nil {
+			return err
+		}
+		cfg.CAFile, cfg.CertFile, cfg.KeyFile, cfg.TokenFile = cf.ca, cf.cert, cf.key, cf.tokenFile
+		cfg.Logger = logger
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
+		cfg.Registerer = reg
+		tp, err := tf.provider(ctx, "agent", "allot-agent", cfg.NodeID, cfg.Region, logger.Named("tracing"))
+		if err != nil {
+			return err
+		}
+		// Flushed last, after the agent's last report.
+		defer flushTraces(tp, logger)
+		cfg.TracerProvider = tp.TracerProviderOrNil()
+
+		lis, err := net.Listen("tcp", httpAddr)
+		if err != nil {
+			return fmt.Errorf("listening: %w", listenerr.Explain("http-addr", httpAddr, err))
+		}
+		scheme := "http"
+		var serverTLS *tls.Config
+		if httpCert != "" {
+			r, err := auth.NewReloader(auth.TLSFiles{CertFile: httpCert, KeyFile: httpKey, CAFile: clientCA}, func(err error) {
+				logger.Error("a changed --http-cert, --http-key or --http-client-ca could not be loaded", "error", err)
+			})
+			if err != nil {
+				lis.Close()
+				return &usageError{err: err}
+			}
+			serverTLS = r.ServerConfig(clientCA != "")
+			lis, scheme = tls.NewListener(lis, serverTLS), "https"
+		}
+		var probe net.Listener
+		if probeAddr != "" {
+			if probe, err = net.Listen("tcp", probeAddr); err != nil {
+				lis.Close()
+				return fmt.Errorf("listening on --probe-addr %s: %w", probeAddr, err)
 			}
 		}
-	}
-	a, err := agent.New(cfg)
-	if err != nil {
-		closeListeners()
-		if errors.Is(err, agent.ErrInvalidConfig) {
-			return &usageError{err: fmt.Errorf("%w%s", err, f.notOnCommandLine())}
+		var sock net.Listener
+		if httpSocket != "" {
+			if sock, err = listenSocket("--http-socket", httpSocket); err != nil {
+				lis.Close()
+				return err
+			}
+			defer os.Remove(httpSocket)
+		}
+		closeListeners := func() {
+			for _, l := range []net.Listener{lis, sock, probe} {
+				if l != nil {
+					l.Close()
+				}
+			}
+		}
+		a, err := agent.New(cfg)
+		if err != nil {
+			closeListeners()
+			if errors.Is(err, agent.ErrInvalidConfig) {
+				return &usageError{err: fmt.Errorf("%w%s", err, f.notOnCommandLine())}
+			}
+			return err
+		}
+		sh := newSidecarHTTP(a, authzCfg, reg)
+		stopGRPC, err := gf.serve(a, authzCfg, serverTLS, reg, logger)
+		if err != nil {
+			closeListeners()
+			_ = a.Close(context.Background())
+			return err
+		}
+		stopRESP, err := rf.serve(a, logger)
+		if err != nil {
+			stopGRPC()
+			closeListeners()
+			_ = a.Close(context.Background())
+			return err
+		}
+		var unused, probeUnused unusedConns
+		srv := &http.Server{Handler: sh.mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, ConnState: unused.track}
+		probeSrv := &http.Server{Handler: sh.probe, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, ConnState: probeUnused.track}
+		served := make(chan error, 3)
+		go func() { served <- srv.Serve(lis) }()
+		if sock != nil {
+			go func() { served <- srv.Serve(sock) }()
+		}
+		if probe != nil {
+			go func() { served <- probeSrv.Serve(probe) }()
+		}
+		mode := "coordinated"
+		if len(cfg.Coordinators) == 0 {
+			mode = "standalone"
+		}
+		cfg.Logger.Info("agent sidecar running", "node", cfg.NodeID, "http", scheme+"://"+lis.Addr().String(), "socket", httpSocket, "mode", mode,
+			"client_certificates", clientCA != "", "probe", probeAddr)
+		if insecure && checkExposed([]listener{{"--http-addr", httpAddr}, {"--grpc-addr", gf.addr}}, httpCert != "", clientCA != "", false) != nil {
+			cfg.Logger.Warn("deciding checks beyond loopback for any caller (--insecure): whoever reaches the address spends tenants' limits", "http", httpAddr, "grpc", gf.addr)
+		}
+		select {
+		case <-ctx.Done():
+			cfg.Logger.Info("shutting down: draining", "drain_delay", drainDelay, "drain_timeout", drainTimeout)
+		case err = <-served:
+			cfg.Logger.Error("shutting down: a listener failed", "error", err)
+		}
+		// Drain: readiness fails first, and for --drain-delay everything is
+		// still served while load balancers notice; then no new connection is
+		// taken and the requests in flight finish, within --drain-timeout.
+		sh.draining.Store(true)
+		if err == nil && drainDelay > 0 {
+			cfg.Logger.Info("draining: /readyz fails, still serving", "for", drainDelay)
+			time.Sleep(drainDelay)
+		}
+		closeCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+		defer cancel()
+		// Requests in flight finish; connections that never sent one are
+		// closed at once, not waited on (unusedConns).
+		unused.drain()
+		probeUnused.drain()
+		_ = srv.Shutdown(closeCtx)
+		_ = probeSrv.Shutdown(closeCtx)
+		stopGRPC()
+		stopRESP()
+		// Close sends a last report, so the cluster counts everything admitted.
+		cerr := a.Close(closeCtx)
+		if cerr != nil && err == nil {
+			err = cerr
+		}
+		if cerr != nil {
+			cfg.Logger.Warn("stopped; the last report did not reach the coordinators", "error", cerr)
+		} else {
+			cfg.Logger.Info("stopped", "node", cfg.NodeID, "mode", mode)
+		}
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
 		}
 		return err
 	}
-	sh := newSidecarHTTP(a, authzCfg, reg)
-	stopGRPC, err := gf.serve(a, authzCfg, serverTLS, reg, logger)
-	if err != nil {
-		closeListeners()
-		_ = a.Close(context.Background())
-		return err
-	}
-	stopRESP, err := rf.serve(a, logger)
-	if err != nil {
-		stopGRPC()
-		closeListeners()
-		_ = a.Close(context.Background())
-		return err
-	}
-	var unused, probeUnused unusedConns
-	srv := &http.Server{Handler: sh.mux, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, ConnState: unused.track}
-	probeSrv := &http.Server{Handler: sh.probe, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second, ConnState: probeUnused.track}
-	served := make(chan error, 3)
-	go func() { served <- srv.Serve(lis) }()
-	if sock != nil {
-		go func() { served <- srv.Serve(sock) }()
-	}
-	if probe != nil {
-		go func() { served <- probeSrv.Serve(probe) }()
-	}
-	mode := "coordinated"
-	if len(cfg.Coordinators) == 0 {
-		mode = "standalone"
-	}
-	cfg.Logger.Info("agent sidecar running", "node", cfg.NodeID, "http", scheme+"://"+lis.Addr().String(), "socket", httpSocket, "mode", mode,
-		"client_certificates", clientCA != "", "probe", probeAddr)
-	if insecure && checkExposed([]listener{{"--http-addr", httpAddr}, {"--grpc-addr", gf.addr}}, httpCert != "", clientCA != "", false) != nil {
-		cfg.Logger.Warn("deciding checks beyond loopback for any caller (--insecure): whoever reaches the address spends tenants' limits", "http", httpAddr, "grpc", gf.addr)
-	}
-	select {
-	case <-ctx.Done():
-		cfg.Logger.Info("shutting down: draining", "drain_delay", drainDelay, "drain_timeout", drainTimeout)
-	case err = <-served:
-		cfg.Logger.Error("shutting down: a listener failed", "error", err)
-	}
-	// Drain: readiness fails first, and for --drain-delay everything is
-	// still served while load balancers notice; then no new connection is
-	// taken and the requests in flight finish, within --drain-timeout.
-	sh.draining.Store(true)
-	if err == nil && drainDelay > 0 {
-		cfg.Logger.Info("draining: /readyz fails, still serving", "for", drainDelay)
-		time.Sleep(drainDelay)
-	}
-	closeCtx, cancel := context.WithTimeout(context.Background(), drainTimeout)
-	defer cancel()
-	// Requests in flight finish; connections that never sent one are
-	// closed at once, not waited on (unusedConns).
-	unused.drain()
-	probeUnused.drain()
-	_ = srv.Shutdown(closeCtx)
-	_ = probeSrv.Shutdown(closeCtx)
-	stopGRPC()
-	stopRESP()
-	// Close sends a last report, so the cluster counts everything admitted.
-	cerr := a.Close(closeCtx)
-	if cerr != nil && err == nil {
-		err = cerr
-	}
-	if cerr != nil {
-		cfg.Logger.Warn("stopped; the last report did not reach the coordinators", "error", cerr)
-	} else {
-		cfg.Logger.Info("stopped", "node", cfg.NodeID, "mode", mode)
-	}
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
-	return err
 }
 
 // sidecarHTTPMetrics returns a wrapper that counts and times a sidecar

@@ -25,8 +25,15 @@ one-member cluster. To add a member to a running cluster, start it with
 once it has caught up. Members keep their Raft log, snapshots and identity
 in --data-dir and must keep the same --node-id across restarts.`
 
-func runCoordinator(ctx context.Context, e *env) error {
-	f := newFlags(e, "coordinator", "--node-id ID --data-dir DIR [--bootstrap-expect N --join ADDRS | --join ADDRS | --bootstrap] [flags]", coordinatorAbout)
+func coordinatorCommand() *Command {
+	return &Command{
+		Name: "coordinator", Usage: "--node-id ID --data-dir DIR [--bootstrap-expect N --join ADDRS | --join ADDRS | --bootstrap] [flags]",
+		Short: "run a coordinator cluster member",
+		Long:  coordinatorAbout, Flags: coordinatorFlags,
+	}
+}
+
+func coordinatorFlags(f *flags) runFunc {
 	var (
 		cfg          coordinator.Config
 		join, parent string
@@ -85,75 +92,71 @@ func runCoordinator(ctx context.Context, e *env) error {
 	lf.register(f)
 	cf.registerServing(f)
 	tf.register(f)
-	if err := f.parse(e); err != nil {
-		return err
-	}
-	if err := f.noArgs(); err != nil {
-		return err
-	}
-	if cfg.NodeID == "" || cfg.DataDir == "" {
-		return usagef("coordinator", "--node-id and --data-dir are required")
-	}
-	logger, err := lf.logger("coordinator", "allot", e.stderr)
-	if err != nil {
-		return err
-	}
-	warnExposedSecrets(logger, secretFile{"ledger-sink-file", sinkFile}, secretFile{"auth-tokens", cfg.AuthTokensFile},
-		secretFile{"token-file", cf.tokenFile}, secretFile{"key", cf.key},
-		secretFile{"parent-token-file", cfg.ParentCredentials.TokenFile}, secretFile{"parent-key", cfg.ParentCredentials.KeyFile})
-	if sinkFile != "" {
-		if cfg.LedgerSink != "" {
-			return usagef("coordinator", "give --ledger-sink or --ledger-sink-file, not both")
+	return func(ctx context.Context, e *env, args []string) error {
+		if cfg.NodeID == "" || cfg.DataDir == "" {
+			return usagef("coordinator", "--node-id and --data-dir are required")
 		}
-		if cfg.LedgerSink, err = readSinkFile(sinkFile); err != nil {
-			return usagef("coordinator", "--ledger-sink-file: %v", err)
+		logger, err := lf.logger("coordinator", "allot", e.stderr)
+		if err != nil {
+			return err
 		}
+		warnExposedSecrets(logger, secretFile{"ledger-sink-file", sinkFile}, secretFile{"auth-tokens", cfg.AuthTokensFile},
+			secretFile{"token-file", cf.tokenFile}, secretFile{"key", cf.key},
+			secretFile{"parent-token-file", cfg.ParentCredentials.TokenFile}, secretFile{"parent-key", cfg.ParentCredentials.KeyFile})
+		if sinkFile != "" {
+			if cfg.LedgerSink != "" {
+				return usagef("coordinator", "give --ledger-sink or --ledger-sink-file, not both")
+			}
+			if cfg.LedgerSink, err = readSinkFile(sinkFile); err != nil {
+				return usagef("coordinator", "--ledger-sink-file: %v", err)
+			}
+		}
+		cfg.Join = splitList(join)
+		cfg.Parent = splitList(parent)
+		cfg.ShardHome = splitList(shardHome)
+		cfg.TLS = coordinator.TLSConfig{CertFile: cf.cert, KeyFile: cf.key, CAFile: cf.ca}
+		cfg.TokenFile = cf.tokenFile
+		cfg.Logger = logger
+		// The coordinator's metrics, with the Go runtime's, the process's and
+		// the build's, on its /metrics.
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
+		cfg.Registerer = reg
+		tp, err := tf.provider(ctx, "coordinator", "allot-coordinator", cfg.NodeID, cfg.Region, logger.Named("tracing"))
+		if err != nil {
+			return err
+		}
+		// Flushed last, once the member has stopped serving.
+		defer flushTraces(tp, logger)
+		cfg.TracerProvider = tp.TracerProviderOrNil()
+		c, err := coordinator.New(cfg)
+		if errors.Is(err, coordinator.ErrInvalidConfig) {
+			return usagef("coordinator", "%v%s", err, f.notOnCommandLine())
+		}
+		var de *datadir.Error
+		if errors.As(err, &de) || errors.Is(err, coordinator.ErrWouldSplit) || errors.Is(err, coordinator.ErrRegionChanged) {
+			return &refusedError{err} // one line naming the file, the problem and the runbook
+		}
+		if err != nil {
+			return fmt.Errorf("starting: %w", err)
+		}
+		cfg.Logger.Info("coordinator running", "node", cfg.NodeID, "grpc", c.AdvertisedGRPCAddr(), "raft", c.RaftAddr(), "http", c.HTTPAddr())
+		select {
+		case <-ctx.Done():
+			cfg.Logger.Info("shutting down")
+		case <-c.Failed():
+			cfg.Logger.Error("stopping: this member cannot go on", "error", c.Err())
+		}
+		closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := c.Close(closeCtx); err != nil {
+			return err
+		}
+		if err := c.Err(); err != nil {
+			return &refusedError{err}
+		}
+		return nil
 	}
-	cfg.Join = splitList(join)
-	cfg.Parent = splitList(parent)
-	cfg.ShardHome = splitList(shardHome)
-	cfg.TLS = coordinator.TLSConfig{CertFile: cf.cert, KeyFile: cf.key, CAFile: cf.ca}
-	cfg.TokenFile = cf.tokenFile
-	cfg.Logger = logger
-	// The coordinator's metrics, with the Go runtime's, the process's and
-	// the build's, on its /metrics.
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
-	cfg.Registerer = reg
-	tp, err := tf.provider(ctx, "coordinator", "allot-coordinator", cfg.NodeID, cfg.Region, logger.Named("tracing"))
-	if err != nil {
-		return err
-	}
-	// Flushed last, once the member has stopped serving.
-	defer flushTraces(tp, logger)
-	cfg.TracerProvider = tp.TracerProviderOrNil()
-	c, err := coordinator.New(cfg)
-	if errors.Is(err, coordinator.ErrInvalidConfig) {
-		return usagef("coordinator", "%v%s", err, f.notOnCommandLine())
-	}
-	var de *datadir.Error
-	if errors.As(err, &de) || errors.Is(err, coordinator.ErrWouldSplit) || errors.Is(err, coordinator.ErrRegionChanged) {
-		return &refusedError{err} // one line naming the file, the problem and the runbook
-	}
-	if err != nil {
-		return fmt.Errorf("starting: %w", err)
-	}
-	cfg.Logger.Info("coordinator running", "node", cfg.NodeID, "grpc", c.AdvertisedGRPCAddr(), "raft", c.RaftAddr(), "http", c.HTTPAddr())
-	select {
-	case <-ctx.Done():
-		cfg.Logger.Info("shutting down")
-	case <-c.Failed():
-		cfg.Logger.Error("stopping: this member cannot go on", "error", c.Err())
-	}
-	closeCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := c.Close(closeCtx); err != nil {
-		return err
-	}
-	if err := c.Err(); err != nil {
-		return &refusedError{err}
-	}
-	return nil
 }
 
 // readSinkFile reads a DSN from the first non-empty line of a file.

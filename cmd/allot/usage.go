@@ -45,9 +45,16 @@ group holds: it is not the region's bill.
 Times are RFC 3339 (2026-11-29T10:00:00Z), a date (2026-11-29, UTC
 midnight), a duration before now (24h, 90m, 7d) or now.`
 
-func runUsage(ctx context.Context, e *env) error {
-	const cmd = "usage"
-	f := newFlags(e, cmd, "--coordinator ADDR[,ADDR...] [--coordinator ...] --from T [--to T] [flags]", usageAbout)
+func usageCommand() *Command {
+	return &Command{
+		Name: "usage", Usage: "--coordinator ADDR[,ADDR...] [--coordinator ...] --from T [--to T] [flags]",
+		Short: "export reconciled usage for billing",
+		Long:  usageAbout, Flags: usageExportFlags,
+	}
+}
+
+func usageExportFlags(f *flags) runFunc {
+	cmd := f.cmd
 	var (
 		uf                                   usageFlags
 		from, to, tenant, region, rule, form string
@@ -61,50 +68,46 @@ func runUsage(ctx context.Context, e *env) error {
 	f.StringVar(&rule, "rule", "", "only this rule")
 	f.StringVar(&form, "format", "table", "output format: table, csv or jsonl")
 	f.BoolVar(&groupOnly, "group-only", false, "on a split region, each shard group's own part of the ledger alone, not the region's")
-	if err := f.parse(e); err != nil {
-		return err
-	}
-	if err := f.noArgs(); err != nil {
-		return err
-	}
-	if form != "table" && form != "csv" && form != "jsonl" {
-		return usagef(cmd, "--format %q: want table, csv or jsonl", form)
-	}
-	if from == "" {
-		return usagef(cmd, "--from is required")
-	}
-	now := time.Now()
-	start, err := parseTime(from, now)
-	if err != nil {
-		return usagef(cmd, "--from: %v", err)
-	}
-	end, err := parseTime(to, now)
-	if err != nil {
-		return usagef(cmd, "--to: %v", err)
-	}
-	if !start.Before(end) {
-		return usagef(cmd, "--from %s is not before --to %s", start.Format(time.RFC3339), end.Format(time.RFC3339))
-	}
-	q := &allotpb.UsageQuery{From: timestamppb.New(start), To: timestamppb.New(end), Tenant: tenant, Rule: rule, Region: region, GroupOnly: groupOnly}
-	var lines []billing.LedgerLine
-	for i, addrs := range uf.clusters.lists {
-		got, err := fetchLedger(ctx, uf.client(addrs), q, i)
-		if err != nil {
-			return fmt.Errorf("--coordinator %s: %w", strings.Join(addrs, ","), err)
+	return func(ctx context.Context, e *env, args []string) error {
+		if form != "table" && form != "csv" && form != "jsonl" {
+			return usagef(cmd, "--format %q: want table, csv or jsonl", form)
 		}
-		lines = append(lines, got...)
+		if from == "" {
+			return usagef(cmd, "--from is required")
+		}
+		now := time.Now()
+		start, err := parseTime(from, now)
+		if err != nil {
+			return usagef(cmd, "--from: %v", err)
+		}
+		end, err := parseTime(to, now)
+		if err != nil {
+			return usagef(cmd, "--to: %v", err)
+		}
+		if !start.Before(end) {
+			return usagef(cmd, "--from %s is not before --to %s", start.Format(time.RFC3339), end.Format(time.RFC3339))
+		}
+		q := &allotpb.UsageQuery{From: timestamppb.New(start), To: timestamppb.New(end), Tenant: tenant, Rule: rule, Region: region, GroupOnly: groupOnly}
+		var lines []billing.LedgerLine
+		for i, addrs := range uf.clusters.lists {
+			got, err := fetchLedger(ctx, uf.client(addrs), q, i)
+			if err != nil {
+				return fmt.Errorf("--coordinator %s: %w", strings.Join(addrs, ","), err)
+			}
+			lines = append(lines, got...)
+		}
+		bill, err := billing.Merge(lines)
+		if err != nil {
+			return &usageError{err: mergeError(err), hint: cmd}
+		}
+		switch form {
+		case "csv":
+			return billing.WriteCSV(e.stdout, bill)
+		case "jsonl":
+			return billing.WriteJSONL(e.stdout, bill)
+		}
+		return billing.WriteTable(e.stdout, bill, start, end)
 	}
-	bill, err := billing.Merge(lines)
-	if err != nil {
-		return &usageError{err: mergeError(err), hint: cmd}
-	}
-	switch form {
-	case "csv":
-		return billing.WriteCSV(e.stdout, bill)
-	case "jsonl":
-		return billing.WriteJSONL(e.stdout, bill)
-	}
-	return billing.WriteTable(e.stdout, bill, start, end)
 }
 
 // mergeError says which --coordinator flags counted a line twice, and
@@ -219,9 +222,9 @@ const maxPages = 100_000
 // page by page, and the cluster's rules to resolve them against. source
 // is the cluster's place among the --coordinator flags, from 0.
 func fetchLedger(ctx context.Context, cf *clientFlags, q *allotpb.UsageQuery, source int) ([]billing.LedgerLine, error) {
-	cl, err := cf.dial()
+	cl, err := cf.connect()
 	if err != nil {
-		return nil, &usageError{err: err, hint: "usage"}
+		return nil, err
 	}
 	defer cl.Close()
 	set, err := listRules(ctx, cf, cl)

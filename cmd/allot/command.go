@@ -46,6 +46,29 @@ type Command struct {
 // are parsed.
 type runFunc func(ctx context.Context, e *env, args []string) error
 
+// options are the flags of a command that runs as a daemon (allot agent,
+// allot coordinator), gathered in a struct as kubectl's options are:
+// registered, then checked against each other, then run. Everything that
+// validate refuses is refused before anything listens or writes.
+type options interface {
+	register(f *flags)
+	validate() error
+	// run runs the command; f says where a flag's value came from.
+	run(ctx context.Context, e *env, f *flags) error
+}
+
+// runOptions registers o's flags on f and returns what validates and
+// runs them: a Command's Flags for a daemon.
+func runOptions(f *flags, o options) runFunc {
+	o.register(f)
+	return func(ctx context.Context, e *env, _ []string) error {
+		if err := o.validate(); err != nil {
+			return err
+		}
+		return o.run(ctx, e, f)
+	}
+}
+
 // helpWidth is the width the lists of commands are wrapped to.
 const helpWidth = 80
 

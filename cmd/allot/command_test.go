@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -110,5 +111,59 @@ func TestWrapWords(t *testing.T) {
 		if got := wrapWords(tt.in, tt.width); !slices.Equal(got, tt.want) {
 			t.Errorf("wrapWords(%q, %d) = %q, want %q", tt.in, tt.width, got, tt.want)
 		}
+	}
+}
+
+// TestDaemonOptionsValidate: the daemons' flags are checked by validate
+// alone, before run opens a port or a data directory: each mistake is a
+// usage error naming the flag, and valid flags complete the Config.
+func TestDaemonOptionsValidate(t *testing.T) {
+	rulesFile := writeTemp(t, "rules.yaml", "rules:\n"+ruleText("a"))
+	for _, tt := range []struct {
+		name string
+		o    options
+		args []string
+		want string // in the error; "" for none
+	}{
+		{"coordinator", &coordinatorOptions{}, []string{"--node-id", "c1", "--data-dir", "d"}, ""},
+		{"coordinator without a data dir", &coordinatorOptions{}, []string{"--node-id", "c1"}, "--node-id and --data-dir are required"},
+		{"coordinator, a bad log level", &coordinatorOptions{}, []string{"--node-id", "c1", "--data-dir", "d", "--log-level", "loud"}, `--log-level "loud"`},
+		{"coordinator, two sinks", &coordinatorOptions{}, []string{"--node-id", "c1", "--data-dir", "d", "--ledger-sink", "postgres://x", "--ledger-sink-file", "f"}, "not both"},
+		{"agent", &agentOptions{}, []string{"--coordinators", "a:1,b:2", "--node-id", "gw-1"}, ""},
+		{"agent standalone", &agentOptions{}, []string{"--rules", rulesFile}, ""},
+		{"agent standalone without rules", &agentOptions{}, nil, "needs --rules"},
+		{"agent, a bad log level", &agentOptions{}, []string{"--coordinators", "a:1", "--log-level", "loud"}, `--log-level "loud"`},
+		{"agent, a certificate without its key", &agentOptions{}, []string{"--coordinators", "a:1", "--http-cert", "c.pem"}, "--http-cert and --http-key go together"},
+		{"agent beyond loopback", &agentOptions{}, []string{"--coordinators", "a:1", "--http-addr", "0.0.0.0:7600"}, "--http-addr 0.0.0.0:7600 is not a loopback address"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e := &env{args: tt.args, getenv: func(string) string { return "" }}
+			f := newFlags(e, "test")
+			tt.o.register(f)
+			if err := f.parse(e); err != nil {
+				t.Fatal(err)
+			}
+			err := tt.o.validate()
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("validate: %v", err)
+				}
+				return
+			}
+			var ue *usageError
+			if !errors.As(err, &ue) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("validate = %v; want a usage error with %q", err, tt.want)
+			}
+		})
+	}
+	o := &agentOptions{}
+	e := &env{args: []string{"--coordinators", "a:1, b:2", "--rules-cache", "c.yaml"}, getenv: func(string) string { return "" }}
+	f := newFlags(e, "agent")
+	o.register(f)
+	if err := f.parse(e); err != nil || o.validate() != nil {
+		t.Fatal("valid flags refused")
+	}
+	if !slices.Equal(o.cfg.Coordinators, []string{"a:1", "b:2"}) || o.cfg.RulesCacheFile != "c.yaml" {
+		t.Errorf("the agent's Config from the flags: coordinators %q, rules cache %q", o.cfg.Coordinators, o.cfg.RulesCacheFile)
 	}
 }

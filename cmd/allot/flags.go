@@ -262,13 +262,20 @@ func (l *logFlags) register(f *flags) {
 	f.BoolVar(&l.json, "log-json", false, "log as JSON lines")
 }
 
+// validate returns a usage error for a bad --log-level.
+func (l *logFlags) validate(cmd string) error {
+	if hclog.LevelFromString(l.level) == hclog.NoLevel {
+		return usagef(cmd, "--log-level %q: want trace, debug, info, warn or error", l.level)
+	}
+	return nil
+}
+
 // logger builds the command's logger, or a usage error for a bad level.
 func (l *logFlags) logger(cmd, name string, w io.Writer) (hclog.Logger, error) {
-	level := hclog.LevelFromString(l.level)
-	if level == hclog.NoLevel {
-		return nil, usagef(cmd, "--log-level %q: want trace, debug, info, warn or error", l.level)
+	if err := l.validate(cmd); err != nil {
+		return nil, err
 	}
-	return hclog.New(&hclog.LoggerOptions{Name: name, Level: level, JSONFormat: l.json, Output: w}), nil
+	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.LevelFromString(l.level), JSONFormat: l.json, Output: w}), nil
 }
 
 // credFlags are the credential flags shared by every command that calls

@@ -27,13 +27,13 @@ install:
 	$(GO) install ./cmd/allot
 
 # The race detector is on for every test. This includes the short chaos
-# run (cmd/chaos TestChaosShort, about 90 s: real allot processes, built
+# run (tools/chaos TestChaosShort, about 90 s: real allot processes, built
 # without the race detector, under a leader kill, a pause, an outage and
 # hostile input, exporting the ledger to a real PostgreSQL that is
 # stopped, frozen and has the exporting leader killed mid-transaction)
-# and the short accuracy check (cmd/accuracy
+# and the short accuracy check (tools/accuracy
 # TestAccuracyShort, about 60 s: steady quotas through real processes)
-# and the fleet harness's own accounting (cmd/fleetload TestFleetShort,
+# and the fleet harness's own accounting (tools/fleetload TestFleetShort,
 # about 30 s: 10 agents against real coordinators); -short skips them. Then the demo runs as `make demo` does,
 # without the race detector (which slows each check tenfold), and every
 # one of its checks must pass (TestDemoChecks, about 35 s). The real
@@ -46,18 +46,18 @@ install:
 # The allot binary the real-process tests run is built once, before the
 # tests, and handed to every package as ALLOT_BIN (each built its own,
 # two at once on two cores); so is grpcurl, which docs/api.md's examples
-# run (the version TestAPIDocExamples names). cmd/internal/testreport
+# run (the version TestAPIDocExamples names). tools/testreport
 # prints what go test would, then each package's time, the slowest tests
 # and the steps' times; the events of the run are kept in TEST_JSON.
 # On this 2-core machine, shared with other work, the race run took 710 s
 # and the whole of make test 808 s with the packages already installed
-# (go's caches warm); cmd/chaos's three short runs set its pace, side by
+# (go's caches warm); tools/chaos's three short runs set its pace, side by
 # side (t.Parallel), the four-minute soak the longest of them.
 TEST_BIN  := $(BIN)/test
 TEST_JSON ?= $(TEST_BIN)/events.json
 GRPCURL   := github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3
 TEST_ENV  := PATH=$(TEST_BIN):$$PATH ALLOT_BIN=$(TEST_BIN)/allot ALLOT_GATEWAY_TESTS=1 ALLOT_PG_TESTS=1 ALLOT_PEER_TESTS=1
-TEST_REPORT := $(GO) run ./cmd/internal/testreport
+TEST_REPORT := $(GO) run ./tools/testreport
 
 test:
 	@t0=$$(date +%s); $(MAKE) --no-print-directory gateways-deps || exit 1; \
@@ -80,7 +80,7 @@ test-bins:
 # REPEAT times after, without the race detector, unless REPEAT_DEMO=0.
 REPEAT       ?= 10
 REPEAT_TESTS ?= ^(TestAccuracyShort|TestRegionsProcess|TestShardsProcess|TestRegionsDemo|TestTierClustersReportEarly|TestClusterRestartCatchesUp|TestStripedConcurrentExact|TestSettleBillsTheSettledCost|TestResetRestoresQuota|TestImportBounds)$$
-REPEAT_PKGS  ?= ./cmd/accuracy ./cmd/allot ./coordinator ./agent ./algo ./lease/rules/envoyconf
+REPEAT_PKGS  ?= ./tools/accuracy ./cmd/allot ./coordinator ./agent ./algo ./lease/rules/envoyconf
 REPEAT_DEMO  ?= $(REPEAT)
 test-repeat: test-bins
 	@if [ "$(REPEAT_DEMO)" -gt 0 ]; then demo="$(GO) test -count=$(REPEAT_DEMO) -json -run ^TestDemoChecks$$ ./cmd/allot"; else demo=; fi; \
@@ -123,21 +123,21 @@ gateways-deps:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) $(PKGS)
 
-# Allot against its peers in one run, one table (cmd/benchpeers): the
+# Allot against its peers in one run, one table (tools/benchpeers): the
 # sidecar against Redis with a Lua token bucket, the library against
 # x/time/rate. Installs Debian's redis-server when missing (gateways-deps)
 # and runs its own on a loopback port. About a minute.
 bench-peers: gateways-deps
-	$(GO) run ./cmd/benchpeers $(BENCH_PEERS_FLAGS)
+	$(GO) run ./tools/benchpeers $(BENCH_PEERS_FLAGS)
 
-# The ledger sink as an operator sizes it (cmd/sinkbench): a real
+# The ledger sink as an operator sizes it (tools/sinkbench): a real
 # coordinator fed 100,000 usage lines a second over gRPC, first without a
 # sink, then exporting to a real PostgreSQL (installed by gateways-deps),
 # until 20 million lines are exported; prints both intakes, the export
 # rate and the coordinator's memory as the lines add up. About 8 minutes.
 # SINK_BENCH_FLAGS passes flags through, e.g. -lines 2000000.
 bench-sink: gateways-deps
-	$(GO) run ./cmd/sinkbench $(SINK_BENCH_FLAGS)
+	$(GO) run ./tools/sinkbench $(SINK_BENCH_FLAGS)
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -199,12 +199,12 @@ demo:
 # make chaos CHAOS_FLAGS='-outage 20s -hostile=false' (docs/chaos.md).
 SHARD_MOVES ?= 24
 chaos:
-	$(GO) run ./cmd/chaos $(CHAOS_FLAGS)
+	$(GO) run ./tools/chaos $(CHAOS_FLAGS)
 	ALLOT_SHARD_MOVES=$(SHARD_MOVES) ALLOT_SHARD_MEMBERS=3 $(GO) test -count=1 -v -run '^TestShardsProcess$$' ./cmd/allot
 
 # The short versions alone, as make test runs them.
 chaos-short:
-	$(GO) test -count=1 -v -run '^(TestChaosShort|TestChaosStorageShort)$$' ./cmd/chaos
+	$(GO) test -count=1 -v -run '^(TestChaosShort|TestChaosStorageShort)$$' ./tools/chaos
 
 # 30 minutes of steady traffic through 3 coordinators and 3 sidecars, the
 # leader SIGKILLed every 5 minutes, every process's memory, goroutines,
@@ -213,10 +213,10 @@ chaos-short:
 # "Soak"). Not in make test, which runs TestSoakShort (two minutes).
 # SOAK_FLAGS passes flags through, e.g. SOAK_FLAGS='-soak 2h'.
 soak:
-	$(GO) run ./cmd/chaos -soak 30m $(SOAK_FLAGS)
+	$(GO) run ./tools/chaos -soak 30m $(SOAK_FLAGS)
 
 soak-short:
-	$(GO) test -count=1 -v -run '^TestSoakShort$$' ./cmd/chaos
+	$(GO) test -count=1 -v -run '^TestSoakShort$$' ./tools/chaos
 
 # What real processes admit against their limits: 3 coordinators and 3,
 # then 10, sidecars on loopback, an open-loop load generator counting per
@@ -227,11 +227,11 @@ soak-short:
 # misses) unless ACCURACY_FLAGS has -strict. About 10 minutes
 # (docs/accuracy.md, "Real processes").
 accuracy:
-	$(GO) run ./cmd/accuracy $(ACCURACY_FLAGS)
+	$(GO) run ./tools/accuracy $(ACCURACY_FLAGS)
 
 # The short version alone, as make test runs it (TestAccuracyShort).
 accuracy-short:
-	$(GO) test -count=1 -v -run '^TestAccuracyShort$$' ./cmd/accuracy
+	$(GO) test -count=1 -v -run '^TestAccuracyShort$$' ./tools/accuracy
 
 # The coordinators at the design's fleet size (issue 41; docs/coordinator.md,
 # "Measuring a fleet"): 3 coordinator processes and FLEET_N simulated
@@ -249,19 +249,19 @@ FLEET_T        ?= 2000
 FLEET_RATE     ?= 1000
 FLEET_DURATION ?= 30m
 fleet:
-	$(GO) run ./cmd/fleetload -gateways $(FLEET_N) -tenants $(FLEET_T) -rate $(FLEET_RATE) -duration $(FLEET_DURATION) $(FLEET_FLAGS)
+	$(GO) run ./tools/fleetload -gateways $(FLEET_N) -tenants $(FLEET_T) -rate $(FLEET_RATE) -duration $(FLEET_DURATION) $(FLEET_FLAGS)
 
 # One line per (N, T), N in 20, 50, 100, 200 and T in 500, 2,000,
 # 10,000, a fresh cluster each, 90 s per point of which the first 30 s
 # are left out: about 25 minutes. FLEET_FLAGS as for fleet, e.g.
 # FLEET_FLAGS='-sweep-gateways 20,50 -sweep-duration 60s'.
 fleet-sweep:
-	$(GO) run ./cmd/fleetload -sweep $(FLEET_FLAGS)
+	$(GO) run ./tools/fleetload -sweep $(FLEET_FLAGS)
 
 # The short version alone, as make test runs it (TestFleetShort: 10
 # gateways × 200 tenants for 20 s, checking the harness's accounting).
 fleet-short:
-	$(GO) test -count=1 -v -run '^TestFleetShort$$' ./cmd/fleetload
+	$(GO) test -count=1 -v -run '^TestFleetShort$$' ./tools/fleetload
 
 clean:
 	$(GO) clean -testcache

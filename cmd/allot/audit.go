@@ -33,15 +33,21 @@ cluster has credentials.`
 // auditKinds are the kinds --kind takes, as the cluster names them.
 var auditKinds = []string{"rules", "overrides", "membership", "reset"}
 
-func runAudit(ctx context.Context, e *env) error {
-	const cmd = "audit"
-	f := newFlags(e, cmd, "[--since T] [--until T] [--actor NAME] [--kind K] [--subject S] [--limit N] [--format table|json] [flags]", auditAbout)
+func auditCommand() *Command {
+	return &Command{
+		Name: "audit", Usage: "[--since T] [--until T] [--actor NAME] [--kind K] [--subject S] [--limit N] [--format table|json] [flags]",
+		Short: "show who changed rules, overrides and membership, and how",
+		Long:  auditAbout, Flags: auditFlags,
+	}
+}
+
+func auditFlags(f *flags) runFunc {
+	cmd := f.cmd
+	cf := f.client()
 	var (
-		cf                                   clientFlags
 		since, until, actor, kind, sub, form string
 		limit                                int
 	)
-	cf.register(f)
 	f.StringVar(&since, "since", "", "entries at or after this time (default: every entry kept)")
 	f.StringVar(&until, "until", "", "entries before this time (default: up to now)")
 	f.StringVar(&actor, "actor", "", "entries of this caller only: a token's or certificate's name, or anonymous")
@@ -49,82 +55,78 @@ func runAudit(ctx context.Context, e *env) error {
 	f.StringVar(&sub, "subject", "", "entries that changed this rule, member, tenant or rule/tenant")
 	f.IntVar(&limit, "limit", 100, "print at most this many entries, the newest (0: every one)")
 	f.StringVar(&form, "format", "table", "output format: table, or json (one entry a line, with before and after)")
-	if err := f.parse(e); err != nil {
-		return err
-	}
-	if err := f.noArgs(); err != nil {
-		return err
-	}
-	if form != "table" && form != "json" {
-		return usagef(cmd, "--format %q: want table or json", form)
-	}
-	if kind != "" && !slices.Contains(auditKinds, kind) {
-		return usagef(cmd, "--kind %q: want one of %s", kind, strings.Join(auditKinds, ", "))
-	}
-	if limit < 0 {
-		return usagef(cmd, "--limit %d: want 0 (every entry) or more", limit)
-	}
-	req := &allotpb.ListAuditRequest{Actor: actor, Kind: kind, Subject: sub}
-	now := time.Now()
-	if since != "" {
-		t, err := parseTime(since, now)
-		if err != nil {
-			return usagef(cmd, "--since %v", err)
+	return func(ctx context.Context, e *env, args []string) error {
+		if form != "table" && form != "json" {
+			return usagef(cmd, "--format %q: want table or json", form)
 		}
-		req.From = timestamppb.New(t)
-	}
-	if until != "" {
-		t, err := parseTime(until, now)
-		if err != nil {
-			return usagef(cmd, "--until %v", err)
+		if kind != "" && !slices.Contains(auditKinds, kind) {
+			return usagef(cmd, "--kind %q: want one of %s", kind, strings.Join(auditKinds, ", "))
 		}
-		req.To = timestamppb.New(t)
-	}
-	if req.From != nil && req.To != nil && !req.From.AsTime().Before(req.To.AsTime()) {
-		return usagef(cmd, "--since %s is not before --until %s", req.From.AsTime().Format(time.RFC3339), req.To.AsTime().Format(time.RFC3339))
-	}
-	cl, err := cf.dial()
-	if err != nil {
-		return &usageError{err: err, hint: cmd}
-	}
-	defer cl.Close()
-	out := newAuditWriter(e.stdout, form)
-	printed := 0
-	for {
-		req.PageSize = 1000
-		if limit > 0 {
-			req.PageSize = uint32(min(limit-printed, 1000))
+		if limit < 0 {
+			return usagef(cmd, "--limit %d: want 0 (every entry) or more", limit)
 		}
-		var resp *allotpb.ListAuditResponse
-		err := cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
-			var err error
-			resp, err = allotpb.NewAuditServiceClient(cc).ListAudit(ctx, req)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("reading the audit log: %w", err)
-		}
-		for _, en := range resp.GetEntries() {
-			if err := out.write(en); err != nil {
-				return err
+		req := &allotpb.ListAuditRequest{Actor: actor, Kind: kind, Subject: sub}
+		now := time.Now()
+		if since != "" {
+			t, err := parseTime(since, now)
+			if err != nil {
+				return usagef(cmd, "--since %v", err)
 			}
-			printed++
+			req.From = timestamppb.New(t)
 		}
-		if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" || limit > 0 && printed >= limit {
-			break
+		if until != "" {
+			t, err := parseTime(until, now)
+			if err != nil {
+				return usagef(cmd, "--until %v", err)
+			}
+			req.To = timestamppb.New(t)
 		}
-	}
-	if printed == 0 {
-		// Not a table with no lines, or no output at all: say so, on
-		// stderr for JSON lines, which a script reads.
-		if form == "json" {
-			fmt.Fprintln(e.stderr, "no entries")
+		if req.From != nil && req.To != nil && !req.From.AsTime().Before(req.To.AsTime()) {
+			return usagef(cmd, "--since %s is not before --until %s", req.From.AsTime().Format(time.RFC3339), req.To.AsTime().Format(time.RFC3339))
+		}
+		cl, err := cf.connect()
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		out := newAuditWriter(e.stdout, form)
+		printed := 0
+		for {
+			req.PageSize = 1000
+			if limit > 0 {
+				req.PageSize = uint32(min(limit-printed, 1000))
+			}
+			var resp *allotpb.ListAuditResponse
+			err := cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
+				var err error
+				resp, err = allotpb.NewAuditServiceClient(cc).ListAudit(ctx, req)
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("reading the audit log: %w", err)
+			}
+			for _, en := range resp.GetEntries() {
+				if err := out.write(en); err != nil {
+					return err
+				}
+				printed++
+			}
+			if req.PageToken = resp.GetNextPageToken(); req.PageToken == "" || limit > 0 && printed >= limit {
+				break
+			}
+		}
+		if printed == 0 {
+			// Not a table with no lines, or no output at all: say so, on
+			// stderr for JSON lines, which a script reads.
+			if form == "json" {
+				fmt.Fprintln(e.stderr, "no entries")
+				return nil
+			}
+			fmt.Fprintln(e.stdout, "no entries")
 			return nil
 		}
-		fmt.Fprintln(e.stdout, "no entries")
-		return nil
+		return out.flush()
 	}
-	return out.flush()
 }
 
 // auditWriter prints entries as a table or as JSON lines.

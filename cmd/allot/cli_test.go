@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/agent/sidecar"
-	"github.com/allot-io/allot/cmd/internal/fleet"
 	"github.com/allot-io/allot/internal/auth"
+	"github.com/allot-io/allot/internal/fleet"
 	"github.com/allot-io/allot/internal/loopback"
 )
 

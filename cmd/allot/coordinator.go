@@ -25,102 +25,122 @@ one-member cluster. To add a member to a running cluster, start it with
 once it has caught up. Members keep their Raft log, snapshots and identity
 in --data-dir and must keep the same --node-id across restarts.`
 
-func runCoordinator(ctx context.Context, e *env) error {
-	f := newFlags(e, "coordinator", "--node-id ID --data-dir DIR [--bootstrap-expect N --join ADDRS | --join ADDRS | --bootstrap] [flags]", coordinatorAbout)
-	var (
-		cfg          coordinator.Config
-		join, parent string
-		shardHome    string
-		cf           credFlags
-		lf           logFlags
-		tf           traceFlags
-		sinkFile     string
-	)
-	f.StringVar(&cfg.NodeID, "node-id", "", "this member's name, unique and stable across restarts (required)")
-	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the Raft log, stable store and snapshots (required)")
-	f.StringVar(&cfg.RaftAddr, "raft-addr", "127.0.0.1:7300", "Raft transport address, host:port")
-	f.StringVar(&cfg.GRPCAddr, "grpc-addr", "127.0.0.1:7400", "gRPC address for agents, operators and other members")
-	f.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:7500", "HTTP address for /metrics, /healthz, /readyz, /v1/status, /v1/usage (empty: off)")
-	f.StringVar(&cfg.AdvertiseHost, "advertise-host", "", "host other members and agents dial, required when an address binds every interface (0.0.0.0)")
-	f.BoolVar(&cfg.Bootstrap, "bootstrap", false, "start a new one-member cluster with this member, if it has no state yet (for several members, use --bootstrap-expect)")
-	f.IntVar(&cfg.BootstrapExpect, "bootstrap-expect", 0, "form a new cluster of this many members once they have all found each other fresh through --join (give every member the same value and the same --join list)")
-	f.StringVar(&join, "join", "", "gRPC addresses of the members to join through (with --bootstrap-expect: of all the members), comma-separated")
-	f.StringVar(&cfg.Region, "region", "default", "the region this cluster serves; usage is recorded under it")
-	f.StringVar(&parent, "parent", "", "gRPC addresses of the parent cluster, comma-separated: lease this region's part of every rule divided among regions from it, by demand (docs/regions.md); empty: divide the static fractions")
-	f.DurationVar(&cfg.ParentInterval, "parent-interval", coordinator.DefaultParentInterval, "how often the leader reports to --parent")
-	f.StringVar(&cfg.ParentCredentials.CAFile, "parent-ca", "", "PEM CA that signed the parent's certificates (TLS to --parent)")
-	f.StringVar(&cfg.ParentCredentials.CertFile, "parent-cert", "", "PEM client certificate presented to --parent (agent role, node region-<region>)")
-	f.StringVar(&cfg.ParentCredentials.KeyFile, "parent-key", "", "PEM private key of --parent-cert")
-	f.StringVar(&cfg.ParentCredentials.TokenFile, "parent-token-file", "", "file holding the bearer token presented to --parent (agent role, node region-<region>)")
-	f.StringVar(&cfg.Group, "group", "", "this cluster's shard group ID (docs/coordinator.md#shard-groups); default \"main\", the region's home group")
-	f.StringVar(&shardHome, "shard-home", "", "gRPC addresses of the region's home shard group, comma-separated: this cluster is another group of the region; it starts owning no slot, takes its rules from the home group and refuses rule writes")
-	f.BoolVar(&cfg.Global, "global", false, "this cluster is the parent of regions' clusters: it divides every rule's whole limit among the regions that report to it")
-	f.StringVar(&cfg.RulesFile, "rules", "", "rules file the leader installs when it differs from the replicated rules")
-	f.StringVar(&cfg.AuthTokensFile, "auth-tokens", "", "tokens file: the bearer tokens accepted, with their roles (docs/security.md); re-read when it changes")
-	f.StringVar(&cfg.AdminToken, "admin-token", "", "one admin bearer token accepted besides --auth-tokens; a value shows in ps and shell history: prefer an admin entry in the --auth-tokens file (or ALLOT_ADMIN_TOKEN)")
-	f.BoolVar(&cfg.Insecure, "insecure", false, "allow listening beyond loopback with no credential configured: anyone who reaches it may write the ledger")
-	f.BoolVar(&cfg.RaftPrivateNetwork, "raft-private-network", false, "the --raft-addr is reachable by members only; needed for a non-loopback Raft address without mutual TLS (--ca)")
-	f.BoolVar(&cfg.MetricsNeedAuth, "metrics-auth", false, "/metrics needs the reader role too (health endpoints stay open)")
-	f.IntVar(&cfg.MaxNewNodesPerMinute, "max-new-nodes-per-minute", coordinator.DefaultMaxNewNodesPerMinute, "node IDs never heard from before that may join each minute (negative: unbounded)")
-	f.IntVar(&cfg.MaxReportsInFlight, "max-reports-in-flight", coordinator.DefaultMaxReportsInFlight, "reports the leader takes at once; past it (early reports from half of it) a report is answered at once, shed: the agent keeps its leases and sends its usage again (negative: unbounded)")
-	f.Float64Var(&cfg.MaxUnitsPerSecond, "max-units-per-second", 0, "refuse a usage line or key demand above this many units per second of its billing window or report interval (0: only the protocol's 2^53 bound)")
-	f.DurationVar(&cfg.MaxConnectionAge, "max-connection-age", coordinator.DefaultMaxConnectionAge, "close client connections this old, so rotated CAs take effect; clients reconnect")
-	f.IntVar(&cfg.MaxConcurrentStreams, "max-concurrent-streams", coordinator.DefaultMaxConcurrentStreams, "gRPC calls in flight on one client connection; a client's further calls wait (docs/security.md#what-a-caller-can-cost)")
-	f.DurationVar(&cfg.ReportInterval, "report-interval", coordinator.DefaultReportInterval, "how often agents report; fixed by a cluster's first leader, later values are ignored with a warning")
-	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "how long a lease holds (default 5 × report interval); fixed by a cluster's first leader")
-	f.DurationVar(&cfg.BillingWindow, "billing-window", coordinator.DefaultBillingWindow, "the ledger's window: whole seconds from 1s to 24h dividing a day (e.g. 1m, 15m, 1h, 24h); fixed by a cluster's first leader")
-	f.DurationVar(&cfg.AgentTimeout, "agent-timeout", coordinator.DefaultAgentTimeout, "how long billing windows wait for a silent agent before they are final")
-	f.DurationVar(&cfg.LedgerRetention, "ledger-retention", coordinator.DefaultLedgerRetention, "delete final ledger windows older than this (at least --agent-timeout; negative keeps everything; see docs/billing.md for the memory it costs)")
-	f.IntVar(&cfg.AuditMaxEntries, "audit-max-entries", coordinator.DefaultAuditMaxEntries, "audit log entries the cluster keeps, the newest (docs/operations.md#audit-log)")
-	f.DurationVar(&cfg.AuditRetention, "audit-retention", 0, "also drop audit log entries older than this (0: by --audit-max-entries only)")
-	f.StringVar(&cfg.LedgerSink, "ledger-sink", "", "PostgreSQL DSN (postgres://user@host/db): export every final ledger line to it exactly once and keep only what it has not taken (docs/billing.md); a password here shows in ps: prefer --ledger-sink-file")
-	f.StringVar(&sinkFile, "ledger-sink-file", "", "file holding the --ledger-sink DSN, for one with a password")
-	f.IntVar(&cfg.ExportBatch, "ledger-export-batch", coordinator.DefaultExportBatch, "ledger lines written to the sink per transaction")
-	f.IntVar(&cfg.ExportParallel, "ledger-export-parallel", coordinator.DefaultExportParallel, "export transactions in flight at once; they commit in order (docs/billing.md#export-speed)")
-	f.DurationVar(&cfg.ExportInterval, "ledger-export-interval", coordinator.DefaultExportInterval, "how often the leader looks for final lines to export when none wait")
-	f.Uint64Var(&cfg.SnapshotThreshold, "snapshot-threshold", 8192, "Raft log entries between snapshots (Raft keeps at least 1024 entries behind the newest snapshot)")
-	f.DurationVar(&cfg.SnapshotInterval, "snapshot-interval", 2*time.Minute, "how often Raft checks whether a snapshot is due")
-	f.IntVar(&cfg.MaxReportBytes, "max-report-bytes", coordinator.DefaultMaxReportBytes, "refuse agent reports larger than this")
-	f.IntVar(&cfg.MaxReportKeys, "max-report-keys", coordinator.DefaultMaxReportKeys, "refuse agent reports with more keys than this")
-	lf.register(f)
-	cf.registerServing(f)
-	tf.register(f)
-	if err := f.parse(e); err != nil {
-		return err
+func coordinatorCommand() *Command {
+	return &Command{
+		Name: "coordinator", Usage: "--node-id ID --data-dir DIR [--bootstrap-expect N --join ADDRS | --join ADDRS | --bootstrap] [flags]",
+		Short: "run a coordinator cluster member",
+		Long:  coordinatorAbout,
+		Flags: func(f *flags) runFunc { return runOptions(f, &coordinatorOptions{}) },
 	}
-	if err := f.noArgs(); err != nil {
-		return err
-	}
-	if cfg.NodeID == "" || cfg.DataDir == "" {
+}
+
+// coordinatorOptions are allot coordinator's flags: the member's Config,
+// and the flags that fill parts of it (address lists, credentials, the
+// sink's DSN from a file).
+type coordinatorOptions struct {
+	cfg                     coordinator.Config
+	join, parent, shardHome string
+	sinkFile                string
+	creds                   credFlags
+	log                     logFlags
+	trace                   traceFlags
+}
+
+func (o *coordinatorOptions) register(f *flags) {
+	f.StringVar(&o.cfg.NodeID, "node-id", "", "this member's name, unique and stable across restarts (required)")
+	f.StringVar(&o.cfg.DataDir, "data-dir", "", "directory for the Raft log, stable store and snapshots (required)")
+	f.StringVar(&o.cfg.RaftAddr, "raft-addr", "127.0.0.1:7300", "Raft transport address, host:port")
+	f.StringVar(&o.cfg.GRPCAddr, "grpc-addr", "127.0.0.1:7400", "gRPC address for agents, operators and other members")
+	f.StringVar(&o.cfg.HTTPAddr, "http-addr", "127.0.0.1:7500", "HTTP address for /metrics, /healthz, /readyz, /v1/status, /v1/usage (empty: off)")
+	f.StringVar(&o.cfg.AdvertiseHost, "advertise-host", "", "host other members and agents dial, required when an address binds every interface (0.0.0.0)")
+	f.BoolVar(&o.cfg.Bootstrap, "bootstrap", false, "start a new one-member cluster with this member, if it has no state yet (for several members, use --bootstrap-expect)")
+	f.IntVar(&o.cfg.BootstrapExpect, "bootstrap-expect", 0, "form a new cluster of this many members once they have all found each other fresh through --join (give every member the same value and the same --join list)")
+	f.StringVar(&o.join, "join", "", "gRPC addresses of the members to join through (with --bootstrap-expect: of all the members), comma-separated")
+	f.StringVar(&o.cfg.Region, "region", "default", "the region this cluster serves; usage is recorded under it")
+	f.StringVar(&o.parent, "parent", "", "gRPC addresses of the parent cluster, comma-separated: lease this region's part of every rule divided among regions from it, by demand (docs/regions.md); empty: divide the static fractions")
+	f.DurationVar(&o.cfg.ParentInterval, "parent-interval", coordinator.DefaultParentInterval, "how often the leader reports to --parent")
+	f.StringVar(&o.cfg.ParentCredentials.CAFile, "parent-ca", "", "PEM CA that signed the parent's certificates (TLS to --parent)")
+	f.StringVar(&o.cfg.ParentCredentials.CertFile, "parent-cert", "", "PEM client certificate presented to --parent (agent role, node region-<region>)")
+	f.StringVar(&o.cfg.ParentCredentials.KeyFile, "parent-key", "", "PEM private key of --parent-cert")
+	f.StringVar(&o.cfg.ParentCredentials.TokenFile, "parent-token-file", "", "file holding the bearer token presented to --parent (agent role, node region-<region>)")
+	f.StringVar(&o.cfg.Group, "group", "", "this cluster's shard group ID (docs/coordinator.md#shard-groups); default \"main\", the region's home group")
+	f.StringVar(&o.shardHome, "shard-home", "", "gRPC addresses of the region's home shard group, comma-separated: this cluster is another group of the region; it starts owning no slot, takes its rules from the home group and refuses rule writes")
+	f.BoolVar(&o.cfg.Global, "global", false, "this cluster is the parent of regions' clusters: it divides every rule's whole limit among the regions that report to it")
+	f.StringVar(&o.cfg.RulesFile, "rules", "", "rules file the leader installs when it differs from the replicated rules")
+	f.StringVar(&o.cfg.AuthTokensFile, "auth-tokens", "", "tokens file: the bearer tokens accepted, with their roles (docs/security.md); re-read when it changes")
+	f.StringVar(&o.cfg.AdminToken, "admin-token", "", "one admin bearer token accepted besides --auth-tokens; a value shows in ps and shell history: prefer an admin entry in the --auth-tokens file (or ALLOT_ADMIN_TOKEN)")
+	f.BoolVar(&o.cfg.Insecure, "insecure", false, "allow listening beyond loopback with no credential configured: anyone who reaches it may write the ledger")
+	f.BoolVar(&o.cfg.RaftPrivateNetwork, "raft-private-network", false, "the --raft-addr is reachable by members only; needed for a non-loopback Raft address without mutual TLS (--ca)")
+	f.BoolVar(&o.cfg.MetricsNeedAuth, "metrics-auth", false, "/metrics needs the reader role too (health endpoints stay open)")
+	f.IntVar(&o.cfg.MaxNewNodesPerMinute, "max-new-nodes-per-minute", coordinator.DefaultMaxNewNodesPerMinute, "node IDs never heard from before that may join each minute (negative: unbounded)")
+	f.IntVar(&o.cfg.MaxReportsInFlight, "max-reports-in-flight", coordinator.DefaultMaxReportsInFlight, "reports the leader takes at once; past it (early reports from half of it) a report is answered at once, shed: the agent keeps its leases and sends its usage again (negative: unbounded)")
+	f.Float64Var(&o.cfg.MaxUnitsPerSecond, "max-units-per-second", 0, "refuse a usage line or key demand above this many units per second of its billing window or report interval (0: only the protocol's 2^53 bound)")
+	f.DurationVar(&o.cfg.MaxConnectionAge, "max-connection-age", coordinator.DefaultMaxConnectionAge, "close client connections this old, so rotated CAs take effect; clients reconnect")
+	f.IntVar(&o.cfg.MaxConcurrentStreams, "max-concurrent-streams", coordinator.DefaultMaxConcurrentStreams, "gRPC calls in flight on one client connection; a client's further calls wait (docs/security.md#what-a-caller-can-cost)")
+	f.DurationVar(&o.cfg.ReportInterval, "report-interval", coordinator.DefaultReportInterval, "how often agents report; fixed by a cluster's first leader, later values are ignored with a warning")
+	f.DurationVar(&o.cfg.LeaseTTL, "lease-ttl", 0, "how long a lease holds (default 5 × report interval); fixed by a cluster's first leader")
+	f.DurationVar(&o.cfg.BillingWindow, "billing-window", coordinator.DefaultBillingWindow, "the ledger's window: whole seconds from 1s to 24h dividing a day (e.g. 1m, 15m, 1h, 24h); fixed by a cluster's first leader")
+	f.DurationVar(&o.cfg.AgentTimeout, "agent-timeout", coordinator.DefaultAgentTimeout, "how long billing windows wait for a silent agent before they are final")
+	f.DurationVar(&o.cfg.LedgerRetention, "ledger-retention", coordinator.DefaultLedgerRetention, "delete final ledger windows older than this (at least --agent-timeout; negative keeps everything; see docs/billing.md for the memory it costs)")
+	f.IntVar(&o.cfg.AuditMaxEntries, "audit-max-entries", coordinator.DefaultAuditMaxEntries, "audit log entries the cluster keeps, the newest (docs/operations.md#audit-log)")
+	f.DurationVar(&o.cfg.AuditRetention, "audit-retention", 0, "also drop audit log entries older than this (0: by --audit-max-entries only)")
+	f.StringVar(&o.cfg.LedgerSink, "ledger-sink", "", "PostgreSQL DSN (postgres://user@host/db): export every final ledger line to it exactly once and keep only what it has not taken (docs/billing.md); a password here shows in ps: prefer --ledger-sink-file")
+	f.StringVar(&o.sinkFile, "ledger-sink-file", "", "file holding the --ledger-sink DSN, for one with a password")
+	f.IntVar(&o.cfg.ExportBatch, "ledger-export-batch", coordinator.DefaultExportBatch, "ledger lines written to the sink per transaction")
+	f.IntVar(&o.cfg.ExportParallel, "ledger-export-parallel", coordinator.DefaultExportParallel, "export transactions in flight at once; they commit in order (docs/billing.md#export-speed)")
+	f.DurationVar(&o.cfg.ExportInterval, "ledger-export-interval", coordinator.DefaultExportInterval, "how often the leader looks for final lines to export when none wait")
+	f.Uint64Var(&o.cfg.SnapshotThreshold, "snapshot-threshold", 8192, "Raft log entries between snapshots (Raft keeps at least 1024 entries behind the newest snapshot)")
+	f.DurationVar(&o.cfg.SnapshotInterval, "snapshot-interval", 2*time.Minute, "how often Raft checks whether a snapshot is due")
+	f.IntVar(&o.cfg.MaxReportBytes, "max-report-bytes", coordinator.DefaultMaxReportBytes, "refuse agent reports larger than this")
+	f.IntVar(&o.cfg.MaxReportKeys, "max-report-keys", coordinator.DefaultMaxReportKeys, "refuse agent reports with more keys than this")
+	o.log.register(f)
+	o.creds.registerServing(f)
+	o.trace.register(f)
+}
+
+// validate checks what the flags say alone; coordinator.New checks the
+// Config they make as a whole.
+func (o *coordinatorOptions) validate() error {
+	if o.cfg.NodeID == "" || o.cfg.DataDir == "" {
 		return usagef("coordinator", "--node-id and --data-dir are required")
 	}
-	logger, err := lf.logger("coordinator", "allot", e.stderr)
+	if err := o.log.validate("coordinator"); err != nil {
+		return err
+	}
+	if o.sinkFile != "" && o.cfg.LedgerSink != "" {
+		return usagef("coordinator", "give --ledger-sink or --ledger-sink-file, not both")
+	}
+	return nil
+}
+
+// run starts the member and serves until ctx ends or the member cannot go
+// on; a member that must not run as it is ends with exitRefused.
+func (o *coordinatorOptions) run(ctx context.Context, e *env, f *flags) error {
+	cfg := o.cfg
+	logger, err := o.log.logger("coordinator", "allot", e.stderr)
 	if err != nil {
 		return err
 	}
-	warnExposedSecrets(logger, secretFile{"ledger-sink-file", sinkFile}, secretFile{"auth-tokens", cfg.AuthTokensFile},
-		secretFile{"token-file", cf.tokenFile}, secretFile{"key", cf.key},
+	warnExposedSecrets(logger, secretFile{"ledger-sink-file", o.sinkFile}, secretFile{"auth-tokens", cfg.AuthTokensFile},
+		secretFile{"token-file", o.creds.tokenFile}, secretFile{"key", o.creds.key},
 		secretFile{"parent-token-file", cfg.ParentCredentials.TokenFile}, secretFile{"parent-key", cfg.ParentCredentials.KeyFile})
-	if sinkFile != "" {
-		if cfg.LedgerSink != "" {
-			return usagef("coordinator", "give --ledger-sink or --ledger-sink-file, not both")
-		}
-		if cfg.LedgerSink, err = readSinkFile(sinkFile); err != nil {
+	if o.sinkFile != "" {
+		if cfg.LedgerSink, err = readSinkFile(o.sinkFile); err != nil {
 			return usagef("coordinator", "--ledger-sink-file: %v", err)
 		}
 	}
-	cfg.Join = splitList(join)
-	cfg.Parent = splitList(parent)
-	cfg.ShardHome = splitList(shardHome)
-	cfg.TLS = coordinator.TLSConfig{CertFile: cf.cert, KeyFile: cf.key, CAFile: cf.ca}
-	cfg.TokenFile = cf.tokenFile
+	cfg.Join = splitList(o.join)
+	cfg.Parent = splitList(o.parent)
+	cfg.ShardHome = splitList(o.shardHome)
+	cfg.TLS = coordinator.TLSConfig{CertFile: o.creds.cert, KeyFile: o.creds.key, CAFile: o.creds.ca}
+	cfg.TokenFile = o.creds.tokenFile
 	cfg.Logger = logger
 	// The coordinator's metrics, with the Go runtime's, the process's and
 	// the build's, on its /metrics.
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfoGauge())
 	cfg.Registerer = reg
-	tp, err := tf.provider(ctx, "coordinator", "allot-coordinator", cfg.NodeID, cfg.Region, logger.Named("tracing"))
+	tp, err := o.trace.provider(ctx, "coordinator", "allot-coordinator", cfg.NodeID, cfg.Region, logger.Named("tracing"))
 	if err != nil {
 		return err
 	}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/agent"
-	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/internal/fleet"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/hashicorp/go-hclog"
@@ -145,8 +145,15 @@ type demo struct {
 	crashed  []string // members that exited without being killed
 }
 
-func runDemo(ctx context.Context, e *env) error {
-	f := newFlags(e, "demo", "[--duration D] [--nodes N] [--no-tty] [--regions N]", demoAbout)
+func demoCommand() *Command {
+	return &Command{
+		Name: "demo", Usage: "[--duration D] [--nodes N] [--no-tty] [--regions N]",
+		Short: "run a 3-node cluster and 8 gateways on loopback, live",
+		Long:  demoAbout, Flags: demoFlags,
+	}
+}
+
+func demoFlags(f *flags) runFunc {
 	var (
 		duration time.Duration
 		nodes    int
@@ -157,52 +164,48 @@ func runDemo(ctx context.Context, e *env) error {
 	f.IntVar(&nodes, "nodes", 8, "gateway agents (3 to 64)")
 	f.BoolVar(&noTTY, "no-tty", false, "print plain lines instead of refreshing the screen (for logs and CI)")
 	f.IntVar(&regions, "regions", 0, "instead, run a parent cluster and this many regions' clusters (2 to 5) in this process, two gateways each, with a tenant's traffic moving from region to region (docs/regions.md)")
-	if err := f.parse(e); err != nil {
-		return err
-	}
-	if err := f.noArgs(); err != nil {
-		return err
-	}
-	if regions != 0 && (regions < 2 || regions > len(demoRegionNames)) {
-		return usagef("demo", "--regions %d: want 2 to %d", regions, len(demoRegionNames))
-	}
-	if regions != 0 && !f.isSet("duration") {
-		duration = time.Duration(regions) * 12 * time.Second
-	}
-	if duration < 10*time.Second {
-		return usagef("demo", "--duration %v: want at least 10s", duration)
-	}
-	if nodes < 3 || nodes > 64 {
-		return usagef("demo", "--nodes %d: want 3 to 64", nodes)
-	}
-	dir, err := os.MkdirTemp("", "allot-demo-")
-	if err != nil {
-		return fmt.Errorf("creating the demo's directory: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	logFile, err := os.Create(filepath.Join(dir, "gateways.log"))
-	if err != nil {
-		return fmt.Errorf("creating the gateways' log: %w", err)
-	}
-	defer logFile.Close()
-	if regions > 0 {
-		log := hclog.New(&hclog.LoggerOptions{Name: "allot", Level: hclog.Info, Output: logFile})
-		err := runRegionsDemo(ctx, &syncWriter{w: e.stdout}, dir, log, regions, duration)
+	return func(ctx context.Context, e *env, args []string) error {
+		if regions != 0 && (regions < 2 || regions > len(demoRegionNames)) {
+			return usagef("demo", "--regions %d: want 2 to %d", regions, len(demoRegionNames))
+		}
+		if regions != 0 && !f.isSet("duration") {
+			duration = time.Duration(regions) * 12 * time.Second
+		}
+		if duration < 10*time.Second {
+			return usagef("demo", "--duration %v: want at least 10s", duration)
+		}
+		if nodes < 3 || nodes > 64 {
+			return usagef("demo", "--nodes %d: want 3 to 64", nodes)
+		}
+		dir, err := os.MkdirTemp("", "allot-demo-")
+		if err != nil {
+			return fmt.Errorf("creating the demo's directory: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		logFile, err := os.Create(filepath.Join(dir, "gateways.log"))
+		if err != nil {
+			return fmt.Errorf("creating the gateways' log: %w", err)
+		}
+		defer logFile.Close()
+		if regions > 0 {
+			log := hclog.New(&hclog.LoggerOptions{Name: "allot", Level: hclog.Info, Output: logFile})
+			err := runRegionsDemo(ctx, &syncWriter{w: e.stdout}, dir, log, regions, duration)
+			if err != nil && !errors.Is(err, context.Canceled) {
+				tailFile(e.stderr, "the clusters and gateways", logFile.Name(), 30)
+			}
+			return err
+		}
+		d := &demo{
+			out: &syncWriter{w: e.stdout}, tty: !noTTY && isTerminal(e.stdout), duration: duration, warmup: 5 * time.Second, dir: dir,
+			log:     hclog.New(&hclog.LoggerOptions{Name: "allot", Level: hclog.Info, Output: logFile}),
+			logFile: logFile,
+		}
+		err = d.run(ctx, nodes)
 		if err != nil && !errors.Is(err, context.Canceled) {
-			tailFile(e.stderr, "the clusters and gateways", logFile.Name(), 30)
+			d.tailLogs(e.stderr)
 		}
 		return err
 	}
-	d := &demo{
-		out: &syncWriter{w: e.stdout}, tty: !noTTY && isTerminal(e.stdout), duration: duration, warmup: 5 * time.Second, dir: dir,
-		log:     hclog.New(&hclog.LoggerOptions{Name: "allot", Level: hclog.Info, Output: logFile}),
-		logFile: logFile,
-	}
-	err = d.run(ctx, nodes)
-	if err != nil && !errors.Is(err, context.Canceled) {
-		d.tailLogs(e.stderr)
-	}
-	return err
 }
 
 func (d *demo) run(ctx context.Context, nodes int) error {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/internal/fleet"
 )
 
 // demoExecutable is the binary the demo runs its coordinators from: this

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/allot-io/allot/cmd/internal/fleet"
+	"github.com/allot-io/allot/internal/fleet"
 	allotpb "github.com/allot-io/allot/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )

@@ -29,39 +29,26 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// flags is a subcommand's flag set, with the environment and a config
-// file as fallbacks for flags not given on the command line.
+// flags is a command's flag set, with the environment and a config file
+// as fallbacks for flags not given on the command line.
 type flags struct {
 	*flag.FlagSet
 	cmd    string
 	config string
-	help   func() // prints --help
+	help   func() // prints --help; its Command sets it
 	env    *env
 	// origin names where each flag not on the command line got its
 	// value: an ALLOT_ variable, or the config file and line.
 	origin map[string]string
 }
 
-// newFlags makes a command's flag set; synopsis and about are printed by
-// --help above the flags.
-func newFlags(e *env, cmd, synopsis, about string) *flags {
+// newFlags makes the flag set of the command cmd ("rules get").
+func newFlags(e *env, cmd string) *flags {
 	fs := flag.NewFlagSet("allot "+cmd, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	f := &flags{FlagSet: fs, cmd: cmd, env: e}
+	f := &flags{FlagSet: fs, cmd: cmd, env: e, help: func() {}}
 	fs.StringVar(&f.config, "config", "", "read flags from this YAML file (flag name: value)")
 	fs.Usage = func() {} // errors are reported once, by report
-	f.help = func() {
-		w := e.stdout
-		fmt.Fprintf(w, "usage: allot %s %s\n\n", cmd, synopsis)
-		if about != "" {
-			fmt.Fprintf(w, "%s\n\n", strings.TrimSpace(about))
-		}
-		fmt.Fprintln(w, "flags:")
-		fs.SetOutput(w)
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-		fmt.Fprintf(w, "\nEvery flag can also be set as ALLOT_<NAME> (e.g. %s) or in the --config file.\n", envName(firstFlag(fs)))
-	}
 	return f
 }
 
@@ -275,13 +262,20 @@ func (l *logFlags) register(f *flags) {
 	f.BoolVar(&l.json, "log-json", false, "log as JSON lines")
 }
 
+// validate returns a usage error for a bad --log-level.
+func (l *logFlags) validate(cmd string) error {
+	if hclog.LevelFromString(l.level) == hclog.NoLevel {
+		return usagef(cmd, "--log-level %q: want trace, debug, info, warn or error", l.level)
+	}
+	return nil
+}
+
 // logger builds the command's logger, or a usage error for a bad level.
 func (l *logFlags) logger(cmd, name string, w io.Writer) (hclog.Logger, error) {
-	level := hclog.LevelFromString(l.level)
-	if level == hclog.NoLevel {
-		return nil, usagef(cmd, "--log-level %q: want trace, debug, info, warn or error", l.level)
+	if err := l.validate(cmd); err != nil {
+		return nil, err
 	}
-	return hclog.New(&hclog.LoggerOptions{Name: name, Level: level, JSONFormat: l.json, Output: w}), nil
+	return hclog.New(&hclog.LoggerOptions{Name: name, Level: hclog.LevelFromString(l.level), JSONFormat: l.json, Output: w}), nil
 }
 
 // credFlags are the credential flags shared by every command that calls
@@ -356,6 +350,14 @@ type clientFlags struct {
 	timeout      time.Duration
 	creds        credFlags
 	trace        *cliTrace // nil for flags made by hand: no tracing
+	cmd          string    // the command whose flags these are, for its errors
+}
+
+// client registers the flags of a command that calls the cluster.
+func (f *flags) client() *clientFlags {
+	var c clientFlags
+	c.register(f)
+	return &c
 }
 
 func (c *clientFlags) register(f *flags) {
@@ -366,6 +368,7 @@ func (c *clientFlags) register(f *flags) {
 // registerAccess adds every client flag but --coordinator: how to call,
 // not whom.
 func (c *clientFlags) registerAccess(f *flags) {
+	c.cmd = f.cmd
 	f.StringVar(&c.token, "admin-token", "", "a bearer token as a value, which shows in ps and shell history: prefer --token-file (ALLOT_TOKEN_FILE)")
 	f.DurationVar(&c.timeout, "timeout", 10*time.Second, "how long to wait for the cluster")
 	c.creds.register(f)
@@ -410,6 +413,17 @@ func (c *clientFlags) dial() (*coordinatorClient, error) {
 			return nil, fmt.Errorf("coordinator address %q: %w", a, err)
 		}
 		cl.conns = append(cl.conns, cc)
+	}
+	return cl, nil
+}
+
+// connect dials the coordinators the command line names. What fails
+// here is in the flags (no address, a certificate that cannot be read),
+// so it is a usage error that points at the command's --help.
+func (c *clientFlags) connect() (*coordinatorClient, error) {
+	cl, err := c.dial()
+	if err != nil {
+		return nil, &usageError{err: err, hint: c.cmd}
 	}
 	return cl, nil
 }

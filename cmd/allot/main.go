@@ -1,11 +1,13 @@
 // Command allot is Allot's single binary: the coordinator, the agent
 // sidecar, the simulator, the demo and the operator commands.
 //
-// Every subcommand takes --help. Flags may also come from environment
-// variables (ALLOT_ and the flag's name in capitals, dashes as
-// underscores: --admin-token is ALLOT_ADMIN_TOKEN) and from a YAML file
-// given with --config; a flag on the command line wins over the
-// environment, which wins over the file.
+// Every subcommand takes --help ('allot help rules put' prints the
+// same); the dispatch, the help and its lists of commands are all made
+// from one Command per command and verb (command.go). Flags may also
+// come from environment variables (ALLOT_ and the flag's name in
+// capitals, dashes as underscores: --admin-token is ALLOT_ADMIN_TOKEN)
+// and from a YAML file given with --config; a flag on the command line
+// wins over the environment, which wins over the file.
 //
 // Exit codes: 0 success, 1 failure (including a failed check), 2 a usage
 // error (bad flags, arguments or input files).
@@ -54,29 +56,29 @@ type env struct {
 	exit *exitHooks
 }
 
-// command is one subcommand.
-type command struct {
-	name    string
-	summary string
-	run     func(ctx context.Context, e *env) error
-}
-
-func commands() []command {
-	return []command{
-		{"coordinator", "run a coordinator cluster member", runCoordinator},
-		{"agent", "run the agent as an HTTP sidecar for gateways not written in Go", runAgent},
-		{"sim", "simulate a fleet and compare strategies", runSim},
-		{"demo", "run a 3-node cluster and 8 gateways on loopback, live", runDemo},
-		{"rules", "get, put, delete and validate rules", runRules},
-		{"overrides", "set, list and delete per-tenant overrides of rules", runOverrides},
-		{"reset", "reset one key's counters fleet-wide, or list the resets", runReset},
-		{"status", "show the coordinator cluster", runStatus},
-		{"usage", "export reconciled usage for billing", runUsage},
-		{"audit", "show who changed rules, overrides and membership, and how", runAudit},
-		{"cluster", "remove members, back up and restore the cluster", runCluster},
-		{"shards", "split a region into shard groups and move slots between them", runShards},
-		{"token", "make a bearer token for an agent, a reader or an admin", runToken},
-		{"version", "print the version, VCS revision and Go version (also allot --version)", runVersion},
+// rootCommand is allot: every command, as its help lists them.
+func rootCommand() *Command {
+	return &Command{
+		Name:  "allot",
+		Usage: "<command> [flags]",
+		Notes: `Flags can also be set with ALLOT_<FLAG> environment variables or a
+--config YAML file. 'allot help <command>' is 'allot <command> --help'.`,
+		Commands: []*Command{
+			coordinatorCommand(),
+			agentCommand(),
+			simCommand(),
+			demoCommand(),
+			rulesCommand(),
+			overridesCommand(),
+			resetCommand(),
+			statusCommand(),
+			usageCommand(),
+			auditCommand(),
+			clusterCommand(),
+			shardsCommand(),
+			tokenCommand(),
+			versionCommand(),
+		},
 	}
 }
 
@@ -87,33 +89,34 @@ func main() {
 	os.Exit(code)
 }
 
-// run dispatches to a subcommand and maps its error to an exit code.
+// run dispatches to a command and maps its error to an exit code.
 func run(ctx context.Context, e *env) int {
-	if len(e.args) == 0 || e.args[0] == "-h" || e.args[0] == "--help" || e.args[0] == "help" {
-		usage(e.stderr)
-		if len(e.args) == 0 {
-			return exitUsage
-		}
-		return exitOK
+	root := rootCommand()
+	if len(e.args) == 0 {
+		root.writeHelp(e.stderr, "", nil)
+		return exitUsage
 	}
 	name := e.args[0]
-	if name == "--version" || name == "-version" {
+	switch {
+	case name == "help" && len(e.args) > 1:
+		return report(e.stderr, name, root.help(e, "", e.args[1:]))
+	case isHelpArg(name):
+		root.writeHelp(e.stderr, "", nil)
+		return exitOK
+	case name == "--version" || name == "-version":
 		name = "version"
 	}
-	for _, c := range commands() {
-		if c.name != name {
-			continue
-		}
-		sub := *e
-		sub.args = e.args[1:]
-		sub.exit = &exitHooks{}
-		err := c.run(ctx, &sub)
-		sub.exit.run(err)
-		return report(e.stderr, name, err)
+	c := root.lookup(name)
+	if c == nil {
+		fmt.Fprintf(e.stderr, "allot: unknown command %q\n\n", name)
+		root.writeHelp(e.stderr, "", nil)
+		return exitUsage
 	}
-	fmt.Fprintf(e.stderr, "allot: unknown command %q\n\n", name)
-	usage(e.stderr)
-	return exitUsage
+	sub := e.shift()
+	sub.exit = &exitHooks{}
+	err := c.dispatch(ctx, sub, c.Name)
+	sub.exit.run(err)
+	return report(e.stderr, name, err)
 }
 
 // report prints a command's error and returns its exit code.
@@ -140,18 +143,6 @@ func report(w io.Writer, name string, err error) int {
 	}
 }
 
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: allot <command> [flags]")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "commands:")
-	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'allot <command> --help' for a command's flags. Flags can also be set")
-	fmt.Fprintln(w, "with ALLOT_<FLAG> environment variables or a --config YAML file.")
-}
-
 // usageError is a mistake in how a command was called: exit code 2.
 type usageError struct {
 	err  error
@@ -173,9 +164,18 @@ var errHelp = errors.New("help requested")
 // failed (the demo's summary).
 var errChecksFailed = errors.New("checks failed")
 
-func runVersion(_ context.Context, e *env) error {
-	fmt.Fprintln(e.stdout, readBuildInfo())
-	return nil
+func versionCommand() *Command {
+	return &Command{
+		Name:  "version",
+		Short: "print the version, revision and Go version (also allot --version)",
+		Long:  "Prints the version, the VCS revision it was built from and the Go version that built it.",
+		Flags: func(*flags) runFunc {
+			return func(_ context.Context, e *env, _ []string) error {
+				fmt.Fprintln(e.stdout, readBuildInfo())
+				return nil
+			}
+		},
+	}
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.

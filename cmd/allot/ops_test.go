@@ -360,7 +360,7 @@ func TestParseArgsInterspersed(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
 			e := &env{args: tt.args, stdout: &bytes.Buffer{}, getenv: func(string) string { return "" }}
-			f := newFlags(e, "test", "", "")
+			f := newFlags(e, "test")
 			format := f.String("format", "yaml", "")
 			replace := f.Bool("replace-all", false, "")
 			got, err := parseArgs(f, e)

@@ -16,30 +16,46 @@ import (
 	"google.golang.org/grpc"
 )
 
-const overridesAbout = `
+func overridesCommand() *Command {
+	return &Command{
+		Name:  "overrides",
+		Short: "set, list and delete per-tenant overrides of rules",
+		Long: `
 Reads and changes per-tenant overrides: one rule's limit and/or weight for
 one tenant, kept by the cluster apart from the rules, so that a change
 reaches every agent within a report interval without the rule set being
 sent again. An override wins over the rules file's tenants section, which
-wins over the tenant's plan (docs/rules.md#overrides).
-
-  put RULE TENANT    set an override (--limit N, --weight W, --expires WHEN)
-  get RULE TENANT    print one override (--format, as list)
-  list               print overrides (--rule R, --prefix P), paged through
-  delete RULE TENANT delete one override
-  import FILE        set many, from CSV or JSON lines, all or none; what
-                     list --format csv|jsonl prints imports as a no-op
-
-Changes need an admin credential when the cluster has credentials.`
-
-func runOverrides(ctx context.Context, e *env) error {
-	return runSubcommand(ctx, e, "overrides", overridesAbout, []subcommand{
-		{"put", runOverridesPut},
-		{"get", runOverridesGet},
-		{"list", runOverridesList},
-		{"delete", runOverridesDelete},
-		{"import", runOverridesImport},
-	})
+wins over the tenant's plan (docs/rules.md#overrides).`,
+		Notes: "Changes need an admin credential when the cluster has credentials.",
+		Commands: []*Command{
+			{
+				Name: "put", Args: "RULE TENANT", Usage: "RULE TENANT [--limit N] [--weight W] [--expires WHEN] [flags]",
+				Short: "set an override (--limit N, --weight W, --expires WHEN)",
+				Long:  overridesPutAbout, Flags: overridesPutFlags,
+			},
+			{
+				Name: "get", Args: "RULE TENANT", Usage: "RULE TENANT [--format table|jsonl|csv] [flags]",
+				Short: "print one override (--format, as list)",
+				Long:  overridesGetAbout, Flags: overridesGetFlags,
+			},
+			{
+				Name: "list", Usage: "[--rule R] [--prefix P] [--format table|jsonl|csv] [flags]",
+				Short: "print overrides (--rule R, --prefix P), paged through",
+				Long:  overridesListAbout, Flags: overridesListFlags,
+			},
+			{
+				Name: "delete", Args: "RULE TENANT",
+				Short: "delete one override",
+				Long:  "Deletes RULE's override for TENANT: the tenant's limit is the rules file's again. An override that does not exist is an error.",
+				Flags: overridesDeleteFlags,
+			},
+			{
+				Name: "import", Args: "FILE", Usage: "FILE [--format csv|jsonl] [flags]",
+				Short: "set many, from CSV or JSON lines, all or none; what list --format csv|jsonl prints imports as a no-op",
+				Long:  overridesImportAbout, Flags: overridesImportFlags,
+			},
+		},
+	}
 }
 
 // overrideJSON is an override as the CLI prints and imports it.
@@ -94,46 +110,42 @@ rules (an unknown rule, a negative limit or an expiry in the past is
 refused, naming the field) and prints the new overrides version; an
 override put again as it is changes nothing and keeps the version.`
 
-func runOverridesPut(ctx context.Context, e *env) error {
-	const cmd = "overrides put"
-	f := newFlags(e, cmd, "RULE TENANT [--limit N] [--weight W] [--expires WHEN] [flags]", overridesPutAbout)
-	var cf clientFlags
+func overridesPutFlags(f *flags) runFunc {
+	cmd := f.cmd
+	cf := f.client()
 	var limit int64
 	var weight float64
 	var expires string
-	cf.register(f)
 	f.Int64Var(&limit, "limit", 0, "the tenant's limit per the rule's period")
 	f.Float64Var(&weight, "weight", 0, "the tenant's weight under a global rule")
 	f.StringVar(&expires, "expires", "", "when the override ends: an RFC 3339 time or a duration from now")
-	args, err := parseArgs(f, e)
-	if err != nil {
-		return err
-	}
-	if len(args) != 2 {
-		return usagef(cmd, "want RULE and TENANT, got %s", plural.Count(len(args), "argument"))
-	}
-	if limit == 0 && weight == 0 {
-		return usagef(cmd, "give --limit or --weight (or both): an override sets the tenant's limit, its weight or both")
-	}
-	at, err := parseExpiry(expires, time.Now())
-	if err != nil {
-		return usagef(cmd, "--expires %v", err)
-	}
-	o := &allotpb.Override{Rule: args[0], Tenant: args[1], Limit: limit, Weight: weight, ExpiresUnixNano: at}
-	resp, err := putOverrides(ctx, &cf, cmd, []*allotpb.Override{o}, false)
-	if err != nil {
-		return err
-	}
-	if resp.GetCount() == 0 {
-		fmt.Fprintf(e.stdout, "overrides version %d kept: %s/%s is already so; nothing changed\n", resp.GetVersion(), o.Rule, o.Tenant)
+	return func(ctx context.Context, e *env, args []string) error {
+		if len(args) != 2 {
+			return usagef(cmd, "want RULE and TENANT, got %s", plural.Count(len(args), "argument"))
+		}
+		if limit == 0 && weight == 0 {
+			return usagef(cmd, "give --limit or --weight (or both): an override sets the tenant's limit, its weight or both")
+		}
+		at, err := parseExpiry(expires, time.Now())
+		if err != nil {
+			return usagef(cmd, "--expires %v", err)
+		}
+		o := &allotpb.Override{Rule: args[0], Tenant: args[1], Limit: limit, Weight: weight, ExpiresUnixNano: at}
+		resp, err := putOverrides(ctx, cf, []*allotpb.Override{o}, false)
+		if err != nil {
+			return err
+		}
+		if resp.GetCount() == 0 {
+			fmt.Fprintf(e.stdout, "overrides version %d kept: %s/%s is already so; nothing changed\n", resp.GetVersion(), o.Rule, o.Tenant)
+			return nil
+		}
+		fmt.Fprintf(e.stdout, "overrides version %d: %s/%s set\n", resp.GetVersion(), o.Rule, o.Tenant)
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "overrides version %d: %s/%s set\n", resp.GetVersion(), o.Rule, o.Tenant)
-	return nil
 }
 
-func putOverrides(ctx context.Context, cf *clientFlags, cmd string, list []*allotpb.Override, validateOnly bool) (*allotpb.PutOverridesResponse, error) {
-	resp, err := sendOverrides(ctx, cf, cmd, list, validateOnly)
+func putOverrides(ctx context.Context, cf *clientFlags, list []*allotpb.Override, validateOnly bool) (*allotpb.PutOverridesResponse, error) {
+	resp, err := sendOverrides(ctx, cf, list, validateOnly)
 	if errors.Is(err, errRejected) {
 		return nil, &usageError{err: fmt.Errorf("the cluster refused the overrides: %w", err)}
 	}
@@ -141,10 +153,10 @@ func putOverrides(ctx context.Context, cf *clientFlags, cmd string, list []*allo
 }
 
 // sendOverrides is one PutOverrides call; a refusal wraps errRejected.
-func sendOverrides(ctx context.Context, cf *clientFlags, cmd string, list []*allotpb.Override, validateOnly bool) (*allotpb.PutOverridesResponse, error) {
-	cl, err := cf.dial()
+func sendOverrides(ctx context.Context, cf *clientFlags, list []*allotpb.Override, validateOnly bool) (*allotpb.PutOverridesResponse, error) {
+	cl, err := cf.connect()
 	if err != nil {
-		return nil, &usageError{err: err, hint: cmd}
+		return nil, err
 	}
 	defer cl.Close()
 	var resp *allotpb.PutOverridesResponse
@@ -163,40 +175,36 @@ const overridesGetAbout = `
 Prints RULE's override for TENANT, from the member called, as 'overrides
 list' prints overrides: --format table (the default), jsonl or csv.`
 
-func runOverridesGet(ctx context.Context, e *env) error {
-	const cmd = "overrides get"
-	f := newFlags(e, cmd, "RULE TENANT [--format table|jsonl|csv] [flags]", overridesGetAbout)
-	var cf clientFlags
+func overridesGetFlags(f *flags) runFunc {
+	cmd := f.cmd
+	cf := f.client()
 	var format string
-	cf.register(f)
 	registerOverrideFormat(f, &format)
-	args, err := parseArgs(f, e)
-	if err != nil {
-		return err
+	return func(ctx context.Context, e *env, args []string) error {
+		if len(args) != 2 {
+			return usagef(cmd, "want RULE and TENANT, got %s", plural.Count(len(args), "argument"))
+		}
+		if err := checkOverrideFormat(cmd, format); err != nil {
+			return err
+		}
+		cl, err := cf.connect()
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		var o *allotpb.Override
+		err = cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
+			var err error
+			o, err = allotpb.NewOverridesServiceClient(cc).GetOverride(ctx, &allotpb.GetOverrideRequest{Rule: args[0], Tenant: args[1]})
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		out := newOverrideWriter(e.stdout, format)
+		out.write(overrideOut(o))
+		return out.flush()
 	}
-	if len(args) != 2 {
-		return usagef(cmd, "want RULE and TENANT, got %s", plural.Count(len(args), "argument"))
-	}
-	if err := checkOverrideFormat(cmd, format); err != nil {
-		return err
-	}
-	cl, err := cf.dial()
-	if err != nil {
-		return &usageError{err: err, hint: cmd}
-	}
-	defer cl.Close()
-	var o *allotpb.Override
-	err = cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
-		var err error
-		o, err = allotpb.NewOverridesServiceClient(cc).GetOverride(ctx, &allotpb.GetOverrideRequest{Rule: args[0], Tenant: args[1]})
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	out := newOverrideWriter(e.stdout, format)
-	out.write(overrideOut(o))
-	return out.flush()
 }
 
 // registerOverrideFormat adds --format, the same for get and list.
@@ -211,27 +219,6 @@ func checkOverrideFormat(cmd, format string) error {
 	return nil
 }
 
-// onRuleTenant runs a command of two arguments, RULE and TENANT, making
-// one call to the cluster.
-func onRuleTenant(ctx context.Context, e *env, cmd, about string, call func(ctx context.Context, cc *grpc.ClientConn, rule, tenant string) error) error {
-	f := newFlags(e, cmd, "RULE TENANT [flags]", about)
-	var cf clientFlags
-	cf.register(f)
-	args, err := parseArgs(f, e)
-	if err != nil {
-		return err
-	}
-	if len(args) != 2 {
-		return usagef(cmd, "want RULE and TENANT, got %s", plural.Count(len(args), "argument"))
-	}
-	cl, err := cf.dial()
-	if err != nil {
-		return &usageError{err: err, hint: cmd}
-	}
-	defer cl.Close()
-	return cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error { return call(ctx, cc, args[0], args[1]) })
-}
-
 const overridesListAbout = `
 Prints the cluster's overrides by rule and tenant, every page of them:
 --rule and --prefix narrow the list. --format table (the default), jsonl
@@ -239,54 +226,47 @@ Prints the cluster's overrides by rule and tenant, every page of them:
 same), as 'overrides get' prints one. The total and the overrides version
 go to stderr.`
 
-func runOverridesList(ctx context.Context, e *env) error {
-	const cmd = "overrides list"
-	f := newFlags(e, cmd, "[--rule R] [--prefix P] [--format table|jsonl|csv] [flags]", overridesListAbout)
-	var cf clientFlags
+func overridesListFlags(f *flags) runFunc {
+	cmd := f.cmd
+	cf := f.client()
 	var rule, prefix, format string
-	cf.register(f)
 	f.StringVar(&rule, "rule", "", "list this rule's overrides only")
 	f.StringVar(&prefix, "prefix", "", "list tenants with this prefix only")
 	registerOverrideFormat(f, &format)
-	args, err := parseArgs(f, e)
-	if err != nil {
-		return err
-	}
-	if len(args) > 0 {
-		return usagef(cmd, "takes no arguments, got %q", args[0])
-	}
-	if err := checkOverrideFormat(cmd, format); err != nil {
-		return err
-	}
-	cl, err := cf.dial()
-	if err != nil {
-		return &usageError{err: err, hint: cmd}
-	}
-	defer cl.Close()
-	out := newOverrideWriter(e.stdout, format)
-	tok := ""
-	var last *allotpb.ListOverridesResponse
-	for {
-		err = cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
-			var err error
-			last, err = allotpb.NewOverridesServiceClient(cc).ListOverrides(ctx, &allotpb.ListOverridesRequest{Rule: rule, TenantPrefix: prefix, PageSize: 5000, PageToken: tok})
+	return func(ctx context.Context, e *env, args []string) error {
+		if err := checkOverrideFormat(cmd, format); err != nil {
 			return err
-		})
+		}
+		cl, err := cf.connect()
 		if err != nil {
-			return fmt.Errorf("listing overrides: %w", err)
+			return err
 		}
-		for _, o := range last.GetOverrides() {
-			out.write(overrideOut(o))
+		defer cl.Close()
+		out := newOverrideWriter(e.stdout, format)
+		tok := ""
+		var last *allotpb.ListOverridesResponse
+		for {
+			err = cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
+				var err error
+				last, err = allotpb.NewOverridesServiceClient(cc).ListOverrides(ctx, &allotpb.ListOverridesRequest{Rule: rule, TenantPrefix: prefix, PageSize: 5000, PageToken: tok})
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("listing overrides: %w", err)
+			}
+			for _, o := range last.GetOverrides() {
+				out.write(overrideOut(o))
+			}
+			if tok = last.GetNextPageToken(); tok == "" {
+				break
+			}
 		}
-		if tok = last.GetNextPageToken(); tok == "" {
-			break
+		if err := out.flush(); err != nil {
+			return err
 		}
+		fmt.Fprintf(e.stderr, "overrides version %d, %d in the cluster\n", last.GetVersion(), last.GetTotal())
+		return nil
 	}
-	if err := out.flush(); err != nil {
-		return err
-	}
-	fmt.Fprintf(e.stderr, "overrides version %d, %d in the cluster\n", last.GetVersion(), last.GetTotal())
-	return nil
 }
 
 // overrideWriter prints overrides as a table, JSON lines or CSV.
@@ -356,14 +336,24 @@ func (ow *overrideWriter) flush() error {
 	return nil
 }
 
-func runOverridesDelete(ctx context.Context, e *env) error {
-	return onRuleTenant(ctx, e, "overrides delete", "Deletes RULE's override for TENANT: the tenant's limit is the rules file's again. An override that does not exist is an error.",
-		func(ctx context.Context, cc *grpc.ClientConn, rule, tenant string) error {
-			resp, err := allotpb.NewOverridesServiceClient(cc).DeleteOverrides(ctx, &allotpb.DeleteOverridesRequest{Keys: []*allotpb.OverrideKey{{Rule: rule, Tenant: tenant}}})
+func overridesDeleteFlags(f *flags) runFunc {
+	cf := f.client()
+	return func(ctx context.Context, e *env, args []string) error {
+		if len(args) != 2 {
+			return usagef(f.cmd, "want RULE and TENANT, got %s", plural.Count(len(args), "argument"))
+		}
+		cl, err := cf.connect()
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		return cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
+			resp, err := allotpb.NewOverridesServiceClient(cc).DeleteOverrides(ctx, &allotpb.DeleteOverridesRequest{Keys: []*allotpb.OverrideKey{{Rule: args[0], Tenant: args[1]}}})
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "overrides version %d: %s/%s deleted\n", resp.GetVersion(), rule, tenant)
+			fmt.Fprintf(e.stdout, "overrides version %d: %s/%s deleted\n", resp.GetVersion(), args[0], args[1])
 			return nil
 		})
+	}
 }

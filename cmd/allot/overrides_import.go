@@ -47,108 +47,104 @@ type lineProblems []string
 
 func (p lineProblems) Error() string { return plural.Count(len(p), "problem") }
 
-func runOverridesImport(ctx context.Context, e *env) error {
-	const cmd = "overrides import"
-	f := newFlags(e, cmd, "FILE [--format csv|jsonl] [flags]", overridesImportAbout)
-	var cf clientFlags
+func overridesImportFlags(f *flags) runFunc {
+	cmd := f.cmd
+	cf := f.client()
 	var format string
 	batch := importBatch
-	cf.register(f)
 	f.StringVar(&format, "format", "", "csv or jsonl; default: by the file's extension")
 	f.IntVar(&batch, "batch", importBatch, "overrides per call (at most 10000)")
-	args, err := parseArgs(f, e)
-	if err != nil {
-		return err
-	}
-	file, err := exactlyOne(cmd, "overrides file", args)
-	if err != nil {
-		return err
-	}
-	if batch < 1 || batch > 10000 {
-		return usagef(cmd, "--batch %d: want 1 to 10000", batch)
-	}
-	if format == "" {
-		format = "jsonl"
-		if strings.HasSuffix(strings.ToLower(file), ".csv") {
-			format = "csv"
+	return func(ctx context.Context, e *env, args []string) error {
+		file, err := exactlyOne(cmd, "overrides file", args)
+		if err != nil {
+			return err
 		}
-	}
-	if format != "csv" && format != "jsonl" {
-		return usagef(cmd, "--format %q: want csv or jsonl", format)
-	}
-	in := e.stdin
-	if file != "-" {
-		fh, err := os.Open(file)
+		if batch < 1 || batch > 10000 {
+			return usagef(cmd, "--batch %d: want 1 to 10000", batch)
+		}
+		if format == "" {
+			format = "jsonl"
+			if strings.HasSuffix(strings.ToLower(file), ".csv") {
+				format = "csv"
+			}
+		}
+		if format != "csv" && format != "jsonl" {
+			return usagef(cmd, "--format %q: want csv or jsonl", format)
+		}
+		in := e.stdin
+		if file != "-" {
+			fh, err := os.Open(file)
+			if err != nil {
+				return &usageError{err: err}
+			}
+			defer fh.Close()
+			in = fh
+		}
+		list, lines, err := readOverrides(in, file, format, time.Now())
+		var problems lineProblems
+		if errors.As(err, &problems) {
+			for _, p := range problems {
+				fmt.Fprintln(e.stderr, p)
+			}
+			return &usageError{err: fmt.Errorf("%s: %s; nothing was imported", file, problems)}
+		}
 		if err != nil {
 			return &usageError{err: err}
 		}
-		defer fh.Close()
-		in = fh
-	}
-	list, lines, err := readOverrides(in, file, format, time.Now())
-	var problems lineProblems
-	if errors.As(err, &problems) {
-		for _, p := range problems {
-			fmt.Fprintln(e.stderr, p)
+		if len(list) == 0 {
+			return usagef(cmd, "%s holds no overrides", file)
 		}
-		return &usageError{err: fmt.Errorf("%s: %s; nothing was imported", file, problems)}
-	}
-	if err != nil {
-		return &usageError{err: err}
-	}
-	if len(list) == 0 {
-		return usagef(cmd, "%s holds no overrides", file)
-	}
-	var batches [][]*allotpb.Override
-	for i := 0; i < len(list); i += batch {
-		batches = append(batches, list[i:min(i+batch, len(list))])
-	}
-	// Every batch is checked, so that every entry the cluster refuses is
-	// reported at once.
-	var refused []string
-	for i, b := range batches {
-		_, err := sendOverrides(ctx, &cf, cmd, b, true)
-		if err == nil {
-			continue
+		var batches [][]*allotpb.Override
+		for i := 0; i < len(list); i += batch {
+			batches = append(batches, list[i:min(i+batch, len(list))])
 		}
-		if !errors.Is(err, errRejected) {
-			return fmt.Errorf("%s: checking batch %d of %d: %w; nothing was imported", file, i+1, len(batches), err)
-		}
-		// The cluster names the entry of the batch: name the line.
-		msg := entryIndex.ReplaceAllStringFunc(err.Error(), func(m string) string {
-			n, _ := strconv.Atoi(entryIndex.FindStringSubmatch(m)[1])
-			if j := i*batch + n; j < len(lines) {
-				return fmt.Sprintf("%s:%d", file, lines[j])
+		// Every batch is checked, so that every entry the cluster refuses is
+		// reported at once.
+		var refused []string
+		for i, b := range batches {
+			_, err := sendOverrides(ctx, cf, b, true)
+			if err == nil {
+				continue
 			}
-			return m
-		})
-		refused = append(refused, fmt.Sprintf("batch %d of %d: %s", i+1, len(batches), msg))
-	}
-	if len(refused) > 0 {
-		for _, r := range refused {
-			fmt.Fprintln(e.stderr, r)
+			if !errors.Is(err, errRejected) {
+				return fmt.Errorf("%s: checking batch %d of %d: %w; nothing was imported", file, i+1, len(batches), err)
+			}
+			// The cluster names the entry of the batch: name the line.
+			msg := entryIndex.ReplaceAllStringFunc(err.Error(), func(m string) string {
+				n, _ := strconv.Atoi(entryIndex.FindStringSubmatch(m)[1])
+				if j := i*batch + n; j < len(lines) {
+					return fmt.Sprintf("%s:%d", file, lines[j])
+				}
+				return m
+			})
+			refused = append(refused, fmt.Sprintf("batch %d of %d: %s", i+1, len(batches), msg))
 		}
-		return &usageError{err: fmt.Errorf("%s: the cluster refused %s; nothing was imported", file, plural.Count(len(refused), "batch"))}
-	}
-	var v uint64
-	changed := 0
-	for i, b := range batches {
-		resp, err := putOverrides(ctx, &cf, cmd, b, false)
-		if err != nil {
-			return fmt.Errorf("%s: batch %d of %d: %w; the %d overrides before it were imported", file, i+1, len(batches), err, i*batch)
+		if len(refused) > 0 {
+			for _, r := range refused {
+				fmt.Fprintln(e.stderr, r)
+			}
+			return &usageError{err: fmt.Errorf("%s: the cluster refused %s; nothing was imported", file, plural.Count(len(refused), "batch"))}
 		}
-		v = resp.GetVersion()
-		changed += int(resp.GetCount())
+		var v uint64
+		changed := 0
+		for i, b := range batches {
+			resp, err := putOverrides(ctx, cf, b, false)
+			if err != nil {
+				return fmt.Errorf("%s: batch %d of %d: %w; the %d overrides before it were imported", file, i+1, len(batches), err, i*batch)
+			}
+			v = resp.GetVersion()
+			changed += int(resp.GetCount())
+		}
+		switch {
+		case changed == 0:
+			fmt.Fprintf(e.stdout, "overrides version %d kept: the %s of %s are in force as they are; nothing changed\n", v, plural.Count(len(list), "override"), file)
+		case changed < len(list):
+			fmt.Fprintf(e.stdout, "overrides version %d: %d imported from %s in %s: %d changed, %d already so\n", v, len(list), file, plural.Count(len(batches), "batch"), changed, len(list)-changed)
+		default:
+			fmt.Fprintf(e.stdout, "overrides version %d: %d imported from %s in %s\n", v, len(list), file, plural.Count(len(batches), "batch"))
+		}
+		return nil
 	}
-	switch {
-	case changed == 0:
-		fmt.Fprintf(e.stdout, "overrides version %d kept: the %s of %s are in force as they are; nothing changed\n", v, plural.Count(len(list), "override"), file)
-	case changed < len(list):
-		fmt.Fprintf(e.stdout, "overrides version %d: %d imported from %s in %s: %d changed, %d already so\n", v, len(list), file, plural.Count(len(batches), "batch"), changed, len(list)-changed)
-	default:
-		fmt.Fprintf(e.stdout, "overrides version %d: %d imported from %s in %s\n", v, len(list), file, plural.Count(len(batches), "batch"))
-	}
-	return nil
 }
 
 // readOverrides reads an import file. A problem with a line names

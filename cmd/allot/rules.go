@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -20,86 +19,46 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-const rulesAbout = `
+func rulesCommand() *Command {
+	return &Command{
+		Name:  "rules",
+		Short: "get, put, delete and validate rules",
+		Long: `
 Reads and changes the rules the coordinator cluster enforces, and checks
-rule files offline.
-
-  get [NAME]         print every rule, or one, as a rules file
-  put FILE           create or replace the file's rules (--replace-all: and delete the rest)
-  delete NAME        delete one rule
-  validate FILE      check a rules file without a cluster
-  import FILE...     convert envoyproxy/ratelimit configuration (--from envoy-ratelimit)
-
+rule files offline.`,
+		Notes: `
 Changes need an admin credential when the cluster has credentials:
 --token-file FILE (or ALLOT_TOKEN_FILE) with an admin token, or --cert
-and --key. Run 'allot rules <subcommand> --help' for its flags.`
-
-// subcommand is one verb of a command with several (rules, cluster).
-type subcommand struct {
-	name string
-	run  func(ctx context.Context, e *env) error
-}
-
-// runSubcommand dispatches to one of a command's verbs. With no verb, or
-// an unknown one, it is a usage error; --help prints about.
-func runSubcommand(ctx context.Context, e *env, cmd, about string, subs []subcommand) error {
-	if len(e.args) == 0 {
-		return usagef(cmd, "missing subcommand")
+and --key.`,
+		Commands: []*Command{
+			{
+				Name: "get", Args: "[NAME]", Usage: "[NAME] [--format yaml|json] [flags]",
+				Short: "print every rule, or one, as a rules file",
+				Long:  rulesGetAbout, Flags: rulesGetFlags,
+			},
+			{
+				Name: "put", Args: "FILE", Usage: "FILE [--replace-all] [flags]",
+				Short: "create or replace the file's rules (--replace-all: and delete the rest)",
+				Long:  rulesPutAbout, Flags: rulesPutFlags,
+			},
+			{
+				Name: "delete", Args: "NAME",
+				Short: "delete one rule",
+				Long:  "Deletes the rule NAME from the cluster and prints the new version of the rule set.",
+				Flags: rulesDeleteFlags,
+			},
+			{
+				Name: "validate", Args: "FILE", Usage: "FILE [--region R]",
+				Short: "check a rules file without a cluster",
+				Long:  rulesValidateAbout, Flags: rulesValidateFlags,
+			},
+			{
+				Name: "import", Args: "FILE...", Usage: "--from envoy-ratelimit [--intent capacity|quota|abuse] [--shadow] [--out FILE] FILE|DIR...",
+				Short: "convert envoyproxy/ratelimit configuration (--from envoy-ratelimit)",
+				Long:  rulesImportAbout, Flags: rulesImportFlags,
+			},
+		},
 	}
-	switch e.args[0] {
-	case "-h", "-help", "--help", "help":
-		fmt.Fprintf(e.stdout, "usage: allot %s <subcommand> [flags]\n\n%s\n", cmd, strings.TrimSpace(about))
-		return errHelp
-	}
-	for _, s := range subs {
-		if s.name == e.args[0] {
-			sub := *e
-			sub.args = e.args[1:]
-			return s.run(ctx, &sub)
-		}
-	}
-	return usagef(cmd, "unknown subcommand %q", e.args[0])
-}
-
-// parseArgs parses a command line whose positional arguments may come
-// before, between or after its flags ("allot rules get NAME --format
-// json"): the flag package alone stops at the first positional argument.
-// It returns the positional arguments.
-func parseArgs(f *flags, e *env) ([]string, error) {
-	var flagArgs, positional []string
-	for i := 0; i < len(e.args); i++ {
-		a := e.args[i]
-		if a == "--" {
-			positional = append(positional, e.args[i+1:]...)
-			break
-		}
-		if len(a) < 2 || a[0] != '-' {
-			positional = append(positional, a)
-			continue
-		}
-		flagArgs = append(flagArgs, a)
-		name := strings.TrimLeft(a, "-")
-		if strings.Contains(name, "=") {
-			continue
-		}
-		// A flag that takes a value takes the next argument, even one
-		// that looks like a flag, as the flag package does.
-		if fl := f.Lookup(name); fl != nil && !isBoolFlag(fl) && i+1 < len(e.args) {
-			i++
-			flagArgs = append(flagArgs, e.args[i])
-		}
-	}
-	sub := *e
-	sub.args = flagArgs
-	if err := f.parse(&sub); err != nil {
-		return nil, err
-	}
-	return positional, nil
-}
-
-func isBoolFlag(fl *flag.Flag) bool {
-	b, ok := fl.Value.(interface{ IsBoolFlag() bool })
-	return ok && b.IsBoolFlag()
 }
 
 // once runs one call against the cluster, bounded by --timeout.
@@ -107,16 +66,6 @@ func (c *clientFlags) once(ctx context.Context, cl *coordinatorClient, fn func(c
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	return cl.call(ctx, fn)
-}
-
-func runRules(ctx context.Context, e *env) error {
-	return runSubcommand(ctx, e, "rules", rulesAbout, []subcommand{
-		{"get", runRulesGet},
-		{"put", runRulesPut},
-		{"delete", runRulesDelete},
-		{"validate", runRulesValidate},
-		{"import", runRulesImport},
-	})
 }
 
 const rulesGetAbout = `
@@ -129,53 +78,49 @@ giving the version of the rule set. The JSON output is a rules file too
 The member called answers from its replica, which may lag a change made a
 moment ago by up to a Raft heartbeat.`
 
-func runRulesGet(ctx context.Context, e *env) error {
-	const cmd = "rules get"
-	f := newFlags(e, cmd, "[NAME] [--format yaml|json] [flags]", rulesGetAbout)
-	var cf clientFlags
+func rulesGetFlags(f *flags) runFunc {
+	cmd := f.cmd
+	cf := f.client()
 	var format string
-	cf.register(f)
 	f.StringVar(&format, "format", "yaml", "output format: yaml or json")
-	args, err := parseArgs(f, e)
-	if err != nil {
-		return err
-	}
-	if len(args) > 1 {
-		return usagef(cmd, "want at most one rule name, got %s", plural.Count(len(args), "argument"))
-	}
-	if format != "yaml" && format != "json" {
-		return usagef(cmd, "--format %q: want yaml or json", format)
-	}
-	cl, err := cf.dial()
-	if err != nil {
-		return &usageError{err: err, hint: cmd}
-	}
-	defer cl.Close()
-	set, err := listRules(ctx, &cf, cl)
-	if err != nil {
-		return err
-	}
-	wire := set.GetRules()
-	if len(args) == 1 {
-		wire = nil
-		for _, r := range set.GetRules() {
-			if r.GetName() == args[0] {
-				wire = append(wire, r)
+	return func(ctx context.Context, e *env, args []string) error {
+		if len(args) > 1 {
+			return usagef(cmd, "want at most one rule name, got %s", plural.Count(len(args), "argument"))
+		}
+		if format != "yaml" && format != "json" {
+			return usagef(cmd, "--format %q: want yaml or json", format)
+		}
+		cl, err := cf.connect()
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		set, err := listRules(ctx, cf, cl)
+		if err != nil {
+			return err
+		}
+		wire := set.GetRules()
+		if len(args) == 1 {
+			wire = nil
+			for _, r := range set.GetRules() {
+				if r.GetName() == args[0] {
+					wire = append(wire, r)
+				}
+			}
+			if len(wire) == 0 {
+				return fmt.Errorf("not found: no rule named %q in the rules at version %d", args[0], set.GetVersion())
 			}
 		}
-		if len(wire) == 0 {
-			return fmt.Errorf("not found: no rule named %q in the rules at version %d", args[0], set.GetVersion())
+		list, err := fromCluster(wire)
+		if err != nil {
+			return err
 		}
+		if format == "json" {
+			fmt.Fprintf(e.stderr, "rules version %d\n", set.GetVersion())
+			return writeRulesJSON(e.stdout, list)
+		}
+		return writeRulesYAML(e.stdout, set.GetVersion(), len(args) == 1, list)
 	}
-	list, err := fromCluster(wire)
-	if err != nil {
-		return err
-	}
-	if format == "json" {
-		fmt.Fprintf(e.stderr, "rules version %d\n", set.GetVersion())
-		return writeRulesJSON(e.stdout, list)
-	}
-	return writeRulesYAML(e.stdout, set.GetVersion(), len(args) == 1, list)
 }
 
 func listRules(ctx context.Context, cf *clientFlags, cl *coordinatorClient) (*allotpb.RuleSet, error) {
@@ -202,76 +147,72 @@ changes nothing keeps the version and says so. Warns of each rule the
 cluster's region will not enforce (its regions give that region no
 share).`
 
-func runRulesPut(ctx context.Context, e *env) error {
-	const cmd = "rules put"
-	f := newFlags(e, cmd, "FILE [--replace-all] [flags]", rulesPutAbout)
-	var cf clientFlags
+func rulesPutFlags(f *flags) runFunc {
+	cmd := f.cmd
+	cf := f.client()
 	var replaceAll bool
-	cf.register(f)
 	f.BoolVar(&replaceAll, "replace-all", false, "delete every rule not in FILE")
-	args, err := parseArgs(f, e)
-	if err != nil {
-		return err
-	}
-	file, err := exactlyOne(cmd, "rules file", args)
-	if err != nil {
-		return err
-	}
-	list, err := loadRules(e.stderr, file)
-	if err != nil {
-		return err
-	}
-	if len(list) == 0 {
-		// With --replace-all an empty file would delete every rule; make
-		// that a deliberate act of 'rules delete' instead.
-		return usagef(cmd, "%s holds no rules", file)
-	}
-	req := putRequest(list, replaceAll)
-	// Sent to the leader, where the rules read before the put are current:
-	// a follower's may lag by a heartbeat, and would misreport the change.
-	cl, st, err := leaderClient(ctx, &cf)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	before, err := listRules(ctx, &cf, cl)
-	if err != nil {
-		return err
-	}
-	var after *allotpb.RuleSet
-	err = cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
-		var err error
-		after, err = allotpb.NewRulesServiceClient(cc).PutRules(ctx, req)
-		return err
-	})
-	if errors.Is(err, errRejected) {
-		return &usageError{err: fmt.Errorf("%s: the cluster refused the rules: %w", file, err)}
-	}
-	if err != nil {
-		return fmt.Errorf("putting rules: %w", err)
-	}
-	ch := describeChange(before, after, list)
-	switch v := after.GetVersion(); {
-	case v == before.GetVersion():
-		// The cluster applies no put that changes nothing.
-		fmt.Fprintf(e.stdout, "rules version %d kept (%s): nothing changed\n", v, plural.Count(len(after.GetRules()), "rule"))
-	case v != before.GetVersion()+1:
-		fmt.Fprintf(e.stdout, "rules version %d (%s): %s (and other changes made meanwhile)\n", v, plural.Count(len(after.GetRules()), "rule"), ch.summary())
-	default:
-		fmt.Fprintf(e.stdout, "rules version %d (%s): %s\n", v, plural.Count(len(after.GetRules()), "rule"), ch.summary())
-	}
-	if len(ch.kept) > 0 {
-		fmt.Fprintf(e.stdout, "kept %s not in %s: %s (put --replace-all deletes the rules a file leaves out)\n",
-			plural.Count(len(ch.kept), "rule"), file, strings.Join(ch.kept, ", "))
-	}
-	// A parent cluster divides limits among regions: it enforces every
-	// region's share, its own region's or not.
-	if region := st.GetRegion(); region != "" && st.GetTier().GetRole() != "parent" {
-		for _, w := range regionWarnings(file, list, region) {
-			fmt.Fprintf(e.stderr, "warning: %s\n", w)
+	return func(ctx context.Context, e *env, args []string) error {
+		file, err := exactlyOne(cmd, "rules file", args)
+		if err != nil {
+			return err
 		}
+		list, err := loadRules(e.stderr, file)
+		if err != nil {
+			return err
+		}
+		if len(list) == 0 {
+			// With --replace-all an empty file would delete every rule; make
+			// that a deliberate act of 'rules delete' instead.
+			return usagef(cmd, "%s holds no rules", file)
+		}
+		req := putRequest(list, replaceAll)
+		// Sent to the leader, where the rules read before the put are current:
+		// a follower's may lag by a heartbeat, and would misreport the change.
+		cl, st, err := leaderClient(ctx, cf)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		before, err := listRules(ctx, cf, cl)
+		if err != nil {
+			return err
+		}
+		var after *allotpb.RuleSet
+		err = cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
+			var err error
+			after, err = allotpb.NewRulesServiceClient(cc).PutRules(ctx, req)
+			return err
+		})
+		if errors.Is(err, errRejected) {
+			return &usageError{err: fmt.Errorf("%s: the cluster refused the rules: %w", file, err)}
+		}
+		if err != nil {
+			return fmt.Errorf("putting rules: %w", err)
+		}
+		ch := describeChange(before, after, list)
+		switch v := after.GetVersion(); {
+		case v == before.GetVersion():
+			// The cluster applies no put that changes nothing.
+			fmt.Fprintf(e.stdout, "rules version %d kept (%s): nothing changed\n", v, plural.Count(len(after.GetRules()), "rule"))
+		case v != before.GetVersion()+1:
+			fmt.Fprintf(e.stdout, "rules version %d (%s): %s (and other changes made meanwhile)\n", v, plural.Count(len(after.GetRules()), "rule"), ch.summary())
+		default:
+			fmt.Fprintf(e.stdout, "rules version %d (%s): %s\n", v, plural.Count(len(after.GetRules()), "rule"), ch.summary())
+		}
+		if len(ch.kept) > 0 {
+			fmt.Fprintf(e.stdout, "kept %s not in %s: %s (put --replace-all deletes the rules a file leaves out)\n",
+				plural.Count(len(ch.kept), "rule"), file, strings.Join(ch.kept, ", "))
+		}
+		// A parent cluster divides limits among regions: it enforces every
+		// region's share, its own region's or not.
+		if region := st.GetRegion(); region != "" && st.GetTier().GetRole() != "parent" {
+			for _, w := range regionWarnings(file, list, region) {
+				fmt.Fprintf(e.stderr, "warning: %s\n", w)
+			}
+		}
+		return nil
 	}
-	return nil
 }
 
 // loadRules reads and validates a rules file offline. Validation errors
@@ -396,37 +337,33 @@ func (ch ruleChange) summary() string {
 	return strings.Join(parts, "; ")
 }
 
-func runRulesDelete(ctx context.Context, e *env) error {
-	const cmd = "rules delete"
-	f := newFlags(e, cmd, "NAME [flags]", "Deletes the rule NAME from the cluster and prints the new version of the rule set.")
-	var cf clientFlags
-	cf.register(f)
-	args, err := parseArgs(f, e)
-	if err != nil {
-		return err
+func rulesDeleteFlags(f *flags) runFunc {
+	cmd := f.cmd
+	cf := f.client()
+	return func(ctx context.Context, e *env, args []string) error {
+		name, err := exactlyOne(cmd, "rule name", args)
+		if err != nil {
+			return err
+		}
+		// A member checks that the rule exists in its own replica before it
+		// forwards the delete; the leader's is never behind.
+		cl, _, err := leaderClient(ctx, cf)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		var after *allotpb.RuleSet
+		err = cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
+			var err error
+			after, err = allotpb.NewRulesServiceClient(cc).DeleteRule(ctx, &allotpb.DeleteRuleRequest{Name: name})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("deleting rule %q: %w", name, err)
+		}
+		fmt.Fprintf(e.stdout, "deleted %s: rules version %d (%s)\n", name, after.GetVersion(), plural.Count(len(after.GetRules()), "rule"))
+		return nil
 	}
-	name, err := exactlyOne(cmd, "rule name", args)
-	if err != nil {
-		return err
-	}
-	// A member checks that the rule exists in its own replica before it
-	// forwards the delete; the leader's is never behind.
-	cl, _, err := leaderClient(ctx, &cf)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	var after *allotpb.RuleSet
-	err = cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
-		var err error
-		after, err = allotpb.NewRulesServiceClient(cc).DeleteRule(ctx, &allotpb.DeleteRuleRequest{Name: name})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("deleting rule %q: %w", name, err)
-	}
-	fmt.Fprintf(e.stdout, "deleted %s: rules version %d (%s)\n", name, after.GetVersion(), plural.Count(len(after.GetRules()), "rule"))
-	return nil
 }
 
 // putRequest is the request that puts a list of rules.

@@ -34,80 +34,77 @@ exits with 2. Then check the result with 'allot rules validate' and
 apply it with 'allot rules put'. docs/gateways.md has the field mapping
 and what differs from ratelimit.`
 
-func runRulesImport(_ context.Context, e *env) error {
-	const cmd = "rules import"
-	f := newFlags(e, cmd, "--from envoy-ratelimit [--intent capacity|quota|abuse] [--shadow] [--out FILE] FILE|DIR...", rulesImportAbout)
+func rulesImportFlags(f *flags) runFunc {
+	cmd := f.cmd
 	var from, intentName, out string
 	var shadow bool
 	f.StringVar(&from, "from", "", "the format of the files: envoy-ratelimit (required)")
 	f.StringVar(&intentName, "intent", "capacity", "the intent of every imported limit: capacity, quota or abuse")
 	f.BoolVar(&shadow, "shadow", false, "make every imported limit a shadow rule, which refuses nothing: try the rules on live traffic first")
 	f.StringVar(&out, "out", "", "write the rules file to this file instead of stdout")
-	args, err := parseArgs(f, e)
-	if err != nil {
-		return err
-	}
-	switch from {
-	case "envoy-ratelimit":
-	case "":
-		return usagef(cmd, "--from is required: envoy-ratelimit")
-	default:
-		return usagef(cmd, "--from %q: want envoy-ratelimit", from)
-	}
-	intent, err := lease.ParseIntent(intentName)
-	if err != nil {
-		return usagef(cmd, "--intent %q: want capacity, quota or abuse", intentName)
-	}
-	if len(args) == 0 {
-		return usagef(cmd, "want at least one configuration file or directory")
-	}
-	files, err := readImportFiles(args)
-	if err != nil {
-		return &usageError{err: err}
-	}
-	list, warnings, err := envoyconf.Import(files, envoyconf.Options{Intent: intent, Shadow: shadow})
-	if err != nil {
-		var es envoyconf.Errors
-		if !errors.As(err, &es) {
+	return func(_ context.Context, e *env, args []string) error {
+		switch from {
+		case "envoy-ratelimit":
+		case "":
+			return usagef(cmd, "--from is required: envoy-ratelimit")
+		default:
+			return usagef(cmd, "--from %q: want envoy-ratelimit", from)
+		}
+		intent, err := lease.ParseIntent(intentName)
+		if err != nil {
+			return usagef(cmd, "--intent %q: want capacity, quota or abuse", intentName)
+		}
+		if len(args) == 0 {
+			return usagef(cmd, "want at least one configuration file or directory")
+		}
+		files, err := readImportFiles(args)
+		if err != nil {
+			return &usageError{err: err}
+		}
+		list, warnings, err := envoyconf.Import(files, envoyconf.Options{Intent: intent, Shadow: shadow})
+		if err != nil {
+			var es envoyconf.Errors
+			if !errors.As(err, &es) {
+				return err
+			}
+			for _, p := range es {
+				fmt.Fprintf(e.stderr, "%s: %s\n", p.Location, p.Msg)
+			}
+			return &usageError{err: fmt.Errorf("%s; nothing was written", plural.Count(len(es), "problem"))}
+		}
+		for _, w := range warnings {
+			fmt.Fprintf(e.stderr, "warning: %s\n", w)
+		}
+		var buf bytes.Buffer
+		command := "allot rules import --from envoy-ratelimit --intent " + intent.String()
+		if shadow {
+			command += " --shadow"
+		}
+		if err := writeImportedRules(&buf, command, args, warnings, list); err != nil {
 			return err
 		}
-		for _, p := range es {
-			fmt.Fprintf(e.stderr, "%s: %s\n", p.Location, p.Msg)
+		// What is written must read back as the same rules: a rules file
+		// 'allot rules validate' and 'put' accept.
+		back, err := rules.Parse("imported rules", buf.Bytes())
+		if err != nil || len(back) != len(list) {
+			return fmt.Errorf("the imported rules do not read back (a bug): %v", err)
 		}
-		return &usageError{err: fmt.Errorf("%s; nothing was written", plural.Count(len(es), "problem"))}
-	}
-	for _, w := range warnings {
-		fmt.Fprintf(e.stderr, "warning: %s\n", w)
-	}
-	var buf bytes.Buffer
-	command := "allot rules import --from envoy-ratelimit --intent " + intent.String()
-	if shadow {
-		command += " --shadow"
-	}
-	if err := writeImportedRules(&buf, command, args, warnings, list); err != nil {
-		return err
-	}
-	// What is written must read back as the same rules: a rules file
-	// 'allot rules validate' and 'put' accept.
-	back, err := rules.Parse("imported rules", buf.Bytes())
-	if err != nil || len(back) != len(list) {
-		return fmt.Errorf("the imported rules do not read back (a bug): %v", err)
-	}
-	if out == "" || out == "-" {
-		if _, err := e.stdout.Write(buf.Bytes()); err != nil {
-			return fmt.Errorf("writing rules: %w", err)
+		if out == "" || out == "-" {
+			if _, err := e.stdout.Write(buf.Bytes()); err != nil {
+				return fmt.Errorf("writing rules: %w", err)
+			}
+		} else {
+			_, err := writeFileAtomic(out, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err })
+			if err == nil {
+				err = os.Chmod(out, 0o644) // a rules file, not a secret
+			}
+			if err != nil {
+				return fmt.Errorf("writing rules: %w", err)
+			}
 		}
-	} else {
-		_, err := writeFileAtomic(out, func(w io.Writer) error { _, err := w.Write(buf.Bytes()); return err })
-		if err == nil {
-			err = os.Chmod(out, 0o644) // a rules file, not a secret
-		}
-		if err != nil {
-			return fmt.Errorf("writing rules: %w", err)
-		}
+		fmt.Fprintf(e.stderr, "imported %s from %s%s\n", plural.Count(len(list), "rule"), plural.Count(len(files), "file"), importedWhere(out))
+		return nil
 	}
-	fmt.Fprintf(e.stderr, "imported %s from %s%s\n", plural.Count(len(list), "rule"), plural.Count(len(files), "file"), importedWhere(out))
-	return nil
 }
 
 func importedWhere(out string) string {

@@ -24,36 +24,33 @@ With --region R, also warns of each rule that will not be enforced in
 region R (its regions give R no share), as 'allot rules put' does
 against a cluster of that region; a warning is not an error.`
 
-func runRulesValidate(_ context.Context, e *env) error {
-	const cmd = "rules validate"
-	f := newFlags(e, cmd, "FILE [--region R]", rulesValidateAbout)
+func rulesValidateFlags(f *flags) runFunc {
+	cmd := f.cmd
 	var region string
 	f.StringVar(&region, "region", "", "warn of the rules that region R will not enforce (a coordinator's --region)")
-	args, err := parseArgs(f, e)
-	if err != nil {
-		return err
-	}
-	file, err := exactlyOne(cmd, "rules file", args)
-	if err != nil {
-		return err
-	}
-	list, err := loadRules(e.stderr, file)
-	if err != nil {
-		return err
-	}
-	var warnings []string
-	if region != "" {
-		warnings = regionWarnings(file, list, region)
-	}
-	for _, w := range warnings {
-		fmt.Fprintf(e.stderr, "warning: %s\n", w)
-	}
-	if len(warnings) > 0 {
-		fmt.Fprintf(e.stdout, "ok: %s, %d not enforced in region %s\n", plural.Count(len(list), "rule"), len(warnings), region)
+	return func(_ context.Context, e *env, args []string) error {
+		file, err := exactlyOne(cmd, "rules file", args)
+		if err != nil {
+			return err
+		}
+		list, err := loadRules(e.stderr, file)
+		if err != nil {
+			return err
+		}
+		var warnings []string
+		if region != "" {
+			warnings = regionWarnings(file, list, region)
+		}
+		for _, w := range warnings {
+			fmt.Fprintf(e.stderr, "warning: %s\n", w)
+		}
+		if len(warnings) > 0 {
+			fmt.Fprintf(e.stdout, "ok: %s, %d not enforced in region %s\n", plural.Count(len(list), "rule"), len(warnings), region)
+			return nil
+		}
+		fmt.Fprintf(e.stdout, "ok: %s\n", plural.Count(len(list), "rule"))
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "ok: %s\n", plural.Count(len(list), "rule"))
-	return nil
 }
 
 // regionWarnings says, one line per rule, which rules of a file will not

@@ -15,41 +15,54 @@ import (
 	"google.golang.org/grpc"
 )
 
-const shardsAbout = `
+func shardsCommand() *Command {
+	return &Command{
+		Name:  "shards",
+		Short: "split a region into shard groups and move slots between them",
+		Long: `
 Administers a region's shard groups (docs/coordinator.md#shard-groups):
 independent coordinator clusters, each owning some of the region's 16,384
 slots. A tenant's slot is FNV-1a 64 of its name modulo 16,384; all of a
-tenant's keys and ledger lines live in the group owning its slot.
-
-  status                  the map: groups, their slots, members and load, moves
-  add-group ID            record a group (started with --group ID --shard-home
-                          ADDRS) in the map, owning no slot yet
-  move SLOTS --to GROUP   move slots N or N-M (or --tenant T's) to GROUP, under
-                          load: exactly once, no unit lost or counted twice
-  pin SLOT | --tenant T   leave a slot out of range moves (a large tenant placed
-                          in a group of its own); --unpin undoes it
-  rebalance               measure each group's load per slot and propose moves
-                          that even it out; --apply carries them out
-
+tenant's keys and ledger lines live in the group owning its slot.`,
+		Notes: `
 --coordinator names the home group (the one started without --shard-home).
-add-group and move need the admin token when the cluster has one.`
-
-func runShards(ctx context.Context, e *env) error {
-	return runSubcommand(ctx, e, "shards", shardsAbout, []subcommand{
-		{"status", runShardsStatus},
-		{"add-group", runShardsAddGroup},
-		{"move", runShardsMove},
-		{"pin", runShardsPin},
-		{"rebalance", runShardsRebalance},
-	})
+add-group and move need the admin token when the cluster has one.`,
+		Commands: []*Command{
+			{
+				Name: "status", Usage: "[--format table|json] [flags]",
+				Short: "the map: groups, their slots, members and load, moves",
+				Long:  shardsStatusAbout, Flags: shardsStatusFlags,
+			},
+			{
+				Name: "add-group", Args: "ID", Usage: "ID --members ADDRS [flags]",
+				Short: "record a group (started with --group ID --shard-home ADDRS) in the map, owning no slot yet",
+				Long:  shardsAddGroupAbout, Flags: shardsAddGroupFlags,
+			},
+			{
+				Name: "move", Args: "SLOTS --to GROUP", Usage: "SLOTS --to GROUP [--wait] [flags] | --tenant T --to GROUP",
+				Short: "move slots N or N-M (or --tenant T's) to GROUP, under load: exactly once, no unit lost or counted twice",
+				Long:  shardsMoveAbout, Flags: shardsMoveFlags,
+			},
+			{
+				Name: "pin", Args: "SLOT | --tenant T", Usage: "SLOT | --tenant T [--unpin] [flags]",
+				Short: "leave a slot out of range moves (a large tenant placed in a group of its own); --unpin undoes it",
+				Long:  shardsPinAbout, Flags: shardsPinFlags,
+			},
+			{
+				Name: "rebalance", Usage: "[--sample 10s] [--tolerance 0.1] [--max-moves 8] [--apply] [flags]",
+				Short: "measure each group's load per slot and propose moves that even it out; --apply carries them out",
+				Long:  shardsRebalanceAbout, Flags: shardsRebalanceFlags,
+			},
+		},
+	}
 }
 
 // callShards dials the cluster cf names and makes one ShardService call.
-func callShards[T any](ctx context.Context, cf *clientFlags, cmd string, call func(context.Context, allotpb.ShardServiceClient) (T, error)) (T, error) {
+func callShards[T any](ctx context.Context, cf *clientFlags, call func(context.Context, allotpb.ShardServiceClient) (T, error)) (T, error) {
 	var out T
-	cl, err := cf.dial()
+	cl, err := cf.connect()
 	if err != nil {
-		return out, &usageError{err: err, hint: cmd}
+		return out, err
 	}
 	defer cl.Close()
 	err = cf.once(ctx, cl, func(ctx context.Context, cc *grpc.ClientConn) error {
@@ -131,46 +144,40 @@ the slots it owns, its members and its leader's load (agents reporting,
 active keys, ledger lines held), and every move with its phase. A region
 never split is one group owning every slot, map version 0.`
 
-func runShardsStatus(ctx context.Context, e *env) error {
-	const cmd = "shards status"
-	f := newFlags(e, cmd, "[--format table|json] [flags]", shardsStatusAbout)
-	var cf clientFlags
+func shardsStatusFlags(f *flags) runFunc {
+	cmd := f.cmd
+	cf := f.client()
 	var format string
-	cf.register(f)
 	f.StringVar(&format, "format", "table", "output format: table or json")
-	if err := f.parse(e); err != nil {
-		return err
-	}
-	if err := f.noArgs(); err != nil {
-		return err
-	}
-	if format != "table" && format != "json" {
-		return usagef(cmd, "--format %q: want table or json", format)
-	}
-	cl, err := cf.dial()
-	if err != nil {
-		return &usageError{err: err, hint: cmd}
-	}
-	defer cl.Close()
-	m, pm, err := readShardMap(ctx, &cf, cl)
-	if err != nil {
-		return err
-	}
-	out := shardsStatus{Version: m.Version, Home: m.Home, Global: m.Global, Ranges: m.Ranges(), Pinned: pm.GetPinned(), Moves: pm.GetMoves()}
-	counts := m.Count()
-	for _, g := range m.GroupIDs() {
-		gs := groupStatus{ID: g, Slots: counts[g], Members: m.Groups[g]}
-		if err := groupLoad(ctx, &cf, &gs); err != nil {
-			gs.Error = err.Error()
+	return func(ctx context.Context, e *env, args []string) error {
+		if format != "table" && format != "json" {
+			return usagef(cmd, "--format %q: want table or json", format)
 		}
-		out.Groups = append(out.Groups, gs)
+		cl, err := cf.connect()
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		m, pm, err := readShardMap(ctx, cf, cl)
+		if err != nil {
+			return err
+		}
+		out := shardsStatus{Version: m.Version, Home: m.Home, Global: m.Global, Ranges: m.Ranges(), Pinned: pm.GetPinned(), Moves: pm.GetMoves()}
+		counts := m.Count()
+		for _, g := range m.GroupIDs() {
+			gs := groupStatus{ID: g, Slots: counts[g], Members: m.Groups[g]}
+			if err := groupLoad(ctx, cf, &gs); err != nil {
+				gs.Error = err.Error()
+			}
+			out.Groups = append(out.Groups, gs)
+		}
+		if format == "json" {
+			enc := json.NewEncoder(e.stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(out)
+		}
+		return writeShardsTable(e.stdout, &out)
 	}
-	if format == "json" {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
-	}
-	return writeShardsTable(e.stdout, &out)
 }
 
 // groupLoad fills a group's leader and load from its members' status.
@@ -241,36 +248,32 @@ addresses. Start the group first: its members run 'allot coordinator
 rules from the home group, and refuses rule writes. Move slots to it with
 'allot shards move'.`
 
-func runShardsAddGroup(ctx context.Context, e *env) error {
-	const cmd = "shards add-group"
-	f := newFlags(e, cmd, "ID --members ADDRS [flags]", shardsAddGroupAbout)
-	var cf clientFlags
+func shardsAddGroupFlags(f *flags) runFunc {
+	cmd := f.cmd
+	cf := f.client()
 	var members string
-	cf.register(f)
 	f.StringVar(&members, "members", "", "the group's members' gRPC addresses, comma-separated")
-	args, err := parseArgs(f, e)
-	if err != nil {
-		return err
+	return func(ctx context.Context, e *env, args []string) error {
+		id, err := exactlyOne(cmd, "group ID", args)
+		if err != nil {
+			return err
+		}
+		if err := shard.ValidGroupID(id); err != nil {
+			return usagef(cmd, "%v", err)
+		}
+		addrs := splitList(members)
+		if len(addrs) == 0 {
+			return usagef(cmd, "--members: a group needs at least one member's gRPC address")
+		}
+		pm, err := callShards(ctx, cf, func(ctx context.Context, sc allotpb.ShardServiceClient) (*allotpb.ShardMap, error) {
+			return sc.AddGroup(ctx, &allotpb.AddGroupRequest{Id: id, Coordinators: addrs})
+		})
+		if err != nil {
+			return fmt.Errorf("adding group %s: %w", id, err)
+		}
+		fmt.Fprintf(e.stdout, "group %s added (shard map version %d); move slots to it with: allot shards move SLOTS --to %s\n", id, pm.GetVersion(), id)
+		return nil
 	}
-	id, err := exactlyOne(cmd, "group ID", args)
-	if err != nil {
-		return err
-	}
-	if err := shard.ValidGroupID(id); err != nil {
-		return usagef(cmd, "%v", err)
-	}
-	addrs := splitList(members)
-	if len(addrs) == 0 {
-		return usagef(cmd, "--members: a group needs at least one member's gRPC address")
-	}
-	pm, err := callShards(ctx, &cf, cmd, func(ctx context.Context, sc allotpb.ShardServiceClient) (*allotpb.ShardMap, error) {
-		return sc.AddGroup(ctx, &allotpb.AddGroupRequest{Id: id, Coordinators: addrs})
-	})
-	if err != nil {
-		return fmt.Errorf("adding group %s: %w", id, err)
-	}
-	fmt.Fprintf(e.stdout, "group %s added (shard map version %d); move slots to it with: allot shards move SLOTS --to %s\n", id, pm.GetVersion(), id)
-	return nil
 }
 
 const shardsMoveAbout = `
@@ -288,70 +291,66 @@ once on its own. Slots GROUP owns already are skipped, and said so. A
 pinned slot of another group in a range refuses the whole range (move it
 alone, or unpin it); nothing of a refused range is moved.`
 
-func runShardsMove(ctx context.Context, e *env) error {
-	const cmd = "shards move"
-	f := newFlags(e, cmd, "SLOTS --to GROUP [--wait] [flags] | --tenant T --to GROUP", shardsMoveAbout)
-	var cf clientFlags
+func shardsMoveFlags(f *flags) runFunc {
+	cmd := f.cmd
+	cf := f.client()
 	var to, tenant string
 	var wait bool
-	cf.register(f)
 	f.StringVar(&to, "to", "", "the group to move the slots to")
 	f.StringVar(&tenant, "tenant", "", "move this tenant's slot (instead of SLOTS)")
 	f.BoolVar(&wait, "wait", false, "wait until every move is done or aborted")
-	args, err := parseArgs(f, e)
-	if err != nil {
-		return err
-	}
-	first, last, err := slotsArg(cmd, tenant, args)
-	if err != nil {
-		return err
-	}
-	if to == "" {
-		return usagef(cmd, "--to: name the group to move the slots to")
-	}
-	cl, err := cf.dial()
-	if err != nil {
-		return &usageError{err: err, hint: cmd}
-	}
-	defer cl.Close()
-	whole := shard.Run{First: first, Last: last}
-	m, _, err := readShardMap(ctx, &cf, cl)
-	if err != nil {
-		return err
-	}
-	moves, skipped, err := m.SplitMove(first, last, to)
-	if err != nil {
-		return &refusedError{err: fmt.Errorf("moving slots %s to %s: %w", whole, to, err)}
-	}
-	if len(moves) == 0 {
-		fmt.Fprintf(e.stdout, "%s in %s already: nothing to move\n", slotsAre([]shard.Run{whole}), to)
-		return nil
-	}
-	if len(skipped) > 0 {
-		fmt.Fprintf(e.stdout, "skipping %s, in %s already\n", slotsNamed(skipped), to)
-	}
-	// Each move is planned against the map the home leader holds then,
-	// which refuses one that a change since this read made wrong.
-	var planned []*allotpb.SlotMove
-	for _, want := range moves {
-		resp, err := callShards(ctx, &cf, cmd, func(ctx context.Context, sc allotpb.ShardServiceClient) (*allotpb.MoveSlotsResponse, error) {
-			return sc.MoveSlots(ctx, &allotpb.MoveSlotsRequest{First: want.GetFirst(), Last: want.GetLast(), To: to})
-		})
+	return func(ctx context.Context, e *env, args []string) error {
+		first, last, err := slotsArg(cmd, tenant, args)
 		if err != nil {
-			err = fmt.Errorf("moving slots %d-%d to %s: %w", want.GetFirst(), want.GetLast(), to, err)
-			if len(planned) > 0 {
-				err = fmt.Errorf("%w (the moves planned before it go on: allot shards status)", err)
-			}
 			return err
 		}
-		mv := resp.GetMove()
-		planned = append(planned, mv)
-		fmt.Fprintf(e.stdout, "move %d: slots %d-%d from %s to %s, %s\n", mv.GetId(), mv.GetFirst(), mv.GetLast(), mv.GetFrom(), mv.GetTo(), strings.ToLower(mv.GetPhase().String()))
+		if to == "" {
+			return usagef(cmd, "--to: name the group to move the slots to")
+		}
+		cl, err := cf.connect()
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		whole := shard.Run{First: first, Last: last}
+		m, _, err := readShardMap(ctx, cf, cl)
+		if err != nil {
+			return err
+		}
+		moves, skipped, err := m.SplitMove(first, last, to)
+		if err != nil {
+			return &refusedError{err: fmt.Errorf("moving slots %s to %s: %w", whole, to, err)}
+		}
+		if len(moves) == 0 {
+			fmt.Fprintf(e.stdout, "%s in %s already: nothing to move\n", slotsAre([]shard.Run{whole}), to)
+			return nil
+		}
+		if len(skipped) > 0 {
+			fmt.Fprintf(e.stdout, "skipping %s, in %s already\n", slotsNamed(skipped), to)
+		}
+		// Each move is planned against the map the home leader holds then,
+		// which refuses one that a change since this read made wrong.
+		var planned []*allotpb.SlotMove
+		for _, want := range moves {
+			resp, err := callShards(ctx, cf, func(ctx context.Context, sc allotpb.ShardServiceClient) (*allotpb.MoveSlotsResponse, error) {
+				return sc.MoveSlots(ctx, &allotpb.MoveSlotsRequest{First: want.GetFirst(), Last: want.GetLast(), To: to})
+			})
+			if err != nil {
+				err = fmt.Errorf("moving slots %d-%d to %s: %w", want.GetFirst(), want.GetLast(), to, err)
+				if len(planned) > 0 {
+					err = fmt.Errorf("%w (the moves planned before it go on: allot shards status)", err)
+				}
+				return err
+			}
+			mv := resp.GetMove()
+			planned = append(planned, mv)
+			fmt.Fprintf(e.stdout, "move %d: slots %d-%d from %s to %s, %s\n", mv.GetId(), mv.GetFirst(), mv.GetLast(), mv.GetFrom(), mv.GetTo(), strings.ToLower(mv.GetPhase().String()))
+		}
+		if !wait {
+			return nil
+		}
+		return waitMoves(ctx, e, cf, cl, planned)
 	}
-	if !wait {
-		return nil
-	}
-	return waitMoves(ctx, e, &cf, cl, planned)
 }
 
 // slotsNamed is "slot N" or "slots N-M, K".
@@ -442,36 +441,32 @@ moved. Moving the pinned slot alone is still allowed. A tenant is placed
 by its slot, with the few other tenants that share it; one tenant's keys
 cannot be split between groups. --unpin undoes a pin.`
 
-func runShardsPin(ctx context.Context, e *env) error {
-	const cmd = "shards pin"
-	f := newFlags(e, cmd, "SLOT | --tenant T [--unpin] [flags]", shardsPinAbout)
-	var cf clientFlags
+func shardsPinFlags(f *flags) runFunc {
+	cmd := f.cmd
+	cf := f.client()
 	var tenant string
 	var unpin bool
-	cf.register(f)
 	f.StringVar(&tenant, "tenant", "", "pin this tenant's slot (instead of SLOT)")
 	f.BoolVar(&unpin, "unpin", false, "unpin the slot")
-	args, err := parseArgs(f, e)
-	if err != nil {
-		return err
+	return func(ctx context.Context, e *env, args []string) error {
+		sl, last, err := slotsArg(cmd, tenant, args)
+		if err != nil {
+			return err
+		}
+		if sl != last {
+			return usagef(cmd, "pin one slot at a time, not %d-%d", sl, last)
+		}
+		pm, err := callShards(ctx, cf, func(ctx context.Context, sc allotpb.ShardServiceClient) (*allotpb.ShardMap, error) {
+			return sc.PinSlot(ctx, &allotpb.PinSlotRequest{Slot: uint32(sl), Unpin: unpin})
+		})
+		if err != nil {
+			return fmt.Errorf("pinning slot %d: %w", sl, err)
+		}
+		what := "pinned"
+		if unpin {
+			what = "unpinned"
+		}
+		fmt.Fprintf(e.stdout, "slot %d %s (shard map version %d)\n", sl, what, pm.GetVersion())
+		return nil
 	}
-	sl, last, err := slotsArg(cmd, tenant, args)
-	if err != nil {
-		return err
-	}
-	if sl != last {
-		return usagef(cmd, "pin one slot at a time, not %d-%d", sl, last)
-	}
-	pm, err := callShards(ctx, &cf, cmd, func(ctx context.Context, sc allotpb.ShardServiceClient) (*allotpb.ShardMap, error) {
-		return sc.PinSlot(ctx, &allotpb.PinSlotRequest{Slot: uint32(sl), Unpin: unpin})
-	})
-	if err != nil {
-		return fmt.Errorf("pinning slot %d: %w", sl, err)
-	}
-	what := "pinned"
-	if unpin {
-		what = "unpinned"
-	}
-	fmt.Fprintf(e.stdout, "slot %d %s (shard map version %d)\n", sl, what, pm.GetVersion())
-	return nil
 }

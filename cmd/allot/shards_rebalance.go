@@ -25,76 +25,71 @@ measured, --max-moves spent, the load all in pinned slots, or no move that
 evens it out (each slot with load heavier than the gap); --apply then
 carries them out one at a time, each as 'allot shards move --wait' would.`
 
-func runShardsRebalance(ctx context.Context, e *env) error {
-	const cmd = "shards rebalance"
-	f := newFlags(e, cmd, "[--sample 10s] [--tolerance 0.1] [--max-moves 8] [--apply] [flags]", shardsRebalanceAbout)
-	var cf clientFlags
+func shardsRebalanceFlags(f *flags) runFunc {
+	cmd := f.cmd
+	cf := f.client()
 	var sample time.Duration
 	var tolerance float64
 	var maxMoves int
 	var apply bool
-	cf.register(f)
 	f.DurationVar(&sample, "sample", 10*time.Second, "how long to measure each group's load")
 	f.Float64Var(&tolerance, "tolerance", 0.1, "how far above the mean a group may stay, as a fraction")
 	f.IntVar(&maxMoves, "max-moves", 8, "at most this many moves")
 	f.BoolVar(&apply, "apply", false, "carry the proposed moves out")
-	if err := f.parse(e); err != nil {
-		return err
-	}
-	if err := f.noArgs(); err != nil {
-		return err
-	}
-	if sample < time.Second || tolerance < 0 || maxMoves < 1 {
-		return usagef(cmd, "--sample at least 1s, --tolerance at least 0, --max-moves at least 1")
-	}
-	cl, err := cf.dial()
-	if err != nil {
-		return &usageError{err: err, hint: cmd}
-	}
-	defer cl.Close()
-	m, _, err := readShardMap(ctx, &cf, cl)
-	if err != nil {
-		return err
-	}
-	if len(m.Groups) < 2 {
-		return &refusedError{err: fmt.Errorf("the region is one group: add one first (allot shards add-group)")}
-	}
-	fmt.Fprintf(e.stdout, "measuring each group's load for %v…\n", sample)
-	load, err := measureLoad(ctx, &cf, m, sample)
-	if err != nil {
-		return err
-	}
-	groups, before := shard.GroupLoads(m, load)
-	plan := shard.Rebalance(m, load, tolerance, maxMoves)
-	after := m.Clone()
-	for _, p := range plan.Proposals {
-		if err := after.Assign(p.First, p.Last, p.To); err != nil {
+	return func(ctx context.Context, e *env, args []string) error {
+		if sample < time.Second || tolerance < 0 || maxMoves < 1 {
+			return usagef(cmd, "--sample at least 1s, --tolerance at least 0, --max-moves at least 1")
+		}
+		cl, err := cf.connect()
+		if err != nil {
 			return err
 		}
-	}
-	_, then := shard.GroupLoads(after, load)
-	for i, g := range groups {
-		fmt.Fprintf(e.stdout, "  %-12s %10s key entries/s now, %10s after\n", g, perSec(before[i]), perSec(then[i]))
-	}
-	for _, p := range plan.Proposals {
-		fmt.Fprintf(e.stdout, "move %d-%d from %s to %s (%s key entries/s)\n", p.First, p.Last, p.From, p.To, perSec(p.Load))
-	}
-	fmt.Fprintln(e.stdout, rebalanceStop(plan, groups, then, tolerance, sample, maxMoves))
-	if len(plan.Proposals) == 0 {
-		return nil
-	}
-	if !apply {
-		fmt.Fprintln(e.stdout, "run again with --apply to carry these out")
-		return nil
-	}
-	for _, p := range plan.Proposals {
-		sub := *e
-		sub.args = []string{fmt.Sprintf("%d-%d", p.First, p.Last), "--to", p.To, "--wait", "--coordinator", cf.coordinators, "--timeout", cf.timeout.String()}
-		if err := runShardsMove(ctx, &sub); err != nil {
-			return fmt.Errorf("move %d-%d to %s: %w", p.First, p.Last, p.To, err)
+		defer cl.Close()
+		m, _, err := readShardMap(ctx, cf, cl)
+		if err != nil {
+			return err
 		}
+		if len(m.Groups) < 2 {
+			return &refusedError{err: fmt.Errorf("the region is one group: add one first (allot shards add-group)")}
+		}
+		fmt.Fprintf(e.stdout, "measuring each group's load for %v…\n", sample)
+		load, err := measureLoad(ctx, cf, m, sample)
+		if err != nil {
+			return err
+		}
+		groups, before := shard.GroupLoads(m, load)
+		plan := shard.Rebalance(m, load, tolerance, maxMoves)
+		after := m.Clone()
+		for _, p := range plan.Proposals {
+			if err := after.Assign(p.First, p.Last, p.To); err != nil {
+				return err
+			}
+		}
+		_, then := shard.GroupLoads(after, load)
+		for i, g := range groups {
+			fmt.Fprintf(e.stdout, "  %-12s %10s key entries/s now, %10s after\n", g, perSec(before[i]), perSec(then[i]))
+		}
+		for _, p := range plan.Proposals {
+			fmt.Fprintf(e.stdout, "move %d-%d from %s to %s (%s key entries/s)\n", p.First, p.Last, p.From, p.To, perSec(p.Load))
+		}
+		fmt.Fprintln(e.stdout, rebalanceStop(plan, groups, then, tolerance, sample, maxMoves))
+		if len(plan.Proposals) == 0 {
+			return nil
+		}
+		if !apply {
+			fmt.Fprintln(e.stdout, "run again with --apply to carry these out")
+			return nil
+		}
+		move := shardsCommand().lookup("move")
+		for _, p := range plan.Proposals {
+			sub := *e
+			sub.args = []string{fmt.Sprintf("%d-%d", p.First, p.Last), "--to", p.To, "--wait", "--coordinator", cf.coordinators, "--timeout", cf.timeout.String()}
+			if err := move.dispatch(ctx, &sub, "shards move"); err != nil {
+				return fmt.Errorf("move %d-%d to %s: %w", p.First, p.Last, p.To, err)
+			}
+		}
+		return nil
 	}
-	return nil
 }
 
 // rebalanceStop says why a rebalance proposes what it does and no more:

@@ -26,8 +26,16 @@ With --out DIR it also writes windows.csv (per window), results.json and
 the plots admitted.png and shares.png. docs/accuracy.md explains every
 column.`
 
-func runSim(ctx context.Context, e *env) error {
-	f := newFlags(e, "sim", "--scenario NAME|FILE [flags]", fmt.Sprintf(simAbout, strings.Join(sim.Builtins(), ", ")))
+func simCommand() *Command {
+	return &Command{
+		Name: "sim", Usage: "--scenario NAME|FILE [flags]",
+		Short: "simulate a fleet and compare strategies",
+		Long:  fmt.Sprintf(simAbout, strings.Join(sim.Builtins(), ", ")),
+		Flags: simFlags,
+	}
+}
+
+func simFlags(f *flags) runFunc {
 	var (
 		scenario, strategies, out, format string
 		nodes                             int
@@ -46,73 +54,69 @@ func runSim(ctx context.Context, e *env) error {
 	f.StringVar(&out, "out", "", "directory for windows.csv, results.json and PNG plots")
 	f.StringVar(&format, "format", "table", "output on stdout: table, json or csv")
 	f.StringVar(&progress, "progress", "auto", "progress on stderr: auto (on a terminal), on or off")
-	if err := f.parse(e); err != nil {
-		return err
-	}
-	if err := f.noArgs(); err != nil {
-		return err
-	}
-	if format != "table" && format != "json" && format != "csv" {
-		return usagef("sim", "--format %q: want table, json or csv", format)
-	}
-	if progress != "auto" && progress != "on" && progress != "off" {
-		return usagef("sim", "--progress %q: want auto, on or off", progress)
-	}
-	s, err := sim.Load(scenario)
-	if err != nil {
-		return &usageError{err: err}
-	}
-	if nodes != 0 {
-		s.Nodes = nodes
-	}
-	if rate != 0 {
-		s.Rate = rate
-	}
-	if duration != 0 {
-		s.Duration = duration
-		s.Warmup = min(s.Warmup, duration/2)
-	}
-	if interval != 0 {
-		s.Interval = interval
-	}
-	if seed != 0 {
-		s.Seed = seed
-	}
-	opts := sim.Options{Strategies: splitList(strategies)}
-	if progress == "on" || (progress == "auto" && isTerminal(e.stderr)) {
-		opts.Progress = progressPrinter(e.stderr)
-	}
-	results, err := sim.Run(ctx, s, opts)
-	if opts.Progress != nil {
-		fmt.Fprint(e.stderr, "\r\033[K")
-	}
-	if errors.Is(err, sim.ErrInvalidScenario) {
-		return &usageError{err: err, hint: "sim"}
-	}
-	if err != nil {
-		return err
-	}
-	switch format {
-	case "json":
-		err = sim.WriteJSON(e.stdout, results)
-	case "csv":
-		err = sim.WriteCSV(e.stdout, results)
-	default:
-		err = sim.WriteTable(e.stdout, s, results)
-	}
-	if err != nil {
-		return err
-	}
-	if out != "" {
-		files, err := writeSimFiles(out, s, results)
+	return func(ctx context.Context, e *env, args []string) error {
+		if format != "table" && format != "json" && format != "csv" {
+			return usagef("sim", "--format %q: want table, json or csv", format)
+		}
+		if progress != "auto" && progress != "on" && progress != "off" {
+			return usagef("sim", "--progress %q: want auto, on or off", progress)
+		}
+		s, err := sim.Load(scenario)
+		if err != nil {
+			return &usageError{err: err}
+		}
+		if nodes != 0 {
+			s.Nodes = nodes
+		}
+		if rate != 0 {
+			s.Rate = rate
+		}
+		if duration != 0 {
+			s.Duration = duration
+			s.Warmup = min(s.Warmup, duration/2)
+		}
+		if interval != 0 {
+			s.Interval = interval
+		}
+		if seed != 0 {
+			s.Seed = seed
+		}
+		opts := sim.Options{Strategies: splitList(strategies)}
+		if progress == "on" || (progress == "auto" && isTerminal(e.stderr)) {
+			opts.Progress = progressPrinter(e.stderr)
+		}
+		results, err := sim.Run(ctx, s, opts)
+		if opts.Progress != nil {
+			fmt.Fprint(e.stderr, "\r\033[K")
+		}
+		if errors.Is(err, sim.ErrInvalidScenario) {
+			return &usageError{err: err, hint: "sim"}
+		}
 		if err != nil {
 			return err
 		}
-		if format == "table" {
-			fmt.Fprintf(e.stdout, "\nwrote %s\n", strings.Join(files, ", "))
+		switch format {
+		case "json":
+			err = sim.WriteJSON(e.stdout, results)
+		case "csv":
+			err = sim.WriteCSV(e.stdout, results)
+		default:
+			err = sim.WriteTable(e.stdout, s, results)
 		}
+		if err != nil {
+			return err
+		}
+		if out != "" {
+			files, err := writeSimFiles(out, s, results)
+			if err != nil {
+				return err
+			}
+			if format == "table" {
+				fmt.Fprintf(e.stdout, "\nwrote %s\n", strings.Join(files, ", "))
+			}
+		}
+		return nil
 	}
-	return nil
 }
 
 // writeSimFiles writes a run's CSV, JSON and plots into dir.

@@ -158,38 +158,40 @@ type memberStatus struct {
 	Error        string `json:"error,omitempty"`
 }
 
-func runStatus(ctx context.Context, e *env) error {
-	const cmd = "status"
-	f := newFlags(e, cmd, "[--format table|json] [flags]", statusAbout)
-	var cf clientFlags
+func statusCommand() *Command {
+	return &Command{
+		Name: "status", Usage: "[--format table|json] [flags]",
+		Short: "show the coordinator cluster",
+		Long:  statusAbout, Flags: statusFlags,
+	}
+}
+
+func statusFlags(f *flags) runFunc {
+	cmd := f.cmd
+	cf := f.client()
 	var format string
-	cf.register(f)
 	f.StringVar(&format, "format", "table", "output format: table or json")
-	if err := f.parse(e); err != nil {
-		return err
+	return func(ctx context.Context, e *env, args []string) error {
+		if format != "table" && format != "json" {
+			return usagef(cmd, "--format %q: want table or json", format)
+		}
+		cl, err := cf.connect()
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		st, err := memberStatusOf(ctx, cf, cl)
+		if err != nil {
+			return err
+		}
+		cs := gatherStatus(ctx, cf, st)
+		if format == "json" {
+			enc := json.NewEncoder(e.stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(cs)
+		}
+		return writeStatusTable(e.stdout, cs)
 	}
-	if err := f.noArgs(); err != nil {
-		return err
-	}
-	if format != "table" && format != "json" {
-		return usagef(cmd, "--format %q: want table or json", format)
-	}
-	cl, err := cf.dial()
-	if err != nil {
-		return &usageError{err: err, hint: cmd}
-	}
-	defer cl.Close()
-	st, err := memberStatusOf(ctx, &cf, cl)
-	if err != nil {
-		return err
-	}
-	cs := gatherStatus(ctx, &cf, st)
-	if format == "json" {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(cs)
-	}
-	return writeStatusTable(e.stdout, cs)
 }
 
 // memberStatusOf asks the first member of cl that answers for its status.

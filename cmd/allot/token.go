@@ -39,9 +39,16 @@ type tokenDoc struct {
 	SHA256  string `yaml:"sha256"`
 }
 
-func runToken(_ context.Context, e *env) error {
-	const cmd = "token"
-	f := newFlags(e, cmd, "--name NAME (--role agent|reader|admin [--nodes PATTERN] [--regions PATTERN] | --like NAME) [--append FILE] --out FILE", tokenAbout)
+func tokenCommand() *Command {
+	return &Command{
+		Name: "token", Usage: "--name NAME (--role agent|reader|admin [--nodes PATTERN] [--regions PATTERN] | --like NAME) [--append FILE] --out FILE",
+		Short: "make a bearer token for an agent, a reader or an admin",
+		Long:  tokenAbout, Flags: tokenFlags,
+	}
+}
+
+func tokenFlags(f *flags) runFunc {
+	cmd := f.cmd
 	var name, role, nodes, regions, like, appendTo, out string
 	f.StringVar(&name, "name", "", "the token's name, in the coordinators' logs and metrics (required)")
 	f.StringVar(&role, "role", "", "agent, reader or admin (required, unless --like)")
@@ -50,74 +57,70 @@ func runToken(_ context.Context, e *env) error {
 	f.StringVar(&like, "like", "", "copy role, nodes and regions from this entry of the --append file (to rotate a token)")
 	f.StringVar(&appendTo, "append", "", "add the entry to this tokens file (created with mode 0600 if missing) instead of printing it to add")
 	f.StringVar(&out, "out", "", "file to write the token to, created with mode 0600 (required)")
-	if err := f.parse(e); err != nil {
-		return err
-	}
-	if err := f.noArgs(); err != nil {
-		return err
-	}
-	if name == "" || out == "" {
-		return usagef(cmd, "--name and --out are required")
-	}
-	var file *tokensFile
-	if appendTo != "" {
-		var err error
-		if file, err = readTokensFile(appendTo); err != nil {
+	return func(_ context.Context, e *env, args []string) error {
+		if name == "" || out == "" {
+			return usagef(cmd, "--name and --out are required")
+		}
+		var file *tokensFile
+		if appendTo != "" {
+			var err error
+			if file, err = readTokensFile(appendTo); err != nil {
+				return &usageError{err: err}
+			}
+		}
+		entry := tokenDoc{Name: name, Role: role, Nodes: nodes, Regions: regions}
+		switch {
+		case like != "" && (role != "" || nodes != "" || regions != ""):
+			return usagef(cmd, "--like copies --role, --nodes and --regions from %q: give either --like or those", like)
+		case like != "" && file == nil:
+			return usagef(cmd, "--like needs --append FILE, the tokens file that lists %q", like)
+		case like != "":
+			g, _, ok := file.tokens.Named(like)
+			if !ok {
+				return usagef(cmd, "--like %q: %s has no such entry (it lists %s)", like, file.path, strings.Join(file.tokens.Names(), ", "))
+			}
+			entry.Role, entry.Nodes, entry.Regions = g.Role.String(), g.NodeGlob, g.RegionGlob
+		case role == "":
+			return usagef(cmd, "--role (or --like NAME) is required")
+		}
+		tok := auth.NewToken()
+		entry.SHA256 = auth.TokenSHA256(tok)
+		// The same checks the coordinators make, before anything is written.
+		doc, err := entryFile(entry)
+		if err != nil {
+			return err
+		}
+		if _, err := auth.ParseTokens("the new entry", doc); err != nil {
 			return &usageError{err: err}
 		}
-	}
-	entry := tokenDoc{Name: name, Role: role, Nodes: nodes, Regions: regions}
-	switch {
-	case like != "" && (role != "" || nodes != "" || regions != ""):
-		return usagef(cmd, "--like copies --role, --nodes and --regions from %q: give either --like or those", like)
-	case like != "" && file == nil:
-		return usagef(cmd, "--like needs --append FILE, the tokens file that lists %q", like)
-	case like != "":
-		g, _, ok := file.tokens.Named(like)
-		if !ok {
-			return usagef(cmd, "--like %q: %s has no such entry (it lists %s)", like, file.path, strings.Join(file.tokens.Names(), ", "))
+		var updated []byte
+		if file != nil {
+			if updated, err = file.with(entry); err != nil {
+				return &usageError{err: err}
+			}
 		}
-		entry.Role, entry.Nodes, entry.Regions = g.Role.String(), g.NodeGlob, g.RegionGlob
-	case role == "":
-		return usagef(cmd, "--role (or --like NAME) is required")
-	}
-	tok := auth.NewToken()
-	entry.SHA256 = auth.TokenSHA256(tok)
-	// The same checks the coordinators make, before anything is written.
-	doc, err := entryFile(entry)
-	if err != nil {
-		return err
-	}
-	if _, err := auth.ParseTokens("the new entry", doc); err != nil {
-		return &usageError{err: err}
-	}
-	var updated []byte
-	if file != nil {
-		if updated, err = file.with(entry); err != nil {
-			return &usageError{err: err}
+		if err := writeNewFile(out, []byte(tok+"\n")); err != nil {
+			return fmt.Errorf("writing the token: %w", err)
 		}
-	}
-	if err := writeNewFile(out, []byte(tok+"\n")); err != nil {
-		return fmt.Errorf("writing the token: %w", err)
-	}
-	if file == nil {
-		fmt.Fprintf(e.stdout, "# token written to %s; add this entry under the tokens: list of the coordinators' --auth-tokens file (or run with --append FILE):\n%s", out, doc)
+		if file == nil {
+			fmt.Fprintf(e.stdout, "# token written to %s; add this entry under the tokens: list of the coordinators' --auth-tokens file (or run with --append FILE):\n%s", out, doc)
+			return nil
+		}
+		if err := file.replace(updated); err != nil {
+			// The token would be accepted nowhere: do not leave it behind.
+			if rmErr := os.Remove(out); rmErr != nil {
+				err = errors.Join(err, fmt.Errorf("removing %s: %w", out, rmErr))
+			}
+			return err
+		}
+		item, err := entryItem(entry, "")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "# token written to %s\n# entry added to %s (%s); deploy that file to every coordinator:\n%s",
+			out, file.path, plural.Count(file.tokens.Len()+1, "token"), item)
 		return nil
 	}
-	if err := file.replace(updated); err != nil {
-		// The token would be accepted nowhere: do not leave it behind.
-		if rmErr := os.Remove(out); rmErr != nil {
-			err = errors.Join(err, fmt.Errorf("removing %s: %w", out, rmErr))
-		}
-		return err
-	}
-	item, err := entryItem(entry, "")
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(e.stdout, "# token written to %s\n# entry added to %s (%s); deploy that file to every coordinator:\n%s",
-		out, file.path, plural.Count(file.tokens.Len()+1, "token"), item)
-	return nil
 }
 
 // entryFile is a tokens file holding entry alone, as printed without

@@ -46,9 +46,16 @@ group holds: it is not the region's bill.
 Times are RFC 3339 (2026-11-29T10:00:00Z), a date (2026-11-29, UTC
 midnight), a duration before now (24h, 90m, 7d) or now.`
 
-func runUsage(ctx context.Context, e *env) error {
-	const cmd = "usage"
-	f := newFlags(e, cmd, "--coordinator ADDR[,ADDR...] [--coordinator ...] --from T [--to T] [flags]", usageAbout)
+func usageCommand() *Command {
+	return &Command{
+		Name: "usage", Usage: "--coordinator ADDR[,ADDR...] [--coordinator ...] --from T [--to T] [flags]",
+		Short: "export reconciled usage for billing",
+		Long:  usageAbout, Flags: usageExportFlags,
+	}
+}
+
+func usageExportFlags(f *flags) runFunc {
+	cmd := f.cmd
 	var (
 		uf                                   usageFlags
 		from, to, tenant, region, rule, form string
@@ -62,12 +69,7 @@ func runUsage(ctx context.Context, e *env) error {
 	f.StringVar(&rule, "rule", "", "only this rule")
 	f.StringVar(&form, "format", "table", "output format: table, csv or jsonl")
 	f.BoolVar(&groupOnly, "group-only", false, "on a split region, each shard group's own part of the ledger alone, not the region's")
-	if err := f.parse(e); err != nil {
-		return err
-	}
-	if err := f.noArgs(); err != nil {
-		return err
-	}
+	return func(ctx context.Context, e *env, args []string) error {
 	if form != "table" && form != "csv" && form != "jsonl" {
 		return usagef(cmd, "--format %q: want table, csv or jsonl", form)
 	}
@@ -106,6 +108,7 @@ func runUsage(ctx context.Context, e *env) error {
 		return billing.WriteJSONL(e.stdout, bill)
 	}
 	return billing.WriteTable(e.stdout, bill, start, end)
+	}
 }
 
 // mergeError says which --coordinator flags counted a line twice, and
@@ -220,9 +223,9 @@ const maxPages = 100_000
 // page by page, and the cluster's rules to resolve them against. source
 // is the cluster's place among the --coordinator flags, from 0.
 func fetchLedger(ctx context.Context, cf *clientFlags, q *allotpb.UsageQuery, source int) ([]billing.LedgerLine, error) {
-	cl, err := cf.dial()
+	cl, err := cf.connect()
 	if err != nil {
-		return nil, &usageError{err: err, hint: "usage"}
+		return nil, err
 	}
 	defer cl.Close()
 	set, err := listRules(ctx, cf, cl)

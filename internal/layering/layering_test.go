@@ -160,7 +160,7 @@ func TestImportRules(t *testing.T) {
 		name:    "the decision core links none of the servers around it",
 		applies: func(p string) bool { return p == module+"/agent" },
 		forbidden: func(d string) bool {
-			return under(d, "agent") || under(d, "cmd") || under(d, "sim") ||
+			return under(d, "agent") || under(d, "cmd") || under(d, "tools") || under(d, "sim") ||
 				strings.HasPrefix(d, "github.com/hashicorp/raft")
 		},
 	}, {
@@ -244,11 +244,17 @@ func TestImportRules(t *testing.T) {
 			return strings.HasPrefix(d, "go.opentelemetry.io/otel/sdk") || strings.HasPrefix(d, "go.opentelemetry.io/otel/exporters")
 		},
 	}, {
-		name:    "libraries never import a command",
-		applies: func(p string) bool { return ours(p) && !under(p, "cmd") },
+		name:    "libraries never import a command or a harness",
+		applies: func(p string) bool { return ours(p) && !under(p, "cmd") && !under(p, "tools") },
 		forbidden: func(d string) bool {
-			return under(d, "cmd")
+			return under(d, "cmd") || under(d, "tools")
 		},
+	}, {
+		// cmd/ holds what ships; the harnesses that run it live in
+		// tools/, so the binary never links what only measures it.
+		name:      "the shipped command links no harness",
+		applies:   func(p string) bool { return under(p, "cmd") },
+		forbidden: func(d string) bool { return under(d, "tools") },
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -270,5 +276,16 @@ func TestImportRules(t *testing.T) {
 				t.Fatalf("the rule names no package: the layout changed and the rule must follow it")
 			}
 		})
+	}
+}
+
+// TestCommandsShip checks that cmd/ holds only what ships: the allot
+// command and packages of its own. A harness, a benchmark or a load
+// generator goes in tools/, which make runs and nothing imports.
+func TestCommandsShip(t *testing.T) {
+	for path := range list(t) {
+		if under(path, "cmd") && !under(path, "cmd/allot") {
+			t.Errorf("%s is under cmd/, which holds only cmd/allot and its own packages: a harness goes in tools/", short(path))
+		}
 	}
 }

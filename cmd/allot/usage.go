@@ -70,44 +70,44 @@ func usageExportFlags(f *flags) runFunc {
 	f.StringVar(&form, "format", "table", "output format: table, csv or jsonl")
 	f.BoolVar(&groupOnly, "group-only", false, "on a split region, each shard group's own part of the ledger alone, not the region's")
 	return func(ctx context.Context, e *env, args []string) error {
-	if form != "table" && form != "csv" && form != "jsonl" {
-		return usagef(cmd, "--format %q: want table, csv or jsonl", form)
-	}
-	if from == "" {
-		return usagef(cmd, "--from is required")
-	}
-	now := time.Now()
-	start, err := parseTime(from, now)
-	if err != nil {
-		return usagef(cmd, "--from: %v", err)
-	}
-	end, err := parseTime(to, now)
-	if err != nil {
-		return usagef(cmd, "--to: %v", err)
-	}
-	if !start.Before(end) {
-		return usagef(cmd, "--from %s is not before --to %s", start.Format(time.RFC3339), end.Format(time.RFC3339))
-	}
-	q := &allotpb.UsageQuery{From: timestamppb.New(start), To: timestamppb.New(end), Tenant: tenant, Rule: rule, Region: region, GroupOnly: groupOnly}
-	var lines []billing.LedgerLine
-	for i, addrs := range uf.clusters.lists {
-		got, err := fetchLedger(ctx, uf.client(addrs), q, i)
-		if err != nil {
-			return fmt.Errorf("--coordinator %s: %w", strings.Join(addrs, ","), err)
+		if form != "table" && form != "csv" && form != "jsonl" {
+			return usagef(cmd, "--format %q: want table, csv or jsonl", form)
 		}
-		lines = append(lines, got...)
-	}
-	bill, err := billing.Merge(lines)
-	if err != nil {
-		return &usageError{err: mergeError(err), hint: cmd}
-	}
-	switch form {
-	case "csv":
-		return billing.WriteCSV(e.stdout, bill)
-	case "jsonl":
-		return billing.WriteJSONL(e.stdout, bill)
-	}
-	return billing.WriteTable(e.stdout, bill, start, end)
+		if from == "" {
+			return usagef(cmd, "--from is required")
+		}
+		now := time.Now()
+		start, err := parseTime(from, now)
+		if err != nil {
+			return usagef(cmd, "--from: %v", err)
+		}
+		end, err := parseTime(to, now)
+		if err != nil {
+			return usagef(cmd, "--to: %v", err)
+		}
+		if !start.Before(end) {
+			return usagef(cmd, "--from %s is not before --to %s", start.Format(time.RFC3339), end.Format(time.RFC3339))
+		}
+		q := &allotpb.UsageQuery{From: timestamppb.New(start), To: timestamppb.New(end), Tenant: tenant, Rule: rule, Region: region, GroupOnly: groupOnly}
+		var lines []billing.LedgerLine
+		for i, addrs := range uf.clusters.lists {
+			got, err := fetchLedger(ctx, uf.client(addrs), q, i)
+			if err != nil {
+				return fmt.Errorf("--coordinator %s: %w", strings.Join(addrs, ","), err)
+			}
+			lines = append(lines, got...)
+		}
+		bill, err := billing.Merge(lines)
+		if err != nil {
+			return &usageError{err: mergeError(err), hint: cmd}
+		}
+		switch form {
+		case "csv":
+			return billing.WriteCSV(e.stdout, bill)
+		case "jsonl":
+			return billing.WriteJSONL(e.stdout, bill)
+		}
+		return billing.WriteTable(e.stdout, bill, start, end)
 	}
 }
 

@@ -56,6 +56,10 @@ const (
 	// DefaultMaxReportsInFlight bounds the reports the leader takes at
 	// once (Config.MaxReportsInFlight).
 	DefaultMaxReportsInFlight = 512
+	// DefaultMaxReportEntriesInFlight bounds the entries of the reports
+	// the leader takes at once (Config.MaxReportEntriesInFlight): about
+	// 250 MB of decoded reports.
+	DefaultMaxReportEntriesInFlight = 1_000_000
 	// DefaultAuditMaxEntries is how many audit entries are kept: at a few
 	// hundred bytes each (at most 50 items of what changed each), tens of
 	// MB at most in every member's memory and snapshots.
@@ -176,6 +180,13 @@ type Config struct {
 	// goroutine until answered: the bound is on the leader's memory and
 	// queue, never on what a report may carry.
 	MaxReportsInFlight int
+	// MaxReportEntriesInFlight bounds the entries (key demands and usage
+	// counts) of the reports the leader takes at once (default
+	// DefaultMaxReportEntriesInFlight; negative: unbounded), shedding as
+	// MaxReportsInFlight does: the report count alone does not bound the
+	// leader's memory when each report carries thousands of keys. A report
+	// alone is taken whatever its size (MaxReportKeys bounds that).
+	MaxReportEntriesInFlight int
 	// MaxUnitsPerSecond, when positive, bounds the units one node may
 	// report per second of its report interval or billing window: a
 	// tripwire for a compromised agent inflating a bill.
@@ -452,6 +463,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.MaxReportsInFlight == 0 {
 		cfg.MaxReportsInFlight = DefaultMaxReportsInFlight
+	}
+	if cfg.MaxReportEntriesInFlight == 0 {
+		cfg.MaxReportEntriesInFlight = DefaultMaxReportEntriesInFlight
 	}
 	if cfg.MaxReportKeys == 0 {
 		cfg.MaxReportKeys = DefaultMaxReportKeys

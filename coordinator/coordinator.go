@@ -148,13 +148,19 @@ func New(config Config) (*Coordinator, error) {
 		cfg: cfg, log: cfg.Logger.Named("coordinator"), metrics: newMetrics(reg), gather: gather,
 		alloc: allocator.New(allocator.Config{Region: cfg.Region, Global: cfg.Global, Parent: len(cfg.Parent) > 0,
 			ReportInterval: cfg.ReportInterval, LeaseTTL: cfg.LeaseTTL}),
-		roundEvery: config.RoundInterval, intake: intake.NewBound(cfg.MaxReportsInFlight),
+		roundEvery: config.RoundInterval, intake: intake.NewBound(cfg.MaxReportsInFlight, cfg.MaxReportEntriesInFlight),
 		ctx: ctx, cancel: cancel, draining: make(chan struct{}), failed: make(chan struct{}),
 		tracer: tracing.Tracer(cfg.TracerProvider, "github.com/allot-io/allot/coordinator"),
 	}
 	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "allot_coordinator_reports_in_flight", Help: "Agent reports this member has taken and not yet answered: the leader's queue (bounded by MaxReportsInFlight).",
 	}, func() float64 { return float64(c.intake.InFlight()) })); err != nil {
+		cancel()
+		return nil, fmt.Errorf("coordinator: registering metrics: %w", err)
+	}
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "allot_coordinator_report_entries_in_flight", Help: "Entries (key demands and usage counts) of the agent reports this member has taken and not yet answered (bounded by MaxReportEntriesInFlight).",
+	}, func() float64 { return float64(c.intake.EntriesInFlight()) })); err != nil {
 		cancel()
 		return nil, fmt.Errorf("coordinator: registering metrics: %w", err)
 	}

@@ -86,13 +86,14 @@ func (c *Coordinator) report(ctx context.Context, req *allotpb.ReportRequest, ch
 		c.metrics.reports.WithLabelValues("redirected").Inc()
 		return nil, c.notLeader(ctx)
 	}
-	if !c.intake.Take(req.GetUrgent(), c.alloc.Knows(req.GetNode()), c.roundsBehind.Load()) {
+	entries := len(req.GetDemand()) + len(req.GetUsage().GetCounts())
+	if !c.intake.Take(req.GetUrgent(), c.alloc.Knows(req.GetNode()), c.roundsBehind.Load(), entries) {
 		c.metrics.reports.WithLabelValues("shed").Inc()
 		resp := c.shedAnswer(v, req, set)
 		resp.ReceivedUnixNano = received
 		return resp, nil
 	}
-	defer c.intake.Done()
+	defer c.intake.Done(entries)
 	if err := c.admitNode(v, req.GetNode()); err != nil {
 		c.metrics.reports.WithLabelValues("new_node_limit").Inc()
 		return nil, err

@@ -115,3 +115,50 @@ func TestReportLeavesWithItsCaller(t *testing.T) {
 		t.Errorf("%v leases answered to a caller that had left", got)
 	}
 }
+
+// TestLeaderShedsPastItsEntryBound: the leader bounds the entries of the
+// reports it holds, not only their number: with one report of two entries
+// waiting for its round and a bound of three entries, another report of
+// two is shed at once, and the first leaves the count when answered.
+// Reports at 10,000 tenants carry thousands of keys each, and 512 of them
+// held 575 MB on a leader whose count bound was never reached.
+func TestLeaderShedsPastItsEntryBound(t *testing.T) {
+	c := cluster(t, 1, func(c *Config) {
+		c.MaxReportEntriesInFlight = 3
+		c.RoundInterval = time.Hour // reports wait for their round until the test lets them go
+	})[0]
+	putRules(t, c, &allotpb.Rule{Name: "api", Scope: "tenant", Algorithm: "token_bucket", Limit: 1000, Period: durationpb.New(time.Second), Burst: 100, Intent: "capacity"})
+	testwait.For(t, 10*time.Second, "the leader to install the rule", func() bool { return c.alloc.RuleCount() == 1 })
+	client := allotpb.NewAgentServiceClient(dial(t, c.GRPCAddr()))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	waiting := make(chan *allotpb.ReportResponse, 1)
+	go func() {
+		resp, err := client.Report(ctx, apiReport("gw-1", true)) // a demand and a usage count
+		if err != nil && ctx.Err() == nil {
+			t.Error(err)
+		}
+		waiting <- resp
+	}()
+	testwait.For(t, 10*time.Second, "gw-1's report of two entries in flight", func() bool { return c.intake.EntriesInFlight() == 2 })
+
+	resp, err := client.Report(ctx, apiReport("gw-2", true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.GetShed() || resp.GetAckedSeq() != 0 {
+		t.Fatalf("a report past the entry bound: shed %v, acked %d; want shed, nothing acknowledged", resp.GetShed(), resp.GetAckedSeq())
+	}
+	if got := testutil.ToFloat64(c.metrics.reports.WithLabelValues("shed")); got != 1 {
+		t.Errorf("allot_coordinator_reports_total{result=shed} = %v; want 1", got)
+	}
+	testwait.For(t, 10*time.Second, "gw-1's report to wait for its round", c.alloc.Awaited)
+	c.alloc.Tick(c.now().UnixNano())
+	if resp := <-waiting; resp.GetShed() || len(resp.GetLeases()) != 1 {
+		t.Fatalf("the report within the bound: %v; want it answered with its lease", resp)
+	}
+	testwait.For(t, 10*time.Second, "the intake to empty", func() bool {
+		return c.intake.InFlight() == 0 && c.intake.EntriesInFlight() == 0
+	})
+}

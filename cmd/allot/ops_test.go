@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot-io/allot/billing"
 	"github.com/allot-io/allot/coordinator"
-	"github.com/allot-io/allot/coordinator/billing"
 	"github.com/allot-io/allot/lease/rules"
 	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"

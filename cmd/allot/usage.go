@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allot-io/allot/coordinator/billing"
+	"github.com/allot-io/allot/billing"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/ledgerpb"

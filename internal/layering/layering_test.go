@@ -227,7 +227,7 @@ func TestImportRules(t *testing.T) {
 		forbidden: ours,
 	}, {
 		name:    "billing arithmetic is pure: no wire, no Raft",
-		applies: func(p string) bool { return p == module+"/coordinator/billing" },
+		applies: func(p string) bool { return p == module+"/billing" },
 		forbidden: func(d string) bool {
 			return under(d, "proto") || strings.HasPrefix(d, "google.golang.org/") ||
 				strings.HasPrefix(d, "github.com/hashicorp/raft")

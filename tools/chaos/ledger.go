@@ -19,7 +19,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/allot-io/allot/coordinator/billing"
+	"github.com/allot-io/allot/billing"
 	"github.com/allot-io/allot/internal/spawn"
 )
 

@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/allot-io/allot/coordinator/billing"
+	"github.com/allot-io/allot/billing"
 	"github.com/allot-io/allot/internal/fleet"
 )
 

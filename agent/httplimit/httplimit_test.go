@@ -15,8 +15,8 @@ import (
 	"github.com/allot-io/allot/agent/agenttest"
 	"github.com/allot-io/allot/agent/httplimit"
 
-	"github.com/allot-io/allot/agent/retry"
 	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/client/retry"
 	"github.com/allot-io/allot/lease"
 	"github.com/allot-io/allot/lease/rules"
 )

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/agent"
-	"github.com/allot-io/allot/agent/sidecarclient"
+	"github.com/allot-io/allot/client/sidecarclient"
 	"github.com/allot-io/allot/internal/auth"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"

@@ -16,7 +16,7 @@ import (
 
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/agent/sidecar"
-	"github.com/allot-io/allot/agent/sidecarclient"
+	"github.com/allot-io/allot/client/sidecarclient"
 	"github.com/allot-io/allot/internal/auth"
 	commonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	authv3 "github.com/envoyproxy/go-control-plane/envoy/service/auth/v3"

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/agent"
-	"github.com/allot-io/allot/agent/sidecarclient"
+	"github.com/allot-io/allot/client/sidecarclient"
 )
 
 // TestAgentSocket runs `allot agent --http-socket` as a process: checks

@@ -164,8 +164,8 @@ func TestImportRules(t *testing.T) {
 				strings.HasPrefix(d, "github.com/hashicorp/raft")
 		},
 	}, {
-		name:      "agent/retry is a client library with no Allot imports",
-		applies:   func(p string) bool { return p == module+"/agent/retry" },
+		name:      "client/retry is a client library with no Allot imports",
+		applies:   func(p string) bool { return p == module+"/client/retry" },
 		forbidden: ours,
 	}, {
 		name:      "the replicated state links nothing of Raft",

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/agent"
-	"github.com/allot-io/allot/agent/sidecarclient"
+	"github.com/allot-io/allot/client/sidecarclient"
 	"github.com/allot-io/allot/internal/loopback"
 	"github.com/allot-io/allot/internal/spawn"
 	"github.com/redis/go-redis/v9"

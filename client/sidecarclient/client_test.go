@@ -18,7 +18,7 @@ import (
 
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/agent/sidecar"
-	"github.com/allot-io/allot/agent/sidecarclient"
+	"github.com/allot-io/allot/client/sidecarclient"
 	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 )

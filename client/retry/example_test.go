@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/allot-io/allot/agent/retry"
+	"github.com/allot-io/allot/client/retry"
 )
 
 // A server that rejects the first request with 429 and Retry-After: 0. The

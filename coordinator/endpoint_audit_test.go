@@ -147,15 +147,33 @@ func TestAuditInsecure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cc := dial(t, follower.GRPCAddr())
-	if _, err := allotpb.NewRulesServiceClient(cc).PutRules(ctx, &allotpb.PutRulesRequest{Rules: []*allotpb.Rule{quotaRule}}); err != nil {
-		t.Fatal(err)
+	// Each write goes through the follower to the leader. With 300 ms
+	// election timeouts a loaded machine can hold an election between two
+	// writes, and a member that knows no leader refuses a write, applying
+	// nothing, with "retry shortly": the test retries as a client would.
+	write := func(what string, call func() error) {
+		t.Helper()
+		var err error
+		testwait.For(t, 20*time.Second, what+" through the follower", func() bool {
+			err = call()
+			return status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), "no leader elected yet")
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
 	}
-	if _, err := allotpb.NewOverridesServiceClient(cc).PutOverrides(ctx, &allotpb.PutOverridesRequest{Overrides: []*allotpb.Override{{Rule: quotaRule.GetName(), Tenant: "acme", Limit: 5}}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := allotpb.NewClusterServiceClient(cc).Remove(ctx, &allotpb.RemoveRequest{Id: victim.ID()}); err != nil {
-		t.Fatal(err)
-	}
+	write("PutRules", func() error {
+		_, err := allotpb.NewRulesServiceClient(cc).PutRules(ctx, &allotpb.PutRulesRequest{Rules: []*allotpb.Rule{quotaRule}})
+		return err
+	})
+	write("PutOverrides", func() error {
+		_, err := allotpb.NewOverridesServiceClient(cc).PutOverrides(ctx, &allotpb.PutOverridesRequest{Overrides: []*allotpb.Override{{Rule: quotaRule.GetName(), Tenant: "acme", Limit: 5}}})
+		return err
+	})
+	write("Remove", func() error {
+		_, err := allotpb.NewClusterServiceClient(cc).Remove(ctx, &allotpb.RemoveRequest{Id: victim.ID()})
+		return err
+	})
 	var got []*allotpb.AuditEntry
 	testwait.For(t, 10*time.Second, "the follower to hold the entries", func() bool {
 		resp, err := allotpb.NewAuditServiceClient(cc).ListAudit(ctx, &allotpb.ListAuditRequest{Actor: anonymous}, grpc.WaitForReady(true))

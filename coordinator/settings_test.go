@@ -89,7 +89,7 @@ func TestSettingsReplicated(t *testing.T) {
 // from its leader's flags (internal/state reads the same file to the
 // same state).
 func TestRestoreFormat1Backup(t *testing.T) {
-	raw, err := os.ReadFile("internal/fsm/testdata/snapshot-format1.snap")
+	raw, err := os.ReadFile("internal/state/testdata/snapshot-format1.snap")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -80,7 +80,7 @@ test-bins:
 # REPEAT times after, without the race detector, unless REPEAT_DEMO=0.
 REPEAT       ?= 10
 REPEAT_TESTS ?= ^(TestAccuracyShort|TestRegionsProcess|TestShardsProcess|TestRegionsDemo|TestTierClustersReportEarly|TestClusterRestartCatchesUp|TestStripedConcurrentExact|TestSettleBillsTheSettledCost|TestResetRestoresQuota|TestImportBounds)$$
-REPEAT_PKGS  ?= ./tools/accuracy ./cmd/allot ./coordinator ./agent ./algo ./lease/rules/envoyconf
+REPEAT_PKGS  ?= ./tools/accuracy ./cmd/allot ./coordinator ./agent ./algo ./rules/envoyconf
 REPEAT_DEMO  ?= $(REPEAT)
 test-repeat: test-bins
 	@if [ "$(REPEAT_DEMO)" -gt 0 ]; then demo="$(GO) test -count=$(REPEAT_DEMO) -json -run ^TestDemoChecks$$ ./cmd/allot"; else demo=; fi; \
@@ -148,7 +148,7 @@ lint:
 # Coverage-guided fuzzing of every fuzz target, FUZZTIME each.
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzLimiter$$' -fuzztime $(FUZZTIME) ./algo
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./lease/rules
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./rules
 	$(GO) test -run '^$$' -fuzz '^FuzzWire$$' -fuzztime $(FUZZTIME) ./proto/rulespb
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRetryAfter$$' -fuzztime $(FUZZTIME) ./client/retry
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCheck$$' -fuzztime $(FUZZTIME) ./agent/sidecar

@@ -14,8 +14,8 @@ import (
 	"github.com/allot-io/allot/internal/timeutil"
 	"github.com/allot-io/allot/internal/tracing"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
 	"github.com/hashicorp/go-hclog"
 	"go.opentelemetry.io/otel/trace"
 )

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/algo"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // Limit is a limit the call sets rather than the rule: Requests per Per.

@@ -4,7 +4,7 @@ import (
 	bits64 "math/bits"
 
 	"github.com/allot-io/allot/algo"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // Check decides one request. It never waits for the network, takes no

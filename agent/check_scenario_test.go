@@ -11,8 +11,8 @@ import (
 
 	"github.com/allot-io/allot/internal/scenario"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
 )
 
 // TestCheckScenarios runs the scripts in testdata/check/ against an Agent

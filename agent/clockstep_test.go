@@ -10,8 +10,8 @@ import (
 	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/internal/timeutil"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
 )
 
 // skewedEngine is an Engine whose clock runs ahead of the agent's by a

@@ -7,7 +7,7 @@ import (
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // TestIdleLeasedKeysLeave: a tenant's key leased under a coordinated rule,

@@ -12,7 +12,7 @@ import (
 	"github.com/allot-io/allot/agent/httplimit"
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // fixedClock keeps the example's output the same on every run.

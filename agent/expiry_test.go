@@ -9,8 +9,8 @@ import (
 	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/internal/timeutil"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

@@ -1,7 +1,7 @@
 package agent
 
 import (
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // maxAttrLen bounds each attribute kept as is in a key of one: see

@@ -13,7 +13,7 @@ import (
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/internal/testwait"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // TestPromotionKeepsCount: a key becomes hot (its own limiter) while

@@ -8,7 +8,7 @@ import (
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 )

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // Reserving, then settling, charges a cost known only after the response:

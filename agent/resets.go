@@ -3,8 +3,8 @@ package agent
 import (
 	"sync/atomic"
 
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
 )
 
 // Key resets, made through the coordinators' ResetsService, start one

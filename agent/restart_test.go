@@ -10,7 +10,7 @@ import (
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // engineFleet is a few agents and an in-process coordinator engine on one

@@ -5,8 +5,8 @@ import (
 
 	"github.com/allot-io/allot/internal/clusterclient"
 	"github.com/allot-io/allot/internal/shardroute"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc"
 )

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"
+	"github.com/allot-io/allot/rules"
 )
 
 // setFromProto converts the coordinators' rule set. A rule this agent

@@ -14,7 +14,7 @@ import (
 	"github.com/allot-io/allot/coordinator"
 	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // TestRefusedCredentialLosesNothing: an agent whose token the

@@ -13,8 +13,8 @@ import (
 	"github.com/allot-io/allot/internal/shard"
 	"github.com/allot-io/allot/internal/testwait"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 )

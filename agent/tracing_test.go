@@ -10,7 +10,7 @@ import (
 	"github.com/allot-io/allot/internal/tracing/exporter"
 	"github.com/allot-io/allot/internal/tracing/tracetest"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // traceTo is a provider exporting every span to rcv, flushed at the

@@ -3,7 +3,7 @@ package agent
 import (
 	"fmt"
 
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // UntilRules is what a coordinated agent does until it has rules: from

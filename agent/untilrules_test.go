@@ -17,7 +17,7 @@ import (
 	"github.com/allot-io/allot/coordinator"
 	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 )

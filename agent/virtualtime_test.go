@@ -9,8 +9,8 @@ import (
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/internal/testwait"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
 )
 
 // countingTransport answers every report, acknowledging its usage, and

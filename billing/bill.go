@@ -7,8 +7,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/allot-io/allot/lease/rules"
 	"github.com/allot-io/allot/ledger"
+	"github.com/allot-io/allot/rules"
 )
 
 // LedgerLine is one line of one cluster's ledger, and what billing must

@@ -12,8 +12,8 @@ import (
 
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
 	"github.com/allot-io/allot/ledger"
+	"github.com/allot-io/allot/rules"
 )
 
 // billRule is a tenant quota of 5 a minute, divided 60/40 between eu and

@@ -13,7 +13,7 @@ import (
 	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/coordinator/internal/state"
 	"github.com/allot-io/allot/internal/httproute"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // The status page: /ui is one HTML file with its script and styles in it

@@ -36,7 +36,7 @@
 // usage service's record in proto/ledgerpb, the Raft log's position in the
 // state package), so that billing stays pure and any part of Allot can
 // name a ledger line without linking protobuf. It sits at the top level,
-// in the model layer beside lease/rules, rather than under coordinator/:
+// in the model layer beside rules, rather than under coordinator/:
 // its users are not all the coordinator's (billing serves the CLI, the
 // wire's converter sits under proto, the harnesses under cmd), and an
 // import from the wire or the CLI into coordinator/ for a vocabulary would

@@ -11,8 +11,8 @@ import (
 
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/coordinator/allocator"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
 )
 
 // quotaLease is Allot: a real agent.Agent on every node, reporting in

@@ -14,7 +14,7 @@ import (
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/internal/strictyaml"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 	"go.yaml.in/yaml/v3"
 )
 

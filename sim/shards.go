@@ -13,8 +13,8 @@ import (
 	"github.com/allot-io/allot/coordinator/allocator"
 	"github.com/allot-io/allot/internal/shard"
 	"github.com/allot-io/allot/internal/shardroute"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/algo"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // strategy is one way a fleet can enforce a global limit. Every strategy

@@ -13,7 +13,7 @@ import (
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/internal/timeutil"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // Start is the time manual clocks start at.

@@ -12,7 +12,7 @@ import (
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/agent/envoy"
 	"github.com/allot-io/allot/agent/forwardauth"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // TestExtAuthz: Envoy's ext_authz Check is decided from the request's

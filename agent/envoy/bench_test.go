@@ -21,7 +21,7 @@ import (
 	"github.com/allot-io/allot/agent/envoy"
 	"github.com/allot-io/allot/agent/forwardauth"
 	"github.com/allot-io/allot/agent/sidecar"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // benchRules give every path the same work: one token bucket per tenant

@@ -14,7 +14,7 @@ import (
 
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/agent/envoy"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // FuzzShouldRateLimit: whatever a client sends, the server answers OK,

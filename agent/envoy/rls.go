@@ -18,7 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/allot-io/allot/agent"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // Bounds on what Envoy's configuration puts in a request (the number of

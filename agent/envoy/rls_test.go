@@ -21,8 +21,8 @@ import (
 
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/agent/envoy"
-	"github.com/allot-io/allot/lease/rules"
-	"github.com/allot-io/allot/lease/rules/envoyconf"
+	"github.com/allot-io/allot/rules"
+	"github.com/allot-io/allot/rules/envoyconf"
 )
 
 // serve starts a standalone agent with the rules in yaml and serves its

@@ -18,7 +18,7 @@ import (
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/client/retry"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 func fromHeaders(r *http.Request) agent.Request {

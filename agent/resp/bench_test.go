@@ -9,7 +9,7 @@ import (
 	"github.com/allot-io/allot/agent/agenttest"
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // BenchmarkRoundTrip is one client sending ALLOT.CHECK and waiting for

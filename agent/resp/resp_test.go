@@ -16,7 +16,7 @@ import (
 	"github.com/allot-io/allot/agent/agenttest"
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -17,7 +17,7 @@ import (
 
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // TestCheckHandler drives the sidecar's endpoint as a gateway would: two

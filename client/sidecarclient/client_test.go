@@ -19,8 +19,8 @@ import (
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/agent/sidecar"
 	"github.com/allot-io/allot/client/sidecarclient"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
 )
 
 // quotaRules admit 100 units per tenant in a long window: nothing refills

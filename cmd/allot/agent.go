@@ -14,7 +14,7 @@ import (
 	"github.com/allot-io/allot/agent/forwardauth"
 	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/internal/listenerr"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"

@@ -10,7 +10,7 @@ import (
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/internal/auth"
 	"github.com/allot-io/allot/internal/httproute"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // untilRulesFlag is --until-rules: closed, open or static:FILE.

@@ -18,9 +18,9 @@ import (
 
 	"github.com/allot-io/allot/billing"
 	"github.com/allot-io/allot/coordinator"
-	"github.com/allot-io/allot/lease/rules"
 	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"

@@ -12,9 +12,9 @@ import (
 	"strings"
 
 	"github.com/allot-io/allot/internal/plural"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"
+	"github.com/allot-io/allot/rules"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 )

@@ -12,8 +12,8 @@ import (
 
 	"github.com/allot-io/allot/internal/plural"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
-	"github.com/allot-io/allot/lease/rules/envoyconf"
+	"github.com/allot-io/allot/rules"
+	"github.com/allot-io/allot/rules/envoyconf"
 )
 
 const rulesImportAbout = `

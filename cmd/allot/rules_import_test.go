@@ -9,13 +9,13 @@ import (
 
 	"github.com/allot-io/allot/internal/plural"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
-	"github.com/allot-io/allot/lease/rules/envoyconf"
+	"github.com/allot-io/allot/rules"
+	"github.com/allot-io/allot/rules/envoyconf"
 )
 
 // importTestdata holds envoyproxy/ratelimit configuration files: api.yaml
 // and edge.yaml.
-const importTestdata = "../../lease/rules/envoyconf/testdata"
+const importTestdata = "../../rules/envoyconf/testdata"
 
 // TestRulesImport converts configuration files as a user does, and checks
 // that the file written is a rules file holding what envoyconf.Import

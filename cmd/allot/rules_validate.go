@@ -11,7 +11,7 @@ import (
 
 	"github.com/allot-io/allot/internal/plural"
 	"github.com/allot-io/allot/internal/strictyaml"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 	"go.yaml.in/yaml/v3"
 )
 

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/billing"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/ledgerpb"
+	"github.com/allot-io/allot/rules"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )

@@ -2,7 +2,7 @@ package allocator
 
 import (
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // allocatePool divides one pool's allowance among its present claims.

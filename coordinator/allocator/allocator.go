@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // Allocator is the leader's soft state: every node's smoothed demand and

@@ -5,8 +5,8 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
 )
 
 // claim is one node's part in a class.

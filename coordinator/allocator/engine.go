@@ -8,9 +8,9 @@ import (
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/state"
-	"github.com/allot-io/allot/lease/rules"
 	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
 )
 
 // Engine is a coordinator without Raft or network: the same allocation,

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
 )
 
 // scenarioNode is one agent's side of the exchange with an Engine, held

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
 )
 
 // keyLimit is a key's own limit: limit per period; zero for none.

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/allot-io/allot/coordinator/internal/state"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // overrideView is the allocator's copy of the per-tenant overrides, kept

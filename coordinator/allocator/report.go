@@ -6,9 +6,9 @@ import (
 
 	"github.com/allot-io/allot/coordinator/internal/state"
 	"github.com/allot-io/allot/internal/shard"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"
+	"github.com/allot-io/allot/rules"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"

@@ -7,8 +7,8 @@ import (
 
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
 )
 
 // TestFullPassesSpreadOverTheLeasePeriod: every pool is divided once a

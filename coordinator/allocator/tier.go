@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
 )
 
 // The tier between regions. A rule whose limit is divided among regions

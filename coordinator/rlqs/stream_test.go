@@ -15,9 +15,9 @@ import (
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/coordinator/rlqs/rlqstest"
 	"github.com/allot-io/allot/internal/timeutil"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"
+	"github.com/allot-io/allot/rules"
 )
 
 var rlqsRule = &allotpb.Rule{Name: "api", Scope: "tenant", Algorithm: "token_bucket", Limit: 300, Period: durationpb.New(time.Second), Intent: "capacity"}

@@ -1,8 +1,8 @@
-// Package rulespb converts Allot's rule model (package lease/rules) to and
+// Package rulespb converts Allot's rule model (package rules) to and
 // from its wire form (allotpb.Rule and allotpb.RuleSet).
 //
 // The conversion lives here, next to the generated messages, rather than
-// in lease/rules, so that the rule model stays a pure package: the agent's
+// in package rules, so that the rule model stays a pure package: the agent's
 // library, `allot rules validate` and the billing code use rules without
 // linking protobuf, and a change to the wire cannot reach into how a rule
 // is read, validated or billed. Package allotpb itself stays the

@@ -3,8 +3,8 @@ package rulespb
 import (
 	"time"
 
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
 )
 
 // OverrideToProto converts o to its wire form (version and deleted unset).

@@ -10,9 +10,9 @@ import (
 
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
-	"github.com/allot-io/allot/lease/rules/rulestest"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
+	"github.com/allot-io/allot/rules/rulestest"
 	"google.golang.org/protobuf/proto"
 	"pgregory.net/rapid"
 )

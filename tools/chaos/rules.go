@@ -9,7 +9,7 @@ import (
 
 // ruleDef is one rule the harness writes into the coordinators' rules
 // file. The harness decides which rules a request matches from these
-// definitions, with its own matcher (not lease/rules'), so that a bug in
+// definitions, with its own matcher (not package rules'), so that a bug in
 // the project's matching shows as a mismatch instead of hiding in both.
 type ruleDef = fleet.Rule
 

@@ -7,9 +7,9 @@ import (
 	"strings"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"
+	"github.com/allot-io/allot/rules"
 	"github.com/google/btree"
 	"google.golang.org/protobuf/proto"
 )

@@ -15,7 +15,7 @@ import (
 // the rule model, the ledger's vocabulary and the slot function,
 // protobuf's encoding, and the B-tree.
 var allowedImports = map[string]bool{
-	"github.com/allot-io/allot/lease/rules":                    true,
+	"github.com/allot-io/allot/rules":                          true,
 	"github.com/allot-io/allot/ledger":                         true, // the ledger's key, line and position: no clock, no state
 	"github.com/allot-io/allot/internal/shard":                 true, // the slot of a tenant: a pure function
 	"github.com/allot-io/allot/proto":                          true,

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 

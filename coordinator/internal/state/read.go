@@ -3,9 +3,9 @@ package state
 import (
 	"time"
 
-	"github.com/allot-io/allot/lease/rules"
 	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
 )
 
 // What readers see of the state, under the FSM's read lock. What these

@@ -8,9 +8,9 @@ import (
 	"slices"
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
-	"github.com/allot-io/allot/lease/rules"
 	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
 )
 
 // Resets start one key's counters afresh fleet-wide (a support case: a

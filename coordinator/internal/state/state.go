@@ -6,10 +6,10 @@ import (
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/internal/shard"
-	"github.com/allot-io/allot/lease/rules"
 	"github.com/allot-io/allot/ledger"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/proto/rulespb"
+	"github.com/allot-io/allot/rules"
 	"github.com/google/btree"
 )
 

@@ -2,8 +2,8 @@ package state
 
 import (
 	"github.com/allot-io/allot/internal/shard"
-	"github.com/allot-io/allot/lease/rules"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/rules"
 )
 
 // View is what a report reads of the state, at one applied entry: the

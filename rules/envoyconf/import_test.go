@@ -14,7 +14,7 @@ import (
 
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // The configurations below are envoyproxy/ratelimit's own, from its

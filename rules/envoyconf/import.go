@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/lease"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 	"go.yaml.in/yaml/v3"
 )
 

@@ -11,14 +11,14 @@ import (
 
 const module = "github.com/allot-io/allot"
 
-// TestLayering keeps the rule model pure: lease/rules and what it imports
+// TestLayering keeps the rule model pure: rules and what it imports
 // link no wire types, and lease, whose arithmetic and vocabulary
 // (intents, fail modes) the model is built on, imports no other Allot
 // package, so that the model may import it and never the other way
 // round. The wire conversion is proto/rulespb's.
 func TestLayering(t *testing.T) {
 	_, here, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(here), "..", "..")
+	root := filepath.Join(filepath.Dir(here), "..")
 	deps := func(pkg string) []string {
 		seen := map[string]bool{}
 		var out []string
@@ -43,7 +43,7 @@ func TestLayering(t *testing.T) {
 		slices.Sort(out)
 		return out
 	}
-	for _, pkg := range []string{module + "/lease", module + "/lease/rules", module + "/lease/rules/envoyconf"} {
+	for _, pkg := range []string{module + "/lease", module + "/rules", module + "/rules/envoyconf"} {
 		for _, imp := range deps(pkg) {
 			switch {
 			case imp == module+"/proto", strings.HasPrefix(imp, module+"/proto/"),

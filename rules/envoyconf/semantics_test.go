@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 	"go.yaml.in/yaml/v3"
 )
 

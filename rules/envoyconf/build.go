@@ -9,7 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/allot-io/allot/algo"
-	"github.com/allot-io/allot/lease/rules"
+	"github.com/allot-io/allot/rules"
 )
 
 // check validates what depends on a whole tree, drops the wildcards

@@ -12,7 +12,7 @@ import (
 )
 
 func TestExampleFileIsValid(t *testing.T) {
-	rs, err := Load("../../docs/examples/rules.yaml")
+	rs, err := Load("../docs/examples/rules.yaml")
 	if err != nil {
 		t.Fatalf("docs/examples/rules.yaml: %v", err)
 	}

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allot-io/allot/lease/rules"
-	"github.com/allot-io/allot/lease/rules/rulestest"
+	"github.com/allot-io/allot/rules"
+	"github.com/allot-io/allot/rules/rulestest"
 	"pgregory.net/rapid"
 )
 
@@ -44,7 +44,7 @@ func TestWriteRoundTrip(t *testing.T) {
 // TestWriteLayout: the example file, and a rule setting what it does not,
 // are written as people write rules, and read back the same.
 func TestWriteLayout(t *testing.T) {
-	want, err := rules.Load("../../docs/examples/rules.yaml")
+	want, err := rules.Load("../docs/examples/rules.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

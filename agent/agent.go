@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/internal/agentdrive"
 	"github.com/allot-io/allot/internal/timeutil"
 	"github.com/allot-io/allot/internal/tracing"
 	"github.com/allot-io/allot/lease"
-	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/rules"
 	"github.com/hashicorp/go-hclog"
 	"go.opentelemetry.io/otel/trace"
@@ -24,7 +24,10 @@ import (
 // leases, and reports usage to the coordinators in the background. It is
 // safe for concurrent use.
 type Agent struct {
-	cfg    Config
+	cfg Config
+	// manual is set when the agent's reports are driven by its transport's
+	// owner, the simulator (drive.go): it starts no goroutine.
+	manual bool
 	log    hclog.Logger
 	hasher *algo.Hasher
 	clock  *clock
@@ -114,8 +117,10 @@ func New(config Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	_, manual := cfg.Transport.(agentdrive.Transport)
 	a := &Agent{
 		cfg:    cfg,
+		manual: manual,
 		log:    cfg.Logger.Named("agent"),
 		hasher: algo.NewHasher(),
 		clock:  newClock(cfg.Clock),
@@ -154,8 +159,9 @@ func New(config Config) (*Agent, error) {
 		a.born = a.clock.local()
 		a.joining.Store(true)
 	}
-	if cfg.ManualReports {
-		return a, nil // the caller drives everything
+	if d, ok := cfg.Transport.(agentdrive.Transport); ok {
+		d.Drive(driven{a}) // the simulator drives everything
+		return a, nil
 	}
 	a.wg.Add(2)
 	go func() {
@@ -174,44 +180,6 @@ func New(config Config) (*Agent, error) {
 		}()
 	}
 	return a, nil
-}
-
-// PrepareReport builds the next report, for callers that carry reports
-// themselves (Config.ManualReports): it cuts usage and turns busy keys
-// into hot keys, as the background reporter would. An urgent report holds
-// only the keys running low.
-func (a *Agent) PrepareReport(urgent bool) *Exchange {
-	if a.rep == nil {
-		return nil
-	}
-	return a.rep.prepare(urgent)
-}
-
-// Deliver applies a coordinator's answer to a prepared report, or the
-// failure to get one (resp nil, err set).
-func (a *Agent) Deliver(x *Exchange, resp *allotpb.ReportResponse, err error) {
-	if a.rep == nil || x == nil {
-		return
-	}
-	a.rep.deliver(x, resp, err)
-}
-
-// WantsEarlyReport reports, once, that an early (urgent) report is due: a
-// leased key is running low, or a lowered lease is to be confirmed. For
-// callers driving reports themselves. Like the agent's own reporter, it
-// says so at most ten times an interval; one asked for sooner stays asked
-// for, and is answered by a later call.
-func (a *Agent) WantsEarlyReport() bool {
-	select {
-	case <-a.early:
-		if a.earlyWait() == 0 {
-			return true
-		}
-		a.askEarly()
-		return false
-	default:
-		return false
-	}
 }
 
 // earlyWait is how long before an early report may go: 0 when one may go
@@ -521,8 +489,8 @@ func (a *Agent) askEarly() {
 
 // Share returns the node's current share of a rule's limit for a key, per
 // the rule's period: the lease it holds, or its unleased share. For a
-// global rule (key ignored) it is the node's total. For dashboards and the
-// simulator.
+// global rule (key ignored) it is the node's total. For dashboards and
+// demos.
 func (a *Agent) Share(rule, key string) float64 {
 	if l, ok := a.Lease(rule, key); ok {
 		return l

@@ -151,6 +151,32 @@ func TestPriorityShedding(t *testing.T) {
 	}
 }
 
+// TestReserveRefusalResetsAsTheTotal: a request refused for dipping into
+// its priority's reserve took nothing, and says when the node's total is
+// full again as it stands: 2 of 10 tokens left (one every 6 s) are full
+// in 48 s. It said 54 s, the total's reset with the request spent, before
+// it was given back.
+func TestReserveRefusalResetsAsTheTotal(t *testing.T) {
+	clk := newManualClock()
+	g := rule("capacity", rules.Global, algo.TokenBucket, 10, time.Minute, lease.Capacity)
+	g.Burst = 10
+	exact := 0.0 // no stripes: the total's figures are exact
+	g.Tolerance = &exact
+	a := standalone(t, clk, g)
+	for range 8 {
+		if d := a.Check(Request{Tenant: "t", Priority: Critical}); !d.Allowed {
+			t.Fatalf("refused within the total: %+v", d)
+		}
+	}
+	d := a.Check(Request{Tenant: "t", Priority: Batch})
+	if d.Allowed || d.Available != 2 || d.ResetAfter != 48*time.Second {
+		t.Errorf("a batch request into the reserve: %+v; want refused, 2 left, reset in 48s", d)
+	}
+	if d := a.Check(Request{Tenant: "t", Priority: Critical}); !d.Allowed || d.Available != 1 {
+		t.Errorf("the refused request took from the total: %+v; want admitted, 1 left", d)
+	}
+}
+
 // TestKeyFloodBounded floods a per-IP rule with distinct addresses: the
 // keys held stay at MaxKeys, and each intent's overflow is counted.
 func TestKeyFloodBounded(t *testing.T) {

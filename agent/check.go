@@ -27,16 +27,22 @@ import (
 // A request with Peek is decided as it would be now and spends nothing
 // (see Request.Peek).
 func (a *Agent) Check(req Request) (d Decision) {
+	// A request is spent; a peek is the same decision, spending nothing.
+	o := opSpend
 	if req.Peek {
-		a.peek(&req, &d)
-		return d
+		o = opPeek
+		defer a.countPeek(&d)
 	}
 	c := a.rules.Load()
 	if c == nil {
-		a.noRules(&d)
+		if o == opSpend {
+			a.noRules(&d)
+		} else {
+			a.untilRules(&d)
+		}
 		return d
 	}
-	if c.standIn {
+	if c.standIn && o == opSpend {
 		a.countStandIn(c)
 	}
 	if len(c.rules) == 0 {
@@ -55,8 +61,6 @@ func (a *Agent) Check(req Request) (d Decision) {
 	local := a.clock.local()
 	now := newInstants(local, local+a.clock.offset.Load())
 	var rh reqHashes
-	th := rh.get(a, &req, rules.AttrTenant)
-	tu := c.usage.get(th, req.Tenant, req.Plan)
 	best := -1
 	var bestR result
 	var passed, shadowed ruleBits
@@ -65,7 +69,7 @@ func (a *Agent) Check(req Request) (d Decision) {
 		if !rs.matches(&req) {
 			continue
 		}
-		r := rs.check(a, &req, &rh, rs.at(&now), cost)
+		r := rs.decide(a, &req, &rh, rs.at(&now), cost, o)
 		if !r.allowed() && !rs.rule.Shadow && !caughtUp {
 			// About to refuse: on a clock that is current (clock.catchUp).
 			// The rules passed before keep what they decided; the refused
@@ -73,21 +77,35 @@ func (a *Agent) Check(req Request) (d Decision) {
 			caughtUp = true
 			if l, ok := a.clock.catchUp(); ok {
 				now = newInstants(l, l+a.clock.offset.Load())
-				r = rs.check(a, &req, &rh, rs.at(&now), cost)
+				r = rs.decide(a, &req, &rh, rs.at(&now), cost, o)
 			}
 		}
 		switch {
 		case !r.allowed() && rs.rule.Shadow:
-			rs.shadowed.Add(1) // admitted: nothing was spent, so nothing to undo
-			shadowed.set(i)
-		case !r.allowed():
-			if best >= 0 { // a rule passed: give back what it took
-				c.undoPassed(a, &req, &rh, &passed, &now, cost, i)
+			// Admitted: nothing was spent, so nothing to undo.
+			if o == opSpend {
+				rs.shadowed.Add(1)
+				shadowed.set(i)
 			}
-			c.countHidden(a, &req, &rh, i, cost)
-			c.count(tu, th, &req, 2*i+1, cost)
+		case !r.allowed():
+			if o == opSpend {
+				if best >= 0 { // a rule passed: give back what it took
+					c.undoPassed(a, &req, &rh, &passed, &now, cost, i)
+				}
+				c.countHidden(a, &req, &rh, i, cost)
+				th := rh.get(a, &req, rules.AttrTenant)
+				c.count(c.usage.get(th, req.Tenant, req.Plan), th, &req, 2*i+1, cost)
+			}
 			a.fill(&d, rs, &req, r)
 			return d
+		case o == opPeek:
+			// The tighter rule by what the request would leave, as
+			// opSpend's results say.
+			if best < 0 {
+				best, bestR = i, r
+			} else if l, bl := r.left(cost), bestR.left(cost); l.tighter(&bl) {
+				best, bestR = i, r
+			}
 		default:
 			passed.set(i)
 			if best < 0 || r.tighter(&bestR) {
@@ -95,11 +113,14 @@ func (a *Agent) Check(req Request) (d Decision) {
 			}
 		}
 	}
-	passed.or(&shadowed, len(c.rules))
-	if req.res != nil {
-		req.res.hold(c, &passed, now, cost) // billed when settled
-	} else {
-		c.countPassed(tu, th, &req, &passed, cost)
+	if o == opSpend {
+		passed.or(&shadowed, len(c.rules))
+		if req.res != nil {
+			req.res.hold(c, &passed, now, cost) // billed when settled
+		} else {
+			th := rh.get(a, &req, rules.AttrTenant)
+			c.countPassed(c.usage.get(th, req.Tenant, req.Plan), th, &req, &passed, cost)
+		}
 	}
 	if best < 0 {
 		d.Allowed = true
@@ -143,7 +164,11 @@ func (c *compiled) undoPassed(a *Agent, req *Request, rh *reqHashes, passed *rul
 			j := w<<6 | bits64.TrailingZeros64(bits)
 			bits &= bits - 1
 			rs := c.rules[j]
-			rs.undo(a, req, rh, rs.at(now), cost, nested.has(j))
+			o := opGiveBack
+			if nested.has(j) {
+				o = opGiveBackDenied
+			}
+			rs.decide(a, req, rh, rs.at(now), cost, o)
 		}
 	}
 }

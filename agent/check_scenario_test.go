@@ -128,7 +128,7 @@ func (s *checkScenario) setRules(c *scenario.Call) (string, error) {
 			return "", fmt.Errorf("nodes=%d: want 1 to 65536", nodes)
 		}
 		s.coord = &handCoordinator{clk: s.clk, nodes: uint32(nodes)}
-		cfg.Transport, cfg.ManualReports = s.coord, true
+		cfg.Transport = byHand{s.coord}
 	} else if c.Has("nodes") {
 		return "", errors.New("nodes=: only a coordinated agent has a fleet")
 	}
@@ -238,23 +238,23 @@ func (s *checkScenario) report(c *scenario.Call) (string, error) {
 	if s.coord == nil {
 		return "", errors.New("the agent is standalone: give its rules with coordinated")
 	}
-	x := s.a.PrepareReport(false)
+	x := s.a.prepareReport(false)
 	var b strings.Builder
-	demand := slices.Clone(x.Request.GetDemand())
+	demand := slices.Clone(x.req.GetDemand())
 	slices.SortFunc(demand, func(p, q *allotpb.KeyDemand) int {
 		return strings.Compare(demandName(s.rules, p), demandName(s.rules, q))
 	})
 	for _, d := range demand {
 		fmt.Fprintf(&b, "demand %s admitted=%g denied=%g held=%.2f\n", demandName(s.rules, d), d.GetAdmitted(), d.GetDenied(), d.GetHeld())
 	}
-	if x.Request.GetUsage() != nil {
-		fmt.Fprintf(&b, "usage batch %d\n", x.Request.GetUsage().GetSeq())
+	if x.req.GetUsage() != nil {
+		fmt.Fprintf(&b, "usage batch %d\n", x.req.GetUsage().GetSeq())
 	}
 	if c.Flag("fail") {
 		if c.Input() != "" {
 			return "", errors.New("fail: a report no coordinator answers carries no leases back")
 		}
-		s.a.Deliver(x, nil, errNoCoordinator)
+		s.a.deliver(x, nil, errNoCoordinator)
 		return b.String() + "no answer\n", nil
 	}
 	if c.Has("nodes") {
@@ -267,13 +267,13 @@ func (s *checkScenario) report(c *scenario.Call) (string, error) {
 	var leases []*allotpb.Lease
 	if _, err := c.Lines(scenario.Commands{"lease": {Positional: []string{"rule"}, Keys: []string{"tenant", "priority", "limit", "burst", "next"}, Lists: []string{"key"}, Required: []string{"limit"},
 		Run: func(c *scenario.Call) (string, error) {
-			l, err := s.leaseLine(c, x.Request)
+			l, err := s.leaseLine(c, x.req)
 			leases = append(leases, l)
 			return "", err
 		}}}); err != nil {
 		return "", err
 	}
-	s.a.Deliver(x, s.coord.answer(x.Request, leases), nil)
+	s.a.deliver(x, s.coord.answer(x.req, leases), nil)
 	if b.Len() == 0 {
 		return "no demand\n", nil
 	}

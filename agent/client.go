@@ -19,8 +19,8 @@ func newClient(cfg *Config) (*clusterclient.Client, error) {
 }
 
 // Transport carries reports to the coordinators. The default dials
-// Config.Coordinators with gRPC, follows the leader and fails over; a
-// simulator or test may carry reports itself.
+// Config.Coordinators with gRPC, follows the leader and fails over; an
+// in-process coordinator, or a test, may carry reports instead.
 type Transport interface {
 	Report(ctx context.Context, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error)
 }

@@ -60,15 +60,15 @@ func TestOffsetStep(t *testing.T) {
 				t.Fatal(err)
 			}
 			se := &skewedEngine{e: eng, clk: clk}
-			a, err := New(Config{NodeID: "gw-1", Region: "eu-west", Rules: []rules.Rule{r}, Clock: clk, ReportInterval: time.Second, Transport: se, ManualReports: true})
+			a, err := New(Config{NodeID: "gw-1", Region: "eu-west", Rules: []rules.Rule{r}, Clock: clk, ReportInterval: time.Second, Transport: byHand{se}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer a.Close(context.Background())
 			report := func() {
-				x := a.PrepareReport(false)
-				resp, err := se.Report(context.Background(), x.Request)
-				a.Deliver(x, resp, err)
+				x := a.prepareReport(false)
+				resp, err := se.Report(context.Background(), x.req)
+				a.deliver(x, resp, err)
 			}
 			report()
 			// Spend everything there is, without letting time pass.

@@ -83,12 +83,8 @@ type Config struct {
 	MaxReservations int
 
 	// Transport, when set, carries reports instead of a gRPC connection to
-	// Coordinators (simulators, tests, custom transports).
+	// Coordinators (an in-process coordinator, tests, custom transports).
 	Transport Transport
-	// ManualReports starts no background goroutine: the caller reports by
-	// PrepareReport and Deliver, at the intervals it chooses. For
-	// simulators driving agents in virtual time.
-	ManualReports bool
 
 	// TLS, when set, is used to reach the coordinators as it is; with a
 	// client certificate, it must name NodeID. CAFile, CertFile and
@@ -147,9 +143,6 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if (cfg.CertFile == "") != (cfg.KeyFile == "") {
 		return cfg, bad("CertFile", "CertFile and KeyFile go together")
-	}
-	if cfg.ManualReports && cfg.Transport == nil {
-		return cfg, bad("ManualReports", "needs a Transport to carry the reports")
 	}
 	for name, v := range map[string]int{"MaxKeys": cfg.MaxKeys, "MaxHotKeys": cfg.MaxHotKeys, "MaxTenants": cfg.MaxTenants} {
 		if v < 0 {

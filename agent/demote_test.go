@@ -37,9 +37,9 @@ func TestIdleLeasedKeysLeave(t *testing.T) {
 			}
 			a := engineAgent(t, eng, clk, "gw-1", "eu-west", r, nil)
 			report := func() {
-				x := a.PrepareReport(false)
-				resp, err := eng.Report(clk.Now(), x.Request)
-				a.Deliver(x, resp, err)
+				x := a.prepareReport(false)
+				resp, err := eng.Report(clk.Now(), x.req)
+				a.deliver(x, resp, err)
 				eng.Round(clk.Now())
 			}
 			tenants := []string{"t1", "t2", "t3"}
@@ -82,7 +82,7 @@ func TestIdleLeasedKeysLeave(t *testing.T) {
 			if n := hot(); n != 0 {
 				t.Fatalf("after %v idle, %d hot keys are left; want 0", tc.idle, n)
 			}
-			if req := a.PrepareReport(false).Request; len(req.GetDemand()) != 0 {
+			if req := a.prepareReport(false).req; len(req.GetDemand()) != 0 {
 				t.Fatalf("the next report still carries %d keys", len(req.GetDemand()))
 			}
 			// Traffic returns: the key is hot again.
@@ -113,9 +113,9 @@ func TestIdleClassesLeave(t *testing.T) {
 	}
 	a := engineAgent(t, eng, clk, "gw-1", "eu-west", r, nil)
 	report := func() {
-		x := a.PrepareReport(false)
-		resp, err := eng.Report(clk.Now(), x.Request)
-		a.Deliver(x, resp, err)
+		x := a.prepareReport(false)
+		resp, err := eng.Report(clk.Now(), x.req)
+		a.deliver(x, resp, err)
 		eng.Round(clk.Now())
 	}
 	classes := func() int { return len(*a.rules.Load().rules[0].fair.classes.Load()) }
@@ -173,9 +173,9 @@ func TestUndoneCostNeverReportedNegative(t *testing.T) {
 			a.Check(Request{Tenant: "t1"})
 			clk.Advance(20 * time.Millisecond)
 		}
-		x := a.PrepareReport(false)
-		resp, err := eng.Report(clk.Now(), x.Request)
-		a.Deliver(x, resp, err)
+		x := a.prepareReport(false)
+		resp, err := eng.Report(clk.Now(), x.req)
+		a.deliver(x, resp, err)
 	}
 	var hk *hotKey
 	for _, k := range *a.rules.Load().rules[0].hot.Load() {
@@ -189,16 +189,16 @@ func TestUndoneCostNeverReportedNegative(t *testing.T) {
 		if i == 1 {
 			hk.admitted.Add(25)
 		}
-		x := a.PrepareReport(false)
-		d := x.Request.GetDemand()
+		x := a.prepareReport(false)
+		d := x.req.GetDemand()
 		if len(d) != 1 || d[0].GetAdmitted() != want {
 			t.Fatalf("report %d: demand %v, want admitted %v", i, d, want)
 		}
 		if i == 1 && hk.admitted.Load() != 0 {
 			t.Fatalf("report %d left %d in the counter", i, hk.admitted.Load())
 		}
-		resp, err := eng.Report(clk.Now(), x.Request)
-		a.Deliver(x, resp, err)
+		resp, err := eng.Report(clk.Now(), x.req)
+		a.deliver(x, resp, err)
 		clk.Advance(time.Second)
 	}
 }

@@ -187,7 +187,7 @@ func (a *Agent) CheckDescriptors(domain string, descs []Descriptor, cost int64, 
 			out = append(out, Decision{Allowed: true, Rule: dr.name, Scope: "descriptor"})
 		case d.Peek:
 			rs := c.rules[dr.index]
-			out = append(out, a.peekDescriptor(rs, &descs[i], rs.at(&now)))
+			out = append(out, a.decideDescriptor(c, rs, &descs[i], 1, rs.at(&now), opPeek))
 			continue // counted
 		default:
 			n := d.Cost
@@ -198,7 +198,7 @@ func (a *Agent) CheckDescriptors(domain string, descs []Descriptor, cost int64, 
 				n = 1
 			}
 			rs := c.rules[dr.index]
-			out = append(out, a.checkDescriptor(c, rs, &descs[i], n, rs.at(&now)))
+			out = append(out, a.decideDescriptor(c, rs, &descs[i], n, rs.at(&now), opSpend))
 			continue
 		}
 		if d.Peek {
@@ -248,8 +248,10 @@ func (rs *ruleState) callLimit(desc *Descriptor) (st *limitStore, none bool) {
 	return rs.callStore(*desc.Limit), false
 }
 
-// checkDescriptor decides one descriptor under its rule and counts it.
-func (a *Agent) checkDescriptor(c *compiled, rs *ruleState, desc *Descriptor, cost int64, now time.Time) (d Decision) {
+// decideDescriptor decides one descriptor under its rule and counts it
+// (opSpend), or answers as it would be decided, counting only the peek
+// (opPeek, at a cost of 1, as Check answers a peek).
+func (a *Agent) decideDescriptor(c *compiled, rs *ruleState, desc *Descriptor, cost int64, now time.Time, o op) (d Decision) {
 	if cost > MaxCost {
 		a.invalid.Add(1)
 		d.RetryAfter = -1
@@ -261,10 +263,17 @@ func (a *Agent) checkDescriptor(c *compiled, rs *ruleState, desc *Descriptor, co
 	}
 	req := Request{desc: desc, lst: lst}
 	var rh reqHashes
-	r := rs.check(a, &req, &rh, now, cost)
+	r := rs.decide(a, &req, &rh, now, cost, o)
 	if !r.allowed() && rs.rule.Shadow {
-		rs.shadowed.Add(1)
+		if o == opSpend {
+			rs.shadowed.Add(1)
+		}
 		r = result{remaining: 0, limit: r.limit, reset: r.reset}
+	}
+	a.fill(&d, rs, &req, r)
+	if o == opPeek {
+		a.countPeek(&d)
+		return d
 	}
 	th := rh.get(a, &req, rules.AttrTenant)
 	slot := 2 * rs.index
@@ -274,26 +283,6 @@ func (a *Agent) checkDescriptor(c *compiled, rs *ruleState, desc *Descriptor, co
 	for tu := c.usage.get(th, "", ""); !tu.add(slot, cost); {
 		tu = c.usage.get(th, "", "")
 	}
-	a.fill(&d, rs, &req, r)
-	return d
-}
-
-// peekDescriptor answers a descriptor with Peek as checkDescriptor would
-// one of cost 1, spending nothing and counting only the peek (see
-// Agent.peek).
-func (a *Agent) peekDescriptor(rs *ruleState, desc *Descriptor, now time.Time) (d Decision) {
-	lst, none := rs.callLimit(desc)
-	if none {
-		return a.refuseAll(nil, rs, desc, 1)
-	}
-	req := Request{desc: desc, lst: lst}
-	var rh reqHashes
-	r := rs.peek(a, &req, &rh, now, 1)
-	if !r.allowed() && rs.rule.Shadow {
-		r = result{remaining: 0, limit: r.limit, reset: r.reset}
-	}
-	a.fill(&d, rs, &req, r)
-	a.countPeek(&d)
 	return d
 }
 

@@ -30,21 +30,21 @@ func TestLeaseExpiriesCounted(t *testing.T) {
 	}{
 		{name: "answered without a renewal", intent: lease.Quota, want: 1, lapse: func(a *Agent, clk *timeutil.Manual) {
 			clk.Advance(time.Minute)
-			x := a.PrepareReport(false)
-			a.Deliver(x, &allotpb.ReportResponse{CoordinatorUnixNano: clk.Now().UnixNano()}, nil)
+			x := a.prepareReport(false)
+			a.deliver(x, &allotpb.ReportResponse{CoordinatorUnixNano: clk.Now().UnixNano()}, nil)
 		}},
 		{name: "cut off, fallback", intent: lease.Capacity, want: 1, lapse: func(a *Agent, clk *timeutil.Manual) {
 			for range 8 {
 				clk.Advance(time.Second)
-				x := a.PrepareReport(false)
-				a.Deliver(x, nil, errors.New("no coordinator"))
+				x := a.prepareReport(false)
+				a.deliver(x, nil, errors.New("no coordinator"))
 			}
 		}},
 		{name: "cut off, fail open keeps its lease", intent: lease.Quota, want: 0, lapse: func(a *Agent, clk *timeutil.Manual) {
 			for range 8 {
 				clk.Advance(time.Second)
-				x := a.PrepareReport(false)
-				a.Deliver(x, nil, errors.New("no coordinator"))
+				x := a.prepareReport(false)
+				a.deliver(x, nil, errors.New("no coordinator"))
 			}
 		}},
 	} {
@@ -64,9 +64,9 @@ func TestLeaseExpiriesCounted(t *testing.T) {
 					a.Check(Request{Tenant: "t1"})
 					clk.Advance(10 * time.Millisecond)
 				}
-				x := a.PrepareReport(false)
-				resp, err := eng.Report(clk.Now(), x.Request)
-				a.Deliver(x, resp, err)
+				x := a.prepareReport(false)
+				resp, err := eng.Report(clk.Now(), x.req)
+				a.deliver(x, resp, err)
 			}
 			hk := onlyHotKey(t, a)
 			if !hk.leased.Load() {

@@ -59,22 +59,50 @@ func classPriority(rs *ruleState, req *Request) uint32 {
 	return uint32(req.Priority.shedRank())<<4 | uint32(rs.rule.RankFor(req.Plan))
 }
 
-func (f *fairState) check(a *Agent, rs *ruleState, st *limitStore, req *Request, rh *reqHashes, now time.Time, cost int64) result {
+// decide is ruleState.decide for a global rule: a request passes its
+// class's lease, if the class has one, and the node's total, which keeps
+// each priority's reserve. A class's lease refusing is answered by what
+// borrowing does (borrow). A spend counts the request in its class, and a
+// coordinated rule's class not yet reported asks to be; a peek counts
+// nothing and asks for no class. A give-back returns the cost to the
+// total and the class.
+func (f *fairState) decide(a *Agent, rs *ruleState, st *limitStore, req *Request, rh *reqHashes, now time.Time, cost int64, o op) result {
 	var class *hotKey
-	if classes := *f.classes.Load(); len(classes) > 0 || rs.coordinated {
+	if classes := *f.classes.Load(); len(classes) > 0 || rs.coordinated && o == opSpend {
 		ck := classKey{rh.get(a, req, rules.AttrTenant), classPriority(rs, req)}
 		class = classes[ck]
-		if class == nil && rs.coordinated {
+		if class == nil && rs.coordinated && o == opSpend {
 			h := ck.tenant.Then(a.prioHash[ck.priority&0xff])
 			if !f.pending.seen(h) {
 				f.pending.add(h, nil, req, ck.priority)
 			}
 		}
 	}
+	if o >= opGiveBack {
+		// A request its class borrowed took nothing from the class's
+		// lease, yet is given back to it too: a give-back cannot tell,
+		// and the class gains at most the cost, within its lease's burst.
+		if req.Priority != Exempt {
+			st.single.ReturnAt(now, cost)
+		}
+		if class != nil {
+			if class.leased.Load() {
+				class.decide(a, now, cost, opGiveBack)
+			} else {
+				class.admitted.Add(-cost)
+			}
+		}
+		return result{}
+	}
 	if req.Priority == Exempt {
 		// Never refused; what it uses is still taken from the node's total.
-		d := st.single.AllowAt(now, cost)
-		if class != nil {
+		var d algo.Decision
+		if o == opSpend {
+			d = st.single.AllowAt(now, cost)
+		} else {
+			d = st.single.PeekAt(now, cost)
+		}
+		if class != nil && o == opSpend {
 			class.admitted.Add(cost)
 		}
 		r := fromAlgo(&d)
@@ -84,14 +112,16 @@ func (f *fairState) check(a *Agent, rs *ruleState, st *limitStore, req *Request,
 	var cd result
 	leased := class != nil && class.leased.Load()
 	if leased {
-		if cd = class.allow(a, now, cost); !cd.allowed() {
-			return f.borrow(class, st, req, now, cost, cd)
+		if cd = class.decide(a, now, cost, o); !cd.allowed() {
+			return f.borrow(class, st, req, now, cost, cd, o)
 		}
 	}
 	refuse := func(r result) result {
+		if o != opSpend {
+			return r
+		}
 		if leased {
-			class.lim.ReturnAt(now, cost)
-			class.admitted.Add(-cost)
+			class.decide(a, now, cost, opGiveBack)
 		}
 		if class != nil {
 			class.denied.Add(cost)
@@ -103,80 +133,57 @@ func (f *fairState) check(a *Agent, rs *ruleState, st *limitStore, req *Request,
 		wait := time.Duration(c - now.UnixNano())
 		return refuse(result{0, 1, wait, wait})
 	}
-	d := st.single.AllowAt(now, cost)
+	var d algo.Decision
+	if o == opSpend {
+		d = st.single.AllowAt(now, cost)
+	} else {
+		d = st.single.PeekAt(now, cost)
+	}
 	if !d.Allowed {
 		return refuse(fromAlgo(&d))
+	}
+	// left is what the request leaves of the node's total.
+	left := d.Remaining
+	if o == opPeek {
+		left -= cost
 	}
 	// The priority's reserve: what a lower priority may not take of the
 	// node's total. Checked after spending, so the usual case costs one
 	// call; a request that dipped into the reserve is given back, and the
 	// priority is closed until the total has refilled past its reserve,
-	// so that while it is in the reserve its refusals take no lock.
-	if reserve := reserveUnits(req.Priority, d.Limit); d.Remaining < reserve {
-		st.single.ReturnAt(now, cost)
-		retry := max(a.interval()/10, time.Millisecond)
-		if probe := st.single.AllowAt(now, reserve+cost); probe.Allowed {
-			st.single.ReturnAt(now, reserve+cost) // refilled meanwhile
-		} else if probe.RetryAfter > 0 {
-			retry = probe.RetryAfter
-			closed.Store(now.UnixNano() + int64(retry))
+	// so that while it is in the reserve its refusals take no lock. When
+	// it will have refilled is a peek's answer, for the reserve and the
+	// request: a probe that spent them, even to give them back at once,
+	// would hold them out of the total meanwhile, and refuse requests
+	// other goroutines decide in that instant.
+	if reserve := reserveUnits(req.Priority, d.Limit); left < reserve {
+		if o == opSpend {
+			st.single.ReturnAt(now, cost)
 		}
-		return refuse(result{d.Remaining + cost, d.Limit, retry, d.ResetAfter})
+		retry := max(a.interval()/10, time.Millisecond)
+		probe := st.single.PeekAt(now, reserve+cost)
+		if !probe.Allowed && probe.RetryAfter > 0 {
+			retry = probe.RetryAfter
+			if o == opSpend {
+				closed.Store(now.UnixNano() + int64(retry))
+			}
+		}
+		// The total's reset as it stands, nothing spent: the probe's.
+		return refuse(result{left + cost, d.Limit, retry, probe.ResetAfter})
 	}
-	if class != nil && !leased {
+	if class != nil && !leased && o == opSpend {
 		class.admitted.Add(cost)
 	}
-	if leased && cd.remaining*d.Limit < d.Remaining*cd.limit {
-		return cd // the class is the tighter of the two
-	}
-	return fromAlgo(&d)
-}
-
-// peek answers as check would, spending nothing, counting nothing in the
-// classes and asking for no class: a class's lease refusing is answered
-// by what borrowing would do, the closed priorities and the reserves as
-// check applies them, to what the request would leave.
-func (f *fairState) peek(a *Agent, rs *ruleState, st *limitStore, req *Request, rh *reqHashes, now time.Time, cost int64) result {
-	if req.Priority == Exempt {
-		d := st.single.PeekAt(now, cost)
-		r := fromAlgo(&d)
-		r.retry = 0
-		return r
-	}
-	var class *hotKey
-	if classes := *f.classes.Load(); len(classes) > 0 {
-		class = classes[classKey{rh.get(a, req, rules.AttrTenant), classPriority(rs, req)}]
-	}
-	var cd result
-	leased := class != nil && class.leased.Load()
 	if leased {
-		if cd = class.peek(now, cost); !cd.allowed() {
-			d := st.single.PeekAt(now, cost)
-			floor := max(int64(math.Ceil(borrowFloor*float64(d.Limit))), reserveUnits(req.Priority, d.Limit))
-			if !d.Allowed || d.Limit < minBorrowLimit || d.Remaining-cost < floor {
-				return cd
-			}
-			return fromAlgo(&d)
+		// The class is the tighter of the two when it leaves less of its
+		// lease than the request leaves of the total.
+		cleft := cd.remaining
+		if o == opPeek {
+			cleft -= cost
 		}
-	}
-	closed := &st.closed[req.Priority&3]
-	if c := closed.Load(); c != 0 && now.UnixNano() < c {
-		wait := time.Duration(c - now.UnixNano())
-		return result{0, 1, wait, wait}
-	}
-	d := st.single.PeekAt(now, cost)
-	if !d.Allowed {
-		return fromAlgo(&d)
-	}
-	if reserve := reserveUnits(req.Priority, d.Limit); d.Remaining-cost < reserve {
-		retry := max(a.interval()/10, time.Millisecond)
-		if probe := st.single.PeekAt(now, reserve+cost); !probe.Allowed && probe.RetryAfter > 0 {
-			retry = probe.RetryAfter
+		if cleft*d.Limit < left*cd.limit {
+			return cd
 		}
-		return result{d.Remaining, d.Limit, retry, d.ResetAfter}
-	}
-	if leased && cd.remaining*d.Limit < d.Remaining*cd.limit {
-		return cd
 	}
 	return fromAlgo(&d)
 }
@@ -200,36 +207,33 @@ const minBorrowLimit = 4
 // estimate is lost to the fleet, and every rise above it is refused while
 // the rule is under its limit. Borrowing never exceeds the node's total,
 // so the rule's limit holds; it only stops short of the floor, so a class
-// within its lease always finds the total open.
-func (f *fairState) borrow(class *hotKey, st *limitStore, req *Request, now time.Time, cost int64, refused result) result {
-	d := st.single.AllowAt(now, cost)
+// within its lease always finds the total open. A peek answers what
+// borrowing would, and spends nothing.
+func (f *fairState) borrow(class *hotKey, st *limitStore, req *Request, now time.Time, cost int64, refused result, o op) result {
+	var d algo.Decision
+	if o == opSpend {
+		d = st.single.AllowAt(now, cost)
+	} else {
+		d = st.single.PeekAt(now, cost)
+	}
 	if !d.Allowed {
 		return refused
 	}
-	if floor := max(int64(math.Ceil(borrowFloor*float64(d.Limit))), reserveUnits(req.Priority, d.Limit)); d.Limit < minBorrowLimit || d.Remaining < floor {
-		st.single.ReturnAt(now, cost)
+	left := d.Remaining
+	if o == opPeek {
+		left -= cost
+	}
+	if floor := max(int64(math.Ceil(borrowFloor*float64(d.Limit))), reserveUnits(req.Priority, d.Limit)); d.Limit < minBorrowLimit || left < floor {
+		if o == opSpend {
+			st.single.ReturnAt(now, cost)
+		}
 		return refused
 	}
-	class.denied.Add(-cost)
-	class.admitted.Add(cost)
+	if o == opSpend {
+		class.denied.Add(-cost)
+		class.admitted.Add(cost)
+	}
 	return fromAlgo(&d)
-}
-
-// undo gives back what check admitted. A request its class borrowed took
-// nothing from the class's lease, yet is given back to it too: undo cannot
-// tell, and the class gains at most the cost, within its lease's burst.
-func (f *fairState) undo(a *Agent, rs *ruleState, st *limitStore, req *Request, rh *reqHashes, now time.Time, cost int64) {
-	if req.Priority != Exempt {
-		st.single.ReturnAt(now, cost)
-	}
-	if classes := *f.classes.Load(); len(classes) > 0 {
-		if class := classes[classKey{rh.get(a, req, rules.AttrTenant), classPriority(rs, req)}]; class != nil {
-			if class.leased.Load() {
-				class.lim.ReturnAt(now, cost)
-			}
-			class.admitted.Add(-cost)
-		}
-	}
 }
 
 // class finds the class a lease names. A tenant name the protocol cannot

@@ -30,7 +30,7 @@ func (t engineTransport) Report(_ context.Context, req *allotpb.ReportRequest) (
 func engineAgent(t *testing.T, eng *allocator.Engine, clk *timeutil.Manual, id, region string, r rules.Rule, tweak func(*Config)) *Agent {
 	t.Helper()
 	cfg := Config{NodeID: id, Region: region, Rules: []rules.Rule{r}, Clock: clk, ReportInterval: time.Second,
-		Transport: engineTransport{eng, clk}, ManualReports: true}
+		Transport: byHand{engineTransport{eng, clk}}}
 	if tweak != nil {
 		tweak(&cfg)
 	}
@@ -57,9 +57,9 @@ func TestGlobalRuleLendsIdleShare(t *testing.T) {
 	}
 	a := engineAgent(t, eng, clk, "gw-1", "eu-west", r, nil)
 	report := func() {
-		x := a.PrepareReport(false)
-		resp, err := eng.Report(clk.Now(), x.Request)
-		a.Deliver(x, resp, err)
+		x := a.prepareReport(false)
+		resp, err := eng.Report(clk.Now(), x.req)
+		a.deliver(x, resp, err)
 		eng.Round(clk.Now())
 	}
 	big, small := Request{Tenant: "big"}, Request{Tenant: "small"}
@@ -131,16 +131,16 @@ func TestLocalRuleWholeLimit(t *testing.T) {
 	}
 	var agents []*Agent
 	join := func(id string) {
-		a, err := New(Config{NodeID: id, Region: "eu-west", Clock: clk, Transport: engineTransport{eng, clk}, ManualReports: true})
+		a, err := New(Config{NodeID: id, Region: "eu-west", Clock: clk, Transport: byHand{engineTransport{eng, clk}}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { a.Close(context.Background()) })
 		agents = append(agents, a)
 		for _, a := range agents {
-			x := a.PrepareReport(false)
-			resp, err := eng.Report(clk.Now(), x.Request)
-			a.Deliver(x, resp, err)
+			x := a.prepareReport(false)
+			resp, err := eng.Report(clk.Now(), x.req)
+			a.deliver(x, resp, err)
 		}
 	}
 	join("gw-1")
@@ -151,9 +151,9 @@ func TestLocalRuleWholeLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, a := range agents {
-		x := a.PrepareReport(false)
-		resp, err := eng.Report(clk.Now(), x.Request)
-		a.Deliver(x, resp, err)
+		x := a.prepareReport(false)
+		resp, err := eng.Report(clk.Now(), x.req)
+		a.deliver(x, resp, err)
 	}
 	got := 0
 	for range 20 {
@@ -196,9 +196,9 @@ func TestGlobalRuleClassOfBoundedTenant(t *testing.T) {
 			clk.Advance(20 * time.Millisecond)
 			a.Check(req)
 		}
-		x := a.PrepareReport(false)
-		resp, err := eng.Report(clk.Now(), x.Request)
-		a.Deliver(x, resp, err)
+		x := a.prepareReport(false)
+		resp, err := eng.Report(clk.Now(), x.req)
+		a.deliver(x, resp, err)
 		eng.Round(clk.Now())
 	}
 	rs := a.rules.Load().rules[0]

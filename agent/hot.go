@@ -385,22 +385,30 @@ func (hk *hotKey) resize(rs *ruleState, share, burst float64, now time.Time) err
 	return nil
 }
 
-// allow decides one request against the key's own limiter.
-func (hk *hotKey) allow(a *Agent, now time.Time, cost int64) result {
-	hk.switchWindow(now)
-	d := hk.lim.AllowAt(now, cost)
-	r := fromAlgo(&d)
-	hk.observe(a, r, cost)
-	return r
-}
-
-// peek answers as allow would, spending nothing and counting nothing. A
-// window switch that is due is made: it is no spending, and the answer is
-// then the new window's.
-func (hk *hotKey) peek(now time.Time, cost int64) result {
-	hk.switchWindow(now)
-	d := hk.lim.PeekAt(now, cost)
-	return fromAlgo(&d)
+// decide is ruleState.decide on the key's own limiter. A spend is counted
+// for the next report (observe); a peek counts nothing, though it makes a
+// window switch that is due, which is no spending, so that it answers in
+// the new window. A give-back takes the cost off what the key admitted,
+// and with opGiveBackDenied counts it as denied.
+func (hk *hotKey) decide(a *Agent, now time.Time, cost int64, o op) result {
+	switch o {
+	case opSpend:
+		hk.switchWindow(now)
+		d := hk.lim.AllowAt(now, cost)
+		r := fromAlgo(&d)
+		hk.observe(a, r, cost)
+		return r
+	case opPeek:
+		hk.switchWindow(now)
+		d := hk.lim.PeekAt(now, cost)
+		return fromAlgo(&d)
+	}
+	hk.lim.ReturnAt(now, cost)
+	hk.admitted.Add(-cost)
+	if o == opGiveBackDenied {
+		hk.denied.Add(cost)
+	}
+	return result{}
 }
 
 // expire unleases the key if its lease has expired at now (coordinators'

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -129,8 +130,9 @@ func TestPeek(t *testing.T) {
 }
 
 // TestPeekHierarchy: a peek is asked of every rule the request matches;
-// the first that would refuse it decides, else the one closest to its
-// limit, and a shadow rule that would refuse it does not.
+// the first that would refuse it decides, else the one the request would
+// leave closest to its limit, and a shadow rule that would refuse it does
+// not.
 func TestPeekHierarchy(t *testing.T) {
 	clk := newManualClock()
 	shadow := rule("trial", rules.Tenant, algo.FixedWindow, 1, time.Minute, lease.Quota)
@@ -159,8 +161,8 @@ func TestPeekHierarchy(t *testing.T) {
 		{Request{Tenant: "acme", User: "bob", Peek: true}, true, "per-tenant", 8},               // 4 of 4, 8 of 10
 		{Request{Tenant: "acme", User: "ann", Peek: true, Cost: 3}, false, "per-user", 2},       // 3 > 2 left
 		{Request{Tenant: "acme", User: "bob", Peek: true, Cost: 9}, false, "per-tenant", 8},     // 9 > 8 left
-		{Request{Tenant: "other", User: "ann", Peek: true, Cost: 4}, true, "per-tenant", 10},    // both full: the first
-		{Request{Tenant: "acme", User: "carol", Peek: true, Cost: 4}, true, "per-tenant", 8},    // 4 of 4, 8 of 10
+		{Request{Tenant: "other", User: "ann", Peek: true, Cost: 4}, true, "per-user", 4},       // it would leave 0 of 4, 6 of 10
+		{Request{Tenant: "acme", User: "carol", Peek: true, Cost: 4}, true, "per-user", 4},      // 0 of 4, 4 of 10
 		{Request{Tenant: "acme", User: "carol", Peek: true, Cost: 5}, false, "per-user", 4},     // per-tenant would admit it
 		{Request{Tenant: "fresh", User: "dave", Peek: true, Cost: 11}, false, "per-tenant", 10}, // over the tenant's limit
 	} {
@@ -359,5 +361,34 @@ func TestPeekHotKey(t *testing.T) {
 	}
 	if adm, den := hk.admitted.Load(), hk.denied.Load(); adm != 3 || den != 0 {
 		t.Errorf("the hot key counted %d admitted, %d denied; want its 3 requests", adm, den)
+	}
+}
+
+// TestPeekNamesTheRuleCheckWould: a peek admitted by several rules names
+// the one a request of its cost is decided by, the rule it would leave
+// closest to its limit: acme has 50 of its tenant's 100 left (half) and
+// ann 3 of her 5 (three fifths), and a request of 2 leaves 48 of 100 and
+// 1 of 5. Compared before the request, the peek named the tenant's rule,
+// where the request got the user's.
+func TestPeekNamesTheRuleCheckWould(t *testing.T) {
+	clk := newManualClock()
+	a := standalone(t, clk,
+		rule("per-tenant", rules.Tenant, algo.FixedWindow, 100, time.Minute, lease.Quota),
+		rule("per-user", rules.User, algo.FixedWindow, 5, time.Minute, lease.Capacity))
+	for i := range 48 {
+		a.Check(Request{Tenant: "acme", User: "u-" + strconv.Itoa(i)})
+	}
+	for range 2 {
+		a.Check(Request{Tenant: "acme", User: "ann"})
+	}
+	req := Request{Tenant: "acme", User: "ann", Cost: 2}
+	peek := req
+	peek.Peek = true
+	p := a.Check(peek)
+	if !p.Allowed || p.Rule != "per-user" || p.Remaining != 3 {
+		t.Errorf("peek %+v; want admitted by per-user, 3 left before it", p)
+	}
+	if d := a.Check(req); !d.Allowed || d.Rule != p.Rule || d.Remaining != 1 {
+		t.Errorf("the request: %+v; the peek named %s", d, p.Rule)
 	}
 }

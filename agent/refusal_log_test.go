@@ -30,12 +30,12 @@ func TestRefusalStandsThroughOtherFailures(t *testing.T) {
 		c.Logger = hclog.New(&hclog.LoggerOptions{Output: &logged, Level: hclog.Info})
 	})
 	deliver := func(err error) {
-		x := a.PrepareReport(false)
+		x := a.prepareReport(false)
 		if err != nil {
-			a.Deliver(x, nil, err)
+			a.deliver(x, nil, err)
 		} else {
-			resp, err := eng.Report(clk.Now(), x.Request)
-			a.Deliver(x, resp, err)
+			resp, err := eng.Report(clk.Now(), x.req)
+			a.deliver(x, resp, err)
 		}
 		clk.Advance(time.Second)
 	}

@@ -97,9 +97,9 @@ func TestRefusedLeaseIsKept(t *testing.T) {
 			a.Check(Request{Tenant: "t1"})
 			clk.Advance(10 * time.Millisecond)
 		}
-		x := a.PrepareReport(false)
-		resp, err := eng.Report(clk.Now(), x.Request)
-		a.Deliver(x, resp, err)
+		x := a.prepareReport(false)
+		resp, err := eng.Report(clk.Now(), x.req)
+		a.deliver(x, resp, err)
 	}
 	rs := a.rules.Load().rules[0]
 	var hk *hotKey
@@ -117,7 +117,7 @@ func TestRefusedLeaseIsKept(t *testing.T) {
 	if n := rs.reconfigErrs.Load(); n != 1 {
 		t.Fatalf("%d refusals counted, want 1", n)
 	}
-	if d := a.PrepareReport(false).Request.GetDemand(); len(d) != 1 || d[0].GetHeld() != held || d[0].GetHeldSeq() != seq {
+	if d := a.prepareReport(false).req.GetDemand(); len(d) != 1 || d[0].GetHeld() != held || d[0].GetHeldSeq() != seq {
 		t.Fatalf("the next report says the key holds %v", d)
 	}
 }
@@ -173,9 +173,9 @@ func TestTinyLeaseIsTaken(t *testing.T) {
 			a.Check(Request{Tenant: "t1", User: "u1"})
 			clk.Advance(50 * time.Millisecond)
 		}
-		x := a.PrepareReport(false)
-		resp, err := eng.Report(clk.Now(), x.Request)
-		a.Deliver(x, resp, err)
+		x := a.prepareReport(false)
+		resp, err := eng.Report(clk.Now(), x.req)
+		a.deliver(x, resp, err)
 	}
 	rs := a.rules.Load().rules[0]
 	var hk *hotKey
@@ -207,10 +207,11 @@ func TestTinyLeaseIsTaken(t *testing.T) {
 
 // TestStaleClockCatchesUpOnRefusal: a check about to be refused on a
 // coarse clock that has fallen behind (its refresher not run, as on a
-// loaded machine) decides again on the current time. An agent with
-// ManualReports starts no refresher, so its coarse clock stands still:
-// the bucket emptied before a pause of 300 ms refills by 30 units on the
-// system's clock, and those are admitted; on the stale clock none were.
+// loaded machine) decides again on the current time. An agent whose
+// reports are driven by hand starts no refresher, so its coarse clock
+// stands still: the bucket emptied before a pause of 300 ms refills by 30
+// units on the system's clock, and those are admitted; on the stale clock
+// none were.
 func TestStaleClockCatchesUpOnRefusal(t *testing.T) {
 	clk := newManualClock()
 	r := rule("plan-quota", rules.Tenant, algo.TokenBucket, 100, time.Second, lease.Quota)

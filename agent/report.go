@@ -258,25 +258,20 @@ func (r *reporter) cycle(urgent bool) {
 	}
 }
 
-// Exchange is one report, prepared by PrepareReport and answered with
-// Deliver: for simulators and tests that carry reports themselves.
-type Exchange struct {
-	// Request is the report to carry to a coordinator.
-	Request *allotpb.ReportRequest
-	held    []*hotKey
-	sent    int64 // local clock
-	urgent  bool
-	next    *Exchange
+// exchange is one report, or one part of a report split to fit the
+// coordinators' limits: the request, and what the answer to it is applied
+// to.
+type exchange struct {
+	req    *allotpb.ReportRequest
+	held   []*hotKey
+	sent   int64 // local clock
+	urgent bool
+	next   *exchange // the report's next part, or nil
 }
-
-// Next is the next part of a report split to fit the coordinators'
-// limits, or nil: a caller carrying reports carries each part in turn,
-// and Delivers each answer with its part.
-func (x *Exchange) Next() *Exchange { return x.next }
 
 // prepare cuts the usage counters, turns keys that asked for leases into
 // hot keys, and builds the report.
-func (r *reporter) prepare(urgent bool) *Exchange {
+func (r *reporter) prepare(urgent bool) *exchange {
 	a := r.a
 	now := a.clock.now()
 	nowT := time.Unix(0, now)
@@ -309,7 +304,7 @@ func (r *reporter) prepare(urgent bool) *Exchange {
 	} else if len(req.GetDemand()) == 0 {
 		return nil // nothing runs low: there is nothing to ask
 	}
-	x := &Exchange{Request: req, held: held, sent: a.clock.local(), urgent: urgent}
+	x := &exchange{req: req, held: held, sent: a.clock.local(), urgent: urgent}
 	r.splitDemand(x)
 	return x
 }
@@ -318,7 +313,7 @@ func (r *reporter) prepare(urgent bool) *Exchange {
 func (r *reporter) offset() int64 { return r.a.clock.offset.Load() }
 
 // deliver applies an answer to a prepared report, or its failure.
-func (r *reporter) deliver(x *Exchange, resp *allotpb.ReportResponse, err error) {
+func (r *reporter) deliver(x *exchange, resp *allotpb.ReportResponse, err error) {
 	a := r.a
 	received := a.clock.local()
 	result := "ok"

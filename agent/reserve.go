@@ -284,7 +284,7 @@ func (a *Agent) settle(r *reservation, actual int64) {
 			case delta > 0:
 				rs.charge(a, &r.req, &rh, rs.at(&now), rs.at(&r.at), delta)
 			case delta < 0:
-				rs.undo(a, &r.req, &rh, rs.at(&now), -delta, false)
+				rs.decide(a, &r.req, &rh, rs.at(&now), -delta, opGiveBack)
 			}
 			names = append(names, rs.rule.Name)
 		}
@@ -315,7 +315,7 @@ func (rs *ruleState) charge(a *Agent, req *Request, rh *reqHashes, now, at time.
 	st := rs.store(req)
 	if rs.fair != nil {
 		// A shared total: charged as far as it has room.
-		rs.fair.check(a, rs, st, req, rh, now, cost)
+		rs.fair.decide(a, rs, st, req, rh, now, cost, opSpend)
 		return
 	}
 	h := rs.keyHash(a, rh, req)

@@ -56,9 +56,9 @@ func (f *engineFleet) start(id string) *Agent {
 }
 
 func (f *engineFleet) exchange(a *Agent, urgent bool) {
-	for x := a.PrepareReport(urgent); x != nil; x = x.Next() {
-		resp, err := f.eng.Report(f.clk.Now(), x.Request)
-		a.Deliver(x, resp, err)
+	for x := a.prepareReport(urgent); x != nil; x = x.next {
+		resp, err := f.eng.Report(f.clk.Now(), x.req)
+		a.deliver(x, resp, err)
 	}
 }
 
@@ -77,7 +77,7 @@ func (f *engineFleet) run(d time.Duration) {
 					f.admitted[now.Unix()]++
 				}
 			}
-			if a.WantsEarlyReport() {
+			if a.wantsEarlyReport() {
 				f.exchange(a, true)
 			}
 		}
@@ -206,10 +206,10 @@ func TestJoiningHotKeysBounded(t *testing.T) {
 	a := engineAgent(t, eng, clk, "gw-1", "eu", r, func(c *Config) { c.MaxHotKeys = 20 })
 	for i := range 200 {
 		a.Check(Request{Tenant: fmt.Sprintf("t%d", i)})
-		if a.WantsEarlyReport() || i%10 == 9 {
-			for x := a.PrepareReport(true); x != nil; x = x.Next() {
-				resp, err := eng.Report(clk.Now(), x.Request)
-				a.Deliver(x, resp, err)
+		if a.wantsEarlyReport() || i%10 == 9 {
+			for x := a.prepareReport(true); x != nil; x = x.next {
+				resp, err := eng.Report(clk.Now(), x.req)
+				a.deliver(x, resp, err)
 			}
 		}
 		clk.Advance(time.Millisecond)

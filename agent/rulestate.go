@@ -464,102 +464,68 @@ func (rs *ruleState) keyHash(a *Agent, rh *reqHashes, req *Request) algo.Hash {
 	return req.keySalt(h)
 }
 
-// check decides a request under this rule, spending its cost if admitted.
-func (rs *ruleState) check(a *Agent, req *Request, rh *reqHashes, now time.Time, cost int64) result {
-	if rs.fallback.Load() {
-		rs.fellBack.Add(1)
+// decide is the rule's decision of a request of cost, by o: spent, peeked
+// at, or given back. The fail mode decides first (a peek or a give-back
+// counts no fail-mode decision; a give-back is never refused), then a
+// global rule's classes and total (fairState.decide), then the key's own
+// limiter if it is hot (hotKey.decide), and otherwise the key's unleased
+// share in the store. A spent request of a key that has used half its
+// share, or been refused, asks for a lease.
+func (rs *ruleState) decide(a *Agent, req *Request, rh *reqHashes, now time.Time, cost int64, o op) result {
+	if rs.fallback.Load() && o < opGiveBack {
+		if o == opSpend {
+			rs.fellBack.Add(1)
+		}
 		if rs.mode == lease.FailClosed {
 			return refused(a.interval())
 		}
 	}
 	if rs.fair != nil {
-		return rs.fair.check(a, rs, rs.store(req), req, rh, now, cost)
+		return rs.fair.decide(a, rs, rs.store(req), req, rh, now, cost, o)
 	}
 	h := rs.keyHash(a, rh, req)
 	hm := *rs.hot.Load()
 	if len(hm) > 0 {
 		if hk := hm[h]; hk != nil && hk.ready.Load() {
-			return hk.allow(a, now, cost) // a leased key needs no store
+			return hk.decide(a, now, cost, o) // a leased key needs no store
 		}
 	}
 	st := rs.store(req)
-	d := st.keyed.AllowHashAt(h, now, cost)
-	for range 3 {
-		if !d.HandedOver {
+	var r result
+	for try := 0; ; try++ {
+		var handedOver bool
+		switch o {
+		case opSpend:
+			d := st.keyed.AllowHashAt(h, now, cost)
+			r, handedOver = fromAlgo(&d), d.HandedOver
+		case opPeek:
+			d := st.keyed.PeekHashAt(h, now, cost)
+			r, handedOver = fromAlgo(&d), d.HandedOver
+		default:
+			st.keyed.ReturnHashAt(h, now, cost)
+			return result{}
+		}
+		if !handedOver || try == 3 {
 			break
 		}
 		// Made hot since hm was read (promote): the hot key decides. Or
 		// given back to the store since (demote): ask the store again.
 		if hk := (*rs.hot.Load())[h]; hk != nil && hk.ready.Load() {
-			return hk.allow(a, now, cost)
+			return hk.decide(a, now, cost, o)
 		}
-		d = st.keyed.AllowHashAt(h, now, cost)
 	}
-	r := fromAlgo(&d)
 	// A key that has used half its unleased share, or been refused, may
 	// need more than an even share: ask for a lease in the background. A
 	// process joining the fleet asks at once (see joinReports), while its
 	// hot keys take up at most half of MaxHotKeys: a gateway restarted
 	// under a flood of keys does not fill its hot set with keys it saw
 	// once.
-	if rs.coordinated && (!d.Allowed || 2*d.Remaining < d.Limit || a.joining.Load() && len(hm) < a.cfg.MaxHotKeys/2) && !rs.pending.seen(h) {
+	if rs.coordinated && o == opSpend && (!r.allowed() || 2*r.remaining < r.limit || a.joining.Load() && len(hm) < a.cfg.MaxHotKeys/2) && !rs.pending.seen(h) {
 		var buf keyBuf
 		rs.pending.add(h, encodeKey(&buf, rs.attrs, req), req, 0)
 		a.askEarly() // to make it hot soon
 	}
 	return r
-}
-
-// peek answers as check would for a request of cost, spending nothing and
-// asking for no lease: a peek is no demand. It counts no fail-mode
-// decision either.
-func (rs *ruleState) peek(a *Agent, req *Request, rh *reqHashes, now time.Time, cost int64) result {
-	if rs.mode == lease.FailClosed && rs.fallback.Load() {
-		return refused(a.interval())
-	}
-	if rs.fair != nil {
-		return rs.fair.peek(a, rs, rs.store(req), req, rh, now, cost)
-	}
-	h := rs.keyHash(a, rh, req)
-	if hm := *rs.hot.Load(); len(hm) > 0 {
-		if hk := hm[h]; hk != nil && hk.ready.Load() {
-			return hk.peek(now, cost)
-		}
-	}
-	st := rs.store(req)
-	d := st.keyed.PeekHashAt(h, now, cost)
-	for range 3 {
-		if !d.HandedOver {
-			break
-		}
-		if hk := (*rs.hot.Load())[h]; hk != nil && hk.ready.Load() {
-			return hk.peek(now, cost)
-		}
-		d = st.keyed.PeekHashAt(h, now, cost)
-	}
-	return fromAlgo(&d)
-}
-
-// undo gives back what check admitted, when a later rule refuses. With
-// demand set (the refuser's key decides this rule's: compiled.nested) a
-// leased key counts the cost as denied instead: its traffic is there,
-// held back by the refuser.
-func (rs *ruleState) undo(a *Agent, req *Request, rh *reqHashes, now time.Time, cost int64, demand bool) {
-	st := rs.store(req)
-	if rs.fair != nil {
-		rs.fair.undo(a, rs, st, req, rh, now, cost)
-		return
-	}
-	h := rs.keyHash(a, rh, req)
-	if hk := (*rs.hot.Load())[h]; hk != nil && hk.ready.Load() {
-		hk.lim.ReturnAt(now, cost)
-		hk.admitted.Add(-cost)
-		if demand {
-			hk.denied.Add(cost)
-		}
-		return
-	}
-	st.keyed.ReturnHashAt(h, now, cost)
 }
 
 // hidden counts, on a leased key, a request an earlier rule refused as

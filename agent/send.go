@@ -111,9 +111,9 @@ func (r *reporter) resplit() {
 // splitDemand divides a report's demand into parts within the limits:
 // the first part keeps the request; each further part is a report of its
 // own, without usage.
-func (r *reporter) splitDemand(x *Exchange) {
+func (r *reporter) splitDemand(x *exchange) {
 	for part := x; part != nil; part = part.next {
-		d := part.Request.GetDemand()
+		d := part.req.GetDemand()
 		size, cut := 0, len(d)
 		for i, kd := range d {
 			size += demandSize(kd)
@@ -125,10 +125,10 @@ func (r *reporter) splitDemand(x *Exchange) {
 		if cut == len(d) {
 			continue
 		}
-		rest := allotpb.ReportHeader(part.Request)
+		rest := allotpb.ReportHeader(part.req)
 		rest.Demand = d[cut:]
-		part.Request.Demand = d[:cut]
-		part.next = &Exchange{Request: rest, held: part.held[cut:], sent: part.sent, urgent: part.urgent, next: part.next}
+		part.req.Demand = d[:cut]
+		part.next = &exchange{req: rest, held: part.held[cut:], sent: part.sent, urgent: part.urgent, next: part.next}
 		part.held = part.held[:cut]
 	}
 }
@@ -137,7 +137,7 @@ func (r *reporter) splitDemand(x *Exchange) {
 // the coordinators refuse as malformed or too large is mended and sent
 // again: the entries refused are quarantined, never re-sent, and the rest
 // goes through. It reports whether an answer was applied.
-func (r *reporter) send(ctx context.Context, x *Exchange) bool {
+func (r *reporter) send(ctx context.Context, x *exchange) bool {
 	tr := r.a.tracer
 	if tr == nil {
 		return r.sendTraced(ctx, x, nil)
@@ -150,8 +150,8 @@ func (r *reporter) send(ctx context.Context, x *Exchange) bool {
 // startSpan starts the client span of one report exchange: the
 // coordinators that handle it see its context in the call's metadata,
 // and their spans are its children.
-func (r *reporter) startSpan(ctx context.Context, tr trace.Tracer, x *Exchange) (context.Context, trace.Span) {
-	req := x.Request
+func (r *reporter) startSpan(ctx context.Context, tr trace.Tracer, x *exchange) (context.Context, trace.Span) {
+	req := x.req
 	return tr.Start(ctx, "allot.agent.report", trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(
 		tracing.Node.String(req.GetNode()), tracing.Region.String(req.GetRegion()),
 		attribute.Int("allot.report.usage_counts", len(req.GetUsage().GetCounts())),
@@ -162,9 +162,9 @@ func (r *reporter) startSpan(ctx context.Context, tr trace.Tracer, x *Exchange) 
 
 // sendTraced is send, recording on span (nil: tracing off) each attempt
 // and its outcome.
-func (r *reporter) sendTraced(ctx context.Context, x *Exchange, span trace.Span) bool {
+func (r *reporter) sendTraced(ctx context.Context, x *exchange, span trace.Span) bool {
 	for attempt := 0; ; attempt++ {
-		if v := allotpb.ValidateReport(x.Request, allotpb.ReportLimits{}); len(v) > 0 && !r.mend(x, v, "refused by the agent's own check") {
+		if v := allotpb.ValidateReport(x.req, allotpb.ReportLimits{}); len(v) > 0 && !r.mend(x, v, "refused by the agent's own check") {
 			err := fmt.Errorf("agent: report breaks the protocol's limits: %s: %s", v[0].Field, v[0].Description)
 			if span != nil {
 				tracing.Fail(span, err)
@@ -172,7 +172,7 @@ func (r *reporter) sendTraced(ctx context.Context, x *Exchange, span trace.Span)
 			r.deliver(x, nil, err)
 			return false
 		}
-		resp, err := r.transport.Report(ctx, x.Request)
+		resp, err := r.transport.Report(ctx, x.req)
 		if err != nil && attempt < maxMends && r.mendRefusal(x, err) {
 			if span != nil {
 				span.AddEvent("mended and sent again", trace.WithAttributes(attribute.String("error", err.Error())))
@@ -191,7 +191,7 @@ func (r *reporter) sendTraced(ctx context.Context, x *Exchange, span trace.Span)
 // mendRefusal mends a report the coordinators refused, when the refusal
 // is about the report itself rather than the cluster's state. It reports
 // whether the report may be sent again.
-func (r *reporter) mendRefusal(x *Exchange, err error) bool {
+func (r *reporter) mendRefusal(x *exchange, err error) bool {
 	st, ok := status.FromError(err)
 	if !ok {
 		return false
@@ -224,10 +224,10 @@ func (r *reporter) mendRefusal(x *Exchange, err error) bool {
 	if len(vs) == 0 {
 		// Refused without saying what: the batch is poisoned for this
 		// coordinator, and sending it again would wedge every later one.
-		if x.Request.GetUsage() != nil && len(r.pending) > 0 && x.Request.GetUsage() == r.pending[0] {
+		if x.req.GetUsage() != nil && len(r.pending) > 0 && x.req.GetUsage() == r.pending[0] {
 			r.quarantineCounts(r.pending[0].GetCounts(), allCounts(len(r.pending[0].GetCounts()), st.Message()), "refused by the coordinator")
 			r.setPending(r.pending[1:])
-			x.Request.Usage = nil
+			x.req.Usage = nil
 			return true
 		}
 		return false
@@ -251,8 +251,8 @@ func hasReason(st *status.Status, reason string) bool {
 // been counted before its acknowledgement was lost, so none of it is
 // counted now. Its units are counted as quarantined (field stale_batch):
 // billed once before, or lost, never twice.
-func (r *reporter) staleBatch(x *Exchange, why string) {
-	u := x.Request.GetUsage()
+func (r *reporter) staleBatch(x *exchange, why string) {
+	u := x.req.GetUsage()
 	var admitted, denied uint64
 	for _, c := range u.GetCounts() {
 		admitted += c.GetAdmitted()
@@ -280,7 +280,7 @@ func allCounts(n int, why string) []allotpb.Violation {
 // report too big is split. It reports whether what is left may be sent;
 // a violation of the report itself (the node's name, its incarnation)
 // cannot be mended by the agent.
-func (r *reporter) mend(x *Exchange, vs []allotpb.Violation, why string) bool {
+func (r *reporter) mend(x *exchange, vs []allotpb.Violation, why string) bool {
 	var counts, demand []allotpb.Violation
 	for _, v := range vs {
 		switch {
@@ -296,7 +296,7 @@ func (r *reporter) mend(x *Exchange, vs []allotpb.Violation, why string) bool {
 			return false
 		}
 	}
-	if u := x.Request.GetUsage(); len(counts) > 0 && u != nil {
+	if u := x.req.GetUsage(); len(counts) > 0 && u != nil {
 		u.Counts = r.quarantineCounts(u.GetCounts(), counts, why)
 	}
 	if len(demand) > 0 {
@@ -310,16 +310,16 @@ func (r *reporter) mend(x *Exchange, vs []allotpb.Violation, why string) bool {
 			hk.refused = true
 			r.a.metrics.quarantined.WithLabelValues("demand", fieldName(v.Field)).Inc()
 			r.a.log.Error("key demand quarantined: the key keeps its unleased share and is no longer reported",
-				"rule", x.Request.Demand[v.Demand].GetRule(), "tenant", clip(hk.tenant), "field", v.Field, "reason", v.Description, "why", why)
+				"rule", x.req.Demand[v.Demand].GetRule(), "tenant", clip(hk.tenant), "field", v.Field, "reason", v.Description, "why", why)
 		}
-		keep, held := x.Request.Demand[:0], x.held[:0]
-		for i, d := range x.Request.Demand {
+		keep, held := x.req.Demand[:0], x.held[:0]
+		for i, d := range x.req.Demand {
 			if !drop[i] {
 				keep = append(keep, d)
 				held = append(held, x.held[i])
 			}
 		}
-		x.Request.Demand, x.held = keep, held
+		x.req.Demand, x.held = keep, held
 	}
 	return true
 }
@@ -327,7 +327,7 @@ func (r *reporter) mend(x *Exchange, vs []allotpb.Violation, why string) bool {
 // shrink halves the report limits, or lowers them to the count a refusal
 // names ("at most N"), and splits the report and the first pending batch
 // to them.
-func (r *reporter) shrink(x *Exchange, why string) {
+func (r *reporter) shrink(x *exchange, why string) {
 	r.lim = r.lim.halved()
 	if _, after, ok := strings.Cut(why, "at most "); ok {
 		var n int
@@ -336,9 +336,9 @@ func (r *reporter) shrink(x *Exchange, why string) {
 		}
 	}
 	r.a.log.Warn("the coordinators refuse reports this big; sending smaller ones", "entries", r.lim.entries, "bytes", r.lim.bytes, "reason", why)
-	if u := x.Request.GetUsage(); u != nil && len(r.pending) > 0 && u == r.pending[0] {
+	if u := x.req.GetUsage(); u != nil && len(r.pending) > 0 && u == r.pending[0] {
 		r.resplit()
-		x.Request.Usage = r.pending[0]
+		x.req.Usage = r.pending[0]
 	}
 	r.splitDemand(x)
 }
@@ -396,7 +396,7 @@ func (r *reporter) catchUp(ctx context.Context) {
 	for i := 0; i < maxExtraReports && len(r.pending) > 0 && ctx.Err() == nil; i++ {
 		before := r.pending[0]
 		req, _ := r.request(nil, r.a.clock.now(), false, false)
-		x := &Exchange{Request: req, sent: r.a.clock.local()}
+		x := &exchange{req: req, sent: r.a.clock.local()}
 		if !r.send(ctx, x) || (len(r.pending) > 0 && r.pending[0] == before) {
 			return
 		}
@@ -411,7 +411,7 @@ const DefaultCloseTimeout = 10 * time.Second
 // lease.
 func (r *reporter) shutdown(ctx context.Context) error {
 	close(r.quit)
-	if !r.a.cfg.ManualReports {
+	if !r.a.manual {
 		<-r.exited
 	}
 	a := r.a
@@ -430,7 +430,7 @@ func (r *reporter) shutdown(ctx context.Context) error {
 		r.seal(a.clock.now())
 		before := len(r.pending)
 		req, _ := r.request(nil, a.clock.now(), false, false)
-		if !r.send(ctx, &Exchange{Request: req, sent: a.clock.local()}) {
+		if !r.send(ctx, &exchange{req: req, sent: a.clock.local()}) {
 			lastErr = r.lastErr
 			backoff(attempt)
 		} else if len(r.pending) == before {
@@ -448,7 +448,7 @@ func (r *reporter) shutdown(ctx context.Context) error {
 	req, held := r.request(a.rules.Load(), now, false, true)
 	r.seq++
 	req.Usage = &allotpb.UsageBatch{Seq: r.seq, CutUnixNano: now, Last: true}
-	x := &Exchange{Request: req, held: held, sent: a.clock.local()}
+	x := &exchange{req: req, held: held, sent: a.clock.local()}
 	r.splitDemand(x)
 	for part := x; part != nil && ctx.Err() == nil; part = part.next {
 		r.send(ctx, part)

@@ -51,11 +51,11 @@ func TestShedAnswersKeepLeases(t *testing.T) {
 	}
 	tr := &sheddingTransport{e: eng, clk: clk}
 	reg := prometheus.NewRegistry()
-	a := engineAgent(t, eng, clk, "gw-1", "eu-west", r, func(c *Config) { c.Transport, c.Registerer = tr, reg })
+	a := engineAgent(t, eng, clk, "gw-1", "eu-west", r, func(c *Config) { c.Transport, c.Registerer = byHand{tr}, reg })
 	report := func() {
-		for x := a.PrepareReport(false); x != nil; x = x.Next() {
-			resp, err := tr.Report(context.Background(), x.Request)
-			a.Deliver(x, resp, err)
+		for x := a.prepareReport(false); x != nil; x = x.next {
+			resp, err := tr.Report(context.Background(), x.req)
+			a.deliver(x, resp, err)
 		}
 	}
 	// Two nodes' worth of fleet, so that the unleased share is half.
@@ -78,7 +78,7 @@ func TestShedAnswersKeepLeases(t *testing.T) {
 			clk.Advance(10 * time.Millisecond)
 		}
 		report()
-		if a.WantsEarlyReport() {
+		if a.wantsEarlyReport() {
 			t.Fatalf("second %d of shedding: the agent asks for an early report", i+1)
 		}
 		if got, ok := a.Lease("api", "acme"); !ok || got != held {

@@ -35,9 +35,10 @@ type Striped struct {
 	chunk   atomic.Int64 // units a stripe takes at once; below 2, exact
 	stripes []stripe
 	// empty is until when (ns) the limiter has not one unit, as its last
-	// refusal of one unit said: until then requests are refused with one
-	// atomic load, not a lock, so a saturated limit costs its refusals
-	// nothing. 0 when not known empty. resetAt goes with it.
+	// refusal of one unit said: until then requests of one unit are
+	// refused with one atomic load, not a lock, so a saturated limit
+	// costs its refusals nothing. 0 when not known empty. resetAt goes
+	// with it.
 	empty, resetAt atomic.Int64
 	turn           atomic.Uint32 // the next stripe to try
 	// low is set while the limiter is under half full: requests go
@@ -91,7 +92,10 @@ func (s *Striped) Held() int64 {
 
 // AllowAt decides a request of the given cost at now, as Limiter.AllowAt.
 func (s *Striped) AllowAt(now time.Time, cost int64) Decision {
-	if e := s.empty.Load(); e != 0 && cost > 0 {
+	// What empty knows is when one unit comes back: it answers requests
+	// of one. A larger cost waits longer, or can never be admitted, as
+	// the limiter says.
+	if e := s.empty.Load(); e != 0 && cost == 1 {
 		if ns := now.UnixNano(); ns < e {
 			return Decision{Limit: s.lim.p.Load().maxCost, RetryAfter: time.Duration(e - ns), ResetAfter: time.Duration(max(s.resetAt.Load()-ns, e-ns))}
 		}

@@ -120,6 +120,45 @@ func TestStripedReturnAndPeek(t *testing.T) {
 	}
 }
 
+// TestStripedEmptyAnswersOneUnit: while a Striped knows its limiter has
+// not one unit (a request of one was refused), it refuses a request of
+// one at once; a larger cost is answered as the limiter answers it, and
+// as PeekAt does: its longer wait, or Never for a cost the limit can
+// never admit. Known empty, a request of 2 was told to come back when
+// one unit would be there, and one of 3, which a limit of 2 never
+// admits, the same (found by agent's TestPropertyPeekAnswersAsCheck).
+func TestStripedEmptyAnswersOneUnit(t *testing.T) {
+	for _, alg := range []Algorithm{TokenBucket, GCRA, FixedWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			cfg := Config{Algorithm: alg, Limit: 2, Period: time.Second}
+			if alg == TokenBucket {
+				cfg.Burst = 2
+			}
+			if alg == GCRA {
+				cfg.Burst = 1
+			}
+			lim, twin := mustNew(t, cfg), mustNew(t, cfg)
+			s := NewStriped(lim, 4, 0)
+			now := time.Unix(0, 1)
+			for i := range 2 {
+				if !s.AllowAt(now, 1).Allowed || !twin.AllowAt(now, 1).Allowed {
+					t.Fatalf("unit %d refused", i+1)
+				}
+			}
+			if d, w := s.AllowAt(now, 1), twin.AllowAt(now, 1); d.Allowed || d.RetryAfter != w.RetryAfter {
+				t.Fatalf("a unit over the limit: %+v; the limiter alone: %+v", d, w)
+			}
+			later := now.Add(time.Millisecond)
+			for _, cost := range []int64{1, 2, 3} {
+				d, w, p := s.AllowAt(later, cost), twin.AllowAt(later, cost), s.PeekAt(later, cost)
+				if d.Allowed || d.RetryAfter != w.RetryAfter || p.RetryAfter != w.RetryAfter {
+					t.Errorf("cost %d, known empty: %+v; peeked %+v; the limiter alone: %+v", cost, d, p, w)
+				}
+			}
+		})
+	}
+}
+
 // TestStripedWindowsAreExact: a window algorithm is never striped.
 func TestStripedWindowsAreExact(t *testing.T) {
 	lim, _ := New(Config{Algorithm: FixedWindow, Limit: 100, Period: time.Hour})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/coordinator/allocator"
+	"github.com/allot-io/allot/internal/agentdrive"
 	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/rules"
 )
@@ -43,8 +44,11 @@ type quotaLease struct {
 type simNode struct {
 	id    int
 	agent *agent.Agent
-	clock *simClock
-	gone  bool
+	// reports are the agent's reporting, which the simulator drives in
+	// virtual time (internal/agentdrive).
+	reports agentdrive.Reports
+	clock   *simClock
+	gone    bool
 }
 
 // simClock is a node's clock: the virtual time, plus the node's skew.
@@ -180,33 +184,37 @@ func (q *quotaLease) regionDelay() time.Duration {
 }
 
 // engineTransport carries a report straight to the node's cluster at the
-// current virtual time; agents use it only when closing.
+// current virtual time; agents use it only when closing. As an
+// agentdrive.Transport it makes the node's agent start no goroutine, and
+// takes its reporting for the simulator to drive.
 type engineTransport struct {
-	q    *quotaLease
-	node int
+	q  *quotaLease
+	nd *simNode
 }
+
+func (t engineTransport) Drive(r agentdrive.Reports) { t.nd.reports = r }
 
 func (t engineTransport) Report(_ context.Context, req *allotpb.ReportRequest) (*allotpb.ReportResponse, error) {
 	if t.q.sh != nil {
-		return t.q.sh.direct(time.Duration(t.q.now.Load()), t.node, req)
+		return t.q.sh.direct(time.Duration(t.q.now.Load()), t.nd.id, req)
 	}
-	return t.q.engineOf(t.node).Report(t.q.e.time(time.Duration(t.q.now.Load())), req)
+	return t.q.engineOf(t.nd.id).Report(t.q.e.time(time.Duration(t.q.now.Load())), req)
 }
 
 func (q *quotaLease) addNode(at time.Duration, id int) error {
-	clk := &simClock{q: q}
+	n := &simNode{id: id, clock: &simClock{q: q}}
 	a, err := agent.New(agent.Config{
 		NodeID: "node-" + strconv.Itoa(id), Region: q.regionName(q.e.regionOf(id)),
 		Rules:     []rules.Rule{q.e.rule},
-		Transport: engineTransport{q, id}, ManualReports: true, Clock: clk,
+		Transport: engineTransport{q, n}, Clock: n.clock,
 		ReportInterval: q.e.s.Interval,
 	})
 	if err != nil {
 		return err
 	}
+	n.agent = a
 	// Nodes report at evenly spread phases, as independent processes do.
 	phase := time.Duration(int64(q.e.s.Interval) * int64(id%q.e.s.Nodes) / int64(max(q.e.s.Nodes, 1)))
-	n := &simNode{id: id, agent: a, clock: clk}
 	if q.sh != nil {
 		q.sh.addNode(id)
 	}
@@ -252,7 +260,7 @@ func (q *quotaLease) decide(at time.Duration, node, tenant int) bool {
 	d := nd.agent.Check(agent.Request{Tenant: q.e.tenants[tenant], Plan: q.e.plans[tenant], Cost: 1})
 	// A leased key running low asks for an early report (the agent allows
 	// at most ten an interval).
-	if nd.agent.WantsEarlyReport() {
+	if nd.reports.WantsEarly() {
 		q.send(at, nd, true)
 	}
 	return d.Allowed
@@ -264,19 +272,19 @@ func (q *quotaLease) decide(at time.Duration, node, tenant int) bool {
 func (q *quotaLease) send(at time.Duration, nd *simNode, urgent bool) {
 	// A report too big for one message comes in parts, each its own
 	// journey.
-	for x := nd.agent.PrepareReport(urgent); x != nil; x = x.Next() {
+	for _, x := range nd.reports.Prepare(urgent) {
 		q.carry(at, nd, x)
 	}
 }
 
-func (q *quotaLease) carry(at time.Duration, nd *simNode, x *agent.Exchange) {
+func (q *quotaLease) carry(at time.Duration, nd *simNode, x agentdrive.Exchange) {
 	q.msgs++
 	if q.sh != nil {
 		q.sh.carry(at, nd, x)
 		return
 	}
 	if !q.e.reachable(at, nd.id) || q.rng.Float64() < q.e.s.Network.Loss {
-		heap.Push(&q.queue, event{at: at + q.e.s.Interval/2, fn: func() { nd.agent.Deliver(x, nil, errUnreachable) }})
+		heap.Push(&q.queue, event{at: at + q.e.s.Interval/2, fn: func() { x.Deliver(nil, errUnreachable) }})
 		return
 	}
 	arrive := at + q.delay()
@@ -290,7 +298,7 @@ func (q *quotaLease) carry(at time.Duration, nd *simNode, x *agent.Exchange) {
 				if nd.gone {
 					return
 				}
-				nd.agent.Deliver(x, resp, err)
+				x.Deliver(resp, err)
 				q.earlyAfter(back, nd)
 			}})
 		})
@@ -301,7 +309,7 @@ func (q *quotaLease) carry(at time.Duration, nd *simNode, x *agent.Exchange) {
 // the node says it holds), as the agent's reporter checks for one after
 // each exchange, whether or not the node serves traffic.
 func (q *quotaLease) earlyAfter(at time.Duration, nd *simNode) {
-	if nd.agent.WantsEarlyReport() {
+	if nd.reports.WantsEarly() {
 		q.send(at, nd, true)
 	}
 }
@@ -366,14 +374,14 @@ func (q *quotaLease) restart(at time.Duration, node int) {
 	}
 	nd := q.nodes[node]
 	nd.clock.skew.Store(old.clock.skew.Load())
-	for x := nd.agent.PrepareReport(false); x != nil; x = x.Next() {
+	for _, x := range nd.reports.Prepare(false) {
 		q.msgs++
 		if !q.e.reachable(at, node) {
-			nd.agent.Deliver(x, nil, errUnreachable)
+			x.Deliver(nil, errUnreachable)
 			continue
 		}
 		resp, err := q.direct(at, node, x.Request)
-		nd.agent.Deliver(x, resp, err)
+		x.Deliver(resp, err)
 		q.msgs++
 	}
 }

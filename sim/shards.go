@@ -9,8 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/allot-io/allot/agent"
 	"github.com/allot-io/allot/coordinator/allocator"
+	"github.com/allot-io/allot/internal/agentdrive"
 	"github.com/allot-io/allot/internal/shard"
 	"github.com/allot-io/allot/internal/shardroute"
 	allotpb "github.com/allot-io/allot/proto"
@@ -221,11 +221,11 @@ func (sn *shardNet) addNode(id int) {
 // carry takes a node's report through its router: the parts leave after
 // the forward delay and the agent has the router's answer when the last
 // group's is back (or the report's deadline, an interval, is past).
-func (sn *shardNet) carry(at time.Duration, nd *simNode, x *agent.Exchange) {
+func (sn *shardNet) carry(at time.Duration, nd *simNode, x agentdrive.Exchange) {
 	q := sn.q
 	deadline := at + q.e.s.Interval - time.Millisecond
 	if !q.e.reachable(at, nd.id) {
-		heap.Push(&q.queue, event{at: at + q.e.s.Interval/2, fn: func() { nd.agent.Deliver(x, nil, errUnreachable) }})
+		heap.Push(&q.queue, event{at: at + q.e.s.Interval/2, fn: func() { x.Deliver(nil, errUnreachable) }})
 		return
 	}
 	fwd, back := q.delay(), q.delay()
@@ -244,7 +244,7 @@ func (sn *shardNet) carry(at time.Duration, nd *simNode, x *agent.Exchange) {
 		q.msgs++
 		heap.Push(&q.queue, event{at: end, fn: func() {
 			if !nd.gone {
-				nd.agent.Deliver(x, resp, err)
+				x.Deliver(resp, err)
 				q.earlyAfter(end, nd)
 			}
 		}})

@@ -244,6 +244,17 @@ func TestImportRules(t *testing.T) {
 			return strings.HasPrefix(d, "go.opentelemetry.io/otel/sdk") || strings.HasPrefix(d, "go.opentelemetry.io/otel/exporters")
 		},
 	}, {
+		// A gateway embedding the agent sees none of the hooks by which
+		// the simulator drives agents in virtual time: they live in
+		// internal/agentdrive, which the agent implements and the
+		// simulator alone uses.
+		name: "only the simulator drives an agent by hand",
+		applies: func(p string) bool {
+			return ours(p) && p != module+"/agent" && !under(p, "sim") && p != module+"/internal/agentdrive"
+		},
+		forbidden: func(d string) bool { return d == module+"/internal/agentdrive" },
+		direct:    true,
+	}, {
 		name:    "libraries never import a command or a harness",
 		applies: func(p string) bool { return ours(p) && !under(p, "cmd") && !under(p, "tools") },
 		forbidden: func(d string) bool {

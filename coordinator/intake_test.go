@@ -18,15 +18,7 @@ import (
 // counted held until then, and a retry_after. A node's first report of the
 // term renews nothing: the leader has not counted what it holds.
 func TestLeaderShedsPastItsBound(t *testing.T) {
-	c := cluster(t, 1, func(c *Config) {
-		c.MaxReportsInFlight = 2
-		c.RoundInterval = time.Hour // reports wait for their round until the test lets them go
-	})[0]
-	putRules(t, c, &allotpb.Rule{Name: "api", Scope: "tenant", Algorithm: "token_bucket", Limit: 1000, Period: durationpb.New(time.Second), Burst: 100, Intent: "capacity"})
-	testwait.For(t, 10*time.Second, "the leader to install the rule", func() bool { return c.alloc.RuleCount() == 1 })
-	client := allotpb.NewAgentServiceClient(dial(t, c.GRPCAddr()))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	c, client, ctx := waitingLeader(t, func(c *Config) { c.MaxReportsInFlight = 2 })
 
 	// gw-1 becomes known: its report waits for a round, which the test
 	// runs.
@@ -123,15 +115,7 @@ func TestReportLeavesWithItsCaller(t *testing.T) {
 // Reports at 10,000 tenants carry thousands of keys each, and 512 of them
 // held 575 MB on a leader whose count bound was never reached.
 func TestLeaderShedsPastItsEntryBound(t *testing.T) {
-	c := cluster(t, 1, func(c *Config) {
-		c.MaxReportEntriesInFlight = 3
-		c.RoundInterval = time.Hour // reports wait for their round until the test lets them go
-	})[0]
-	putRules(t, c, &allotpb.Rule{Name: "api", Scope: "tenant", Algorithm: "token_bucket", Limit: 1000, Period: durationpb.New(time.Second), Burst: 100, Intent: "capacity"})
-	testwait.For(t, 10*time.Second, "the leader to install the rule", func() bool { return c.alloc.RuleCount() == 1 })
-	client := allotpb.NewAgentServiceClient(dial(t, c.GRPCAddr()))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	c, client, ctx := waitingLeader(t, func(c *Config) { c.MaxReportEntriesInFlight = 3 })
 
 	waiting := make(chan *allotpb.ReportResponse, 1)
 	go func() {
@@ -161,4 +145,20 @@ func TestLeaderShedsPastItsEntryBound(t *testing.T) {
 	testwait.For(t, 10*time.Second, "the intake to empty", func() bool {
 		return c.intake.InFlight() == 0 && c.intake.EntriesInFlight() == 0
 	})
+}
+
+// waitingLeader starts a one-member cluster, configured by mod, whose
+// reports wait for their round until the test runs one, with a tenant
+// rule "api" installed; and a client of it, and a context for its calls.
+func waitingLeader(t *testing.T, mod func(*Config)) (*Coordinator, allotpb.AgentServiceClient, context.Context) {
+	t.Helper()
+	c := cluster(t, 1, func(c *Config) {
+		mod(c)
+		c.RoundInterval = time.Hour // reports wait for their round until the test lets them go
+	})[0]
+	putRules(t, c, &allotpb.Rule{Name: "api", Scope: "tenant", Algorithm: "token_bucket", Limit: 1000, Period: durationpb.New(time.Second), Burst: 100, Intent: "capacity"})
+	testwait.For(t, 10*time.Second, "the leader to install the rule", func() bool { return c.alloc.RuleCount() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c, allotpb.NewAgentServiceClient(dial(t, c.GRPCAddr())), ctx
 }

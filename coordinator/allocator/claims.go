@@ -256,6 +256,28 @@ func (p *pool) leasedBefore() bool {
 	return false
 }
 
+// lapsed reports whether every claim of p has expired at now, as
+// allocatePool would find: its nodes silent for a lease period (counting
+// leases a shed answer renewed), none of them a leaver or a base a new
+// leader learns from. Such a pool is what a full pass drops; until the
+// shard's pass comes (once a lease period, at the shard's own phase) it
+// must not be taken for a live one, whose claims it no longer has.
+func (a *Allocator) lapsed(p *pool, now int64) bool {
+	ttl, kept := a.ttl.Load(), a.kept.Load()
+	for _, c := range p.classes {
+		for _, cl := range c.claims {
+			seen := cl.lastSeen
+			if kept != nil {
+				seen = max(seen, (*kept)[cl.node])
+			}
+			if cl.left > 0 || cl.lastSeen == 0 || now-seen < ttl {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 func (p *pool) empty() bool {
 	for _, c := range p.classes {
 		if len(c.claims) > 0 {

@@ -101,6 +101,14 @@ func (a *Allocator) fold(req *allotpb.ReportRequest, now int64) *Folded {
 		sh := a.shard(k)
 		held.take(sh)
 		p := sh.pools[k]
+		if p != nil && a.lapsed(p, now) {
+			// Every claim expired, and the shard's full pass, which
+			// drops such a pool, has not come yet: the key is made
+			// again, as if it had (a young pool, which learns from what
+			// its nodes hold; see allocatePool).
+			delete(sh.pools, k)
+			p.dropped, p = true, nil
+		}
 		if p == nil || p.own != own {
 			pr, ok := own.ruleWith(r)
 			if !ok {

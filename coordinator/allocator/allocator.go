@@ -137,6 +137,10 @@ type pool struct {
 	// interval every node with the key may still be spending its unleased
 	// share unseen, having not reported it yet; see allocatePool.
 	born int64
+	// folded is when a report last folded a claim into the pool (ns):
+	// a pool folded within a lease period has a claim that has not
+	// expired, which spares lapsed its walk over every claim.
+	folded int64
 }
 
 type classKey struct {

@@ -101,7 +101,7 @@ func (a *Allocator) fold(req *allotpb.ReportRequest, now int64) *Folded {
 		sh := a.shard(k)
 		held.take(sh)
 		p := sh.pools[k]
-		if p != nil && a.lapsed(p, now) {
+		if p != nil && now-p.folded >= a.ttl.Load() && a.lapsed(p, now) {
 			// Every claim expired, and the shard's full pass, which
 			// drops such a pool, has not come yet: the key is made
 			// again, as if it had (a young pool, which learns from what
@@ -137,6 +137,9 @@ func (a *Allocator) fold(req *allotpb.ReportRequest, now int64) *Folded {
 		}
 		c := p.class(classKey{d.GetTenant(), d.GetPriority()}, r, r.WeightWith(o, overridden, d.GetTenant(), d.GetPlan()))
 		cl, at := c.claim(info.index)
+		if !leaving {
+			p.folded = now
+		}
 		if !leaving {
 			f.entries = append(f.entries, foldedEntry{sh: sh, p: p, c: c, i: at, d: d})
 		}

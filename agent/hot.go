@@ -248,7 +248,7 @@ func (rs *ruleState) startHot(a *Agent, hk *hotKey, pk pendingKey, share float64
 		hk.since = a.born
 		r := hk.store.ruleOf(rs)
 		if r.Algorithm.Windowed() {
-			hk.since = max(hk.since, now.Truncate(r.Period).UnixNano()-a.rep.offset())
+			hk.since = max(hk.since, r.WindowStart(now).UnixNano()-a.rep.offset())
 		}
 		hk.askedAt.Store(a.clock.local())
 		hk.urgent.Store(true)
@@ -331,7 +331,7 @@ func (hk *hotKey) applyLease(rs *ruleState, l lease.Lease, restored bool, now ti
 	var sw *windowSwitch
 	if r := hk.store.ruleOf(rs); r.Algorithm.Windowed() && l.Next > 0 {
 		next = l.Next
-		at := l.Window.Add(r.Period)
+		at := r.WindowEnd(l.Window)
 		if !now.Before(at) {
 			limit = next // the lease's window is over: its next count holds now
 		} else if cfg, ok := nodeConfig(r, next, l.Burst*next/limit, true); ok && next != limit {

@@ -437,7 +437,7 @@ func (r *reporter) request(c *compiled, now int64, urgent, leaving bool) (*allot
 			// would hand the difference to another node (11 of a quota of
 			// 10 after a reset, under load).
 			d.Committed = float64(hk.lim.UsedAt(rs.limiterTime(now)))
-			d.WindowUnixNano = nowT.Truncate(kr.Period).UnixNano()
+			d.WindowUnixNano = kr.WindowStart(nowT).UnixNano()
 		}
 		req.Demand = append(req.Demand, d)
 		held = append(held, hk)

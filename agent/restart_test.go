@@ -32,7 +32,13 @@ type engineFleet struct {
 func newEngineFleet(t *testing.T, r rules.Rule, gateways, perStep int) *engineFleet {
 	t.Helper()
 	clk := newManualClock()
-	clk.Advance(-clk.Now().Sub(clk.Now().Truncate(time.Second))) // on a window start
+	return newEngineFleetAt(t, r, gateways, perStep, clk.Now().Truncate(time.Second)) // on a window start
+}
+
+// newEngineFleetAt is newEngineFleet with the clock starting at start.
+func newEngineFleetAt(t *testing.T, r rules.Rule, gateways, perStep int, start time.Time) *engineFleet {
+	t.Helper()
+	clk := timeutil.NewManual(start)
 	eng, err := allocator.NewEngine(allocator.EngineConfig{Region: "eu", ReportInterval: time.Second, Rules: []rules.Rule{r}}, clk.Now())
 	if err != nil {
 		t.Fatal(err)

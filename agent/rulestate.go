@@ -182,6 +182,9 @@ func nodeConfig(r *rules.Rule, share, burst float64, part bool) (algo.Config, bo
 		return algo.Config{}, false
 	}
 	cfg := algo.Config{Algorithm: r.Algorithm, Period: r.Period}
+	if r.Cycle != nil {
+		cfg.Calendar = r.Cycle.Calendar() // fixed_window only: no stretching below
+	}
 	switch r.Algorithm {
 	case algo.GCRA, algo.TokenBucket:
 		k := 1.0

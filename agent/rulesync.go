@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -12,11 +13,19 @@ import (
 // setFromProto converts the coordinators' rule set. A rule this agent
 // cannot read (a newer version's feature) is left out and listed among
 // the problems; the error is for a set it cannot build at all.
+//
+// A field this version does not know makes the rule one it cannot read:
+// enforced without it, the rule would be another rule (a monthly cycle
+// read by an agent that knows no cycles would count 720-hour windows from
+// the Unix epoch).
 func setFromProto(p *allotpb.RuleSet) (*rules.Set, []RuleProblem, error) {
 	var good []rules.Rule
 	var problems []RuleProblem
 	for i, pr := range p.GetRules() {
 		rule, err := rulespb.FromProto(pr)
+		if err == nil && unknownFields(pr) {
+			err = errors.New("the rule has fields this agent's version does not know (a newer version's rule): upgrade the agent to enforce it")
+		}
 		if err != nil {
 			name := pr.GetName()
 			if name == "" {
@@ -29,6 +38,16 @@ func setFromProto(p *allotpb.RuleSet) (*rules.Set, []RuleProblem, error) {
 	}
 	set, err := rules.NewSet(p.GetVersion(), good)
 	return set, problems, err
+}
+
+// unknownFields reports whether a wire rule, or its cycle, carries fields
+// this version does not know.
+func unknownFields(pr *allotpb.Rule) bool {
+	if len(pr.ProtoReflect().GetUnknown()) > 0 {
+		return true
+	}
+	c := pr.GetCycle()
+	return c != nil && len(c.ProtoReflect().GetUnknown()) > 0
 }
 
 // installRules enforces a new rule set from the coordinators. Usage counted

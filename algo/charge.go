@@ -27,7 +27,7 @@ func (p *params) charge(s *state, now, at, cost int64) {
 		s.a, s.b = last, missing+cost*p.emission
 	case FixedWindow:
 		ws := p.windowStart(at)
-		if ws+p.period <= now {
+		if p.windowEnd(ws) <= now {
 			return // the window is over
 		}
 		switch start, used := s.a, s.b; {
@@ -37,7 +37,7 @@ func (p *params) charge(s *state, now, at, cost int64) {
 			s.b = used + cost
 		}
 	case SlidingWindow:
-		ws := p.windowStart(at)
+		ws := p.epochStart(at)
 		if ws+2*p.period <= now {
 			return // no longer weighs in the estimate
 		}

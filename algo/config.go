@@ -107,6 +107,11 @@ type Config struct {
 	Limit     int64
 	Period    time.Duration
 	Burst     int64
+	// Calendar, if its Unit is set, counts a FixedWindow's windows on the
+	// calendar (a month from the 17th in Europe/Berlin) rather than as
+	// multiples of Period since the Unix epoch; Period is then the unit's
+	// nominal length (CalendarUnit.Nominal).
+	Calendar Calendar
 }
 
 // MaxPeriod is the longest Period a Config may have: a century. A token
@@ -146,6 +151,9 @@ type params struct {
 	perEmission divider
 	// invPeriod is 1/period, for SlidingWindow's estimate.
 	invPeriod float64
+	// cal is a FixedWindow's calendar windows, nil for windows aligned
+	// to the Unix epoch.
+	cal *calendarWindows
 }
 
 func compile(c Config) (params, error) {
@@ -168,6 +176,18 @@ func compile(c Config) (params, error) {
 		return params{}, &ConfigError{"Burst", fmt.Sprintf("must not be negative, got %d", c.Burst)}
 	}
 	p := params{alg: c.Algorithm, limit: c.Limit, period: int64(c.Period), burst: c.Burst}
+	if c.Calendar.Unit != 0 {
+		if err := c.Calendar.Validate(); err != nil {
+			return params{}, &ConfigError{"Calendar", err.Error()}
+		}
+		if c.Algorithm != FixedWindow {
+			return params{}, &ConfigError{"Calendar", fmt.Sprintf("counts fixed_window only: %s cannot count windows of unequal length", c.Algorithm)}
+		}
+		if n := c.Calendar.Unit.Nominal(); c.Period != n {
+			return params{}, &ConfigError{"Period", fmt.Sprintf("must be the calendar's nominal %v, got %v", n, c.Period)}
+		}
+		p.cal = newCalendarWindows(c.Calendar)
+	}
 	switch c.Algorithm {
 	case FixedWindow, SlidingWindow, SlidingLog:
 		if c.Burst != 0 {
@@ -212,5 +232,9 @@ func compile(c Config) (params, error) {
 
 // config returns the Config p was compiled from.
 func (p *params) config() Config {
-	return Config{Algorithm: p.alg, Limit: p.limit, Period: time.Duration(p.period), Burst: p.burst}
+	c := Config{Algorithm: p.alg, Limit: p.limit, Period: time.Duration(p.period), Burst: p.burst}
+	if p.cal != nil {
+		c.Calendar = p.cal.cal
+	}
+	return c
 }

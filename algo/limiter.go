@@ -70,7 +70,7 @@ func (l *Limiter) Reconfigure(cfg Config, now time.Time) error {
 			}
 		}
 	case FixedWindow, SlidingWindow:
-		if p.period != old.period {
+		if p.period != old.period || !sameCalendar(p.cal, old.cal) {
 			l.s = state{}
 		}
 	}

@@ -24,7 +24,7 @@ func (p *params) slidingWindow(s *state, now, cost int64) verdict {
 	start := s.a
 	prev, cur := uint64(s.b)>>32, uint64(s.b)&0xffffffff
 	if now >= start+p.period || (start == 0 && s.b == 0) {
-		if ws := p.windowStart(now); ws > start || (start == 0 && s.b == 0) {
+		if ws := p.epochStart(now); ws > start || (start == 0 && s.b == 0) {
 			if cur != 0 && ws == start+p.period {
 				prev, cur = cur, 0
 			} else {

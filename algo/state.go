@@ -28,6 +28,9 @@ func (p *params) decide(s *state, now, cost int64) verdict {
 	case TokenBucket:
 		return p.tokenBucket(s, now, cost)
 	case FixedWindow:
+		if p.cal != nil {
+			return p.calendarWindow(s, now, cost)
+		}
 		return p.fixedWindow(s, now, cost)
 	default:
 		return p.slidingWindow(s, now, cost)
@@ -68,7 +71,7 @@ func (p *params) restAt(s state) int64 {
 		if s.b == 0 {
 			return s.a
 		}
-		return s.a + p.period
+		return p.windowEnd(s.a)
 	default:
 		switch {
 		case s.b&0xffffffff != 0:
@@ -98,14 +101,34 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// windowStart returns the start of the epoch-aligned window holding now.
-func (p *params) windowStart(now int64) int64 { return floorDiv(now, p.period) * p.period }
+// windowStart returns the start of the window holding now: aligned to the
+// Unix epoch, or to the calendar.
+func (p *params) windowStart(now int64) int64 {
+	if p.cal != nil {
+		return p.cal.start(now)
+	}
+	return floorDiv(now, p.period) * p.period
+}
+
+// epochStart is windowStart for windows aligned to the Unix epoch, which
+// every algorithm but a calendar's fixed window counts in: inlined where
+// windowStart, which may call the calendar, is not.
+func (p *params) epochStart(now int64) int64 { return floorDiv(now, p.period) * p.period }
+
+// windowEnd returns the end of the window starting at start: a period
+// later, or the calendar's next window's start.
+func (p *params) windowEnd(start int64) int64 {
+	if p.cal != nil {
+		return p.cal.end(start)
+	}
+	return start + p.period
+}
 
 // used is what a fixed window's subject has spent in the window at now:
 // its count, which, unlike limit − remaining, is not clipped at the limit
 // when the limit was lowered below it.
 func (p *params) used(s state, now int64) int64 {
-	if now >= s.a+p.period {
+	if now >= p.windowEnd(s.a) {
 		return 0 // the window is over
 	}
 	return s.b
@@ -123,7 +146,7 @@ func (p *params) refund(s *state, now, cost int64) {
 	case FixedWindow:
 		// An admission at now was counted in the stored window unless that
 		// window has since been left behind.
-		if now < s.a+p.period {
+		if now < p.windowEnd(s.a) {
 			s.b = max(s.b-cost, 0)
 		}
 	case SlidingWindow:

@@ -64,7 +64,10 @@ type Rule struct {
 	Unlimited bool `protobuf:"varint,18,opt,name=unlimited,proto3" json:"unlimited,omitempty"`
 	// replaces names descriptor rules that do not apply to an Envoy request
 	// when this one does.
-	Replaces      []string `protobuf:"bytes,19,rep,name=replaces,proto3" json:"replaces,omitempty"`
+	Replaces []string `protobuf:"bytes,19,rep,name=replaces,proto3" json:"replaces,omitempty"`
+	// cycle counts a fixed_window's periods on the calendar (a month from the
+	// 17th in Europe/Berlin); period is then the unit's nominal length.
+	Cycle         *Cycle `protobuf:"bytes,20,opt,name=cycle,proto3" json:"cycle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -232,6 +235,78 @@ func (x *Rule) GetReplaces() []string {
 	return nil
 }
 
+func (x *Rule) GetCycle() *Cycle {
+	if x != nil {
+		return x.Cycle
+	}
+	return nil
+}
+
+// Cycle is a calendar period.
+type Cycle struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// unit is day, week or month.
+	Unit string `protobuf:"bytes,1,opt,name=unit,proto3" json:"unit,omitempty"`
+	// anchor_day is the day of the month a monthly cycle starts, 1–31; 0 is
+	// the 1st.
+	AnchorDay int32 `protobuf:"varint,2,opt,name=anchor_day,json=anchorDay,proto3" json:"anchor_day,omitempty"`
+	// time_zone is the IANA zone whose midnights start a cycle; empty is UTC.
+	TimeZone      string `protobuf:"bytes,3,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Cycle) Reset() {
+	*x = Cycle{}
+	mi := &file_rules_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Cycle) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Cycle) ProtoMessage() {}
+
+func (x *Cycle) ProtoReflect() protoreflect.Message {
+	mi := &file_rules_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Cycle.ProtoReflect.Descriptor instead.
+func (*Cycle) Descriptor() ([]byte, []int) {
+	return file_rules_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Cycle) GetUnit() string {
+	if x != nil {
+		return x.Unit
+	}
+	return ""
+}
+
+func (x *Cycle) GetAnchorDay() int32 {
+	if x != nil {
+		return x.AnchorDay
+	}
+	return 0
+}
+
+func (x *Cycle) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
 // Match restricts a rule to some requests; empty matches all.
 type Match struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -249,7 +324,7 @@ type Match struct {
 
 func (x *Match) Reset() {
 	*x = Match{}
-	mi := &file_rules_proto_msgTypes[1]
+	mi := &file_rules_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -261,7 +336,7 @@ func (x *Match) String() string {
 func (*Match) ProtoMessage() {}
 
 func (x *Match) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[1]
+	mi := &file_rules_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -274,7 +349,7 @@ func (x *Match) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Match.ProtoReflect.Descriptor instead.
 func (*Match) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{1}
+	return file_rules_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Match) GetRoutes() []string {
@@ -324,7 +399,7 @@ type DescriptorEntry struct {
 
 func (x *DescriptorEntry) Reset() {
 	*x = DescriptorEntry{}
-	mi := &file_rules_proto_msgTypes[2]
+	mi := &file_rules_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -336,7 +411,7 @@ func (x *DescriptorEntry) String() string {
 func (*DescriptorEntry) ProtoMessage() {}
 
 func (x *DescriptorEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[2]
+	mi := &file_rules_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -349,7 +424,7 @@ func (x *DescriptorEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescriptorEntry.ProtoReflect.Descriptor instead.
 func (*DescriptorEntry) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{2}
+	return file_rules_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *DescriptorEntry) GetKey() string {
@@ -381,7 +456,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_rules_proto_msgTypes[3]
+	mi := &file_rules_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -393,7 +468,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[3]
+	mi := &file_rules_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -406,7 +481,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{3}
+	return file_rules_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Plan) GetLimit() int64 {
@@ -441,7 +516,7 @@ type TenantOverride struct {
 
 func (x *TenantOverride) Reset() {
 	*x = TenantOverride{}
-	mi := &file_rules_proto_msgTypes[4]
+	mi := &file_rules_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -453,7 +528,7 @@ func (x *TenantOverride) String() string {
 func (*TenantOverride) ProtoMessage() {}
 
 func (x *TenantOverride) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[4]
+	mi := &file_rules_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -466,7 +541,7 @@ func (x *TenantOverride) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantOverride.ProtoReflect.Descriptor instead.
 func (*TenantOverride) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{4}
+	return file_rules_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TenantOverride) GetLimit() int64 {
@@ -494,7 +569,7 @@ type RuleSet struct {
 
 func (x *RuleSet) Reset() {
 	*x = RuleSet{}
-	mi := &file_rules_proto_msgTypes[5]
+	mi := &file_rules_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -506,7 +581,7 @@ func (x *RuleSet) String() string {
 func (*RuleSet) ProtoMessage() {}
 
 func (x *RuleSet) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[5]
+	mi := &file_rules_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -519,7 +594,7 @@ func (x *RuleSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuleSet.ProtoReflect.Descriptor instead.
 func (*RuleSet) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{5}
+	return file_rules_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RuleSet) GetVersion() uint64 {
@@ -544,7 +619,7 @@ type ListRulesRequest struct {
 
 func (x *ListRulesRequest) Reset() {
 	*x = ListRulesRequest{}
-	mi := &file_rules_proto_msgTypes[6]
+	mi := &file_rules_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -556,7 +631,7 @@ func (x *ListRulesRequest) String() string {
 func (*ListRulesRequest) ProtoMessage() {}
 
 func (x *ListRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[6]
+	mi := &file_rules_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -569,7 +644,7 @@ func (x *ListRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRulesRequest.ProtoReflect.Descriptor instead.
 func (*ListRulesRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{6}
+	return file_rules_proto_rawDescGZIP(), []int{7}
 }
 
 type GetRuleRequest struct {
@@ -581,7 +656,7 @@ type GetRuleRequest struct {
 
 func (x *GetRuleRequest) Reset() {
 	*x = GetRuleRequest{}
-	mi := &file_rules_proto_msgTypes[7]
+	mi := &file_rules_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -593,7 +668,7 @@ func (x *GetRuleRequest) String() string {
 func (*GetRuleRequest) ProtoMessage() {}
 
 func (x *GetRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[7]
+	mi := &file_rules_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -606,7 +681,7 @@ func (x *GetRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRuleRequest.ProtoReflect.Descriptor instead.
 func (*GetRuleRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{7}
+	return file_rules_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetRuleRequest) GetName() string {
@@ -628,7 +703,7 @@ type PutRulesRequest struct {
 
 func (x *PutRulesRequest) Reset() {
 	*x = PutRulesRequest{}
-	mi := &file_rules_proto_msgTypes[8]
+	mi := &file_rules_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +715,7 @@ func (x *PutRulesRequest) String() string {
 func (*PutRulesRequest) ProtoMessage() {}
 
 func (x *PutRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[8]
+	mi := &file_rules_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +728,7 @@ func (x *PutRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRulesRequest.ProtoReflect.Descriptor instead.
 func (*PutRulesRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{8}
+	return file_rules_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PutRulesRequest) GetRules() []*Rule {
@@ -679,7 +754,7 @@ type DeleteRuleRequest struct {
 
 func (x *DeleteRuleRequest) Reset() {
 	*x = DeleteRuleRequest{}
-	mi := &file_rules_proto_msgTypes[9]
+	mi := &file_rules_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -691,7 +766,7 @@ func (x *DeleteRuleRequest) String() string {
 func (*DeleteRuleRequest) ProtoMessage() {}
 
 func (x *DeleteRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[9]
+	mi := &file_rules_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -704,7 +779,7 @@ func (x *DeleteRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRuleRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRuleRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{9}
+	return file_rules_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeleteRuleRequest) GetName() string {
@@ -744,7 +819,7 @@ type Override struct {
 
 func (x *Override) Reset() {
 	*x = Override{}
-	mi := &file_rules_proto_msgTypes[10]
+	mi := &file_rules_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -756,7 +831,7 @@ func (x *Override) String() string {
 func (*Override) ProtoMessage() {}
 
 func (x *Override) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[10]
+	mi := &file_rules_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -769,7 +844,7 @@ func (x *Override) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Override.ProtoReflect.Descriptor instead.
 func (*Override) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{10}
+	return file_rules_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Override) GetRule() string {
@@ -845,7 +920,7 @@ type OverridesDelta struct {
 
 func (x *OverridesDelta) Reset() {
 	*x = OverridesDelta{}
-	mi := &file_rules_proto_msgTypes[11]
+	mi := &file_rules_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +932,7 @@ func (x *OverridesDelta) String() string {
 func (*OverridesDelta) ProtoMessage() {}
 
 func (x *OverridesDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[11]
+	mi := &file_rules_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +945,7 @@ func (x *OverridesDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverridesDelta.ProtoReflect.Descriptor instead.
 func (*OverridesDelta) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{11}
+	return file_rules_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *OverridesDelta) GetVersion() uint64 {
@@ -913,7 +988,7 @@ type PutOverridesRequest struct {
 
 func (x *PutOverridesRequest) Reset() {
 	*x = PutOverridesRequest{}
-	mi := &file_rules_proto_msgTypes[12]
+	mi := &file_rules_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1000,7 @@ func (x *PutOverridesRequest) String() string {
 func (*PutOverridesRequest) ProtoMessage() {}
 
 func (x *PutOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[12]
+	mi := &file_rules_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1013,7 @@ func (x *PutOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutOverridesRequest.ProtoReflect.Descriptor instead.
 func (*PutOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{12}
+	return file_rules_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PutOverridesRequest) GetOverrides() []*Override {
@@ -966,7 +1041,7 @@ type PutOverridesResponse struct {
 
 func (x *PutOverridesResponse) Reset() {
 	*x = PutOverridesResponse{}
-	mi := &file_rules_proto_msgTypes[13]
+	mi := &file_rules_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1053,7 @@ func (x *PutOverridesResponse) String() string {
 func (*PutOverridesResponse) ProtoMessage() {}
 
 func (x *PutOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[13]
+	mi := &file_rules_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1066,7 @@ func (x *PutOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutOverridesResponse.ProtoReflect.Descriptor instead.
 func (*PutOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{13}
+	return file_rules_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PutOverridesResponse) GetVersion() uint64 {
@@ -1018,7 +1093,7 @@ type OverrideKey struct {
 
 func (x *OverrideKey) Reset() {
 	*x = OverrideKey{}
-	mi := &file_rules_proto_msgTypes[14]
+	mi := &file_rules_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1030,7 +1105,7 @@ func (x *OverrideKey) String() string {
 func (*OverrideKey) ProtoMessage() {}
 
 func (x *OverrideKey) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[14]
+	mi := &file_rules_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1043,7 +1118,7 @@ func (x *OverrideKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverrideKey.ProtoReflect.Descriptor instead.
 func (*OverrideKey) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{14}
+	return file_rules_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *OverrideKey) GetRule() string {
@@ -1070,7 +1145,7 @@ type GetOverrideRequest struct {
 
 func (x *GetOverrideRequest) Reset() {
 	*x = GetOverrideRequest{}
-	mi := &file_rules_proto_msgTypes[15]
+	mi := &file_rules_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1157,7 @@ func (x *GetOverrideRequest) String() string {
 func (*GetOverrideRequest) ProtoMessage() {}
 
 func (x *GetOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[15]
+	mi := &file_rules_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1170,7 @@ func (x *GetOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOverrideRequest.ProtoReflect.Descriptor instead.
 func (*GetOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{15}
+	return file_rules_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetOverrideRequest) GetRule() string {
@@ -1128,7 +1203,7 @@ type ListOverridesRequest struct {
 
 func (x *ListOverridesRequest) Reset() {
 	*x = ListOverridesRequest{}
-	mi := &file_rules_proto_msgTypes[16]
+	mi := &file_rules_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1140,7 +1215,7 @@ func (x *ListOverridesRequest) String() string {
 func (*ListOverridesRequest) ProtoMessage() {}
 
 func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[16]
+	mi := &file_rules_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1153,7 +1228,7 @@ func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesRequest.ProtoReflect.Descriptor instead.
 func (*ListOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{16}
+	return file_rules_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListOverridesRequest) GetRule() string {
@@ -1198,7 +1273,7 @@ type ListOverridesResponse struct {
 
 func (x *ListOverridesResponse) Reset() {
 	*x = ListOverridesResponse{}
-	mi := &file_rules_proto_msgTypes[17]
+	mi := &file_rules_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1285,7 @@ func (x *ListOverridesResponse) String() string {
 func (*ListOverridesResponse) ProtoMessage() {}
 
 func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[17]
+	mi := &file_rules_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1298,7 @@ func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
 func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{17}
+	return file_rules_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListOverridesResponse) GetOverrides() []*Override {
@@ -1263,7 +1338,7 @@ type DeleteOverridesRequest struct {
 
 func (x *DeleteOverridesRequest) Reset() {
 	*x = DeleteOverridesRequest{}
-	mi := &file_rules_proto_msgTypes[18]
+	mi := &file_rules_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1275,7 +1350,7 @@ func (x *DeleteOverridesRequest) String() string {
 func (*DeleteOverridesRequest) ProtoMessage() {}
 
 func (x *DeleteOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[18]
+	mi := &file_rules_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1288,7 +1363,7 @@ func (x *DeleteOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverridesRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{18}
+	return file_rules_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeleteOverridesRequest) GetKeys() []*OverrideKey {
@@ -1308,7 +1383,7 @@ type DeleteOverridesResponse struct {
 
 func (x *DeleteOverridesResponse) Reset() {
 	*x = DeleteOverridesResponse{}
-	mi := &file_rules_proto_msgTypes[19]
+	mi := &file_rules_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1320,7 +1395,7 @@ func (x *DeleteOverridesResponse) String() string {
 func (*DeleteOverridesResponse) ProtoMessage() {}
 
 func (x *DeleteOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[19]
+	mi := &file_rules_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1333,7 +1408,7 @@ func (x *DeleteOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverridesResponse.ProtoReflect.Descriptor instead.
 func (*DeleteOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{19}
+	return file_rules_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeleteOverridesResponse) GetVersion() uint64 {
@@ -1362,7 +1437,7 @@ type OverrideChangesRequest struct {
 
 func (x *OverrideChangesRequest) Reset() {
 	*x = OverrideChangesRequest{}
-	mi := &file_rules_proto_msgTypes[20]
+	mi := &file_rules_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1449,7 @@ func (x *OverrideChangesRequest) String() string {
 func (*OverrideChangesRequest) ProtoMessage() {}
 
 func (x *OverrideChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[20]
+	mi := &file_rules_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1462,7 @@ func (x *OverrideChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverrideChangesRequest.ProtoReflect.Descriptor instead.
 func (*OverrideChangesRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{20}
+	return file_rules_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *OverrideChangesRequest) GetSince() uint64 {
@@ -1436,7 +1511,7 @@ type Reset struct {
 
 func (x *Reset) Reset() {
 	*x = Reset{}
-	mi := &file_rules_proto_msgTypes[21]
+	mi := &file_rules_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1448,7 +1523,7 @@ func (x *Reset) String() string {
 func (*Reset) ProtoMessage() {}
 
 func (x *Reset) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[21]
+	mi := &file_rules_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1461,7 +1536,7 @@ func (x *Reset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reset.ProtoReflect.Descriptor instead.
 func (*Reset) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{21}
+	return file_rules_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Reset) GetRule() string {
@@ -1557,7 +1632,7 @@ type ResetsDelta struct {
 
 func (x *ResetsDelta) Reset() {
 	*x = ResetsDelta{}
-	mi := &file_rules_proto_msgTypes[22]
+	mi := &file_rules_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1644,7 @@ func (x *ResetsDelta) String() string {
 func (*ResetsDelta) ProtoMessage() {}
 
 func (x *ResetsDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[22]
+	mi := &file_rules_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1657,7 @@ func (x *ResetsDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetsDelta.ProtoReflect.Descriptor instead.
 func (*ResetsDelta) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{22}
+	return file_rules_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ResetsDelta) GetVersion() uint64 {
@@ -1624,7 +1699,7 @@ type ResetKeysRequest struct {
 
 func (x *ResetKeysRequest) Reset() {
 	*x = ResetKeysRequest{}
-	mi := &file_rules_proto_msgTypes[23]
+	mi := &file_rules_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +1711,7 @@ func (x *ResetKeysRequest) String() string {
 func (*ResetKeysRequest) ProtoMessage() {}
 
 func (x *ResetKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[23]
+	mi := &file_rules_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +1724,7 @@ func (x *ResetKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetKeysRequest.ProtoReflect.Descriptor instead.
 func (*ResetKeysRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{23}
+	return file_rules_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ResetKeysRequest) GetTarget() *Reset {
@@ -1671,7 +1746,7 @@ type ResetKeysResponse struct {
 
 func (x *ResetKeysResponse) Reset() {
 	*x = ResetKeysResponse{}
-	mi := &file_rules_proto_msgTypes[24]
+	mi := &file_rules_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1683,7 +1758,7 @@ func (x *ResetKeysResponse) String() string {
 func (*ResetKeysResponse) ProtoMessage() {}
 
 func (x *ResetKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[24]
+	mi := &file_rules_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1696,7 +1771,7 @@ func (x *ResetKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetKeysResponse.ProtoReflect.Descriptor instead.
 func (*ResetKeysResponse) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{24}
+	return file_rules_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ResetKeysResponse) GetRecorded() *Reset {
@@ -1728,7 +1803,7 @@ type ListResetsRequest struct {
 
 func (x *ListResetsRequest) Reset() {
 	*x = ListResetsRequest{}
-	mi := &file_rules_proto_msgTypes[25]
+	mi := &file_rules_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1740,7 +1815,7 @@ func (x *ListResetsRequest) String() string {
 func (*ListResetsRequest) ProtoMessage() {}
 
 func (x *ListResetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[25]
+	mi := &file_rules_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1753,7 +1828,7 @@ func (x *ListResetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResetsRequest.ProtoReflect.Descriptor instead.
 func (*ListResetsRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{25}
+	return file_rules_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListResetsRequest) GetSince() uint64 {
@@ -1788,7 +1863,7 @@ var File_rules_proto protoreflect.FileDescriptor
 
 const file_rules_proto_rawDesc = "" +
 	"\n" +
-	"\vrules.proto\x12\ballot.v1\x1a\x1egoogle/protobuf/duration.proto\"\xd1\x06\n" +
+	"\vrules.proto\x12\ballot.v1\x1a\x1egoogle/protobuf/duration.proto\"\xf8\x06\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x10\n" +
@@ -1809,7 +1884,8 @@ const file_rules_proto_rawDesc = "" +
 	"\vdescription\x18\x10 \x01(\tR\vdescription\x12\x16\n" +
 	"\x06shadow\x18\x11 \x01(\bR\x06shadow\x12\x1c\n" +
 	"\tunlimited\x18\x12 \x01(\bR\tunlimited\x12\x1a\n" +
-	"\breplaces\x18\x13 \x03(\tR\breplaces\x1aH\n" +
+	"\breplaces\x18\x13 \x03(\tR\breplaces\x12%\n" +
+	"\x05cycle\x18\x14 \x01(\v2\x0f.allot.v1.CycleR\x05cycle\x1aH\n" +
 	"\n" +
 	"PlansEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12$\n" +
@@ -1821,7 +1897,12 @@ const file_rules_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01B\f\n" +
 	"\n" +
-	"_tolerance\"\xa4\x01\n" +
+	"_tolerance\"W\n" +
+	"\x05Cycle\x12\x12\n" +
+	"\x04unit\x18\x01 \x01(\tR\x04unit\x12\x1d\n" +
+	"\n" +
+	"anchor_day\x18\x02 \x01(\x05R\tanchorDay\x12\x1b\n" +
+	"\ttime_zone\x18\x03 \x01(\tR\btimeZone\"\xa4\x01\n" +
 	"\x05Match\x12\x16\n" +
 	"\x06routes\x18\x01 \x03(\tR\x06routes\x12\x18\n" +
 	"\atenants\x18\x02 \x03(\tR\atenants\x12\x14\n" +
@@ -1953,84 +2034,86 @@ func file_rules_proto_rawDescGZIP() []byte {
 	return file_rules_proto_rawDescData
 }
 
-var file_rules_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_rules_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_rules_proto_goTypes = []any{
 	(*Rule)(nil),                    // 0: allot.v1.Rule
-	(*Match)(nil),                   // 1: allot.v1.Match
-	(*DescriptorEntry)(nil),         // 2: allot.v1.DescriptorEntry
-	(*Plan)(nil),                    // 3: allot.v1.Plan
-	(*TenantOverride)(nil),          // 4: allot.v1.TenantOverride
-	(*RuleSet)(nil),                 // 5: allot.v1.RuleSet
-	(*ListRulesRequest)(nil),        // 6: allot.v1.ListRulesRequest
-	(*GetRuleRequest)(nil),          // 7: allot.v1.GetRuleRequest
-	(*PutRulesRequest)(nil),         // 8: allot.v1.PutRulesRequest
-	(*DeleteRuleRequest)(nil),       // 9: allot.v1.DeleteRuleRequest
-	(*Override)(nil),                // 10: allot.v1.Override
-	(*OverridesDelta)(nil),          // 11: allot.v1.OverridesDelta
-	(*PutOverridesRequest)(nil),     // 12: allot.v1.PutOverridesRequest
-	(*PutOverridesResponse)(nil),    // 13: allot.v1.PutOverridesResponse
-	(*OverrideKey)(nil),             // 14: allot.v1.OverrideKey
-	(*GetOverrideRequest)(nil),      // 15: allot.v1.GetOverrideRequest
-	(*ListOverridesRequest)(nil),    // 16: allot.v1.ListOverridesRequest
-	(*ListOverridesResponse)(nil),   // 17: allot.v1.ListOverridesResponse
-	(*DeleteOverridesRequest)(nil),  // 18: allot.v1.DeleteOverridesRequest
-	(*DeleteOverridesResponse)(nil), // 19: allot.v1.DeleteOverridesResponse
-	(*OverrideChangesRequest)(nil),  // 20: allot.v1.OverrideChangesRequest
-	(*Reset)(nil),                   // 21: allot.v1.Reset
-	(*ResetsDelta)(nil),             // 22: allot.v1.ResetsDelta
-	(*ResetKeysRequest)(nil),        // 23: allot.v1.ResetKeysRequest
-	(*ResetKeysResponse)(nil),       // 24: allot.v1.ResetKeysResponse
-	(*ListResetsRequest)(nil),       // 25: allot.v1.ListResetsRequest
-	nil,                             // 26: allot.v1.Rule.PlansEntry
-	nil,                             // 27: allot.v1.Rule.TenantsEntry
-	nil,                             // 28: allot.v1.Rule.RegionsEntry
-	(*durationpb.Duration)(nil),     // 29: google.protobuf.Duration
+	(*Cycle)(nil),                   // 1: allot.v1.Cycle
+	(*Match)(nil),                   // 2: allot.v1.Match
+	(*DescriptorEntry)(nil),         // 3: allot.v1.DescriptorEntry
+	(*Plan)(nil),                    // 4: allot.v1.Plan
+	(*TenantOverride)(nil),          // 5: allot.v1.TenantOverride
+	(*RuleSet)(nil),                 // 6: allot.v1.RuleSet
+	(*ListRulesRequest)(nil),        // 7: allot.v1.ListRulesRequest
+	(*GetRuleRequest)(nil),          // 8: allot.v1.GetRuleRequest
+	(*PutRulesRequest)(nil),         // 9: allot.v1.PutRulesRequest
+	(*DeleteRuleRequest)(nil),       // 10: allot.v1.DeleteRuleRequest
+	(*Override)(nil),                // 11: allot.v1.Override
+	(*OverridesDelta)(nil),          // 12: allot.v1.OverridesDelta
+	(*PutOverridesRequest)(nil),     // 13: allot.v1.PutOverridesRequest
+	(*PutOverridesResponse)(nil),    // 14: allot.v1.PutOverridesResponse
+	(*OverrideKey)(nil),             // 15: allot.v1.OverrideKey
+	(*GetOverrideRequest)(nil),      // 16: allot.v1.GetOverrideRequest
+	(*ListOverridesRequest)(nil),    // 17: allot.v1.ListOverridesRequest
+	(*ListOverridesResponse)(nil),   // 18: allot.v1.ListOverridesResponse
+	(*DeleteOverridesRequest)(nil),  // 19: allot.v1.DeleteOverridesRequest
+	(*DeleteOverridesResponse)(nil), // 20: allot.v1.DeleteOverridesResponse
+	(*OverrideChangesRequest)(nil),  // 21: allot.v1.OverrideChangesRequest
+	(*Reset)(nil),                   // 22: allot.v1.Reset
+	(*ResetsDelta)(nil),             // 23: allot.v1.ResetsDelta
+	(*ResetKeysRequest)(nil),        // 24: allot.v1.ResetKeysRequest
+	(*ResetKeysResponse)(nil),       // 25: allot.v1.ResetKeysResponse
+	(*ListResetsRequest)(nil),       // 26: allot.v1.ListResetsRequest
+	nil,                             // 27: allot.v1.Rule.PlansEntry
+	nil,                             // 28: allot.v1.Rule.TenantsEntry
+	nil,                             // 29: allot.v1.Rule.RegionsEntry
+	(*durationpb.Duration)(nil),     // 30: google.protobuf.Duration
 }
 var file_rules_proto_depIdxs = []int32{
-	29, // 0: allot.v1.Rule.period:type_name -> google.protobuf.Duration
-	1,  // 1: allot.v1.Rule.match:type_name -> allot.v1.Match
-	26, // 2: allot.v1.Rule.plans:type_name -> allot.v1.Rule.PlansEntry
-	27, // 3: allot.v1.Rule.tenants:type_name -> allot.v1.Rule.TenantsEntry
-	28, // 4: allot.v1.Rule.regions:type_name -> allot.v1.Rule.RegionsEntry
-	2,  // 5: allot.v1.Match.descriptors:type_name -> allot.v1.DescriptorEntry
-	0,  // 6: allot.v1.RuleSet.rules:type_name -> allot.v1.Rule
-	0,  // 7: allot.v1.PutRulesRequest.rules:type_name -> allot.v1.Rule
-	10, // 8: allot.v1.OverridesDelta.overrides:type_name -> allot.v1.Override
-	10, // 9: allot.v1.PutOverridesRequest.overrides:type_name -> allot.v1.Override
-	10, // 10: allot.v1.ListOverridesResponse.overrides:type_name -> allot.v1.Override
-	14, // 11: allot.v1.DeleteOverridesRequest.keys:type_name -> allot.v1.OverrideKey
-	21, // 12: allot.v1.ResetsDelta.resets:type_name -> allot.v1.Reset
-	21, // 13: allot.v1.ResetKeysRequest.target:type_name -> allot.v1.Reset
-	21, // 14: allot.v1.ResetKeysResponse.recorded:type_name -> allot.v1.Reset
-	3,  // 15: allot.v1.Rule.PlansEntry.value:type_name -> allot.v1.Plan
-	4,  // 16: allot.v1.Rule.TenantsEntry.value:type_name -> allot.v1.TenantOverride
-	6,  // 17: allot.v1.RulesService.ListRules:input_type -> allot.v1.ListRulesRequest
-	7,  // 18: allot.v1.RulesService.GetRule:input_type -> allot.v1.GetRuleRequest
-	8,  // 19: allot.v1.RulesService.PutRules:input_type -> allot.v1.PutRulesRequest
-	9,  // 20: allot.v1.RulesService.DeleteRule:input_type -> allot.v1.DeleteRuleRequest
-	12, // 21: allot.v1.OverridesService.PutOverrides:input_type -> allot.v1.PutOverridesRequest
-	15, // 22: allot.v1.OverridesService.GetOverride:input_type -> allot.v1.GetOverrideRequest
-	16, // 23: allot.v1.OverridesService.ListOverrides:input_type -> allot.v1.ListOverridesRequest
-	18, // 24: allot.v1.OverridesService.DeleteOverrides:input_type -> allot.v1.DeleteOverridesRequest
-	20, // 25: allot.v1.OverridesService.Changes:input_type -> allot.v1.OverrideChangesRequest
-	23, // 26: allot.v1.ResetsService.ResetKeys:input_type -> allot.v1.ResetKeysRequest
-	25, // 27: allot.v1.ResetsService.ListResets:input_type -> allot.v1.ListResetsRequest
-	5,  // 28: allot.v1.RulesService.ListRules:output_type -> allot.v1.RuleSet
-	0,  // 29: allot.v1.RulesService.GetRule:output_type -> allot.v1.Rule
-	5,  // 30: allot.v1.RulesService.PutRules:output_type -> allot.v1.RuleSet
-	5,  // 31: allot.v1.RulesService.DeleteRule:output_type -> allot.v1.RuleSet
-	13, // 32: allot.v1.OverridesService.PutOverrides:output_type -> allot.v1.PutOverridesResponse
-	10, // 33: allot.v1.OverridesService.GetOverride:output_type -> allot.v1.Override
-	17, // 34: allot.v1.OverridesService.ListOverrides:output_type -> allot.v1.ListOverridesResponse
-	19, // 35: allot.v1.OverridesService.DeleteOverrides:output_type -> allot.v1.DeleteOverridesResponse
-	11, // 36: allot.v1.OverridesService.Changes:output_type -> allot.v1.OverridesDelta
-	24, // 37: allot.v1.ResetsService.ResetKeys:output_type -> allot.v1.ResetKeysResponse
-	22, // 38: allot.v1.ResetsService.ListResets:output_type -> allot.v1.ResetsDelta
-	28, // [28:39] is the sub-list for method output_type
-	17, // [17:28] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	30, // 0: allot.v1.Rule.period:type_name -> google.protobuf.Duration
+	2,  // 1: allot.v1.Rule.match:type_name -> allot.v1.Match
+	27, // 2: allot.v1.Rule.plans:type_name -> allot.v1.Rule.PlansEntry
+	28, // 3: allot.v1.Rule.tenants:type_name -> allot.v1.Rule.TenantsEntry
+	29, // 4: allot.v1.Rule.regions:type_name -> allot.v1.Rule.RegionsEntry
+	1,  // 5: allot.v1.Rule.cycle:type_name -> allot.v1.Cycle
+	3,  // 6: allot.v1.Match.descriptors:type_name -> allot.v1.DescriptorEntry
+	0,  // 7: allot.v1.RuleSet.rules:type_name -> allot.v1.Rule
+	0,  // 8: allot.v1.PutRulesRequest.rules:type_name -> allot.v1.Rule
+	11, // 9: allot.v1.OverridesDelta.overrides:type_name -> allot.v1.Override
+	11, // 10: allot.v1.PutOverridesRequest.overrides:type_name -> allot.v1.Override
+	11, // 11: allot.v1.ListOverridesResponse.overrides:type_name -> allot.v1.Override
+	15, // 12: allot.v1.DeleteOverridesRequest.keys:type_name -> allot.v1.OverrideKey
+	22, // 13: allot.v1.ResetsDelta.resets:type_name -> allot.v1.Reset
+	22, // 14: allot.v1.ResetKeysRequest.target:type_name -> allot.v1.Reset
+	22, // 15: allot.v1.ResetKeysResponse.recorded:type_name -> allot.v1.Reset
+	4,  // 16: allot.v1.Rule.PlansEntry.value:type_name -> allot.v1.Plan
+	5,  // 17: allot.v1.Rule.TenantsEntry.value:type_name -> allot.v1.TenantOverride
+	7,  // 18: allot.v1.RulesService.ListRules:input_type -> allot.v1.ListRulesRequest
+	8,  // 19: allot.v1.RulesService.GetRule:input_type -> allot.v1.GetRuleRequest
+	9,  // 20: allot.v1.RulesService.PutRules:input_type -> allot.v1.PutRulesRequest
+	10, // 21: allot.v1.RulesService.DeleteRule:input_type -> allot.v1.DeleteRuleRequest
+	13, // 22: allot.v1.OverridesService.PutOverrides:input_type -> allot.v1.PutOverridesRequest
+	16, // 23: allot.v1.OverridesService.GetOverride:input_type -> allot.v1.GetOverrideRequest
+	17, // 24: allot.v1.OverridesService.ListOverrides:input_type -> allot.v1.ListOverridesRequest
+	19, // 25: allot.v1.OverridesService.DeleteOverrides:input_type -> allot.v1.DeleteOverridesRequest
+	21, // 26: allot.v1.OverridesService.Changes:input_type -> allot.v1.OverrideChangesRequest
+	24, // 27: allot.v1.ResetsService.ResetKeys:input_type -> allot.v1.ResetKeysRequest
+	26, // 28: allot.v1.ResetsService.ListResets:input_type -> allot.v1.ListResetsRequest
+	6,  // 29: allot.v1.RulesService.ListRules:output_type -> allot.v1.RuleSet
+	0,  // 30: allot.v1.RulesService.GetRule:output_type -> allot.v1.Rule
+	6,  // 31: allot.v1.RulesService.PutRules:output_type -> allot.v1.RuleSet
+	6,  // 32: allot.v1.RulesService.DeleteRule:output_type -> allot.v1.RuleSet
+	14, // 33: allot.v1.OverridesService.PutOverrides:output_type -> allot.v1.PutOverridesResponse
+	11, // 34: allot.v1.OverridesService.GetOverride:output_type -> allot.v1.Override
+	18, // 35: allot.v1.OverridesService.ListOverrides:output_type -> allot.v1.ListOverridesResponse
+	20, // 36: allot.v1.OverridesService.DeleteOverrides:output_type -> allot.v1.DeleteOverridesResponse
+	12, // 37: allot.v1.OverridesService.Changes:output_type -> allot.v1.OverridesDelta
+	25, // 38: allot.v1.ResetsService.ResetKeys:output_type -> allot.v1.ResetKeysResponse
+	23, // 39: allot.v1.ResetsService.ListResets:output_type -> allot.v1.ResetsDelta
+	29, // [29:40] is the sub-list for method output_type
+	18, // [18:29] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_rules_proto_init() }
@@ -2045,7 +2128,7 @@ func file_rules_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rules_proto_rawDesc), len(file_rules_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -48,11 +48,21 @@ func Parse(name string, data []byte) ([]Rule, error) {
 		e.File = name
 		return nil, e
 	}
+	data, units := calendarPeriods(root, data)
 	var doc document
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return nil, yamlError(name, root, err)
+	}
+	for i, u := range units {
+		if i < len(doc.Rules) {
+			if doc.Rules[i].Cycle == nil {
+				doc.Rules[i].Cycle = &Cycle{}
+			}
+			doc.Rules[i].Cycle.Unit = u
+			doc.Rules[i].Cycle.Resolve()
+		}
 	}
 	var errs Errors
 	for i := range doc.Rules {

@@ -116,8 +116,11 @@ type Rule struct {
 	Algorithm algo.Algorithm `yaml:"algorithm" json:"algorithm"`
 	Limit     int64          `yaml:"limit" json:"limit"`
 	Period    time.Duration  `yaml:"period" json:"period"`
-	Burst     int64          `yaml:"burst,omitempty" json:"burst,omitempty"`
-	Intent    lease.Intent   `yaml:"intent" json:"intent"`
+	// Cycle counts a fixed_window's periods on the calendar (period:
+	// month); nil counts them from the Unix epoch.
+	Cycle  *Cycle       `yaml:"cycle,omitempty" json:"cycle,omitempty"`
+	Burst  int64        `yaml:"burst,omitempty" json:"burst,omitempty"`
+	Intent lease.Intent `yaml:"intent" json:"intent"`
 	// Tolerance overrides the intent's tolerance when set.
 	Tolerance *float64 `yaml:"tolerance,omitempty" json:"tolerance,omitempty"`
 	// FailMode overrides the intent's; zero means the intent's default.
@@ -315,6 +318,9 @@ func (r *Rule) WithLimitBurst(limit int64, period time.Duration, burst int64) Ru
 func (r *Rule) WithLimit(limit int64, period time.Duration) Rule {
 	d := *r
 	d.Limit, d.Period, d.Plans, d.Tenants = limit, period, nil, nil
+	if period != r.Period {
+		d.Cycle = nil // a call's own period counts from the epoch
+	}
 	if !(r.Algorithm == algo.TokenBucket && r.Burst == 0) { // else zero: one period's worth
 		d.Burst = int64(math.Round(r.BurstFor(float64(limit))))
 	}
@@ -327,7 +333,7 @@ func (r *Rule) WithLimit(limit int64, period time.Duration) Rule {
 func Equal(a, b *Rule) bool {
 	return a.Name == b.Name && a.Description == b.Description &&
 		a.Scope.canonical() == b.Scope.canonical() && slices.Equal(a.Key, b.Key) &&
-		a.Algorithm == b.Algorithm && a.Limit == b.Limit && a.Period == b.Period && a.Burst == b.Burst &&
+		a.Algorithm == b.Algorithm && a.Limit == b.Limit && a.Period == b.Period && equalCycles(a.Cycle, b.Cycle) && a.Burst == b.Burst &&
 		a.Intent == b.Intent && a.FailMode == b.FailMode && sameTolerance(a.Tolerance, b.Tolerance) &&
 		slices.Equal(a.Match.Routes, b.Match.Routes) && slices.Equal(a.Match.Tenants, b.Match.Tenants) &&
 		slices.Equal(a.Match.Plans, b.Match.Plans) && a.Match.Domain == b.Match.Domain &&
@@ -367,7 +373,30 @@ func sameFloat(x, y float64) bool {
 
 // AlgoConfig returns the algorithm configuration for a limit.
 func (r *Rule) AlgoConfig(limit int64) algo.Config {
-	return algo.Config{Algorithm: r.Algorithm, Limit: limit, Period: r.Period, Burst: r.Burst}
+	c := algo.Config{Algorithm: r.Algorithm, Limit: limit, Period: r.Period, Burst: r.Burst}
+	if r.Cycle != nil {
+		c.Calendar = r.Cycle.Calendar()
+	}
+	return c
+}
+
+// WindowStart returns the start of the rule's window holding t: on the
+// calendar for a rule with a Cycle, else a multiple of Period since the
+// Unix epoch. For window algorithms.
+func (r *Rule) WindowStart(t time.Time) time.Time {
+	if r.Cycle != nil && r.Cycle.Unit != 0 {
+		return r.Cycle.Calendar().Start(t)
+	}
+	return t.Truncate(r.Period)
+}
+
+// WindowEnd returns the end of the rule's window that starts at start (a
+// WindowStart): a Period later, or the calendar's next window.
+func (r *Rule) WindowEnd(start time.Time) time.Time {
+	if r.Cycle != nil && r.Cycle.Unit != 0 {
+		return r.Cycle.Calendar().Next(start)
+	}
+	return start.Add(r.Period)
 }
 
 // Matches reports whether the rule covers a request with these attributes.

@@ -153,9 +153,13 @@ func (r *Rule) validateLimit(bad func(string, string, ...any)) {
 			bad("period", "must be positive, got %v", r.Period)
 		}
 	}
+	cycleOK := true
+	if r.Cycle != nil {
+		cycleOK = r.Cycle.validate(r.Algorithm, r.Period, bad)
+	}
 	if r.Algorithm == 0 {
 		bad("algorithm", "is required (fixed_window, sliding_log, sliding_window, token_bucket or gcra)")
-	} else if r.Limit > 0 && r.Period > 0 {
+	} else if r.Limit > 0 && r.Period > 0 && cycleOK {
 		if err := r.AlgoConfig(r.Limit).Validate(); err != nil {
 			var ce *algo.ConfigError
 			if errors.As(err, &ce) {

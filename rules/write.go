@@ -54,6 +54,7 @@ type ruleDoc struct {
 	Algorithm   string               `yaml:"algorithm,omitempty" json:"algorithm,omitempty"`
 	Limit       int64                `yaml:"limit,omitempty" json:"limit,omitempty"`
 	Period      string               `yaml:"period,omitempty" json:"period,omitempty"`
+	Cycle       *cycleDoc            `yaml:"cycle,omitempty,flow" json:"cycle,omitempty"`
 	Burst       int64                `yaml:"burst,omitempty" json:"burst,omitempty"`
 	Intent      string               `yaml:"intent,omitempty" json:"intent,omitempty"`
 	Tolerance   *float64             `yaml:"tolerance,omitempty" json:"tolerance,omitempty"`
@@ -65,6 +66,13 @@ type ruleDoc struct {
 	Shadow      bool                 `yaml:"shadow,omitempty" json:"shadow,omitempty"`
 	Unlimited   bool                 `yaml:"unlimited,omitempty" json:"unlimited,omitempty"`
 	Replaces    []string             `yaml:"replaces,omitempty,flow" json:"replaces,omitempty"`
+}
+
+// cycleDoc is a Cycle as the rule file writes it, its unit being the
+// period: {anchor_day: 17, time_zone: Europe/Berlin}.
+type cycleDoc struct {
+	AnchorDay int    `yaml:"anchor_day,omitempty" json:"anchor_day,omitempty"`
+	TimeZone  string `yaml:"time_zone,omitempty" json:"time_zone,omitempty"`
 }
 
 type matchDoc struct {
@@ -152,6 +160,12 @@ func docOf(r *Rule) ruleDoc {
 	}
 	if r.Period != 0 {
 		d.Period = formatDuration(r.Period)
+	}
+	if c := r.Cycle; c != nil && c.Unit != 0 {
+		d.Period = c.Unit.String()
+		if c.AnchorDay != 0 || c.TimeZone != "" {
+			d.Cycle = &cycleDoc{AnchorDay: c.AnchorDay, TimeZone: c.TimeZone}
+		}
 	}
 	if m := &r.Match; len(m.Routes)+len(m.Tenants)+len(m.Plans)+len(m.Descriptors) > 0 || m.Domain != "" {
 		d.Match = &matchDoc{Routes: m.Routes, Tenants: m.Tenants, Plans: m.Plans, Domain: m.Domain}

@@ -29,6 +29,12 @@ func ToProto(r *rules.Rule) *allotpb.Rule {
 	for _, e := range r.Match.Descriptors {
 		p.Match.Descriptors = append(p.Match.Descriptors, &allotpb.DescriptorEntry{Key: e.Key, Value: e.Value})
 	}
+	if c := r.Cycle; c != nil {
+		p.Cycle = &allotpb.Cycle{AnchorDay: int32(c.AnchorDay), TimeZone: c.TimeZone}
+		if c.Unit != 0 {
+			p.Cycle.Unit = c.Unit.String()
+		}
+	}
 	// MarshalText refuses a scope that is none of the six: it is left out,
 	// as the zero scope is.
 	if s, err := r.Scope.MarshalText(); err == nil {
@@ -89,6 +95,17 @@ func FromProto(p *allotpb.Rule) (rules.Rule, error) {
 			bad("period", err)
 		}
 		r.Period = d.AsDuration()
+	}
+	if c := p.GetCycle(); c != nil {
+		r.Cycle = &rules.Cycle{AnchorDay: int(c.GetAnchorDay()), TimeZone: c.GetTimeZone()}
+		if s := c.GetUnit(); s != "" {
+			u, err := rules.ParseCalendarUnit(s)
+			if err != nil {
+				bad("period", err)
+			}
+			r.Cycle.Unit = u
+		}
+		r.Cycle.Resolve()
 	}
 	if s := p.GetScope(); s != "" {
 		v, err := rules.ParseScope(s)

@@ -138,6 +138,16 @@ func limits(t *rapid.T, r *rules.Rule) {
 		rapid.SampledFrom([]int64{int64(time.Second), int64(time.Minute), int64(90 * time.Minute), int64(24 * time.Hour)}),
 		rapid.Int64Range(int64(time.Millisecond), int64(30*24*time.Hour)),
 	).Draw(t, "period"))
+	if r.Algorithm == algo.FixedWindow && rapid.IntRange(0, 3).Draw(t, "calendar") == 0 {
+		// A period on the calendar (period: month).
+		c := &rules.Cycle{Unit: rapid.SampledFrom([]algo.CalendarUnit{algo.Day, algo.Week, algo.Month}).Draw(t, "unit")}
+		if c.Unit == algo.Month {
+			c.AnchorDay = rapid.IntRange(0, 31).Draw(t, "anchorDay")
+		}
+		c.TimeZone = rapid.SampledFrom([]string{"", "UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata"}).Draw(t, "timeZone")
+		c.Resolve() // as a rule file's or the wire's are
+		r.Period, r.Cycle = c.Unit.Nominal(), c
+	}
 	if rapid.Bool().Draw(t, "tolerant") {
 		tol := rapid.Float64Range(0, 1).Draw(t, "tolerance")
 		r.Tolerance = &tol

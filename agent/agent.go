@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -377,15 +378,16 @@ func (a *Agent) newRuleData(rs *ruleState, nodes int) (*ruleData, error) {
 	rs.ruleData = d
 	opts := a.keyedOptions(&rs.rule)
 	var err error
-	if d.def, err = rs.newLimitStore(rs.rule.Limit, a.cfg.Region, nodes, opts); err != nil {
+	if d.def, err = rs.newLimitStore(rs.rule.Limit, rules.Anchor{}, a.cfg.Region, nodes, opts); err != nil {
 		return nil, err
 	}
 	for name, p := range rs.rule.Plans {
-		if p.Limit > 0 {
+		if p.Limit > 0 || !p.Cycle.IsZero() {
 			if d.byPlan == nil {
 				d.byPlan = map[string]*limitStore{}
 			}
-			if d.byPlan[name], err = rs.newLimitStore(p.Limit, a.cfg.Region, nodes, opts); err != nil {
+			limit := cmp.Or(p.Limit, rs.rule.Limit)
+			if d.byPlan[name], err = rs.newLimitStore(limit, p.Cycle, a.cfg.Region, nodes, opts); err != nil {
 				return nil, err
 			}
 		}
@@ -395,7 +397,7 @@ func (a *Agent) newRuleData(rs *ruleState, nodes int) (*ruleData, error) {
 			if d.byTenant == nil {
 				d.byTenant = map[string]*limitStore{}
 			}
-			if d.byTenant[name], err = rs.newLimitStore(o.Limit, a.cfg.Region, nodes, opts); err != nil {
+			if d.byTenant[name], err = rs.newLimitStore(o.Limit, o.Cycle, a.cfg.Region, nodes, opts); err != nil {
 				return nil, err
 			}
 		}

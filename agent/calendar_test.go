@@ -1,11 +1,14 @@
 package agent
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/allot-io/allot/algo"
+	"github.com/allot-io/allot/internal/testwait"
 	"github.com/allot-io/allot/lease"
+	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/rules"
 )
 
@@ -17,7 +20,7 @@ import (
 // agents report, so the fleet agrees on the calendar's boundary.
 func TestMonthlyQuotaRenewsOnTheAnchorDay(t *testing.T) {
 	r := rule("plan", rules.Tenant, algo.FixedWindow, 600, algo.Month.Nominal(), lease.Quota)
-	r.Cycle = &rules.Cycle{Unit: algo.Month, AnchorDay: 31}
+	r.Cycle = &rules.Cycle{Unit: algo.Month, Anchor: rules.Anchor{AnchorDay: 31}}
 	renews := time.Date(2027, 2, 28, 0, 0, 0, 0, time.UTC)
 	f := newEngineFleetAt(t, r, 3, 1, renews.Add(-20*time.Second))
 	f.run(40 * time.Second) // 300 checks a second offered
@@ -41,5 +44,62 @@ func TestMonthlyQuotaRenewsOnTheAnchorDay(t *testing.T) {
 	}
 	if d := f.gws[0].Check(Request{Tenant: "acme"}); d.Allowed || !f.clk.Now().Add(d.RetryAfter).Equal(time.Date(2027, 3, 31, 0, 0, 0, 0, time.UTC)) {
 		t.Errorf("after the cycle's 600: %+v, want refused until March 31st", d)
+	}
+}
+
+// TestTenantsRenewOnTheirOwnDay: a monthly quota whose tenants renew on
+// their own day: acme anchored on the 17th in New York through the
+// overrides API, the pro plan on the 5th in the rule file, globex on the
+// rule's 1st in UTC. Each, its quota spent, is told to come back at its
+// own cycle's renewal, on a real cluster.
+func TestTenantsRenewOnTheirOwnDay(t *testing.T) {
+	cs := coordinators(t, 3)
+	quota := rule("monthly", rules.Tenant, algo.FixedWindow, 3, algo.Month.Nominal(), lease.Quota)
+	quota.Cycle = &rules.Cycle{Unit: algo.Month}
+	quota.Plans = map[string]rules.Plan{"pro": {Cycle: rules.Anchor{AnchorDay: 5}}}
+	putRules(t, cs[0].GRPCAddr(), quota)
+	a := newAgent(t, "gw-1", addrs(cs), nil)
+	oc := overridesClient(t, cs[0].GRPCAddr())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := oc.PutOverrides(ctx, &allotpb.PutOverridesRequest{Overrides: []*allotpb.Override{
+		{Rule: "monthly", Tenant: "acme", Cycle: &allotpb.Anchor{AnchorDay: 17, TimeZone: "America/New_York"}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, 10*time.Second, "the agent to hold acme's anchor", func() bool {
+		for _, rs := range a.rules.Load().rules {
+			if rs.rule.Name == "monthly" {
+				return rs.overrides.get("acme") != nil
+			}
+		}
+		return false
+	})
+	ny, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		tenant, plan string
+		cal          algo.Calendar
+	}{
+		{"acme", "", algo.Calendar{Unit: algo.Month, Anchor: 17, Location: ny}},
+		{"initech", "pro", algo.Calendar{Unit: algo.Month, Anchor: 5}},
+		{"globex", "", algo.Calendar{Unit: algo.Month, Anchor: 1}},
+	} {
+		var d Decision
+		for range 10 {
+			if d = a.Check(Request{Tenant: tc.tenant, Plan: tc.plan}); !d.Allowed {
+				break
+			}
+		}
+		if d.Allowed {
+			t.Fatalf("%s: 10 checks of a quota of 3 all admitted", tc.tenant)
+		}
+		now := time.Now()
+		want := tc.cal.Next(tc.cal.Start(now))
+		if got := now.Add(d.RetryAfter); got.Sub(want).Abs() > 2*time.Second {
+			t.Errorf("%s: refused until %v, want its cycle's renewal at %v", tc.tenant, got, want)
+		}
 	}
 }

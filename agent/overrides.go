@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/proto/rulespb"
 	"github.com/allot-io/allot/rules"
 )
 
@@ -136,11 +137,19 @@ func (rs *ruleState) overrideStore(to *tenantOverride, req *Request) *limitStore
 	if st := to.store.Load(); st != nil {
 		return st
 	}
-	limit := to.o.Limit
+	base := rs.baseStore(req)
+	limit, anchor := to.o.Limit, to.o.Cycle
 	if limit <= 0 {
-		limit = rs.baseStore(req).limit
+		limit = base.limit
 	}
-	st, err := rs.makeStore(limit)
+	if anchor.IsZero() {
+		// The cycle of the entry whose limit the tenant had: its plan's,
+		// or its rule file entry's (rules.Rule.CycleFor).
+		if c := base.ruleOf(rs).Cycle; c != nil {
+			anchor = c.Anchor
+		}
+	}
+	st, err := rs.makeStore(limit, anchor)
 	if err != nil {
 		return nil
 	}
@@ -221,7 +230,7 @@ func tableChanges(in map[string]*allotpb.Override) map[string]*tenantOverride {
 			out[tenant] = nil
 			continue
 		}
-		out[tenant] = &tenantOverride{o: rules.TenantOverride{Limit: o.GetLimit(), Weight: o.GetWeight()}, expires: o.GetExpiresUnixNano()}
+		out[tenant] = &tenantOverride{o: rulespb.OverrideFromProto(o).TenantOverride, expires: o.GetExpiresUnixNano()}
 	}
 	return out
 }
@@ -304,13 +313,13 @@ func (r *reporter) expireOverrides(now int64) {
 
 // overrideStoreMaker makes the stores of rs's overridden tenants: sized
 // for one tenant's keys (a single shard when the key is the tenant).
-func (a *Agent) overrideStoreMaker(rs *ruleState) func(int64) (*limitStore, error) {
+func (a *Agent) overrideStoreMaker(rs *ruleState) func(int64, rules.Anchor) (*limitStore, error) {
 	opts := a.keyedOptions(&rs.rule)
 	opts.Shards = 16
 	if attrs := rs.attrs; len(attrs) == 1 && attrs[0] == rules.AttrTenant {
 		opts.Shards = 1
 	}
-	return func(limit int64) (*limitStore, error) {
-		return rs.newLimitStore(limit, a.cfg.Region, int(a.nodes.Load()), opts)
+	return func(limit int64, anchor rules.Anchor) (*limitStore, error) {
+		return rs.newLimitStore(limit, anchor, a.cfg.Region, int(a.nodes.Load()), opts)
 	}
 }

@@ -409,7 +409,7 @@ func (r *reporter) request(c *compiled, now int64, urgent, leaving bool) (*allot
 		hk.confirm = false
 		d := &allotpb.KeyDemand{Rule: rs.rule.Name, Key: hk.key, Tenant: hk.wireTenant, Plan: hk.wirePlan, Priority: hk.priority}
 		kr := hk.store.ruleOf(rs)
-		if hk.store.rule != nil {
+		if hk.store.suffix != "" {
 			d.Limit, d.PeriodNano, d.Burst = kr.Limit, int64(kr.Period), hk.store.callBurst // a call limit's key
 		}
 		if urgent {

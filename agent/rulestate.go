@@ -30,7 +30,7 @@ type ruleState struct {
 	windowed bool
 	clk      *clock
 	// makeStore makes the store of an overridden tenant's keys.
-	makeStore func(limit int64) (*limitStore, error)
+	makeStore func(limit int64, anchor rules.Anchor) (*limitStore, error)
 	// makeCallStore makes the store of a call limit's keys (descriptor
 	// rules), enforcing r: the rule with the call's limit and period.
 	makeCallStore func(r *rules.Rule, burst int64) (*limitStore, error)
@@ -133,9 +133,11 @@ func (rd *ruleData) refused(what string, err error) {
 // limitStore enforces one effective limit of a rule.
 type limitStore struct {
 	limit int64 // the rule's limit for these tenants, per period
-	// rule, for a call limit's store, is the rule it enforces: the rule
-	// with the call's limit and period (rules.Rule.WithLimit); nil for
-	// the rule's own. suffix and salt tell its keys apart from the
+	// rule is the rule the store enforces where it is not the rule's own:
+	// a call limit's, with the call's limit and period (rules.Rule.
+	// WithLimit), or a plan's or tenant's, counting the rule's calendar
+	// period from their anchor (rules.Rule.Anchored); nil for the rule's
+	// own. A call limit's suffix and salt tell its keys apart from the
 	// rule's: on the wire, and in the hot keys' hashes.
 	rule   *rules.Rule
 	suffix string
@@ -256,8 +258,17 @@ func (rs *ruleState) shareOf(limit int64, region string, nodes int) float64 {
 }
 
 // newLimitStore makes the store for one effective limit.
-func (rs *ruleState) newLimitStore(limit int64, region string, nodes int, opts algo.KeyedOptions) (*limitStore, error) {
-	return rs.newLimitStoreOf(&rs.rule, limit, region, nodes, opts)
+//
+// A plan's or a tenant's own anchor (rules.Anchor) makes the store count
+// the rule's calendar period from it: the store enforces the rule so
+// anchored (ruleOf), and reports its keys' windows by it.
+func (rs *ruleState) newLimitStore(limit int64, anchor rules.Anchor, region string, nodes int, opts algo.KeyedOptions) (*limitStore, error) {
+	r := rs.rule.Anchored(anchor)
+	st, err := rs.newLimitStoreOf(r, limit, region, nodes, opts)
+	if st != nil && r != &rs.rule {
+		st.rule = r
+	}
+	return st, err
 }
 
 // newLimitStoreOf makes the store for one effective limit of r: the rule,
@@ -277,7 +288,8 @@ func (rs *ruleState) newLimitStoreOf(r *rules.Rule, limit int64, region string, 
 	return st, err
 }
 
-// ruleOf is the rule the store enforces: rs's, or a call limit's.
+// ruleOf is the rule the store enforces: rs's, a call limit's, or rs's
+// on a plan's or tenant's calendar anchor.
 func (st *limitStore) ruleOf(rs *ruleState) *rules.Rule {
 	if st.rule != nil {
 		return st.rule
@@ -322,7 +334,7 @@ func (rs *ruleState) store(req *Request) *limitStore {
 	if req.lst != nil {
 		return req.lst
 	}
-	if to := rs.overrides.get(req.Tenant); to != nil && (to.o.Limit > 0 || to.reset) {
+	if to := rs.overrides.get(req.Tenant); to != nil && (to.o.Limit > 0 || to.reset || !to.o.Cycle.IsZero()) {
 		if st := rs.overrideStore(to, req); st != nil {
 			return st
 		}

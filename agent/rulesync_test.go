@@ -18,7 +18,7 @@ import (
 // the set is enforced.
 func TestRuleWithUnknownFieldsIsLeftOut(t *testing.T) {
 	monthly := rule("monthly", rules.Tenant, algo.FixedWindow, 100, algo.Month.Nominal(), lease.Quota)
-	monthly.Cycle = &rules.Cycle{Unit: algo.Month, AnchorDay: 17}
+	monthly.Cycle = &rules.Cycle{Unit: algo.Month, Anchor: rules.Anchor{AnchorDay: 17}}
 	plain := rule("plain", rules.Tenant, algo.FixedWindow, 100, time.Minute, lease.Quota)
 	newer := rulespb.ToProto(&monthly)
 	// Field 99, a varint: what a later version might add to a cycle.

@@ -449,7 +449,9 @@ type Plan struct {
 	// weight is the plan's weight in max-min fair sharing (global rules).
 	Weight float64 `protobuf:"fixed64,2,opt,name=weight,proto3" json:"weight,omitempty"`
 	// rank orders plans for shedding: a lower rank is shed first.
-	Rank          uint32 `protobuf:"varint,3,opt,name=rank,proto3" json:"rank,omitempty"`
+	Rank uint32 `protobuf:"varint,3,opt,name=rank,proto3" json:"rank,omitempty"`
+	// cycle anchors the plan's tenants' cycles on a calendar rule.
+	Cycle         *Anchor `protobuf:"bytes,4,opt,name=cycle,proto3" json:"cycle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -505,11 +507,20 @@ func (x *Plan) GetRank() uint32 {
 	return 0
 }
 
+func (x *Plan) GetCycle() *Anchor {
+	if x != nil {
+		return x.Cycle
+	}
+	return nil
+}
+
 // TenantOverride changes a rule for one tenant.
 type TenantOverride struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Limit         int64                  `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
-	Weight        float64                `protobuf:"fixed64,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Limit  int64                  `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	Weight float64                `protobuf:"fixed64,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	// cycle anchors the tenant's cycles on a calendar rule.
+	Cycle         *Anchor `protobuf:"bytes,3,opt,name=cycle,proto3" json:"cycle,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -558,6 +569,68 @@ func (x *TenantOverride) GetWeight() float64 {
 	return 0
 }
 
+func (x *TenantOverride) GetCycle() *Anchor {
+	if x != nil {
+		return x.Cycle
+	}
+	return nil
+}
+
+// Anchor is where a plan's or a tenant's calendar cycles start.
+type Anchor struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// anchor_day is the day of the month a monthly cycle starts, 1–31.
+	AnchorDay int32 `protobuf:"varint,1,opt,name=anchor_day,json=anchorDay,proto3" json:"anchor_day,omitempty"`
+	// time_zone is the IANA zone whose midnights start a cycle.
+	TimeZone      string `protobuf:"bytes,2,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Anchor) Reset() {
+	*x = Anchor{}
+	mi := &file_rules_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Anchor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Anchor) ProtoMessage() {}
+
+func (x *Anchor) ProtoReflect() protoreflect.Message {
+	mi := &file_rules_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Anchor.ProtoReflect.Descriptor instead.
+func (*Anchor) Descriptor() ([]byte, []int) {
+	return file_rules_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Anchor) GetAnchorDay() int32 {
+	if x != nil {
+		return x.AnchorDay
+	}
+	return 0
+}
+
+func (x *Anchor) GetTimeZone() string {
+	if x != nil {
+		return x.TimeZone
+	}
+	return ""
+}
+
 // RuleSet is a versioned set of rules. version increases with every change.
 type RuleSet struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -569,7 +642,7 @@ type RuleSet struct {
 
 func (x *RuleSet) Reset() {
 	*x = RuleSet{}
-	mi := &file_rules_proto_msgTypes[6]
+	mi := &file_rules_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -581,7 +654,7 @@ func (x *RuleSet) String() string {
 func (*RuleSet) ProtoMessage() {}
 
 func (x *RuleSet) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[6]
+	mi := &file_rules_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -594,7 +667,7 @@ func (x *RuleSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuleSet.ProtoReflect.Descriptor instead.
 func (*RuleSet) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{6}
+	return file_rules_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RuleSet) GetVersion() uint64 {
@@ -619,7 +692,7 @@ type ListRulesRequest struct {
 
 func (x *ListRulesRequest) Reset() {
 	*x = ListRulesRequest{}
-	mi := &file_rules_proto_msgTypes[7]
+	mi := &file_rules_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -631,7 +704,7 @@ func (x *ListRulesRequest) String() string {
 func (*ListRulesRequest) ProtoMessage() {}
 
 func (x *ListRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[7]
+	mi := &file_rules_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -644,7 +717,7 @@ func (x *ListRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRulesRequest.ProtoReflect.Descriptor instead.
 func (*ListRulesRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{7}
+	return file_rules_proto_rawDescGZIP(), []int{8}
 }
 
 type GetRuleRequest struct {
@@ -656,7 +729,7 @@ type GetRuleRequest struct {
 
 func (x *GetRuleRequest) Reset() {
 	*x = GetRuleRequest{}
-	mi := &file_rules_proto_msgTypes[8]
+	mi := &file_rules_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -668,7 +741,7 @@ func (x *GetRuleRequest) String() string {
 func (*GetRuleRequest) ProtoMessage() {}
 
 func (x *GetRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[8]
+	mi := &file_rules_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -681,7 +754,7 @@ func (x *GetRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRuleRequest.ProtoReflect.Descriptor instead.
 func (*GetRuleRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{8}
+	return file_rules_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetRuleRequest) GetName() string {
@@ -703,7 +776,7 @@ type PutRulesRequest struct {
 
 func (x *PutRulesRequest) Reset() {
 	*x = PutRulesRequest{}
-	mi := &file_rules_proto_msgTypes[9]
+	mi := &file_rules_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -715,7 +788,7 @@ func (x *PutRulesRequest) String() string {
 func (*PutRulesRequest) ProtoMessage() {}
 
 func (x *PutRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[9]
+	mi := &file_rules_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -728,7 +801,7 @@ func (x *PutRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRulesRequest.ProtoReflect.Descriptor instead.
 func (*PutRulesRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{9}
+	return file_rules_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PutRulesRequest) GetRules() []*Rule {
@@ -754,7 +827,7 @@ type DeleteRuleRequest struct {
 
 func (x *DeleteRuleRequest) Reset() {
 	*x = DeleteRuleRequest{}
-	mi := &file_rules_proto_msgTypes[10]
+	mi := &file_rules_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +839,7 @@ func (x *DeleteRuleRequest) String() string {
 func (*DeleteRuleRequest) ProtoMessage() {}
 
 func (x *DeleteRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[10]
+	mi := &file_rules_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +852,7 @@ func (x *DeleteRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRuleRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRuleRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{10}
+	return file_rules_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeleteRuleRequest) GetName() string {
@@ -813,13 +886,16 @@ type Override struct {
 	Deleted bool `protobuf:"varint,7,opt,name=deleted,proto3" json:"deleted,omitempty"`
 	// updated_unix_nano is the leader's clock when the entry last changed.
 	UpdatedUnixNano int64 `protobuf:"varint,8,opt,name=updated_unix_nano,json=updatedUnixNano,proto3" json:"updated_unix_nano,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// cycle anchors the tenant's cycles on a calendar rule: the day the
+	// customer signed up, in their time zone.
+	Cycle         *Anchor `protobuf:"bytes,9,opt,name=cycle,proto3" json:"cycle,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Override) Reset() {
 	*x = Override{}
-	mi := &file_rules_proto_msgTypes[11]
+	mi := &file_rules_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -831,7 +907,7 @@ func (x *Override) String() string {
 func (*Override) ProtoMessage() {}
 
 func (x *Override) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[11]
+	mi := &file_rules_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -844,7 +920,7 @@ func (x *Override) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Override.ProtoReflect.Descriptor instead.
 func (*Override) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{11}
+	return file_rules_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Override) GetRule() string {
@@ -903,6 +979,13 @@ func (x *Override) GetUpdatedUnixNano() int64 {
 	return 0
 }
 
+func (x *Override) GetCycle() *Anchor {
+	if x != nil {
+		return x.Cycle
+	}
+	return nil
+}
+
 // OverridesDelta is what changed since a version: the entries changed
 // after it, deleted ones included, in version order. full is set when the
 // changes since that version are no longer kept: the receiver drops every
@@ -920,7 +1003,7 @@ type OverridesDelta struct {
 
 func (x *OverridesDelta) Reset() {
 	*x = OverridesDelta{}
-	mi := &file_rules_proto_msgTypes[12]
+	mi := &file_rules_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1015,7 @@ func (x *OverridesDelta) String() string {
 func (*OverridesDelta) ProtoMessage() {}
 
 func (x *OverridesDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[12]
+	mi := &file_rules_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1028,7 @@ func (x *OverridesDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverridesDelta.ProtoReflect.Descriptor instead.
 func (*OverridesDelta) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{12}
+	return file_rules_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *OverridesDelta) GetVersion() uint64 {
@@ -988,7 +1071,7 @@ type PutOverridesRequest struct {
 
 func (x *PutOverridesRequest) Reset() {
 	*x = PutOverridesRequest{}
-	mi := &file_rules_proto_msgTypes[13]
+	mi := &file_rules_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1083,7 @@ func (x *PutOverridesRequest) String() string {
 func (*PutOverridesRequest) ProtoMessage() {}
 
 func (x *PutOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[13]
+	mi := &file_rules_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1096,7 @@ func (x *PutOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutOverridesRequest.ProtoReflect.Descriptor instead.
 func (*PutOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{13}
+	return file_rules_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PutOverridesRequest) GetOverrides() []*Override {
@@ -1041,7 +1124,7 @@ type PutOverridesResponse struct {
 
 func (x *PutOverridesResponse) Reset() {
 	*x = PutOverridesResponse{}
-	mi := &file_rules_proto_msgTypes[14]
+	mi := &file_rules_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1136,7 @@ func (x *PutOverridesResponse) String() string {
 func (*PutOverridesResponse) ProtoMessage() {}
 
 func (x *PutOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[14]
+	mi := &file_rules_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1149,7 @@ func (x *PutOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutOverridesResponse.ProtoReflect.Descriptor instead.
 func (*PutOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{14}
+	return file_rules_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PutOverridesResponse) GetVersion() uint64 {
@@ -1093,7 +1176,7 @@ type OverrideKey struct {
 
 func (x *OverrideKey) Reset() {
 	*x = OverrideKey{}
-	mi := &file_rules_proto_msgTypes[15]
+	mi := &file_rules_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1105,7 +1188,7 @@ func (x *OverrideKey) String() string {
 func (*OverrideKey) ProtoMessage() {}
 
 func (x *OverrideKey) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[15]
+	mi := &file_rules_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1118,7 +1201,7 @@ func (x *OverrideKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverrideKey.ProtoReflect.Descriptor instead.
 func (*OverrideKey) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{15}
+	return file_rules_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *OverrideKey) GetRule() string {
@@ -1145,7 +1228,7 @@ type GetOverrideRequest struct {
 
 func (x *GetOverrideRequest) Reset() {
 	*x = GetOverrideRequest{}
-	mi := &file_rules_proto_msgTypes[16]
+	mi := &file_rules_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1157,7 +1240,7 @@ func (x *GetOverrideRequest) String() string {
 func (*GetOverrideRequest) ProtoMessage() {}
 
 func (x *GetOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[16]
+	mi := &file_rules_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1253,7 @@ func (x *GetOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOverrideRequest.ProtoReflect.Descriptor instead.
 func (*GetOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{16}
+	return file_rules_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetOverrideRequest) GetRule() string {
@@ -1203,7 +1286,7 @@ type ListOverridesRequest struct {
 
 func (x *ListOverridesRequest) Reset() {
 	*x = ListOverridesRequest{}
-	mi := &file_rules_proto_msgTypes[17]
+	mi := &file_rules_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1215,7 +1298,7 @@ func (x *ListOverridesRequest) String() string {
 func (*ListOverridesRequest) ProtoMessage() {}
 
 func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[17]
+	mi := &file_rules_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1228,7 +1311,7 @@ func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesRequest.ProtoReflect.Descriptor instead.
 func (*ListOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{17}
+	return file_rules_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListOverridesRequest) GetRule() string {
@@ -1273,7 +1356,7 @@ type ListOverridesResponse struct {
 
 func (x *ListOverridesResponse) Reset() {
 	*x = ListOverridesResponse{}
-	mi := &file_rules_proto_msgTypes[18]
+	mi := &file_rules_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1368,7 @@ func (x *ListOverridesResponse) String() string {
 func (*ListOverridesResponse) ProtoMessage() {}
 
 func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[18]
+	mi := &file_rules_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1381,7 @@ func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
 func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{18}
+	return file_rules_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListOverridesResponse) GetOverrides() []*Override {
@@ -1338,7 +1421,7 @@ type DeleteOverridesRequest struct {
 
 func (x *DeleteOverridesRequest) Reset() {
 	*x = DeleteOverridesRequest{}
-	mi := &file_rules_proto_msgTypes[19]
+	mi := &file_rules_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1350,7 +1433,7 @@ func (x *DeleteOverridesRequest) String() string {
 func (*DeleteOverridesRequest) ProtoMessage() {}
 
 func (x *DeleteOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[19]
+	mi := &file_rules_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1363,7 +1446,7 @@ func (x *DeleteOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverridesRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{19}
+	return file_rules_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DeleteOverridesRequest) GetKeys() []*OverrideKey {
@@ -1383,7 +1466,7 @@ type DeleteOverridesResponse struct {
 
 func (x *DeleteOverridesResponse) Reset() {
 	*x = DeleteOverridesResponse{}
-	mi := &file_rules_proto_msgTypes[20]
+	mi := &file_rules_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +1478,7 @@ func (x *DeleteOverridesResponse) String() string {
 func (*DeleteOverridesResponse) ProtoMessage() {}
 
 func (x *DeleteOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[20]
+	mi := &file_rules_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +1491,7 @@ func (x *DeleteOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverridesResponse.ProtoReflect.Descriptor instead.
 func (*DeleteOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{20}
+	return file_rules_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteOverridesResponse) GetVersion() uint64 {
@@ -1437,7 +1520,7 @@ type OverrideChangesRequest struct {
 
 func (x *OverrideChangesRequest) Reset() {
 	*x = OverrideChangesRequest{}
-	mi := &file_rules_proto_msgTypes[21]
+	mi := &file_rules_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1449,7 +1532,7 @@ func (x *OverrideChangesRequest) String() string {
 func (*OverrideChangesRequest) ProtoMessage() {}
 
 func (x *OverrideChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[21]
+	mi := &file_rules_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1462,7 +1545,7 @@ func (x *OverrideChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverrideChangesRequest.ProtoReflect.Descriptor instead.
 func (*OverrideChangesRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{21}
+	return file_rules_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *OverrideChangesRequest) GetSince() uint64 {
@@ -1511,7 +1594,7 @@ type Reset struct {
 
 func (x *Reset) Reset() {
 	*x = Reset{}
-	mi := &file_rules_proto_msgTypes[22]
+	mi := &file_rules_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1606,7 @@ func (x *Reset) String() string {
 func (*Reset) ProtoMessage() {}
 
 func (x *Reset) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[22]
+	mi := &file_rules_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1619,7 @@ func (x *Reset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reset.ProtoReflect.Descriptor instead.
 func (*Reset) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{22}
+	return file_rules_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Reset) GetRule() string {
@@ -1632,7 +1715,7 @@ type ResetsDelta struct {
 
 func (x *ResetsDelta) Reset() {
 	*x = ResetsDelta{}
-	mi := &file_rules_proto_msgTypes[23]
+	mi := &file_rules_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1644,7 +1727,7 @@ func (x *ResetsDelta) String() string {
 func (*ResetsDelta) ProtoMessage() {}
 
 func (x *ResetsDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[23]
+	mi := &file_rules_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1657,7 +1740,7 @@ func (x *ResetsDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetsDelta.ProtoReflect.Descriptor instead.
 func (*ResetsDelta) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{23}
+	return file_rules_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ResetsDelta) GetVersion() uint64 {
@@ -1699,7 +1782,7 @@ type ResetKeysRequest struct {
 
 func (x *ResetKeysRequest) Reset() {
 	*x = ResetKeysRequest{}
-	mi := &file_rules_proto_msgTypes[24]
+	mi := &file_rules_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1711,7 +1794,7 @@ func (x *ResetKeysRequest) String() string {
 func (*ResetKeysRequest) ProtoMessage() {}
 
 func (x *ResetKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[24]
+	mi := &file_rules_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1724,7 +1807,7 @@ func (x *ResetKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetKeysRequest.ProtoReflect.Descriptor instead.
 func (*ResetKeysRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{24}
+	return file_rules_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ResetKeysRequest) GetTarget() *Reset {
@@ -1746,7 +1829,7 @@ type ResetKeysResponse struct {
 
 func (x *ResetKeysResponse) Reset() {
 	*x = ResetKeysResponse{}
-	mi := &file_rules_proto_msgTypes[25]
+	mi := &file_rules_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +1841,7 @@ func (x *ResetKeysResponse) String() string {
 func (*ResetKeysResponse) ProtoMessage() {}
 
 func (x *ResetKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[25]
+	mi := &file_rules_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +1854,7 @@ func (x *ResetKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetKeysResponse.ProtoReflect.Descriptor instead.
 func (*ResetKeysResponse) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{25}
+	return file_rules_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ResetKeysResponse) GetRecorded() *Reset {
@@ -1803,7 +1886,7 @@ type ListResetsRequest struct {
 
 func (x *ListResetsRequest) Reset() {
 	*x = ListResetsRequest{}
-	mi := &file_rules_proto_msgTypes[26]
+	mi := &file_rules_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1815,7 +1898,7 @@ func (x *ListResetsRequest) String() string {
 func (*ListResetsRequest) ProtoMessage() {}
 
 func (x *ListResetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[26]
+	mi := &file_rules_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1828,7 +1911,7 @@ func (x *ListResetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResetsRequest.ProtoReflect.Descriptor instead.
 func (*ListResetsRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{26}
+	return file_rules_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListResetsRequest) GetSince() uint64 {
@@ -1911,14 +1994,20 @@ const file_rules_proto_rawDesc = "" +
 	"\vdescriptors\x18\x05 \x03(\v2\x19.allot.v1.DescriptorEntryR\vdescriptors\"9\n" +
 	"\x0fDescriptorEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"H\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"p\n" +
 	"\x04Plan\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x03R\x05limit\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\x01R\x06weight\x12\x12\n" +
-	"\x04rank\x18\x03 \x01(\rR\x04rank\">\n" +
+	"\x04rank\x18\x03 \x01(\rR\x04rank\x12&\n" +
+	"\x05cycle\x18\x04 \x01(\v2\x10.allot.v1.AnchorR\x05cycle\"f\n" +
 	"\x0eTenantOverride\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\x03R\x05limit\x12\x16\n" +
-	"\x06weight\x18\x02 \x01(\x01R\x06weight\"I\n" +
+	"\x06weight\x18\x02 \x01(\x01R\x06weight\x12&\n" +
+	"\x05cycle\x18\x03 \x01(\v2\x10.allot.v1.AnchorR\x05cycle\"D\n" +
+	"\x06Anchor\x12\x1d\n" +
+	"\n" +
+	"anchor_day\x18\x01 \x01(\x05R\tanchorDay\x12\x1b\n" +
+	"\ttime_zone\x18\x02 \x01(\tR\btimeZone\"I\n" +
 	"\aRuleSet\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12$\n" +
 	"\x05rules\x18\x02 \x03(\v2\x0e.allot.v1.RuleR\x05rules\"\x12\n" +
@@ -1930,7 +2019,7 @@ const file_rules_proto_rawDesc = "" +
 	"\vreplace_all\x18\x02 \x01(\bR\n" +
 	"replaceAll\"'\n" +
 	"\x11DeleteRuleRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xf0\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x98\x02\n" +
 	"\bOverride\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x14\n" +
@@ -1939,7 +2028,8 @@ const file_rules_proto_rawDesc = "" +
 	"\x11expires_unix_nano\x18\x05 \x01(\x03R\x0fexpiresUnixNano\x12\x18\n" +
 	"\aversion\x18\x06 \x01(\x04R\aversion\x12\x18\n" +
 	"\adeleted\x18\a \x01(\bR\adeleted\x12*\n" +
-	"\x11updated_unix_nano\x18\b \x01(\x03R\x0fupdatedUnixNano\"\x84\x01\n" +
+	"\x11updated_unix_nano\x18\b \x01(\x03R\x0fupdatedUnixNano\x12&\n" +
+	"\x05cycle\x18\t \x01(\v2\x10.allot.v1.AnchorR\x05cycle\"\x84\x01\n" +
 	"\x0eOverridesDelta\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x12\n" +
 	"\x04full\x18\x02 \x01(\bR\x04full\x12\x12\n" +
@@ -2034,7 +2124,7 @@ func file_rules_proto_rawDescGZIP() []byte {
 	return file_rules_proto_rawDescData
 }
 
-var file_rules_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_rules_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_rules_proto_goTypes = []any{
 	(*Rule)(nil),                    // 0: allot.v1.Rule
 	(*Cycle)(nil),                   // 1: allot.v1.Cycle
@@ -2042,78 +2132,82 @@ var file_rules_proto_goTypes = []any{
 	(*DescriptorEntry)(nil),         // 3: allot.v1.DescriptorEntry
 	(*Plan)(nil),                    // 4: allot.v1.Plan
 	(*TenantOverride)(nil),          // 5: allot.v1.TenantOverride
-	(*RuleSet)(nil),                 // 6: allot.v1.RuleSet
-	(*ListRulesRequest)(nil),        // 7: allot.v1.ListRulesRequest
-	(*GetRuleRequest)(nil),          // 8: allot.v1.GetRuleRequest
-	(*PutRulesRequest)(nil),         // 9: allot.v1.PutRulesRequest
-	(*DeleteRuleRequest)(nil),       // 10: allot.v1.DeleteRuleRequest
-	(*Override)(nil),                // 11: allot.v1.Override
-	(*OverridesDelta)(nil),          // 12: allot.v1.OverridesDelta
-	(*PutOverridesRequest)(nil),     // 13: allot.v1.PutOverridesRequest
-	(*PutOverridesResponse)(nil),    // 14: allot.v1.PutOverridesResponse
-	(*OverrideKey)(nil),             // 15: allot.v1.OverrideKey
-	(*GetOverrideRequest)(nil),      // 16: allot.v1.GetOverrideRequest
-	(*ListOverridesRequest)(nil),    // 17: allot.v1.ListOverridesRequest
-	(*ListOverridesResponse)(nil),   // 18: allot.v1.ListOverridesResponse
-	(*DeleteOverridesRequest)(nil),  // 19: allot.v1.DeleteOverridesRequest
-	(*DeleteOverridesResponse)(nil), // 20: allot.v1.DeleteOverridesResponse
-	(*OverrideChangesRequest)(nil),  // 21: allot.v1.OverrideChangesRequest
-	(*Reset)(nil),                   // 22: allot.v1.Reset
-	(*ResetsDelta)(nil),             // 23: allot.v1.ResetsDelta
-	(*ResetKeysRequest)(nil),        // 24: allot.v1.ResetKeysRequest
-	(*ResetKeysResponse)(nil),       // 25: allot.v1.ResetKeysResponse
-	(*ListResetsRequest)(nil),       // 26: allot.v1.ListResetsRequest
-	nil,                             // 27: allot.v1.Rule.PlansEntry
-	nil,                             // 28: allot.v1.Rule.TenantsEntry
-	nil,                             // 29: allot.v1.Rule.RegionsEntry
-	(*durationpb.Duration)(nil),     // 30: google.protobuf.Duration
+	(*Anchor)(nil),                  // 6: allot.v1.Anchor
+	(*RuleSet)(nil),                 // 7: allot.v1.RuleSet
+	(*ListRulesRequest)(nil),        // 8: allot.v1.ListRulesRequest
+	(*GetRuleRequest)(nil),          // 9: allot.v1.GetRuleRequest
+	(*PutRulesRequest)(nil),         // 10: allot.v1.PutRulesRequest
+	(*DeleteRuleRequest)(nil),       // 11: allot.v1.DeleteRuleRequest
+	(*Override)(nil),                // 12: allot.v1.Override
+	(*OverridesDelta)(nil),          // 13: allot.v1.OverridesDelta
+	(*PutOverridesRequest)(nil),     // 14: allot.v1.PutOverridesRequest
+	(*PutOverridesResponse)(nil),    // 15: allot.v1.PutOverridesResponse
+	(*OverrideKey)(nil),             // 16: allot.v1.OverrideKey
+	(*GetOverrideRequest)(nil),      // 17: allot.v1.GetOverrideRequest
+	(*ListOverridesRequest)(nil),    // 18: allot.v1.ListOverridesRequest
+	(*ListOverridesResponse)(nil),   // 19: allot.v1.ListOverridesResponse
+	(*DeleteOverridesRequest)(nil),  // 20: allot.v1.DeleteOverridesRequest
+	(*DeleteOverridesResponse)(nil), // 21: allot.v1.DeleteOverridesResponse
+	(*OverrideChangesRequest)(nil),  // 22: allot.v1.OverrideChangesRequest
+	(*Reset)(nil),                   // 23: allot.v1.Reset
+	(*ResetsDelta)(nil),             // 24: allot.v1.ResetsDelta
+	(*ResetKeysRequest)(nil),        // 25: allot.v1.ResetKeysRequest
+	(*ResetKeysResponse)(nil),       // 26: allot.v1.ResetKeysResponse
+	(*ListResetsRequest)(nil),       // 27: allot.v1.ListResetsRequest
+	nil,                             // 28: allot.v1.Rule.PlansEntry
+	nil,                             // 29: allot.v1.Rule.TenantsEntry
+	nil,                             // 30: allot.v1.Rule.RegionsEntry
+	(*durationpb.Duration)(nil),     // 31: google.protobuf.Duration
 }
 var file_rules_proto_depIdxs = []int32{
-	30, // 0: allot.v1.Rule.period:type_name -> google.protobuf.Duration
+	31, // 0: allot.v1.Rule.period:type_name -> google.protobuf.Duration
 	2,  // 1: allot.v1.Rule.match:type_name -> allot.v1.Match
-	27, // 2: allot.v1.Rule.plans:type_name -> allot.v1.Rule.PlansEntry
-	28, // 3: allot.v1.Rule.tenants:type_name -> allot.v1.Rule.TenantsEntry
-	29, // 4: allot.v1.Rule.regions:type_name -> allot.v1.Rule.RegionsEntry
+	28, // 2: allot.v1.Rule.plans:type_name -> allot.v1.Rule.PlansEntry
+	29, // 3: allot.v1.Rule.tenants:type_name -> allot.v1.Rule.TenantsEntry
+	30, // 4: allot.v1.Rule.regions:type_name -> allot.v1.Rule.RegionsEntry
 	1,  // 5: allot.v1.Rule.cycle:type_name -> allot.v1.Cycle
 	3,  // 6: allot.v1.Match.descriptors:type_name -> allot.v1.DescriptorEntry
-	0,  // 7: allot.v1.RuleSet.rules:type_name -> allot.v1.Rule
-	0,  // 8: allot.v1.PutRulesRequest.rules:type_name -> allot.v1.Rule
-	11, // 9: allot.v1.OverridesDelta.overrides:type_name -> allot.v1.Override
-	11, // 10: allot.v1.PutOverridesRequest.overrides:type_name -> allot.v1.Override
-	11, // 11: allot.v1.ListOverridesResponse.overrides:type_name -> allot.v1.Override
-	15, // 12: allot.v1.DeleteOverridesRequest.keys:type_name -> allot.v1.OverrideKey
-	22, // 13: allot.v1.ResetsDelta.resets:type_name -> allot.v1.Reset
-	22, // 14: allot.v1.ResetKeysRequest.target:type_name -> allot.v1.Reset
-	22, // 15: allot.v1.ResetKeysResponse.recorded:type_name -> allot.v1.Reset
-	4,  // 16: allot.v1.Rule.PlansEntry.value:type_name -> allot.v1.Plan
-	5,  // 17: allot.v1.Rule.TenantsEntry.value:type_name -> allot.v1.TenantOverride
-	7,  // 18: allot.v1.RulesService.ListRules:input_type -> allot.v1.ListRulesRequest
-	8,  // 19: allot.v1.RulesService.GetRule:input_type -> allot.v1.GetRuleRequest
-	9,  // 20: allot.v1.RulesService.PutRules:input_type -> allot.v1.PutRulesRequest
-	10, // 21: allot.v1.RulesService.DeleteRule:input_type -> allot.v1.DeleteRuleRequest
-	13, // 22: allot.v1.OverridesService.PutOverrides:input_type -> allot.v1.PutOverridesRequest
-	16, // 23: allot.v1.OverridesService.GetOverride:input_type -> allot.v1.GetOverrideRequest
-	17, // 24: allot.v1.OverridesService.ListOverrides:input_type -> allot.v1.ListOverridesRequest
-	19, // 25: allot.v1.OverridesService.DeleteOverrides:input_type -> allot.v1.DeleteOverridesRequest
-	21, // 26: allot.v1.OverridesService.Changes:input_type -> allot.v1.OverrideChangesRequest
-	24, // 27: allot.v1.ResetsService.ResetKeys:input_type -> allot.v1.ResetKeysRequest
-	26, // 28: allot.v1.ResetsService.ListResets:input_type -> allot.v1.ListResetsRequest
-	6,  // 29: allot.v1.RulesService.ListRules:output_type -> allot.v1.RuleSet
-	0,  // 30: allot.v1.RulesService.GetRule:output_type -> allot.v1.Rule
-	6,  // 31: allot.v1.RulesService.PutRules:output_type -> allot.v1.RuleSet
-	6,  // 32: allot.v1.RulesService.DeleteRule:output_type -> allot.v1.RuleSet
-	14, // 33: allot.v1.OverridesService.PutOverrides:output_type -> allot.v1.PutOverridesResponse
-	11, // 34: allot.v1.OverridesService.GetOverride:output_type -> allot.v1.Override
-	18, // 35: allot.v1.OverridesService.ListOverrides:output_type -> allot.v1.ListOverridesResponse
-	20, // 36: allot.v1.OverridesService.DeleteOverrides:output_type -> allot.v1.DeleteOverridesResponse
-	12, // 37: allot.v1.OverridesService.Changes:output_type -> allot.v1.OverridesDelta
-	25, // 38: allot.v1.ResetsService.ResetKeys:output_type -> allot.v1.ResetKeysResponse
-	23, // 39: allot.v1.ResetsService.ListResets:output_type -> allot.v1.ResetsDelta
-	29, // [29:40] is the sub-list for method output_type
-	18, // [18:29] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	6,  // 7: allot.v1.Plan.cycle:type_name -> allot.v1.Anchor
+	6,  // 8: allot.v1.TenantOverride.cycle:type_name -> allot.v1.Anchor
+	0,  // 9: allot.v1.RuleSet.rules:type_name -> allot.v1.Rule
+	0,  // 10: allot.v1.PutRulesRequest.rules:type_name -> allot.v1.Rule
+	6,  // 11: allot.v1.Override.cycle:type_name -> allot.v1.Anchor
+	12, // 12: allot.v1.OverridesDelta.overrides:type_name -> allot.v1.Override
+	12, // 13: allot.v1.PutOverridesRequest.overrides:type_name -> allot.v1.Override
+	12, // 14: allot.v1.ListOverridesResponse.overrides:type_name -> allot.v1.Override
+	16, // 15: allot.v1.DeleteOverridesRequest.keys:type_name -> allot.v1.OverrideKey
+	23, // 16: allot.v1.ResetsDelta.resets:type_name -> allot.v1.Reset
+	23, // 17: allot.v1.ResetKeysRequest.target:type_name -> allot.v1.Reset
+	23, // 18: allot.v1.ResetKeysResponse.recorded:type_name -> allot.v1.Reset
+	4,  // 19: allot.v1.Rule.PlansEntry.value:type_name -> allot.v1.Plan
+	5,  // 20: allot.v1.Rule.TenantsEntry.value:type_name -> allot.v1.TenantOverride
+	8,  // 21: allot.v1.RulesService.ListRules:input_type -> allot.v1.ListRulesRequest
+	9,  // 22: allot.v1.RulesService.GetRule:input_type -> allot.v1.GetRuleRequest
+	10, // 23: allot.v1.RulesService.PutRules:input_type -> allot.v1.PutRulesRequest
+	11, // 24: allot.v1.RulesService.DeleteRule:input_type -> allot.v1.DeleteRuleRequest
+	14, // 25: allot.v1.OverridesService.PutOverrides:input_type -> allot.v1.PutOverridesRequest
+	17, // 26: allot.v1.OverridesService.GetOverride:input_type -> allot.v1.GetOverrideRequest
+	18, // 27: allot.v1.OverridesService.ListOverrides:input_type -> allot.v1.ListOverridesRequest
+	20, // 28: allot.v1.OverridesService.DeleteOverrides:input_type -> allot.v1.DeleteOverridesRequest
+	22, // 29: allot.v1.OverridesService.Changes:input_type -> allot.v1.OverrideChangesRequest
+	25, // 30: allot.v1.ResetsService.ResetKeys:input_type -> allot.v1.ResetKeysRequest
+	27, // 31: allot.v1.ResetsService.ListResets:input_type -> allot.v1.ListResetsRequest
+	7,  // 32: allot.v1.RulesService.ListRules:output_type -> allot.v1.RuleSet
+	0,  // 33: allot.v1.RulesService.GetRule:output_type -> allot.v1.Rule
+	7,  // 34: allot.v1.RulesService.PutRules:output_type -> allot.v1.RuleSet
+	7,  // 35: allot.v1.RulesService.DeleteRule:output_type -> allot.v1.RuleSet
+	15, // 36: allot.v1.OverridesService.PutOverrides:output_type -> allot.v1.PutOverridesResponse
+	12, // 37: allot.v1.OverridesService.GetOverride:output_type -> allot.v1.Override
+	19, // 38: allot.v1.OverridesService.ListOverrides:output_type -> allot.v1.ListOverridesResponse
+	21, // 39: allot.v1.OverridesService.DeleteOverrides:output_type -> allot.v1.DeleteOverridesResponse
+	13, // 40: allot.v1.OverridesService.Changes:output_type -> allot.v1.OverridesDelta
+	26, // 41: allot.v1.ResetsService.ResetKeys:output_type -> allot.v1.ResetKeysResponse
+	24, // 42: allot.v1.ResetsService.ListResets:output_type -> allot.v1.ResetsDelta
+	32, // [32:43] is the sub-list for method output_type
+	21, // [21:32] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_rules_proto_init() }
@@ -2128,7 +2222,7 @@ func file_rules_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rules_proto_rawDesc), len(file_rules_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

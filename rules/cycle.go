@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -24,13 +25,8 @@ import (
 // the calendar (algo.Calendar).
 type Cycle struct {
 	// Unit is day, week or month: the rule file's period.
-	Unit algo.CalendarUnit `yaml:"-" json:"unit"`
-	// AnchorDay is, for a month, the day its cycle starts (1–31; the 31st
-	// renews on a shorter month's last day). 0 is the 1st.
-	AnchorDay int `yaml:"anchor_day,omitempty" json:"anchor_day,omitempty"`
-	// TimeZone is the IANA zone whose midnights start the cycle; empty is
-	// UTC.
-	TimeZone string `yaml:"time_zone,omitempty" json:"time_zone,omitempty"`
+	Unit   algo.CalendarUnit `yaml:"-" json:"unit"`
+	Anchor `yaml:",inline"`
 
 	// loc is TimeZone loaded, by whoever made the cycle from a rule file
 	// or the wire (Resolve), so that the windows of every report need not
@@ -45,6 +41,80 @@ func (c *Cycle) Resolve() {
 	if loc, err := time.LoadLocation(c.TimeZone); err == nil {
 		c.loc = loc
 	}
+}
+
+// Anchor is where a calendar period's cycles start: the rule's own, or a
+// plan's or a tenant's (a customer who signed up on the 17th in New York
+// renews on the 17th at midnight there). A zero Anchor is the 1st, in UTC,
+// for the rule's; for a plan or a tenant, none of its own.
+type Anchor struct {
+	// AnchorDay is, for a month, the day its cycle starts (1–31; the 31st
+	// renews on a shorter month's last day). 0 is the 1st.
+	AnchorDay int `yaml:"anchor_day,omitempty" json:"anchor_day,omitempty"`
+	// TimeZone is the IANA zone whose midnights start the cycle; empty is
+	// UTC.
+	TimeZone string `yaml:"time_zone,omitempty" json:"time_zone,omitempty"`
+}
+
+// IsZero reports whether the anchor sets nothing.
+func (a Anchor) IsZero() bool { return a == Anchor{} }
+
+// CycleFor returns the cycle a tenant on a plan counts in: the rule's
+// period, anchored by the tenant's override from the API (o, when ok and
+// it sets a cycle), else by the entry whose limit the tenant has: the
+// rule file's tenants entry (which replaces the plan's, cycle included),
+// else its plan's, else the rule's own. nil for a rule not on the
+// calendar.
+func (r *Rule) CycleFor(o TenantOverride, ok bool, tenant, plan string) *Cycle {
+	if r.Cycle == nil || r.Cycle.Unit == 0 {
+		return nil
+	}
+	var a Anchor
+	if t, in := r.Tenants[tenant]; in && t.Limit > 0 {
+		a = t.Cycle
+	} else if p, in := r.Plans[plan]; in {
+		a = p.Cycle
+	}
+	if ok && !o.Cycle.IsZero() {
+		a = o.Cycle
+	}
+	return r.anchored(a)
+}
+
+// anchored is the rule's cycle anchored by a, or the rule's own for none.
+func (r *Rule) anchored(a Anchor) *Cycle {
+	if a.IsZero() || r.Cycle == nil || r.Cycle.Unit == 0 {
+		return r.Cycle
+	}
+	c := &Cycle{Unit: r.Cycle.Unit, Anchor: a}
+	c.Resolve()
+	return c
+}
+
+// Anchored is the rule counting in its cycle anchored by a (a plan's or a
+// tenant's), or the rule itself when a changes nothing.
+func (r *Rule) Anchored(a Anchor) *Rule {
+	c := r.anchored(a)
+	if c == r.Cycle {
+		return r
+	}
+	d := *r
+	d.Cycle = c
+	return &d
+}
+
+// validateAnchor checks a plan's or a tenant's anchor (field names the
+// anchor) on rule r.
+func (r *Rule) validateAnchor(a Anchor, field string, bad func(string, string, ...any)) {
+	if a.IsZero() {
+		return
+	}
+	if r.Cycle == nil || r.Cycle.Unit == 0 {
+		bad(field, "anchors a calendar period, and the rule counts none: set its period to day, week or month")
+		return
+	}
+	c := Cycle{Unit: r.Cycle.Unit, Anchor: a}
+	c.validateAnchor(strings.TrimSuffix(field, "cycle"), bad)
 }
 
 // calendarUnits are the periods a rule file may name instead of a duration.
@@ -92,18 +162,24 @@ func (c *Cycle) validate(alg algo.Algorithm, period time.Duration, bad func(stri
 	if period != c.Unit.Nominal() {
 		bad("period", "a %s's period is its nominal %v, got %v", c.Unit, c.Unit.Nominal(), period)
 	}
+	c.validateAnchor("", bad)
+	return ok
+}
+
+// validateAnchor checks the cycle's anchor; prefix is what its fields'
+// names start with ("" for the rule's own, "plans.pro." for a plan's).
+func (c *Cycle) validateAnchor(prefix string, bad func(string, string, ...any)) {
 	switch {
 	case c.AnchorDay != 0 && c.Unit != algo.Month:
-		bad("cycle.anchor_day", "applies to a monthly period; a %s starts at midnight%s", c.Unit, map[bool]string{true: " on Monday"}[c.Unit == algo.Week])
+		bad(prefix+"cycle.anchor_day", "applies to a monthly period; a %s starts at midnight%s", c.Unit, map[bool]string{true: " on Monday"}[c.Unit == algo.Week])
 	case c.AnchorDay < 0 || c.AnchorDay > 31:
-		bad("cycle.anchor_day", "must be a day of the month from 1 to 31, got %d", c.AnchorDay)
+		bad(prefix+"cycle.anchor_day", "must be a day of the month from 1 to 31, got %d", c.AnchorDay)
 	}
 	if c.TimeZone != "" {
 		if _, err := time.LoadLocation(c.TimeZone); err != nil {
-			bad("cycle.time_zone", "unknown time zone %q (want an IANA name such as Europe/Berlin)", c.TimeZone)
+			bad(prefix+"cycle.time_zone", "unknown time zone %q (want an IANA name such as Europe/Berlin)", c.TimeZone)
 		}
 	}
-	return ok
 }
 
 // equalCycles reports whether two rules' cycles are the same.
@@ -111,7 +187,7 @@ func equalCycles(a, b *Cycle) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return a.Unit == b.Unit && a.AnchorDay == b.AnchorDay && a.TimeZone == b.TimeZone
+	return a.Unit == b.Unit && a.Anchor == b.Anchor
 }
 
 // calendarPeriods finds the rules whose period a rule file gives as a

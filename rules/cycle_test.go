@@ -35,7 +35,7 @@ func TestParseCalendarPeriods(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, d := list[0], list[1]
-	if m.Period != algo.Month.Nominal() || !equalCycles(m.Cycle, &Cycle{Unit: algo.Month, AnchorDay: 17, TimeZone: "Europe/Berlin"}) {
+	if m.Period != algo.Month.Nominal() || !equalCycles(m.Cycle, &Cycle{Unit: algo.Month, Anchor: Anchor{AnchorDay: 17, TimeZone: "Europe/Berlin"}}) {
 		t.Fatalf("monthly: period %v, cycle %+v", m.Period, m.Cycle)
 	}
 	if d.Period != 24*time.Hour || d.Cycle == nil || !equalCycles(d.Cycle, &Cycle{Unit: algo.Day}) {
@@ -87,6 +87,65 @@ func TestParseCalendarPeriodErrors(t *testing.T) {
 			}
 			if e.Line != tt.line || e.Field != tt.field || !strings.Contains(e.Msg, tt.want) {
 				t.Errorf("got line %d field %q: %s; want line %d field %q containing %q", e.Line, e.Field, e.Msg, tt.line, tt.field, tt.want)
+			}
+		})
+	}
+}
+
+// A tenant counts in the cycle of the entry whose limit it has, unless an
+// override from the API anchors it.
+func TestCycleFor(t *testing.T) {
+	r := Rule{Name: "monthly", Scope: Tenant, Algorithm: algo.FixedWindow, Limit: 100, Period: algo.Month.Nominal(), Intent: 2,
+		Cycle: &Cycle{Unit: algo.Month, Anchor: Anchor{AnchorDay: 1}},
+		Plans: map[string]Plan{"pro": {Cycle: Anchor{AnchorDay: 5}}, "team": {Limit: 500}},
+		Tenants: map[string]TenantOverride{
+			"big":   {Limit: 1000, Cycle: Anchor{AnchorDay: 9, TimeZone: "Asia/Tokyo"}},
+			"plain": {Limit: 200},
+		}}
+	if errs := r.Validate(); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	for _, tc := range []struct {
+		name         string
+		o            TenantOverride
+		ok           bool
+		tenant, plan string
+		want         Anchor
+	}{
+		{"the rule's", TenantOverride{}, false, "acme", "", Anchor{AnchorDay: 1}},
+		{"the plan's", TenantOverride{}, false, "acme", "pro", Anchor{AnchorDay: 5}},
+		{"a plan with a limit and no cycle: the rule's", TenantOverride{}, false, "acme", "team", Anchor{AnchorDay: 1}},
+		{"the file's tenant entry", TenantOverride{}, false, "big", "pro", Anchor{AnchorDay: 9, TimeZone: "Asia/Tokyo"}},
+		{"a file tenant entry without a cycle replaces its plan's", TenantOverride{}, false, "plain", "pro", Anchor{AnchorDay: 1}},
+		{"an API override's limit keeps the plan's cycle", TenantOverride{Limit: 7}, true, "acme", "pro", Anchor{AnchorDay: 5}},
+		{"an API override's anchor wins", TenantOverride{Cycle: Anchor{AnchorDay: 17, TimeZone: "America/New_York"}}, true, "big", "pro", Anchor{AnchorDay: 17, TimeZone: "America/New_York"}},
+	} {
+		if got := r.CycleFor(tc.o, tc.ok, tc.tenant, tc.plan); got.Unit != algo.Month || got.Anchor != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+	minute := Rule{Name: "m", Scope: Tenant, Algorithm: algo.FixedWindow, Limit: 5, Period: time.Minute, Intent: 2}
+	if c := minute.CycleFor(TenantOverride{Cycle: Anchor{AnchorDay: 3}}, true, "acme", ""); c != nil {
+		t.Errorf("a rule counted in minutes has cycle %+v", c)
+	}
+}
+
+func TestAnchorErrors(t *testing.T) {
+	const head = "rules:\n  - name: q\n    scope: tenant\n    limit: 10\n    intent: quota\n    algorithm: fixed_window\n"
+	for _, tt := range []struct {
+		name, src   string
+		field, want string
+	}{
+		{"a plan's anchor on a rule in minutes", head + "    period: 1m\n    plans:\n      pro: {cycle: {anchor_day: 5}}\n", "plans.pro.cycle", "the rule counts none"},
+		{"a plan's anchor day past 31", head + "    period: month\n    plans:\n      pro: {cycle: {anchor_day: 40}}\n", "plans.pro.cycle.anchor_day", "from 1 to 31"},
+		{"a tenant's unknown zone", head + "    period: month\n    tenants:\n      acme: {limit: 5, cycle: {time_zone: Nowhere/Land}}\n", "tenants.acme.cycle.time_zone", "unknown time zone"},
+		{"a file tenant's cycle without a limit", head + "    period: month\n    tenants:\n      acme: {cycle: {anchor_day: 3}}\n", "tenants.acme.cycle", "goes with its limit"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("rules.yaml", []byte(tt.src))
+			var e *Error
+			if !errors.As(err, &e) || e.Field != tt.field || !strings.Contains(e.Msg, tt.want) {
+				t.Errorf("Parse = %v; want field %q: %q", err, tt.field, tt.want)
 			}
 		})
 	}

@@ -22,7 +22,7 @@ const MaxOverrides = 5_000_000
 
 // CheckOverride validates an override against the set it would apply to,
 // at now (an expiry must be later). Each problem names its field: rule,
-// tenant, limit, weight or expires.
+// tenant, limit, weight, cycle.anchor_day, cycle.time_zone or expires.
 func (s *Set) CheckOverride(o *Override, now time.Time) Errors {
 	var errs Errors
 	bad := func(field, format string, args ...any) {
@@ -46,8 +46,8 @@ func (s *Set) CheckOverride(o *Override, now time.Time) Errors {
 	} else if o.Tenant == "" || len(o.Tenant) > maxStringLen {
 		bad("tenant", "tenant names must be 1–%d bytes", maxStringLen)
 	}
-	if o.Limit == 0 && o.Weight == 0 {
-		bad("limit", "an override sets a limit, a weight or both (both are 0)")
+	if o.Limit == 0 && o.Weight == 0 && o.Cycle.IsZero() {
+		bad("limit", "an override sets a limit, a weight, a cycle or more (none is set)")
 	}
 	if !o.Expires.IsZero() && !o.Expires.After(now) {
 		bad("expires", "%s is not in the future (now %s)", o.Expires.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))

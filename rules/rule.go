@@ -207,12 +207,18 @@ type Plan struct {
 	// Rank orders plans for shedding under a global rule: lower ranks are
 	// shed first (free 0, paid 1, ...). At most MaxRank.
 	Rank uint8 `yaml:"rank,omitempty" json:"rank,omitempty"`
+	// Cycle anchors the plan's tenants' cycles, on a rule counted on the
+	// calendar (CycleFor).
+	Cycle Anchor `yaml:"cycle,omitempty" json:"cycle,omitempty"`
 }
 
 // TenantOverride changes a rule for one tenant.
 type TenantOverride struct {
 	Limit  int64   `yaml:"limit,omitempty" json:"limit,omitempty"`
 	Weight float64 `yaml:"weight,omitempty" json:"weight,omitempty"`
+	// Cycle anchors the tenant's cycles, on a rule counted on the
+	// calendar: the day the customer signed up, in their time zone.
+	Cycle Anchor `yaml:"cycle,omitempty" json:"cycle,omitempty"`
 }
 
 // MaxRank is the highest plan rank.
@@ -339,10 +345,10 @@ func Equal(a, b *Rule) bool {
 		slices.Equal(a.Match.Plans, b.Match.Plans) && a.Match.Domain == b.Match.Domain &&
 		slices.Equal(a.Match.Descriptors, b.Match.Descriptors) &&
 		maps.EqualFunc(a.Plans, b.Plans, func(x, y Plan) bool {
-			return x.Limit == y.Limit && sameFloat(x.Weight, y.Weight) && x.Rank == y.Rank
+			return x.Limit == y.Limit && sameFloat(x.Weight, y.Weight) && x.Rank == y.Rank && x.Cycle == y.Cycle
 		}) &&
 		maps.EqualFunc(a.Tenants, b.Tenants, func(x, y TenantOverride) bool {
-			return x.Limit == y.Limit && sameFloat(x.Weight, y.Weight)
+			return x.Limit == y.Limit && sameFloat(x.Weight, y.Weight) && x.Cycle == y.Cycle
 		}) &&
 		a.Local == b.Local && maps.EqualFunc(a.Regions, b.Regions, sameFloat) &&
 		a.Shadow == b.Shadow && a.Unlimited == b.Unlimited && slices.Equal(a.Replaces, b.Replaces)

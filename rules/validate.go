@@ -283,6 +283,7 @@ func (r *Rule) validatePlans(bad func(string, string, ...any)) {
 		if p.Rank > MaxRank {
 			bad(field+".rank", "must be at most %d, got %d", MaxRank, p.Rank)
 		}
+		r.validateAnchor(p.Cycle, field+".cycle", bad)
 	}
 	if len(r.Tenants) > maxMapLen {
 		bad("tenants", "has %d entries; at most %d", len(r.Tenants), maxMapLen)
@@ -307,6 +308,13 @@ func (r *Rule) validateTenant(name string, o TenantOverride, prefix string, bad 
 	}
 	if !(o.Weight >= 0) || math.IsInf(o.Weight, 0) {
 		bad(prefix+"weight", "must be a non-negative number, got %v", o.Weight)
+	}
+	r.validateAnchor(o.Cycle, prefix+"cycle", bad)
+	if prefix != "" && o.Limit == 0 && !o.Cycle.IsZero() {
+		// The rule file's tenant entry replaces the plan's, limit and
+		// cycle; one without a limit would replace the plan's limit by
+		// the rule's.
+		bad(prefix+"cycle", "a tenants entry's cycle goes with its limit: set a limit, or anchor the tenant alone through the overrides API (allot overrides put)")
 	}
 }
 

@@ -54,7 +54,7 @@ type ruleDoc struct {
 	Algorithm   string               `yaml:"algorithm,omitempty" json:"algorithm,omitempty"`
 	Limit       int64                `yaml:"limit,omitempty" json:"limit,omitempty"`
 	Period      string               `yaml:"period,omitempty" json:"period,omitempty"`
-	Cycle       *cycleDoc            `yaml:"cycle,omitempty,flow" json:"cycle,omitempty"`
+	Cycle       *Anchor              `yaml:"cycle,omitempty,flow" json:"cycle,omitempty"`
 	Burst       int64                `yaml:"burst,omitempty" json:"burst,omitempty"`
 	Intent      string               `yaml:"intent,omitempty" json:"intent,omitempty"`
 	Tolerance   *float64             `yaml:"tolerance,omitempty" json:"tolerance,omitempty"`
@@ -66,13 +66,6 @@ type ruleDoc struct {
 	Shadow      bool                 `yaml:"shadow,omitempty" json:"shadow,omitempty"`
 	Unlimited   bool                 `yaml:"unlimited,omitempty" json:"unlimited,omitempty"`
 	Replaces    []string             `yaml:"replaces,omitempty,flow" json:"replaces,omitempty"`
-}
-
-// cycleDoc is a Cycle as the rule file writes it, its unit being the
-// period: {anchor_day: 17, time_zone: Europe/Berlin}.
-type cycleDoc struct {
-	AnchorDay int    `yaml:"anchor_day,omitempty" json:"anchor_day,omitempty"`
-	TimeZone  string `yaml:"time_zone,omitempty" json:"time_zone,omitempty"`
 }
 
 type matchDoc struct {
@@ -98,6 +91,15 @@ type planDoc struct {
 	Limit  int64   `yaml:"limit,omitempty" json:"limit,omitempty"`
 	Weight float64 `yaml:"weight,omitempty" json:"weight,omitempty"`
 	Rank   uint8   `yaml:"rank,omitempty" json:"rank,omitempty"`
+	Cycle  *Anchor `yaml:"cycle,omitempty" json:"cycle,omitempty"`
+}
+
+// anchorDoc is an anchor as a document writes it: nil, left out, for none.
+func anchorDoc(a Anchor) *Anchor {
+	if a.IsZero() {
+		return nil
+	}
+	return &a
 }
 
 // MarshalYAML writes a plan on one line, {limit: 60000}, as people do.
@@ -110,6 +112,7 @@ func (p planDoc) MarshalYAML() (any, error) {
 type tenantDoc struct {
 	Limit  int64   `yaml:"limit,omitempty" json:"limit,omitempty"`
 	Weight float64 `yaml:"weight,omitempty" json:"weight,omitempty"`
+	Cycle  *Anchor `yaml:"cycle,omitempty" json:"cycle,omitempty"`
 }
 
 // MarshalYAML writes a tenant override on one line.
@@ -164,7 +167,7 @@ func docOf(r *Rule) ruleDoc {
 	if c := r.Cycle; c != nil && c.Unit != 0 {
 		d.Period = c.Unit.String()
 		if c.AnchorDay != 0 || c.TimeZone != "" {
-			d.Cycle = &cycleDoc{AnchorDay: c.AnchorDay, TimeZone: c.TimeZone}
+			d.Cycle = anchorDoc(c.Anchor)
 		}
 	}
 	if m := &r.Match; len(m.Routes)+len(m.Tenants)+len(m.Plans)+len(m.Descriptors) > 0 || m.Domain != "" {
@@ -176,13 +179,13 @@ func docOf(r *Rule) ruleDoc {
 	if len(r.Plans) > 0 {
 		d.Plans = make(map[string]planDoc, len(r.Plans))
 		for name, p := range r.Plans {
-			d.Plans[name] = planDoc(p)
+			d.Plans[name] = planDoc{Limit: p.Limit, Weight: p.Weight, Rank: p.Rank, Cycle: anchorDoc(p.Cycle)}
 		}
 	}
 	if len(r.Tenants) > 0 {
 		d.Tenants = make(map[string]tenantDoc, len(r.Tenants))
 		for name, o := range r.Tenants {
-			d.Tenants[name] = tenantDoc(o)
+			d.Tenants[name] = tenantDoc{Limit: o.Limit, Weight: o.Weight, Cycle: anchorDoc(o.Cycle)}
 		}
 	}
 	return d

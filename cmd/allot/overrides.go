@@ -8,11 +8,14 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/allot-io/allot/internal/plural"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/proto/rulespb"
+	"github.com/allot-io/allot/rules"
 	"google.golang.org/grpc"
 )
 
@@ -60,17 +63,22 @@ wins over the tenant's plan (docs/rules.md#overrides).`,
 
 // overrideJSON is an override as the CLI prints and imports it.
 type overrideJSON struct {
-	Rule    string  `json:"rule"`
-	Tenant  string  `json:"tenant"`
-	Limit   int64   `json:"limit,omitempty"`
-	Weight  float64 `json:"weight,omitempty"`
-	Expires string  `json:"expires,omitempty"` // RFC 3339
-	Version uint64  `json:"version,omitempty"`
-	Updated string  `json:"updated,omitempty"`
+	Rule   string  `json:"rule"`
+	Tenant string  `json:"tenant"`
+	Limit  int64   `json:"limit,omitempty"`
+	Weight float64 `json:"weight,omitempty"`
+	// AnchorDay and TimeZone anchor the tenant's cycles on a rule
+	// counted on the calendar (period: month).
+	AnchorDay int    `json:"anchor_day,omitempty"`
+	TimeZone  string `json:"time_zone,omitempty"`
+	Expires   string `json:"expires,omitempty"` // RFC 3339
+	Version   uint64 `json:"version,omitempty"`
+	Updated   string `json:"updated,omitempty"`
 }
 
 func overrideOut(o *allotpb.Override) overrideJSON {
-	j := overrideJSON{Rule: o.GetRule(), Tenant: o.GetTenant(), Limit: o.GetLimit(), Weight: o.GetWeight(), Version: o.GetVersion()}
+	j := overrideJSON{Rule: o.GetRule(), Tenant: o.GetTenant(), Limit: o.GetLimit(), Weight: o.GetWeight(), Version: o.GetVersion(),
+		AnchorDay: int(o.GetCycle().GetAnchorDay()), TimeZone: o.GetCycle().GetTimeZone()}
 	if ns := o.GetExpiresUnixNano(); ns != 0 {
 		// To the nanosecond, as the cluster holds it: an expiry
 		// exported and imported again is the same expiry.
@@ -103,7 +111,9 @@ func parseExpiry(s string, now time.Time) (int64, error) {
 
 const overridesPutAbout = `
 Sets RULE's override for TENANT: --limit replaces the rule's limit (per
-the rule's period), --weight the tenant's weight under a global rule;
+the rule's period), --weight the tenant's weight under a global rule,
+--anchor-day and --time-zone where the tenant's cycles start on a rule
+counted on the calendar (period: month; the day the customer signed up);
 at least one. --expires ends it at a time (RFC 3339) or after a duration
 (72h): a temporary raise for an event. The cluster checks it against its
 rules (an unknown rule, a negative limit or an expiry in the past is
@@ -118,19 +128,24 @@ func overridesPutFlags(f *flags) runFunc {
 	var expires string
 	f.Int64Var(&limit, "limit", 0, "the tenant's limit per the rule's period")
 	f.Float64Var(&weight, "weight", 0, "the tenant's weight under a global rule")
+	var anchorDay int
+	var timeZone string
+	f.IntVar(&anchorDay, "anchor-day", 0, "the day of the month the tenant's cycles start, 1–31 (a rule with period: month)")
+	f.StringVar(&timeZone, "time-zone", "", "the IANA time zone whose midnights start the tenant's cycles (a calendar rule)")
 	f.StringVar(&expires, "expires", "", "when the override ends: an RFC 3339 time or a duration from now")
 	return func(ctx context.Context, e *env, args []string) error {
 		if len(args) != 2 {
 			return usagef(cmd, "want RULE and TENANT, got %s", plural.Count(len(args), "argument"))
 		}
-		if limit == 0 && weight == 0 {
-			return usagef(cmd, "give --limit or --weight (or both): an override sets the tenant's limit, its weight or both")
+		if limit == 0 && weight == 0 && anchorDay == 0 && timeZone == "" {
+			return usagef(cmd, "give --limit, --weight, --anchor-day or --time-zone: an override sets the tenant's limit, its weight, where its cycles start, or more")
 		}
 		at, err := parseExpiry(expires, time.Now())
 		if err != nil {
 			return usagef(cmd, "--expires %v", err)
 		}
-		o := &allotpb.Override{Rule: args[0], Tenant: args[1], Limit: limit, Weight: weight, ExpiresUnixNano: at}
+		o := &allotpb.Override{Rule: args[0], Tenant: args[1], Limit: limit, Weight: weight, ExpiresUnixNano: at,
+			Cycle: rulespb.AnchorToProto(rules.Anchor{AnchorDay: anchorDay, TimeZone: timeZone})}
 		resp, err := putOverrides(ctx, cf, []*allotpb.Override{o}, false)
 		if err != nil {
 			return err
@@ -282,7 +297,7 @@ func newOverrideWriter(w io.Writer, format string) *overrideWriter {
 	switch format {
 	case "table":
 		ow.tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(ow.tw, "RULE\tTENANT\tLIMIT\tWEIGHT\tEXPIRES\tVERSION")
+		fmt.Fprintln(ow.tw, "RULE\tTENANT\tLIMIT\tWEIGHT\tCYCLE\tEXPIRES\tVERSION")
 	case "csv":
 		ow.cw = csv.NewWriter(w)
 		_ = ow.cw.Write(csvColumns)
@@ -292,7 +307,7 @@ func newOverrideWriter(w io.Writer, format string) *overrideWriter {
 	return ow
 }
 
-var csvColumns = []string{"rule", "tenant", "limit", "weight", "expires"}
+var csvColumns = []string{"rule", "tenant", "limit", "weight", "anchor_day", "time_zone", "expires"}
 
 func (ow *overrideWriter) write(o overrideJSON) {
 	num := func(n int64) string {
@@ -309,9 +324,9 @@ func (ow *overrideWriter) write(o overrideJSON) {
 	}
 	switch ow.format {
 	case "table":
-		fmt.Fprintf(ow.tw, "%s\t%s\t%s\t%s\t%s\t%d\n", o.Rule, o.Tenant, orDash(num(o.Limit)), orDash(flt(o.Weight)), orDash(o.Expires), o.Version)
+		fmt.Fprintf(ow.tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", o.Rule, o.Tenant, orDash(num(o.Limit)), orDash(flt(o.Weight)), orDash(o.cycle()), orDash(o.Expires), o.Version)
 	case "csv":
-		_ = ow.cw.Write([]string{o.Rule, o.Tenant, num(o.Limit), flt(o.Weight), o.Expires})
+		_ = ow.cw.Write([]string{o.Rule, o.Tenant, num(o.Limit), flt(o.Weight), num(int64(o.AnchorDay)), o.TimeZone, o.Expires})
 	default:
 		o.Version, o.Updated = 0, ""
 		_ = ow.enc.Encode(o)
@@ -356,4 +371,17 @@ func overridesDeleteFlags(f *flags) runFunc {
 			return nil
 		})
 	}
+}
+
+// cycle is where the override starts the tenant's cycles, as the table
+// prints it: "day 17 America/New_York"; empty for none.
+func (o overrideJSON) cycle() string {
+	var parts []string
+	if o.AnchorDay != 0 {
+		parts = append(parts, "day "+strconv.Itoa(o.AnchorDay))
+	}
+	if o.TimeZone != "" {
+		parts = append(parts, o.TimeZone)
+	}
+	return strings.Join(parts, " ")
 }

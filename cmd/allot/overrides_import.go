@@ -17,6 +17,8 @@ import (
 
 	"github.com/allot-io/allot/internal/plural"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/allot-io/allot/proto/rulespb"
+	"github.com/allot-io/allot/rules"
 )
 
 const overridesImportAbout = `
@@ -172,7 +174,7 @@ func readOverrides(in io.Reader, file, format string, now time.Time) ([]*allotpb
 			rd.problem(file, line, errors.New("more than one JSON object on the line"))
 			continue
 		}
-		rd.add(file, line, now, j.Rule, j.Tenant, j.Limit, j.Weight, j.Expires)
+		rd.add(file, line, now, j)
 	}
 	if err := sc.Err(); err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", file, err)
@@ -214,7 +216,7 @@ func readOverridesCSV(in io.Reader, file string, now time.Time) ([]*allotpb.Over
 	for i, h := range head {
 		h = strings.ToLower(strings.TrimSpace(h))
 		if !slices.Contains(csvColumns, h) {
-			return nil, nil, fmt.Errorf("%s:1: column %q: want rule, tenant, limit, weight or expires", file, h)
+			return nil, nil, fmt.Errorf("%s:1: column %q: want rule, tenant, limit, weight, anchor_day, time_zone or expires", file, h)
 		}
 		col[h] = i
 	}
@@ -246,21 +248,26 @@ func readOverridesCSV(in io.Reader, file string, now time.Time) ([]*allotpb.Over
 			}
 			return ""
 		}
-		var limit int64
-		var weight float64
+		j := overrideJSON{Rule: get("rule"), Tenant: get("tenant"), TimeZone: get("time_zone"), Expires: get("expires")}
 		if s := get("limit"); s != "" {
-			if limit, err = strconv.ParseInt(s, 10, 64); err != nil {
+			if j.Limit, err = strconv.ParseInt(s, 10, 64); err != nil {
 				rd.problem(file, line, fmt.Errorf("limit %q: not an integer", s))
 				continue
 			}
 		}
 		if s := get("weight"); s != "" {
-			if weight, err = strconv.ParseFloat(s, 64); err != nil {
+			if j.Weight, err = strconv.ParseFloat(s, 64); err != nil {
 				rd.problem(file, line, fmt.Errorf("weight %q: not a number", s))
 				continue
 			}
 		}
-		rd.add(file, line, now, get("rule"), get("tenant"), limit, weight, get("expires"))
+		if s := get("anchor_day"); s != "" {
+			if j.AnchorDay, err = strconv.Atoi(s); err != nil {
+				rd.problem(file, line, fmt.Errorf("anchor_day %q: not an integer", s))
+				continue
+			}
+		}
+		rd.add(file, line, now, j)
 	}
 }
 
@@ -278,8 +285,8 @@ func (rd *overrideReader) problem(file string, line int, err error) {
 }
 
 // add checks one line's override and keeps it, or its problem.
-func (rd *overrideReader) add(file string, line int, now time.Time, rule, tenant string, limit int64, weight float64, expires string) {
-	o, err := overrideFrom(rule, tenant, limit, weight, expires, now)
+func (rd *overrideReader) add(file string, line int, now time.Time, j overrideJSON) {
+	o, err := overrideFrom(j, now)
 	if err != nil {
 		rd.problem(file, line, err)
 		return
@@ -306,21 +313,24 @@ func (rd *overrideReader) result() ([]*allotpb.Override, []int, error) {
 
 // overrideFrom checks what a line can be checked for without the
 // cluster's rules, and builds the override.
-func overrideFrom(rule, tenant string, limit int64, weight float64, expires string, now time.Time) (*allotpb.Override, error) {
+func overrideFrom(j overrideJSON, now time.Time) (*allotpb.Override, error) {
 	switch {
-	case rule == "":
+	case j.Rule == "":
 		return nil, errors.New("rule: missing")
-	case tenant == "":
+	case j.Tenant == "":
 		return nil, errors.New("tenant: missing")
-	case limit < 0:
-		return nil, fmt.Errorf("limit: must not be negative, got %d", limit)
-	case weight < 0:
-		return nil, fmt.Errorf("weight: must not be negative, got %g", weight)
-	case limit == 0 && weight == 0:
-		return nil, errors.New("limit: an override sets a limit, a weight or both; give either")
+	case j.Limit < 0:
+		return nil, fmt.Errorf("limit: must not be negative, got %d", j.Limit)
+	case j.Weight < 0:
+		return nil, fmt.Errorf("weight: must not be negative, got %g", j.Weight)
+	case j.AnchorDay < 0 || j.AnchorDay > 31:
+		return nil, fmt.Errorf("anchor_day: must be a day of the month from 1 to 31, got %d", j.AnchorDay)
+	case j.Limit == 0 && j.Weight == 0 && j.AnchorDay == 0 && j.TimeZone == "":
+		return nil, errors.New("limit: an override sets a limit, a weight or a cycle (anchor_day, time_zone); give one")
 	}
-	o := &allotpb.Override{Rule: rule, Tenant: tenant, Limit: limit, Weight: weight}
-	if expires != "" {
+	o := &allotpb.Override{Rule: j.Rule, Tenant: j.Tenant, Limit: j.Limit, Weight: j.Weight,
+		Cycle: rulespb.AnchorToProto(rules.Anchor{AnchorDay: j.AnchorDay, TimeZone: j.TimeZone})}
+	if expires := j.Expires; expires != "" {
 		t, err := time.Parse(time.RFC3339Nano, expires)
 		if err != nil {
 			return nil, fmt.Errorf("expires %q: want an RFC 3339 time", expires)

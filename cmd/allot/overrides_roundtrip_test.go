@@ -93,7 +93,7 @@ func TestOverridesRoundTrip(t *testing.T) {
 			args []string
 			want []string
 		}{
-			{[]string{"overrides", "put", "tenant-quota", "x"}, []string{"give --limit or --weight"}},
+			{[]string{"overrides", "put", "tenant-quota", "x"}, []string{"give --limit, --weight, --anchor-day or --time-zone"}},
 			{[]string{"overrides", "import", csvFile}, []string{
 				csvFile + `:3: limit "ten": not an integer`,
 				csvFile + ":4: tenant: missing",
@@ -104,7 +104,7 @@ func TestOverridesRoundTrip(t *testing.T) {
 			{[]string{"overrides", "import", jsonFile}, []string{
 				jsonFile + ":1: limit: must be an integer, got a JSON string",
 				jsonFile + `:2: unknown field "colour"`,
-				jsonFile + ":3: limit: an override sets a limit, a weight or both",
+				jsonFile + ":3: limit: an override sets a limit, a weight or a cycle",
 				jsonFile + ": 3 problems; nothing was imported",
 			}},
 			{[]string{"overrides", "import", writeTemp(t, "refused.jsonl", `{"rule":"gone","tenant":"t1","limit":10}`+"\n"+
@@ -130,4 +130,54 @@ func TestOverridesRoundTrip(t *testing.T) {
 			t.Errorf("after refused imports and puts: %s", v)
 		}
 	})
+}
+
+// TestOverridesAnchorTenants: a tenant's own cycle, set with
+// --anchor-day and --time-zone or imported from CSV, is listed, exported
+// and imported again unchanged; an anchor on a rule counted in minutes,
+// or outside 1–31, or in an unknown zone, is refused naming the field.
+func TestOverridesAnchorTenants(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a coordinator")
+	}
+	tc := startTestCluster(t, "c1", "eu", "")
+	run := func(args ...string) (int, string, string) {
+		t.Helper()
+		return runIn(t, nil, append(args, "--coordinator", tc.addr)...)
+	}
+	monthly := "  - name: monthly\n    scope: tenant\n    algorithm: fixed_window\n    limit: 100000\n    period: month\n    intent: quota\n"
+	if code, _, stderr := run("rules", "put", writeTemp(t, "rules.yaml", "rules:\n"+monthly+ruleText("per-minute"))); code != exitOK {
+		t.Fatalf("rules put: %s", stderr)
+	}
+	if code, stdout, stderr := run("overrides", "put", "monthly", "acme", "--anchor-day", "17", "--time-zone", "America/New_York"); code != exitOK {
+		t.Fatalf("put: exit %d, %s%s", code, stdout, stderr)
+	}
+	signups := writeTemp(t, "signups.csv", "rule,tenant,anchor_day,time_zone\nmonthly,globex,31,\nmonthly,initech,5,Asia/Tokyo\n")
+	if code, stdout, stderr := run("overrides", "import", signups); code != exitOK {
+		t.Fatalf("import: exit %d, %s%s", code, stdout, stderr)
+	}
+	code, table, stderr := run("overrides", "list")
+	if code != exitOK || !strings.Contains(table, "day 17 America/New_York") || !strings.Contains(table, "day 5 Asia/Tokyo") {
+		t.Fatalf("list: exit %d\n%s%s", code, table, stderr)
+	}
+	for _, format := range []string{"csv", "jsonl"} {
+		_, before, _ := run("overrides", "list", "--format", format)
+		code, stdout, stderr := run("overrides", "import", "--format", format, writeTemp(t, "exported", before))
+		if code != exitOK || !strings.Contains(stdout, "nothing changed") {
+			t.Errorf("%s: import of what list printed: exit %d, stdout %q, stderr %q\n%s", format, code, stdout, stderr, before)
+		}
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"overrides", "put", "per-minute", "acme", "--anchor-day", "3"}, "the rule counts none: set its period to day, week or month"},
+		{[]string{"overrides", "put", "monthly", "acme", "--anchor-day", "32"}, "anchor_day: must be a day of the month from 1 to 31"},
+		{[]string{"overrides", "put", "monthly", "acme", "--time-zone", "Mars/Olympus"}, `unknown time zone "Mars/Olympus"`},
+	} {
+		code, stdout, stderr := run(tt.args...)
+		if code != exitUsage || !strings.Contains(stderr, tt.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %q", tt.args, code, stdout, stderr, tt.want)
+		}
+	}
 }

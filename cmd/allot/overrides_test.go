@@ -146,7 +146,7 @@ func TestCLIOverrides(t *testing.T) {
 			return l == 12099, fmt.Sprint(l)
 		})
 		code, stdout, stderr = runAllot(t, reader, append([]string{"overrides", "list", "--prefix", "bulk-0001", "--format", "csv"}, at...)...)
-		if code != exitOK || strings.Count(stdout, "\n") != 11 || !strings.HasPrefix(stdout, "rule,tenant,limit,weight,expires\ntenant-quota,bulk-00010,110") {
+		if code != exitOK || strings.Count(stdout, "\n") != 11 || !strings.HasPrefix(stdout, "rule,tenant,limit,weight,anchor_day,time_zone,expires\ntenant-quota,bulk-00010,110") {
 			t.Errorf("list --prefix: exit %d, %s%s", code, stdout, stderr)
 		}
 		code, stdout, stderr = runAllot(t, admin, append([]string{"overrides", "delete", "tenant-quota", "acme"}, at...)...)

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/allot-io/allot/coordinator/internal/state"
+	"github.com/allot-io/allot/proto/rulespb"
 	"github.com/allot-io/allot/rules"
 )
 
@@ -48,7 +49,7 @@ func (v *overrideView) sync(st *state.View) {
 				delete(v.m, k)
 				continue
 			}
-			v.m[k] = viewEntry{rules.TenantOverride{Limit: o.GetLimit(), Weight: o.GetWeight()}, o.GetExpiresUnixNano()}
+			v.m[k] = viewEntry{rulespb.OverrideFromProto(o).TenantOverride, o.GetExpiresUnixNano()}
 		}
 		v.version = d.GetVersion()
 		v.loaded.Store(v.version)

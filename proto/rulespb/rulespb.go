@@ -55,13 +55,13 @@ func ToProto(r *rules.Rule) *allotpb.Rule {
 	if len(r.Plans) > 0 {
 		p.Plans = make(map[string]*allotpb.Plan, len(r.Plans))
 		for name, pl := range r.Plans {
-			p.Plans[name] = &allotpb.Plan{Limit: pl.Limit, Weight: pl.Weight, Rank: uint32(pl.Rank)}
+			p.Plans[name] = &allotpb.Plan{Limit: pl.Limit, Weight: pl.Weight, Rank: uint32(pl.Rank), Cycle: AnchorToProto(pl.Cycle)}
 		}
 	}
 	if len(r.Tenants) > 0 {
 		p.Tenants = make(map[string]*allotpb.TenantOverride, len(r.Tenants))
 		for name, o := range r.Tenants {
-			p.Tenants[name] = &allotpb.TenantOverride{Limit: o.Limit, Weight: o.Weight}
+			p.Tenants[name] = &allotpb.TenantOverride{Limit: o.Limit, Weight: o.Weight, Cycle: AnchorToProto(o.Cycle)}
 		}
 	}
 	return p
@@ -97,7 +97,7 @@ func FromProto(p *allotpb.Rule) (rules.Rule, error) {
 		r.Period = d.AsDuration()
 	}
 	if c := p.GetCycle(); c != nil {
-		r.Cycle = &rules.Cycle{AnchorDay: int(c.GetAnchorDay()), TimeZone: c.GetTimeZone()}
+		r.Cycle = &rules.Cycle{Anchor: rules.Anchor{AnchorDay: int(c.GetAnchorDay()), TimeZone: c.GetTimeZone()}}
 		if s := c.GetUnit(); s != "" {
 			u, err := rules.ParseCalendarUnit(s)
 			if err != nil {
@@ -144,13 +144,13 @@ func FromProto(p *allotpb.Rule) (rules.Rule, error) {
 			if pl.GetRank() > rules.MaxRank {
 				bad("plans."+name+".rank", fmt.Errorf("must be at most %d, got %d", rules.MaxRank, pl.GetRank()))
 			}
-			r.Plans[name] = rules.Plan{Limit: pl.GetLimit(), Weight: pl.GetWeight(), Rank: uint8(min(pl.GetRank(), rules.MaxRank))}
+			r.Plans[name] = rules.Plan{Limit: pl.GetLimit(), Weight: pl.GetWeight(), Rank: uint8(min(pl.GetRank(), rules.MaxRank)), Cycle: AnchorFromProto(pl.GetCycle())}
 		}
 	}
 	if len(p.GetTenants()) > 0 {
 		r.Tenants = make(map[string]rules.TenantOverride, len(p.GetTenants()))
 		for name, o := range p.GetTenants() {
-			r.Tenants[name] = rules.TenantOverride{Limit: o.GetLimit(), Weight: o.GetWeight()}
+			r.Tenants[name] = rules.TenantOverride{Limit: o.GetLimit(), Weight: o.GetWeight(), Cycle: AnchorFromProto(o.GetCycle())}
 		}
 	}
 	if len(errs) > 0 {

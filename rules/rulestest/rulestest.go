@@ -183,16 +183,32 @@ func overrides(t *rapid.T, r *rules.Rule) {
 		return rapid.Int64Range(1, 1_000_000).Draw(t, label)
 	}
 	weight := rapid.OneOf(rapid.Just(0.0), rapid.SampledFrom([]float64{1, 2, 10, 0.5}), rapid.Float64Range(0, 100))
+	// A plan's or a tenant's own anchor, on a calendar rule.
+	anchor := func(label string) rules.Anchor {
+		if r.Cycle == nil || rapid.Bool().Draw(t, label+"Unset") {
+			return rules.Anchor{}
+		}
+		var a rules.Anchor
+		if r.Cycle.Unit == algo.Month {
+			a.AnchorDay = rapid.IntRange(0, 31).Draw(t, label+"Day")
+		}
+		a.TimeZone = rapid.SampledFrom([]string{"", "America/Los_Angeles", "Asia/Tokyo"}).Draw(t, label+"Zone")
+		return a
+	}
 	if plans := names(t, "plans", 3); len(plans) > 0 {
 		r.Plans = make(map[string]rules.Plan, len(plans))
 		for _, name := range plans {
-			r.Plans[name] = rules.Plan{Limit: limit("planLimit"), Weight: weight.Draw(t, "planWeight"), Rank: uint8(rapid.IntRange(0, rules.MaxRank).Draw(t, "rank"))}
+			r.Plans[name] = rules.Plan{Limit: limit("planLimit"), Weight: weight.Draw(t, "planWeight"), Rank: uint8(rapid.IntRange(0, rules.MaxRank).Draw(t, "rank")), Cycle: anchor("planCycle")}
 		}
 	}
 	if tenants := names(t, "tenants", 3); len(tenants) > 0 {
 		r.Tenants = make(map[string]rules.TenantOverride, len(tenants))
 		for _, name := range tenants {
-			r.Tenants[name] = rules.TenantOverride{Limit: limit("tenantLimit"), Weight: weight.Draw(t, "tenantWeight")}
+			o := rules.TenantOverride{Limit: limit("tenantLimit"), Weight: weight.Draw(t, "tenantWeight")}
+			if o.Limit > 0 { // a file tenant entry's cycle goes with its limit
+				o.Cycle = anchor("tenantCycle")
+			}
+			r.Tenants[name] = o
 		}
 	}
 }

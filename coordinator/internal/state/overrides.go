@@ -266,7 +266,7 @@ func (s *State) CheckOverrides(cmd *fsmpb.OverridesCommand) error {
 }
 
 // ChangedOverrides returns the overrides of put that differ from the
-// one in force for their rule and tenant (limit, weight or expiry), or
+// one in force for their rule and tenant (limit, weight, cycle or expiry), or
 // that have none: the others would change nothing. The leader proposes
 // only these, so that putting back what 'overrides list' printed takes no
 // new version and leaves every tenant's keys on the agents as they are.
@@ -274,7 +274,8 @@ func (s *State) ChangedOverrides(put []*allotpb.Override) []*allotpb.Override {
 	var out []*allotpb.Override
 	for _, p := range put {
 		o, ok := s.Override(p.GetRule(), p.GetTenant())
-		if ok && o.GetLimit() == p.GetLimit() && o.GetWeight() == p.GetWeight() && o.GetExpiresUnixNano() == p.GetExpiresUnixNano() {
+		if ok && o.GetLimit() == p.GetLimit() && o.GetWeight() == p.GetWeight() && o.GetExpiresUnixNano() == p.GetExpiresUnixNano() &&
+			o.GetCycle().GetAnchorDay() == p.GetCycle().GetAnchorDay() && o.GetCycle().GetTimeZone() == p.GetCycle().GetTimeZone() {
 			continue
 		}
 		out = append(out, p)
@@ -310,7 +311,7 @@ func (s *State) applyOverrides(cmd *fsmpb.OverridesCommand) any {
 	for _, p := range cmd.GetPut() {
 		note(p.GetRule(), p.GetTenant())
 		o := &allotpb.Override{
-			Rule: p.GetRule(), Tenant: p.GetTenant(), Limit: p.GetLimit(), Weight: p.GetWeight(),
+			Rule: p.GetRule(), Tenant: p.GetTenant(), Limit: p.GetLimit(), Weight: p.GetWeight(), Cycle: p.GetCycle(),
 			ExpiresUnixNano: p.GetExpiresUnixNano(), Version: v, UpdatedUnixNano: now,
 		}
 		s.ov.set(o)

@@ -11,7 +11,7 @@ import (
 )
 
 // TestChangedOverrides: only an override that differs from the one in
-// force (limit, weight or expiry, to the nanosecond), or that has none,
+// force (limit, weight, cycle or expiry, to the nanosecond), or that has none,
 // changes anything; the leader proposes only those.
 func TestChangedOverrides(t *testing.T) {
 	f := overridesMachine(t)
@@ -30,6 +30,7 @@ func TestChangedOverrides(t *testing.T) {
 		{"no expiry", &allotpb.Override{Rule: "plan-quota", Tenant: "acme", Limit: 500}, true},
 		{"a weight as well", &allotpb.Override{Rule: "edge", Tenant: "acme", Weight: 4, Limit: 1}, true},
 		{"a new tenant", &allotpb.Override{Rule: "plan-quota", Tenant: "globex", Limit: 500}, true},
+		{"a cycle anchor as well", &allotpb.Override{Rule: "plan-quota", Tenant: "acme", Limit: 500, ExpiresUnixNano: expires, Cycle: &allotpb.Anchor{AnchorDay: 17}}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			got := f.st.ChangedOverrides([]*allotpb.Override{tt.o})

@@ -36,10 +36,9 @@ func gathered(t *testing.T, reg *prometheus.Registry, name, rule string) float64
 	return 0
 }
 
-// A sliding window's node part counts one unit over its share when the
-// rule tolerates it (nodeConfig): a share of MaxUint32 asks the algorithm
-// for one more than the most a sliding window counts, which it refuses.
-const refusedShare = 1<<32 - 1
+// A share of 2³² asks the algorithm for one more than the most a sliding
+// window counts (its counts are 32-bit), which it refuses.
+const refusedShare = 1 << 32
 
 // TestRefusedShareIsKept: a share the algorithm refuses is not taken: the
 // store keeps enforcing, and reporting, the share it had, and the refusal

@@ -23,6 +23,8 @@ type engineFleet struct {
 	eng      *allocator.Engine
 	gws      []*Agent
 	perStep  int      // checks per gateway every 10 ms
+	every    int      // steps of 10 ms between checks (0: every step)
+	steps    int      // steps run so far
 	tenants  []string // the checks' tenants, in turn (default: acme)
 	turn     int
 	admitted map[int64]int // by second (window)
@@ -73,8 +75,13 @@ func (f *engineFleet) run(d time.Duration) {
 	for range d / (10 * time.Millisecond) {
 		f.clk.Advance(10 * time.Millisecond)
 		now := f.clk.Now()
+		f.steps++
+		checks := f.perStep
+		if f.every > 1 && f.steps%f.every != 0 {
+			checks = 0
+		}
 		for _, a := range f.gws {
-			for range f.perStep {
+			for range checks {
 				tenant := "acme"
 				if len(f.tenants) > 0 {
 					tenant, f.turn = f.tenants[f.turn%len(f.tenants)], f.turn+1

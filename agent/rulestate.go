@@ -176,9 +176,15 @@ type limitStore struct {
 // previous count is then a small fraction, rounded up). A central counter
 // loses that unit once; a fleet of n nodes lost n, 98.3% of a 600/s quota
 // over ten gateways. A part of a rule whose intent tolerates overshoot
-// counts one unit more, when the tolerance covers it, so that a saturated
-// fleet admits its whole limit; after an idle spell the fleet can admit n
-// units over, never more than the tolerance.
+// has one unit of slack in its estimate (algo.Config.Slack), when the
+// tolerance covers it, so that a saturated fleet admits its whole limit;
+// the trailing estimate can then be n units over, never more than the
+// tolerance, but no aligned window counts more than the part. The unit
+// once went on the part's count itself: a node admitted its lease and one
+// more, reported having spent that, and was granted it (a window grant is
+// at least what its node spent), then admitted one more again, a unit per
+// report until the hand-over guard's room stopped it: one sidecar alone
+// admitted 106% of a sliding-window quota every minute (issue 44).
 func nodeConfig(r *rules.Rule, share, burst float64, part bool) (algo.Config, bool) {
 	if !(share > 0) || math.IsInf(share, 0) {
 		return algo.Config{}, false
@@ -222,7 +228,7 @@ func nodeConfig(r *rules.Rule, share, burst float64, part bool) (algo.Config, bo
 	default:
 		cfg.Limit = max(int64(math.Round(share)), 1)
 		if part && r.Algorithm == algo.SlidingWindow && share*r.Tol() >= 1 {
-			cfg.Limit++
+			cfg.Slack = 1
 		}
 	}
 	return cfg, true

@@ -102,11 +102,20 @@ func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
 //     units back to back. Zero means strictly spaced requests.
 //   - FixedWindow, SlidingWindow, SlidingLog: must be zero; the window
 //     itself is the burst.
+//
+// Slack is for SlidingWindow only: the estimate of the trailing window may
+// reach Limit + Slack, while each aligned window still counts at most
+// Limit. The estimate weighs the previous window's whole count by the time
+// left, rounded up, so a subject that fills every window stops one unit
+// short of Limit at the end of each; a Slack of 1 lets it reach Limit,
+// and never more, in every aligned window. The agent gives it to a node's
+// part of a fleet's limit, where the lost unit is lost once per node.
 type Config struct {
 	Algorithm Algorithm
 	Limit     int64
 	Period    time.Duration
 	Burst     int64
+	Slack     int64
 	// Calendar, if its Unit is set, counts a FixedWindow's windows on the
 	// calendar (a month from the 17th in Europe/Berlin) rather than as
 	// multiples of Period since the Unix epoch; Period is then the unit's
@@ -151,6 +160,9 @@ type params struct {
 	perEmission divider
 	// invPeriod is 1/period, for SlidingWindow's estimate.
 	invPeriod float64
+	// slack is SlidingWindow's Slack: how far the estimate may exceed
+	// limit.
+	slack int64
 	// cal is a FixedWindow's calendar windows, nil for windows aligned
 	// to the Unix epoch.
 	cal *calendarWindows
@@ -175,7 +187,16 @@ func compile(c Config) (params, error) {
 	if c.Burst < 0 {
 		return params{}, &ConfigError{"Burst", fmt.Sprintf("must not be negative, got %d", c.Burst)}
 	}
-	p := params{alg: c.Algorithm, limit: c.Limit, period: int64(c.Period), burst: c.Burst}
+	if c.Slack < 0 {
+		return params{}, &ConfigError{"Slack", fmt.Sprintf("must not be negative, got %d", c.Slack)}
+	}
+	if c.Slack != 0 && c.Algorithm != SlidingWindow {
+		return params{}, &ConfigError{"Slack", fmt.Sprintf("applies only to sliding_window (got %d for %s)", c.Slack, c.Algorithm)}
+	}
+	if c.Slack > c.Limit {
+		return params{}, &ConfigError{"Slack", fmt.Sprintf("must be at most Limit %d, got %d", c.Limit, c.Slack)}
+	}
+	p := params{alg: c.Algorithm, limit: c.Limit, period: int64(c.Period), burst: c.Burst, slack: c.Slack}
 	if c.Calendar.Unit != 0 {
 		if err := c.Calendar.Validate(); err != nil {
 			return params{}, &ConfigError{"Calendar", err.Error()}
@@ -232,7 +253,7 @@ func compile(c Config) (params, error) {
 
 // config returns the Config p was compiled from.
 func (p *params) config() Config {
-	c := Config{Algorithm: p.alg, Limit: p.limit, Period: time.Duration(p.period), Burst: p.burst}
+	c := Config{Algorithm: p.alg, Limit: p.limit, Period: time.Duration(p.period), Burst: p.burst, Slack: p.slack}
 	if p.cal != nil {
 		c.Calendar = p.cal.cal
 	}

@@ -20,6 +20,9 @@ func genConfig(t *rapid.T, alg Algorithm) Config {
 	if alg == TokenBucket || alg == GCRA {
 		cfg.Burst = rapid.Int64Range(0, 20).Draw(t, "burst")
 	}
+	if alg == SlidingWindow && rapid.Bool().Draw(t, "slack") {
+		cfg.Slack = rapid.Int64Range(1, cfg.Limit).Draw(t, "slackUnits")
+	}
 	return cfg
 }
 
@@ -189,7 +192,7 @@ func (m *model) allow(now, cost int64) bool {
 		elapsed := now - w*P
 		est := new(big.Rat).Mul(rat(m.windows[w-1]), big.NewRat(P-elapsed, P))
 		est.Add(est, rat(m.windows[w]+cost))
-		if est.Cmp(rat(m.cfg.Limit)) > 0 {
+		if est.Cmp(rat(m.cfg.Limit+m.cfg.Slack)) > 0 || m.windows[w]+cost > m.cfg.Limit {
 			return false
 		}
 		m.windows[w] += cost

@@ -19,7 +19,9 @@ import (
 // The arithmetic is exact: a request of cost n is admitted when
 // ⌈previous × (Period − elapsed) / Period⌉ + current + n ≤ Limit, computed in
 // 128 bits, which is the same test as estimate + n ≤ Limit because the right
-// side is an integer.
+// side is an integer. With a Slack the estimate may reach Limit + Slack,
+// but current + n must stay within Limit: the aligned window's count is
+// bounded whatever the slack.
 func (p *params) slidingWindow(s *state, now, cost int64) verdict {
 	start := s.a
 	prev, cur := uint64(s.b)>>32, uint64(s.b)&0xffffffff
@@ -36,16 +38,21 @@ func (p *params) slidingWindow(s *state, now, cost int64) verdict {
 	elapsed := min(max(now-start, 0), p.period)
 	weighted := int64(p.weight(prev, uint64(p.period-elapsed)))
 
+	// fits says whether n more fit now: in the estimate, and in the
+	// aligned window's count.
+	fits := func(n int64) bool {
+		return weighted+int64(cur)+n <= p.limit+p.slack && int64(cur)+n <= p.limit
+	}
 	var v verdict
 	switch {
 	case cost > p.limit:
 		v.retryAfter = Never
-	case weighted+int64(cur)+cost > p.limit:
+	case !fits(cost):
 		v.retryAfter = p.slidingWindowWait(start, prev, cur, cost, now)
 	default:
 		v.allowed = true
 		if cost == 0 {
-			if weighted+int64(cur) >= p.limit {
+			if !fits(1) {
 				v.retryAfter = p.slidingWindowWait(start, prev, cur, 1, now)
 			}
 			break
@@ -53,7 +60,7 @@ func (p *params) slidingWindow(s *state, now, cost int64) verdict {
 		cur += uint64(cost)
 		s.a, s.b = start, int64(prev<<32|cur)
 	}
-	v.remaining = max(p.limit-int64(cur)-weighted, 0)
+	v.remaining = max(min(p.limit-int64(cur), p.limit+p.slack-int64(cur)-weighted), 0)
 	switch {
 	case cur != 0:
 		v.resetAfter = dur(start + 2*p.period - now)
@@ -67,16 +74,22 @@ func (p *params) slidingWindow(s *state, now, cost int64) verdict {
 // given the window starting at start with counts prev and cur.
 func (p *params) slidingWindowWait(start int64, prev, cur uint64, cost, now int64) time.Duration {
 	period := uint64(p.period)
-	if room := p.limit - int64(cur) - cost; room >= 0 {
+	if int64(cur)+cost <= p.limit {
 		// Still in this window: wait until previous×(P−e)/P ≤ room, that is
-		// e ≥ P − ⌊room·P/previous⌋. room < previous here, so the quotient
-		// is below P.
+		// e ≥ P − ⌊room·P/previous⌋. The estimate is what refused, so
+		// room < previous here, and the quotient is below P.
+		room := p.limit + p.slack - int64(cur) - cost
 		e := period - mulDiv(uint64(room), period, prev)
 		return dur(start + int64(e) - now)
 	}
 	// Only the next window helps: there previous' = cur and current' = 0,
-	// so wait until cur×(P−e)/P ≤ Limit − cost.
-	e := period - mulDiv(uint64(p.limit-cost), period, cur)
+	// so wait until cur×(P−e)/P ≤ Limit + Slack − cost; at once when the
+	// slack covers cur already.
+	room := uint64(p.limit + p.slack - cost)
+	if room >= cur {
+		return dur(start + p.period - now)
+	}
+	e := period - mulDiv(room, period, cur)
 	return dur(start + p.period + int64(e) - now)
 }
 

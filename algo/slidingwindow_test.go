@@ -57,3 +57,51 @@ func TestSlidingWindowSteps(t *testing.T) {
 		{39 * s, 7, true, 0, 0, 21 * s},       // earlier instant counts in the newer window
 	})
 }
+
+// TestSlidingWindowSlackFillsEveryWindow: a subject offering twice the
+// limit, one unit at a time, admits Limit − 1 in every aligned window
+// after the first without slack (the weighted previous count is a fraction
+// rounded up until the window's last instant), and exactly Limit with a
+// Slack of 1, never more: the slack is the estimate's, not the window's.
+func TestSlidingWindowSlackFillsEveryWindow(t *testing.T) {
+	for _, tt := range []struct {
+		slack int64
+		want  int64 // admitted in each window after the first
+	}{
+		{0, 599},
+		{1, 600},
+		{5, 600},
+	} {
+		l := mustNew(t, Config{Algorithm: SlidingWindow, Limit: 600, Period: time.Minute, Slack: tt.slack})
+		perWindow := map[int64]int64{}
+		for i := range int64(5 * 60 * 20) { // 20 a second for five minutes
+			now := time.Duration(i) * 50 * time.Millisecond
+			if l.AllowAt(at(now), 1).Allowed {
+				perWindow[int64(now/time.Minute)]++
+			}
+		}
+		if perWindow[0] != 600 {
+			t.Errorf("slack %d: the first window admitted %d, want 600", tt.slack, perWindow[0])
+		}
+		for w := int64(1); w < 5; w++ {
+			if perWindow[w] != tt.want {
+				t.Errorf("slack %d: window %d admitted %d of 600, want %d", tt.slack, w, perWindow[w], tt.want)
+			}
+		}
+	}
+}
+
+// TestSlidingWindowSlackWaits: with slack the estimate may exceed the
+// limit, the window's count may not, and RetryAfter says when each allows.
+func TestSlidingWindowSlackWaits(t *testing.T) {
+	s := time.Second
+	l := mustNew(t, Config{Algorithm: SlidingWindow, Limit: 10, Period: 10 * s, Slack: 1})
+	run(t, l.AllowAt, []step{
+		{0, 10, true, 0, 0, 20 * s},
+		{5 * s, 1, false, 0, 5 * s, 15 * s},  // the window's count is full: the next window, at once (10 ≤ 11 − 1)
+		{10 * s, 1, true, 0, 0, 20 * s},      // estimate 10 + 1 = 11, within the slack
+		{10 * s, 1, false, 0, 1 * s, 20 * s}, // 10·(10−e)/10 ≤ 9 at e = 1 s
+		{19 * s, 9, true, 0, 0, 11 * s},      // estimate 1 + 1 + 9 = 11, count 10
+		{19 * s, 1, false, 0, 1 * s, 11 * s}, // count full: the next window, where ⌈10·(10−e)/10⌉ ≤ 10 at once
+	})
+}

@@ -388,12 +388,22 @@ func (r *Rule) AlgoConfig(limit int64) algo.Config {
 
 // WindowStart returns the start of the rule's window holding t: on the
 // calendar for a rule with a Cycle, else a multiple of Period since the
-// Unix epoch. For window algorithms.
+// Unix epoch, as package algo counts it. For window algorithms.
+//
+// (Not t.Truncate(Period): Truncate counts from year 1, and a period that
+// does not divide the 62,135,596,800 s from there to the Unix epoch, 7
+// minutes or 168 hours, would start its windows elsewhere than algo's.)
 func (r *Rule) WindowStart(t time.Time) time.Time {
 	if r.Cycle != nil && r.Cycle.Unit != 0 {
 		return r.Cycle.Calendar().Start(t)
 	}
-	return t.Truncate(r.Period)
+	p := int64(r.Period)
+	n := t.UnixNano()
+	q := n / p
+	if n%p < 0 {
+		q-- // before the epoch: floor, as algo does
+	}
+	return time.Unix(0, q*p)
 }
 
 // WindowEnd returns the end of the rule's window that starts at start (a

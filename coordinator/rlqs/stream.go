@@ -125,7 +125,7 @@ func (q *quotaStream) absorb(m *rlqsv3.RateLimitQuotaUsageReports) {
 				}
 				b.elapsed += min(max(u.GetTimeElapsed().AsDuration(), 0), time.Hour)
 				if b.def.Algorithm.Windowed() {
-					if w := now.Truncate(b.def.Period); !w.Equal(b.window) {
+					if w := b.def.WindowStart(now); !w.Equal(b.window) {
 						b.window, b.committed = w, 0
 					}
 					b.committed += allowed

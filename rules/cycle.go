@@ -81,6 +81,24 @@ func (r *Rule) CycleFor(o TenantOverride, ok bool, tenant, plan string) *Cycle {
 	return r.anchored(a)
 }
 
+// CycleAt returns the tenant's cycle of the rule holding at, [start,
+// end): its calendar window (CycleFor) for a rule counted on the
+// calendar, else its period's window from the Unix epoch. The one place a
+// tenant's cycle is computed, for what is reported and kept per cycle
+// (balances, notices).
+func (r *Rule) CycleAt(o TenantOverride, ok bool, tenant, plan string, at time.Time) (start, end time.Time) {
+	if c := r.CycleFor(o, ok, tenant, plan); c != nil {
+		cal := c.Calendar()
+		start = cal.Start(at)
+		return start, cal.Next(start)
+	}
+	if r.Period <= 0 {
+		return at, at
+	}
+	start = r.WindowStart(at)
+	return start, start.Add(r.Period)
+}
+
 // anchored is the rule's cycle anchored by a, or the rule's own for none.
 func (r *Rule) anchored(a Anchor) *Cycle {
 	if a.IsZero() || r.Cycle == nil || r.Cycle.Unit == 0 {

@@ -150,3 +150,27 @@ func TestAnchorErrors(t *testing.T) {
 		})
 	}
 }
+
+func TestCycleAt(t *testing.T) {
+	ny, _ := time.LoadLocation("America/New_York")
+	monthly := Rule{Name: "m", Period: algo.Month.Nominal(), Cycle: &Cycle{Unit: algo.Month}}
+	at := time.Date(2027, 3, 16, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name       string
+		r          Rule
+		o          TenantOverride
+		ok         bool
+		start, end time.Time
+	}{
+		{"the rule's month", monthly, TenantOverride{}, false, time.Date(2027, 3, 1, 0, 0, 0, 0, time.UTC), time.Date(2027, 4, 1, 0, 0, 0, 0, time.UTC)},
+		{"the tenant's own", monthly, TenantOverride{Cycle: Anchor{AnchorDay: 17, TimeZone: "America/New_York"}}, true,
+			time.Date(2027, 2, 17, 0, 0, 0, 0, ny), time.Date(2027, 3, 17, 0, 0, 0, 0, ny)},
+		{"a 7-minute period, from the epoch", Rule{Name: "w", Period: 7 * time.Minute}, TenantOverride{}, false,
+			time.Date(2027, 3, 16, 11, 57, 0, 0, time.UTC), time.Date(2027, 3, 16, 12, 4, 0, 0, time.UTC)},
+	} {
+		start, end := tc.r.CycleAt(tc.o, tc.ok, "acme", "", at)
+		if !start.Equal(tc.start) || !end.Equal(tc.end) {
+			t.Errorf("%s: [%v, %v), want [%v, %v)", tc.name, start, end, tc.start, tc.end)
+		}
+	}
+}

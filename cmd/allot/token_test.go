@@ -157,6 +157,15 @@ func TestTokenAppend(t *testing.T) {
 			t.Errorf("%s's token: exit %d, %q, %q", name, code, stdout, stderr)
 		}
 	}
+	// A balance token reads its tenant's balance (allot balance), and
+	// no other tenant's.
+	dash := cliEnv("ALLOT_TOKEN_FILE=" + tok("dash-acme-2"))
+	if code, stdout, stderr := runAllot(t, dash, "balance", "acme", "--coordinator", addrs[1]); code != exitOK || !strings.Contains(stdout, "tenant acme: no rule keyed by the tenant alone applies") {
+		t.Errorf("allot balance acme with acme's token: exit %d, %q, %q", code, stdout, stderr)
+	}
+	if code, stdout, stderr := runAllot(t, dash, "balance", "initech", "--coordinator", addrs[1]); code == exitOK || !strings.Contains(stderr, "may not read that tenant's balance") {
+		t.Errorf("allot balance initech with acme's token: exit %d, %q, %q", code, stdout, stderr)
+	}
 }
 
 // fleetToken reads a token file.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"maps"
-	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -107,8 +106,10 @@ func limitIn(r *rules.Rule, o rules.TenantOverride, ok bool, tenant, plan string
 }
 
 // balance reads tenant's balance from this member's state, in one read
-// of it under the FSM's read lock: O(rules + windows in the longest cycle
-// · log lines).
+// of it under the FSM's read lock. What the tenant used in a rule's final
+// windows comes from c.sums while the range's final windows are the same;
+// otherwise, and for the open windows always, from the ledger: a seek per
+// window read (state.TenantUsage).
 func (c *Coordinator) balance(tenant, plan string) *allotpb.BalanceResponse {
 	now := c.now()
 	resp := &allotpb.BalanceResponse{Tenant: tenant, At: timestamppb.New(now), ReportInterval: durationpb.New(c.cfg.ReportInterval)}
@@ -128,14 +129,17 @@ func (c *Coordinator) balance(tenant, plan string) *allotpb.BalanceResponse {
 			held = max(held, ceilDiv(now.Add(-r).Unix(), width)*width)
 		}
 		type counted struct {
-			i        int
-			from, to int64
-			used     uint64
+			i           int
+			key         finalKey
+			finals      int  // final windows in the range
+			walk        bool // the final windows' sum is read from the ledger
+			final, open uint64
 		}
 		var (
-			out  []counted
-			from = int64(1<<63 - 1)
-			to   = int64(-1 << 63)
+			out      []counted
+			from, to = int64(1<<63 - 1), int64(-1 << 63)
+			walkFrom = int64(1<<63 - 1)
+			walkTo   = int64(-1 << 63)
 		)
 		set := st.Rules().Rules()
 		for i := range set {
@@ -144,9 +148,16 @@ func (c *Coordinator) balance(tenant, plan string) *allotpb.BalanceResponse {
 				continue
 			}
 			start, end := cycleOf(r, tenant, now)
-			cf := max(start.Unix(), held)
-			out = append(out, counted{i: i, from: cf, to: end.Unix()})
-			from, to = min(from, cf), max(to, end.Unix())
+			cr := counted{i: i, key: finalKey{tenant: tenant, rule: r.Name, from: max(start.Unix(), held), to: end.Unix()}}
+			cr.finals = st.FinalIn(cr.key.from, cr.key.to)
+			if v, ok := c.sums.get(st, cr.key); ok && v.windows == cr.finals {
+				cr.final = v.used
+			} else {
+				cr.walk = true
+				walkFrom, walkTo = min(walkFrom, cr.key.from), max(walkTo, cr.key.to)
+			}
+			out = append(out, cr)
+			from, to = min(from, cr.key.from), max(to, cr.key.to)
 		}
 		if len(out) == 0 {
 			return
@@ -155,16 +166,32 @@ func (c *Coordinator) balance(tenant, plan string) *allotpb.BalanceResponse {
 		for j, cr := range out {
 			byRule[set[cr.i].Name] = j
 		}
-		st.TenantUsage(tenant, from, to, func(rule string, window int64, admitted uint64) {
+		// in finds the rule a line counts under, if it is in its range.
+		in := func(rule string, window int64) (*counted, bool) {
 			j, ok := byRule[rule]
-			if !ok || window < out[j].from || window >= out[j].to {
-				return
+			if !ok || window < out[j].key.from || window >= out[j].key.to {
+				return nil, false
 			}
-			if u := out[j].used + admitted; u >= admitted {
-				out[j].used = u
-			} else {
-				out[j].used = math.MaxUint64 // saturates, as no ledger holds
+			return &out[j], true
+		}
+		if walkFrom < walkTo {
+			st.TenantUsage(tenant, walkFrom, walkTo, func(rule string, window int64, admitted uint64) {
+				if cr, ok := in(rule, window); ok && cr.walk && st.IsFinal(window) {
+					cr.final = allotpb.SaturatingAdd(cr.final, admitted)
+				}
+			})
+			for _, cr := range out {
+				if cr.walk {
+					c.sums.put(st, cr.key, finalSum{windows: cr.finals, used: cr.final})
+				}
 			}
+		}
+		st.OpenIn(from, to, func(w int64) {
+			st.TenantUsage(tenant, w, w+1, func(rule string, window int64, admitted uint64) {
+				if cr, ok := in(rule, window); ok {
+					cr.open = allotpb.SaturatingAdd(cr.open, admitted)
+				}
+			})
 		})
 		for _, cr := range out {
 			r := &set[cr.i]
@@ -176,10 +203,10 @@ func (c *Coordinator) balance(tenant, plan string) *allotpb.BalanceResponse {
 			} else {
 				ok = false // expired, not yet swept: agents no longer apply it
 			}
-			used := cr.used
+			used := allotpb.SaturatingAdd(cr.final, cr.open)
 			rb := &allotpb.RuleBalance{
 				Rule: r.Name, Period: durationpb.New(r.Period), CycleStart: timestamppb.New(start), RenewsAt: timestamppb.New(end),
-				Used: used, CountedFrom: timestamppb.New(time.Unix(cr.from, 0).UTC()), Complete: cr.from == start.Unix(),
+				Used: used, CountedFrom: timestamppb.New(time.Unix(cr.key.from, 0).UTC()), Complete: cr.key.from == start.Unix(),
 			}
 			if limit, src, known := limitIn(r, to, ok, tenant, plan); known {
 				rem := uint64(0)

@@ -53,3 +53,43 @@ func (s *State) TenantUsage(tenant string, from, to int64, fn func(rule string, 
 		}
 	}
 }
+
+// IsFinal reports whether the window starting at w (Unix seconds) is
+// final: its lines never change again, though an export or retention may
+// drop them.
+func (s *State) IsFinal(w int64) bool { return s.final.Has(w) }
+
+// FinalIn counts the final windows starting in [from, to). Windows only
+// become final (retention forgets the oldest, past any range a balance
+// counts), so the same count over a range means the same windows.
+func (s *State) FinalIn(from, to int64) (n int) {
+	s.final.AscendRange(from, to, func(int64) bool { n++; return true })
+	return n
+}
+
+// OpenIn calls fn for each open window starting in [from, to), by start.
+// Besides final windows, these are the only ones that hold lines: a line
+// is added to a window only as the window is opened (addUsage), and it is
+// closed only as it becomes final. A seek per open window: their
+// reporters are passed over, not read.
+func (s *State) OpenIn(from, to int64, fn func(w int64)) {
+	w := from
+	for w < to {
+		next, ok := int64(0), false
+		s.open.AscendGreaterOrEqual(openItem{window: w, marker: true}, func(it openItem) bool {
+			if !it.marker {
+				return true // a reporter of a window without its marker: not expected
+			}
+			next, ok = it.window, true
+			return false
+		})
+		if !ok || next >= to {
+			return
+		}
+		fn(next)
+		if next == math.MaxInt64 {
+			return
+		}
+		w = next + 1
+	}
+}

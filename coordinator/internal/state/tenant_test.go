@@ -51,3 +51,34 @@ func TestTenantUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestFinalAndOpenIn: the final windows of a range are counted, and its
+// open windows listed once each, past their reporters.
+func TestFinalAndOpenIn(t *testing.T) {
+	s := New()
+	for _, w := range []int64{0, 60, 240} {
+		s.final.ReplaceOrInsert(w)
+	}
+	for _, w := range []int64{120, 180, 300} {
+		s.openWindow(w)
+		for node := range 3 {
+			insertIfAbsent(s.open, openItem{window: w, reporter: incKey{node: fmt.Sprint("gw-", node), incarnation: 1}})
+		}
+	}
+	for _, tc := range []struct {
+		from, to int64
+		finals   int
+		open     string
+	}{
+		{0, 360, 3, "[120 180 300]"},
+		{60, 300, 2, "[120 180]"},
+		{181, 240, 0, "[]"},
+		{math.MinInt64, math.MaxInt64, 3, "[120 180 300]"},
+	} {
+		var open []int64
+		s.OpenIn(tc.from, tc.to, func(w int64) { open = append(open, w) })
+		if n := s.FinalIn(tc.from, tc.to); n != tc.finals || fmt.Sprint(open) != tc.open {
+			t.Errorf("[%d, %d): %d final, open %v; want %d and %s", tc.from, tc.to, n, open, tc.finals, tc.open)
+		}
+	}
+}

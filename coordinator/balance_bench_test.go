@@ -164,7 +164,7 @@ func TestBalanceFollowerP99(t *testing.T) {
 
 	finals := 0
 	testwait.For(t, time.Minute, "the month's windows to be final on the follower", func() bool {
-		f.fsm.Read(func(s *state.State) { finals = s.FinalIn(month.Unix(), end.Unix()) })
+		f.fsm.Read(func(s *state.State) { finals, _ = s.FinalIn(month.Unix(), end.Unix()) })
 		return finals >= windows-1
 	})
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 10 * time.Second}

@@ -32,10 +32,14 @@ type finalKey struct {
 	from, to     int64
 }
 
-// finalSum is the admitted sum over the final windows of a range, and how
-// many final windows the range held when it was read.
+// finalSum is the admitted sum over the final windows of a range, how
+// many final windows the range held when it was read, and the last one's
+// start. Windows become final in order, mostly: when those up to through
+// are still windows in number, the ones added since are all later, and
+// only they are read.
 type finalSum struct {
 	windows int
+	through int64
 	used    uint64
 }
 

@@ -129,10 +129,14 @@ func (c *Coordinator) balance(tenant, plan string) *allotpb.BalanceResponse {
 			held = max(held, ceilDiv(now.Add(-r).Unix(), width)*width)
 		}
 		type counted struct {
-			i           int
-			key         finalKey
-			finals      int  // final windows in the range
-			walk        bool // the final windows' sum is read from the ledger
+			i       int
+			key     finalKey
+			finals  int   // final windows in the range
+			through int64 // the last one's start
+			// walk is where the final windows' sum is read from the
+			// ledger on: the range's start, after the windows a kept sum
+			// covers, or its end when the kept sum is whole.
+			walk        int64
 			final, open uint64
 		}
 		var (
@@ -149,12 +153,18 @@ func (c *Coordinator) balance(tenant, plan string) *allotpb.BalanceResponse {
 			}
 			start, end := cycleOf(r, tenant, now)
 			cr := counted{i: i, key: finalKey{tenant: tenant, rule: r.Name, from: max(start.Unix(), held), to: end.Unix()}}
-			cr.finals = st.FinalIn(cr.key.from, cr.key.to)
-			if v, ok := c.sums.get(st, cr.key); ok && v.windows == cr.finals {
-				cr.final = v.used
-			} else {
-				cr.walk = true
-				walkFrom, walkTo = min(walkFrom, cr.key.from), max(walkTo, cr.key.to)
+			cr.finals, cr.through = st.FinalIn(cr.key.from, cr.key.to)
+			cr.walk = cr.key.from
+			if v, ok := c.sums.get(st, cr.key); ok {
+				if v.windows == cr.finals {
+					cr.final, cr.walk = v.used, cr.key.to
+				} else if before, _ := st.FinalIn(cr.key.from, v.through+1); before == v.windows {
+					// The windows final since are all after the kept sum's.
+					cr.final, cr.walk = v.used, v.through+1
+				}
+			}
+			if cr.walk < cr.key.to {
+				walkFrom, walkTo = min(walkFrom, cr.walk), max(walkTo, cr.key.to)
 			}
 			out = append(out, cr)
 			from, to = min(from, cr.key.from), max(to, cr.key.to)
@@ -176,13 +186,13 @@ func (c *Coordinator) balance(tenant, plan string) *allotpb.BalanceResponse {
 		}
 		if walkFrom < walkTo {
 			st.TenantUsage(tenant, walkFrom, walkTo, func(rule string, window int64, admitted uint64) {
-				if cr, ok := in(rule, window); ok && cr.walk && st.IsFinal(window) {
+				if cr, ok := in(rule, window); ok && window >= cr.walk && st.IsFinal(window) {
 					cr.final = allotpb.SaturatingAdd(cr.final, admitted)
 				}
 			})
 			for _, cr := range out {
-				if cr.walk {
-					c.sums.put(st, cr.key, finalSum{windows: cr.finals, used: cr.final})
+				if cr.walk < cr.key.to {
+					c.sums.put(st, cr.key, finalSum{windows: cr.finals, through: cr.through, used: cr.final})
 				}
 			}
 		}

@@ -59,12 +59,14 @@ func (s *State) TenantUsage(tenant string, from, to int64, fn func(rule string, 
 // drop them.
 func (s *State) IsFinal(w int64) bool { return s.final.Has(w) }
 
-// FinalIn counts the final windows starting in [from, to). Windows only
-// become final (retention forgets the oldest, past any range a balance
-// counts), so the same count over a range means the same windows.
-func (s *State) FinalIn(from, to int64) (n int) {
-	s.final.AscendRange(from, to, func(int64) bool { n++; return true })
-	return n
+// FinalIn counts the final windows starting in [from, to), and returns
+// the last one's start (from − 1 when there is none). Windows only become
+// final (retention forgets the oldest, past any range a balance counts),
+// so the same count over a range means the same windows.
+func (s *State) FinalIn(from, to int64) (n int, last int64) {
+	last = from - 1
+	s.final.AscendRange(from, to, func(w int64) bool { n, last = n+1, w; return true })
+	return n, last
 }
 
 // OpenIn calls fn for each open window starting in [from, to), by start.

@@ -75,9 +75,12 @@ func TestFinalAndOpenIn(t *testing.T) {
 		{181, 240, 0, "[]"},
 		{math.MinInt64, math.MaxInt64, 3, "[120 180 300]"},
 	} {
+		if _, last := s.FinalIn(tc.from, tc.to); tc.finals > 0 && last != map[int64]int64{0: 240, 60: 240, math.MinInt64: 240}[tc.from] {
+			t.Errorf("[%d, %d): last final window %d", tc.from, tc.to, last)
+		}
 		var open []int64
 		s.OpenIn(tc.from, tc.to, func(w int64) { open = append(open, w) })
-		if n := s.FinalIn(tc.from, tc.to); n != tc.finals || fmt.Sprint(open) != tc.open {
+		if n, _ := s.FinalIn(tc.from, tc.to); n != tc.finals || fmt.Sprint(open) != tc.open {
 			t.Errorf("[%d, %d): %d final, open %v; want %d and %s", tc.from, tc.to, n, open, tc.finals, tc.open)
 		}
 	}

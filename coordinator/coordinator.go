@@ -54,6 +54,8 @@ type Coordinator struct {
 	log     hclog.Logger
 	metrics *metrics
 	gather  prometheus.Gatherer
+	// sums keeps the final part of tenants' balances (finalSums).
+	sums finalSums
 
 	fsm       *fsm.FSM
 	raft      *raft.Raft

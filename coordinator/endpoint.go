@@ -79,6 +79,7 @@ func (c *Coordinator) startGRPC() error {
 	allotpb.RegisterClusterServiceServer(reg, &clusterServer{c: c})
 	allotpb.RegisterUsageServiceServer(reg, &usageServer{c: c})
 	allotpb.RegisterAuditServiceServer(reg, &auditServer{c: c})
+	allotpb.RegisterBalanceServiceServer(reg, &balanceServer{c: c})
 	allotpb.RegisterShardServiceServer(reg, c.groups.Server())
 	rlqsv3.RegisterRateLimitQuotaServiceServer(reg, c.newRLQS())
 	c.health = health.NewServer()

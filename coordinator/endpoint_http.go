@@ -34,6 +34,7 @@ import (
 //	/v1/status   this member and the cluster, as JSON
 //	/v1/usage    the ledger, as JSON: ?from=&to= (RFC 3339) &tenant= &rule= &region= &page_size= &page_token=
 //	             &group_only=true (a shard group's own part of a split region's ledger)
+//	/v1/balance  a tenant's balance, as JSON: ?tenant= (required) &plan= (endpoint_balance.go)
 //	/v1/overrides  per-tenant overrides: GET, PUT, DELETE (endpoint_overrides.go)
 //	/ui          the status page (endpoint_ui.go), and /v1/ui its data
 //	/openapi.json  the OpenAPI description of them all (below)
@@ -41,7 +42,8 @@ import (
 // With TLS configured it serves HTTPS, verifying client certificates
 // when given. With credentials configured, /v1/status and /v1/usage need
 // the reader role (a bearer token or a client certificate), and /metrics
-// too with MetricsNeedAuth; the health endpoints are always open.
+// too with MetricsNeedAuth; /v1/balance the reader role, or the balance
+// role of the tenant asked for; the health endpoints are always open.
 func (c *Coordinator) startHTTP() error {
 	if c.cfg.HTTPAddr == "" {
 		return nil
@@ -85,6 +87,7 @@ func (c *Coordinator) startHTTP() error {
 		}
 		writeProto(w, http.StatusOK, resp)
 	})))
+	mux.HandleFunc("GET /v1/balance", c.balanceHTTP)
 	c.uiHandlers(mux)
 	c.overridesHTTP(mux)
 	mux.HandleFunc("GET /openapi.json", serveOpenAPI)

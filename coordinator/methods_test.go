@@ -22,6 +22,7 @@ func TestEveryMethodServed(t *testing.T) {
 	agent, rules := allotpb.NewAgentServiceClient(cc), allotpb.NewRulesServiceClient(cc)
 	cluster, usage := allotpb.NewClusterServiceClient(cc), allotpb.NewUsageServiceClient(cc)
 	shards, resets := allotpb.NewShardServiceClient(cc), allotpb.NewResetsServiceClient(cc)
+	balance := allotpb.NewBalanceServiceClient(cc)
 	stream := func(s grpc.ClientStream, err error) error {
 		if err != nil {
 			return err
@@ -71,6 +72,10 @@ func TestEveryMethodServed(t *testing.T) {
 		},
 		"ClusterService/Restore":  func(ctx context.Context) error { return stream(cluster.Restore(ctx)) },
 		"UsageService/QueryUsage": func(ctx context.Context) error { _, err := usage.QueryUsage(ctx, &allotpb.UsageQuery{}); return err },
+		"BalanceService/GetBalance": func(ctx context.Context) error {
+			_, err := balance.GetBalance(ctx, &allotpb.BalanceRequest{})
+			return err
+		},
 		"ShardService/GetShardMap": func(ctx context.Context) error {
 			_, err := shards.GetShardMap(ctx, &allotpb.GetShardMapRequest{})
 			return err
@@ -104,7 +109,7 @@ func TestEveryMethodServed(t *testing.T) {
 			return err
 		},
 	}
-	descs := []grpc.ServiceDesc{allotpb.AgentService_ServiceDesc, allotpb.RulesService_ServiceDesc, allotpb.ClusterService_ServiceDesc, allotpb.UsageService_ServiceDesc, allotpb.ShardService_ServiceDesc, allotpb.ResetsService_ServiceDesc}
+	descs := []grpc.ServiceDesc{allotpb.AgentService_ServiceDesc, allotpb.RulesService_ServiceDesc, allotpb.ClusterService_ServiceDesc, allotpb.UsageService_ServiceDesc, allotpb.BalanceService_ServiceDesc, allotpb.ShardService_ServiceDesc, allotpb.ResetsService_ServiceDesc}
 	want := 0
 	for _, d := range descs {
 		want += len(d.Methods) + len(d.Streams)

@@ -113,6 +113,14 @@ func TestCoordinatorOpenAPI(t *testing.T) {
 		as("reader", bad(get("/v1/usage", "page_size=many", 400))),
 		as("reader", get("/v1/usage", "page_token=forged", 400)),
 
+		as("reader", get("/v1/balance", "tenant=acme", 200)),
+		as("dash", get("/v1/balance", "tenant=acme&plan=pro", 200)),
+		as("dash", get("/v1/balance", "tenant=initech", 403)),
+		as("dash", get("/v1/usage", "", 403)),
+		as("reader", bad(get("/v1/balance", "", 400))),
+		as("", get("/v1/balance", "tenant=acme", 401)),
+		as("agent", get("/v1/balance", "tenant=acme", 403)),
+
 		as("admin", put(`{"overrides":[{"rule":"plan-quota","tenant":"acme","limit":100}],"validate_only":true}`, 200)),
 		as("admin", put(`{"overrides":[{"rule":"plan-quota","tenant":"acme","limit":"100","expires_unix_nano":"0"},{"rule":"plan-quota","tenant":"acmecorp","weight":2}]}`, 200)),
 		as("admin", bad(put(`{"overrides":[]}`, 400))),

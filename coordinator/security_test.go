@@ -33,7 +33,7 @@ type secured struct {
 	dir    string
 	ca     *auth.CA
 	nodes  []*Coordinator
-	tokens map[string]string // by name: admin, reader, agent (gw-*), west (gw-*, region eu-west only)
+	tokens map[string]string // by name: admin, reader, agent (gw-*), west (gw-*, region eu-west only), dash (acme's balance)
 	file   string            // the tokens file
 }
 
@@ -44,7 +44,7 @@ func newSecured(t *testing.T, n int, mod func(*Config)) *secured {
 	if s.ca, err = auth.NewCA(s.dir, "test-ca", "allot.test"); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"admin", "reader", "agent", "west"} {
+	for _, name := range []string{"admin", "reader", "agent", "west", "dash"} {
 		s.tokens[name] = auth.NewToken()
 	}
 	s.file = filepath.Join(s.dir, "tokens.yaml")
@@ -53,7 +53,8 @@ func newSecured(t *testing.T, n int, mod func(*Config)) *secured {
   - {name: reader, role: reader, sha256: %q}
   - {name: agent, role: agent, nodes: "gw-*", token: %q}
   - {name: west, role: agent, nodes: "gw-*", regions: eu-west, token: %q}
-`, s.tokens["admin"], auth.TokenSHA256(s.tokens["reader"]), s.tokens["agent"], s.tokens["west"]))
+  - {name: dash, role: balance, tenant: acme, token: %q}
+`, s.tokens["admin"], auth.TokenSHA256(s.tokens["reader"]), s.tokens["agent"], s.tokens["west"], s.tokens["dash"]))
 	s.nodes = cluster(t, n, func(c *Config) {
 		cert := s.issue(t, auth.Leaf{File: c.NodeID, Role: auth.Member, Name: c.NodeID})
 		c.TLS = TLSConfig{CertFile: cert.CertFile, KeyFile: cert.KeyFile, CAFile: s.ca.File}

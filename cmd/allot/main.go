@@ -78,6 +78,7 @@ func rootCommand() *Command {
 			statusCommand(),
 			usageCommand(),
 			auditCommand(),
+			balanceCommand(),
 			clusterCommand(),
 			shardsCommand(),
 			tokenCommand(),

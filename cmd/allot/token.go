@@ -22,12 +22,18 @@ to add. Deploy the same file to every coordinator; they re-read it when
 it changes.
 
 To rotate a token, make its successor with --like OLD-NAME, which copies
-the old entry's role, nodes and regions, so that the new token may do
+the old entry's role, nodes, regions and tenant, so that the new token may do
 exactly what the old one did. Both are accepted meanwhile: move the
 clients to the new token file, then remove the old entry.
 
   allot token --name gateways-east --role agent --nodes 'gw-east-*' --append tokens.yaml --out gw-east.token
-  allot token --name gateways-east-2 --like gateways-east --append tokens.yaml --out gw-east-2.token`
+  allot token --name gateways-east-2 --like gateways-east --append tokens.yaml --out gw-east-2.token
+
+A balance token reads one tenant's balance and nothing else
+(GET /v1/balance, allot balance): the credential for a customer's
+dashboard (docs/billing.md#balance).
+
+  allot token --name dash-acme --role balance --tenant acme --append tokens.yaml --out dash-acme.token`
 
 // tokenDoc is a tokens file entry as allot token writes it, in the order
 // the file's documentation lists the fields.
@@ -36,25 +42,27 @@ type tokenDoc struct {
 	Role    string `yaml:"role"`
 	Nodes   string `yaml:"nodes,omitempty"`
 	Regions string `yaml:"regions,omitempty"`
+	Tenant  string `yaml:"tenant,omitempty"`
 	SHA256  string `yaml:"sha256"`
 }
 
 func tokenCommand() *Command {
 	return &Command{
-		Name: "token", Usage: "--name NAME (--role agent|reader|admin [--nodes PATTERN] [--regions PATTERN] | --like NAME) [--append FILE] --out FILE",
-		Short: "make a bearer token for an agent, a reader or an admin",
+		Name: "token", Usage: "--name NAME (--role agent|reader|balance|admin [--nodes PATTERN] [--regions PATTERN] [--tenant T] | --like NAME) [--append FILE] --out FILE",
+		Short: "make a bearer token for an agent, a reader, a tenant's balance or an admin",
 		Long:  tokenAbout, Flags: tokenFlags,
 	}
 }
 
 func tokenFlags(f *flags) runFunc {
 	cmd := f.cmd
-	var name, role, nodes, regions, like, appendTo, out string
+	var name, role, nodes, regions, tenant, like, appendTo, out string
 	f.StringVar(&name, "name", "", "the token's name, in the coordinators' logs and metrics (required)")
-	f.StringVar(&role, "role", "", "agent, reader or admin (required, unless --like)")
+	f.StringVar(&role, "role", "", "agent, reader, balance or admin (required, unless --like)")
 	f.StringVar(&nodes, "nodes", "", "agents: the node IDs it may report as, a shell pattern such as gw-*")
 	f.StringVar(&regions, "regions", "", "agents, optional: the regions it may report in, a pattern")
-	f.StringVar(&like, "like", "", "copy role, nodes and regions from this entry of the --append file (to rotate a token)")
+	f.StringVar(&tenant, "tenant", "", "balance tokens: the one tenant whose balance it may read")
+	f.StringVar(&like, "like", "", "copy role, nodes, regions and tenant from this entry of the --append file (to rotate a token)")
 	f.StringVar(&appendTo, "append", "", "add the entry to this tokens file (created with mode 0600 if missing) instead of printing it to add")
 	f.StringVar(&out, "out", "", "file to write the token to, created with mode 0600 (required)")
 	return func(_ context.Context, e *env, args []string) error {
@@ -68,10 +76,10 @@ func tokenFlags(f *flags) runFunc {
 				return &usageError{err: err}
 			}
 		}
-		entry := tokenDoc{Name: name, Role: role, Nodes: nodes, Regions: regions}
+		entry := tokenDoc{Name: name, Role: role, Nodes: nodes, Regions: regions, Tenant: tenant}
 		switch {
-		case like != "" && (role != "" || nodes != "" || regions != ""):
-			return usagef(cmd, "--like copies --role, --nodes and --regions from %q: give either --like or those", like)
+		case like != "" && (role != "" || nodes != "" || regions != "" || tenant != ""):
+			return usagef(cmd, "--like copies --role, --nodes, --regions and --tenant from %q: give either --like or those", like)
 		case like != "" && file == nil:
 			return usagef(cmd, "--like needs --append FILE, the tokens file that lists %q", like)
 		case like != "":
@@ -79,7 +87,7 @@ func tokenFlags(f *flags) runFunc {
 			if !ok {
 				return usagef(cmd, "--like %q: %s has no such entry (it lists %s)", like, file.path, strings.Join(file.tokens.Names(), ", "))
 			}
-			entry.Role, entry.Nodes, entry.Regions = g.Role.String(), g.NodeGlob, g.RegionGlob
+			entry.Role, entry.Nodes, entry.Regions, entry.Tenant = g.Role.String(), g.NodeGlob, g.RegionGlob, g.Tenant
 		case role == "":
 			return usagef(cmd, "--role (or --like NAME) is required")
 		}

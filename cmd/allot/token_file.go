@@ -86,7 +86,7 @@ func (f *tokensFile) check(data []byte, entry tokenDoc) error {
 		return err
 	}
 	g, _, ok := t.Named(entry.Name)
-	if !ok || t.Len() != f.tokens.Len()+1 || g.Role.String() != entry.Role || g.NodeGlob != entry.Nodes || g.RegionGlob != entry.Regions {
+	if !ok || t.Len() != f.tokens.Len()+1 || g.Role.String() != entry.Role || g.NodeGlob != entry.Nodes || g.RegionGlob != entry.Regions || g.Tenant != entry.Tenant {
 		return errors.New("the result does not hold every entry and the new one")
 	}
 	return nil

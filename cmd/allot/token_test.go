@@ -80,6 +80,17 @@ func TestTokenAppend(t *testing.T) {
 		t.Errorf("--like gateways-eu made %+v; want the role, nodes and regions of %+v", succ, old)
 	}
 
+	// A balance token is bound to its tenant, and its successor to the
+	// same one.
+	code, stdout, stderr = run("--name", "dash-acme", "--role", "balance", "--tenant", "acme", "--append", tokens, "--out", tok("dash-acme"))
+	if code != exitOK || !strings.Contains(stdout, "- name: dash-acme\n  role: balance\n  tenant: acme\n  sha256: ") {
+		t.Fatalf("a balance token: exit %d, %q, %q", code, stdout, stderr)
+	}
+	code, stdout, stderr = run("--name", "dash-acme-2", "--like", "dash-acme", "--append", tokens, "--out", tok("dash-acme-2"))
+	if succ, ok := parse().Lookup(fleetToken(t, tok("dash-acme-2"))); code != exitOK || !ok || succ.Role != auth.Balance || succ.Tenant != "acme" {
+		t.Errorf("--like dash-acme: exit %d, %q, %q; made %+v", code, stdout, stderr, succ)
+	}
+
 	// What must be refused leaves the file and the token files as they
 	// were.
 	before := read()
@@ -91,9 +102,11 @@ func TestTokenAppend(t *testing.T) {
 		{"a name already listed", []string{"--name", "ops", "--role", "reader", "--append", tokens, "--out", tok("ops-again")},
 			tokens + `:3: a token named "ops" is already listed; names are unique in the file: choose another (to rotate it, --like ops)`},
 		{"--like an unknown name", []string{"--name", "x", "--like", "nobody", "--append", tokens, "--out", tok("x")},
-			`--like "nobody": ` + tokens + " has no such entry (it lists ops, gateways-eu, gateways-eu-2)"},
+			`--like "nobody": ` + tokens + " has no such entry (it lists ops, gateways-eu, gateways-eu-2, dash-acme, dash-acme-2)"},
+		{"a balance token without its tenant", []string{"--name", "x", "--role", "balance", "--append", tokens, "--out", tok("x")},
+			"x: a balance token needs tenant, the one tenant whose balance it may read"},
 		{"--like with --role", []string{"--name", "x", "--like", "ops", "--role", "reader", "--append", tokens, "--out", tok("x")},
-			`--like copies --role, --nodes and --regions from "ops": give either --like or those`},
+			`--like copies --role, --nodes, --regions and --tenant from "ops": give either --like or those`},
 		{"--like without --append", []string{"--name", "x", "--like", "ops", "--out", tok("x")},
 			`--like needs --append FILE, the tokens file that lists "ops"`},
 	}
@@ -117,7 +130,7 @@ func TestTokenAppend(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, _, stderr = run("--name", "y", "--role", "reader", "--append", broken, "--out", tok("y"))
-	if code != exitUsage || !strings.Contains(stderr, broken+":16: tokens is given twice (first on line 2)") || !strings.Contains(stderr, "nothing was written") {
+	if code != exitUsage || !strings.Contains(stderr, broken+":24: tokens is given twice (first on line 2)") || !strings.Contains(stderr, "nothing was written") {
 		t.Errorf("appending to a broken file: exit %d, %q", code, stderr)
 	}
 
@@ -143,6 +156,15 @@ func TestTokenAppend(t *testing.T) {
 		if code, stdout, stderr := runAllot(t, cliEnv("ALLOT_TOKEN_FILE="+tok(name)), "rules", "get", "--coordinator", addrs[1]); code != exitOK {
 			t.Errorf("%s's token: exit %d, %q, %q", name, code, stdout, stderr)
 		}
+	}
+	// A balance token reads its tenant's balance (allot balance), and
+	// no other tenant's.
+	dash := cliEnv("ALLOT_TOKEN_FILE=" + tok("dash-acme-2"))
+	if code, stdout, stderr := runAllot(t, dash, "balance", "acme", "--coordinator", addrs[1]); code != exitOK || !strings.Contains(stdout, "tenant acme: no rule keyed by the tenant alone applies") {
+		t.Errorf("allot balance acme with acme's token: exit %d, %q, %q", code, stdout, stderr)
+	}
+	if code, stdout, stderr := runAllot(t, dash, "balance", "initech", "--coordinator", addrs[1]); code == exitOK || !strings.Contains(stderr, "may not read that tenant's balance") {
+		t.Errorf("allot balance initech with acme's token: exit %d, %q, %q", code, stdout, stderr)
 	}
 }
 

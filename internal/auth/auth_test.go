@@ -19,11 +19,13 @@ func TestParseTokensErrors(t *testing.T) {
 		{"tokens: {}", "want a tokens: list"},
 		{"tokenz: []", `:1: unknown field "tokenz"`},
 		{"tokens:\n  - {role: admin, token: aaaaaaaaaaaaaaaaaaaa}", ":2: name is required"},
-		{"tokens:\n  - {name: a, role: root, token: aaaaaaaaaaaaaaaaaaaa}", "role must be agent, reader or admin"},
-		{"tokens:\n  - {name: a, role: member, token: aaaaaaaaaaaaaaaaaaaa}", "role must be agent, reader or admin"},
+		{"tokens:\n  - {name: a, role: root, token: aaaaaaaaaaaaaaaaaaaa}", "role must be agent, reader, balance or admin"},
+		{"tokens:\n  - {name: a, role: member, token: aaaaaaaaaaaaaaaaaaaa}", "role must be agent, reader, balance or admin"},
 		{"tokens:\n  - {name: a, role: agent, token: aaaaaaaaaaaaaaaaaaaa}", "needs nodes"},
 		{"tokens:\n  - {name: a, role: reader, nodes: gw-*, token: aaaaaaaaaaaaaaaaaaaa}", "bind agent tokens only"},
 		{"tokens:\n  - {name: a, role: agent, nodes: \"gw-[\", token: aaaaaaaaaaaaaaaaaaaa}", "not a valid pattern"},
+		{"tokens:\n  - {name: a, role: balance, token: aaaaaaaaaaaaaaaaaaaa}", "a balance token needs tenant"},
+		{"tokens:\n  - {name: a, role: reader, tenant: acme, token: aaaaaaaaaaaaaaaaaaaa}", "tenant binds balance tokens only"},
 		{"tokens:\n  - {name: a, role: admin, token: short}", "at least 16 bytes"},
 		{"tokens:\n  - {name: a, role: admin}", "exactly one of token and sha256"},
 		{"tokens:\n  - {name: a, role: admin, sha256: abc}", "64 hex digits"},
@@ -234,4 +236,30 @@ func FuzzParseTokens(f *testing.F) {
 			t.Fatal("the empty token accepted")
 		}
 	})
+}
+
+// TestBalanceGrant: a balance grant reads its own tenant's balance and
+// permits nothing a reader may call; a reader's reads every tenant's.
+func TestBalanceGrant(t *testing.T) {
+	dash, rd := NewToken(), NewToken()
+	body := "tokens:\n  - {name: dash, role: balance, tenant: acme, token: " + dash + "}\n  - {name: rd, role: reader, token: " + rd + "}\n"
+	tokens, err := ParseTokens("t", []byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, ok := tokens.Lookup(dash)
+	if !ok || g.Tenant != "acme" || g.Role.String() != "balance" {
+		t.Fatalf("balance token: %+v %v", g, ok)
+	}
+	if !g.MayReadBalance("acme") || g.MayReadBalance("initech") || g.MayReadBalance("") || g.Permits(Reader|Agent) || g.MayReportAs("gw-1", "eu-west") {
+		t.Errorf("balance grant %+v may do more or less than read acme's balance", g)
+	}
+	if r, _ := tokens.Lookup(rd); !r.MayReadBalance("initech") {
+		t.Errorf("reader grant %+v may not read a balance", r)
+	}
+	// A certificate naming the role binds the tenant its name gives.
+	u := RoleURI("allot.test", Balance, "acme")
+	if cg, ok := uriGrant(u); !ok || cg.Role != Balance || cg.Tenant != "acme" || !cg.MayReadBalance("acme") || cg.MayReadBalance("initech") {
+		t.Errorf("%s: %+v %v", u, cg, ok)
+	}
 }

@@ -129,11 +129,12 @@ func (ca *CA) IssueMember(id string) (Issued, error) {
 }
 
 // TokenSpec is a token to make: its name, role and, for an agent, the
-// node IDs it may report as.
+// node IDs it may report as, for a balance token its tenant.
 type TokenSpec struct {
-	Name  string
-	Role  Role
-	Nodes string
+	Name   string
+	Role   Role
+	Nodes  string
+	Tenant string
 }
 
 // IssueTokens makes a random token for each spec, writes it to
@@ -152,6 +153,9 @@ func IssueTokens(dir string, specs ...TokenSpec) (tokensFile string, files map[s
 		body += fmt.Sprintf("  - {name: %q, role: %s, sha256: %s", s.Name, s.Role, TokenSHA256(tok))
 		if s.Nodes != "" {
 			body += fmt.Sprintf(", nodes: %q", s.Nodes)
+		}
+		if s.Tenant != "" {
+			body += fmt.Sprintf(", tenant: %q", s.Tenant)
 		}
 		body += "}\n"
 	}

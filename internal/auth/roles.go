@@ -10,16 +10,19 @@ import (
 // Role is what a caller may do.
 type Role uint8
 
-// Roles. Admin and Member may do everything.
+// Roles. Admin and Member may do everything. Balance reads one
+// tenant's balance and nothing else: the credential a customer's
+// dashboard holds.
 const (
 	Agent Role = 1 << iota
 	Reader
 	Admin
 	Member
+	Balance
 )
 
-// ParseRole reads a role's name: agent, reader, admin, or member (also
-// spelled coordinator).
+// ParseRole reads a role's name: agent, reader, admin, balance, or member
+// (also spelled coordinator).
 func ParseRole(s string) (Role, error) {
 	switch s {
 	case "agent":
@@ -30,8 +33,10 @@ func ParseRole(s string) (Role, error) {
 		return Admin, nil
 	case "member", "coordinator":
 		return Member, nil
+	case "balance":
+		return Balance, nil
 	}
-	return 0, fmt.Errorf("role %q: want agent, reader or admin", s)
+	return 0, fmt.Errorf("role %q: want agent, reader, balance or admin", s)
 }
 
 func (r Role) String() string {
@@ -39,7 +44,7 @@ func (r Role) String() string {
 	for _, n := range []struct {
 		r    Role
 		name string
-	}{{Agent, "agent"}, {Reader, "reader"}, {Admin, "admin"}, {Member, "member"}} {
+	}{{Agent, "agent"}, {Reader, "reader"}, {Admin, "admin"}, {Member, "member"}, {Balance, "balance"}} {
 		if r&n.r != 0 {
 			names = append(names, n.name)
 		}
@@ -50,8 +55,8 @@ func (r Role) String() string {
 	return strings.Join(names, "|")
 }
 
-// Grant is one credential's permission: a role, and for an agent the
-// nodes and regions it may report as.
+// Grant is one credential's permission: a role, for an agent the nodes
+// and regions it may report as, and for a balance credential its tenant.
 type Grant struct {
 	// Role is the one role this grant holds.
 	Role Role
@@ -66,6 +71,9 @@ type Grant struct {
 	// RegionGlob, when set, is a pattern the reported region must match;
 	// empty allows any region.
 	RegionGlob string
+	// Tenant is, for the balance role, the one tenant whose balance the
+	// grant may read.
+	Tenant string
 }
 
 // Permits reports whether the grant may call a method open to roles.
@@ -92,6 +100,16 @@ func (g Grant) MayReportAs(node, region string) bool {
 	}
 	ok, _ := path.Match(g.NodeGlob, node)
 	return g.NodeGlob != "" && ok
+}
+
+// MayReadBalance reports whether the grant may read tenant's balance:
+// a reader's grant (or an admin's, or a member's) any tenant's, a balance
+// grant its own tenant's alone.
+func (g Grant) MayReadBalance(tenant string) bool {
+	if g.Permits(Reader) {
+		return true
+	}
+	return g.Role == Balance && g.Tenant != "" && g.Tenant == tenant
 }
 
 // Identity is what a caller proved: the grants of its token and of its
@@ -126,6 +144,16 @@ func (id Identity) Holds(r Role) bool {
 func (id Identity) MayReportAs(node, region string) bool {
 	for _, g := range id.Grants {
 		if g.MayReportAs(node, region) {
+			return true
+		}
+	}
+	return false
+}
+
+// MayReadBalance reports whether any grant may read tenant's balance.
+func (id Identity) MayReadBalance(tenant string) bool {
+	for _, g := range id.Grants {
+		if g.MayReadBalance(tenant) {
 			return true
 		}
 	}

@@ -192,8 +192,13 @@ func uriGrant(u *url.URL) (Grant, bool) {
 		return Grant{}, false
 	}
 	g := Grant{Role: role, Name: u.String()}
-	if role == Agent {
+	switch role {
+	case Agent:
 		g.NodeNames = []string{name}
+	case Balance:
+		// The name of a balance certificate is its tenant: a path
+		// segment, escaped in the URI as any tenant name must be.
+		g.Tenant = name
 	}
 	return g, true
 }

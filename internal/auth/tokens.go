@@ -81,7 +81,7 @@ func StaticToken(name string, role Role, token string) *Tokens {
 }
 
 // tokenFields are the keys of one entry in a tokens file.
-var tokenFields = map[string]bool{"name": true, "role": true, "nodes": true, "regions": true, "token": true, "sha256": true}
+var tokenFields = map[string]bool{"name": true, "role": true, "nodes": true, "regions": true, "tenant": true, "token": true, "sha256": true}
 
 // ParseTokens reads a tokens file:
 //
@@ -94,6 +94,10 @@ var tokenFields = map[string]bool{"name": true, "role": true, "nodes": true, "re
 //	  - name: billing
 //	    role: reader
 //	    token: "…"                 # the token itself
+//	  - name: dash-acme
+//	    role: balance              # reads one tenant's balance, nothing else
+//	    tenant: acme               # balance tokens: the tenant it may read
+//	    sha256: …
 //
 // name names the file in errors, with the line of each problem.
 func ParseTokens(name string, data []byte) (*Tokens, error) {
@@ -163,13 +167,13 @@ func tokensYAMLError(name string, err error) error {
 func parseEntry(item *yaml.Node, bad func(*yaml.Node, string, ...any) error) (tokenEntry, error) {
 	var e tokenEntry
 	if item.Kind != yaml.MappingNode {
-		return e, bad(item, "each token is a mapping of name, role, nodes, regions and token or sha256")
+		return e, bad(item, "each token is a mapping of name, role, nodes, regions, tenant and token or sha256")
 	}
 	f := map[string]string{}
 	for i := 0; i+1 < len(item.Content); i += 2 {
 		k, v := item.Content[i], item.Content[i+1]
 		if !tokenFields[k.Value] {
-			return e, bad(k, "unknown field %q (want name, role, nodes, regions, token or sha256)", k.Value)
+			return e, bad(k, "unknown field %q (want name, role, nodes, regions, tenant, token or sha256)", k.Value)
 		}
 		if v.Kind != yaml.ScalarNode {
 			return e, bad(v, "%s: want a string", k.Value)
@@ -181,14 +185,18 @@ func parseEntry(item *yaml.Node, bad func(*yaml.Node, string, ...any) error) (to
 	}
 	role, err := ParseRole(f["role"])
 	if err != nil || role == Member {
-		return e, bad(item, "%s: role must be agent, reader or admin", f["name"])
+		return e, bad(item, "%s: role must be agent, reader, balance or admin", f["name"])
 	}
-	e.grant = Grant{Role: role, Name: f["name"], NodeGlob: f["nodes"], RegionGlob: f["regions"]}
+	e.grant = Grant{Role: role, Name: f["name"], NodeGlob: f["nodes"], RegionGlob: f["regions"], Tenant: f["tenant"]}
 	switch {
 	case role == Agent && f["nodes"] == "":
 		return e, bad(item, "%s: an agent token needs nodes, the node IDs it may report as (a pattern such as \"gw-*\")", f["name"])
 	case role != Agent && (f["nodes"] != "" || f["regions"] != ""):
 		return e, bad(item, "%s: nodes and regions bind agent tokens only", f["name"])
+	case role == Balance && f["tenant"] == "":
+		return e, bad(item, "%s: a balance token needs tenant, the one tenant whose balance it may read", f["name"])
+	case role != Balance && f["tenant"] != "":
+		return e, bad(item, "%s: tenant binds balance tokens only", f["name"])
 	}
 	for _, p := range []string{"nodes", "regions"} {
 		if _, err := path.Match(f[p], ""); err != nil {

@@ -3,6 +3,7 @@ package authz
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -37,6 +38,7 @@ var methodRoles = map[string]auth.Role{
 	allotpb.ResetsService_ListResets_FullMethodName:                   auth.Reader,
 	allotpb.ClusterService_Status_FullMethodName:                      auth.Reader,
 	allotpb.UsageService_QueryUsage_FullMethodName:                    auth.Reader,
+	allotpb.BalanceService_GetBalance_FullMethodName:                  auth.Reader | auth.Balance,
 	allotpb.AuditService_ListAudit_FullMethodName:                     auth.Reader,
 	allotpb.ShardService_GetShardMap_FullMethodName:                   auth.Agent | auth.Reader,
 	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":       auth.Reader,
@@ -54,6 +56,7 @@ const (
 	ReasonExpired      = "expired_certificate"
 	ReasonWrongRole    = "wrong_role"
 	ReasonWrongNode    = "wrong_node"
+	ReasonWrongTenant  = "wrong_tenant"
 )
 
 // Authorizer decides whether a call may proceed: it identifies the caller
@@ -172,6 +175,22 @@ func (a *Authorizer) MayReportAs(ctx context.Context, node, region string) error
 	p, _ := peer.FromContext(ctx)
 	a.Refuse(p, "Report", ReasonWrongNode, id.Name())
 	return status.Error(codes.PermissionDenied, "permission denied: an agent may report only as the node and region its credential names")
+}
+
+// ErrNotYourTenant is the refusal of a balance the caller may not read.
+// It is the same whether or not the tenant exists, so that a customer's
+// credential learns nothing of other tenants.
+var ErrNotYourTenant = errors.New("permission denied: this credential may not read that tenant's balance")
+
+// MayReadBalance checks that id may read tenant's balance: a reader any
+// tenant's, a balance credential its own tenant's alone. method names the
+// call in the refusal's metric and log ("GetBalance", "http:balance").
+func (a *Authorizer) MayReadBalance(p *peer.Peer, method string, id auth.Identity, tenant string) error {
+	if !a.Enabled() || id.MayReadBalance(tenant) {
+		return nil
+	}
+	a.Refuse(p, method, ReasonWrongTenant, id.Name())
+	return ErrNotYourTenant
 }
 
 // Refuse counts a refusal and logs it, at most once a minute per peer.
@@ -323,5 +342,7 @@ func New(cfg Config) (*Authorizer, *auth.TokenCredentials, error) {
 		}
 	}
 	refusals.WithLabelValues("Report", ReasonWrongNode)
+	refusals.WithLabelValues("GetBalance", ReasonWrongTenant)
+	refusals.WithLabelValues("http:balance", ReasonWrongTenant)
 	return a, own, nil
 }

@@ -64,7 +64,12 @@ type Rule struct {
 	Unlimited bool `protobuf:"varint,18,opt,name=unlimited,proto3" json:"unlimited,omitempty"`
 	// replaces names descriptor rules that do not apply to an Envoy request
 	// when this one does.
-	Replaces      []string `protobuf:"bytes,19,rep,name=replaces,proto3" json:"replaces,omitempty"`
+	Replaces []string `protobuf:"bytes,19,rep,name=replaces,proto3" json:"replaces,omitempty"`
+	// notices are thresholds, fractions of the limit in force for a
+	// tenant, strictly increasing, each in (0, 1]: the coordinators record
+	// and deliver a notice once when a tenant's usage this cycle crosses
+	// each. Only a rule keyed by tenant alone has them.
+	Notices       []float64 `protobuf:"fixed64,20,rep,packed,name=notices,proto3" json:"notices,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -228,6 +233,13 @@ func (x *Rule) GetUnlimited() bool {
 func (x *Rule) GetReplaces() []string {
 	if x != nil {
 		return x.Replaces
+	}
+	return nil
+}
+
+func (x *Rule) GetNotices() []float64 {
+	if x != nil {
+		return x.Notices
 	}
 	return nil
 }
@@ -1788,7 +1800,7 @@ var File_rules_proto protoreflect.FileDescriptor
 
 const file_rules_proto_rawDesc = "" +
 	"\n" +
-	"\vrules.proto\x12\ballot.v1\x1a\x1egoogle/protobuf/duration.proto\"\xd1\x06\n" +
+	"\vrules.proto\x12\ballot.v1\x1a\x1egoogle/protobuf/duration.proto\"\xeb\x06\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x10\n" +
@@ -1809,7 +1821,8 @@ const file_rules_proto_rawDesc = "" +
 	"\vdescription\x18\x10 \x01(\tR\vdescription\x12\x16\n" +
 	"\x06shadow\x18\x11 \x01(\bR\x06shadow\x12\x1c\n" +
 	"\tunlimited\x18\x12 \x01(\bR\tunlimited\x12\x1a\n" +
-	"\breplaces\x18\x13 \x03(\tR\breplaces\x1aH\n" +
+	"\breplaces\x18\x13 \x03(\tR\breplaces\x12\x18\n" +
+	"\anotices\x18\x14 \x03(\x01R\anotices\x1aH\n" +
 	"\n" +
 	"PlansEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12$\n" +

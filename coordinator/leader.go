@@ -144,6 +144,9 @@ func (c *Coordinator) lead(ctx context.Context) {
 	if c.sink != nil {
 		c.goRun(func(context.Context) { c.exportLedger(ctx) })
 	}
+	if c.cfg.NoticeWebhook != "" {
+		c.goRun(func(context.Context) { c.deliverNotices(ctx) })
+	}
 	if c.isHome() {
 		c.goRun(func(context.Context) { c.groups.Move(ctx) })
 	} else {

@@ -1,0 +1,324 @@
+package coordinator
+
+import (
+	"context"
+	"crypto/hmac"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/allot-io/allot/coordinator/internal/state"
+	"github.com/allot-io/allot/internal/testwait"
+	allotpb "github.com/allot-io/allot/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// noticeReceiver is a webhook receiver on a real listener that can go
+// down (its listener closed: posts find nothing there) and come back on
+// the same address. It checks each post's signature and counts the posts
+// it acknowledged by idempotency key.
+type noticeReceiver struct {
+	t      *testing.T
+	secret []byte
+	addr   string
+
+	mu     sync.Mutex
+	srv    *http.Server
+	acked  map[string]int
+	bodies map[string]NoticeBody
+	bad    []string
+	status int // what it answers; 0 is 204
+}
+
+func newNoticeReceiver(t *testing.T, secret []byte) *noticeReceiver {
+	r := &noticeReceiver{t: t, secret: secret, acked: map[string]int{}, bodies: map[string]NoticeBody{}}
+	r.up()
+	t.Cleanup(r.down)
+	return r
+}
+
+func (r *noticeReceiver) url() string { return "http://" + r.addr + "/hooks/allot" }
+
+func (r *noticeReceiver) up() {
+	r.t.Helper()
+	addr := r.addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	var ln net.Listener
+	testwait.For(r.t, 10*time.Second, "the receiver's address to be free again", func() bool {
+		var err error
+		ln, err = net.Listen("tcp", addr)
+		return err == nil
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.addr = ln.Addr().String()
+	r.srv = &http.Server{Handler: http.HandlerFunc(r.serve)}
+	go func() { _ = r.srv.Serve(ln) }()
+}
+
+func (r *noticeReceiver) down() {
+	r.mu.Lock()
+	srv := r.srv
+	r.srv = nil
+	r.mu.Unlock()
+	if srv != nil {
+		_ = srv.Close()
+	}
+}
+
+func (r *noticeReceiver) serve(w http.ResponseWriter, req *http.Request) {
+	body, err := io.ReadAll(req.Body)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := req.Header.Get(NoticeKeyHeader)
+	var nb NoticeBody
+	switch {
+	case err != nil:
+		r.bad = append(r.bad, "reading: "+err.Error())
+	case !hmac.Equal([]byte(req.Header.Get(NoticeSignatureHeader)), []byte(SignNotice(r.secret, body))):
+		r.bad = append(r.bad, key+": bad signature")
+	case json.Unmarshal(body, &nb) != nil || nb.Key != key || req.Header.Get("Content-Type") != "application/json":
+		r.bad = append(r.bad, key+": a body that is not the notice's: "+string(body))
+	}
+	if r.status != 0 {
+		w.WriteHeader(r.status)
+		return
+	}
+	r.acked[key]++
+	r.bodies[key] = nb
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (r *noticeReceiver) answer(status int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.status = status
+}
+
+func (r *noticeReceiver) snapshot() (map[string]int, map[string]NoticeBody, []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	acked, bodies := map[string]int{}, map[string]NoticeBody{}
+	for k, v := range r.acked {
+		acked[k] = v
+	}
+	for k, v := range r.bodies {
+		bodies[k] = v
+	}
+	return acked, bodies, append([]string(nil), r.bad...)
+}
+
+func writeSecret(t *testing.T, content string, mode os.FileMode) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "notice.secret")
+	if err := os.WriteFile(path, []byte(content), mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, mode); err != nil { // past the umask
+		t.Fatal(err)
+	}
+	return path
+}
+
+var noticeRule = &allotpb.Rule{Name: "plan-quota", Scope: "tenant", Algorithm: "fixed_window", Limit: 100,
+	Period: durationpb.New(noticeCycle), Intent: "quota", Notices: []float64{0.5, 0.8, 1}}
+
+// noticeCycle is the tests' rule period: long, so that no test run
+// straddles two cycles.
+const noticeCycle = 400 * 24 * time.Hour
+
+func pendingNotices(c *Coordinator) (pending int, all []*allotpb.Notice) {
+	c.fsm.Read(func(s *state.State) {
+		pending = s.PendingNotices()
+		s.EachNotice(false, func(n *allotpb.Notice) bool { all = append(all, n); return true })
+	})
+	return pending, all
+}
+
+// TestNoticesDeliveredOnce: a 3-member cluster with a real agent client
+// reporting over gRPC and a real receiver. Crossing 50% posts one signed
+// notice; the receiver goes down, 80% is crossed and recorded, and the
+// leader is stopped with it pending; the new leader records 100% and,
+// when the receiver is back, delivers both. Each notice reaches the
+// receiver once, under its own key, and every member holds them all
+// delivered.
+func TestNoticesDeliveredOnce(t *testing.T) {
+	secret := "s3cret-shared\n"
+	recv := newNoticeReceiver(t, []byte("s3cret-shared"))
+	secretFile := writeSecret(t, secret, 0o600)
+	nodes := cluster(t, 3, func(c *Config) {
+		c.BillingWindow = time.Second
+		c.NoticeWebhook, c.NoticeSecretFile = recv.url(), secretFile
+		c.NoticeTimeout, c.NoticeBackoffMax = time.Second, 500*time.Millisecond
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := allotpb.NewRulesServiceClient(dial(t, nodes[0].GRPCAddr())).PutRules(ctx, &allotpb.PutRulesRequest{Rules: []*allotpb.Rule{noticeRule}}); err != nil {
+		t.Fatal(err)
+	}
+	addrs := []string{nodes[0].GRPCAddr(), nodes[1].GRPCAddr(), nodes[2].GRPCAddr()}
+	agent := newAgentSim(t, "gw-1", addrs)
+	send := func(admitted uint64) {
+		t.Helper()
+		before := agent.ackedTotal()
+		testwait.For(t, 20*time.Second, "the usage to be acknowledged", func() bool {
+			_, _ = agent.report(ctx, "acme", admitted, nil)
+			return agent.ackedTotal() == before+admitted
+		})
+	}
+
+	send(30)
+	send(25) // 55: past 50%
+	testwait.For(t, 20*time.Second, "the 50% notice to be delivered", func() bool {
+		acked, _, _ := recv.snapshot()
+		p, all := pendingNotices(waitLeader(t, nodes))
+		return len(acked) == 1 && p == 0 && len(all) == 1
+	})
+
+	recv.down()
+	send(30) // 85: past 80%
+	old := waitLeader(t, nodes)
+	testwait.For(t, 20*time.Second, "the 80% notice to be recorded and its delivery to fail", func() bool {
+		p, _ := pendingNotices(old)
+		return p == 1 && counterValue(t, old, "allot_coordinator_notice_deliveries_total", "result", "failed") > 0
+	})
+	stop(old)
+	var rest []*Coordinator
+	for _, c := range nodes {
+		if c != old {
+			rest = append(rest, c)
+		}
+	}
+	next := waitLeader(t, rest)
+	send(20) // 105: past 100%
+	testwait.For(t, 20*time.Second, "the new leader to record the 100% notice and fail to deliver it", func() bool {
+		p, _ := pendingNotices(next)
+		return p == 2 && counterValue(t, next, "allot_coordinator_notice_deliveries_total", "result", "failed") > 0
+	})
+	recv.up()
+	testwait.For(t, 30*time.Second, "every notice to be delivered", func() bool {
+		acked, _, _ := recv.snapshot()
+		p, _ := pendingNotices(next)
+		return len(acked) == 3 && p == 0
+	})
+
+	acked, bodies, bad := recv.snapshot()
+	if len(bad) > 0 {
+		t.Fatalf("the receiver refused posts: %v", bad)
+	}
+	want := map[float64]uint64{0.5: 55, 0.8: 85, 1: 105}
+	for key, n := range acked {
+		b := bodies[key]
+		if n != 1 {
+			t.Errorf("%s acknowledged %d times, want once", key, n)
+		}
+		if b.Tenant != "acme" || b.Rule != "plan-quota" || b.Limit != 100 || b.Used != want[b.Threshold] ||
+			b.CycleEnd.Sub(b.CycleStart) != noticeCycle || b.CycleStart.UnixNano()%int64(noticeCycle) != 0 || b.CrossedAt.IsZero() {
+			t.Errorf("notice %s: %+v", key, b)
+		}
+		if key != state.NoticeKey("acme", "plan-quota", b.CycleStart.Unix(), b.Threshold) {
+			t.Errorf("idempotency key %s is not the notice's", key)
+		}
+		delete(want, b.Threshold)
+	}
+	if len(want) != 0 {
+		t.Errorf("no notice at %v", want)
+	}
+	for _, c := range rest {
+		testwait.For(t, 10*time.Second, c.ID()+" to hold every notice delivered", func() bool {
+			p, all := pendingNotices(c)
+			return p == 0 && len(all) == 3
+		})
+	}
+}
+
+// TestNoticesRejectedAreRetried: a receiver that answers 4xx, or
+// redirects, has the notice posted again (a redirect is not followed),
+// and the cluster goes on taking reports meanwhile; once it accepts, the
+// notice is delivered once.
+func TestNoticesRejectedAreRetried(t *testing.T) {
+	recv := newNoticeReceiver(t, []byte("k"))
+	nodes := cluster(t, 1, func(c *Config) {
+		c.BillingWindow = time.Second
+		c.NoticeWebhook, c.NoticeSecretFile = recv.url(), writeSecret(t, "k", 0o600)
+		c.NoticeBackoffMax = 200 * time.Millisecond
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := allotpb.NewRulesServiceClient(dial(t, nodes[0].GRPCAddr())).PutRules(ctx, &allotpb.PutRulesRequest{Rules: []*allotpb.Rule{noticeRule}}); err != nil {
+		t.Fatal(err)
+	}
+	agent := newAgentSim(t, "gw-1", []string{nodes[0].GRPCAddr()})
+	for _, status := range []int{http.StatusBadRequest, http.StatusTemporaryRedirect} {
+		recv.answer(status)
+		before := counterValue(t, nodes[0], "allot_coordinator_notice_deliveries_total", "result", "rejected")
+		if status == http.StatusBadRequest {
+			testwait.For(t, 20*time.Second, "usage to cross 50%", func() bool {
+				_, _ = agent.report(ctx, "acme", 60, nil)
+				return agent.ackedTotal() >= 60
+			})
+		}
+		testwait.For(t, 20*time.Second, "the notice to be rejected twice more", func() bool {
+			return counterValue(t, nodes[0], "allot_coordinator_notice_deliveries_total", "result", "rejected") >= before+2
+		})
+		// Reports are taken whatever the receiver answers.
+		acked := agent.ackedTotal()
+		testwait.For(t, 10*time.Second, "a report to be acknowledged", func() bool {
+			_, _ = agent.report(ctx, "other", 1, nil)
+			return agent.ackedTotal() > acked
+		})
+	}
+	recv.answer(0)
+	testwait.For(t, 20*time.Second, "the notice to be delivered", func() bool {
+		p, _ := pendingNotices(nodes[0])
+		return p == 0
+	})
+	if acked, _, bad := recv.snapshot(); len(acked) != 1 || len(bad) > 0 {
+		t.Fatalf("acknowledged %v, refused %v", acked, bad)
+	}
+}
+
+// TestNoticeConfigErrors: a webhook that is not http(s), or a secret file
+// missing, empty or readable by every user, is refused at start-up with
+// an error naming the setting.
+func TestNoticeConfigErrors(t *testing.T) {
+	good := writeSecret(t, "k", 0o600)
+	for _, tc := range []struct {
+		name          string
+		webhook, file string
+		want          string
+	}{
+		{"ftp", "ftp://hooks.example/allot", good, "not an http:// or https:// URL"},
+		{"no scheme", "hooks.example/allot", good, "not an http:// or https:// URL"},
+		{"no host", "https:///allot", good, "not an http:// or https:// URL"},
+		{"user in the URL", "https://u:p@hooks.example/allot", good, "not an http:// or https:// URL"},
+		{"no secret", "https://hooks.example/allot", "", "NoticeSecretFile: is required"},
+		{"missing secret", "https://hooks.example/allot", filepath.Join(t.TempDir(), "missing"), "no such file"},
+		{"empty secret", "https://hooks.example/allot", writeSecret(t, "\n", 0o600), "is empty"},
+		{"world-readable secret", "https://hooks.example/allot", writeSecret(t, "k", 0o644), "readable by every user"},
+		{"secret without a webhook", "", good, "without a webhook"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig(t, "n1", t.TempDir())
+			cfg.Bootstrap = true
+			cfg.NoticeWebhook, cfg.NoticeSecretFile = tc.webhook, tc.file
+			_, err := New(cfg)
+			if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want an ErrInvalidConfig saying %q", err, tc.want)
+			}
+			if entries, _ := os.ReadDir(cfg.DataDir); len(entries) != 0 {
+				t.Errorf("a refused configuration wrote to the data dir: %v", entries)
+			}
+		})
+	}
+}

@@ -71,6 +71,10 @@ func TestEveryMethodServed(t *testing.T) {
 		},
 		"ClusterService/Restore":  func(ctx context.Context) error { return stream(cluster.Restore(ctx)) },
 		"UsageService/QueryUsage": func(ctx context.Context) error { _, err := usage.QueryUsage(ctx, &allotpb.UsageQuery{}); return err },
+		"UsageService/ListNotices": func(ctx context.Context) error {
+			_, err := usage.ListNotices(ctx, &allotpb.ListNoticesRequest{})
+			return err
+		},
 		"ShardService/GetShardMap": func(ctx context.Context) error {
 			_, err := shards.GetShardMap(ctx, &allotpb.GetShardMapRequest{})
 			return err

@@ -74,6 +74,7 @@ func rootCommand() *Command {
 			statusCommand(),
 			usageCommand(),
 			auditCommand(),
+			noticesCommand(),
 			clusterCommand(),
 			shardsCommand(),
 			tokenCommand(),

@@ -37,6 +37,7 @@ var methodRoles = map[string]auth.Role{
 	allotpb.ResetsService_ListResets_FullMethodName:                   auth.Reader,
 	allotpb.ClusterService_Status_FullMethodName:                      auth.Reader,
 	allotpb.UsageService_QueryUsage_FullMethodName:                    auth.Reader,
+	allotpb.UsageService_ListNotices_FullMethodName:                   auth.Reader,
 	allotpb.AuditService_ListAudit_FullMethodName:                     auth.Reader,
 	allotpb.ShardService_GetShardMap_FullMethodName:                   auth.Agent | auth.Reader,
 	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":       auth.Reader,

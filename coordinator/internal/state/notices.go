@@ -276,3 +276,14 @@ func (s *State) checkNoticeCycles(set *rules.Set) error {
 	}
 	return nil
 }
+
+// NoticesAfter calls fn with each notice whose key is after after (all
+// of them for ""), by key, until fn returns false.
+func (s *State) NoticesAfter(after string, fn func(*allotpb.Notice) bool) {
+	s.notices.notices.AscendGreaterOrEqual(&allotpb.Notice{Key: after}, func(n *allotpb.Notice) bool {
+		if after != "" && n.GetKey() == after {
+			return true
+		}
+		return fn(n)
+	})
+}

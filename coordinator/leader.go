@@ -145,7 +145,14 @@ func (c *Coordinator) lead(ctx context.Context) {
 		c.goRun(func(context.Context) { c.exportLedger(ctx) })
 	}
 	if c.cfg.NoticeWebhook != "" {
-		c.goRun(func(context.Context) { c.deliverNotices(ctx) })
+		c.goRun(func(context.Context) {
+			client := c.noticeClient()
+			defer client.CloseIdleConnections()
+			c.deliverNotices(ctx, c.webhookTarget(client))
+		})
+	}
+	if c.sink != nil {
+		c.goRun(func(context.Context) { c.deliverNotices(ctx, c.sinkTarget()) })
 	}
 	if c.isHome() {
 		c.goRun(func(context.Context) { c.groups.Move(ctx) })

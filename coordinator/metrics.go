@@ -57,7 +57,7 @@ type metrics struct {
 	// Threshold notices (notices.go): those waiting for the webhook
 	// (leader only, 0 elsewhere), and the leader's attempts at delivering
 	// them, by result.
-	noticesPending   prometheus.Gauge
+	noticesPending   *prometheus.GaugeVec
 	noticeDeliveries *prometheus.CounterVec
 	// grpc counts and times every gRPC call by service, method and code
 	// (grpc_server_*), from go-grpc-middleware's Prometheus provider.
@@ -192,15 +192,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, c := range []string{"unreachable", "auth", "read_only", "disk_full", "schema", "timeout", "position", "behind", "other"} {
 		m.exportErrors.WithLabelValues(c)
 	}
-	m.noticesPending = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "allot_coordinator_notices_pending", Help: "Threshold notices recorded and not yet acknowledged by the webhook (leader only; 0 elsewhere).",
-	})
+	m.noticesPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "allot_coordinator_notices_pending", Help: "Threshold notices recorded and not yet delivered, by target (webhook, sink) (leader with that target only; 0 elsewhere).",
+	}, []string{"target"})
 	m.noticeDeliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "allot_coordinator_notice_deliveries_total",
-		Help: "Attempts at posting a threshold notice to the webhook, by result (delivered, rejected: a non-2xx answer or a redirect, failed: no answer); each failure is retried.",
-	}, []string{"result"})
+		Help: "Threshold notices delivered, and failed attempts at delivering them, by target (webhook, sink) and result (delivered; rejected: the webhook answered but not with a 2xx, or redirected; failed: no answer, or the sink failed); each failure is retried.",
+	}, []string{"target", "result"})
 	for _, r := range []string{"delivered", "rejected", "failed"} {
-		m.noticeDeliveries.WithLabelValues(r)
+		m.noticeDeliveries.WithLabelValues("webhook", r)
+	}
+	for _, r := range []string{"delivered", "failed"} {
+		m.noticeDeliveries.WithLabelValues("sink", r)
 	}
 	m.exportPending = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "allot_coordinator_ledger_export_pending_lines", Help: "Final ledger lines waiting for the sink (leader with a sink only; 0 elsewhere).",

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	"github.com/allot-io/allot/coordinator/internal/state"
+	"github.com/allot-io/allot/coordinator/ledgersink"
 	"github.com/allot-io/allot/internal/auth"
 	allotpb "github.com/allot-io/allot/proto"
 )
@@ -197,11 +199,78 @@ func (c *Coordinator) postNotice(ctx context.Context, client *http.Client, n *al
 	return nil
 }
 
-// deliverNotices posts pending notices until ctx ends (leadership lost).
-func (c *Coordinator) deliverNotices(ctx context.Context) {
-	defer c.metrics.noticesPending.Set(0) // leader-only: another member delivers now
-	client := c.noticeClient()
-	defer client.CloseIdleConnections()
+// noticeTarget is where the leader delivers notices: the webhook or the
+// ledger sink, each in a loop of its own, so that neither waits for the
+// other.
+type noticeTarget struct {
+	// name is the target label of the metrics: webhook or sink.
+	name string
+	// sink says what a delivery records (NoticesDeliveredCommand.sink).
+	sink bool
+	// waiting counts the notices that wait for the target; done says
+	// whether one was delivered to it.
+	waiting func(*state.State) int
+	done    func(*allotpb.Notice) bool
+	// send delivers notices in order, and returns how many it delivered
+	// before the first failure, and that failure.
+	send func(ctx context.Context, ns []*allotpb.Notice) (int, error)
+}
+
+// webhookTarget posts notices to Config.NoticeWebhook, one at a time.
+func (c *Coordinator) webhookTarget(client *http.Client) noticeTarget {
+	return noticeTarget{
+		name: "webhook", waiting: (*state.State).PendingNotices,
+		done: func(n *allotpb.Notice) bool { return n.GetDeliveredUnixNano() != 0 },
+		send: func(ctx context.Context, ns []*allotpb.Notice) (int, error) {
+			for i, n := range ns {
+				if err := c.postNotice(ctx, client, n); err != nil {
+					return i, err
+				}
+			}
+			return len(ns), nil
+		},
+	}
+}
+
+// sinkTarget stores notices in the ledger sink's allot_notices, a batch
+// in one statement, once the schema is migrated.
+func (c *Coordinator) sinkTarget() noticeTarget {
+	migrated := false
+	return noticeTarget{
+		name: "sink", sink: true, waiting: (*state.State).UnstoredNotices,
+		done: func(n *allotpb.Notice) bool { return n.GetStoredUnixNano() != 0 },
+		send: func(ctx context.Context, ns []*allotpb.Notice) (int, error) {
+			ctx, cancel := context.WithTimeout(ctx, c.cfg.ExportTimeout)
+			defer cancel()
+			if !migrated {
+				if err := c.sink.Migrate(ctx); err != nil {
+					return 0, fmt.Errorf("migrating the ledger sink's schema: %w", err)
+				}
+				migrated = true
+			}
+			var cluster string
+			c.fsm.Read(func(s *state.State) { cluster = s.ClusterID() })
+			rows := make([]ledgersink.Notice, len(ns))
+			for i, n := range ns {
+				b := noticeBody(n)
+				rows[i] = ledgersink.Notice{
+					Key: b.Key, Tenant: b.Tenant, Rule: b.Rule, CycleStart: b.CycleStart, CycleEnd: b.CycleEnd,
+					Threshold: b.Threshold, Limit: b.Limit, Used: b.Used, CrossedAt: b.CrossedAt,
+				}
+			}
+			if err := c.sink.WriteNotices(ctx, cluster, rows); err != nil {
+				return 0, err
+			}
+			return len(ns), nil
+		},
+	}
+}
+
+// deliverNotices delivers the notices waiting for target until ctx ends
+// (leadership lost).
+func (c *Coordinator) deliverNotices(ctx context.Context, target noticeTarget) {
+	pending := c.metrics.noticesPending.WithLabelValues(target.name)
+	defer pending.Set(0) // leader-only: another member delivers now
 	var (
 		backoff time.Duration
 		failing string
@@ -214,23 +283,23 @@ func (c *Coordinator) deliverNotices(ctx context.Context) {
 			return
 		case <-timer.C():
 		}
-		n, err := c.noticeRound(ctx, client)
+		n, err := c.noticeRound(ctx, target)
 		wait := noticeInterval
 		switch {
 		case ctx.Err() != nil:
 			return
 		case err != nil:
 			backoff = min(max(2*backoff, noticeBackoffFirst), c.cfg.NoticeBackoffMax)
-			// Full jitter over the upper half: members that fail together
-			// do not retry together.
+			// Jitter over the upper half: members that fail together do
+			// not retry together.
 			wait = backoff/2 + rand.N(backoff/2+1)
 			if msg := err.Error(); msg != failing {
-				c.log.Warn("threshold notices not delivered; retrying", "webhook", c.cfg.NoticeWebhook, "error", err, "retry_in", wait)
+				c.log.Warn("threshold notices not delivered; retrying", "target", target.name, "error", err, "retry_in", wait)
 				failing = msg
 			}
 		default:
 			if failing != "" {
-				c.log.Info("threshold notices delivered again", "webhook", c.cfg.NoticeWebhook)
+				c.log.Info("threshold notices delivered again", "target", target.name)
 			}
 			backoff, failing = 0, ""
 			if n == noticeBatch {
@@ -241,49 +310,53 @@ func (c *Coordinator) deliverNotices(ctx context.Context) {
 	}
 }
 
-// noticeRound posts up to noticeBatch pending notices, oldest first,
-// stopping at the first failure, proposes those acknowledged as
-// delivered, and returns how many it posted.
-func (c *Coordinator) noticeRound(ctx context.Context, client *http.Client) (int, error) {
-	var pending []*allotpb.Notice
+// noticeRound delivers up to noticeBatch of the notices waiting for
+// target, oldest first, stopping at the first failure, proposes those
+// delivered as such, and returns how many it tried.
+func (c *Coordinator) noticeRound(ctx context.Context, target noticeTarget) (int, error) {
+	var waiting []*allotpb.Notice
+	pending := c.metrics.noticesPending.WithLabelValues(target.name)
 	c.fsm.Read(func(s *state.State) {
-		c.metrics.noticesPending.Set(float64(s.PendingNotices()))
-		s.EachNotice(true, func(n *allotpb.Notice) bool { pending = append(pending, n); return true })
-	})
-	slices.SortFunc(pending, func(a, b *allotpb.Notice) int {
-		if d := a.GetCrossedUnixNano() - b.GetCrossedUnixNano(); d != 0 {
-			return min(max(int(d), -1), 1)
+		pending.Set(float64(target.waiting(s)))
+		if target.waiting(s) == 0 {
+			return
 		}
-		return strings.Compare(a.GetKey(), b.GetKey())
-	})
-	pending = pending[:min(len(pending), noticeBatch)]
-	var (
-		delivered []string
-		failed    error
-	)
-	for _, n := range pending {
-		err := c.postNotice(ctx, client, n)
-		if err != nil {
-			result := "failed"
-			if errors.Is(err, errNoticeRejected) {
-				result = "rejected"
+		s.EachNotice(false, func(n *allotpb.Notice) bool {
+			if !target.done(n) {
+				waiting = append(waiting, n)
 			}
-			c.metrics.noticeDeliveries.WithLabelValues(result).Inc()
-			failed = err
-			break
-		}
-		c.metrics.noticeDeliveries.WithLabelValues("delivered").Inc()
-		delivered = append(delivered, n.GetKey())
+			return true
+		})
+	})
+	slices.SortFunc(waiting, func(a, b *allotpb.Notice) int {
+		return cmp.Or(cmp.Compare(a.GetCrossedUnixNano(), b.GetCrossedUnixNano()), strings.Compare(a.GetKey(), b.GetKey()))
+	})
+	waiting = waiting[:min(len(waiting), noticeBatch)]
+	if len(waiting) == 0 {
+		return 0, nil
 	}
-	if len(delivered) > 0 {
+	sent, failed := target.send(ctx, waiting)
+	c.metrics.noticeDeliveries.WithLabelValues(target.name, "delivered").Add(float64(sent))
+	if failed != nil {
+		result := "failed"
+		if errors.Is(failed, errNoticeRejected) {
+			result = "rejected"
+		}
+		c.metrics.noticeDeliveries.WithLabelValues(target.name, result).Inc()
+	}
+	if sent > 0 {
+		keys := make([]string, sent)
+		for i, n := range waiting[:sent] {
+			keys[i] = n.GetKey()
+		}
 		if _, err := c.apply(ctx, state.CmdNoticesDelivered|state.Ignorable, &fsmpb.NoticesDeliveredCommand{
-			Keys: delivered, NowUnixNano: c.now().UnixNano(),
+			Keys: keys, NowUnixNano: c.now().UnixNano(), Sink: target.sink,
 		}, 10*time.Second); err != nil {
-			// Posted and not recorded: the next round, or leader, posts
-			// them again under the same keys.
-			return 0, fmt.Errorf("recording %d notices delivered: %w", len(delivered), err)
+			// Delivered and not recorded: the next round, or leader,
+			// delivers them again under the same keys.
+			return 0, fmt.Errorf("recording %d notices delivered: %w", sent, err)
 		}
-		c.fsm.Read(func(s *state.State) { c.metrics.noticesPending.Set(float64(s.PendingNotices())) })
+		c.fsm.Read(func(s *state.State) { pending.Set(float64(target.waiting(s))) })
 	}
-	return len(pending), failed
+	return len(waiting), failed
 }

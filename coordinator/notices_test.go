@@ -16,8 +16,10 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/internal/state"
+	"github.com/allot-io/allot/internal/pgserver/pgtest"
 	"github.com/allot-io/allot/internal/testwait"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/jackc/pgx/v5"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -62,8 +64,9 @@ func (r *noticeReceiver) up() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.addr = ln.Addr().String()
-	r.srv = &http.Server{Handler: http.HandlerFunc(r.serve)}
-	go func() { _ = r.srv.Serve(ln) }()
+	srv := &http.Server{Handler: http.HandlerFunc(r.serve)}
+	r.srv = srv
+	go func() { _ = srv.Serve(ln) }()
 }
 
 func (r *noticeReceiver) down() {
@@ -137,6 +140,31 @@ var noticeRule = &allotpb.Rule{Name: "plan-quota", Scope: "tenant", Algorithm: "
 // straddles two cycles.
 const noticeCycle = 400 * 24 * time.Hour
 
+// webhookCount is allot_coordinator_notice_deliveries_total of the
+// webhook for result.
+func webhookCount(t *testing.T, c *Coordinator, result string) float64 {
+	t.Helper()
+	mfs, err := c.gather.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "allot_coordinator_notice_deliveries_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["target"] == "webhook" && labels["result"] == result {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
 func pendingNotices(c *Coordinator) (pending int, all []*allotpb.Notice) {
 	c.fsm.Read(func(s *state.State) {
 		pending = s.PendingNotices()
@@ -190,7 +218,7 @@ func TestNoticesDeliveredOnce(t *testing.T) {
 	old := waitLeader(t, nodes)
 	testwait.For(t, 20*time.Second, "the 80% notice to be recorded and its delivery to fail", func() bool {
 		p, _ := pendingNotices(old)
-		return p == 1 && counterValue(t, old, "allot_coordinator_notice_deliveries_total", "result", "failed") > 0
+		return p == 1 && webhookCount(t, old, "failed") > 0
 	})
 	stop(old)
 	var rest []*Coordinator
@@ -203,7 +231,7 @@ func TestNoticesDeliveredOnce(t *testing.T) {
 	send(20) // 105: past 100%
 	testwait.For(t, 20*time.Second, "the new leader to record the 100% notice and fail to deliver it", func() bool {
 		p, _ := pendingNotices(next)
-		return p == 2 && counterValue(t, next, "allot_coordinator_notice_deliveries_total", "result", "failed") > 0
+		return p == 2 && webhookCount(t, next, "failed") > 0
 	})
 	recv.up()
 	testwait.For(t, 30*time.Second, "every notice to be delivered", func() bool {
@@ -261,7 +289,7 @@ func TestNoticesRejectedAreRetried(t *testing.T) {
 	agent := newAgentSim(t, "gw-1", []string{nodes[0].GRPCAddr()})
 	for _, status := range []int{http.StatusBadRequest, http.StatusTemporaryRedirect} {
 		recv.answer(status)
-		before := counterValue(t, nodes[0], "allot_coordinator_notice_deliveries_total", "result", "rejected")
+		before := webhookCount(t, nodes[0], "rejected")
 		if status == http.StatusBadRequest {
 			testwait.For(t, 20*time.Second, "usage to cross 50%", func() bool {
 				_, _ = agent.report(ctx, "acme", 60, nil)
@@ -269,7 +297,7 @@ func TestNoticesRejectedAreRetried(t *testing.T) {
 			})
 		}
 		testwait.For(t, 20*time.Second, "the notice to be rejected twice more", func() bool {
-			return counterValue(t, nodes[0], "allot_coordinator_notice_deliveries_total", "result", "rejected") >= before+2
+			return webhookCount(t, nodes[0], "rejected") >= before+2
 		})
 		// Reports are taken whatever the receiver answers.
 		acked := agent.ackedTotal()
@@ -320,5 +348,52 @@ func TestNoticeConfigErrors(t *testing.T) {
 				t.Errorf("a refused configuration wrote to the data dir: %v", entries)
 			}
 		})
+	}
+}
+
+// TestNoticesStoredInSink: with a ledger sink, notices are also stored in
+// its allot_notices table, once each, whatever the webhook does: here it
+// is down, and the notice waits for it while the sink has it.
+func TestNoticesStoredInSink(t *testing.T) {
+	pg := pgtest.Start(t)
+	dsn := pgtest.CreateDatabase(t, pg)
+	recv := newNoticeReceiver(t, []byte("k"))
+	recv.down()
+	c := cluster(t, 1, func(c *Config) {
+		sinkConfig(dsn)(c)
+		c.NoticeWebhook, c.NoticeSecretFile = recv.url(), writeSecret(t, "k", 0o600)
+		c.NoticeBackoffMax = 200 * time.Millisecond
+	})[0]
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := allotpb.NewRulesServiceClient(dial(t, c.GRPCAddr())).PutRules(ctx, &allotpb.PutRulesRequest{Rules: []*allotpb.Rule{noticeRule}}); err != nil {
+		t.Fatal(err)
+	}
+	agent := newAgentSim(t, "gw-1", []string{c.GRPCAddr()})
+	testwait.For(t, 20*time.Second, "usage to cross 50%", func() bool {
+		_, _ = agent.report(ctx, "acme", 60, nil)
+		return agent.ackedTotal() >= 60
+	})
+	testwait.For(t, 20*time.Second, "the notice stored, and still pending for the webhook", func() bool {
+		var pending, unstored int
+		c.fsm.Read(func(s *state.State) { pending, unstored = s.PendingNotices(), s.UnstoredNotices() })
+		return pending == 1 && unstored == 0
+	})
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var (
+		key, cluster string
+		used         int64
+		threshold    float64
+	)
+	if err := conn.QueryRow(ctx, "SELECT key, cluster_id, used, threshold FROM allot_notices").Scan(&key, &cluster, &used, &threshold); err != nil {
+		t.Fatal(err)
+	}
+	_, all := pendingNotices(c)
+	if len(all) != 1 || key != all[0].GetKey() || cluster != c.Status().GetClusterId() || used != 60 || threshold != 0.5 {
+		t.Errorf("stored %s of %s: used %d at %v; the cluster %s holds %v", key, cluster, used, threshold, c.Status().GetClusterId(), all)
 	}
 }

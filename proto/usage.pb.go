@@ -462,8 +462,11 @@ type Notice struct {
 	// 0 while it is pending.
 	CrossedUnixNano   int64 `protobuf:"varint,9,opt,name=crossed_unix_nano,json=crossedUnixNano,proto3" json:"crossed_unix_nano,omitempty"`
 	DeliveredUnixNano int64 `protobuf:"varint,10,opt,name=delivered_unix_nano,json=deliveredUnixNano,proto3" json:"delivered_unix_nano,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// stored_unix_nano is when the ledger sink (PostgreSQL) stored it, 0
+	// until then, and for ever in a cluster without a sink.
+	StoredUnixNano int64 `protobuf:"varint,11,opt,name=stored_unix_nano,json=storedUnixNano,proto3" json:"stored_unix_nano,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Notice) Reset() {
@@ -566,6 +569,13 @@ func (x *Notice) GetDeliveredUnixNano() int64 {
 	return 0
 }
 
+func (x *Notice) GetStoredUnixNano() int64 {
+	if x != nil {
+		return x.StoredUnixNano
+	}
+	return 0
+}
+
 var File_usage_proto protoreflect.FileDescriptor
 
 const file_usage_proto_rawDesc = "" +
@@ -610,7 +620,7 @@ const file_usage_proto_rawDesc = "" +
 	"page_token\x18\x05 \x01(\tR\tpageToken\"i\n" +
 	"\x13ListNoticesResponse\x12*\n" +
 	"\anotices\x18\x01 \x03(\v2\x10.allot.v1.NoticeR\anotices\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xba\x02\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe4\x02\n" +
 	"\x06Notice\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
@@ -622,7 +632,8 @@ const file_usage_proto_rawDesc = "" +
 	"\x04used\x18\b \x01(\x04R\x04used\x12*\n" +
 	"\x11crossed_unix_nano\x18\t \x01(\x03R\x0fcrossedUnixNano\x12.\n" +
 	"\x13delivered_unix_nano\x18\n" +
-	" \x01(\x03R\x11deliveredUnixNano2\x97\x01\n" +
+	" \x01(\x03R\x11deliveredUnixNano\x12(\n" +
+	"\x10stored_unix_nano\x18\v \x01(\x03R\x0estoredUnixNano2\x97\x01\n" +
 	"\fUsageService\x12;\n" +
 	"\n" +
 	"QueryUsage\x12\x14.allot.v1.UsageQuery\x1a\x17.allot.v1.UsageResponse\x12J\n" +

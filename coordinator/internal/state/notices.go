@@ -26,18 +26,20 @@ import (
 // with a sink, its exported lines leave the state mid-cycle.
 //
 // Delivery is the leader's (coordinator/notices.go): it posts the pending
-// notices and marks them delivered with CmdNoticesDelivered.
+// notices to the webhook and stores them in the ledger sink, and marks
+// them delivered, or stored, with CmdNoticesDelivered.
 
-// noticeHorizon is how long after its cycle ends a tally and the notices
-// delivered for it are kept: usage arriving that late for the cycle
-// starts no tally (it could cross a threshold on its own, for a cycle
-// long over), and `allot notices list` shows what was delivered.
+// noticeHorizon is how long after its cycle ends a tally is kept: usage
+// arriving that late for the cycle starts no tally (it could cross a
+// threshold on its own, for a cycle long over). The tallies, not the
+// notices, are what keep a threshold from being recorded twice.
 func noticeHorizon(cycle time.Duration) int64 { return max(cycle, 24*time.Hour).Nanoseconds() }
 
-// MaxPendingAge is how long a notice no receiver acknowledged is kept: a
-// cluster without a webhook records notices all the same (for `allot
-// notices list`), and they must not pile up for ever.
-const MaxPendingAge = 30 * 24 * time.Hour
+// KeepNotices is how long a notice is kept after it was crossed,
+// delivered or not: for `allot notices list`, and for a receiver or sink
+// away that long. A cluster without a webhook records notices all the
+// same, and they must not pile up for ever.
+const KeepNotices = 30 * 24 * time.Hour
 
 // cycleOf is the cycle of rule r containing at, for tenant: the one
 // place a cycle is computed. Today it is the rule's period, aligned to
@@ -82,7 +84,9 @@ type noticeStore struct {
 	tallies *btree.BTreeG[tallyItem]
 	notices *btree.BTreeG[*allotpb.Notice] // replaced on change, never changed
 	rules   map[string]*rules.Rule
-	pending int
+	// pending counts the notices not delivered to the webhook, unstored
+	// those not stored in the sink.
+	pending, unstored int
 }
 
 func newNoticeStore() noticeStore {
@@ -147,6 +151,7 @@ func (s *State) countNotice(rule, tenant string, window int64, admitted uint64, 
 		}
 		if _, had := s.notices.notices.ReplaceOrInsert(n); !had {
 			s.notices.pending++
+			s.notices.unstored++
 		}
 	}
 	s.notices.tallies.ReplaceOrInsert(it)
@@ -162,23 +167,29 @@ func (s *State) noticeLimit(r *rules.Rule, tenant string) int64 {
 	return r.LimitFor(tenant, "")
 }
 
-// applyNoticesDelivered marks notices delivered.
+// applyNoticesDelivered marks notices delivered to the webhook or, with
+// sink set, stored in the sink.
 func (s *State) applyNoticesDelivered(cmd *fsmpb.NoticesDeliveredCommand) {
+	at := max(cmd.GetNowUnixNano(), 1)
 	for _, key := range cmd.GetKeys() {
 		n, ok := s.notices.notices.Get(&allotpb.Notice{Key: key})
-		if !ok || n.GetDeliveredUnixNano() != 0 {
+		if !ok || cmd.GetSink() && n.GetStoredUnixNano() != 0 || !cmd.GetSink() && n.GetDeliveredUnixNano() != 0 {
 			continue
 		}
 		d := proto.CloneOf(n)
-		d.DeliveredUnixNano = max(cmd.GetNowUnixNano(), 1)
+		if cmd.GetSink() {
+			d.StoredUnixNano = at
+			s.notices.unstored--
+		} else {
+			d.DeliveredUnixNano = at
+			s.notices.pending--
+		}
 		s.notices.notices.ReplaceOrInsert(d)
-		s.notices.pending--
 	}
 }
 
-// pruneNotices drops, as of now (Unix ns), the tallies and delivered
-// notices past their horizon and the pending notices older than
-// MaxPendingAge.
+// pruneNotices drops, as of now (Unix ns), the tallies past their horizon
+// and the notices older than KeepNotices.
 func (s *State) pruneNotices(now int64) {
 	horizon := func(rule string) int64 {
 		if r := s.notices.rules[rule]; r != nil {
@@ -198,22 +209,31 @@ func (s *State) pruneNotices(now int64) {
 	}
 	var drop []*allotpb.Notice
 	s.notices.notices.Ascend(func(n *allotpb.Notice) bool {
-		if d := n.GetDeliveredUnixNano(); d != 0 && n.GetCycleEndUnix()*int64(time.Second) < now-horizon(n.GetRule()) ||
-			d == 0 && n.GetCrossedUnixNano() < now-MaxPendingAge.Nanoseconds() {
+		if n.GetCrossedUnixNano() < now-KeepNotices.Nanoseconds() {
 			drop = append(drop, n)
 		}
 		return true
 	})
 	for _, n := range drop {
 		s.notices.notices.Delete(n)
-		if n.GetDeliveredUnixNano() == 0 {
-			s.notices.pending--
-		}
+		s.uncount(n)
 	}
 }
 
-// PendingNotices is how many notices wait for delivery.
-func (s *State) PendingNotices() int { return s.notices.pending }
+// uncount takes a notice that leaves the store out of the counts.
+func (s *State) uncount(n *allotpb.Notice) {
+	if n.GetDeliveredUnixNano() == 0 {
+		s.notices.pending--
+	}
+	if n.GetStoredUnixNano() == 0 {
+		s.notices.unstored--
+	}
+}
+
+// PendingNotices is how many notices wait for the webhook;
+// UnstoredNotices how many wait for the ledger sink.
+func (s *State) PendingNotices() int  { return s.notices.pending }
+func (s *State) UnstoredNotices() int { return s.notices.unstored }
 
 // EachNotice calls fn with each notice, by key, pending ones only when
 // pendingOnly, until fn returns false. fn must not change it.
@@ -253,8 +273,14 @@ func (s *State) restoreNotice(n *allotpb.Notice) error {
 	if n.GetKey() != NoticeKey(n.GetTenant(), n.GetRule(), n.GetCycleStartUnix(), n.GetThreshold()) {
 		return fmt.Errorf("notice %q: its key is not its tenant, rule, cycle and threshold", n.GetKey())
 	}
-	if _, had := s.notices.notices.ReplaceOrInsert(n); !had && n.GetDeliveredUnixNano() == 0 {
+	if old, had := s.notices.notices.ReplaceOrInsert(n); had {
+		s.uncount(old)
+	}
+	if n.GetDeliveredUnixNano() == 0 {
 		s.notices.pending++
+	}
+	if n.GetStoredUnixNano() == 0 {
+		s.notices.unstored++
 	}
 	return nil
 }

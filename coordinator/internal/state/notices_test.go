@@ -75,6 +75,18 @@ func TestNoticesRecordedOnce(t *testing.T) {
 	if got := noticesOf(f, false); got[0].GetDeliveredUnixNano() != at.Add(4*time.Minute).UnixNano() {
 		t.Errorf("delivered at %d, want the first delivery's %d", got[0].GetDeliveredUnixNano(), at.Add(4*time.Minute).UnixNano())
 	}
+	// The sink's record is apart from the webhook's.
+	f.Apply(entry(t, 8, CmdNoticesDelivered|Ignorable, &fsmpb.NoticesDeliveredCommand{
+		Keys: []string{NoticeKey("acme", "plan-quota", start, 1)}, NowUnixNano: at.Add(6 * time.Minute).UnixNano(), Sink: true,
+	}))
+	f.read(func(s *State) {
+		if s.PendingNotices() != 1 || s.UnstoredNotices() != 1 {
+			t.Errorf("pending %d, unstored %d; want 1 and 1", s.PendingNotices(), s.UnstoredNotices())
+		}
+	})
+	if got := noticesOf(f, true); len(got) != 1 || got[0].GetThreshold() != 1 || got[0].GetStoredUnixNano() != at.Add(6*time.Minute).UnixNano() {
+		t.Errorf("pending after the sink stored the 100%% notice: %v", got)
+	}
 	// The next cycle starts from nothing.
 	next := at.Add(day)
 	f.Apply(entry(t, 9, CmdReports, usageCmd(next, "n1", 1, 5, "acme", 90, 0)))
@@ -85,13 +97,13 @@ func TestNoticesRecordedOnce(t *testing.T) {
 		t.Fatalf("the snapshot lost notices:\n%s\n---\n%s", a, b)
 	}
 	// Maintenance long after drops what is past its horizon.
-	f.Apply(entry(t, 10, CmdMaintain, &fsmpb.MaintainCommand{NowUnixNano: next.Add(MaxPendingAge + 3*day).UnixNano(), AgentTimeoutNano: int64(time.Minute)}))
+	f.Apply(entry(t, 10, CmdMaintain, &fsmpb.MaintainCommand{NowUnixNano: next.Add(KeepNotices + 3*day).UnixNano(), AgentTimeoutNano: int64(time.Minute)}))
 	if got := noticesOf(f, false); len(got) != 0 {
 		t.Errorf("notices kept past their horizon: %v", got)
 	}
 	f.read(func(s *State) {
-		if s.PendingNotices() != 0 || s.notices.tallies.Len() != 0 {
-			t.Errorf("pending %d, tallies %d after the horizon", s.PendingNotices(), s.notices.tallies.Len())
+		if s.PendingNotices() != 0 || s.UnstoredNotices() != 0 || s.notices.tallies.Len() != 0 {
+			t.Errorf("pending %d, unstored %d, tallies %d after the horizon", s.PendingNotices(), s.UnstoredNotices(), s.notices.tallies.Len())
 		}
 	})
 }

@@ -2339,12 +2339,14 @@ func (x *ResetCommand) GetMirrorVersion() uint64 {
 }
 
 // NoticesDeliveredCommand marks notices delivered (by their keys): the
-// leader proposes it once a receiver acknowledged them. A key no longer
-// held, or already delivered, changes nothing.
+// leader proposes it once the webhook acknowledged them or, with sink
+// set, once the ledger sink stored them. A key no longer held, or already
+// so marked, changes nothing.
 type NoticesDeliveredCommand struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Keys          []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
 	NowUnixNano   int64                  `protobuf:"varint,2,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
+	Sink          bool                   `protobuf:"varint,3,opt,name=sink,proto3" json:"sink,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2391,6 +2393,13 @@ func (x *NoticesDeliveredCommand) GetNowUnixNano() int64 {
 		return x.NowUnixNano
 	}
 	return 0
+}
+
+func (x *NoticesDeliveredCommand) GetSink() bool {
+	if x != nil {
+		return x.Sink
+	}
+	return false
 }
 
 // TallyRecord is, in a snapshot, one tenant's admitted usage under a rule
@@ -2672,10 +2681,11 @@ const file_fsm_proto_rawDesc = "" +
 	"\rnow_unix_nano\x18\x02 \x01(\x03R\vnowUnixNano\x12\x16\n" +
 	"\x06mirror\x18\x03 \x01(\bR\x06mirror\x12+\n" +
 	"\bmirrored\x18\x04 \x03(\v2\x0f.allot.v1.ResetR\bmirrored\x12%\n" +
-	"\x0emirror_version\x18\x05 \x01(\x04R\rmirrorVersion\"Q\n" +
+	"\x0emirror_version\x18\x05 \x01(\x04R\rmirrorVersion\"e\n" +
 	"\x17NoticesDeliveredCommand\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\"\n" +
-	"\rnow_unix_nano\x18\x02 \x01(\x03R\vnowUnixNano\"\xb7\x01\n" +
+	"\rnow_unix_nano\x18\x02 \x01(\x03R\vnowUnixNano\x12\x12\n" +
+	"\x04sink\x18\x03 \x01(\bR\x04sink\"\xb7\x01\n" +
 	"\vTallyRecord\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12(\n" +

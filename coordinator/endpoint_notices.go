@@ -3,6 +3,9 @@ package coordinator
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
+	"net/http"
+	"strconv"
 
 	"github.com/allot-io/allot/coordinator/internal/state"
 	allotpb "github.com/allot-io/allot/proto"
@@ -13,6 +16,11 @@ import (
 // page_size notices, or after state.MaxScanPerPage notices its filters
 // leave out, with a token to continue from.
 func (s *usageServer) ListNotices(_ context.Context, q *allotpb.ListNoticesRequest) (*allotpb.ListNoticesResponse, error) {
+	return s.c.listNotices(q)
+}
+
+// listNotices answers ListNotices and GET /v1/notices.
+func (c *Coordinator) listNotices(q *allotpb.ListNoticesRequest) (*allotpb.ListNoticesResponse, error) {
 	size := int(q.GetPageSize())
 	if size == 0 {
 		size = 1000
@@ -29,7 +37,7 @@ func (s *usageServer) ListNotices(_ context.Context, q *allotpb.ListNoticesReque
 		after = string(b)
 	}
 	resp := &allotpb.ListNoticesResponse{}
-	s.c.fsm.Read(func(st *state.State) {
+	c.fsm.Read(func(st *state.State) {
 		scanned, last, more := 0, "", false
 		st.NoticesAfter(after, func(n *allotpb.Notice) bool {
 			if len(resp.Notices) == size || scanned == state.MaxScanPerPage {
@@ -50,4 +58,26 @@ func (s *usageServer) ListNotices(_ context.Context, q *allotpb.ListNoticesReque
 		}
 	})
 	return resp, nil
+}
+
+// noticesQueryFromURL reads GET /v1/notices' query: ?pending=true
+// &tenant= &rule= &page_size= &page_token=.
+func noticesQueryFromURL(r *http.Request) (*allotpb.ListNoticesRequest, error) {
+	v := r.URL.Query()
+	q := &allotpb.ListNoticesRequest{Tenant: v.Get("tenant"), Rule: v.Get("rule"), PageToken: v.Get("page_token")}
+	if s := v.Get("pending"); s != "" {
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return nil, fmt.Errorf("pending: want true or false, not %q", s)
+		}
+		q.PendingOnly = b
+	}
+	if s := v.Get("page_size"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("page_size: %w", err)
+		}
+		q.PageSize = int32(n)
+	}
+	return q, nil
 }

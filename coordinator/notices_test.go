@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/allot-io/allot/coordinator/internal/state"
+	"github.com/allot-io/allot/internal/openapitest"
 	"github.com/allot-io/allot/internal/pgserver/pgtest"
 	"github.com/allot-io/allot/internal/testwait"
 	allotpb "github.com/allot-io/allot/proto"
@@ -313,6 +314,23 @@ func TestNoticesRejectedAreRetried(t *testing.T) {
 	})
 	if acked, _, bad := recv.snapshot(); len(acked) != 1 || len(bad) > 0 {
 		t.Fatalf("acknowledged %v, refused %v", acked, bad)
+	}
+	// GET /v1/notices answers as the OpenAPI description says.
+	const path = "../docs/openapi/coordinator.json"
+	docs, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body := openapitest.Load(t, path, docs).Do(t, http.DefaultClient, "http://"+nodes[0].HTTPAddr(),
+		openapitest.Case{Method: "GET", Path: "/v1/notices", Query: "tenant=acme", Status: 200})
+	var page struct {
+		Notices []struct {
+			Key               string `json:"key"`
+			DeliveredUnixNano string `json:"delivered_unix_nano"`
+		} `json:"notices"`
+	}
+	if err := json.Unmarshal(body, &page); err != nil || len(page.Notices) != 1 || page.Notices[0].DeliveredUnixNano == "0" {
+		t.Errorf("GET /v1/notices: %v: %s", err, body)
 	}
 }
 

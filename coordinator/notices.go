@@ -29,13 +29,17 @@ import (
 // Delivering threshold notices, on the leader. The state records each
 // notice as the usage crossing its threshold is applied (state/notices.go);
 // the leader posts the pending ones to Config.NoticeWebhook, oldest first,
-// and proposes each batch the receiver acknowledged (a 2xx) as delivered.
-// Delivery is at least once: a leader that posted a notice and lost
-// leadership before the delivery was committed leaves it pending, and the
-// next leader posts it again, with the same Idempotency-Key, which the
-// receiver dedupes on. A failure (no answer within NoticeTimeout, any
-// answer but a 2xx, a redirect, which is never followed) ends the round;
-// the next waits a capped exponential backoff with jitter. Nothing here
+// and proposes those the receiver acknowledged (a 2xx) as delivered; with
+// a ledger sink, another loop stores them in its allot_notices and
+// proposes them as stored. Delivery is at least once: a leader that
+// posted a notice and lost leadership before the delivery was committed
+// leaves it pending, and the next leader posts it again, with the same
+// Idempotency-Key, which the receiver dedupes on. A post the receiver
+// refuses (any answer but a 2xx; a redirect, which is never followed)
+// leaves that notice for the next round and the round goes on, so that
+// one notice the receiver cannot take holds up no other; a post that gets
+// no answer within NoticeTimeout ends the round. After either the next
+// round waits a capped exponential backoff with jitter. Nothing here
 // holds a lock while it posts, and nothing else waits for it: reports,
 // leases and the ledger's export go on whatever the receiver does.
 
@@ -211,9 +215,9 @@ type noticeTarget struct {
 	// whether one was delivered to it.
 	waiting func(*state.State) int
 	done    func(*allotpb.Notice) bool
-	// send delivers notices in order, and returns how many it delivered
-	// before the first failure, and that failure.
-	send func(ctx context.Context, ns []*allotpb.Notice) (int, error)
+	// send delivers notices in order, and returns those it delivered
+	// and the first failure.
+	send func(ctx context.Context, ns []*allotpb.Notice) ([]*allotpb.Notice, error)
 }
 
 // webhookTarget posts notices to Config.NoticeWebhook, one at a time.
@@ -221,13 +225,26 @@ func (c *Coordinator) webhookTarget(client *http.Client) noticeTarget {
 	return noticeTarget{
 		name: "webhook", waiting: (*state.State).PendingNotices,
 		done: func(n *allotpb.Notice) bool { return n.GetDeliveredUnixNano() != 0 },
-		send: func(ctx context.Context, ns []*allotpb.Notice) (int, error) {
-			for i, n := range ns {
-				if err := c.postNotice(ctx, client, n); err != nil {
-					return i, err
+		send: func(ctx context.Context, ns []*allotpb.Notice) ([]*allotpb.Notice, error) {
+			var (
+				sent  []*allotpb.Notice
+				first error
+			)
+			for _, n := range ns {
+				err := c.postNotice(ctx, client, n)
+				if err == nil {
+					sent = append(sent, n)
+					continue
 				}
+				first = cmp.Or(first, err)
+				if errors.Is(err, errNoticeRejected) {
+					c.metrics.noticeDeliveries.WithLabelValues("webhook", "rejected").Inc()
+					continue // the receiver answers: the next may be taken
+				}
+				c.metrics.noticeDeliveries.WithLabelValues("webhook", "failed").Inc()
+				break
 			}
-			return len(ns), nil
+			return sent, first
 		},
 	}
 }
@@ -239,12 +256,16 @@ func (c *Coordinator) sinkTarget() noticeTarget {
 	return noticeTarget{
 		name: "sink", sink: true, waiting: (*state.State).UnstoredNotices,
 		done: func(n *allotpb.Notice) bool { return n.GetStoredUnixNano() != 0 },
-		send: func(ctx context.Context, ns []*allotpb.Notice) (int, error) {
+		send: func(ctx context.Context, ns []*allotpb.Notice) ([]*allotpb.Notice, error) {
 			ctx, cancel := context.WithTimeout(ctx, c.cfg.ExportTimeout)
 			defer cancel()
+			fail := func(err error) ([]*allotpb.Notice, error) {
+				c.metrics.noticeDeliveries.WithLabelValues("sink", "failed").Inc()
+				return nil, err
+			}
 			if !migrated {
 				if err := c.sink.Migrate(ctx); err != nil {
-					return 0, fmt.Errorf("migrating the ledger sink's schema: %w", err)
+					return fail(fmt.Errorf("migrating the ledger sink's schema: %w", err))
 				}
 				migrated = true
 			}
@@ -259,9 +280,9 @@ func (c *Coordinator) sinkTarget() noticeTarget {
 				}
 			}
 			if err := c.sink.WriteNotices(ctx, cluster, rows); err != nil {
-				return 0, err
+				return fail(err)
 			}
-			return len(ns), nil
+			return ns, nil
 		},
 	}
 }
@@ -311,8 +332,8 @@ func (c *Coordinator) deliverNotices(ctx context.Context, target noticeTarget) {
 }
 
 // noticeRound delivers up to noticeBatch of the notices waiting for
-// target, oldest first, stopping at the first failure, proposes those
-// delivered as such, and returns how many it tried.
+// target, oldest first, proposes those delivered as such, and returns how
+// many it tried and the first failure.
 func (c *Coordinator) noticeRound(ctx context.Context, target noticeTarget) (int, error) {
 	var waiting []*allotpb.Notice
 	pending := c.metrics.noticesPending.WithLabelValues(target.name)
@@ -336,17 +357,10 @@ func (c *Coordinator) noticeRound(ctx context.Context, target noticeTarget) (int
 		return 0, nil
 	}
 	sent, failed := target.send(ctx, waiting)
-	c.metrics.noticeDeliveries.WithLabelValues(target.name, "delivered").Add(float64(sent))
-	if failed != nil {
-		result := "failed"
-		if errors.Is(failed, errNoticeRejected) {
-			result = "rejected"
-		}
-		c.metrics.noticeDeliveries.WithLabelValues(target.name, result).Inc()
-	}
-	if sent > 0 {
-		keys := make([]string, sent)
-		for i, n := range waiting[:sent] {
+	c.metrics.noticeDeliveries.WithLabelValues(target.name, "delivered").Add(float64(len(sent)))
+	if len(sent) > 0 {
+		keys := make([]string, len(sent))
+		for i, n := range sent {
 			keys[i] = n.GetKey()
 		}
 		if _, err := c.apply(ctx, state.CmdNoticesDelivered|state.Ignorable, &fsmpb.NoticesDeliveredCommand{
@@ -354,7 +368,7 @@ func (c *Coordinator) noticeRound(ctx context.Context, target noticeTarget) (int
 		}, 10*time.Second); err != nil {
 			// Delivered and not recorded: the next round, or leader,
 			// delivers them again under the same keys.
-			return 0, fmt.Errorf("recording %d notices delivered: %w", sent, err)
+			return 0, fmt.Errorf("recording %d notices delivered: %w", len(sent), err)
 		}
 		c.fsm.Read(func(s *state.State) { pending.Set(float64(target.waiting(s))) })
 	}

@@ -39,6 +39,8 @@ type noticeReceiver struct {
 	bodies map[string]NoticeBody
 	bad    []string
 	status int // what it answers; 0 is 204
+	// refuse, when set, is answered 400 for the keys ending in it.
+	refuse string
 }
 
 func newNoticeReceiver(t *testing.T, secret []byte) *noticeReceiver {
@@ -96,6 +98,10 @@ func (r *noticeReceiver) serve(w http.ResponseWriter, req *http.Request) {
 	}
 	if r.status != 0 {
 		w.WriteHeader(r.status)
+		return
+	}
+	if r.refuse != "" && strings.HasSuffix(key, r.refuse) {
+		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
 	r.acked[key]++
@@ -332,6 +338,47 @@ func TestNoticesRejectedAreRetried(t *testing.T) {
 	if err := json.Unmarshal(body, &page); err != nil || len(page.Notices) != 1 || page.Notices[0].DeliveredUnixNano == "0" {
 		t.Errorf("GET /v1/notices: %v: %s", err, body)
 	}
+}
+
+// TestNoticesRefusedHoldUpNoOther: a notice the receiver keeps refusing
+// does not hold up the ones after it, and is delivered once the receiver
+// takes it.
+func TestNoticesRefusedHoldUpNoOther(t *testing.T) {
+	recv := newNoticeReceiver(t, []byte("k"))
+	recv.mu.Lock()
+	recv.refuse = "/0.5"
+	recv.mu.Unlock()
+	nodes := cluster(t, 1, func(c *Config) {
+		c.BillingWindow = time.Second
+		c.NoticeWebhook, c.NoticeSecretFile = recv.url(), writeSecret(t, "k", 0o600)
+		c.NoticeBackoffMax = 200 * time.Millisecond
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := allotpb.NewRulesServiceClient(dial(t, nodes[0].GRPCAddr())).PutRules(ctx, &allotpb.PutRulesRequest{Rules: []*allotpb.Rule{noticeRule}}); err != nil {
+		t.Fatal(err)
+	}
+	agent := newAgentSim(t, "gw-1", []string{nodes[0].GRPCAddr()})
+	testwait.For(t, 20*time.Second, "usage to cross 80%", func() bool {
+		_, _ = agent.report(ctx, "acme", 85, nil)
+		return agent.ackedTotal() >= 85
+	})
+	testwait.For(t, 20*time.Second, "the 80% notice delivered past the refused 50% one", func() bool {
+		acked, _, _ := recv.snapshot()
+		p, _ := pendingNotices(nodes[0])
+		return len(acked) == 1 && p == 1 && webhookCount(t, nodes[0], "rejected") >= 2
+	})
+	if acked, _, _ := recv.snapshot(); acked[state.NoticeKey("acme", "plan-quota", time.Now().Unix()/int64(noticeCycle/time.Second)*int64(noticeCycle/time.Second), 0.8)] != 1 {
+		t.Errorf("acknowledged %v, want the 80%% notice", acked)
+	}
+	recv.mu.Lock()
+	recv.refuse = ""
+	recv.mu.Unlock()
+	testwait.For(t, 20*time.Second, "the 50% notice delivered", func() bool {
+		acked, _, _ := recv.snapshot()
+		p, _ := pendingNotices(nodes[0])
+		return len(acked) == 2 && p == 0
+	})
 }
 
 // TestNoticeConfigErrors: a webhook that is not http(s), or a secret file

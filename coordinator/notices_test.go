@@ -41,6 +41,9 @@ type noticeReceiver struct {
 	status int // what it answers; 0 is 204
 	// refuse, when set, is answered 400 for the keys ending in it.
 	refuse string
+	// hang, when set, holds every post until it is closed or the poster
+	// gives up.
+	hang chan struct{}
 }
 
 func newNoticeReceiver(t *testing.T, secret []byte) *noticeReceiver {
@@ -84,6 +87,16 @@ func (r *noticeReceiver) down() {
 
 func (r *noticeReceiver) serve(w http.ResponseWriter, req *http.Request) {
 	body, err := io.ReadAll(req.Body)
+	r.mu.Lock()
+	hang := r.hang
+	r.mu.Unlock()
+	if hang != nil {
+		select {
+		case <-hang:
+		case <-req.Context().Done():
+			return
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	key := req.Header.Get(NoticeKeyHeader)
@@ -277,16 +290,16 @@ func TestNoticesDeliveredOnce(t *testing.T) {
 	}
 }
 
-// TestNoticesRejectedAreRetried: a receiver that answers 4xx, or
-// redirects, has the notice posted again (a redirect is not followed),
-// and the cluster goes on taking reports meanwhile; once it accepts, the
-// notice is delivered once.
+// TestNoticesRejectedAreRetried: a receiver that answers 4xx, redirects
+// or does not answer in time has the notice posted again (a redirect is
+// not followed), and the cluster goes on taking reports meanwhile; once
+// it accepts, the notice is delivered once.
 func TestNoticesRejectedAreRetried(t *testing.T) {
 	recv := newNoticeReceiver(t, []byte("k"))
 	nodes := cluster(t, 1, func(c *Config) {
 		c.BillingWindow = time.Second
 		c.NoticeWebhook, c.NoticeSecretFile = recv.url(), writeSecret(t, "k", 0o600)
-		c.NoticeBackoffMax = 200 * time.Millisecond
+		c.NoticeBackoffMax, c.NoticeTimeout = 200*time.Millisecond, 300*time.Millisecond
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -294,6 +307,14 @@ func TestNoticesRejectedAreRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	agent := newAgentSim(t, "gw-1", []string{nodes[0].GRPCAddr()})
+	reportTaken := func() {
+		t.Helper()
+		acked := agent.ackedTotal()
+		testwait.For(t, 10*time.Second, "a report to be acknowledged", func() bool {
+			_, _ = agent.report(ctx, "other", 1, nil)
+			return agent.ackedTotal() > acked
+		})
+	}
 	for _, status := range []int{http.StatusBadRequest, http.StatusTemporaryRedirect} {
 		recv.answer(status)
 		before := webhookCount(t, nodes[0], "rejected")
@@ -306,14 +327,22 @@ func TestNoticesRejectedAreRetried(t *testing.T) {
 		testwait.For(t, 20*time.Second, "the notice to be rejected twice more", func() bool {
 			return webhookCount(t, nodes[0], "rejected") >= before+2
 		})
-		// Reports are taken whatever the receiver answers.
-		acked := agent.ackedTotal()
-		testwait.For(t, 10*time.Second, "a report to be acknowledged", func() bool {
-			_, _ = agent.report(ctx, "other", 1, nil)
-			return agent.ackedTotal() > acked
-		})
+		reportTaken() // whatever the receiver answers
 	}
 	recv.answer(0)
+	hang := make(chan struct{})
+	recv.mu.Lock()
+	recv.hang = hang
+	recv.mu.Unlock()
+	before := webhookCount(t, nodes[0], "failed")
+	testwait.For(t, 20*time.Second, "posts to time out twice", func() bool {
+		return webhookCount(t, nodes[0], "failed") >= before+2
+	})
+	reportTaken()
+	recv.mu.Lock()
+	recv.hang = nil
+	recv.mu.Unlock()
+	close(hang)
 	testwait.For(t, 20*time.Second, "the notice to be delivered", func() bool {
 		p, _ := pendingNotices(nodes[0])
 		return p == 0

@@ -294,7 +294,10 @@ func (s *State) accepting(window, now int64) int64 {
 // command before proposing it, so this only guards against divergence.
 func (s *State) applyRules(cmd *fsmpb.RulesCommand) error {
 	set, err := nextRules(s.rules, cmd)
-	if err == nil {
+	if err == nil && cmd.GetVersion() == 0 {
+		// A mirror of the home group's rules is taken as the home group
+		// took them: refusing it would leave this group's rules behind
+		// for good.
 		err = s.checkNoticeCycles(set)
 	}
 	if err != nil {

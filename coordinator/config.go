@@ -249,6 +249,17 @@ type Config struct {
 	ExportParallel int
 	ExportInterval time.Duration
 	ExportTimeout  time.Duration
+	// NoticeWebhook, an http(s) URL, is where the leader posts each
+	// threshold notice (docs/billing.md, "Threshold notices"), signed with
+	// the secret in NoticeSecretFile (required with it: a file of the
+	// service user's alone, not empty). "" delivers none; notices are
+	// recorded all the same. NoticeTimeout bounds each post (default
+	// 10s); NoticeBackoffMax the wait between failed attempts (default
+	// DefaultNoticeBackoffMax).
+	NoticeWebhook    string
+	NoticeSecretFile string
+	NoticeTimeout    time.Duration
+	NoticeBackoffMax time.Duration
 	// MaxReportBytes and MaxReportKeys bound one report.
 	MaxReportBytes int
 	MaxReportKeys  int
@@ -281,6 +292,9 @@ type Config struct {
 	// waits on Raft (elections, joins, applies, the batcher's window)
 	// follows the system clock, as Raft itself does.
 	Clock timeutil.TimeSource
+
+	// noticeSecret is what NoticeSecretFile holds, read by withDefaults.
+	noticeSecret []byte
 
 	// hooks are this package's tests' (testHooks); nil otherwise.
 	hooks *testHooks
@@ -457,6 +471,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if cfg.ExportParallel < 0 || cfg.ExportParallel > maxExportParallel {
 		return cfg, bad("ExportParallel", "must be from 1 to %d transactions", maxExportParallel)
+	}
+	if err := cfg.noticeDefaults(); err != nil {
+		return cfg, err
 	}
 	if cfg.MaxReportBytes == 0 {
 		cfg.MaxReportBytes = DefaultMaxReportBytes

@@ -35,15 +35,17 @@ import (
 //	/v1/usage    the ledger, as JSON: ?from=&to= (RFC 3339) &tenant= &rule= &region= &page_size= &page_token=
 //	             &group_only=true (a shard group's own part of a split region's ledger)
 //	/v1/balance  a tenant's balance, as JSON: ?tenant= (required) &plan= (endpoint_balance.go)
+//	/v1/notices  threshold notices, as JSON: ?pending=true &tenant= &rule= &page_size= &page_token=
 //	/v1/overrides  per-tenant overrides: GET, PUT, DELETE (endpoint_overrides.go)
 //	/ui          the status page (endpoint_ui.go), and /v1/ui its data
 //	/openapi.json  the OpenAPI description of them all (below)
 //
 // With TLS configured it serves HTTPS, verifying client certificates
-// when given. With credentials configured, /v1/status and /v1/usage need
-// the reader role (a bearer token or a client certificate), and /metrics
-// too with MetricsNeedAuth; /v1/balance the reader role, or the balance
-// role of the tenant asked for; the health endpoints are always open.
+// when given. With credentials configured, /v1/status, /v1/usage and
+// /v1/notices need the reader role (a bearer token or a client
+// certificate), and /metrics too with MetricsNeedAuth; /v1/balance the
+// reader role, or the balance role of the tenant asked for; the health
+// endpoints are always open.
 func (c *Coordinator) startHTTP() error {
 	if c.cfg.HTTPAddr == "" {
 		return nil
@@ -88,6 +90,19 @@ func (c *Coordinator) startHTTP() error {
 		writeProto(w, http.StatusOK, resp)
 	})))
 	mux.HandleFunc("GET /v1/balance", c.balanceHTTP)
+	mux.Handle("GET /v1/notices", c.readerOnly("notices", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q, err := noticesQueryFromURL(r)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		resp, err := c.listNotices(q)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, errors.New(status.Convert(err).Message()))
+			return
+		}
+		writeProto(w, http.StatusOK, resp)
+	})))
 	c.uiHandlers(mux)
 	c.overridesHTTP(mux)
 	mux.HandleFunc("GET /openapi.json", serveOpenAPI)

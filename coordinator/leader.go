@@ -144,6 +144,16 @@ func (c *Coordinator) lead(ctx context.Context) {
 	if c.sink != nil {
 		c.goRun(func(context.Context) { c.exportLedger(ctx) })
 	}
+	if c.cfg.NoticeWebhook != "" {
+		c.goRun(func(context.Context) {
+			client := c.noticeClient()
+			defer client.CloseIdleConnections()
+			c.deliverNotices(ctx, c.webhookTarget(client))
+		})
+	}
+	if c.sink != nil {
+		c.goRun(func(context.Context) { c.deliverNotices(ctx, c.sinkTarget()) })
+	}
 	if c.isHome() {
 		c.goRun(func(context.Context) { c.groups.Move(ctx) })
 	} else {

@@ -76,6 +76,10 @@ func TestEveryMethodServed(t *testing.T) {
 			_, err := balance.GetBalance(ctx, &allotpb.BalanceRequest{})
 			return err
 		},
+		"UsageService/ListNotices": func(ctx context.Context) error {
+			_, err := usage.ListNotices(ctx, &allotpb.ListNoticesRequest{})
+			return err
+		},
 		"ShardService/GetShardMap": func(ctx context.Context) error {
 			_, err := shards.GetShardMap(ctx, &allotpb.GetShardMapRequest{})
 			return err

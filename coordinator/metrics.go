@@ -54,6 +54,11 @@ type metrics struct {
 	// every member alike (as commands): each replica records each
 	// entry once.
 	auditEntries *prometheus.CounterVec
+	// Threshold notices (notices.go): those waiting for the webhook
+	// (leader only, 0 elsewhere), and the leader's attempts at delivering
+	// them, by result.
+	noticesPending   *prometheus.GaugeVec
+	noticeDeliveries *prometheus.CounterVec
 	// grpc counts and times every gRPC call by service, method and code
 	// (grpc_server_*), from go-grpc-middleware's Prometheus provider.
 	grpc *grpcprom.ServerMetrics
@@ -187,6 +192,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, c := range []string{"unreachable", "auth", "read_only", "disk_full", "schema", "timeout", "position", "behind", "other"} {
 		m.exportErrors.WithLabelValues(c)
 	}
+	m.noticesPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "allot_coordinator_notices_pending", Help: "Threshold notices recorded and not yet delivered, by target (webhook, sink) (leader with that target only; 0 elsewhere).",
+	}, []string{"target"})
+	m.noticeDeliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "allot_coordinator_notice_deliveries_total",
+		Help: "Threshold notices delivered, and failed attempts at delivering them, by target (webhook, sink) and result (delivered; rejected: the webhook answered but not with a 2xx, or redirected; failed: no answer, or the sink failed); each failure is retried.",
+	}, []string{"target", "result"})
+	for _, r := range []string{"delivered", "rejected", "failed"} {
+		m.noticeDeliveries.WithLabelValues("webhook", r)
+	}
+	for _, r := range []string{"delivered", "failed"} {
+		m.noticeDeliveries.WithLabelValues("sink", r)
+	}
 	m.exportPending = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "allot_coordinator_ledger_export_pending_lines", Help: "Final ledger lines waiting for the sink (leader with a sink only; 0 elsewhere).",
 	})
@@ -207,7 +225,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	})
 	reg.MustRegister(m.slotsOwned, m.movesActive, m.moveOldest)
 	m.grpc = newGRPCMetrics()
-	reg.MustRegister(m.exportedLines, m.exportSeconds, m.exportErrors, m.exportPending, m.exportLag, m.exportDropped)
+	reg.MustRegister(m.exportedLines, m.exportSeconds, m.exportErrors, m.exportPending, m.exportLag, m.exportDropped, m.noticesPending, m.noticeDeliveries)
 	reg.MustRegister(m.authRefusals, m.openCallsRefused, m.newNodes, m.rlqsStreams, m.rlqsRequests, m.rlqsAbandoned, m.parentReports, m.parentFallback, m.parentLeased, m.grpc)
 	reg.MustRegister(m.raftState, m.leaderChanges, m.reports, m.reportBytes, m.reportKeys, m.roundSeconds,
 		m.applySeconds, m.activeKeys, m.activeAgents, m.leasesGranted, m.learning, m.ledgerRecords,

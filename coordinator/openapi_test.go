@@ -97,7 +97,7 @@ func TestCoordinatorOpenAPI(t *testing.T) {
 
 	// Every guarded read: without a credential, with one of the wrong
 	// role, and as a reader.
-	for _, p := range []string{"/metrics", "/v1/status", "/v1/usage", "/v1/ui", "/v1/overrides"} {
+	for _, p := range []string{"/metrics", "/v1/status", "/v1/usage", "/v1/notices", "/v1/ui", "/v1/overrides"} {
 		d.Do(t, client, base, as("", get(p, "", 401)))
 		d.Do(t, client, base, as("agent", get(p, "", 403)))
 		d.Do(t, client, base, as("reader", get(p, "", 200)))
@@ -112,6 +112,10 @@ func TestCoordinatorOpenAPI(t *testing.T) {
 		as("reader", bad(get("/v1/usage", "from=bad", 400))),
 		as("reader", bad(get("/v1/usage", "page_size=many", 400))),
 		as("reader", get("/v1/usage", "page_token=forged", 400)),
+		as("reader", get("/v1/notices", "pending=true&tenant=acme&rule=plan-quota&page_size=10", 200)),
+		as("reader", bad(get("/v1/notices", "pending=maybe", 400))),
+		as("reader", bad(get("/v1/notices", "page_size=many", 400))),
+		as("reader", get("/v1/notices", "page_token=forged!", 400)),
 
 		as("reader", get("/v1/balance", "tenant=acme", 200)),
 		as("dash", get("/v1/balance", "tenant=acme&plan=pro", 200)),

@@ -67,7 +67,12 @@ type Rule struct {
 	Replaces []string `protobuf:"bytes,19,rep,name=replaces,proto3" json:"replaces,omitempty"`
 	// cycle counts a fixed_window's periods on the calendar (a month from the
 	// 17th in Europe/Berlin); period is then the unit's nominal length.
-	Cycle         *Cycle `protobuf:"bytes,20,opt,name=cycle,proto3" json:"cycle,omitempty"`
+	Cycle *Cycle `protobuf:"bytes,20,opt,name=cycle,proto3" json:"cycle,omitempty"`
+	// notices are thresholds, fractions of the limit in force for a
+	// tenant, strictly increasing, each in (0, 1]: the coordinators record
+	// and deliver a notice once when a tenant's usage this cycle crosses
+	// each. Only a rule keyed by tenant alone has them.
+	Notices       []float64 `protobuf:"fixed64,21,rep,packed,name=notices,proto3" json:"notices,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -238,6 +243,13 @@ func (x *Rule) GetReplaces() []string {
 func (x *Rule) GetCycle() *Cycle {
 	if x != nil {
 		return x.Cycle
+	}
+	return nil
+}
+
+func (x *Rule) GetNotices() []float64 {
+	if x != nil {
+		return x.Notices
 	}
 	return nil
 }
@@ -1946,7 +1958,7 @@ var File_rules_proto protoreflect.FileDescriptor
 
 const file_rules_proto_rawDesc = "" +
 	"\n" +
-	"\vrules.proto\x12\ballot.v1\x1a\x1egoogle/protobuf/duration.proto\"\xf8\x06\n" +
+	"\vrules.proto\x12\ballot.v1\x1a\x1egoogle/protobuf/duration.proto\"\x92\a\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x10\n" +
@@ -1968,7 +1980,8 @@ const file_rules_proto_rawDesc = "" +
 	"\x06shadow\x18\x11 \x01(\bR\x06shadow\x12\x1c\n" +
 	"\tunlimited\x18\x12 \x01(\bR\tunlimited\x12\x1a\n" +
 	"\breplaces\x18\x13 \x03(\tR\breplaces\x12%\n" +
-	"\x05cycle\x18\x14 \x01(\v2\x0f.allot.v1.CycleR\x05cycle\x1aH\n" +
+	"\x05cycle\x18\x14 \x01(\v2\x0f.allot.v1.CycleR\x05cycle\x12\x18\n" +
+	"\anotices\x18\x15 \x03(\x01R\anotices\x1aH\n" +
 	"\n" +
 	"PlansEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12$\n" +

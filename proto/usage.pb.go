@@ -308,6 +308,274 @@ func (x *UsageResponse) GetNextPageToken() string {
 	return ""
 }
 
+type ListNoticesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// pending_only leaves out the notices a receiver acknowledged.
+	PendingOnly bool `protobuf:"varint,1,opt,name=pending_only,json=pendingOnly,proto3" json:"pending_only,omitempty"`
+	// tenant and rule, when set, list only theirs.
+	Tenant string `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Rule   string `protobuf:"bytes,3,opt,name=rule,proto3" json:"rule,omitempty"`
+	// page_size is at most 10000 (default 1000); page_token is the
+	// next_page_token of the page before.
+	PageSize      int32  `protobuf:"varint,4,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	PageToken     string `protobuf:"bytes,5,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNoticesRequest) Reset() {
+	*x = ListNoticesRequest{}
+	mi := &file_usage_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNoticesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNoticesRequest) ProtoMessage() {}
+
+func (x *ListNoticesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_usage_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNoticesRequest.ProtoReflect.Descriptor instead.
+func (*ListNoticesRequest) Descriptor() ([]byte, []int) {
+	return file_usage_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ListNoticesRequest) GetPendingOnly() bool {
+	if x != nil {
+		return x.PendingOnly
+	}
+	return false
+}
+
+func (x *ListNoticesRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *ListNoticesRequest) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *ListNoticesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListNoticesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+type ListNoticesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Notices       []*Notice              `protobuf:"bytes,1,rep,name=notices,proto3" json:"notices,omitempty"`
+	NextPageToken string                 `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNoticesResponse) Reset() {
+	*x = ListNoticesResponse{}
+	mi := &file_usage_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNoticesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNoticesResponse) ProtoMessage() {}
+
+func (x *ListNoticesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_usage_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNoticesResponse.ProtoReflect.Descriptor instead.
+func (*ListNoticesResponse) Descriptor() ([]byte, []int) {
+	return file_usage_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListNoticesResponse) GetNotices() []*Notice {
+	if x != nil {
+		return x.Notices
+	}
+	return nil
+}
+
+func (x *ListNoticesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
+// Notice is one threshold notice: a tenant's usage under a rule crossed
+// one of the rule's notice thresholds this cycle (docs/billing.md,
+// "Threshold notices"). key is its idempotency key,
+// tenant/rule/cycle_start_unix/threshold: one notice per key, ever.
+type Notice struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Key    string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Tenant string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Rule   string                 `protobuf:"bytes,3,opt,name=rule,proto3" json:"rule,omitempty"`
+	// The cycle: the rule's period containing the usage, [start, end).
+	CycleStartUnix int64 `protobuf:"varint,4,opt,name=cycle_start_unix,json=cycleStartUnix,proto3" json:"cycle_start_unix,omitempty"`
+	CycleEndUnix   int64 `protobuf:"varint,5,opt,name=cycle_end_unix,json=cycleEndUnix,proto3" json:"cycle_end_unix,omitempty"`
+	// threshold is the fraction of limit crossed; used the tenant's
+	// admitted usage this cycle when it was.
+	Threshold float64 `protobuf:"fixed64,6,opt,name=threshold,proto3" json:"threshold,omitempty"`
+	Limit     int64   `protobuf:"varint,7,opt,name=limit,proto3" json:"limit,omitempty"`
+	Used      uint64  `protobuf:"varint,8,opt,name=used,proto3" json:"used,omitempty"`
+	// crossed_unix_nano is the leader's clock when the usage that crossed
+	// it was applied; delivered_unix_nano when a receiver acknowledged it,
+	// 0 while it is pending.
+	CrossedUnixNano   int64 `protobuf:"varint,9,opt,name=crossed_unix_nano,json=crossedUnixNano,proto3" json:"crossed_unix_nano,omitempty"`
+	DeliveredUnixNano int64 `protobuf:"varint,10,opt,name=delivered_unix_nano,json=deliveredUnixNano,proto3" json:"delivered_unix_nano,omitempty"`
+	// stored_unix_nano is when the ledger sink (PostgreSQL) stored it, 0
+	// until then, and for ever in a cluster without a sink.
+	StoredUnixNano int64 `protobuf:"varint,11,opt,name=stored_unix_nano,json=storedUnixNano,proto3" json:"stored_unix_nano,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Notice) Reset() {
+	*x = Notice{}
+	mi := &file_usage_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Notice) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Notice) ProtoMessage() {}
+
+func (x *Notice) ProtoReflect() protoreflect.Message {
+	mi := &file_usage_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Notice.ProtoReflect.Descriptor instead.
+func (*Notice) Descriptor() ([]byte, []int) {
+	return file_usage_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Notice) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Notice) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *Notice) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *Notice) GetCycleStartUnix() int64 {
+	if x != nil {
+		return x.CycleStartUnix
+	}
+	return 0
+}
+
+func (x *Notice) GetCycleEndUnix() int64 {
+	if x != nil {
+		return x.CycleEndUnix
+	}
+	return 0
+}
+
+func (x *Notice) GetThreshold() float64 {
+	if x != nil {
+		return x.Threshold
+	}
+	return 0
+}
+
+func (x *Notice) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *Notice) GetUsed() uint64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *Notice) GetCrossedUnixNano() int64 {
+	if x != nil {
+		return x.CrossedUnixNano
+	}
+	return 0
+}
+
+func (x *Notice) GetDeliveredUnixNano() int64 {
+	if x != nil {
+		return x.DeliveredUnixNano
+	}
+	return 0
+}
+
+func (x *Notice) GetStoredUnixNano() int64 {
+	if x != nil {
+		return x.StoredUnixNano
+	}
+	return 0
+}
+
 var File_usage_proto protoreflect.FileDescriptor
 
 const file_usage_proto_rawDesc = "" +
@@ -342,10 +610,34 @@ const file_usage_proto_rawDesc = "" +
 	"\b_granted\"h\n" +
 	"\rUsageResponse\x12/\n" +
 	"\arecords\x18\x01 \x03(\v2\x15.allot.v1.UsageRecordR\arecords\x12&\n" +
-	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken2K\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x9f\x01\n" +
+	"\x12ListNoticesRequest\x12!\n" +
+	"\fpending_only\x18\x01 \x01(\bR\vpendingOnly\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04rule\x18\x03 \x01(\tR\x04rule\x12\x1b\n" +
+	"\tpage_size\x18\x04 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x05 \x01(\tR\tpageToken\"i\n" +
+	"\x13ListNoticesResponse\x12*\n" +
+	"\anotices\x18\x01 \x03(\v2\x10.allot.v1.NoticeR\anotices\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\xe4\x02\n" +
+	"\x06Notice\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x12\n" +
+	"\x04rule\x18\x03 \x01(\tR\x04rule\x12(\n" +
+	"\x10cycle_start_unix\x18\x04 \x01(\x03R\x0ecycleStartUnix\x12$\n" +
+	"\x0ecycle_end_unix\x18\x05 \x01(\x03R\fcycleEndUnix\x12\x1c\n" +
+	"\tthreshold\x18\x06 \x01(\x01R\tthreshold\x12\x14\n" +
+	"\x05limit\x18\a \x01(\x03R\x05limit\x12\x12\n" +
+	"\x04used\x18\b \x01(\x04R\x04used\x12*\n" +
+	"\x11crossed_unix_nano\x18\t \x01(\x03R\x0fcrossedUnixNano\x12.\n" +
+	"\x13delivered_unix_nano\x18\n" +
+	" \x01(\x03R\x11deliveredUnixNano\x12(\n" +
+	"\x10stored_unix_nano\x18\v \x01(\x03R\x0estoredUnixNano2\x97\x01\n" +
 	"\fUsageService\x12;\n" +
 	"\n" +
-	"QueryUsage\x12\x14.allot.v1.UsageQuery\x1a\x17.allot.v1.UsageResponseB)Z'github.com/allot-io/allot/proto;allotpbb\x06proto3"
+	"QueryUsage\x12\x14.allot.v1.UsageQuery\x1a\x17.allot.v1.UsageResponse\x12J\n" +
+	"\vListNotices\x12\x1c.allot.v1.ListNoticesRequest\x1a\x1d.allot.v1.ListNoticesResponseB)Z'github.com/allot-io/allot/proto;allotpbb\x06proto3"
 
 var (
 	file_usage_proto_rawDescOnce sync.Once
@@ -359,26 +651,32 @@ func file_usage_proto_rawDescGZIP() []byte {
 	return file_usage_proto_rawDescData
 }
 
-var file_usage_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_usage_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_usage_proto_goTypes = []any{
 	(*UsageQuery)(nil),            // 0: allot.v1.UsageQuery
 	(*UsageRecord)(nil),           // 1: allot.v1.UsageRecord
 	(*UsageResponse)(nil),         // 2: allot.v1.UsageResponse
-	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
+	(*ListNoticesRequest)(nil),    // 3: allot.v1.ListNoticesRequest
+	(*ListNoticesResponse)(nil),   // 4: allot.v1.ListNoticesResponse
+	(*Notice)(nil),                // 5: allot.v1.Notice
+	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
 }
 var file_usage_proto_depIdxs = []int32{
-	3, // 0: allot.v1.UsageQuery.from:type_name -> google.protobuf.Timestamp
-	3, // 1: allot.v1.UsageQuery.to:type_name -> google.protobuf.Timestamp
-	3, // 2: allot.v1.UsageRecord.window_start:type_name -> google.protobuf.Timestamp
-	3, // 3: allot.v1.UsageRecord.window_end:type_name -> google.protobuf.Timestamp
+	6, // 0: allot.v1.UsageQuery.from:type_name -> google.protobuf.Timestamp
+	6, // 1: allot.v1.UsageQuery.to:type_name -> google.protobuf.Timestamp
+	6, // 2: allot.v1.UsageRecord.window_start:type_name -> google.protobuf.Timestamp
+	6, // 3: allot.v1.UsageRecord.window_end:type_name -> google.protobuf.Timestamp
 	1, // 4: allot.v1.UsageResponse.records:type_name -> allot.v1.UsageRecord
-	0, // 5: allot.v1.UsageService.QueryUsage:input_type -> allot.v1.UsageQuery
-	2, // 6: allot.v1.UsageService.QueryUsage:output_type -> allot.v1.UsageResponse
-	6, // [6:7] is the sub-list for method output_type
-	5, // [5:6] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	5, // 5: allot.v1.ListNoticesResponse.notices:type_name -> allot.v1.Notice
+	0, // 6: allot.v1.UsageService.QueryUsage:input_type -> allot.v1.UsageQuery
+	3, // 7: allot.v1.UsageService.ListNotices:input_type -> allot.v1.ListNoticesRequest
+	2, // 8: allot.v1.UsageService.QueryUsage:output_type -> allot.v1.UsageResponse
+	4, // 9: allot.v1.UsageService.ListNotices:output_type -> allot.v1.ListNoticesResponse
+	8, // [8:10] is the sub-list for method output_type
+	6, // [6:8] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_usage_proto_init() }
@@ -393,7 +691,7 @@ func file_usage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_usage_proto_rawDesc), len(file_usage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,7 +21,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	UsageService_QueryUsage_FullMethodName = "/allot.v1.UsageService/QueryUsage"
+	UsageService_QueryUsage_FullMethodName  = "/allot.v1.UsageService/QueryUsage"
+	UsageService_ListNotices_FullMethodName = "/allot.v1.UsageService/ListNotices"
 )
 
 // UsageServiceClient is the client API for UsageService service.
@@ -29,6 +30,9 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type UsageServiceClient interface {
 	QueryUsage(ctx context.Context, in *UsageQuery, opts ...grpc.CallOption) (*UsageResponse, error)
+	// ListNotices lists threshold notices, pending and delivered, by key;
+	// any member answers from its replica.
+	ListNotices(ctx context.Context, in *ListNoticesRequest, opts ...grpc.CallOption) (*ListNoticesResponse, error)
 }
 
 type usageServiceClient struct {
@@ -49,11 +53,24 @@ func (c *usageServiceClient) QueryUsage(ctx context.Context, in *UsageQuery, opt
 	return out, nil
 }
 
+func (c *usageServiceClient) ListNotices(ctx context.Context, in *ListNoticesRequest, opts ...grpc.CallOption) (*ListNoticesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListNoticesResponse)
+	err := c.cc.Invoke(ctx, UsageService_ListNotices_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // UsageServiceServer is the server API for UsageService service.
 // All implementations must embed UnimplementedUsageServiceServer
 // for forward compatibility.
 type UsageServiceServer interface {
 	QueryUsage(context.Context, *UsageQuery) (*UsageResponse, error)
+	// ListNotices lists threshold notices, pending and delivered, by key;
+	// any member answers from its replica.
+	ListNotices(context.Context, *ListNoticesRequest) (*ListNoticesResponse, error)
 	mustEmbedUnimplementedUsageServiceServer()
 }
 
@@ -66,6 +83,9 @@ type UnimplementedUsageServiceServer struct{}
 
 func (UnimplementedUsageServiceServer) QueryUsage(context.Context, *UsageQuery) (*UsageResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method QueryUsage not implemented")
+}
+func (UnimplementedUsageServiceServer) ListNotices(context.Context, *ListNoticesRequest) (*ListNoticesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListNotices not implemented")
 }
 func (UnimplementedUsageServiceServer) mustEmbedUnimplementedUsageServiceServer() {}
 func (UnimplementedUsageServiceServer) testEmbeddedByValue()                      {}
@@ -106,6 +126,24 @@ func _UsageService_QueryUsage_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _UsageService_ListNotices_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListNoticesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(UsageServiceServer).ListNotices(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: UsageService_ListNotices_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(UsageServiceServer).ListNotices(ctx, req.(*ListNoticesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // UsageService_ServiceDesc is the grpc.ServiceDesc for UsageService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -116,6 +154,10 @@ var UsageService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "QueryUsage",
 			Handler:    _UsageService_QueryUsage_Handler,
+		},
+		{
+			MethodName: "ListNotices",
+			Handler:    _UsageService_ListNotices_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

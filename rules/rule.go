@@ -145,6 +145,11 @@ type Rule struct {
 	// Replaces names descriptor rules that this one replaces: when both
 	// match descriptors of one Envoy request, only this one applies.
 	Replaces []string `yaml:"replaces,omitempty" json:"replaces,omitempty"`
+	// Notices are the thresholds, as fractions of the limit in force for
+	// a tenant, whose crossing by the tenant's usage this cycle the
+	// coordinators record and deliver once each (docs/billing.md,
+	// "Threshold notices"). Only a rule keyed by tenant alone has them.
+	Notices []float64 `yaml:"notices,omitempty" json:"notices,omitempty"`
 }
 
 // Match restricts a rule to some requests. Empty lists match everything.
@@ -351,7 +356,8 @@ func Equal(a, b *Rule) bool {
 			return x.Limit == y.Limit && sameFloat(x.Weight, y.Weight) && x.Cycle == y.Cycle
 		}) &&
 		a.Local == b.Local && maps.EqualFunc(a.Regions, b.Regions, sameFloat) &&
-		a.Shadow == b.Shadow && a.Unlimited == b.Unlimited && slices.Equal(a.Replaces, b.Replaces)
+		a.Shadow == b.Shadow && a.Unlimited == b.Unlimited && slices.Equal(a.Replaces, b.Replaces) &&
+		slices.EqualFunc(a.Notices, b.Notices, sameFloat)
 }
 
 // canonical is the scope, or zero when it is none of the six.

@@ -135,7 +135,48 @@ func (r *Rule) Validate() Errors {
 	r.validateMatch(bad)
 	r.validatePlans(bad)
 	r.validateRegions(bad)
+	r.validateNotices(bad)
 	return errs
+}
+
+// MaxNotices bounds the thresholds a rule has notices at.
+const MaxNotices = 16
+
+// validateNotices checks the thresholds: fractions of the limit in force,
+// strictly increasing, none above 1 (the limit: until overage exists no
+// usage is admitted past it, so a higher threshold would never be
+// crossed). Notices measure one tenant's usage this cycle, which the
+// ledger holds only for a rule whose key is the tenant alone: a user or
+// route rule's key divides the tenant's usage, and a global, IP or
+// descriptor rule's is not a tenant's. Unlimited, local and shadow rules
+// limit nothing the coordinators count against a limit.
+func (r *Rule) validateNotices(bad func(string, string, ...any)) {
+	if len(r.Notices) == 0 {
+		return
+	}
+	if attrs := r.KeyAttrs(); len(attrs) != 1 || attrs[0] != AttrTenant {
+		bad("notices", "only a rule keyed by tenant alone (scope tenant, or key [tenant]) has notices: they measure one tenant's usage this cycle")
+	}
+	switch {
+	case r.Unlimited:
+		bad("notices", "an unlimited rule has no limit to cross")
+	case r.Local:
+		bad("notices", "a local rule is enforced by each node alone; the coordinators do not count it")
+	case r.Shadow:
+		bad("notices", "a shadow rule enforces nothing; give notices to the rule it tries out once it is in force")
+	}
+	if len(r.Notices) > MaxNotices {
+		bad("notices", "lists %d thresholds; at most %d", len(r.Notices), MaxNotices)
+	}
+	for i, f := range r.Notices {
+		field := fmt.Sprintf("notices[%d]", i)
+		switch {
+		case !(f > 0 && f <= 1):
+			bad(field, "must be a fraction of the limit in (0, 1], got %v (no usage is admitted past the limit, so a higher threshold is never crossed)", f)
+		case i > 0 && !(f > r.Notices[i-1]):
+			bad(field, "%v is not above %v before it: thresholds are listed in strictly increasing order", f, r.Notices[i-1])
+		}
+	}
 }
 
 // validateLimit checks the fields that set a limit.

@@ -79,6 +79,7 @@ func rootCommand() *Command {
 			usageCommand(),
 			auditCommand(),
 			balanceCommand(),
+			noticesCommand(),
 			clusterCommand(),
 			shardsCommand(),
 			tokenCommand(),

@@ -25,6 +25,7 @@ func ToProto(r *rules.Rule) *allotpb.Rule {
 		Shadow:      r.Shadow,
 		Unlimited:   r.Unlimited,
 		Replaces:    r.Replaces,
+		Notices:     r.Notices,
 	}
 	for _, e := range r.Match.Descriptors {
 		p.Match.Descriptors = append(p.Match.Descriptors, &allotpb.DescriptorEntry{Key: e.Key, Value: e.Value})
@@ -82,6 +83,7 @@ func FromProto(p *allotpb.Rule) (rules.Rule, error) {
 		Shadow:      p.GetShadow(),
 		Unlimited:   p.GetUnlimited(),
 		Replaces:    p.GetReplaces(),
+		Notices:     p.GetNotices(),
 	}
 	for _, e := range p.GetMatch().GetDescriptors() {
 		r.Match.Descriptors = append(r.Match.Descriptors, rules.DescriptorEntry{Key: e.GetKey(), Value: e.GetValue()})

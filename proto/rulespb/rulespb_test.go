@@ -297,6 +297,12 @@ func mutate(t *rapid.T, r *rules.Rule) {
 		func() { r.Shadow = !r.Shadow },
 		func() { r.Unlimited = !r.Unlimited },
 		func() { r.Replaces = append(r.Replaces, "other") },
+		func() { r.Notices = append(r.Notices, 0.5) },
+		func() {
+			if r.Notices == nil {
+				r.Notices = []float64{}
+			}
+		},
 		func() {
 			if r.Replaces == nil {
 				r.Replaces = []string{}

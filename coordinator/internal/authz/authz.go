@@ -39,6 +39,7 @@ var methodRoles = map[string]auth.Role{
 	allotpb.ClusterService_Status_FullMethodName:                      auth.Reader,
 	allotpb.UsageService_QueryUsage_FullMethodName:                    auth.Reader,
 	allotpb.BalanceService_GetBalance_FullMethodName:                  auth.Reader | auth.Balance,
+	allotpb.UsageService_ListNotices_FullMethodName:                   auth.Reader,
 	allotpb.AuditService_ListAudit_FullMethodName:                     auth.Reader,
 	allotpb.ShardService_GetShardMap_FullMethodName:                   auth.Agent | auth.Reader,
 	"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo":       auth.Reader,

@@ -44,6 +44,10 @@ const (
 	// skipped one would number the resets apart, and its agents would
 	// miss the reset or take another in its place.
 	CmdReset Command = 13
+	// CmdNoticesDelivered marks threshold notices delivered (notices.go).
+	// Proposed with the ignorable bit: a member too old to know it keeps
+	// no notices at all.
+	CmdNoticesDelivered Command = 14
 
 	Ignorable Command = 0x80
 )
@@ -128,6 +132,7 @@ var commands = [...]command{
 	handle(CmdOverrides, "overrides", (*State).applyOverrides),
 	effect(CmdAudit, "audit", (*State).applyAudit),
 	handle(CmdReset, "reset", (*State).applyReset),
+	effect(CmdNoticesDelivered, "notices_delivered", (*State).applyNoticesDelivered),
 }
 
 // commandOf is the entry of command type t, the ignorable bit aside, or

@@ -29,6 +29,7 @@ func TestCommandTable(t *testing.T) {
 		{11, "overrides", "allot.fsm.v1.OverridesCommand"},
 		{12, "audit", "allot.fsm.v1.AuditCommand"},
 		{13, "reset", "allot.fsm.v1.ResetCommand"},
+		{14, "notices_delivered", "allot.fsm.v1.NoticesDeliveredCommand"},
 	}
 	if len(Commands) != len(want) {
 		t.Fatalf("Commands lists %d types, want %d: %v", len(Commands), len(want), Commands)
@@ -51,7 +52,7 @@ func TestCommandTable(t *testing.T) {
 			}
 		}
 	}
-	for _, ct := range []Command{0, 14, 0x7f, Ignorable, Ignorable | 14} {
+	for _, ct := range []Command{0, 15, 0x7f, Ignorable, Ignorable | 15} {
 		if _, ok := Message(ct); ok {
 			t.Errorf("command %d: a message for a type this version does not know", ct)
 		}
@@ -59,7 +60,7 @@ func TestCommandTable(t *testing.T) {
 			t.Errorf("command %d: Apply returned %v for a type this version does not know", ct, got)
 		}
 	}
-	if got, want := Command(14).String(), "command(14)"; got != want {
+	if got, want := Command(15).String(), "command(15)"; got != want {
 		t.Errorf("unknown type's name %q, want %q", got, want)
 	}
 }

@@ -130,6 +130,8 @@ func dumpState(s *State) string {
 		lines = append(lines, fmt.Sprintf("resets v%d floor %d mirror %v", s.resets.version, s.resets.floor, s.resets.mirror))
 	}
 	s.eachReset(func(r *allotpb.Reset) { lines = append(lines, fmt.Sprintf("reset %v", r)) })
+	s.eachTally(func(r *fsmpb.TallyRecord) { lines = append(lines, fmt.Sprintf("tally %v", r)) })
+	s.EachNotice(false, func(n *allotpb.Notice) bool { lines = append(lines, fmt.Sprintf("notice %v", n)); return true })
 
 	slices.Sort(lines)
 	return strings.Join(lines, "\n")

@@ -141,7 +141,7 @@ func (s *State) FinalWindows() []int64 {
 // keeps the cluster's own identity) change a state that is in no FSM.
 
 // SetRules replaces the rule set.
-func (s *State) SetRules(set *rules.Set) { s.rules = set }
+func (s *State) SetRules(set *rules.Set) { s.setRules(set) }
 
 // SetClusterID replaces the cluster ID.
 func (s *State) SetClusterID(id string) { s.clusterID = id }

@@ -53,6 +53,11 @@ const (
 	recAudit = 12 | recIgnorable
 	// One per reset kept, oldest first; not ignorable (see CmdReset).
 	recReset record = 13
+	// One per notice tally, by rule, tenant and cycle, then one per
+	// notice, by key; ignorable: an older reader keeps no notices, as it
+	// records none (see CmdNoticesDelivered).
+	recTally  = 14 | recIgnorable
+	recNotice = 15 | recIgnorable
 
 	recIgnorable record = 0x80
 )
@@ -119,6 +124,8 @@ func (sn *Snapshot) Write(out io.Writer) error {
 	s.eachOverride(func(o *allotpb.Override) { w.write(recOverride, o) })
 	s.eachAudit(func(e *allotpb.AuditEntry) { w.write(recAudit, e) })
 	s.eachReset(func(r *allotpb.Reset) { w.write(recReset, r) })
+	s.eachTally(func(t *fsmpb.TallyRecord) { w.write(recTally, t) })
+	s.EachNotice(false, func(n *allotpb.Notice) bool { w.write(recNotice, n); return true })
 	w.write(recEnd, &fsmpb.SnapshotEnd{Records: w.records})
 	if w.err != nil {
 		return w.err
@@ -299,7 +306,7 @@ func (st *State) readRecord(t record, payload []byte) error {
 		if err != nil {
 			return fmt.Errorf("rules: %w", err)
 		}
-		st.rules = set
+		st.setRules(set)
 	case recMember:
 		m := &allotpb.Member{}
 		if err := unmarshal(m); err != nil {
@@ -365,6 +372,18 @@ func (st *State) readRecord(t record, payload []byte) error {
 			return err
 		}
 		return st.restoreReset(m)
+	case recTally:
+		m := &fsmpb.TallyRecord{}
+		if err := unmarshal(m); err != nil {
+			return err
+		}
+		return st.restoreTally(m)
+	case recNotice:
+		m := &allotpb.Notice{}
+		if err := unmarshal(m); err != nil {
+			return err
+		}
+		return st.restoreNotice(m)
 	default:
 		if t&recIgnorable == 0 {
 			return fmt.Errorf("%w: unknown record type %d: this version is older than the snapshot; upgrade it", ErrSnapshotFormat, t)

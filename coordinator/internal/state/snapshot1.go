@@ -38,7 +38,7 @@ func readFormat1(r *bufio.Reader) (*State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rules: %w", err)
 	}
-	st.rules = set
+	st.setRules(set)
 	for i := uint64(0); i < h.GetMembers(); i++ {
 		m := &allotpb.Member{}
 		if err := read(m); err != nil {

@@ -76,6 +76,9 @@ type State struct {
 	recorded string
 	// resets are the newest key resets (resets.go).
 	resets resetLog
+	// notices are the threshold notices and the tallies behind them
+	// (notices.go).
+	notices noticeStore
 }
 
 // incKey identifies one run of one agent.
@@ -139,7 +142,14 @@ func New() *State {
 		final:        newFinal(),
 		ov:           newOverrideStore(),
 		audit:        newAuditStore(),
+		notices:      newNoticeStore(),
 	}
+}
+
+// setRules replaces the rule set, and what the state indexes of it.
+func (s *State) setRules(set *rules.Set) {
+	s.rules = set
+	s.indexNoticeRules()
 }
 
 // windowOf aligns a Unix second down to the start of its billing window.
@@ -249,6 +259,7 @@ func (s *State) addUsage(k incKey, region string, c *allotpb.UsageCount, now int
 	s.ledger.ReplaceOrInsert(line)
 	s.openWindow(window)
 	insertIfAbsent(s.open, openItem{window: window, reporter: k})
+	s.countNotice(c.GetRule(), c.GetTenant(), window, c.GetAdmitted(), now)
 }
 
 // closed reports whether a window takes no more lines: it is final, or
@@ -283,13 +294,19 @@ func (s *State) accepting(window, now int64) int64 {
 // command before proposing it, so this only guards against divergence.
 func (s *State) applyRules(cmd *fsmpb.RulesCommand) error {
 	set, err := nextRules(s.rules, cmd)
+	if err == nil && cmd.GetVersion() == 0 {
+		// A mirror of the home group's rules is taken as the home group
+		// took them: refusing it would leave this group's rules behind
+		// for good.
+		err = s.checkNoticeCycles(set)
+	}
 	if err != nil {
 		return err
 	}
 	if a := cmd.GetAudit(); a != nil {
 		s.record(a, rulesChange(s.rules, set, cmd))
 	}
-	s.rules = set
+	s.setRules(set)
 	if cmd.GetVersion() == 0 { // not a mirror of the home group's rules
 		s.dropRulelessOverrides(0)
 	}
@@ -299,8 +316,11 @@ func (s *State) applyRules(cmd *fsmpb.RulesCommand) error {
 // CheckRules returns the error applying cmd would refuse it with, without
 // applying it: proposers validate a rules command before proposing it.
 func (s *State) CheckRules(cmd *fsmpb.RulesCommand) error {
-	_, err := nextRules(s.rules, cmd)
-	return err
+	set, err := nextRules(s.rules, cmd)
+	if err != nil {
+		return err
+	}
+	return s.checkNoticeCycles(set)
 }
 
 // RulesUnchanged reports whether applying cmd would leave the rules as
@@ -399,6 +419,7 @@ func (s *State) Settled() bool {
 func (s *State) maintain(cmd *fsmpb.MaintainCommand) {
 	now, timeout := cmd.GetNowUnixNano(), cmd.GetAgentTimeoutNano()
 	s.expireOverrides(now)
+	s.pruneNotices(now)
 	if r := cmd.GetAuditRetentionNano(); r > 0 {
 		s.expireAudit(now-r, cmd.GetAuditMaxEntries())
 	} else if cmd.GetAuditMaxEntries() > 0 {

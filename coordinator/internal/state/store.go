@@ -114,6 +114,7 @@ func (s *State) frozen() *State {
 	c.final = s.final.Clone()
 	c.ov = s.ov.clone()
 	c.audit = s.audit.clone()
+	c.notices = s.notices.clone()
 	// c.resets shares s's list: appended to and cut from the front only.
 	return &c
 }

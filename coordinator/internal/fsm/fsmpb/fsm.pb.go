@@ -2338,6 +2338,156 @@ func (x *ResetCommand) GetMirrorVersion() uint64 {
 	return 0
 }
 
+// NoticesDeliveredCommand marks notices delivered (by their keys): the
+// leader proposes it once the webhook acknowledged them or, with sink
+// set, once the ledger sink stored them. A key no longer held, or already
+// so marked, changes nothing.
+type NoticesDeliveredCommand struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	NowUnixNano   int64                  `protobuf:"varint,2,opt,name=now_unix_nano,json=nowUnixNano,proto3" json:"now_unix_nano,omitempty"`
+	Sink          bool                   `protobuf:"varint,3,opt,name=sink,proto3" json:"sink,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NoticesDeliveredCommand) Reset() {
+	*x = NoticesDeliveredCommand{}
+	mi := &file_fsm_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NoticesDeliveredCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NoticesDeliveredCommand) ProtoMessage() {}
+
+func (x *NoticesDeliveredCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NoticesDeliveredCommand.ProtoReflect.Descriptor instead.
+func (*NoticesDeliveredCommand) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *NoticesDeliveredCommand) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+func (x *NoticesDeliveredCommand) GetNowUnixNano() int64 {
+	if x != nil {
+		return x.NowUnixNano
+	}
+	return 0
+}
+
+func (x *NoticesDeliveredCommand) GetSink() bool {
+	if x != nil {
+		return x.Sink
+	}
+	return false
+}
+
+// TallyRecord is, in a snapshot, one tenant's admitted usage under a rule
+// with notices over one cycle, and the highest threshold recorded for it.
+type TallyRecord struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Rule           string                 `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	Tenant         string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	CycleStartUnix int64                  `protobuf:"varint,3,opt,name=cycle_start_unix,json=cycleStartUnix,proto3" json:"cycle_start_unix,omitempty"`
+	CycleEndUnix   int64                  `protobuf:"varint,4,opt,name=cycle_end_unix,json=cycleEndUnix,proto3" json:"cycle_end_unix,omitempty"`
+	Used           uint64                 `protobuf:"varint,5,opt,name=used,proto3" json:"used,omitempty"`
+	Noticed        float64                `protobuf:"fixed64,6,opt,name=noticed,proto3" json:"noticed,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *TallyRecord) Reset() {
+	*x = TallyRecord{}
+	mi := &file_fsm_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TallyRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TallyRecord) ProtoMessage() {}
+
+func (x *TallyRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_fsm_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TallyRecord.ProtoReflect.Descriptor instead.
+func (*TallyRecord) Descriptor() ([]byte, []int) {
+	return file_fsm_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *TallyRecord) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *TallyRecord) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *TallyRecord) GetCycleStartUnix() int64 {
+	if x != nil {
+		return x.CycleStartUnix
+	}
+	return 0
+}
+
+func (x *TallyRecord) GetCycleEndUnix() int64 {
+	if x != nil {
+		return x.CycleEndUnix
+	}
+	return 0
+}
+
+func (x *TallyRecord) GetUsed() uint64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *TallyRecord) GetNoticed() float64 {
+	if x != nil {
+		return x.Noticed
+	}
+	return 0
+}
+
 var File_fsm_proto protoreflect.FileDescriptor
 
 const file_fsm_proto_rawDesc = "" +
@@ -2531,7 +2681,18 @@ const file_fsm_proto_rawDesc = "" +
 	"\rnow_unix_nano\x18\x02 \x01(\x03R\vnowUnixNano\x12\x16\n" +
 	"\x06mirror\x18\x03 \x01(\bR\x06mirror\x12+\n" +
 	"\bmirrored\x18\x04 \x03(\v2\x0f.allot.v1.ResetR\bmirrored\x12%\n" +
-	"\x0emirror_version\x18\x05 \x01(\x04R\rmirrorVersionB@Z>github.com/allot-io/allot/coordinator/internal/fsm/fsmpb;fsmpbb\x06proto3"
+	"\x0emirror_version\x18\x05 \x01(\x04R\rmirrorVersion\"e\n" +
+	"\x17NoticesDeliveredCommand\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\"\n" +
+	"\rnow_unix_nano\x18\x02 \x01(\x03R\vnowUnixNano\x12\x12\n" +
+	"\x04sink\x18\x03 \x01(\bR\x04sink\"\xb7\x01\n" +
+	"\vTallyRecord\x12\x12\n" +
+	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x16\n" +
+	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12(\n" +
+	"\x10cycle_start_unix\x18\x03 \x01(\x03R\x0ecycleStartUnix\x12$\n" +
+	"\x0ecycle_end_unix\x18\x04 \x01(\x03R\fcycleEndUnix\x12\x12\n" +
+	"\x04used\x18\x05 \x01(\x04R\x04used\x12\x18\n" +
+	"\anoticed\x18\x06 \x01(\x01R\anoticedB@Z>github.com/allot-io/allot/coordinator/internal/fsm/fsmpb;fsmpbb\x06proto3"
 
 var (
 	file_fsm_proto_rawDescOnce sync.Once
@@ -2546,74 +2707,76 @@ func file_fsm_proto_rawDescGZIP() []byte {
 }
 
 var file_fsm_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_fsm_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_fsm_proto_goTypes = []any{
-	(SlotsCommand_Op)(0),         // 0: allot.fsm.v1.SlotsCommand.Op
-	(*ReportsCommand)(nil),       // 1: allot.fsm.v1.ReportsCommand
-	(*AgentUsage)(nil),           // 2: allot.fsm.v1.AgentUsage
-	(*ReportsResult)(nil),        // 3: allot.fsm.v1.ReportsResult
-	(*MovedReport)(nil),          // 4: allot.fsm.v1.MovedReport
-	(*RulesCommand)(nil),         // 5: allot.fsm.v1.RulesCommand
-	(*MemberCommand)(nil),        // 6: allot.fsm.v1.MemberCommand
-	(*EpochCommand)(nil),         // 7: allot.fsm.v1.EpochCommand
-	(*MaintainCommand)(nil),      // 8: allot.fsm.v1.MaintainCommand
-	(*SnapshotHeader)(nil),       // 9: allot.fsm.v1.SnapshotHeader
-	(*IncarnationRecord)(nil),    // 10: allot.fsm.v1.IncarnationRecord
-	(*LedgerRecord)(nil),         // 11: allot.fsm.v1.LedgerRecord
-	(*WindowRecord)(nil),         // 12: allot.fsm.v1.WindowRecord
-	(*SettingsCommand)(nil),      // 13: allot.fsm.v1.SettingsCommand
-	(*FinalWindows)(nil),         // 14: allot.fsm.v1.FinalWindows
-	(*GrantsCommand)(nil),        // 15: allot.fsm.v1.GrantsCommand
-	(*GrantRecord)(nil),          // 16: allot.fsm.v1.GrantRecord
-	(*SnapshotEnd)(nil),          // 17: allot.fsm.v1.SnapshotEnd
-	(*ExportedCommand)(nil),      // 18: allot.fsm.v1.ExportedCommand
-	(*ExportPosition)(nil),       // 19: allot.fsm.v1.ExportPosition
-	(*SlotsCommand)(nil),         // 20: allot.fsm.v1.SlotsCommand
-	(*SlotsResult)(nil),          // 21: allot.fsm.v1.SlotsResult
-	(*ShardMapCommand)(nil),      // 22: allot.fsm.v1.ShardMapCommand
-	(*SlotsRecord)(nil),          // 23: allot.fsm.v1.SlotsRecord
-	(*MoveOutcome)(nil),          // 24: allot.fsm.v1.MoveOutcome
-	(*OverridesCommand)(nil),     // 25: allot.fsm.v1.OverridesCommand
-	(*Audit)(nil),                // 26: allot.fsm.v1.Audit
-	(*AuditCommand)(nil),         // 27: allot.fsm.v1.AuditCommand
-	(*ResetCommand)(nil),         // 28: allot.fsm.v1.ResetCommand
-	(*proto.UsageBatch)(nil),     // 29: allot.v1.UsageBatch
-	(*proto.Rule)(nil),           // 30: allot.v1.Rule
-	(*proto.Member)(nil),         // 31: allot.v1.Member
-	(*proto.ShardGroup)(nil),     // 32: allot.v1.ShardGroup
-	(*proto.SlotMove)(nil),       // 33: allot.v1.SlotMove
-	(*proto.PinSlotRequest)(nil), // 34: allot.v1.PinSlotRequest
-	(*proto.Override)(nil),       // 35: allot.v1.Override
-	(*proto.OverrideKey)(nil),    // 36: allot.v1.OverrideKey
-	(*proto.AuditValues)(nil),    // 37: allot.v1.AuditValues
-	(*proto.Reset)(nil),          // 38: allot.v1.Reset
+	(SlotsCommand_Op)(0),            // 0: allot.fsm.v1.SlotsCommand.Op
+	(*ReportsCommand)(nil),          // 1: allot.fsm.v1.ReportsCommand
+	(*AgentUsage)(nil),              // 2: allot.fsm.v1.AgentUsage
+	(*ReportsResult)(nil),           // 3: allot.fsm.v1.ReportsResult
+	(*MovedReport)(nil),             // 4: allot.fsm.v1.MovedReport
+	(*RulesCommand)(nil),            // 5: allot.fsm.v1.RulesCommand
+	(*MemberCommand)(nil),           // 6: allot.fsm.v1.MemberCommand
+	(*EpochCommand)(nil),            // 7: allot.fsm.v1.EpochCommand
+	(*MaintainCommand)(nil),         // 8: allot.fsm.v1.MaintainCommand
+	(*SnapshotHeader)(nil),          // 9: allot.fsm.v1.SnapshotHeader
+	(*IncarnationRecord)(nil),       // 10: allot.fsm.v1.IncarnationRecord
+	(*LedgerRecord)(nil),            // 11: allot.fsm.v1.LedgerRecord
+	(*WindowRecord)(nil),            // 12: allot.fsm.v1.WindowRecord
+	(*SettingsCommand)(nil),         // 13: allot.fsm.v1.SettingsCommand
+	(*FinalWindows)(nil),            // 14: allot.fsm.v1.FinalWindows
+	(*GrantsCommand)(nil),           // 15: allot.fsm.v1.GrantsCommand
+	(*GrantRecord)(nil),             // 16: allot.fsm.v1.GrantRecord
+	(*SnapshotEnd)(nil),             // 17: allot.fsm.v1.SnapshotEnd
+	(*ExportedCommand)(nil),         // 18: allot.fsm.v1.ExportedCommand
+	(*ExportPosition)(nil),          // 19: allot.fsm.v1.ExportPosition
+	(*SlotsCommand)(nil),            // 20: allot.fsm.v1.SlotsCommand
+	(*SlotsResult)(nil),             // 21: allot.fsm.v1.SlotsResult
+	(*ShardMapCommand)(nil),         // 22: allot.fsm.v1.ShardMapCommand
+	(*SlotsRecord)(nil),             // 23: allot.fsm.v1.SlotsRecord
+	(*MoveOutcome)(nil),             // 24: allot.fsm.v1.MoveOutcome
+	(*OverridesCommand)(nil),        // 25: allot.fsm.v1.OverridesCommand
+	(*Audit)(nil),                   // 26: allot.fsm.v1.Audit
+	(*AuditCommand)(nil),            // 27: allot.fsm.v1.AuditCommand
+	(*ResetCommand)(nil),            // 28: allot.fsm.v1.ResetCommand
+	(*NoticesDeliveredCommand)(nil), // 29: allot.fsm.v1.NoticesDeliveredCommand
+	(*TallyRecord)(nil),             // 30: allot.fsm.v1.TallyRecord
+	(*proto.UsageBatch)(nil),        // 31: allot.v1.UsageBatch
+	(*proto.Rule)(nil),              // 32: allot.v1.Rule
+	(*proto.Member)(nil),            // 33: allot.v1.Member
+	(*proto.ShardGroup)(nil),        // 34: allot.v1.ShardGroup
+	(*proto.SlotMove)(nil),          // 35: allot.v1.SlotMove
+	(*proto.PinSlotRequest)(nil),    // 36: allot.v1.PinSlotRequest
+	(*proto.Override)(nil),          // 37: allot.v1.Override
+	(*proto.OverrideKey)(nil),       // 38: allot.v1.OverrideKey
+	(*proto.AuditValues)(nil),       // 39: allot.v1.AuditValues
+	(*proto.Reset)(nil),             // 40: allot.v1.Reset
 }
 var file_fsm_proto_depIdxs = []int32{
 	2,  // 0: allot.fsm.v1.ReportsCommand.reports:type_name -> allot.fsm.v1.AgentUsage
-	29, // 1: allot.fsm.v1.AgentUsage.batch:type_name -> allot.v1.UsageBatch
+	31, // 1: allot.fsm.v1.AgentUsage.batch:type_name -> allot.v1.UsageBatch
 	4,  // 2: allot.fsm.v1.ReportsResult.moved:type_name -> allot.fsm.v1.MovedReport
-	30, // 3: allot.fsm.v1.RulesCommand.put:type_name -> allot.v1.Rule
+	32, // 3: allot.fsm.v1.RulesCommand.put:type_name -> allot.v1.Rule
 	26, // 4: allot.fsm.v1.RulesCommand.audit:type_name -> allot.fsm.v1.Audit
-	31, // 5: allot.fsm.v1.MemberCommand.member:type_name -> allot.v1.Member
+	33, // 5: allot.fsm.v1.MemberCommand.member:type_name -> allot.v1.Member
 	26, // 6: allot.fsm.v1.MemberCommand.audit:type_name -> allot.fsm.v1.Audit
 	19, // 7: allot.fsm.v1.SnapshotHeader.export:type_name -> allot.fsm.v1.ExportPosition
 	16, // 8: allot.fsm.v1.GrantsCommand.grants:type_name -> allot.fsm.v1.GrantRecord
 	19, // 9: allot.fsm.v1.ExportedCommand.position:type_name -> allot.fsm.v1.ExportPosition
 	0,  // 10: allot.fsm.v1.SlotsCommand.op:type_name -> allot.fsm.v1.SlotsCommand.Op
-	32, // 11: allot.fsm.v1.ShardMapCommand.add_group:type_name -> allot.v1.ShardGroup
-	33, // 12: allot.fsm.v1.ShardMapCommand.plan:type_name -> allot.v1.SlotMove
-	33, // 13: allot.fsm.v1.ShardMapCommand.phase:type_name -> allot.v1.SlotMove
-	34, // 14: allot.fsm.v1.ShardMapCommand.pin:type_name -> allot.v1.PinSlotRequest
+	34, // 11: allot.fsm.v1.ShardMapCommand.add_group:type_name -> allot.v1.ShardGroup
+	35, // 12: allot.fsm.v1.ShardMapCommand.plan:type_name -> allot.v1.SlotMove
+	35, // 13: allot.fsm.v1.ShardMapCommand.phase:type_name -> allot.v1.SlotMove
+	36, // 14: allot.fsm.v1.ShardMapCommand.pin:type_name -> allot.v1.PinSlotRequest
 	24, // 15: allot.fsm.v1.SlotsRecord.moves:type_name -> allot.fsm.v1.MoveOutcome
 	0,  // 16: allot.fsm.v1.MoveOutcome.op:type_name -> allot.fsm.v1.SlotsCommand.Op
-	35, // 17: allot.fsm.v1.OverridesCommand.put:type_name -> allot.v1.Override
-	36, // 18: allot.fsm.v1.OverridesCommand.delete:type_name -> allot.v1.OverrideKey
+	37, // 17: allot.fsm.v1.OverridesCommand.put:type_name -> allot.v1.Override
+	38, // 18: allot.fsm.v1.OverridesCommand.delete:type_name -> allot.v1.OverrideKey
 	26, // 19: allot.fsm.v1.OverridesCommand.audit:type_name -> allot.fsm.v1.Audit
 	26, // 20: allot.fsm.v1.AuditCommand.audit:type_name -> allot.fsm.v1.Audit
-	37, // 21: allot.fsm.v1.AuditCommand.before:type_name -> allot.v1.AuditValues
-	37, // 22: allot.fsm.v1.AuditCommand.after:type_name -> allot.v1.AuditValues
-	38, // 23: allot.fsm.v1.ResetCommand.entry:type_name -> allot.v1.Reset
-	38, // 24: allot.fsm.v1.ResetCommand.mirrored:type_name -> allot.v1.Reset
+	39, // 21: allot.fsm.v1.AuditCommand.before:type_name -> allot.v1.AuditValues
+	39, // 22: allot.fsm.v1.AuditCommand.after:type_name -> allot.v1.AuditValues
+	40, // 23: allot.fsm.v1.ResetCommand.entry:type_name -> allot.v1.Reset
+	40, // 24: allot.fsm.v1.ResetCommand.mirrored:type_name -> allot.v1.Reset
 	25, // [25:25] is the sub-list for method output_type
 	25, // [25:25] is the sub-list for method input_type
 	25, // [25:25] is the sub-list for extension type_name
@@ -2633,7 +2796,7 @@ func file_fsm_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fsm_proto_rawDesc), len(file_fsm_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -274,6 +274,7 @@ func (a *Agent) install(set *rules.Set, problems []RuleProblem, strict bool, sou
 			coordinated: !r.Local && a.cfg.coordinated() && source != sourceStartup, mode: r.Mode(),
 			descriptor: r.Scope == rules.Descriptor, windowed: r.Algorithm.Windowed(), clk: a.clock,
 		}
+		rs.every = rs.coversAll()
 		if i >= maxRules {
 			err := fmt.Errorf("agent: rule %s is beyond the %d rules the agent enforces from one set", r.Name, maxRules)
 			if strict {

@@ -27,11 +27,13 @@ import (
 // A request with Peek is decided as it would be now and spends nothing
 // (see Request.Peek).
 func (a *Agent) Check(req Request) (d Decision) {
-	// A request is spent; a peek is the same decision, spending nothing.
+	// A request is spent; a peek is the same decision, spending nothing,
+	// and counted where it is answered: a deferred count, though a request
+	// never ran it, cost every request a flag set on entry and tested at
+	// each return.
 	o := opSpend
 	if req.Peek {
 		o = opPeek
-		defer a.countPeek(&d)
 	}
 	c := a.rules.Load()
 	if c == nil {
@@ -39,6 +41,7 @@ func (a *Agent) Check(req Request) (d Decision) {
 			a.noRules(&d)
 		} else {
 			a.untilRules(&d)
+			a.countPeek(&d)
 		}
 		return d
 	}
@@ -47,6 +50,9 @@ func (a *Agent) Check(req Request) (d Decision) {
 	}
 	if len(c.rules) == 0 {
 		d.Allowed = true
+		if o == opPeek {
+			a.countPeek(&d)
+		}
 		return d
 	}
 	cost := req.Cost
@@ -56,6 +62,9 @@ func (a *Agent) Check(req Request) (d Decision) {
 	if cost > MaxCost {
 		a.invalid.Add(1)
 		d.RetryAfter = -1 // never admissible, and counted under no rule
+		if o == opPeek {
+			a.countPeek(&d)
+		}
 		return d
 	}
 	local := a.clock.local()
@@ -95,6 +104,8 @@ func (a *Agent) Check(req Request) (d Decision) {
 				c.countHidden(a, &req, &rh, i, cost)
 				th := rh.get(a, &req, rules.AttrTenant)
 				c.count(c.usage.get(th, req.Tenant, req.Plan), th, &req, 2*i+1, cost)
+			} else {
+				a.peeks[1].Add(1) // refused
 			}
 			a.fill(&d, rs, &req, r)
 			return d
@@ -121,6 +132,8 @@ func (a *Agent) Check(req Request) (d Decision) {
 			th := rh.get(a, &req, rules.AttrTenant)
 			c.countPassed(c.usage.get(th, req.Tenant, req.Plan), th, &req, &passed, cost)
 		}
+	} else {
+		a.peeks[0].Add(1) // admitted
 	}
 	if best < 0 {
 		d.Allowed = true

@@ -392,3 +392,48 @@ func TestPeekNamesTheRuleCheckWould(t *testing.T) {
 		t.Errorf("the request: %+v; the peek named %s", d, p.Rule)
 	}
 }
+
+// TestPeekCountedAtEveryAnswer: a peek is counted once, as admitted or
+// denied, at whichever of Check's answers it gets: admitted, refused,
+// admitted past a shadow rule that would refuse it, over MaxCost, and by
+// a rule set that enforces nothing on Check (its only rule unlimited).
+// Check counts a peek where it answers, not by a deferred call.
+func TestPeekCountedAtEveryAnswer(t *testing.T) {
+	tight := rule("tight", rules.Tenant, algo.FixedWindow, 1, time.Minute, lease.Quota)
+	trial := tight
+	trial.Name, trial.Shadow = "trial", true
+	free := rules.Rule{Name: "internal", Scope: rules.Descriptor, Unlimited: true,
+		Match: rules.Match{Domain: "api", Descriptors: []rules.DescriptorEntry{{Key: "internal"}}}}
+	for _, tc := range []struct {
+		name    string
+		rules   []rules.Rule
+		spend   int   // requests spent before the peek
+		cost    int64 // the peek's
+		allowed bool
+	}{
+		{"admitted", []rules.Rule{tight}, 0, 1, true},
+		{"refused", []rules.Rule{tight}, 1, 1, false},
+		{"shadow refuses", []rules.Rule{trial}, 1, 1, true},
+		{"over MaxCost", []rules.Rule{tight}, 0, MaxCost + 1, false},
+		{"no rule on Check", []rules.Rule{free}, 0, 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := standalone(t, newManualClock(), tc.rules...)
+			req := Request{Tenant: "acme"}
+			for range tc.spend {
+				a.Check(req)
+			}
+			req.Peek, req.Cost = true, tc.cost
+			if d := a.Check(req); d.Allowed != tc.allowed {
+				t.Fatalf("peek: %+v; want allowed %v", d, tc.allowed)
+			}
+			want := [2]int64{1, 0}
+			if !tc.allowed {
+				want = [2]int64{0, 1}
+			}
+			if got := [2]int64{a.peeks[0].Load(), a.peeks[1].Load()}; got != want {
+				t.Errorf("peeks counted %d admitted, %d denied; want %d, %d", got[0], got[1], want[0], want[1])
+			}
+		})
+	}
+}

@@ -29,6 +29,9 @@ type ruleState struct {
 	// others' on the local one (at); clk is the agent's.
 	windowed bool
 	clk      *clock
+	// every is coversAll, worked out once: matches, asked of every rule
+	// on every request, is then small enough to be inlined.
+	every bool
 	// makeStore makes the store of an overridden tenant's keys.
 	makeStore func(limit int64, anchor rules.Anchor) (*limitStore, error)
 	// makeCallStore makes the store of a call limit's keys (descriptor
@@ -45,10 +48,11 @@ type ruleState struct {
 // that estimate would otherwise credit or take back that long's refill at
 // once).
 func (rs *ruleState) at(t *instants) time.Time {
+	ns := t.local
 	if rs.windowed {
-		return time.Unix(0, t.coord)
+		ns = t.coord
 	}
-	return time.Unix(0, t.local)
+	return time.Unix(0, ns) // once, so that at is inlined
 }
 
 // instants are one moment on both clocks (Unix ns), read once per check.
@@ -384,16 +388,10 @@ func (rs *ruleState) coversAll() bool {
 	return !rs.descriptor && len(m.Tenants) == 0 && len(m.Plans) == 0 && len(m.Routes) == 0
 }
 
-// matches reports whether the rule covers the request.
+// matches reports whether the rule covers the request. Descriptor rules
+// are decided by CheckDescriptors only.
 func (rs *ruleState) matches(req *Request) bool {
-	if rs.descriptor {
-		return false // decided by CheckDescriptors only
-	}
-	m := &rs.rule.Match
-	if len(m.Tenants) == 0 && len(m.Plans) == 0 && len(m.Routes) == 0 {
-		return true
-	}
-	return rs.rule.Matches(req.Tenant, req.Plan, req.Route)
+	return rs.every || !rs.descriptor && rs.rule.Matches(req.Tenant, req.Plan, req.Route)
 }
 
 // result is one rule's decision. It has four fields, not algo.Decision's

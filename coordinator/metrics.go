@@ -54,7 +54,7 @@ type metrics struct {
 	// every member alike (as commands): each replica records each
 	// entry once.
 	auditEntries *prometheus.CounterVec
-	// Threshold notices (notices.go): those waiting for the webhook
+	// Threshold notices (leader_notices.go): those waiting for the webhook
 	// (leader only, 0 elsewhere), and the leader's attempts at delivering
 	// them, by result.
 	noticesPending   *prometheus.GaugeVec

@@ -27,7 +27,7 @@
 // The package sees the member it runs on only through Intake: the rule
 // set, two settings, and the way a stream's reports go. The member's side
 // of that (its shard router, the way to its leader, here or forwarded)
-// is the coordinator's (coordinator/endpoint_rlqs.go), so a stream's
+// is the coordinator's (coordinator/endpoint_agent.go), so a stream's
 // report takes the path an agent's does, and this package knows nothing
 // of Raft, the ledger or the allocator.
 package rlqs

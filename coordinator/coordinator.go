@@ -453,12 +453,18 @@ func (c *Coordinator) apply(ctx context.Context, t state.Command, m proto.Messag
 	return f.Response(), nil
 }
 
-// waitFuture waits for a Raft future, or for ctx. A future Raft took just
-// as it shut down was seen never to resolve: a new leader's maintenance
-// entry, applied as the member closed, held Close for nine minutes (make
-// test, TestExportToPostgresExactlyOnce). Its wait is given up with ctx,
-// the leader's term or the member's life; the goroutine left waiting ends
-// if the future ever resolves.
+// waitFuture waits for a Raft future, or for ctx. Every wait on a future
+// that goes through the log (an entry, a barrier, a membership change)
+// goes through here: Raft answers such a future once its state machine
+// goroutine has applied the entry, and that goroutine returns on shutdown
+// leaving what was committed and not yet applied unanswered
+// (hashicorp/raft v1.7.3, fsm.go's runFSM). Waited on bare, such futures
+// held Close for nine minutes twice in make test: a new leader's
+// maintenance entry (TestExportToPostgresExactlyOnce), then a new leader's
+// catch-up barrier (TestLeaderGaugesResetOnStepDown, whose member closed
+// just after leadership moved to it). Its wait is given up with ctx, the
+// leader's term or the member's life; the goroutine left waiting ends if
+// the future ever resolves.
 func waitFuture(ctx context.Context, f raft.Future) error {
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()

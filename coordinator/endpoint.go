@@ -291,7 +291,7 @@ func (c *Coordinator) caughtUp(ctx context.Context) error {
 	if timeout <= 0 {
 		return ctx.Err()
 	}
-	if err := c.raft.Barrier(timeout).Error(); err != nil {
+	if err := waitFuture(ctx, c.raft.Barrier(timeout)); err != nil {
 		return fmt.Errorf("%w: %w", ErrNotLeader, err)
 	}
 	return nil

@@ -253,7 +253,7 @@ func (c *Coordinator) preamble(ctx context.Context) (epoch uint64, step string, 
 		name string
 		run  func() error
 	}{
-		{"catch up with the log", func() error { return c.raft.Barrier(10 * time.Second).Error() }},
+		{"catch up with the log", func() error { return waitFuture(ctx, c.raft.Barrier(10*time.Second)) }},
 		{"fix cluster settings", c.fixSettings},
 		{"record its addresses", func() error {
 			var self *allotpb.Member

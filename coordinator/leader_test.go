@@ -2,11 +2,13 @@ package coordinator
 
 import (
 	"context"
-	"github.com/allot-io/allot/internal/testwait"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/allot-io/allot/internal/testwait"
 	allotpb "github.com/allot-io/allot/proto"
+	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
@@ -139,6 +141,50 @@ func TestCountersStartAtZero(t *testing.T) {
 	} {
 		if series[want] == 0 {
 			t.Errorf("no %s series at start", want)
+		}
+	}
+}
+
+// TestCloseWhileANewLeaderCatchesUp: a member closed while its new term's
+// catch-up barrier waits behind entries its state machine has not yet
+// applied still closes. Raft's apply goroutine returns on shutdown and
+// leaves the barrier unanswered; waited on bare, it held Close (and a
+// make test run) for nine minutes.
+//
+// The member restarts from its data dir, so that as the only voter it
+// leads at once and re-applies its log behind the barrier; its first
+// entry is held until Raft is shutting down. Whether the stranded barrier
+// is the next thing Raft's apply goroutine reads or its shutdown is a
+// coin toss (a select with both ready), so the story runs four times.
+func TestCloseWhileANewLeaderCatchesUp(t *testing.T) {
+	for range 4 {
+		cfg := testConfig(t, "n1", t.TempDir())
+		cfg.Bootstrap = true
+		c := start(t, cfg)
+		l := waitLeader(t, []*Coordinator{c})
+		putRules(t, l, &allotpb.Rule{Name: "api", Scope: "tenant", Algorithm: "token_bucket", Limit: 1000, Period: durationpb.New(time.Second), Burst: 100, Intent: "capacity"})
+		stop(c)
+		last := c.raft.LastIndex()
+
+		cfg.Bootstrap = false
+		var member atomic.Pointer[Coordinator] // set once started; the hook may run before
+		cfg.hooks = &testHooks{beforeApply: func(*raft.Log) {
+			for c := member.Load(); c == nil || c.raft.State() != raft.Shutdown; c = member.Load() {
+				time.Sleep(time.Millisecond)
+			}
+		}}
+		restarted := start(t, cfg)
+		member.Store(restarted)
+		// The new term's no-op and the barrier after it are in the log.
+		testwait.For(t, 10*time.Second, "the restarted member to take its catch-up barrier", func() bool {
+			return restarted.raft.LastIndex() >= last+2
+		})
+		closed := make(chan struct{})
+		go func() { stop(restarted); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(time.Minute):
+			t.Fatal("Close did not return: a wait on a barrier Raft's shutdown left unanswered")
 		}
 	}
 }

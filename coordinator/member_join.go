@@ -221,7 +221,7 @@ func (c *Coordinator) addMember(ctx context.Context, req *allotpb.JoinRequest) (
 		f, action = c.raft.AddVoter(id, addr, 0, 10*time.Second), "Promote"
 	}
 	if f != nil {
-		if err := f.Error(); err != nil {
+		if err := waitFuture(ctx, f); err != nil {
 			return nil, fmt.Errorf("coordinator: adding %s: %w", id, err)
 		}
 		if cfgNow := c.raft.GetConfiguration(); cfgNow.Error() == nil {
@@ -254,7 +254,7 @@ func (c *Coordinator) removeMember(ctx context.Context, id string) error {
 	if id == "" {
 		return fmt.Errorf("%w: remove needs an id", errBadRequest)
 	}
-	if err := c.raft.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
+	if err := waitFuture(ctx, c.raft.RemoveServer(raft.ServerID(id), 0, 10*time.Second)); err != nil {
 		return fmt.Errorf("coordinator: removing %s: %w", id, err)
 	}
 	_, err := c.apply(ctx, state.CmdMember, &fsmpb.MemberCommand{Member: &allotpb.Member{Id: id}, Remove: true, Audit: c.auditStamp(ctx, "Remove")}, 10*time.Second)

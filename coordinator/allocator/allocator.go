@@ -108,6 +108,7 @@ type nodeInfo struct {
 
 // pool is one key of one rule: the allowance being divided.
 type pool struct {
+	key  poolKey // its key in its shard's map
 	rule *rules.Rule
 	// limit is what the pool divides, in the rule's units per period:
 	// the region's part of ruleLimit (see allocator.poolLimit), the

@@ -28,11 +28,11 @@ import (
 // processes (issue 11). In a window pool so does the next count a node
 // switches to at the boundary, where what each holds becomes what it will
 // hold next.
-func (a *Allocator) leaseOf(p *pool, c *class, cl *claim, d *allotpb.KeyDemand, epoch uint64, now int64) *allotpb.Lease {
-	if cl.seq == 0 || (d.GetHeldEpoch() == epoch && d.GetHeldSeq() == cl.seq) {
+func (a *Allocator) leaseOf(p *pool, c *class, cl *claim, held heldLease, epoch uint64, now int64) *allotpb.Lease {
+	if cl.seq == 0 || (held.epoch == epoch && held.seq == cl.seq) {
 		return nil
 	}
-	l := a.leaseFor(p, c, cl, d, epoch, now)
+	l := a.leaseFor(p, c, cl, epoch, now)
 	cl.held = max(cl.held, cl.grant)
 	if p.rule.Algorithm.Windowed() {
 		cl.nextHeld = max(cl.nextHeld, cl.next)
@@ -41,10 +41,10 @@ func (a *Allocator) leaseOf(p *pool, c *class, cl *claim, d *allotpb.KeyDemand, 
 }
 
 // leaseFor builds the lease a claim's grant gives its node.
-func (a *Allocator) leaseFor(p *pool, c *class, cl *claim, d *allotpb.KeyDemand, epoch uint64, now int64) *allotpb.Lease {
+func (a *Allocator) leaseFor(p *pool, c *class, cl *claim, epoch uint64, now int64) *allotpb.Lease {
 	l := &allotpb.Lease{
-		Rule:            d.GetRule(),
-		Key:             d.GetKey(),
+		Rule:            p.key.rule,
+		Key:             p.key.key,
 		Tenant:          c.key.tenant,
 		Priority:        c.key.priority,
 		Limit:           cl.grant,

@@ -6,7 +6,6 @@ import (
 
 	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/lease"
-	allotpb "github.com/allot-io/allot/proto"
 	"github.com/allot-io/allot/rules"
 )
 
@@ -31,10 +30,10 @@ func TestLeaseOfNothing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &rules.Rule{Name: "api", Scope: rules.Tenant, Algorithm: tc.alg, Limit: 100, Period: time.Second, Intent: lease.Capacity}
-			p := &pool{rule: r, limit: 100}
+			p := &pool{key: poolKey{"api", "acme"}, rule: r, limit: 100}
 			c := &class{key: classKey{tenant: "acme"}}
 			cl := &claim{grant: tc.grant, held: tc.held, committed: tc.spent, seq: 1}
-			l := a.leaseFor(p, c, cl, &allotpb.KeyDemand{Rule: "api", Key: "acme"}, 1, 0)
+			l := a.leaseFor(p, c, cl, 1, 0)
 			if l.GetLimit() != tc.want || l.GetNextLimit() != tc.wantNext {
 				t.Fatalf("grant %g (held %g, spent %g): lease %g next %g; want %g next %g", tc.grant, tc.held, tc.spent, l.GetLimit(), l.GetNextLimit(), tc.want, tc.wantNext)
 			}

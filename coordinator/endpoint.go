@@ -59,7 +59,7 @@ func (c *Coordinator) startGRPC() error {
 		grpc.MaxHeaderListSize(maxHeaderList),
 		grpc.MaxConcurrentStreams(uint32(c.cfg.MaxConcurrentStreams)),
 		grpc.ConnectionTimeout(connectionTimeout),
-		grpc.ChainUnaryInterceptor(c.metrics.grpc.UnaryServerInterceptor(), markHandled, c.authz.Unary),
+		grpc.ChainUnaryInterceptor(releasingRequest(c.metrics.grpc.UnaryServerInterceptor()), markHandled, c.authz.Unary),
 		grpc.ChainStreamInterceptor(c.metrics.grpc.StreamServerInterceptor(), c.authz.Stream),
 		grpc.StatsHandler(&oversizeCounter{reports: c.metrics.reports}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: c.cfg.MaxConnectionAge, MaxConnectionAgeGrace: time.Minute, MaxConnectionIdle: connectionIdle}),
@@ -150,6 +150,24 @@ func (o *oversizeCounter) HandleRPC(ctx context.Context, s stats.RPCStats) {
 	}
 	if status.Code(end.Error) == codes.ResourceExhausted {
 		o.reports.WithLabelValues("too_large").Inc()
+	}
+}
+
+// releasingRequest runs an interceptor that does not need the request
+// (gRPC's server metrics) without letting it hold the request: the
+// metrics interceptor keeps it, in its call's metadata, until the call
+// returns, and a report waiting for its round kept its whole decoded
+// demand reachable through it (issue 41: decoded reports were two thirds
+// of the leader's heap at 100 gateways × 2,000 tenants, although the
+// allocator keeps none of a report past its fold). The interceptor is
+// given no request; the handler gets it once, from a variable it clears.
+func releasingRequest(intercept grpc.UnaryServerInterceptor) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, next grpc.UnaryHandler) (any, error) {
+		return intercept(ctx, nil, info, func(ctx context.Context, _ any) (any, error) {
+			r := req
+			req = nil
+			return next(ctx, r)
+		})
 	}
 }
 

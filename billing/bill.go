@@ -48,6 +48,10 @@ type Line struct {
 	// allowance the parent leased it over the window; on a total line,
 	// their sum. Nil when none was recorded.
 	Granted *float64
+	// Terms are the tenant's cycle the window belongs to and the limit
+	// in force, as the ledger recorded them; on a total line, the
+	// regions' when they all recorded the same, else none.
+	Terms ledger.Terms
 }
 
 // RegionShare is one region's share of a total line's admitted units.
@@ -124,9 +128,13 @@ func billGroup(group []LedgerLine) []Line {
 	out := make([]Line, 0, len(group)+1)
 	var granted *float64
 	var shares []RegionShare
+	terms := group[0].Terms
 	for _, l := range group {
+		if l.Terms != terms {
+			terms = ledger.Terms{}
+		}
 		b := Line{Start: l.Start(), End: l.End(), Final: l.Final, Tenant: l.Tenant, Rule: l.Rule, Region: l.Region,
-			Admitted: l.Admitted, Denied: l.Denied, Granted: l.Granted}
+			Admitted: l.Admitted, Denied: l.Denied, Granted: l.Granted, Terms: l.Terms}
 		if l.Granted != nil {
 			sum := *l.Granted
 			if granted != nil {
@@ -145,7 +153,7 @@ func billGroup(group []LedgerLine) []Line {
 		first := group[0]
 		out = append(out, Line{Start: first.Start(), End: first.End(), Final: final, Tenant: first.Tenant, Rule: first.Rule,
 			Region: AllRegions, Total: true, Admitted: admitted, Denied: denied, Shares: shares,
-			Allowance: allowance(def, first.Tenant, first.End().Sub(first.Start())), Granted: granted})
+			Allowance: allowance(def, first.Tenant, first.End().Sub(first.Start())), Granted: granted, Terms: terms})
 	}
 	return out
 }

@@ -32,12 +32,16 @@ WHERE cluster_id = $1`
     window_seconds integer NOT NULL,
     admitted       bigint NOT NULL,
     denied         bigint NOT NULL,
-    granted        double precision
+    granted        double precision,
+    cycle_start    timestamptz,
+    limit_units    bigint
 ) ON COMMIT DROP`
 
 	// onConflict adds a key exported again to what is stored: counts
 	// saturate at the bigint's maximum, and granted is the sum of the
-	// two with NULL as absent (NULL only when both are).
+	// two with NULL as absent (NULL only when both are). The terms are
+	// the later line's, as the ledger keeps the later usage's, unless it
+	// has none.
 	onConflict = `
 ON CONFLICT (cluster_id, window_start, tenant, rule, region) DO UPDATE SET
     window_seconds = EXCLUDED.window_seconds,
@@ -47,21 +51,23 @@ ON CONFLICT (cluster_id, window_start, tenant, rule, region) DO UPDATE SET
         THEN 9223372036854775807 ELSE allot_usage.denied + EXCLUDED.denied END,
     granted = CASE WHEN allot_usage.granted IS NULL AND EXCLUDED.granted IS NULL THEN NULL
         ELSE COALESCE(allot_usage.granted, 0) + COALESCE(EXCLUDED.granted, 0) END,
+    cycle_start = COALESCE(EXCLUDED.cycle_start, allot_usage.cycle_start),
+    limit_units = COALESCE(EXCLUDED.limit_units, allot_usage.limit_units),
     exported_at = now()`
 
 	upsertFromStage = `INSERT INTO allot_usage
-    (cluster_id, window_start, tenant, rule, region, window_seconds, admitted, denied, granted)
-SELECT $1, window_start, tenant, rule, region, window_seconds, admitted, denied, granted
+    (cluster_id, window_start, tenant, rule, region, window_seconds, admitted, denied, granted, cycle_start, limit_units)
+SELECT $1, window_start, tenant, rule, region, window_seconds, admitted, denied, granted, cycle_start, limit_units
 FROM allot_usage_stage` + onConflict
 
 	upsertFromArrays = `INSERT INTO allot_usage
-    (cluster_id, window_start, tenant, rule, region, window_seconds, admitted, denied, granted)
+    (cluster_id, window_start, tenant, rule, region, window_seconds, admitted, denied, granted, cycle_start, limit_units)
 SELECT $1, * FROM unnest($2::timestamptz[], $3::text[], $4::text[], $5::text[],
-    $6::integer[], $7::bigint[], $8::bigint[], $9::double precision[])` + onConflict
+    $6::integer[], $7::bigint[], $8::bigint[], $9::double precision[], $10::timestamptz[], $11::bigint[])` + onConflict
 )
 
 // stageColumns are allot_usage_stage's columns in COPY order.
-var stageColumns = []string{"window_start", "tenant", "rule", "region", "window_seconds", "admitted", "denied", "granted"}
+var stageColumns = []string{"window_start", "tenant", "rule", "region", "window_seconds", "admitted", "denied", "granted", "cycle_start", "limit_units"}
 
 // errNoPosition is a cluster with no position row.
 var errNoPosition = errors.New("no position row")
@@ -235,7 +241,7 @@ func copyDirect(ctx context.Context, tx pgx.Tx, cluster string, lines []ledger.L
 }
 
 // usageColumns are allot_usage's columns copyDirect fills.
-var usageColumns = []string{"cluster_id", "window_start", "tenant", "rule", "region", "window_seconds", "admitted", "denied", "granted"}
+var usageColumns = []string{"cluster_id", "window_start", "tenant", "rule", "region", "window_seconds", "admitted", "denied", "granted", "cycle_start", "limit_units"}
 
 // unnestUpsert sends lines as one array per column in a single
 // INSERT … SELECT FROM unnest(…) ON CONFLICT: one statement, no staging
@@ -251,13 +257,21 @@ func unnestUpsert(ctx context.Context, tx pgx.Tx, cluster string, lines []ledger
 		admitted = make([]int64, n)
 		denied   = make([]int64, n)
 		granted  = make([]*float64, n)
+		cycles   = make([]*time.Time, n)
+		limits   = make([]*int64, n)
 	)
 	for i := range lines {
 		l := &lines[i]
 		windows[i], tenants[i], rules[i], regions[i] = time.Unix(l.Window, 0), storeName(l.Tenant), storeName(l.Rule), storeName(l.Region)
 		seconds[i], admitted[i], denied[i], granted[i] = int32(l.WindowSeconds), clamp(l.Admitted), clamp(l.Denied), l.Granted
+		if start, ok := l.Cycle(); ok {
+			cycles[i] = &start
+		}
+		if l.Limit != 0 {
+			limits[i] = &l.Limit
+		}
 	}
-	if _, err := tx.Exec(ctx, upsertFromArrays, cluster, windows, tenants, rules, regions, seconds, admitted, denied, granted); err != nil {
+	if _, err := tx.Exec(ctx, upsertFromArrays, cluster, windows, tenants, rules, regions, seconds, admitted, denied, granted, cycles, limits); err != nil {
 		return fmt.Errorf("adding to allot_usage: %w", err)
 	}
 	return nil

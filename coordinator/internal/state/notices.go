@@ -52,7 +52,7 @@ func (s *State) cycleOf(r *rules.Rule, tenant string, at time.Time) (start, end 
 	if ok {
 		o = rulespb.OverrideFromProto(p).TenantOverride
 	}
-	return r.CycleAt(o, ok, tenant, "", at)
+	return s.cycleIn(r, o, ok, tenant, at)
 }
 
 // tallyKey names one tenant's cycle under a rule.

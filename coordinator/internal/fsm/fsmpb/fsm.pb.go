@@ -975,9 +975,15 @@ type LedgerRecord struct {
 	Final      bool                   `protobuf:"varint,7,opt,name=final,proto3" json:"final,omitempty"`
 	// granted is what the parent leased this region of the tenant's
 	// allowance over the window (docs/regions.md), set when recorded.
-	Granted       *float64 `protobuf:"fixed64,8,opt,name=granted,proto3,oneof" json:"granted,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Granted *float64 `protobuf:"fixed64,8,opt,name=granted,proto3,oneof" json:"granted,omitempty"`
+	// The terms the usage was counted against (ledger.Terms): the start of
+	// the tenant's cycle of the rule that the window belongs to, and the
+	// limit in force for the tenant. 0 when not recorded: in snapshots
+	// written before they were, and for rules without such terms.
+	CycleStartUnix int64 `protobuf:"varint,9,opt,name=cycle_start_unix,json=cycleStartUnix,proto3" json:"cycle_start_unix,omitempty"`
+	Limit          int64 `protobuf:"varint,10,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *LedgerRecord) Reset() {
@@ -1062,6 +1068,20 @@ func (x *LedgerRecord) GetFinal() bool {
 func (x *LedgerRecord) GetGranted() float64 {
 	if x != nil && x.Granted != nil {
 		return *x.Granted
+	}
+	return 0
+}
+
+func (x *LedgerRecord) GetCycleStartUnix() int64 {
+	if x != nil {
+		return x.CycleStartUnix
+	}
+	return 0
+}
+
+func (x *LedgerRecord) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
 	}
 	return 0
 }
@@ -2562,7 +2582,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\x123\n" +
 	"\x16last_applied_unix_nano\x18\x04 \x01(\x03R\x13lastAppliedUnixNano\x12+\n" +
 	"\x12last_cut_unix_nano\x18\x05 \x01(\x03R\x0flastCutUnixNano\x12\x12\n" +
-	"\x04left\x18\x06 \x01(\bR\x04left\"\xe8\x01\n" +
+	"\x04left\x18\x06 \x01(\bR\x04left\"\xa8\x02\n" +
 	"\fLedgerRecord\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x16\n" +
@@ -2572,7 +2592,10 @@ const file_fsm_proto_rawDesc = "" +
 	"\badmitted\x18\x05 \x01(\x04R\badmitted\x12\x16\n" +
 	"\x06denied\x18\x06 \x01(\x04R\x06denied\x12\x14\n" +
 	"\x05final\x18\a \x01(\bR\x05final\x12\x1d\n" +
-	"\agranted\x18\b \x01(\x01H\x00R\agranted\x88\x01\x01B\n" +
+	"\agranted\x18\b \x01(\x01H\x00R\agranted\x88\x01\x01\x12(\n" +
+	"\x10cycle_start_unix\x18\t \x01(\x03R\x0ecycleStartUnix\x12\x14\n" +
+	"\x05limit\x18\n" +
+	" \x01(\x03R\x05limitB\n" +
 	"\n" +
 	"\b_granted\"M\n" +
 	"\fWindowRecord\x12\x1f\n" +

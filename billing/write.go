@@ -70,7 +70,7 @@ func fraction4(r *big.Rat) string {
 func CSVHeader() []string { return slices.Clone(csvHeader) }
 
 var csvHeader = []string{"window_start", "window_end", "final", "tenant", "rule", "region", "admitted", "denied", "share", "region_fraction", "allowance", "used", "granted",
-	"cycle_start", "limit"}
+	"cycle_start", "limit", "overage"}
 
 // grantedText is a granted count to three places, or "" when none.
 func grantedText(g *float64) string {
@@ -114,7 +114,7 @@ func WriteCSV(w io.Writer, bill []Line) error {
 		row := []string{b.Start.UTC().Format(time.RFC3339), b.End.UTC().Format(time.RFC3339), strconv.FormatBool(b.Final),
 			b.Tenant, b.Rule, b.Region, strconv.FormatUint(b.Admitted, 10), strconv.FormatUint(b.Denied, 10),
 			share, b.Fraction, ratText(b.Allowance, 3), fraction4(usedRatio(b.Admitted, b.Allowance)), grantedText(b.Granted),
-			cycleText(b.Terms), limitText(b.Terms)}
+			cycleText(b.Terms), limitText(b.Terms), strconv.FormatUint(b.Overage, 10)}
 		if err := cw.Write(row); err != nil {
 			return err
 		}
@@ -147,6 +147,8 @@ type JSONLine struct {
 	// when it recorded none.
 	CycleStart string `json:"cycle_start,omitempty"`
 	Limit      *int64 `json:"limit,omitempty"`
+	// Overage is the part of Admitted past the limit in force.
+	Overage uint64 `json:"overage"`
 }
 
 func jsonNumber(s string) *json.Number {
@@ -165,7 +167,7 @@ func WriteJSONL(w io.Writer, bill []Line) error {
 			Tenant: b.Tenant, Rule: b.Rule, Region: b.Region, Total: b.Total, Admitted: b.Admitted, Denied: b.Denied,
 			Share: jsonNumber(ratText(b.Share, 6)), RegionFraction: jsonNumber(b.Fraction),
 			Allowance: jsonNumber(ratText(b.Allowance, 3)), Used: jsonNumber(ratText(usedRatio(b.Admitted, b.Allowance), 6)),
-			Granted: jsonNumber(grantedText(b.Granted)), CycleStart: cycleText(b.Terms)}
+			Granted: jsonNumber(grantedText(b.Granted)), CycleStart: cycleText(b.Terms), Overage: b.Overage}
 		if b.Terms.Limit != 0 {
 			j.Limit = &b.Terms.Limit
 		}
@@ -191,7 +193,7 @@ func WriteTable(w io.Writer, bill []Line, from, to time.Time) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "WINDOW\tFINAL\tTENANT\tRULE\tREGION\tADMITTED\tDENIED\tSHARE\tFRACTION\tALLOWANCE\tUSED\tGRANTED\tCYCLE\tLIMIT")
+	fmt.Fprintln(tw, "WINDOW\tFINAL\tTENANT\tRULE\tREGION\tADMITTED\tDENIED\tSHARE\tFRACTION\tALLOWANCE\tUSED\tGRANTED\tCYCLE\tLIMIT\tOVERAGE")
 	open := 0
 	for _, b := range bill {
 		share := ratPercent(b.Share)
@@ -201,9 +203,9 @@ func WriteTable(w io.Writer, bill []Line, from, to time.Time) error {
 		if !b.Final && !b.Total {
 			open++
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", b.Start.UTC().Format(time.RFC3339), finalText(b.Final),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", b.Start.UTC().Format(time.RFC3339), finalText(b.Final),
 			b.Tenant, b.Rule, b.Region, b.Admitted, b.Denied, share, b.Fraction, ratText(b.Allowance, 3), ratPercent(usedRatio(b.Admitted, b.Allowance)), grantedText(b.Granted),
-			cycleText(b.Terms), limitText(b.Terms))
+			cycleText(b.Terms), limitText(b.Terms), b.Overage)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

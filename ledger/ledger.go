@@ -49,6 +49,11 @@ type Line struct {
 	// WindowSeconds is the billing window's length.
 	WindowSeconds    int64
 	Admitted, Denied uint64
+	// Overage is the part of Admitted past the limit in force, under a
+	// quota with overage: what billing prices apart. It is part of
+	// Admitted, not added to it: the units included in the plan are
+	// Admitted − Overage.
+	Overage uint64
 	// Granted is what a parent leased the region of the tenant's
 	// allowance over the window (docs/regions.md); nil when none was
 	// recorded.
@@ -95,6 +100,9 @@ func (l Line) End() time.Time { return time.Unix(l.Window+l.WindowSeconds, 0).UT
 func (l Line) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%v (%d s): admitted %d, denied %d", l.Key, l.WindowSeconds, l.Admitted, l.Denied)
+	if l.Overage != 0 {
+		fmt.Fprintf(&b, ", overage %d", l.Overage)
+	}
 	if l.Granted != nil {
 		fmt.Fprintf(&b, ", granted %g", *l.Granted)
 	}

@@ -158,8 +158,12 @@ type UsageRecord struct {
 	// (docs/billing.md, "What the ledger records"). Absent when not
 	// recorded: for rules not keyed by the tenant alone, and for lines
 	// counted before they were.
-	CycleStart    *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=cycle_start,json=cycleStart,proto3" json:"cycle_start,omitempty"`
-	Limit         *int64                 `protobuf:"varint,12,opt,name=limit,proto3,oneof" json:"limit,omitempty"`
+	CycleStart *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=cycle_start,json=cycleStart,proto3" json:"cycle_start,omitempty"`
+	Limit      *int64                 `protobuf:"varint,12,opt,name=limit,proto3,oneof" json:"limit,omitempty"`
+	// overage is the part of admitted past the limit in force, under a
+	// quota with overage (docs/billing.md, "Metered overage"): billed apart,
+	// and part of admitted, not added to it.
+	Overage       uint64 `protobuf:"varint,13,opt,name=overage,proto3" json:"overage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -274,6 +278,13 @@ func (x *UsageRecord) GetCycleStart() *timestamppb.Timestamp {
 func (x *UsageRecord) GetLimit() int64 {
 	if x != nil && x.Limit != nil {
 		return *x.Limit
+	}
+	return 0
+}
+
+func (x *UsageRecord) GetOverage() uint64 {
+	if x != nil {
+		return x.Overage
 	}
 	return 0
 }
@@ -614,7 +625,7 @@ const file_usage_proto_rawDesc = "" +
 	"\n" +
 	"page_token\x18\a \x01(\tR\tpageToken\x12\x1d\n" +
 	"\n" +
-	"group_only\x18\b \x01(\bR\tgroupOnly\"\xbe\x03\n" +
+	"group_only\x18\b \x01(\bR\tgroupOnly\"\xd8\x03\n" +
 	"\vUsageRecord\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x16\n" +
@@ -630,7 +641,8 @@ const file_usage_proto_rawDesc = "" +
 	" \x01(\bR\bexported\x12;\n" +
 	"\vcycle_start\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"cycleStart\x12\x19\n" +
-	"\x05limit\x18\f \x01(\x03H\x01R\x05limit\x88\x01\x01B\n" +
+	"\x05limit\x18\f \x01(\x03H\x01R\x05limit\x88\x01\x01\x12\x18\n" +
+	"\aoverage\x18\r \x01(\x04R\aoverageB\n" +
 	"\n" +
 	"\b_grantedB\b\n" +
 	"\x06_limit\"h\n" +

@@ -47,8 +47,8 @@ func encodeCopy(cluster string, withCluster bool, lines []ledger.Line) []byte {
 	if withCluster {
 		fields = len(usageColumns)
 	}
-	// A row is about 120 bytes with short names.
-	buf := make([]byte, 0, len(copyHeader)+len(lines)*(88+len(cluster)+len(lines[0].Tenant)+len(lines[0].Rule)+len(lines[0].Region))+2)
+	// A row is about 130 bytes with short names.
+	buf := make([]byte, 0, len(copyHeader)+len(lines)*(100+len(cluster)+len(lines[0].Tenant)+len(lines[0].Rule)+len(lines[0].Region))+2)
 	buf = append(buf, copyHeader...)
 	for i := range lines {
 		l := &lines[i]
@@ -81,6 +81,7 @@ func encodeCopy(cluster string, withCluster bool, lines []ledger.Line) []byte {
 		} else {
 			buf = appendInt64(buf, l.Limit)
 		}
+		buf = appendInt64(buf, min(clamp(l.Overage), clamp(l.Admitted)))
 	}
 	return binary.BigEndian.AppendUint16(buf, math.MaxUint16) // -1: the end
 }

@@ -150,7 +150,7 @@ func TestBillingDocQueries(t *testing.T) {
 					if rule == invoiced {
 						l.Terms = ledger.Terms{CycleStart: cycle.Start(w).Unix(), Limit: 100000}
 						if w.Equal(month.AddDate(0, 1, -1).Add(time.Hour)) {
-							l.Limit = 250000
+							l.Limit, l.Overage = 250000, l.Admitted/2
 						}
 					}
 					lines = append(lines, l)
@@ -180,9 +180,9 @@ func TestBillingDocQueries(t *testing.T) {
 	if rows := strings.Count(got, "\n") - len(constants); rows < 3*len(constants) {
 		t.Errorf("the doc's values select %d rows of the test's ledger in all, want several for each query:\n%s", rows, got)
 	}
-	// The invoice is the cycle's lines: two windows in each cluster, and
-	// the limit of the last.
-	if !regexp.MustCompile(`(?m)^` + tenant + `,` + invoiced + `,[^,]+,\d+,\d+,250000$`).MatchString(got) {
+	// The invoice is the cycle's lines: two windows in each cluster, some
+	// overage, and the limit of the last.
+	if !regexp.MustCompile(`(?m)^` + tenant + `,` + invoiced + `,[^,]+,\d+,\d+,[1-9]\d*,\d+,250000$`).MatchString(got) {
 		t.Errorf("the doc's invoice selects no cycle of %s under %s, against the limit of its last window:\n%s", tenant, invoiced, got)
 	}
 }

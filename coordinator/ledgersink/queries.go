@@ -34,14 +34,16 @@ WHERE tenant = $1 AND window_start >= $2 AND window_start < $3
 GROUP BY window_start, tenant, rule
 ORDER BY window_start, tenant, rule`
 
-	// QueryTenantCycle is one tenant's invoice: what it admitted and was
-	// denied under one rule in one of its cycles (the lines whose
-	// cycle_start is the cycle's), over every region and cluster, and the
-	// limit in force at the last window counted. The cycle is named by its
-	// start, as the tenant's anchor places it ('2026-11-17 00:00:00
+	// QueryTenantCycle is one tenant's invoice: what it was admitted under
+	// one rule in one of its cycles (the lines whose cycle_start is the
+	// cycle's), over every region and cluster, split into the units its
+	// plan includes and the overage billed apart, what it was denied, and
+	// the limit in force at the last window counted. The cycle is named by
+	// its start, as the tenant's anchor places it ('2026-11-17 00:00:00
 	// America/New_York'). $1 tenant, $2 rule, $3 cycle start.
-	QueryTenantCycle = `SELECT tenant, rule, cycle_start, sum(admitted) AS admitted, sum(denied) AS denied,
-    (array_agg(limit_units ORDER BY window_start DESC))[1] AS limit_units
+	QueryTenantCycle = `SELECT tenant, rule, cycle_start, sum(admitted) AS admitted,
+    sum(admitted) - coalesce(sum(overage), 0) AS included, coalesce(sum(overage), 0) AS overage,
+    sum(denied) AS denied, (array_agg(limit_units ORDER BY window_start DESC))[1] AS limit_units
 FROM allot_usage
 WHERE tenant = $1 AND rule = $2 AND cycle_start = $3
 GROUP BY tenant, rule, cycle_start`

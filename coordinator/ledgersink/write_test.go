@@ -212,8 +212,8 @@ func TestBadBatches(t *testing.T) {
 // TestAddingToAnExportedKey exports keys, forgets the position (as an
 // operator re-creating a cluster under the same ID would) and exports
 // the same keys again: counts add, saturating at bigint's maximum,
-// granted adds with NULL as absent, and the terms are the second line's
-// unless it has none.
+// granted adds with NULL as absent, overage adds and stays within
+// admitted, and the terms are the second line's unless it has none.
 func TestAddingToAnExportedKey(t *testing.T) {
 	const max = math.MaxInt64
 	cycle := time.Date(2025, 12, 17, 5, 0, 0, 0, time.UTC).Unix()
@@ -254,7 +254,7 @@ func TestAddingToAnExportedKey(t *testing.T) {
 					}
 					pos = ledger.Position{}
 				}
-				l := ledger.Line{Key: key, WindowSeconds: 3600, Admitted: admitted, Denied: admitted, Granted: granted, Terms: terms}
+				l := ledger.Line{Key: key, WindowSeconds: 3600, Admitted: admitted, Denied: admitted, Granted: granted, Terms: terms, Overage: admitted / 2}
 				if _, err := s.Write(ctx, "c", pos, []ledger.Line{l}); err != nil {
 					t.Fatal(err)
 				}
@@ -266,8 +266,11 @@ func TestAddingToAnExportedKey(t *testing.T) {
 				t.Fatalf("Query: %v, %v; want the one line", lines, err)
 			}
 			got := lines[0]
-			if got.Admitted != uint64(tt.want) || got.Denied != uint64(tt.want) {
-				t.Errorf("admitted %d denied %d, want %d", got.Admitted, got.Denied, tt.want)
+			// Half of each export's admitted units were overage: they add
+			// as admitted does, saturating, and never pass it.
+			wantOverage := min(clampTo(tt.first/2)+clampTo(tt.second/2), uint64(tt.want))
+			if got.Admitted != uint64(tt.want) || got.Denied != uint64(tt.want) || got.Overage != wantOverage {
+				t.Errorf("admitted %d denied %d overage %d, want %d, %d and %d", got.Admitted, got.Denied, got.Overage, tt.want, tt.want, wantOverage)
 			}
 			switch {
 			case (got.Granted == nil) != (tt.wantGranted == nil):
@@ -281,3 +284,6 @@ func TestAddingToAnExportedKey(t *testing.T) {
 		})
 	}
 }
+
+// clampTo is n as a bigint stores it: at most math.MaxInt64.
+func clampTo(n uint64) uint64 { return min(n, math.MaxInt64) }

@@ -147,6 +147,9 @@ func dumpLedger(s *State) []string {
 		if u.terms != (ledger.Terms{}) {
 			line += fmt.Sprintf(" cycle %d limit %d", u.terms.CycleStart, u.terms.Limit)
 		}
+		if u.overage != 0 {
+			line += fmt.Sprintf(" overage %d", u.overage)
+		}
 		lines = append(lines, line)
 	})
 	slices.Sort(lines)

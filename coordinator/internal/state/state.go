@@ -132,6 +132,9 @@ type usage struct {
 	// terms are the cycle and limit the usage was counted against, as of
 	// the last report that added to it (terms.go).
 	terms ledger.Terms
+	// overage is the part of admitted past the limit in force, under a
+	// rule with overage (notices.go's tally).
+	overage uint64
 }
 
 // New returns an empty state: no rules, members or usage, no settings
@@ -262,6 +265,7 @@ func (s *State) addUsage(k incKey, region string, c *allotpb.UsageCount, now int
 	// Totals stop at the largest count rather than wrap to a small one.
 	line.u.admitted = allotpb.SaturatingAdd(line.u.admitted, c.GetAdmitted())
 	line.u.denied = allotpb.SaturatingAdd(line.u.denied, c.GetDenied())
+	line.u.overage = allotpb.SaturatingAdd(line.u.overage, s.tally(c.GetRule(), c.GetTenant(), window, c.GetAdmitted(), now))
 	// The terms in force now replace those of the line's earlier usage
 	// while its window lasts, so that a limit changed within the window is
 	// the one its end was counted against. Usage applied after the window
@@ -276,7 +280,6 @@ func (s *State) addUsage(k incKey, region string, c *allotpb.UsageCount, now int
 	s.ledger.ReplaceOrInsert(line)
 	s.openWindow(window)
 	insertIfAbsent(s.open, openItem{window: window, reporter: k})
-	s.countNotice(c.GetRule(), c.GetTenant(), window, c.GetAdmitted(), now)
 }
 
 // closed reports whether a window takes no more lines: it is final, or

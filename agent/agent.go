@@ -374,12 +374,17 @@ func sortedRegions(m map[string]float64) []string {
 	return out
 }
 
+// newRuleData makes a rule's stores: the rule's own, its plans' and its
+// tenants entries'. Each enforces its limit's cap (rules.Rule.Cap): the
+// limit itself, or with overage the limit times overage.up_to, which the
+// coordinators divide alike.
 func (a *Agent) newRuleData(rs *ruleState, nodes int) (*ruleData, error) {
 	d := &ruleData{}
 	rs.ruleData = d
 	opts := a.keyedOptions(&rs.rule)
+	capOf := rs.rule.Cap
 	var err error
-	if d.def, err = rs.newLimitStore(rs.rule.Limit, rules.Anchor{}, a.cfg.Region, nodes, opts); err != nil {
+	if d.def, err = rs.newLimitStore(capOf(rs.rule.Limit), rules.Anchor{}, a.cfg.Region, nodes, opts); err != nil {
 		return nil, err
 	}
 	for name, p := range rs.rule.Plans {
@@ -387,7 +392,7 @@ func (a *Agent) newRuleData(rs *ruleState, nodes int) (*ruleData, error) {
 			if d.byPlan == nil {
 				d.byPlan = map[string]*limitStore{}
 			}
-			limit := cmp.Or(p.Limit, rs.rule.Limit)
+			limit := capOf(cmp.Or(p.Limit, rs.rule.Limit))
 			if d.byPlan[name], err = rs.newLimitStore(limit, p.Cycle, a.cfg.Region, nodes, opts); err != nil {
 				return nil, err
 			}
@@ -398,7 +403,7 @@ func (a *Agent) newRuleData(rs *ruleState, nodes int) (*ruleData, error) {
 			if d.byTenant == nil {
 				d.byTenant = map[string]*limitStore{}
 			}
-			if d.byTenant[name], err = rs.newLimitStore(o.Limit, o.Cycle, a.cfg.Region, nodes, opts); err != nil {
+			if d.byTenant[name], err = rs.newLimitStore(capOf(o.Limit), o.Cycle, a.cfg.Region, nodes, opts); err != nil {
 				return nil, err
 			}
 		}

@@ -123,10 +123,11 @@ func (t *tenantTable) made() []*limitStore {
 }
 
 // overrideStore returns the store of an overridden (or reset) tenant's
-// keys, making it at the tenant's first check: of the override's limit,
-// or when it sets none that of the store the tenant had. A store the
-// algorithm refuses (it cannot: the coordinators validated the limit)
-// leaves the tenant on the rule's own store.
+// keys, making it at the tenant's first check: of the override's limit
+// (its cap, with overage: rules.Rule.Cap), or when it sets none that of
+// the store the tenant had. A store the algorithm refuses (it cannot:
+// the coordinators validated the limit) leaves the tenant on the rule's
+// own store.
 func (rs *ruleState) overrideStore(to *tenantOverride, req *Request) *limitStore {
 	if st := to.store.Load(); st != nil {
 		return st
@@ -138,9 +139,9 @@ func (rs *ruleState) overrideStore(to *tenantOverride, req *Request) *limitStore
 		return st
 	}
 	base := rs.baseStore(req)
-	limit, anchor := to.o.Limit, to.o.Cycle
+	limit, anchor := rs.rule.Cap(to.o.Limit), to.o.Cycle
 	if limit <= 0 {
-		limit = base.limit
+		limit = base.limit // a cap already
 	}
 	if anchor.IsZero() {
 		// The cycle of the entry whose limit the tenant had: its plan's,

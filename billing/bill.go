@@ -34,6 +34,9 @@ type Line struct {
 	Total        bool
 	Admitted     uint64
 	Denied       uint64
+	// Overage is the part of Admitted past the limit in force (a quota
+	// with overage); on a total line, the regions' sum.
+	Overage uint64
 	// Share is a region's part of what its tenant, rule and window
 	// admitted over all regions; nil with one region or nothing admitted.
 	Share *big.Rat
@@ -48,6 +51,10 @@ type Line struct {
 	// allowance the parent leased it over the window; on a total line,
 	// their sum. Nil when none was recorded.
 	Granted *float64
+	// Terms are the tenant's cycle the window belongs to and the limit
+	// in force, as the ledger recorded them; on a total line, the
+	// regions' when they all recorded the same, else none.
+	Terms ledger.Terms
 }
 
 // RegionShare is one region's share of a total line's admitted units.
@@ -109,12 +116,13 @@ func sameGroup(a, b LedgerLine) bool {
 // billGroup bills one tenant, rule and window: a line per region, and a
 // total when there are several.
 func billGroup(group []LedgerLine) []Line {
-	var admitted, denied uint64
+	var admitted, denied, overage uint64
 	final := true
 	var def *rules.Rule
 	for _, l := range group {
 		admitted += l.Admitted
 		denied += l.Denied
+		overage += l.Overage
 		final = final && l.Final
 		if def == nil {
 			def = l.Def // the first cluster, in source order, that knows the rule
@@ -124,9 +132,13 @@ func billGroup(group []LedgerLine) []Line {
 	out := make([]Line, 0, len(group)+1)
 	var granted *float64
 	var shares []RegionShare
+	terms := group[0].Terms
 	for _, l := range group {
+		if l.Terms != terms {
+			terms = ledger.Terms{}
+		}
 		b := Line{Start: l.Start(), End: l.End(), Final: l.Final, Tenant: l.Tenant, Rule: l.Rule, Region: l.Region,
-			Admitted: l.Admitted, Denied: l.Denied, Granted: l.Granted}
+			Admitted: l.Admitted, Denied: l.Denied, Overage: l.Overage, Granted: l.Granted, Terms: l.Terms}
 		if l.Granted != nil {
 			sum := *l.Granted
 			if granted != nil {
@@ -144,8 +156,8 @@ func billGroup(group []LedgerLine) []Line {
 	if multi {
 		first := group[0]
 		out = append(out, Line{Start: first.Start(), End: first.End(), Final: final, Tenant: first.Tenant, Rule: first.Rule,
-			Region: AllRegions, Total: true, Admitted: admitted, Denied: denied, Shares: shares,
-			Allowance: allowance(def, first.Tenant, first.End().Sub(first.Start())), Granted: granted})
+			Region: AllRegions, Total: true, Admitted: admitted, Denied: denied, Overage: overage, Shares: shares,
+			Allowance: allowance(def, first.Tenant, first.End().Sub(first.Start())), Granted: granted, Terms: terms})
 	}
 	return out
 }

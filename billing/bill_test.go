@@ -31,15 +31,23 @@ func billFixture() []LedgerLine {
 	// Leasing from a parent, eu recorded what it was granted of acme's
 	// allowance in w1, us what it was in w2 (docs/regions.md).
 	granted := func(l LedgerLine, g float64) LedgerLine { l.Granted = &g; return l }
+	// The ledger recorded acme's cycle, from the 17th, and its limit in
+	// force; huge's limit changed between its regions' reports.
+	cycle := time.Date(2026, 11, 17, 5, 0, 0, 0, time.UTC).Unix()
+	terms := func(l LedgerLine, limit int64) LedgerLine {
+		l.Terms = ledger.Terms{CycleStart: cycle, Limit: limit}
+		return l
+	}
+	over := func(l LedgerLine, o uint64) LedgerLine { l.Overage = o; return l }
 	return []LedgerLine{
 		// Given out of order, as two clusters would.
-		granted(line(w1, "acme", "quota", "us", 100, 3, false, 1, billRule), 110.5),
-		line(w2, "acme", "quota", "eu", 7, 0, false, 0, billRule),
-		granted(line(w1, "acme", "quota", "eu", 150, 7, true, 0, billRule), 189.5),
+		terms(granted(line(w1, "acme", "quota", "us", 100, 3, false, 1, billRule), 110.5), 300),
+		terms(line(w2, "acme", "quota", "eu", 7, 0, false, 0, billRule), 400),
+		over(terms(granted(line(w1, "acme", "quota", "eu", 150, 7, true, 0, billRule), 189.5), 300), 30),
 		line(w1, "beta", "quota", "eu", 9, 0, true, 0, billRule),
 		// Beyond what a float64 holds exactly: totals must stay exact.
-		line(w1, "huge", "gone", "eu", 1<<53+1, 0, true, 0, nil),
-		line(w1, "huge", "gone", "us", 1<<53+1, 1, true, 1, nil),
+		terms(line(w1, "huge", "gone", "eu", 1<<53+1, 0, true, 0, nil), 100),
+		terms(line(w1, "huge", "gone", "us", 1<<53+1, 1, true, 1, nil), 200),
 	}
 }
 
@@ -52,15 +60,15 @@ func TestMergeBillCSV(t *testing.T) {
 	if err := WriteCSV(&out, bill); err != nil {
 		t.Fatal(err)
 	}
-	want := `window_start,window_end,final,tenant,rule,region,admitted,denied,share,region_fraction,allowance,used,granted
-2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,acme,quota,eu,150,7,0.6000,0.6,180,0.8333,189.500
-2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,false,acme,quota,us,100,3,0.4000,0.4,120,0.8333,110.500
-2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,false,acme,quota,*,250,10,eu=0.6000;us=0.4000,,300,0.8333,300.000
-2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,beta,quota,eu,9,0,,0.6,180,0.0500,
-2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,huge,gone,eu,9007199254740993,0,0.5000,,,,
-2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,huge,gone,us,9007199254740993,1,0.5000,,,,
-2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,huge,gone,*,18014398509481986,1,eu=0.5000;us=0.5000,,,,
-2026-11-29T11:00:00Z,2026-11-29T12:00:00Z,false,acme,quota,eu,7,0,,0.6,180,0.0389,
+	want := `window_start,window_end,final,tenant,rule,region,admitted,denied,share,region_fraction,allowance,used,granted,cycle_start,limit,overage
+2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,acme,quota,eu,150,7,0.6000,0.6,180,0.8333,189.500,2026-11-17T05:00:00Z,300,30
+2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,false,acme,quota,us,100,3,0.4000,0.4,120,0.8333,110.500,2026-11-17T05:00:00Z,300,0
+2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,false,acme,quota,*,250,10,eu=0.6000;us=0.4000,,300,0.8333,300.000,2026-11-17T05:00:00Z,300,30
+2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,beta,quota,eu,9,0,,0.6,180,0.0500,,,,0
+2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,huge,gone,eu,9007199254740993,0,0.5000,,,,,2026-11-17T05:00:00Z,100,0
+2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,huge,gone,us,9007199254740993,1,0.5000,,,,,2026-11-17T05:00:00Z,200,0
+2026-11-29T10:00:00Z,2026-11-29T11:00:00Z,true,huge,gone,*,18014398509481986,1,eu=0.5000;us=0.5000,,,,,,,0
+2026-11-29T11:00:00Z,2026-11-29T12:00:00Z,false,acme,quota,eu,7,0,,0.6,180,0.0389,,2026-11-17T05:00:00Z,400,0
 `
 	if out.String() != want {
 		t.Errorf("CSV:\n%s\nwant:\n%s", out.String(), want)
@@ -86,16 +94,19 @@ func TestMergeBillJSONL(t *testing.T) {
 		t.Fatalf("%d lines, want 8:\n%s", len(lines), out.String())
 	}
 	type row struct {
-		Region    string             `json:"region"`
-		Tenant    string             `json:"tenant"`
-		Total     bool               `json:"total"`
-		Final     bool               `json:"final"`
-		Admitted  uint64             `json:"admitted"`
-		Denied    uint64             `json:"denied"`
-		Share     *float64           `json:"share"`
-		Shares    map[string]float64 `json:"shares"`
-		Allowance *json.Number       `json:"allowance"`
-		Granted   *json.Number       `json:"granted"`
+		Region     string             `json:"region"`
+		Tenant     string             `json:"tenant"`
+		Total      bool               `json:"total"`
+		Final      bool               `json:"final"`
+		Admitted   uint64             `json:"admitted"`
+		Denied     uint64             `json:"denied"`
+		Share      *float64           `json:"share"`
+		Shares     map[string]float64 `json:"shares"`
+		Allowance  *json.Number       `json:"allowance"`
+		Granted    *json.Number       `json:"granted"`
+		CycleStart string             `json:"cycle_start"`
+		Limit      *int64             `json:"limit"`
+		Overage    uint64             `json:"overage"`
 	}
 	var rows []row
 	for _, l := range lines {
@@ -115,8 +126,14 @@ func TestMergeBillJSONL(t *testing.T) {
 	if eu := rows[0]; eu.Region != "eu" || eu.Share == nil || *eu.Share != 0.6 || !eu.Final || eu.Allowance.String() != "180" || eu.Granted.String() != "189.500" {
 		t.Errorf("acme eu line: %+v", eu)
 	}
-	if huge := rows[6]; huge.Admitted != 1<<54+2 || huge.Allowance != nil || huge.Granted != nil {
-		t.Errorf("huge total line: %+v (want 18014398509481986 exactly, no allowance)", huge)
+	if total.CycleStart != "2026-11-17T05:00:00Z" || total.Limit == nil || *total.Limit != 300 || total.Overage != 30 {
+		t.Errorf("acme total line: cycle %q, limit %v, overage %d; want its regions' terms and overage", total.CycleStart, total.Limit, total.Overage)
+	}
+	if huge := rows[6]; huge.Admitted != 1<<54+2 || huge.Allowance != nil || huge.Granted != nil || huge.CycleStart != "" || huge.Limit != nil {
+		t.Errorf("huge total line: %+v (want 18014398509481986 exactly, no allowance, no terms its regions differ on)", huge)
+	}
+	if beta := rows[3]; beta.CycleStart != "" || beta.Limit != nil || strings.Contains(lines[3], "cycle_start") {
+		t.Errorf("beta line, without terms: %s", lines[3])
 	}
 	if !strings.Contains(lines[6], `"admitted":18014398509481986`) {
 		t.Errorf("total not written as an exact integer: %s", lines[6])
@@ -137,8 +154,8 @@ func TestMergeBillTable(t *testing.T) {
 		line int
 		has  []string
 	}{
-		{0, []string{"WINDOW", "FINAL", "REGION", "ADMITTED", "SHARE", "ALLOWANCE", "GRANTED"}},
-		{1, []string{"2026-11-29T10:00:00Z", "yes", "acme", "eu", "150", "60.00%", "180", "83.33%", "189.500"}},
+		{0, []string{"WINDOW", "FINAL", "REGION", "ADMITTED", "SHARE", "ALLOWANCE", "GRANTED", "CYCLE", "LIMIT", "OVERAGE"}},
+		{1, []string{"2026-11-29T10:00:00Z", "yes", "acme", "eu", "150", "60.00%", "180", "83.33%", "189.500", "2026-11-17T05:00:00Z", "300    30"}},
 		{2, []string{"no", "acme", "us", "100", "40.00%", "120"}},
 		{3, []string{"no", "acme", "*", "250", "10", "eu=60.00% us=40.00%", "300", "83.33%"}},
 		{7, []string{"18014398509481986"}},

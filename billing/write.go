@@ -11,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/allot-io/allot/ledger"
 )
 
 // ratText writes r exactly when it is a whole number, else rounded to
@@ -67,7 +69,8 @@ func fraction4(r *big.Rat) string {
 // CSVHeader is the header row of WriteCSV, naming its columns.
 func CSVHeader() []string { return slices.Clone(csvHeader) }
 
-var csvHeader = []string{"window_start", "window_end", "final", "tenant", "rule", "region", "admitted", "denied", "share", "region_fraction", "allowance", "used", "granted"}
+var csvHeader = []string{"window_start", "window_end", "final", "tenant", "rule", "region", "admitted", "denied", "share", "region_fraction", "allowance", "used", "granted",
+	"cycle_start", "limit", "overage"}
 
 // grantedText is a granted count to three places, or "" when none.
 func grantedText(g *float64) string {
@@ -75,6 +78,24 @@ func grantedText(g *float64) string {
 		return ""
 	}
 	return strconv.FormatFloat(*g, 'f', 3, 64)
+}
+
+// cycleText is a line's cycle start, RFC 3339 in UTC, or "" when none
+// was recorded.
+func cycleText(t ledger.Terms) string {
+	start, ok := t.Cycle()
+	if !ok {
+		return ""
+	}
+	return start.Format(time.RFC3339)
+}
+
+// limitText is a line's limit in force, or "" when none was recorded.
+func limitText(t ledger.Terms) string {
+	if t.Limit == 0 {
+		return ""
+	}
+	return strconv.FormatInt(t.Limit, 10)
 }
 
 // WriteCSV writes the bill with a header row. share is a region's part
@@ -92,7 +113,8 @@ func WriteCSV(w io.Writer, bill []Line) error {
 		}
 		row := []string{b.Start.UTC().Format(time.RFC3339), b.End.UTC().Format(time.RFC3339), strconv.FormatBool(b.Final),
 			b.Tenant, b.Rule, b.Region, strconv.FormatUint(b.Admitted, 10), strconv.FormatUint(b.Denied, 10),
-			share, b.Fraction, ratText(b.Allowance, 3), fraction4(usedRatio(b.Admitted, b.Allowance)), grantedText(b.Granted)}
+			share, b.Fraction, ratText(b.Allowance, 3), fraction4(usedRatio(b.Admitted, b.Allowance)), grantedText(b.Granted),
+			cycleText(b.Terms), limitText(b.Terms), strconv.FormatUint(b.Overage, 10)}
 		if err := cw.Write(row); err != nil {
 			return err
 		}
@@ -121,6 +143,12 @@ type JSONLine struct {
 	Allowance      *json.Number       `json:"allowance,omitempty"`
 	Used           *json.Number       `json:"used,omitempty"`
 	Granted        *json.Number       `json:"granted,omitempty"`
+	// CycleStart and Limit are the terms the ledger recorded: absent
+	// when it recorded none.
+	CycleStart string `json:"cycle_start,omitempty"`
+	Limit      *int64 `json:"limit,omitempty"`
+	// Overage is the part of Admitted past the limit in force.
+	Overage uint64 `json:"overage"`
 }
 
 func jsonNumber(s string) *json.Number {
@@ -139,7 +167,10 @@ func WriteJSONL(w io.Writer, bill []Line) error {
 			Tenant: b.Tenant, Rule: b.Rule, Region: b.Region, Total: b.Total, Admitted: b.Admitted, Denied: b.Denied,
 			Share: jsonNumber(ratText(b.Share, 6)), RegionFraction: jsonNumber(b.Fraction),
 			Allowance: jsonNumber(ratText(b.Allowance, 3)), Used: jsonNumber(ratText(usedRatio(b.Admitted, b.Allowance), 6)),
-			Granted: jsonNumber(grantedText(b.Granted))}
+			Granted: jsonNumber(grantedText(b.Granted)), CycleStart: cycleText(b.Terms), Overage: b.Overage}
+		if b.Terms.Limit != 0 {
+			j.Limit = &b.Terms.Limit
+		}
 		if b.Total {
 			j.Shares = make(map[string]float64, len(b.Shares))
 			for _, s := range b.Shares {
@@ -162,7 +193,7 @@ func WriteTable(w io.Writer, bill []Line, from, to time.Time) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "WINDOW\tFINAL\tTENANT\tRULE\tREGION\tADMITTED\tDENIED\tSHARE\tFRACTION\tALLOWANCE\tUSED\tGRANTED")
+	fmt.Fprintln(tw, "WINDOW\tFINAL\tTENANT\tRULE\tREGION\tADMITTED\tDENIED\tSHARE\tFRACTION\tALLOWANCE\tUSED\tGRANTED\tCYCLE\tLIMIT\tOVERAGE")
 	open := 0
 	for _, b := range bill {
 		share := ratPercent(b.Share)
@@ -172,8 +203,9 @@ func WriteTable(w io.Writer, bill []Line, from, to time.Time) error {
 		if !b.Final && !b.Total {
 			open++
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", b.Start.UTC().Format(time.RFC3339), finalText(b.Final),
-			b.Tenant, b.Rule, b.Region, b.Admitted, b.Denied, share, b.Fraction, ratText(b.Allowance, 3), ratPercent(usedRatio(b.Admitted, b.Allowance)), grantedText(b.Granted))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", b.Start.UTC().Format(time.RFC3339), finalText(b.Final),
+			b.Tenant, b.Rule, b.Region, b.Admitted, b.Denied, share, b.Fraction, ratText(b.Allowance, 3), ratPercent(usedRatio(b.Admitted, b.Allowance)), grantedText(b.Granted),
+			cycleText(b.Terms), limitText(b.Terms), b.Overage)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

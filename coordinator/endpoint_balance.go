@@ -221,6 +221,12 @@ func (c *Coordinator) balance(tenant, plan string) *allotpb.BalanceResponse {
 				}
 				rb.Limit, rb.LimitFrom, rb.Remaining = &limit, src, &rem
 			}
+			if r.Overage != nil {
+				// The state's tally of the cycle holds its overage whole,
+				// as the ledger's lines count it, even when those lines
+				// have left memory for the sink.
+				rb.Overage = st.CycleOverage(r.Name, tenant, start.Unix())
+			}
 			resp.Rules = append(resp.Rules, rb)
 		}
 	})

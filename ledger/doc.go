@@ -1,8 +1,9 @@
 // Package ledger is the usage ledger's vocabulary: a line's Key (billing
 // window, tenant, rule, region), the Line itself (what the tenant was
-// admitted and denied there, what a parent granted, whether the window is
-// final), the Position an export has reached, and the one order all three
-// are compared in.
+// admitted and denied there and how much of it was overage, what a parent
+// granted, whether the window is final, and the Terms it was counted
+// against: the tenant's cycle and the limit in force), the Position an
+// export has reached, and the one order all three are compared in.
 //
 // # Why one package
 //

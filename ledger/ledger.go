@@ -49,6 +49,11 @@ type Line struct {
 	// WindowSeconds is the billing window's length.
 	WindowSeconds    int64
 	Admitted, Denied uint64
+	// Overage is the part of Admitted past the limit in force, under a
+	// quota with overage: what billing prices apart. It is part of
+	// Admitted, not added to it: the units included in the plan are
+	// Admitted − Overage.
+	Overage uint64
 	// Granted is what a parent leased the region of the tenant's
 	// allowance over the window (docs/regions.md); nil when none was
 	// recorded.
@@ -57,6 +62,34 @@ type Line struct {
 	// in it has been heard from past its end: its counts never change
 	// again. Every line a sink holds is final.
 	Final bool
+	// Terms are the rule's terms for the tenant when its usage was
+	// counted: the cycle the window belongs to and the limit in force.
+	Terms
+}
+
+// Terms are what a tenant's usage in a line was counted against: the
+// start of the tenant's cycle of the rule that the billing window belongs
+// to, and the limit in force for the tenant. They are what turns a
+// tenant's lines into an invoice ("acme's March cycle, against the limit
+// it had"), recorded as the usage is counted because the rules and
+// overrides they come from change after. A zero field was not recorded:
+// a line from before they were, or of a rule that has no such terms for
+// one tenant (the replicated state says which).
+type Terms struct {
+	// CycleStart is the cycle's start, Unix seconds.
+	CycleStart int64
+	// Limit is the limit in force for the tenant, in the rule's units per
+	// cycle.
+	Limit int64
+}
+
+// Cycle is the start of the cycle, in UTC; ok is false when none was
+// recorded.
+func (t Terms) Cycle() (start time.Time, ok bool) {
+	if t.CycleStart == 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(t.CycleStart, 0).UTC(), true
 }
 
 // End is the billing window's end, in UTC.
@@ -67,8 +100,17 @@ func (l Line) End() time.Time { return time.Unix(l.Window+l.WindowSeconds, 0).UT
 func (l Line) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%v (%d s): admitted %d, denied %d", l.Key, l.WindowSeconds, l.Admitted, l.Denied)
+	if l.Overage != 0 {
+		fmt.Fprintf(&b, ", overage %d", l.Overage)
+	}
 	if l.Granted != nil {
 		fmt.Fprintf(&b, ", granted %g", *l.Granted)
+	}
+	if start, ok := l.Cycle(); ok {
+		fmt.Fprintf(&b, ", cycle from %s", start.Format(time.RFC3339))
+	}
+	if l.Limit != 0 {
+		fmt.Fprintf(&b, ", limit %d", l.Limit)
 	}
 	if l.Final {
 		b.WriteString(", final")

@@ -98,6 +98,17 @@ func TestWindowTimes(t *testing.T) {
 	if got, want := l.String(), `window 2026-11-29T10:00:00Z tenant "acme" rule "quota" region "eu" (3600 s): admitted 7, denied 3, granted 2.5, final`; got != want {
 		t.Errorf("Line.String = %s, want %s", got, want)
 	}
+	if _, ok := l.Cycle(); ok {
+		t.Errorf("a line without terms has a cycle")
+	}
+	l.Terms = ledger.Terms{CycleStart: time.Date(2026, 11, 17, 5, 0, 0, 0, time.UTC).Unix(), Limit: 100000}
+	l.Overage = 4
+	if got, ok := l.Cycle(); !ok || !got.Equal(time.Date(2026, 11, 17, 5, 0, 0, 0, time.UTC)) || got.Location() != time.UTC {
+		t.Errorf("Cycle = %v, %v; want 2026-11-17T05:00:00Z in UTC", got, ok)
+	}
+	if got, want := l.String(), `window 2026-11-29T10:00:00Z tenant "acme" rule "quota" region "eu" (3600 s): admitted 7, denied 3, overage 4, granted 2.5, cycle from 2026-11-17T05:00:00Z, limit 100000, final`; got != want {
+		t.Errorf("Line.String with terms = %s, want %s", got, want)
+	}
 	if got, want := (ledger.Position{Set: true, Last: l.Key, Lines: 3, Batches: 2}).String(),
 		`after window 2026-11-29T10:00:00Z tenant "acme" rule "quota" region "eu" (3 lines, 2 batches)`; got != want {
 		t.Errorf("Position.String = %s, want %s", got, want)

@@ -108,9 +108,12 @@ type RuleBalance struct {
 	Used uint64 `protobuf:"varint,7,opt,name=used,proto3" json:"used,omitempty"`
 	// remaining is max(0, limit − used); absent with limit.
 	Remaining *uint64 `protobuf:"varint,8,opt,name=remaining,proto3,oneof" json:"remaining,omitempty"`
-	// overage is the usage billed past the limit. Reserved: 0 until overage
-	// billing lands. used may pass limit by the rule's tolerance, and
-	// remaining is 0 then.
+	// overage is, under a rule with overage (docs/billing.md, "Metered
+	// overage"), the part of the cycle's usage past the limit in force: what
+	// the cycle's ledger lines count as overage, each unit against the
+	// limit in force when it was applied, over the whole cycle whatever
+	// counted_from says. 0 under a rule without overage, where used may
+	// pass limit by the rule's tolerance (remaining is 0 then).
 	Overage uint64 `protobuf:"varint,9,opt,name=overage,proto3" json:"overage,omitempty"`
 	// counted_from is where used starts counting: cycle_start, or later
 	// when the members' memory no longer holds the start of the cycle

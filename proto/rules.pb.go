@@ -69,10 +69,18 @@ type Rule struct {
 	// 17th in Europe/Berlin); period is then the unit's nominal length.
 	Cycle *Cycle `protobuf:"bytes,20,opt,name=cycle,proto3" json:"cycle,omitempty"`
 	// notices are thresholds, fractions of the limit in force for a
-	// tenant, strictly increasing, each in (0, 1]: the coordinators record
+	// tenant, strictly increasing, each in (0, 1] (with overage, in (0,
+	// overage.up_to]): the coordinators record
 	// and deliver a notice once when a tenant's usage this cycle crosses
 	// each. Only a rule keyed by tenant alone has them.
-	Notices       []float64 `protobuf:"fixed64,21,rep,packed,name=notices,proto3" json:"notices,omitempty"`
+	Notices []float64 `protobuf:"fixed64,21,rep,packed,name=notices,proto3" json:"notices,omitempty"`
+	// overage, when set, admits a quota's calls past the limit in force up
+	// to a cap, the limit times overage.up_to, and the ledger counts the
+	// part past the limit apart (ledger lines' overage): agents and
+	// coordinators enforce the cap. Only a quota keyed by tenant alone,
+	// counted by fixed or sliding windows, has it. An agent that does not
+	// know the field leaves the rule out (it would refuse at the limit).
+	Overage       *Overage `protobuf:"bytes,22,opt,name=overage,proto3" json:"overage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -254,6 +262,60 @@ func (x *Rule) GetNotices() []float64 {
 	return nil
 }
 
+func (x *Rule) GetOverage() *Overage {
+	if x != nil {
+		return x.Overage
+	}
+	return nil
+}
+
+// Overage is metered overage on a quota.
+type Overage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// up_to is the cap as a multiple of the limit in force: above 1, at
+	// most 100.
+	UpTo          float64 `protobuf:"fixed64,1,opt,name=up_to,json=upTo,proto3" json:"up_to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Overage) Reset() {
+	*x = Overage{}
+	mi := &file_rules_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Overage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Overage) ProtoMessage() {}
+
+func (x *Overage) ProtoReflect() protoreflect.Message {
+	mi := &file_rules_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Overage.ProtoReflect.Descriptor instead.
+func (*Overage) Descriptor() ([]byte, []int) {
+	return file_rules_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Overage) GetUpTo() float64 {
+	if x != nil {
+		return x.UpTo
+	}
+	return 0
+}
+
 // Cycle is a calendar period.
 type Cycle struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -270,7 +332,7 @@ type Cycle struct {
 
 func (x *Cycle) Reset() {
 	*x = Cycle{}
-	mi := &file_rules_proto_msgTypes[1]
+	mi := &file_rules_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -282,7 +344,7 @@ func (x *Cycle) String() string {
 func (*Cycle) ProtoMessage() {}
 
 func (x *Cycle) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[1]
+	mi := &file_rules_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -295,7 +357,7 @@ func (x *Cycle) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Cycle.ProtoReflect.Descriptor instead.
 func (*Cycle) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{1}
+	return file_rules_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Cycle) GetUnit() string {
@@ -336,7 +398,7 @@ type Match struct {
 
 func (x *Match) Reset() {
 	*x = Match{}
-	mi := &file_rules_proto_msgTypes[2]
+	mi := &file_rules_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -348,7 +410,7 @@ func (x *Match) String() string {
 func (*Match) ProtoMessage() {}
 
 func (x *Match) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[2]
+	mi := &file_rules_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -361,7 +423,7 @@ func (x *Match) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Match.ProtoReflect.Descriptor instead.
 func (*Match) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{2}
+	return file_rules_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Match) GetRoutes() []string {
@@ -411,7 +473,7 @@ type DescriptorEntry struct {
 
 func (x *DescriptorEntry) Reset() {
 	*x = DescriptorEntry{}
-	mi := &file_rules_proto_msgTypes[3]
+	mi := &file_rules_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -423,7 +485,7 @@ func (x *DescriptorEntry) String() string {
 func (*DescriptorEntry) ProtoMessage() {}
 
 func (x *DescriptorEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[3]
+	mi := &file_rules_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -436,7 +498,7 @@ func (x *DescriptorEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescriptorEntry.ProtoReflect.Descriptor instead.
 func (*DescriptorEntry) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{3}
+	return file_rules_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *DescriptorEntry) GetKey() string {
@@ -470,7 +532,7 @@ type Plan struct {
 
 func (x *Plan) Reset() {
 	*x = Plan{}
-	mi := &file_rules_proto_msgTypes[4]
+	mi := &file_rules_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -482,7 +544,7 @@ func (x *Plan) String() string {
 func (*Plan) ProtoMessage() {}
 
 func (x *Plan) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[4]
+	mi := &file_rules_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -495,7 +557,7 @@ func (x *Plan) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Plan.ProtoReflect.Descriptor instead.
 func (*Plan) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{4}
+	return file_rules_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Plan) GetLimit() int64 {
@@ -539,7 +601,7 @@ type TenantOverride struct {
 
 func (x *TenantOverride) Reset() {
 	*x = TenantOverride{}
-	mi := &file_rules_proto_msgTypes[5]
+	mi := &file_rules_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -551,7 +613,7 @@ func (x *TenantOverride) String() string {
 func (*TenantOverride) ProtoMessage() {}
 
 func (x *TenantOverride) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[5]
+	mi := &file_rules_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -564,7 +626,7 @@ func (x *TenantOverride) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantOverride.ProtoReflect.Descriptor instead.
 func (*TenantOverride) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{5}
+	return file_rules_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TenantOverride) GetLimit() int64 {
@@ -601,7 +663,7 @@ type Anchor struct {
 
 func (x *Anchor) Reset() {
 	*x = Anchor{}
-	mi := &file_rules_proto_msgTypes[6]
+	mi := &file_rules_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -613,7 +675,7 @@ func (x *Anchor) String() string {
 func (*Anchor) ProtoMessage() {}
 
 func (x *Anchor) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[6]
+	mi := &file_rules_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -626,7 +688,7 @@ func (x *Anchor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Anchor.ProtoReflect.Descriptor instead.
 func (*Anchor) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{6}
+	return file_rules_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Anchor) GetAnchorDay() int32 {
@@ -654,7 +716,7 @@ type RuleSet struct {
 
 func (x *RuleSet) Reset() {
 	*x = RuleSet{}
-	mi := &file_rules_proto_msgTypes[7]
+	mi := &file_rules_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -666,7 +728,7 @@ func (x *RuleSet) String() string {
 func (*RuleSet) ProtoMessage() {}
 
 func (x *RuleSet) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[7]
+	mi := &file_rules_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -679,7 +741,7 @@ func (x *RuleSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuleSet.ProtoReflect.Descriptor instead.
 func (*RuleSet) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{7}
+	return file_rules_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RuleSet) GetVersion() uint64 {
@@ -704,7 +766,7 @@ type ListRulesRequest struct {
 
 func (x *ListRulesRequest) Reset() {
 	*x = ListRulesRequest{}
-	mi := &file_rules_proto_msgTypes[8]
+	mi := &file_rules_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -716,7 +778,7 @@ func (x *ListRulesRequest) String() string {
 func (*ListRulesRequest) ProtoMessage() {}
 
 func (x *ListRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[8]
+	mi := &file_rules_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -729,7 +791,7 @@ func (x *ListRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRulesRequest.ProtoReflect.Descriptor instead.
 func (*ListRulesRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{8}
+	return file_rules_proto_rawDescGZIP(), []int{9}
 }
 
 type GetRuleRequest struct {
@@ -741,7 +803,7 @@ type GetRuleRequest struct {
 
 func (x *GetRuleRequest) Reset() {
 	*x = GetRuleRequest{}
-	mi := &file_rules_proto_msgTypes[9]
+	mi := &file_rules_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -753,7 +815,7 @@ func (x *GetRuleRequest) String() string {
 func (*GetRuleRequest) ProtoMessage() {}
 
 func (x *GetRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[9]
+	mi := &file_rules_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -766,7 +828,7 @@ func (x *GetRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRuleRequest.ProtoReflect.Descriptor instead.
 func (*GetRuleRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{9}
+	return file_rules_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetRuleRequest) GetName() string {
@@ -788,7 +850,7 @@ type PutRulesRequest struct {
 
 func (x *PutRulesRequest) Reset() {
 	*x = PutRulesRequest{}
-	mi := &file_rules_proto_msgTypes[10]
+	mi := &file_rules_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -800,7 +862,7 @@ func (x *PutRulesRequest) String() string {
 func (*PutRulesRequest) ProtoMessage() {}
 
 func (x *PutRulesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[10]
+	mi := &file_rules_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -813,7 +875,7 @@ func (x *PutRulesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutRulesRequest.ProtoReflect.Descriptor instead.
 func (*PutRulesRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{10}
+	return file_rules_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PutRulesRequest) GetRules() []*Rule {
@@ -839,7 +901,7 @@ type DeleteRuleRequest struct {
 
 func (x *DeleteRuleRequest) Reset() {
 	*x = DeleteRuleRequest{}
-	mi := &file_rules_proto_msgTypes[11]
+	mi := &file_rules_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -851,7 +913,7 @@ func (x *DeleteRuleRequest) String() string {
 func (*DeleteRuleRequest) ProtoMessage() {}
 
 func (x *DeleteRuleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[11]
+	mi := &file_rules_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -864,7 +926,7 @@ func (x *DeleteRuleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteRuleRequest.ProtoReflect.Descriptor instead.
 func (*DeleteRuleRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{11}
+	return file_rules_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DeleteRuleRequest) GetName() string {
@@ -907,7 +969,7 @@ type Override struct {
 
 func (x *Override) Reset() {
 	*x = Override{}
-	mi := &file_rules_proto_msgTypes[12]
+	mi := &file_rules_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -919,7 +981,7 @@ func (x *Override) String() string {
 func (*Override) ProtoMessage() {}
 
 func (x *Override) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[12]
+	mi := &file_rules_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -932,7 +994,7 @@ func (x *Override) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Override.ProtoReflect.Descriptor instead.
 func (*Override) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{12}
+	return file_rules_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Override) GetRule() string {
@@ -1015,7 +1077,7 @@ type OverridesDelta struct {
 
 func (x *OverridesDelta) Reset() {
 	*x = OverridesDelta{}
-	mi := &file_rules_proto_msgTypes[13]
+	mi := &file_rules_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1089,7 @@ func (x *OverridesDelta) String() string {
 func (*OverridesDelta) ProtoMessage() {}
 
 func (x *OverridesDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[13]
+	mi := &file_rules_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1102,7 @@ func (x *OverridesDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverridesDelta.ProtoReflect.Descriptor instead.
 func (*OverridesDelta) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{13}
+	return file_rules_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *OverridesDelta) GetVersion() uint64 {
@@ -1083,7 +1145,7 @@ type PutOverridesRequest struct {
 
 func (x *PutOverridesRequest) Reset() {
 	*x = PutOverridesRequest{}
-	mi := &file_rules_proto_msgTypes[14]
+	mi := &file_rules_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1157,7 @@ func (x *PutOverridesRequest) String() string {
 func (*PutOverridesRequest) ProtoMessage() {}
 
 func (x *PutOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[14]
+	mi := &file_rules_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1170,7 @@ func (x *PutOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutOverridesRequest.ProtoReflect.Descriptor instead.
 func (*PutOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{14}
+	return file_rules_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PutOverridesRequest) GetOverrides() []*Override {
@@ -1136,7 +1198,7 @@ type PutOverridesResponse struct {
 
 func (x *PutOverridesResponse) Reset() {
 	*x = PutOverridesResponse{}
-	mi := &file_rules_proto_msgTypes[15]
+	mi := &file_rules_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1148,7 +1210,7 @@ func (x *PutOverridesResponse) String() string {
 func (*PutOverridesResponse) ProtoMessage() {}
 
 func (x *PutOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[15]
+	mi := &file_rules_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1161,7 +1223,7 @@ func (x *PutOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutOverridesResponse.ProtoReflect.Descriptor instead.
 func (*PutOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{15}
+	return file_rules_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PutOverridesResponse) GetVersion() uint64 {
@@ -1188,7 +1250,7 @@ type OverrideKey struct {
 
 func (x *OverrideKey) Reset() {
 	*x = OverrideKey{}
-	mi := &file_rules_proto_msgTypes[16]
+	mi := &file_rules_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1200,7 +1262,7 @@ func (x *OverrideKey) String() string {
 func (*OverrideKey) ProtoMessage() {}
 
 func (x *OverrideKey) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[16]
+	mi := &file_rules_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1213,7 +1275,7 @@ func (x *OverrideKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverrideKey.ProtoReflect.Descriptor instead.
 func (*OverrideKey) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{16}
+	return file_rules_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *OverrideKey) GetRule() string {
@@ -1240,7 +1302,7 @@ type GetOverrideRequest struct {
 
 func (x *GetOverrideRequest) Reset() {
 	*x = GetOverrideRequest{}
-	mi := &file_rules_proto_msgTypes[17]
+	mi := &file_rules_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1252,7 +1314,7 @@ func (x *GetOverrideRequest) String() string {
 func (*GetOverrideRequest) ProtoMessage() {}
 
 func (x *GetOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[17]
+	mi := &file_rules_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1265,7 +1327,7 @@ func (x *GetOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOverrideRequest.ProtoReflect.Descriptor instead.
 func (*GetOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{17}
+	return file_rules_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetOverrideRequest) GetRule() string {
@@ -1298,7 +1360,7 @@ type ListOverridesRequest struct {
 
 func (x *ListOverridesRequest) Reset() {
 	*x = ListOverridesRequest{}
-	mi := &file_rules_proto_msgTypes[18]
+	mi := &file_rules_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1372,7 @@ func (x *ListOverridesRequest) String() string {
 func (*ListOverridesRequest) ProtoMessage() {}
 
 func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[18]
+	mi := &file_rules_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1385,7 @@ func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesRequest.ProtoReflect.Descriptor instead.
 func (*ListOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{18}
+	return file_rules_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListOverridesRequest) GetRule() string {
@@ -1368,7 +1430,7 @@ type ListOverridesResponse struct {
 
 func (x *ListOverridesResponse) Reset() {
 	*x = ListOverridesResponse{}
-	mi := &file_rules_proto_msgTypes[19]
+	mi := &file_rules_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1380,7 +1442,7 @@ func (x *ListOverridesResponse) String() string {
 func (*ListOverridesResponse) ProtoMessage() {}
 
 func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[19]
+	mi := &file_rules_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1393,7 +1455,7 @@ func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
 func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{19}
+	return file_rules_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListOverridesResponse) GetOverrides() []*Override {
@@ -1433,7 +1495,7 @@ type DeleteOverridesRequest struct {
 
 func (x *DeleteOverridesRequest) Reset() {
 	*x = DeleteOverridesRequest{}
-	mi := &file_rules_proto_msgTypes[20]
+	mi := &file_rules_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1507,7 @@ func (x *DeleteOverridesRequest) String() string {
 func (*DeleteOverridesRequest) ProtoMessage() {}
 
 func (x *DeleteOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[20]
+	mi := &file_rules_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1520,7 @@ func (x *DeleteOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverridesRequest.ProtoReflect.Descriptor instead.
 func (*DeleteOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{20}
+	return file_rules_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteOverridesRequest) GetKeys() []*OverrideKey {
@@ -1478,7 +1540,7 @@ type DeleteOverridesResponse struct {
 
 func (x *DeleteOverridesResponse) Reset() {
 	*x = DeleteOverridesResponse{}
-	mi := &file_rules_proto_msgTypes[21]
+	mi := &file_rules_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1490,7 +1552,7 @@ func (x *DeleteOverridesResponse) String() string {
 func (*DeleteOverridesResponse) ProtoMessage() {}
 
 func (x *DeleteOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[21]
+	mi := &file_rules_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1503,7 +1565,7 @@ func (x *DeleteOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteOverridesResponse.ProtoReflect.Descriptor instead.
 func (*DeleteOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{21}
+	return file_rules_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteOverridesResponse) GetVersion() uint64 {
@@ -1532,7 +1594,7 @@ type OverrideChangesRequest struct {
 
 func (x *OverrideChangesRequest) Reset() {
 	*x = OverrideChangesRequest{}
-	mi := &file_rules_proto_msgTypes[22]
+	mi := &file_rules_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1544,7 +1606,7 @@ func (x *OverrideChangesRequest) String() string {
 func (*OverrideChangesRequest) ProtoMessage() {}
 
 func (x *OverrideChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[22]
+	mi := &file_rules_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1557,7 +1619,7 @@ func (x *OverrideChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverrideChangesRequest.ProtoReflect.Descriptor instead.
 func (*OverrideChangesRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{22}
+	return file_rules_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *OverrideChangesRequest) GetSince() uint64 {
@@ -1606,7 +1668,7 @@ type Reset struct {
 
 func (x *Reset) Reset() {
 	*x = Reset{}
-	mi := &file_rules_proto_msgTypes[23]
+	mi := &file_rules_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1618,7 +1680,7 @@ func (x *Reset) String() string {
 func (*Reset) ProtoMessage() {}
 
 func (x *Reset) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[23]
+	mi := &file_rules_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1631,7 +1693,7 @@ func (x *Reset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reset.ProtoReflect.Descriptor instead.
 func (*Reset) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{23}
+	return file_rules_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Reset) GetRule() string {
@@ -1727,7 +1789,7 @@ type ResetsDelta struct {
 
 func (x *ResetsDelta) Reset() {
 	*x = ResetsDelta{}
-	mi := &file_rules_proto_msgTypes[24]
+	mi := &file_rules_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +1801,7 @@ func (x *ResetsDelta) String() string {
 func (*ResetsDelta) ProtoMessage() {}
 
 func (x *ResetsDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[24]
+	mi := &file_rules_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +1814,7 @@ func (x *ResetsDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetsDelta.ProtoReflect.Descriptor instead.
 func (*ResetsDelta) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{24}
+	return file_rules_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ResetsDelta) GetVersion() uint64 {
@@ -1794,7 +1856,7 @@ type ResetKeysRequest struct {
 
 func (x *ResetKeysRequest) Reset() {
 	*x = ResetKeysRequest{}
-	mi := &file_rules_proto_msgTypes[25]
+	mi := &file_rules_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1806,7 +1868,7 @@ func (x *ResetKeysRequest) String() string {
 func (*ResetKeysRequest) ProtoMessage() {}
 
 func (x *ResetKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[25]
+	mi := &file_rules_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1819,7 +1881,7 @@ func (x *ResetKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetKeysRequest.ProtoReflect.Descriptor instead.
 func (*ResetKeysRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{25}
+	return file_rules_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ResetKeysRequest) GetTarget() *Reset {
@@ -1841,7 +1903,7 @@ type ResetKeysResponse struct {
 
 func (x *ResetKeysResponse) Reset() {
 	*x = ResetKeysResponse{}
-	mi := &file_rules_proto_msgTypes[26]
+	mi := &file_rules_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1853,7 +1915,7 @@ func (x *ResetKeysResponse) String() string {
 func (*ResetKeysResponse) ProtoMessage() {}
 
 func (x *ResetKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[26]
+	mi := &file_rules_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1866,7 +1928,7 @@ func (x *ResetKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetKeysResponse.ProtoReflect.Descriptor instead.
 func (*ResetKeysResponse) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{26}
+	return file_rules_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ResetKeysResponse) GetRecorded() *Reset {
@@ -1898,7 +1960,7 @@ type ListResetsRequest struct {
 
 func (x *ListResetsRequest) Reset() {
 	*x = ListResetsRequest{}
-	mi := &file_rules_proto_msgTypes[27]
+	mi := &file_rules_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1910,7 +1972,7 @@ func (x *ListResetsRequest) String() string {
 func (*ListResetsRequest) ProtoMessage() {}
 
 func (x *ListResetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rules_proto_msgTypes[27]
+	mi := &file_rules_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1923,7 +1985,7 @@ func (x *ListResetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResetsRequest.ProtoReflect.Descriptor instead.
 func (*ListResetsRequest) Descriptor() ([]byte, []int) {
-	return file_rules_proto_rawDescGZIP(), []int{27}
+	return file_rules_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListResetsRequest) GetSince() uint64 {
@@ -1958,7 +2020,7 @@ var File_rules_proto protoreflect.FileDescriptor
 
 const file_rules_proto_rawDesc = "" +
 	"\n" +
-	"\vrules.proto\x12\ballot.v1\x1a\x1egoogle/protobuf/duration.proto\"\x92\a\n" +
+	"\vrules.proto\x12\ballot.v1\x1a\x1egoogle/protobuf/duration.proto\"\xbf\a\n" +
 	"\x04Rule\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05scope\x18\x02 \x01(\tR\x05scope\x12\x10\n" +
@@ -1981,7 +2043,8 @@ const file_rules_proto_rawDesc = "" +
 	"\tunlimited\x18\x12 \x01(\bR\tunlimited\x12\x1a\n" +
 	"\breplaces\x18\x13 \x03(\tR\breplaces\x12%\n" +
 	"\x05cycle\x18\x14 \x01(\v2\x0f.allot.v1.CycleR\x05cycle\x12\x18\n" +
-	"\anotices\x18\x15 \x03(\x01R\anotices\x1aH\n" +
+	"\anotices\x18\x15 \x03(\x01R\anotices\x12+\n" +
+	"\aoverage\x18\x16 \x01(\v2\x11.allot.v1.OverageR\aoverage\x1aH\n" +
 	"\n" +
 	"PlansEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12$\n" +
@@ -1993,7 +2056,9 @@ const file_rules_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01B\f\n" +
 	"\n" +
-	"_tolerance\"W\n" +
+	"_tolerance\"\x1e\n" +
+	"\aOverage\x12\x13\n" +
+	"\x05up_to\x18\x01 \x01(\x01R\x04upTo\"W\n" +
 	"\x05Cycle\x12\x12\n" +
 	"\x04unit\x18\x01 \x01(\tR\x04unit\x12\x1d\n" +
 	"\n" +
@@ -2137,90 +2202,92 @@ func file_rules_proto_rawDescGZIP() []byte {
 	return file_rules_proto_rawDescData
 }
 
-var file_rules_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_rules_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_rules_proto_goTypes = []any{
 	(*Rule)(nil),                    // 0: allot.v1.Rule
-	(*Cycle)(nil),                   // 1: allot.v1.Cycle
-	(*Match)(nil),                   // 2: allot.v1.Match
-	(*DescriptorEntry)(nil),         // 3: allot.v1.DescriptorEntry
-	(*Plan)(nil),                    // 4: allot.v1.Plan
-	(*TenantOverride)(nil),          // 5: allot.v1.TenantOverride
-	(*Anchor)(nil),                  // 6: allot.v1.Anchor
-	(*RuleSet)(nil),                 // 7: allot.v1.RuleSet
-	(*ListRulesRequest)(nil),        // 8: allot.v1.ListRulesRequest
-	(*GetRuleRequest)(nil),          // 9: allot.v1.GetRuleRequest
-	(*PutRulesRequest)(nil),         // 10: allot.v1.PutRulesRequest
-	(*DeleteRuleRequest)(nil),       // 11: allot.v1.DeleteRuleRequest
-	(*Override)(nil),                // 12: allot.v1.Override
-	(*OverridesDelta)(nil),          // 13: allot.v1.OverridesDelta
-	(*PutOverridesRequest)(nil),     // 14: allot.v1.PutOverridesRequest
-	(*PutOverridesResponse)(nil),    // 15: allot.v1.PutOverridesResponse
-	(*OverrideKey)(nil),             // 16: allot.v1.OverrideKey
-	(*GetOverrideRequest)(nil),      // 17: allot.v1.GetOverrideRequest
-	(*ListOverridesRequest)(nil),    // 18: allot.v1.ListOverridesRequest
-	(*ListOverridesResponse)(nil),   // 19: allot.v1.ListOverridesResponse
-	(*DeleteOverridesRequest)(nil),  // 20: allot.v1.DeleteOverridesRequest
-	(*DeleteOverridesResponse)(nil), // 21: allot.v1.DeleteOverridesResponse
-	(*OverrideChangesRequest)(nil),  // 22: allot.v1.OverrideChangesRequest
-	(*Reset)(nil),                   // 23: allot.v1.Reset
-	(*ResetsDelta)(nil),             // 24: allot.v1.ResetsDelta
-	(*ResetKeysRequest)(nil),        // 25: allot.v1.ResetKeysRequest
-	(*ResetKeysResponse)(nil),       // 26: allot.v1.ResetKeysResponse
-	(*ListResetsRequest)(nil),       // 27: allot.v1.ListResetsRequest
-	nil,                             // 28: allot.v1.Rule.PlansEntry
-	nil,                             // 29: allot.v1.Rule.TenantsEntry
-	nil,                             // 30: allot.v1.Rule.RegionsEntry
-	(*durationpb.Duration)(nil),     // 31: google.protobuf.Duration
+	(*Overage)(nil),                 // 1: allot.v1.Overage
+	(*Cycle)(nil),                   // 2: allot.v1.Cycle
+	(*Match)(nil),                   // 3: allot.v1.Match
+	(*DescriptorEntry)(nil),         // 4: allot.v1.DescriptorEntry
+	(*Plan)(nil),                    // 5: allot.v1.Plan
+	(*TenantOverride)(nil),          // 6: allot.v1.TenantOverride
+	(*Anchor)(nil),                  // 7: allot.v1.Anchor
+	(*RuleSet)(nil),                 // 8: allot.v1.RuleSet
+	(*ListRulesRequest)(nil),        // 9: allot.v1.ListRulesRequest
+	(*GetRuleRequest)(nil),          // 10: allot.v1.GetRuleRequest
+	(*PutRulesRequest)(nil),         // 11: allot.v1.PutRulesRequest
+	(*DeleteRuleRequest)(nil),       // 12: allot.v1.DeleteRuleRequest
+	(*Override)(nil),                // 13: allot.v1.Override
+	(*OverridesDelta)(nil),          // 14: allot.v1.OverridesDelta
+	(*PutOverridesRequest)(nil),     // 15: allot.v1.PutOverridesRequest
+	(*PutOverridesResponse)(nil),    // 16: allot.v1.PutOverridesResponse
+	(*OverrideKey)(nil),             // 17: allot.v1.OverrideKey
+	(*GetOverrideRequest)(nil),      // 18: allot.v1.GetOverrideRequest
+	(*ListOverridesRequest)(nil),    // 19: allot.v1.ListOverridesRequest
+	(*ListOverridesResponse)(nil),   // 20: allot.v1.ListOverridesResponse
+	(*DeleteOverridesRequest)(nil),  // 21: allot.v1.DeleteOverridesRequest
+	(*DeleteOverridesResponse)(nil), // 22: allot.v1.DeleteOverridesResponse
+	(*OverrideChangesRequest)(nil),  // 23: allot.v1.OverrideChangesRequest
+	(*Reset)(nil),                   // 24: allot.v1.Reset
+	(*ResetsDelta)(nil),             // 25: allot.v1.ResetsDelta
+	(*ResetKeysRequest)(nil),        // 26: allot.v1.ResetKeysRequest
+	(*ResetKeysResponse)(nil),       // 27: allot.v1.ResetKeysResponse
+	(*ListResetsRequest)(nil),       // 28: allot.v1.ListResetsRequest
+	nil,                             // 29: allot.v1.Rule.PlansEntry
+	nil,                             // 30: allot.v1.Rule.TenantsEntry
+	nil,                             // 31: allot.v1.Rule.RegionsEntry
+	(*durationpb.Duration)(nil),     // 32: google.protobuf.Duration
 }
 var file_rules_proto_depIdxs = []int32{
-	31, // 0: allot.v1.Rule.period:type_name -> google.protobuf.Duration
-	2,  // 1: allot.v1.Rule.match:type_name -> allot.v1.Match
-	28, // 2: allot.v1.Rule.plans:type_name -> allot.v1.Rule.PlansEntry
-	29, // 3: allot.v1.Rule.tenants:type_name -> allot.v1.Rule.TenantsEntry
-	30, // 4: allot.v1.Rule.regions:type_name -> allot.v1.Rule.RegionsEntry
-	1,  // 5: allot.v1.Rule.cycle:type_name -> allot.v1.Cycle
-	3,  // 6: allot.v1.Match.descriptors:type_name -> allot.v1.DescriptorEntry
-	6,  // 7: allot.v1.Plan.cycle:type_name -> allot.v1.Anchor
-	6,  // 8: allot.v1.TenantOverride.cycle:type_name -> allot.v1.Anchor
-	0,  // 9: allot.v1.RuleSet.rules:type_name -> allot.v1.Rule
-	0,  // 10: allot.v1.PutRulesRequest.rules:type_name -> allot.v1.Rule
-	6,  // 11: allot.v1.Override.cycle:type_name -> allot.v1.Anchor
-	12, // 12: allot.v1.OverridesDelta.overrides:type_name -> allot.v1.Override
-	12, // 13: allot.v1.PutOverridesRequest.overrides:type_name -> allot.v1.Override
-	12, // 14: allot.v1.ListOverridesResponse.overrides:type_name -> allot.v1.Override
-	16, // 15: allot.v1.DeleteOverridesRequest.keys:type_name -> allot.v1.OverrideKey
-	23, // 16: allot.v1.ResetsDelta.resets:type_name -> allot.v1.Reset
-	23, // 17: allot.v1.ResetKeysRequest.target:type_name -> allot.v1.Reset
-	23, // 18: allot.v1.ResetKeysResponse.recorded:type_name -> allot.v1.Reset
-	4,  // 19: allot.v1.Rule.PlansEntry.value:type_name -> allot.v1.Plan
-	5,  // 20: allot.v1.Rule.TenantsEntry.value:type_name -> allot.v1.TenantOverride
-	8,  // 21: allot.v1.RulesService.ListRules:input_type -> allot.v1.ListRulesRequest
-	9,  // 22: allot.v1.RulesService.GetRule:input_type -> allot.v1.GetRuleRequest
-	10, // 23: allot.v1.RulesService.PutRules:input_type -> allot.v1.PutRulesRequest
-	11, // 24: allot.v1.RulesService.DeleteRule:input_type -> allot.v1.DeleteRuleRequest
-	14, // 25: allot.v1.OverridesService.PutOverrides:input_type -> allot.v1.PutOverridesRequest
-	17, // 26: allot.v1.OverridesService.GetOverride:input_type -> allot.v1.GetOverrideRequest
-	18, // 27: allot.v1.OverridesService.ListOverrides:input_type -> allot.v1.ListOverridesRequest
-	20, // 28: allot.v1.OverridesService.DeleteOverrides:input_type -> allot.v1.DeleteOverridesRequest
-	22, // 29: allot.v1.OverridesService.Changes:input_type -> allot.v1.OverrideChangesRequest
-	25, // 30: allot.v1.ResetsService.ResetKeys:input_type -> allot.v1.ResetKeysRequest
-	27, // 31: allot.v1.ResetsService.ListResets:input_type -> allot.v1.ListResetsRequest
-	7,  // 32: allot.v1.RulesService.ListRules:output_type -> allot.v1.RuleSet
-	0,  // 33: allot.v1.RulesService.GetRule:output_type -> allot.v1.Rule
-	7,  // 34: allot.v1.RulesService.PutRules:output_type -> allot.v1.RuleSet
-	7,  // 35: allot.v1.RulesService.DeleteRule:output_type -> allot.v1.RuleSet
-	15, // 36: allot.v1.OverridesService.PutOverrides:output_type -> allot.v1.PutOverridesResponse
-	12, // 37: allot.v1.OverridesService.GetOverride:output_type -> allot.v1.Override
-	19, // 38: allot.v1.OverridesService.ListOverrides:output_type -> allot.v1.ListOverridesResponse
-	21, // 39: allot.v1.OverridesService.DeleteOverrides:output_type -> allot.v1.DeleteOverridesResponse
-	13, // 40: allot.v1.OverridesService.Changes:output_type -> allot.v1.OverridesDelta
-	26, // 41: allot.v1.ResetsService.ResetKeys:output_type -> allot.v1.ResetKeysResponse
-	24, // 42: allot.v1.ResetsService.ListResets:output_type -> allot.v1.ResetsDelta
-	32, // [32:43] is the sub-list for method output_type
-	21, // [21:32] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	32, // 0: allot.v1.Rule.period:type_name -> google.protobuf.Duration
+	3,  // 1: allot.v1.Rule.match:type_name -> allot.v1.Match
+	29, // 2: allot.v1.Rule.plans:type_name -> allot.v1.Rule.PlansEntry
+	30, // 3: allot.v1.Rule.tenants:type_name -> allot.v1.Rule.TenantsEntry
+	31, // 4: allot.v1.Rule.regions:type_name -> allot.v1.Rule.RegionsEntry
+	2,  // 5: allot.v1.Rule.cycle:type_name -> allot.v1.Cycle
+	1,  // 6: allot.v1.Rule.overage:type_name -> allot.v1.Overage
+	4,  // 7: allot.v1.Match.descriptors:type_name -> allot.v1.DescriptorEntry
+	7,  // 8: allot.v1.Plan.cycle:type_name -> allot.v1.Anchor
+	7,  // 9: allot.v1.TenantOverride.cycle:type_name -> allot.v1.Anchor
+	0,  // 10: allot.v1.RuleSet.rules:type_name -> allot.v1.Rule
+	0,  // 11: allot.v1.PutRulesRequest.rules:type_name -> allot.v1.Rule
+	7,  // 12: allot.v1.Override.cycle:type_name -> allot.v1.Anchor
+	13, // 13: allot.v1.OverridesDelta.overrides:type_name -> allot.v1.Override
+	13, // 14: allot.v1.PutOverridesRequest.overrides:type_name -> allot.v1.Override
+	13, // 15: allot.v1.ListOverridesResponse.overrides:type_name -> allot.v1.Override
+	17, // 16: allot.v1.DeleteOverridesRequest.keys:type_name -> allot.v1.OverrideKey
+	24, // 17: allot.v1.ResetsDelta.resets:type_name -> allot.v1.Reset
+	24, // 18: allot.v1.ResetKeysRequest.target:type_name -> allot.v1.Reset
+	24, // 19: allot.v1.ResetKeysResponse.recorded:type_name -> allot.v1.Reset
+	5,  // 20: allot.v1.Rule.PlansEntry.value:type_name -> allot.v1.Plan
+	6,  // 21: allot.v1.Rule.TenantsEntry.value:type_name -> allot.v1.TenantOverride
+	9,  // 22: allot.v1.RulesService.ListRules:input_type -> allot.v1.ListRulesRequest
+	10, // 23: allot.v1.RulesService.GetRule:input_type -> allot.v1.GetRuleRequest
+	11, // 24: allot.v1.RulesService.PutRules:input_type -> allot.v1.PutRulesRequest
+	12, // 25: allot.v1.RulesService.DeleteRule:input_type -> allot.v1.DeleteRuleRequest
+	15, // 26: allot.v1.OverridesService.PutOverrides:input_type -> allot.v1.PutOverridesRequest
+	18, // 27: allot.v1.OverridesService.GetOverride:input_type -> allot.v1.GetOverrideRequest
+	19, // 28: allot.v1.OverridesService.ListOverrides:input_type -> allot.v1.ListOverridesRequest
+	21, // 29: allot.v1.OverridesService.DeleteOverrides:input_type -> allot.v1.DeleteOverridesRequest
+	23, // 30: allot.v1.OverridesService.Changes:input_type -> allot.v1.OverrideChangesRequest
+	26, // 31: allot.v1.ResetsService.ResetKeys:input_type -> allot.v1.ResetKeysRequest
+	28, // 32: allot.v1.ResetsService.ListResets:input_type -> allot.v1.ListResetsRequest
+	8,  // 33: allot.v1.RulesService.ListRules:output_type -> allot.v1.RuleSet
+	0,  // 34: allot.v1.RulesService.GetRule:output_type -> allot.v1.Rule
+	8,  // 35: allot.v1.RulesService.PutRules:output_type -> allot.v1.RuleSet
+	8,  // 36: allot.v1.RulesService.DeleteRule:output_type -> allot.v1.RuleSet
+	16, // 37: allot.v1.OverridesService.PutOverrides:output_type -> allot.v1.PutOverridesResponse
+	13, // 38: allot.v1.OverridesService.GetOverride:output_type -> allot.v1.Override
+	20, // 39: allot.v1.OverridesService.ListOverrides:output_type -> allot.v1.ListOverridesResponse
+	22, // 40: allot.v1.OverridesService.DeleteOverrides:output_type -> allot.v1.DeleteOverridesResponse
+	14, // 41: allot.v1.OverridesService.Changes:output_type -> allot.v1.OverridesDelta
+	27, // 42: allot.v1.ResetsService.ResetKeys:output_type -> allot.v1.ResetKeysResponse
+	25, // 43: allot.v1.ResetsService.ListResets:output_type -> allot.v1.ResetsDelta
+	33, // [33:44] is the sub-list for method output_type
+	22, // [22:33] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_rules_proto_init() }
@@ -2235,7 +2302,7 @@ func file_rules_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rules_proto_rawDesc), len(file_rules_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   3,
 		},

@@ -151,7 +151,19 @@ type UsageRecord struct {
 	// exported lines were read from the ledger sink (PostgreSQL) the
 	// cluster exports final windows to (docs/billing.md); the others from
 	// the cluster's memory. A line is in one place or the other, never both.
-	Exported      bool `protobuf:"varint,10,opt,name=exported,proto3" json:"exported,omitempty"`
+	Exported bool `protobuf:"varint,10,opt,name=exported,proto3" json:"exported,omitempty"`
+	// cycle_start is the start of the tenant's cycle of the rule that the
+	// window belongs to, and limit the limit in force for the tenant, in
+	// the rule's units per cycle, as the usage was counted
+	// (docs/billing.md, "What the ledger records"). Absent when not
+	// recorded: for rules not keyed by the tenant alone, and for lines
+	// counted before they were.
+	CycleStart *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=cycle_start,json=cycleStart,proto3" json:"cycle_start,omitempty"`
+	Limit      *int64                 `protobuf:"varint,12,opt,name=limit,proto3,oneof" json:"limit,omitempty"`
+	// overage is the part of admitted past the limit in force, under a
+	// quota with overage (docs/billing.md, "Metered overage"): billed apart,
+	// and part of admitted, not added to it.
+	Overage       uint64 `protobuf:"varint,13,opt,name=overage,proto3" json:"overage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -254,6 +266,27 @@ func (x *UsageRecord) GetExported() bool {
 		return x.Exported
 	}
 	return false
+}
+
+func (x *UsageRecord) GetCycleStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CycleStart
+	}
+	return nil
+}
+
+func (x *UsageRecord) GetLimit() int64 {
+	if x != nil && x.Limit != nil {
+		return *x.Limit
+	}
+	return 0
+}
+
+func (x *UsageRecord) GetOverage() uint64 {
+	if x != nil {
+		return x.Overage
+	}
+	return 0
 }
 
 type UsageResponse struct {
@@ -592,7 +625,7 @@ const file_usage_proto_rawDesc = "" +
 	"\n" +
 	"page_token\x18\a \x01(\tR\tpageToken\x12\x1d\n" +
 	"\n" +
-	"group_only\x18\b \x01(\bR\tgroupOnly\"\xdc\x02\n" +
+	"group_only\x18\b \x01(\bR\tgroupOnly\"\xd8\x03\n" +
 	"\vUsageRecord\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x16\n" +
@@ -605,9 +638,14 @@ const file_usage_proto_rawDesc = "" +
 	"\x05final\x18\b \x01(\bR\x05final\x12\x1d\n" +
 	"\agranted\x18\t \x01(\x01H\x00R\agranted\x88\x01\x01\x12\x1a\n" +
 	"\bexported\x18\n" +
-	" \x01(\bR\bexportedB\n" +
+	" \x01(\bR\bexported\x12;\n" +
+	"\vcycle_start\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"cycleStart\x12\x19\n" +
+	"\x05limit\x18\f \x01(\x03H\x01R\x05limit\x88\x01\x01\x12\x18\n" +
+	"\aoverage\x18\r \x01(\x04R\aoverageB\n" +
 	"\n" +
-	"\b_granted\"h\n" +
+	"\b_grantedB\b\n" +
+	"\x06_limit\"h\n" +
 	"\rUsageResponse\x12/\n" +
 	"\arecords\x18\x01 \x03(\v2\x15.allot.v1.UsageRecordR\arecords\x12&\n" +
 	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"\x9f\x01\n" +
@@ -666,17 +704,18 @@ var file_usage_proto_depIdxs = []int32{
 	6, // 1: allot.v1.UsageQuery.to:type_name -> google.protobuf.Timestamp
 	6, // 2: allot.v1.UsageRecord.window_start:type_name -> google.protobuf.Timestamp
 	6, // 3: allot.v1.UsageRecord.window_end:type_name -> google.protobuf.Timestamp
-	1, // 4: allot.v1.UsageResponse.records:type_name -> allot.v1.UsageRecord
-	5, // 5: allot.v1.ListNoticesResponse.notices:type_name -> allot.v1.Notice
-	0, // 6: allot.v1.UsageService.QueryUsage:input_type -> allot.v1.UsageQuery
-	3, // 7: allot.v1.UsageService.ListNotices:input_type -> allot.v1.ListNoticesRequest
-	2, // 8: allot.v1.UsageService.QueryUsage:output_type -> allot.v1.UsageResponse
-	4, // 9: allot.v1.UsageService.ListNotices:output_type -> allot.v1.ListNoticesResponse
-	8, // [8:10] is the sub-list for method output_type
-	6, // [6:8] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	6, // 4: allot.v1.UsageRecord.cycle_start:type_name -> google.protobuf.Timestamp
+	1, // 5: allot.v1.UsageResponse.records:type_name -> allot.v1.UsageRecord
+	5, // 6: allot.v1.ListNoticesResponse.notices:type_name -> allot.v1.Notice
+	0, // 7: allot.v1.UsageService.QueryUsage:input_type -> allot.v1.UsageQuery
+	3, // 8: allot.v1.UsageService.ListNotices:input_type -> allot.v1.ListNoticesRequest
+	2, // 9: allot.v1.UsageService.QueryUsage:output_type -> allot.v1.UsageResponse
+	4, // 10: allot.v1.UsageService.ListNotices:output_type -> allot.v1.ListNoticesResponse
+	9, // [9:11] is the sub-list for method output_type
+	7, // [7:9] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_usage_proto_init() }

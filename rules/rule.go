@@ -148,8 +148,12 @@ type Rule struct {
 	// Notices are the thresholds, as fractions of the limit in force for
 	// a tenant, whose crossing by the tenant's usage this cycle the
 	// coordinators record and deliver once each (docs/billing.md,
-	// "Threshold notices"). Only a rule keyed by tenant alone has them.
+	// "Threshold notices"), up to 1 or with overage up to its cap. Only a
+	// rule keyed by tenant alone has them.
 	Notices []float64 `yaml:"notices,omitempty" json:"notices,omitempty"`
+	// Overage admits a quota's calls past its limit, up to a hard cap,
+	// and bills them apart (overage.go); nil refuses at the limit.
+	Overage *Overage `yaml:"overage,omitempty" json:"overage,omitempty"`
 }
 
 // Match restricts a rule to some requests. Empty lists match everything.
@@ -357,7 +361,7 @@ func Equal(a, b *Rule) bool {
 		}) &&
 		a.Local == b.Local && maps.EqualFunc(a.Regions, b.Regions, sameFloat) &&
 		a.Shadow == b.Shadow && a.Unlimited == b.Unlimited && slices.Equal(a.Replaces, b.Replaces) &&
-		slices.EqualFunc(a.Notices, b.Notices, sameFloat)
+		slices.EqualFunc(a.Notices, b.Notices, sameFloat) && equalOverage(a.Overage, b.Overage)
 }
 
 // canonical is the scope, or zero when it is none of the six.

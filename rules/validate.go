@@ -135,6 +135,7 @@ func (r *Rule) Validate() Errors {
 	r.validateMatch(bad)
 	r.validatePlans(bad)
 	r.validateRegions(bad)
+	r.validateOverage(bad)
 	r.validateNotices(bad)
 	return errs
 }
@@ -143,9 +144,9 @@ func (r *Rule) Validate() Errors {
 const MaxNotices = 16
 
 // validateNotices checks the thresholds: fractions of the limit in force,
-// strictly increasing, none above 1 (the limit: until overage exists no
-// usage is admitted past it, so a higher threshold would never be
-// crossed). Notices measure one tenant's usage this cycle, which the
+// strictly increasing, none above 1 (the limit) or, with overage, its cap
+// (up_to): no usage is admitted past it, so a higher threshold would never
+// be crossed. Notices measure one tenant's usage this cycle, which the
 // ledger holds only for a rule whose key is the tenant alone: a user or
 // route rule's key divides the tenant's usage, and a global, IP or
 // descriptor rule's is not a tenant's. Unlimited, local and shadow rules
@@ -168,11 +169,14 @@ func (r *Rule) validateNotices(bad func(string, string, ...any)) {
 	if len(r.Notices) > MaxNotices {
 		bad("notices", "lists %d thresholds; at most %d", len(r.Notices), MaxNotices)
 	}
+	top := r.maxNotice()
 	for i, f := range r.Notices {
 		field := fmt.Sprintf("notices[%d]", i)
 		switch {
-		case !(f > 0 && f <= 1):
+		case !(f > 0 && f <= top) && top == 1:
 			bad(field, "must be a fraction of the limit in (0, 1], got %v (no usage is admitted past the limit, so a higher threshold is never crossed)", f)
+		case !(f > 0 && f <= top):
+			bad(field, "must be a fraction of the limit in (0, %v], got %v: the overage cap is %v times the limit and no usage is admitted past it, so a higher threshold is never crossed", top, f, top)
 		case i > 0 && !(f > r.Notices[i-1]):
 			bad(field, "%v is not above %v before it: thresholds are listed in strictly increasing order", f, r.Notices[i-1])
 		}
@@ -343,7 +347,8 @@ func (r *Rule) validateTenant(name string, o TenantOverride, prefix string, bad 
 	if o.Limit < 0 {
 		bad(prefix+"limit", "must not be negative, got %d", o.Limit)
 	} else if o.Limit > 0 && r.Algorithm != 0 && r.Period > 0 {
-		if err := r.AlgoConfig(o.Limit).Validate(); err != nil {
+		// With overage the fleet enforces the limit's cap.
+		if err := r.AlgoConfig(r.Cap(o.Limit)).Validate(); err != nil {
 			bad(prefix+"limit", "%v", err)
 		}
 	}

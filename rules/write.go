@@ -67,6 +67,7 @@ type ruleDoc struct {
 	Unlimited   bool                 `yaml:"unlimited,omitempty" json:"unlimited,omitempty"`
 	Replaces    []string             `yaml:"replaces,omitempty,flow" json:"replaces,omitempty"`
 	Notices     []float64            `yaml:"notices,omitempty,flow" json:"notices,omitempty"`
+	Overage     *Overage             `yaml:"overage,omitempty,flow" json:"overage,omitempty"`
 }
 
 type matchDoc struct {
@@ -146,7 +147,7 @@ func docOf(r *Rule) ruleDoc {
 	d := ruleDoc{
 		Name: r.Name, Description: r.Description, Limit: r.Limit, Burst: r.Burst, Tolerance: r.Tolerance,
 		Local: r.Local, Regions: r.Regions, Shadow: r.Shadow, Unlimited: r.Unlimited, Replaces: r.Replaces,
-		Notices: r.Notices,
+		Notices: r.Notices, Overage: r.Overage,
 	}
 	if r.Scope.valid() {
 		d.Scope = r.Scope.String()

@@ -516,10 +516,13 @@ func TestOpsInProcess(t *testing.T) {
 		args := []string{"usage", "--coordinator", eu.addr, "--coordinator", us.addr, "--from", "2h", "--format", "csv"}
 		ws, we := w.UTC().Format(time.RFC3339), w.Add(time.Second).UTC().Format(time.RFC3339)
 		// 5 a minute is 1/12 in a one-second window; eu may use 0.6 of it.
+		// The window belongs to its minute, counted against 5, without
+		// overage.
+		terms := "," + w.Truncate(time.Minute).UTC().Format(time.RFC3339) + ",5,0"
 		want := billCSVHeader[0] + "," + strings.Join(billCSVHeader[1:], ",") + "\n" +
-			ws + "," + we + ",true,acme,quota,eu,3,1,0.7500,0.6,0.05,60.0000,\n" +
-			ws + "," + we + ",false,acme,quota,us,1,2,0.2500,0.4,0.033,30.0000,\n" +
-			ws + "," + we + ",false,acme,quota,*,4,3,eu=0.7500;us=0.2500,,0.083,48.0000,\n"
+			ws + "," + we + ",true,acme,quota,eu,3,1,0.7500,0.6,0.05,60.0000," + terms + "\n" +
+			ws + "," + we + ",false,acme,quota,us,1,2,0.2500,0.4,0.033,30.0000," + terms + "\n" +
+			ws + "," + we + ",false,acme,quota,*,4,3,eu=0.7500;us=0.2500,,0.083,48.0000," + terms + "\n"
 		var stdout, stderr string
 		testwait.For(t, 30*time.Second, "eu's window to be final", func() bool {
 			var code int

@@ -35,6 +35,14 @@ rule divided among regions. It is left blank where the ledger cannot tell
 it: for local rules, rules keyed finer than the tenant (user, route, ip),
 and limits set by plans, which the ledger does not record.
 
+Each line also shows the terms the ledger recorded as the usage was
+counted: the start of the tenant's cycle of the rule that the window
+belongs to (cycle_start) and the limit in force for the tenant (limit),
+blank for rules not keyed by the tenant alone and for what a plan sets;
+and, under a quota with overage, the part of admitted past that limit
+(overage), which billing prices apart: admitted − overage is what the
+plan included.
+
 A window is final once it has closed and every agent reporting in it has
 been heard from past its end: final counts never change again.
 

@@ -112,8 +112,8 @@ type pool struct {
 	rule *rules.Rule
 	// limit is what the pool divides, in the rule's units per period:
 	// the region's part of ruleLimit (see allocator.poolLimit), the
-	// rule's limit for the key's tenant and plan, which are kept to
-	// report the key to a parent.
+	// rule's limit for the key's tenant and plan (its cap, with overage:
+	// rules.Rule.Cap), which are kept to report the key to a parent.
 	limit        float64
 	ruleLimit    int64
 	tenant, plan string

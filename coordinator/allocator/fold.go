@@ -142,7 +142,9 @@ func (a *Allocator) fold(req *allotpb.ReportRequest, now int64) *Folded {
 		case own.limit != 0:
 			p.ruleLimit, p.tenant, p.plan = own.limit, d.GetTenant(), d.GetPlan()
 		case !r.Fair():
-			p.ruleLimit, p.tenant, p.plan = r.LimitWith(o, overridden, d.GetTenant(), d.GetPlan()), d.GetTenant(), d.GetPlan()
+			// The cap of the tenant's limit, which agents enforce too: the
+			// limit itself, or with overage the limit times up_to.
+			p.ruleLimit, p.tenant, p.plan = r.Cap(r.LimitWith(o, overridden, d.GetTenant(), d.GetPlan())), d.GetTenant(), d.GetPlan()
 		}
 		p.limit = a.poolLimit(k, p.rule, p.ruleLimit, max(p.window, d.GetWindowUnixNano()), now)
 		if a.global && !leaving {

@@ -47,8 +47,8 @@ func encodeCopy(cluster string, withCluster bool, lines []ledger.Line) []byte {
 	if withCluster {
 		fields = len(usageColumns)
 	}
-	// A row is about 100 bytes with short names.
-	buf := make([]byte, 0, len(copyHeader)+len(lines)*(64+len(cluster)+len(lines[0].Tenant)+len(lines[0].Rule)+len(lines[0].Region))+2)
+	// A row is about 130 bytes with short names.
+	buf := make([]byte, 0, len(copyHeader)+len(lines)*(100+len(cluster)+len(lines[0].Tenant)+len(lines[0].Rule)+len(lines[0].Region))+2)
 	buf = append(buf, copyHeader...)
 	for i := range lines {
 		l := &lines[i]
@@ -65,11 +65,23 @@ func encodeCopy(cluster string, withCluster bool, lines []ledger.Line) []byte {
 		buf = appendInt64(buf, clamp(l.Admitted))
 		buf = appendInt64(buf, clamp(l.Denied))
 		if l.Granted == nil {
-			buf = binary.BigEndian.AppendUint32(buf, math.MaxUint32) // -1: NULL
+			buf = appendNull(buf)
 		} else {
 			buf = binary.BigEndian.AppendUint32(buf, 8)
 			buf = binary.BigEndian.AppendUint64(buf, math.Float64bits(*l.Granted))
 		}
+		// Terms not recorded are NULL.
+		if l.CycleStart == 0 {
+			buf = appendNull(buf)
+		} else {
+			buf = appendInt64(buf, (l.CycleStart-pgEpoch)*1_000_000)
+		}
+		if l.Limit == 0 {
+			buf = appendNull(buf)
+		} else {
+			buf = appendInt64(buf, l.Limit)
+		}
+		buf = appendInt64(buf, min(clamp(l.Overage), clamp(l.Admitted)))
 	}
 	return binary.BigEndian.AppendUint16(buf, math.MaxUint16) // -1: the end
 }
@@ -78,6 +90,9 @@ func appendText(buf []byte, s string) []byte {
 	buf = binary.BigEndian.AppendUint32(buf, uint32(len(s)))
 	return append(buf, s...)
 }
+
+// appendNull is a NULL field: its length -1.
+func appendNull(buf []byte) []byte { return binary.BigEndian.AppendUint32(buf, math.MaxUint32) }
 
 func appendInt64(buf []byte, v int64) []byte {
 	buf = binary.BigEndian.AppendUint32(buf, 8)

@@ -1,8 +1,10 @@
 // Package ledgersink exports a coordinator cluster's final ledger lines
 // into PostgreSQL, for a billing team to own and query with SQL: the
 // table allot_usage, one row per cluster, billing window, tenant, rule
-// and region (migrations/0001_init.sql documents every column, and
-// queries.go holds the queries docs quote).
+// and region, with the terms the usage was counted against (the tenant's
+// cycle and limit: ledger.Terms) so that an invoice is one query of it
+// (migrations/ documents every column, and queries.go holds the queries
+// docs quote).
 //
 // # Exactly once
 //
@@ -49,7 +51,8 @@
 // a staging table and one INSERT … ON CONFLICT DO UPDATE that adds to
 // the row rather than overwriting it, counts saturating at bigint's
 // maximum and granted summed with NULL as absent, so no count already
-// exported is lost.
+// exported is lost; the terms are the later line's, as the ledger keeps
+// the later usage's, unless it recorded none.
 //
 // # Names
 //

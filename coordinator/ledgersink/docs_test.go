@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allot-io/allot/algo"
 	"github.com/allot-io/allot/coordinator/ledgersink"
 	"github.com/allot-io/allot/internal/pgserver"
 	"github.com/allot-io/allot/ledger"
@@ -20,7 +21,7 @@ import (
 const billingDoc = "../../docs/billing.md"
 
 // docQueries is the ```sql block of the doc's "Billing queries": psql's
-// \set lines, then the three queries.
+// \set lines, then the queries.
 func docQueries(t *testing.T) string {
 	t.Helper()
 	data, err := os.ReadFile(billingDoc)
@@ -71,7 +72,7 @@ func TestBillingDocQueries(t *testing.T) {
 			queries = append(queries, strings.Join(sql, "\n"))
 		}
 	}
-	constants := []string{ledgersink.QueryTenantMonth, ledgersink.QueryAllTenantsDay, ledgersink.QueryRegionsMerged}
+	constants := []string{ledgersink.QueryTenantMonth, ledgersink.QueryAllTenantsDay, ledgersink.QueryRegionsMerged, ledgersink.QueryTenantCycle}
 	if len(queries) != len(constants) {
 		t.Fatalf("%s shows %d billing queries; queries.go has %d:\n%s", billingDoc, len(queries), len(constants), block)
 	}
@@ -127,20 +128,30 @@ func TestBillingDocQueries(t *testing.T) {
 	run("the doc's block", block)
 
 	// A ledger the values select from, and lines they leave out: another
-	// tenant, the month before, the day before.
+	// tenant, the month before, the day before, another rule, the cycle
+	// before. The invoice's rule is a monthly plan on the tenant's own
+	// cycle, from its anchor in its zone as \set cycle_start writes it; its
+	// limit rises in the cycle's last window.
 	month, err := time.Parse("2006-01-02 15:04:05-07", vars["month_from"])
 	if err != nil {
 		t.Fatalf("month_from: %v", err)
 	}
-	tenant := vars["tenant"]
+	tenant, invoiced := vars["tenant"], vars["rule"]
+	cycle := anchoredCycle(t, vars["cycle_start"])
 	for c, cluster := range []string{"eu-1", "us-1"} {
 		var lines []ledger.Line
 		for _, w := range []time.Time{month.AddDate(0, 0, -1), month, month.AddDate(0, 0, 10), month.AddDate(0, 1, -1), month.AddDate(0, 1, -1).Add(time.Hour)} {
 			for _, tn := range []string{tenant, "globex"} {
-				for _, rule := range []string{"api", "plan-quota"} {
+				for _, rule := range []string{"api", invoiced} {
 					l := line(w.Unix(), tn, rule, []string{"eu-west", "us-east"}[c], uint64(len(lines)+10*c+1))
 					if len(lines)%2 == 0 {
 						l.Granted = ptr(float64(len(lines)) * 1.5)
+					}
+					if rule == invoiced {
+						l.Terms = ledger.Terms{CycleStart: cycle.Start(w).Unix(), Limit: 100000}
+						if w.Equal(month.AddDate(0, 1, -1).Add(time.Hour)) {
+							l.Limit, l.Overage = 250000, l.Admitted/2
+						}
 					}
 					lines = append(lines, l)
 				}
@@ -165,8 +176,33 @@ func TestBillingDocQueries(t *testing.T) {
 	if got != want {
 		t.Errorf("the doc's block printed\n%s\nqueries.go's constants print\n%s", got, want)
 	}
-	// Three headers and the rows: the values must select some of each.
+	// The headers and the rows: the values must select some of each.
 	if rows := strings.Count(got, "\n") - len(constants); rows < 3*len(constants) {
 		t.Errorf("the doc's values select %d rows of the test's ledger in all, want several for each query:\n%s", rows, got)
 	}
+	// The invoice is the cycle's lines: two windows in each cluster, some
+	// overage, and the limit of the last.
+	if !regexp.MustCompile(`(?m)^` + tenant + `,` + invoiced + `,[^,]+,\d+,\d+,[1-9]\d*,\d+,250000$`).MatchString(got) {
+		t.Errorf("the doc's invoice selects no cycle of %s under %s, against the limit of its last window:\n%s", tenant, invoiced, got)
+	}
+}
+
+// anchoredCycle is the monthly calendar whose cycle starts at start, a
+// psql timestamp with a zone's name ('2026-11-17 00:00:00
+// America/New_York'): anchored on its day, at midnight in its zone.
+func anchoredCycle(t *testing.T, start string) algo.Calendar {
+	t.Helper()
+	at, zone, ok := strings.Cut(start, " America/")
+	if !ok {
+		t.Fatalf("cycle_start %q: want a time in an America/ zone, as the doc's example", start)
+	}
+	loc, err := time.LoadLocation("America/" + zone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	when, err := time.ParseInLocation(time.DateTime, at, loc)
+	if err != nil || when.Hour() != 0 || when.Minute() != 0 {
+		t.Fatalf("cycle_start %q: %v; want a midnight", start, err)
+	}
+	return algo.Calendar{Unit: algo.Month, Anchor: when.Day(), Location: loc}
 }

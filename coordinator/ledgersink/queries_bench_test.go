@@ -28,11 +28,14 @@ const (
 )
 
 // fillBig writes lines [$1, $2) of the big ledger in export order
-// (window, cluster, tenant, rule), straight from generate_series.
+// (window, cluster, tenant, rule), straight from generate_series. rule-0
+// is a tenant's plan: its lines carry 30-day cycles from the first
+// window, and a limit.
 const fillBig = `INSERT INTO allot_usage
-    (cluster_id, window_start, tenant, rule, region, window_seconds, admitted, denied, granted)
+    (cluster_id, window_start, tenant, rule, region, window_seconds, admitted, denied, granted, cycle_start, limit_units)
 SELECT 'cluster-' || region, to_timestamp($3::bigint + 3600 * w), 'tenant-' || lpad(t::text, 4, '0'),
-    'rule-' || r, region, 3600, a, a % 97, CASE WHEN r = 0 THEN 1000.0 END
+    'rule-' || r, region, 3600, a, a % 97, CASE WHEN r = 0 THEN 1000.0 END,
+    CASE WHEN r = 0 THEN to_timestamp($3::bigint + 3600 * (w - w % 720)) END, CASE WHEN r = 0 THEN 100000 END
 FROM generate_series($1::bigint, $2::bigint - 1) AS i,
     LATERAL (SELECT i / 15000 AS w, (i / 5000) % 3 AS c, (i / 5) % 1000 AS t, i % 5 AS r,
         (hashint8(i) & 65535)::bigint AS a) AS k,
@@ -105,6 +108,9 @@ func BenchmarkQueries(b *testing.B) {
 		{"regions_merged", ledgersink.QueryRegionsMerged, func(i int) []any {
 			from := start.Add(time.Duration(i%20) * day)
 			return []any{fmt.Sprintf("tenant-%04d", (i*37)%bigTenants), from, from.Add(month)}
+		}},
+		{"tenant_cycle", ledgersink.QueryTenantCycle, func(i int) []any {
+			return []any{fmt.Sprintf("tenant-%04d", (i*37)%bigTenants), "rule-0", start.Add(time.Duration(i%2) * month)}
 		}},
 	}
 	for _, q := range queries {

@@ -42,7 +42,7 @@ func (s *Sink) Query(ctx context.Context, cluster string, q Query) (lines []ledg
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))
 	}
-	sql.WriteString(`SELECT window_start, tenant, rule, region, window_seconds, admitted, denied, granted
+	sql.WriteString(`SELECT window_start, tenant, rule, region, window_seconds, admitted, denied, granted, cycle_start, limit_units, overage
 FROM allot_usage WHERE cluster_id = $1`)
 	fmt.Fprintf(&sql, " AND window_start >= %s", arg(time.Unix(q.From, 0)))
 	if q.To != 0 {
@@ -70,13 +70,24 @@ FROM allot_usage WHERE cluster_id = $1`)
 			window           time.Time
 			seconds          int32
 			admitted, denied int64
+			cycle            *time.Time
+			limit, overage   *int64
 		)
-		if err := rows.Scan(&window, &l.Tenant, &l.Rule, &l.Region, &seconds, &admitted, &denied, &l.Granted); err != nil {
+		if err := rows.Scan(&window, &l.Tenant, &l.Rule, &l.Region, &seconds, &admitted, &denied, &l.Granted, &cycle, &limit, &overage); err != nil {
 			return nil, false, fmt.Errorf("ledgersink: querying cluster %q: %w", cluster, err)
 		}
 		l.Tenant, l.Rule, l.Region = loadName(l.Tenant), loadName(l.Rule), loadName(l.Region)
 		l.Window, l.WindowSeconds = window.Unix(), int64(seconds)
 		l.Admitted, l.Denied = uint64(admitted), uint64(denied)
+		if cycle != nil {
+			l.CycleStart = cycle.Unix()
+		}
+		if limit != nil {
+			l.Limit = *limit
+		}
+		if overage != nil { // NULL: exported before overage was counted
+			l.Overage = uint64(*overage)
+		}
 		lines = append(lines, l)
 	}
 	if err := rows.Err(); err != nil {

@@ -32,12 +32,17 @@ WHERE cluster_id = $1`
     window_seconds integer NOT NULL,
     admitted       bigint NOT NULL,
     denied         bigint NOT NULL,
-    granted        double precision
+    granted        double precision,
+    cycle_start    timestamptz,
+    limit_units    bigint,
+    overage        bigint NOT NULL
 ) ON COMMIT DROP`
 
 	// onConflict adds a key exported again to what is stored: counts
-	// saturate at the bigint's maximum, and granted is the sum of the
-	// two with NULL as absent (NULL only when both are).
+	// saturate at the bigint's maximum (overage, part of admitted, at
+	// admitted), and granted is the sum of the two with NULL as absent
+	// (NULL only when both are). The terms are the later line's, as the
+	// ledger keeps the later usage's, unless it has none.
 	onConflict = `
 ON CONFLICT (cluster_id, window_start, tenant, rule, region) DO UPDATE SET
     window_seconds = EXCLUDED.window_seconds,
@@ -47,21 +52,27 @@ ON CONFLICT (cluster_id, window_start, tenant, rule, region) DO UPDATE SET
         THEN 9223372036854775807 ELSE allot_usage.denied + EXCLUDED.denied END,
     granted = CASE WHEN allot_usage.granted IS NULL AND EXCLUDED.granted IS NULL THEN NULL
         ELSE COALESCE(allot_usage.granted, 0) + COALESCE(EXCLUDED.granted, 0) END,
+    cycle_start = COALESCE(EXCLUDED.cycle_start, allot_usage.cycle_start),
+    limit_units = COALESCE(EXCLUDED.limit_units, allot_usage.limit_units),
+    overage = LEAST(CASE WHEN COALESCE(allot_usage.overage, 0) > 9223372036854775807 - EXCLUDED.overage
+        THEN 9223372036854775807 ELSE COALESCE(allot_usage.overage, 0) + EXCLUDED.overage END,
+        CASE WHEN allot_usage.admitted > 9223372036854775807 - EXCLUDED.admitted
+        THEN 9223372036854775807 ELSE allot_usage.admitted + EXCLUDED.admitted END),
     exported_at = now()`
 
 	upsertFromStage = `INSERT INTO allot_usage
-    (cluster_id, window_start, tenant, rule, region, window_seconds, admitted, denied, granted)
-SELECT $1, window_start, tenant, rule, region, window_seconds, admitted, denied, granted
+    (cluster_id, window_start, tenant, rule, region, window_seconds, admitted, denied, granted, cycle_start, limit_units, overage)
+SELECT $1, window_start, tenant, rule, region, window_seconds, admitted, denied, granted, cycle_start, limit_units, overage
 FROM allot_usage_stage` + onConflict
 
 	upsertFromArrays = `INSERT INTO allot_usage
-    (cluster_id, window_start, tenant, rule, region, window_seconds, admitted, denied, granted)
+    (cluster_id, window_start, tenant, rule, region, window_seconds, admitted, denied, granted, cycle_start, limit_units, overage)
 SELECT $1, * FROM unnest($2::timestamptz[], $3::text[], $4::text[], $5::text[],
-    $6::integer[], $7::bigint[], $8::bigint[], $9::double precision[])` + onConflict
+    $6::integer[], $7::bigint[], $8::bigint[], $9::double precision[], $10::timestamptz[], $11::bigint[], $12::bigint[])` + onConflict
 )
 
 // stageColumns are allot_usage_stage's columns in COPY order.
-var stageColumns = []string{"window_start", "tenant", "rule", "region", "window_seconds", "admitted", "denied", "granted"}
+var stageColumns = []string{"window_start", "tenant", "rule", "region", "window_seconds", "admitted", "denied", "granted", "cycle_start", "limit_units", "overage"}
 
 // errNoPosition is a cluster with no position row.
 var errNoPosition = errors.New("no position row")
@@ -74,10 +85,11 @@ var errNoPosition = errors.New("no position row")
 // key already there), moves the position to the last line and commits.
 // It returns the new position.
 //
-// A line's Admitted and Denied are uint64 in the ledger and bigint in
-// PostgreSQL: a count above math.MaxInt64 is stored as math.MaxInt64, and
-// so is a sum of two exports of one key that would pass it. Its Final is
-// not stored: every line a sink holds is final.
+// A line's Admitted, Denied and Overage are uint64 in the ledger and
+// bigint in PostgreSQL: a count above math.MaxInt64 is stored as
+// math.MaxInt64, and so is a sum of two exports of one key that would
+// pass it (overage at most admitted). Its Final is not stored: every line
+// a sink holds is final.
 //
 // lines must be non-empty, in strictly increasing ledger order and all
 // after from.Last; otherwise the error wraps ErrBadBatch and nothing is
@@ -235,7 +247,7 @@ func copyDirect(ctx context.Context, tx pgx.Tx, cluster string, lines []ledger.L
 }
 
 // usageColumns are allot_usage's columns copyDirect fills.
-var usageColumns = []string{"cluster_id", "window_start", "tenant", "rule", "region", "window_seconds", "admitted", "denied", "granted"}
+var usageColumns = []string{"cluster_id", "window_start", "tenant", "rule", "region", "window_seconds", "admitted", "denied", "granted", "cycle_start", "limit_units", "overage"}
 
 // unnestUpsert sends lines as one array per column in a single
 // INSERT … SELECT FROM unnest(…) ON CONFLICT: one statement, no staging
@@ -251,13 +263,23 @@ func unnestUpsert(ctx context.Context, tx pgx.Tx, cluster string, lines []ledger
 		admitted = make([]int64, n)
 		denied   = make([]int64, n)
 		granted  = make([]*float64, n)
+		cycles   = make([]*time.Time, n)
+		limits   = make([]*int64, n)
+		overage  = make([]int64, n)
 	)
 	for i := range lines {
 		l := &lines[i]
 		windows[i], tenants[i], rules[i], regions[i] = time.Unix(l.Window, 0), storeName(l.Tenant), storeName(l.Rule), storeName(l.Region)
 		seconds[i], admitted[i], denied[i], granted[i] = int32(l.WindowSeconds), clamp(l.Admitted), clamp(l.Denied), l.Granted
+		if start, ok := l.Cycle(); ok {
+			cycles[i] = &start
+		}
+		if l.Limit != 0 {
+			limits[i] = &l.Limit
+		}
+		overage[i] = min(clamp(l.Overage), admitted[i])
 	}
-	if _, err := tx.Exec(ctx, upsertFromArrays, cluster, windows, tenants, rules, regions, seconds, admitted, denied, granted); err != nil {
+	if _, err := tx.Exec(ctx, upsertFromArrays, cluster, windows, tenants, rules, regions, seconds, admitted, denied, granted, cycles, limits, overage); err != nil {
 		return fmt.Errorf("adding to allot_usage: %w", err)
 	}
 	return nil

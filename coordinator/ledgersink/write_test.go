@@ -211,25 +211,29 @@ func TestBadBatches(t *testing.T) {
 
 // TestAddingToAnExportedKey exports keys, forgets the position (as an
 // operator re-creating a cluster under the same ID would) and exports
-// the same keys again: counts add, saturating at bigint's maximum, and
-// granted adds with NULL as absent.
+// the same keys again: counts add, saturating at bigint's maximum,
+// granted adds with NULL as absent, overage adds and stays within
+// admitted, and the terms are the second line's unless it has none.
 func TestAddingToAnExportedKey(t *testing.T) {
 	const max = math.MaxInt64
+	cycle := time.Date(2025, 12, 17, 5, 0, 0, 0, time.UTC).Unix()
+	older, newer := ledger.Terms{CycleStart: cycle, Limit: 100}, ledger.Terms{CycleStart: cycle, Limit: 400}
 	tests := []struct {
-		name               string
-		first, second      uint64
-		want               int64
-		grantedA, grantedB *float64
-		wantGranted        *float64
+		name                string
+		first, second       uint64
+		want                int64
+		grantedA, grantedB  *float64
+		wantGranted         *float64
+		termsA, termsB, all ledger.Terms
 	}{
-		{"small counts, no grants", 3, 4, 7, nil, nil, nil},
-		{"the first granted", 1, 1, 2, ptr(1.5), nil, ptr(1.5)},
-		{"the second granted", 1, 1, 2, nil, ptr(2), ptr(2)},
-		{"both granted", 1, 1, 2, ptr(1.5), ptr(2), ptr(3.5)},
-		{"a count past MaxInt64 saturates", math.MaxUint64, 0, max, nil, nil, nil},
-		{"MaxInt64 exactly", max, 0, max, nil, nil, nil},
-		{"a sum past MaxInt64 saturates", max - 1, 5, max, nil, nil, nil},
-		{"both saturated", math.MaxUint64, math.MaxUint64, max, nil, nil, nil},
+		{"small counts, no grants", 3, 4, 7, nil, nil, nil, ledger.Terms{}, ledger.Terms{}, ledger.Terms{}},
+		{"the first granted", 1, 1, 2, ptr(1.5), nil, ptr(1.5), older, ledger.Terms{}, older},
+		{"the second granted", 1, 1, 2, nil, ptr(2), ptr(2), ledger.Terms{}, newer, newer},
+		{"both granted", 1, 1, 2, ptr(1.5), ptr(2), ptr(3.5), older, newer, newer},
+		{"a count past MaxInt64 saturates", math.MaxUint64, 0, max, nil, nil, nil, older, ledger.Terms{Limit: 400}, ledger.Terms{CycleStart: cycle, Limit: 400}},
+		{"MaxInt64 exactly", max, 0, max, nil, nil, nil, ledger.Terms{}, ledger.Terms{}, ledger.Terms{}},
+		{"a sum past MaxInt64 saturates", max - 1, 5, max, nil, nil, nil, ledger.Terms{}, ledger.Terms{}, ledger.Terms{}},
+		{"both saturated", math.MaxUint64, math.MaxUint64, max, nil, nil, nil, ledger.Terms{}, ledger.Terms{}, ledger.Terms{}},
 	}
 	s, dsn := migrated(t)
 	conn := connect(t, dsn)
@@ -237,7 +241,7 @@ func TestAddingToAnExportedKey(t *testing.T) {
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			key := ledger.Key{Window: hour(i), Tenant: "t", Rule: "r", Region: "eu"}
-			write := func(admitted uint64, granted *float64) {
+			write := func(admitted uint64, granted *float64, terms ledger.Terms) {
 				t.Helper()
 				pos, err := s.Position(ctx, "c")
 				if err != nil {
@@ -250,20 +254,23 @@ func TestAddingToAnExportedKey(t *testing.T) {
 					}
 					pos = ledger.Position{}
 				}
-				l := ledger.Line{Key: key, WindowSeconds: 3600, Admitted: admitted, Denied: admitted, Granted: granted}
+				l := ledger.Line{Key: key, WindowSeconds: 3600, Admitted: admitted, Denied: admitted, Granted: granted, Terms: terms, Overage: admitted / 2}
 				if _, err := s.Write(ctx, "c", pos, []ledger.Line{l}); err != nil {
 					t.Fatal(err)
 				}
 			}
-			write(tt.first, tt.grantedA)
-			write(tt.second, tt.grantedB)
+			write(tt.first, tt.grantedA, tt.termsA)
+			write(tt.second, tt.grantedB, tt.termsB)
 			lines, _, err := s.Query(ctx, "c", ledgersink.Query{From: key.Window, To: key.Window + 1})
 			if err != nil || len(lines) != 1 {
 				t.Fatalf("Query: %v, %v; want the one line", lines, err)
 			}
 			got := lines[0]
-			if got.Admitted != uint64(tt.want) || got.Denied != uint64(tt.want) {
-				t.Errorf("admitted %d denied %d, want %d", got.Admitted, got.Denied, tt.want)
+			// Half of each export's admitted units were overage: they add
+			// as admitted does, saturating, and never pass it.
+			wantOverage := min(clampTo(tt.first/2)+clampTo(tt.second/2), uint64(tt.want))
+			if got.Admitted != uint64(tt.want) || got.Denied != uint64(tt.want) || got.Overage != wantOverage {
+				t.Errorf("admitted %d denied %d overage %d, want %d, %d and %d", got.Admitted, got.Denied, got.Overage, tt.want, tt.want, wantOverage)
 			}
 			switch {
 			case (got.Granted == nil) != (tt.wantGranted == nil):
@@ -271,6 +278,12 @@ func TestAddingToAnExportedKey(t *testing.T) {
 			case got.Granted != nil && *got.Granted != *tt.wantGranted:
 				t.Errorf("granted %v, want %v", *got.Granted, *tt.wantGranted)
 			}
+			if got.Terms != tt.all {
+				t.Errorf("terms %+v, want %+v", got.Terms, tt.all)
+			}
 		})
 	}
 }
+
+// clampTo is n as a bigint stores it: at most math.MaxInt64.
+func clampTo(n uint64) uint64 { return min(n, math.MaxInt64) }

@@ -33,6 +33,12 @@ func TestRoundTrip(t *testing.T) {
 			WindowStart: timestamppb.New(start), WindowEnd: timestamppb.New(start.Add(24 * time.Hour)), Admitted: 1 << 63,
 			Granted: &granted, Final: true, Exported: true},
 	}, {
+		name: "a line with terms",
+		line: ledger.Line{Key: key, WindowSeconds: 3600, Admitted: 7, Overage: 2, Terms: ledger.Terms{CycleStart: start.Add(-12 * 24 * time.Hour).Unix(), Limit: 100000}},
+		want: &allotpb.UsageRecord{Tenant: "acme", Rule: "quota", Region: "eu-west",
+			WindowStart: timestamppb.New(start), WindowEnd: timestamppb.New(start.Add(time.Hour)), Admitted: 7, Overage: 2,
+			CycleStart: timestamppb.New(start.Add(-12 * 24 * time.Hour)), Limit: ptr(int64(100000))},
+	}, {
 		name: "a window before 1970",
 		line: ledger.Line{Key: ledger.Key{Window: -7200}, WindowSeconds: 3600},
 		want: &allotpb.UsageRecord{WindowStart: timestamppb.New(time.Unix(-7200, 0)), WindowEnd: timestamppb.New(time.Unix(-3600, 0))},
@@ -45,7 +51,8 @@ func TestRoundTrip(t *testing.T) {
 			}
 			back := ledgerpb.FromProto(rec)
 			if back.Key != tt.line.Key || back.WindowSeconds != tt.line.WindowSeconds || back.Admitted != tt.line.Admitted ||
-				back.Denied != tt.line.Denied || back.Final != tt.line.Final || !sameGranted(back.Granted, tt.line.Granted) {
+				back.Denied != tt.line.Denied || back.Final != tt.line.Final || !sameGranted(back.Granted, tt.line.Granted) ||
+				back.Terms != tt.line.Terms || back.Overage != tt.line.Overage {
 				t.Fatalf("FromProto(ToProto(l)) = %+v, want %+v", back, tt.line)
 			}
 		})
@@ -61,3 +68,5 @@ func TestFromProtoOfNothing(t *testing.T) {
 func sameGranted(a, b *float64) bool {
 	return a == nil && b == nil || a != nil && b != nil && *a == *b
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -30,6 +30,9 @@ func ToProto(r *rules.Rule) *allotpb.Rule {
 	for _, e := range r.Match.Descriptors {
 		p.Match.Descriptors = append(p.Match.Descriptors, &allotpb.DescriptorEntry{Key: e.Key, Value: e.Value})
 	}
+	if o := r.Overage; o != nil {
+		p.Overage = &allotpb.Overage{UpTo: o.UpTo}
+	}
 	if c := r.Cycle; c != nil {
 		p.Cycle = &allotpb.Cycle{AnchorDay: int32(c.AnchorDay), TimeZone: c.TimeZone}
 		if c.Unit != 0 {
@@ -87,6 +90,9 @@ func FromProto(p *allotpb.Rule) (rules.Rule, error) {
 	}
 	for _, e := range p.GetMatch().GetDescriptors() {
 		r.Match.Descriptors = append(r.Match.Descriptors, rules.DescriptorEntry{Key: e.GetKey(), Value: e.GetValue()})
+	}
+	if o := p.GetOverage(); o != nil {
+		r.Overage = &rules.Overage{UpTo: o.GetUpTo()}
 	}
 	var errs rules.Errors
 	bad := func(field string, err error) {

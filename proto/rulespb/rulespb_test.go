@@ -299,6 +299,23 @@ func mutate(t *rapid.T, r *rules.Rule) {
 		func() { r.Replaces = append(r.Replaces, "other") },
 		func() { r.Notices = append(r.Notices, 0.5) },
 		func() {
+			if r.Overage == nil {
+				r.Overage = &rules.Overage{UpTo: 2}
+			} else {
+				r.Overage = nil
+			}
+		},
+		func() {
+			if r.Overage != nil {
+				r.Overage = &rules.Overage{UpTo: r.Overage.UpTo + 0.5}
+			}
+		},
+		func() {
+			if r.Overage != nil {
+				r.Overage = &rules.Overage{UpTo: nan}
+			}
+		},
+		func() {
 			if r.Notices == nil {
 				r.Notices = []float64{}
 			}

@@ -126,8 +126,30 @@ func Rule(name string) *rapid.Generator[rules.Rule] {
 				r.Regions[name] = rapid.Float64Range(1e-6, 1/float64(len(regions))).Draw(t, "fraction")
 			}
 		}
+		if mayOverage(&r) && rapid.Bool().Draw(t, "overage") {
+			r.Overage = &rules.Overage{UpTo: rapid.Float64Range(1.001, 4).Draw(t, "upTo")}
+		}
 		return r
 	})
+}
+
+// mayOverage reports whether r may have overage (rules.Overage): a quota
+// of a tenant's own, counted by windows, whose limit the coordinators
+// know.
+func mayOverage(r *rules.Rule) bool {
+	if attrs := r.KeyAttrs(); len(attrs) != 1 || attrs[0] != rules.AttrTenant {
+		return false
+	}
+	if r.Intent != lease.Quota || r.Algorithm != algo.FixedWindow && r.Algorithm != algo.SlidingWindow ||
+		r.Unlimited || r.Local || r.Shadow || len(r.Regions) > 0 {
+		return false
+	}
+	for _, p := range r.Plans {
+		if p.Limit > 0 || !p.Cycle.IsZero() {
+			return false
+		}
+	}
+	return true
 }
 
 // limits draws what sets a limited rule's limit.

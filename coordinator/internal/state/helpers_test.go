@@ -144,6 +144,12 @@ func dumpLedger(s *State) []string {
 		if u.granted != nil {
 			line += fmt.Sprintf(" granted %g", *u.granted)
 		}
+		if u.terms != (ledger.Terms{}) {
+			line += fmt.Sprintf(" cycle %d limit %d", u.terms.CycleStart, u.terms.Limit)
+		}
+		if u.overage != 0 {
+			line += fmt.Sprintf(" overage %d", u.overage)
+		}
 		lines = append(lines, line)
 	})
 	slices.Sort(lines)

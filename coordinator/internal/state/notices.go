@@ -9,22 +9,25 @@ import (
 
 	"github.com/allot-io/allot/coordinator/internal/fsm/fsmpb"
 	allotpb "github.com/allot-io/allot/proto"
-	"github.com/allot-io/allot/proto/rulespb"
 	"github.com/allot-io/allot/rules"
 	"github.com/google/btree"
 	"google.golang.org/protobuf/proto"
 )
 
-// Threshold notices (docs/billing.md, "Threshold notices"). The state
-// keeps, for each tenant of a rule with notices, a tally of its admitted
-// usage over the rule's current cycle, added to as each report's usage
-// is applied. When a tally reaches one of the rule's thresholds of the
-// limit in force, the same application records a notice. Crossings are
-// so detected on every member from the log alone, deterministically: a
-// failover can neither lose one (the reports that crossed it are
+// Threshold notices (docs/billing.md, "Threshold notices") and metered
+// overage ("Metered overage"). The state keeps, for each tenant of a
+// rule with notices or overage, a tally of its admitted usage over the
+// rule's current cycle, added to as each report's usage is applied.
+// When a tally reaches one of the rule's thresholds of the limit in
+// force, the same application records a notice; under a rule with
+// overage, the part of each increment that takes the tally past the
+// limit in force is the ledger line's overage. Both are so decided on
+// every member from the log alone, deterministically, in log order: a
+// failover can neither lose a notice (the reports that crossed it are
 // committed, or not applied at all) nor record one twice (the tally
-// remembers the highest threshold recorded). The ledger could not serve:
-// with a sink, its exported lines leave the state mid-cycle.
+// remembers the highest threshold recorded), and the overage a cycle's
+// lines hold is what its tally passed the limit by. The ledger could not
+// serve: with a sink, its exported lines leave the state mid-cycle.
 //
 // Delivery is the leader's (coordinator/notices.go): it posts the pending
 // notices to the webhook and stores them in the ledger sink, and marks
@@ -42,19 +45,6 @@ func noticeHorizon(cycle time.Duration) int64 { return max(cycle, 24*time.Hour).
 // same, and they must not pile up for ever.
 const KeepNotices = 30 * 24 * time.Hour
 
-// cycleOf is tenant's cycle of rule r containing at (rules.Rule.CycleAt):
-// for a calendar rule, its month from its override's anchor or the
-// rule's (the coordinators do not know tenants' plans), else the period's
-// window from the Unix epoch.
-func (s *State) cycleOf(r *rules.Rule, tenant string, at time.Time) (start, end time.Time) {
-	var o rules.TenantOverride
-	p, ok := s.Override(r.Name, tenant)
-	if ok {
-		o = rulespb.OverrideFromProto(p).TenantOverride
-	}
-	return r.CycleAt(o, ok, tenant, "", at)
-}
-
 // tallyKey names one tenant's cycle under a rule.
 type tallyKey struct {
 	rule, tenant string
@@ -65,9 +55,11 @@ type tallyItem struct {
 	key tallyKey
 	end int64 // Unix s
 	// used is the admitted usage; noticed the highest threshold recorded
-	// (0: none).
+	// (0: none); overage the part of used counted as overage (a rule with
+	// overage).
 	used    uint64
 	noticed float64
+	overage uint64
 }
 
 func compareTallyKeys(a, b tallyKey) int {
@@ -75,8 +67,9 @@ func compareTallyKeys(a, b tallyKey) int {
 }
 
 // noticeStore holds the tallies and the notices, by key. rules are the
-// rules with notices, by name: rebuilt when the rules change, so that
-// usage of any other rule costs one map lookup.
+// rules with notices or overage, whose tenants' usage is tallied, by
+// name: rebuilt when the rules change, so that usage of any other rule
+// costs one map lookup.
 type noticeStore struct {
 	tallies *btree.BTreeG[tallyItem]
 	notices *btree.BTreeG[*allotpb.Notice] // replaced on change, never changed
@@ -105,11 +98,12 @@ func NoticeKey(tenant, rule string, cycleStart int64, threshold float64) string 
 	return tenant + "/" + rule + "/" + strconv.FormatInt(cycleStart, 10) + "/" + strconv.FormatFloat(threshold, 'g', -1, 64)
 }
 
-// indexNoticeRules notes the rules with notices, after the rules change.
+// indexNoticeRules notes the rules with notices or overage, after the
+// rules change.
 func (s *State) indexNoticeRules() {
 	s.notices.rules = nil
 	for _, r := range s.rules.Rules() {
-		if len(r.Notices) > 0 {
+		if len(r.Notices) > 0 || r.Overage != nil {
 			if s.notices.rules == nil {
 				s.notices.rules = map[string]*rules.Rule{}
 			}
@@ -118,24 +112,39 @@ func (s *State) indexNoticeRules() {
 	}
 }
 
-// countNotice adds admitted usage of tenant under rule, in the ledger's
+// tally adds admitted usage of tenant under rule, in the ledger's
 // billing window window (Unix s), to the tenant's tally for the cycle
-// holding the window, and records a notice for each threshold the tally
-// reaches first. now is the proposing leader's clock (Unix ns).
-func (s *State) countNotice(rule, tenant string, window int64, admitted uint64, now int64) {
+// holding the window, records a notice for each threshold the tally
+// reaches first, and returns the part of admitted that is overage: under
+// a rule with overage, what the tally passed the limit in force by with
+// this usage, max(0, after − limit) − max(0, before − limit), so that a
+// cycle's overage is what its usage passed the limit by, each unit
+// counted against the limit in force when it was applied. now is the
+// proposing leader's clock (Unix ns).
+//
+// Usage of a cycle over for longer than its horizon starts no tally (it
+// would cross thresholds, and pass the limit, on its own) and is counted
+// as no overage.
+func (s *State) tally(rule, tenant string, window int64, admitted uint64, now int64) (overage uint64) {
 	r := s.notices.rules[rule]
 	if r == nil || admitted == 0 || tenant == "" {
-		return
+		return 0
 	}
-	start, end := s.cycleOf(r, tenant, time.Unix(window, 0))
+	o, ok := s.overrideAt(rule, tenant, now)
+	start, end := s.cycleIn(r, o, ok, tenant, time.Unix(window, 0))
 	if end.UnixNano() < now-noticeHorizon(r.Period) {
-		return
+		return 0
 	}
 	k := tallyKey{rule: rule, tenant: tenant, start: start.Unix()}
 	it, _ := s.notices.tallies.Get(tallyItem{key: k})
 	it.key, it.end = k, end.Unix()
+	before := it.used
 	it.used = allotpb.SaturatingAdd(it.used, admitted)
-	limit := s.noticeLimit(r, tenant)
+	limit := noticeLimit(r, o, ok, tenant)
+	if r.Overage != nil {
+		overage = rules.Excess(it.used, limit) - rules.Excess(before, limit)
+		it.overage = allotpb.SaturatingAdd(it.overage, overage)
+	}
 	for _, th := range r.Notices {
 		if th <= it.noticed || float64(it.used) < th*float64(limit) {
 			continue
@@ -152,16 +161,25 @@ func (s *State) countNotice(rule, tenant string, window int64, admitted uint64, 
 		}
 	}
 	s.notices.tallies.ReplaceOrInsert(it)
+	return overage
 }
 
-// noticeLimit is the limit in force for tenant under r, as the state knows
-// it: an override's, else the rule's tenant override's, else the rule's.
-// A plan's limit is not: the coordinators do not know tenants' plans.
-func (s *State) noticeLimit(r *rules.Rule, tenant string) int64 {
-	if o, ok := s.Override(r.Name, tenant); ok && o.GetLimit() > 0 {
-		return o.GetLimit()
-	}
-	return r.LimitFor(tenant, "")
+// noticeLimit is the limit in force for tenant under r with its override
+// o when ok, as the state knows it: the override's, else the rule file's
+// tenants entry's, else the rule's. A plan's limit is not: the
+// coordinators do not know tenants' plans (a rule with overage has no
+// plan limits, rules.Overage).
+func noticeLimit(r *rules.Rule, o rules.TenantOverride, ok bool, tenant string) int64 {
+	return r.LimitWith(o, ok, tenant, "")
+}
+
+// CycleOverage is the overage of tenant's cycle of rule starting at start
+// (Unix s): what its usage passed the limit by, as its ledger lines
+// count it; 0 for a rule without overage, or a cycle the state holds no
+// tally of.
+func (s *State) CycleOverage(rule, tenant string, start int64) uint64 {
+	it, _ := s.notices.tallies.Get(tallyItem{key: tallyKey{rule: rule, tenant: tenant, start: start}})
+	return it.overage
 }
 
 // applyNoticesDelivered marks notices delivered to the webhook or, with
@@ -248,7 +266,7 @@ func (s *State) eachTally(fn func(*fsmpb.TallyRecord)) {
 	s.notices.tallies.Ascend(func(it tallyItem) bool {
 		fn(&fsmpb.TallyRecord{
 			Rule: it.key.rule, Tenant: it.key.tenant, CycleStartUnix: it.key.start, CycleEndUnix: it.end,
-			Used: it.used, Noticed: it.noticed,
+			Used: it.used, Noticed: it.noticed, Overage: it.overage,
 		})
 		return true
 	})
@@ -261,7 +279,7 @@ func (s *State) restoreTally(m *fsmpb.TallyRecord) error {
 	}
 	s.notices.tallies.ReplaceOrInsert(tallyItem{
 		key: tallyKey{rule: m.GetRule(), tenant: m.GetTenant(), start: m.GetCycleStartUnix()},
-		end: m.GetCycleEndUnix(), used: m.GetUsed(), noticed: m.GetNoticed(),
+		end: m.GetCycleEndUnix(), used: m.GetUsed(), noticed: m.GetNoticed(), overage: m.GetOverage(),
 	})
 	return nil
 }
@@ -282,20 +300,27 @@ func (s *State) restoreNotice(n *allotpb.Notice) error {
 	return nil
 }
 
-// checkNoticeCycles refuses a rule with notices whose period is not a
-// whole number of the cluster's billing windows, or, on the calendar,
-// whose days are not: usage is counted by billing window, so a cycle must
-// be made of whole ones.
+// checkNoticeCycles refuses a rule with notices or overage whose period
+// is not a whole number of the cluster's billing windows, or, on the
+// calendar, whose days are not: usage is counted by billing window, so a
+// cycle must be made of whole ones.
 func (s *State) checkNoticeCycles(set *rules.Set) error {
 	w := time.Duration(s.BillingWindowSeconds()) * time.Second
 	var errs rules.Errors
 	for _, r := range set.Rules() {
-		if len(r.Notices) > 0 && r.Cycle != nil && (24*time.Hour)%w != 0 {
-			errs = append(errs, &rules.Error{Rule: r.Name, Field: "notices", Msg: fmt.Sprintf(
-				"a rule with notices measures usage by the cluster's billing windows (%v), so a calendar period's days must be a whole number of them", w)})
-		} else if len(r.Notices) > 0 && r.Cycle == nil && (r.Period < w || r.Period%w != 0) {
-			errs = append(errs, &rules.Error{Rule: r.Name, Field: "notices", Msg: fmt.Sprintf(
-				"a rule with notices measures usage by the cluster's billing windows (%v), so its period (%v) must be a whole number of them", w, r.Period)})
+		field, what := "notices", "notices"
+		switch {
+		case r.Overage != nil:
+			field, what = "overage", "overage"
+		case len(r.Notices) == 0:
+			continue
+		}
+		if r.Cycle != nil && (24*time.Hour)%w != 0 {
+			errs = append(errs, &rules.Error{Rule: r.Name, Field: field, Msg: fmt.Sprintf(
+				"a rule with %s measures usage by the cluster's billing windows (%v), so a calendar period's days must be a whole number of them", what, w)})
+		} else if r.Cycle == nil && (r.Period < w || r.Period%w != 0) {
+			errs = append(errs, &rules.Error{Rule: r.Name, Field: field, Msg: fmt.Sprintf(
+				"a rule with %s measures usage by the cluster's billing windows (%v), so its period (%v) must be a whole number of them", what, w, r.Period)})
 		}
 	}
 	if len(errs) > 0 {

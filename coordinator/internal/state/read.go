@@ -92,7 +92,7 @@ func (s *State) LastSeq(node string, incarnation uint64) (uint64, bool) {
 // the state knows it.
 func (s *State) line(it lineItem) ledger.Line {
 	return ledger.Line{Key: it.key, WindowSeconds: s.BillingWindowSeconds(), Admitted: it.u.admitted, Denied: it.u.denied,
-		Granted: it.u.granted, Final: s.final.Has(it.key.Window)}
+		Granted: it.u.granted, Final: s.final.Has(it.key.Window), Terms: it.u.terms, Overage: it.u.overage}
 }
 
 // Ledger calls fn for every ledger line in order (window, tenant,

@@ -105,6 +105,7 @@ func (sn *Snapshot) Write(out io.Writer) error {
 		w.write(recLedger, &fsmpb.LedgerRecord{
 			Tenant: k.Tenant, Rule: k.Rule, Region: k.Region, WindowUnix: k.Window,
 			Admitted: u.admitted, Denied: u.denied, Granted: u.granted,
+			CycleStartUnix: u.terms.CycleStart, Limit: u.terms.Limit, Overage: u.overage,
 		})
 	})
 	s.eachOpen(func(window int64, reporters []incKey) {

@@ -79,6 +79,8 @@ type State struct {
 	// notices are the threshold notices and the tallies behind them
 	// (notices.go).
 	notices noticeStore
+	// terms index the rules whose ledger lines record terms (terms.go).
+	terms termsIndex
 }
 
 // incKey identifies one run of one agent.
@@ -127,6 +129,12 @@ type usage struct {
 	// (GrantsCommand); nil when none was recorded. What it points to is
 	// never changed: a new sum is a new value.
 	granted *float64
+	// terms are the cycle and limit the usage was counted against, as of
+	// the last report that added to it (terms.go).
+	terms ledger.Terms
+	// overage is the part of admitted past the limit in force, under a
+	// rule with overage (notices.go's tally).
+	overage uint64
 }
 
 // New returns an empty state: no rules, members or usage, no settings
@@ -150,6 +158,7 @@ func New() *State {
 func (s *State) setRules(set *rules.Set) {
 	s.rules = set
 	s.indexNoticeRules()
+	s.indexTermsRules()
 }
 
 // windowOf aligns a Unix second down to the start of its billing window.
@@ -247,7 +256,7 @@ func (s *State) applyReports(cmd *fsmpb.ReportsCommand) *fsmpb.ReportsResult {
 // addUsage adds one count to the ledger. A count for a window that is
 // already final (an agent cut off for longer than the agent timeout) is
 // carried into the window open at now, so that final windows never change
-// and no usage is lost.
+// and no usage is lost; the line's terms are then that window's.
 func (s *State) addUsage(k incKey, region string, c *allotpb.UsageCount, now int64) {
 	window := s.accepting(s.windowOf(c.GetWindowUnix()), now)
 	key := ledger.Key{Window: window, Tenant: c.GetTenant(), Rule: c.GetRule(), Region: region}
@@ -256,10 +265,21 @@ func (s *State) addUsage(k incKey, region string, c *allotpb.UsageCount, now int
 	// Totals stop at the largest count rather than wrap to a small one.
 	line.u.admitted = allotpb.SaturatingAdd(line.u.admitted, c.GetAdmitted())
 	line.u.denied = allotpb.SaturatingAdd(line.u.denied, c.GetDenied())
+	line.u.overage = allotpb.SaturatingAdd(line.u.overage, s.tally(c.GetRule(), c.GetTenant(), window, c.GetAdmitted(), now))
+	// The terms in force now replace those of the line's earlier usage
+	// while its window lasts, so that a limit changed within the window is
+	// the one its end was counted against. Usage applied after the window
+	// ended (reports lag by an interval) was counted before, under the
+	// terms the line has: a change since is a later window's. A rule
+	// deleted since has no terms, and leaves the line's.
+	if line.u.terms == (ledger.Terms{}) || now < windowEnd(window, s.BillingWindowSeconds()*int64(time.Second)) {
+		if t := s.termsOf(key.Rule, key.Tenant, window, now); t != (ledger.Terms{}) {
+			line.u.terms = t
+		}
+	}
 	s.ledger.ReplaceOrInsert(line)
 	s.openWindow(window)
 	insertIfAbsent(s.open, openItem{window: window, reporter: k})
-	s.countNotice(c.GetRule(), c.GetTenant(), window, c.GetAdmitted(), now)
 }
 
 // closed reports whether a window takes no more lines: it is final, or

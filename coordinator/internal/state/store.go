@@ -191,7 +191,9 @@ func (s *State) restoreRun(m *fsmpb.IncarnationRecord) {
 // key is an error.
 func (s *State) restoreLine(m *fsmpb.LedgerRecord) error {
 	k := ledger.Key{Window: m.GetWindowUnix(), Tenant: m.GetTenant(), Rule: m.GetRule(), Region: m.GetRegion()}
-	if _, dup := s.ledger.ReplaceOrInsert(lineItem{key: k, u: usage{admitted: m.GetAdmitted(), denied: m.GetDenied(), granted: m.Granted}}); dup {
+	u := usage{admitted: m.GetAdmitted(), denied: m.GetDenied(), granted: m.Granted,
+		terms: ledger.Terms{CycleStart: m.GetCycleStartUnix(), Limit: m.GetLimit()}, overage: m.GetOverage()}
+	if _, dup := s.ledger.ReplaceOrInsert(lineItem{key: k, u: u}); dup {
 		return fmt.Errorf("a second line for %s/%s/%s/%d", k.Tenant, k.Rule, k.Region, k.Window)
 	}
 	if m.GetFinal() { // format 1 marks each line of a final window

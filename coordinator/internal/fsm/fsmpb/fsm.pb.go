@@ -975,7 +975,17 @@ type LedgerRecord struct {
 	Final      bool                   `protobuf:"varint,7,opt,name=final,proto3" json:"final,omitempty"`
 	// granted is what the parent leased this region of the tenant's
 	// allowance over the window (docs/regions.md), set when recorded.
-	Granted       *float64 `protobuf:"fixed64,8,opt,name=granted,proto3,oneof" json:"granted,omitempty"`
+	Granted *float64 `protobuf:"fixed64,8,opt,name=granted,proto3,oneof" json:"granted,omitempty"`
+	// The terms the usage was counted against (ledger.Terms): the start of
+	// the tenant's cycle of the rule that the window belongs to, and the
+	// limit in force for the tenant. 0 when not recorded: in snapshots
+	// written before they were, and for rules without such terms.
+	CycleStartUnix int64 `protobuf:"varint,9,opt,name=cycle_start_unix,json=cycleStartUnix,proto3" json:"cycle_start_unix,omitempty"`
+	Limit          int64 `protobuf:"varint,10,opt,name=limit,proto3" json:"limit,omitempty"`
+	// overage is the part of admitted that passed the limit in force under
+	// a rule with overage (rules.Overage): billed apart, and part of
+	// admitted, not added to it. 0 otherwise, and in older snapshots.
+	Overage       uint64 `protobuf:"varint,11,opt,name=overage,proto3" json:"overage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1062,6 +1072,27 @@ func (x *LedgerRecord) GetFinal() bool {
 func (x *LedgerRecord) GetGranted() float64 {
 	if x != nil && x.Granted != nil {
 		return *x.Granted
+	}
+	return 0
+}
+
+func (x *LedgerRecord) GetCycleStartUnix() int64 {
+	if x != nil {
+		return x.CycleStartUnix
+	}
+	return 0
+}
+
+func (x *LedgerRecord) GetLimit() int64 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *LedgerRecord) GetOverage() uint64 {
+	if x != nil {
+		return x.Overage
 	}
 	return 0
 }
@@ -2403,7 +2434,8 @@ func (x *NoticesDeliveredCommand) GetSink() bool {
 }
 
 // TallyRecord is, in a snapshot, one tenant's admitted usage under a rule
-// with notices over one cycle, and the highest threshold recorded for it.
+// with notices or overage over one cycle, the highest threshold recorded
+// for it, and its overage.
 type TallyRecord struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Rule           string                 `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
@@ -2412,8 +2444,11 @@ type TallyRecord struct {
 	CycleEndUnix   int64                  `protobuf:"varint,4,opt,name=cycle_end_unix,json=cycleEndUnix,proto3" json:"cycle_end_unix,omitempty"`
 	Used           uint64                 `protobuf:"varint,5,opt,name=used,proto3" json:"used,omitempty"`
 	Noticed        float64                `protobuf:"fixed64,6,opt,name=noticed,proto3" json:"noticed,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// overage is the part of used past the limit in force, for a rule with
+	// overage: the cycle's overage, as its ledger lines count it.
+	Overage       uint64 `protobuf:"varint,7,opt,name=overage,proto3" json:"overage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TallyRecord) Reset() {
@@ -2484,6 +2519,13 @@ func (x *TallyRecord) GetUsed() uint64 {
 func (x *TallyRecord) GetNoticed() float64 {
 	if x != nil {
 		return x.Noticed
+	}
+	return 0
+}
+
+func (x *TallyRecord) GetOverage() uint64 {
+	if x != nil {
+		return x.Overage
 	}
 	return 0
 }
@@ -2562,7 +2604,7 @@ const file_fsm_proto_rawDesc = "" +
 	"\blast_seq\x18\x03 \x01(\x04R\alastSeq\x123\n" +
 	"\x16last_applied_unix_nano\x18\x04 \x01(\x03R\x13lastAppliedUnixNano\x12+\n" +
 	"\x12last_cut_unix_nano\x18\x05 \x01(\x03R\x0flastCutUnixNano\x12\x12\n" +
-	"\x04left\x18\x06 \x01(\bR\x04left\"\xe8\x01\n" +
+	"\x04left\x18\x06 \x01(\bR\x04left\"\xc2\x02\n" +
 	"\fLedgerRecord\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x16\n" +
@@ -2572,7 +2614,11 @@ const file_fsm_proto_rawDesc = "" +
 	"\badmitted\x18\x05 \x01(\x04R\badmitted\x12\x16\n" +
 	"\x06denied\x18\x06 \x01(\x04R\x06denied\x12\x14\n" +
 	"\x05final\x18\a \x01(\bR\x05final\x12\x1d\n" +
-	"\agranted\x18\b \x01(\x01H\x00R\agranted\x88\x01\x01B\n" +
+	"\agranted\x18\b \x01(\x01H\x00R\agranted\x88\x01\x01\x12(\n" +
+	"\x10cycle_start_unix\x18\t \x01(\x03R\x0ecycleStartUnix\x12\x14\n" +
+	"\x05limit\x18\n" +
+	" \x01(\x03R\x05limit\x12\x18\n" +
+	"\aoverage\x18\v \x01(\x04R\aoverageB\n" +
 	"\n" +
 	"\b_granted\"M\n" +
 	"\fWindowRecord\x12\x1f\n" +
@@ -2685,14 +2731,15 @@ const file_fsm_proto_rawDesc = "" +
 	"\x17NoticesDeliveredCommand\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\x12\"\n" +
 	"\rnow_unix_nano\x18\x02 \x01(\x03R\vnowUnixNano\x12\x12\n" +
-	"\x04sink\x18\x03 \x01(\bR\x04sink\"\xb7\x01\n" +
+	"\x04sink\x18\x03 \x01(\bR\x04sink\"\xd1\x01\n" +
 	"\vTallyRecord\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12(\n" +
 	"\x10cycle_start_unix\x18\x03 \x01(\x03R\x0ecycleStartUnix\x12$\n" +
 	"\x0ecycle_end_unix\x18\x04 \x01(\x03R\fcycleEndUnix\x12\x12\n" +
 	"\x04used\x18\x05 \x01(\x04R\x04used\x12\x18\n" +
-	"\anoticed\x18\x06 \x01(\x01R\anoticedB@Z>github.com/allot-io/allot/coordinator/internal/fsm/fsmpb;fsmpbb\x06proto3"
+	"\anoticed\x18\x06 \x01(\x01R\anoticed\x12\x18\n" +
+	"\aoverage\x18\a \x01(\x04R\aoverageB@Z>github.com/allot-io/allot/coordinator/internal/fsm/fsmpb;fsmpbb\x06proto3"
 
 var (
 	file_fsm_proto_rawDescOnce sync.Once

@@ -37,10 +37,13 @@ type harness struct {
 	reports   [3][2]float64 // each sidecar's reports answered and failed, at the last check
 	// lostAllowed is how many units the storage phases may lose: those in
 	// entries a recovered member never received (see lostQuorum);
-	// rlqsAllowed, what the Envoys reported while no member could commit.
-	lostAllowed *big.Int
-	rlqsAllowed uint64
-	envoys      *envoyLoad
+	// rlqsAllowed, what the Envoys reported while no member could commit;
+	// rlqsUnreceived, what of theirs the lost members had committed in
+	// entries the recovered member never received.
+	lostAllowed    *big.Int
+	rlqsAllowed    uint64
+	rlqsUnreceived uint64
+	envoys         *envoyLoad
 	// tmpfs is set when fullMember's data dir is a small tmpfs, for the
 	// full-disk phase.
 	tmpfs      bool

@@ -87,14 +87,14 @@ func (h *harness) envoyVerdict(el *envoyLoad, led ledgerSums, rules *ruleSet) bo
 	for _, e := range el.list {
 		reported, atRisk, streams = reported+e.Reported(), atRisk+e.AtRisk(), streams+e.Streams()
 	}
-	ok := ledgered <= reported && reported-ledgered <= atRisk+h.rlqsAllowed
+	ok := ledgered <= reported && reported-ledgered <= atRisk+h.rlqsAllowed+h.rlqsUnreceived
 	verdict := "PASS"
 	if !ok {
 		verdict = "FAIL"
 	}
 	quorum := ""
-	if h.rlqsAllowed > 0 {
-		quorum = fmt.Sprintf(", or reported while no member could commit, %d", h.rlqsAllowed)
+	if h.rlqsAllowed > 0 || h.rlqsUnreceived > 0 {
+		quorum = fmt.Sprintf(", or reported while no member could commit, %d, or committed in entries the recovered member never received, %d", h.rlqsAllowed, h.rlqsUnreceived)
 	}
 	h.log.logf("SUMMARY envoys (RLQS): %d streams; reported allowed %d, in the ledger %d: %d lost (at most %d were in flight when their coordinator died%s), %d double-counted: %s",
 		streams, reported, ledgered, reported-min(reported, ledgered), atRisk, quorum, ledgered-min(reported, ledgered), verdict)
